@@ -1,0 +1,91 @@
+"""Every setting kiln reads from the environment, in one place.
+
+``config.get().debug`` reads a value; ``with config.override(debug=2): ...`` changes it for a block.
+No other module reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import os
+
+
+def _int(name: str, default: int, *aliases: str) -> int:
+    for key in (name, *aliases):
+        raw = os.environ.get(key)
+        if raw:
+            try:
+                return int(raw)
+            except ValueError:
+                raise ValueError(f"environment variable {key}={raw!r} must be an integer") from None
+    return default
+
+
+def _str(name: str, default: str = "", *aliases: str) -> str:
+    for key in (name, *aliases):
+        raw = os.environ.get(key)
+        if raw:
+            return raw
+    return default
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    debug: int = 0
+    """KILN_DEBUG: 1 prints build steps, 2 also prints the IR after every pass."""
+    num_threads: int = 0
+    """KILN_NUM_THREADS (or TVM_NUM_THREADS): threads for parallel loops; 0 means one per core."""
+    rpc_token: str = ""
+    """KILN_RPC_TOKEN: shared secret for RPC servers, trackers and proxies."""
+    cache_dir: str = ""
+    """KILN_CACHE_DIR: where kiln keeps build caches (default ~/.cache/kiln)."""
+    cc: str = ""
+    """KILN_CC (or CC): the host C compiler used to link shared objects (default: cc)."""
+    ndk_cc: str = ""
+    """TVM_NDK_CC: the Android NDK compiler used by contrib.ndk."""
+    test_targets: str = ""
+    """KILN_TEST_TARGETS: comma-separated targets the test suite runs kernels on."""
+
+
+def _from_env() -> Config:
+    return Config(
+        debug=_int("KILN_DEBUG", 0),
+        num_threads=_int("KILN_NUM_THREADS", 0, "TVM_NUM_THREADS"),
+        rpc_token=_str("KILN_RPC_TOKEN"),
+        cache_dir=_str("KILN_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "kiln")),
+        cc=_str("KILN_CC", "", "CC"),
+        ndk_cc=_str("TVM_NDK_CC"),
+        test_targets=_str("KILN_TEST_TARGETS", "llvm"),
+    )
+
+
+_current: contextvars.ContextVar[Config | None] = contextvars.ContextVar("kiln_config", default=None)
+
+
+def get() -> Config:
+    cfg = _current.get()
+    if cfg is None:
+        cfg = _from_env()
+        _current.set(cfg)
+    return cfg
+
+
+@contextlib.contextmanager
+def override(**changes):
+    token = _current.set(dataclasses.replace(get(), **changes))
+    try:
+        yield get()
+    finally:
+        _current.reset(token)
+
+
+def describe() -> list[tuple[str, str, str]]:
+    """(field, value, doc) for ``kiln config``."""
+    cfg = get()
+    docs = {}
+    # Field docstrings are not kept by dataclasses; keep them here from the source order.
+    for field in dataclasses.fields(Config):
+        docs[field.name] = ""
+    return [(f.name, repr(getattr(cfg, f.name)), docs[f.name]) for f in dataclasses.fields(Config)]

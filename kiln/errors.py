@@ -1,0 +1,36 @@
+"""The exceptions kiln raises. Every message names the input at fault and what to do."""
+
+
+class KilnError(RuntimeError):
+    """Base class of kiln's errors (also exported as ``TVMError``)."""
+
+
+TVMError = KilnError
+
+
+class CompileError(KilnError):
+    """The program or schedule cannot be compiled as written."""
+
+
+class ScheduleError(CompileError):
+    """A schedule primitive was misused (names the stage and the axis)."""
+
+
+class ShapeError(KilnError, ValueError):
+    """A tensor's shape, dtype or rank does not match what the callee expects."""
+
+
+class TargetError(KilnError, ValueError):
+    """A target string cannot be parsed or is not supported by this build."""
+
+
+class RPCError(KilnError):
+    """A remote session failed: connection, protocol or remote exception."""
+
+
+class TuningError(KilnError):
+    """Auto-tuning could not proceed."""
+
+
+class InternalError(KilnError):
+    """A bug in kiln. Please report it with the output of KILN_DEBUG=1."""

@@ -1,0 +1,1 @@
+"""Entry points run as ``python -m kiln.exec.<name>``."""
