@@ -1,0 +1,15 @@
+"""The loop IR: expressions, statements, buffers, functions and modules."""
+
+from .dtype import DType, dtype
+from .expr import (
+    EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Broadcast, BufferLoad, Call, Cast, CmpOp, Div,
+    FloatImm, FloorDiv, FloorMod, IntImm, IterType, IterVar, Let, Max, Min, Mod, Mul, Node, Not, Or,
+    PrimExpr, ProducerLoad, Ramp, Range, Reduce, Select, SizeVar, StringImm, Sub, Var, cast, const,
+    convert, size_var, var,
+)
+from .functor import Mutator, Visitor, post_order_visit, substitute
+from .module import GlobalVar, IRModule
+from .stmt import (
+    Allocate, AssertStmt, AttrStmt, Buffer, BufferStore, Evaluate, For, ForKind, IfThenElse,
+    LetStmt, PrimFunc, SeqStmt, Stmt, While, decl_buffer, seq,
+)

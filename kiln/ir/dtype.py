@@ -1,0 +1,113 @@
+"""Data types as TVM spells them: "float32", "int8", "uint1"/"bool", "float32x4" (vector lanes)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+_PATTERN = re.compile(r"^(float|int|uint|bool|handle)(\d*)(?:x(\d+))?$")
+
+# DLPack type codes
+INT, UINT, FLOAT, HANDLE, BOOL = 0, 1, 2, 3, 6
+
+
+@dataclass(frozen=True, slots=True)
+class DType:
+    """A scalar or vector type: kind ('float', 'int', 'uint', 'bool', 'handle'), bits and lanes."""
+
+    kind: str
+    bits: int
+    lanes: int = 1
+
+    def __str__(self) -> str:
+        base = "bool" if self.kind == "bool" else f"{self.kind}{self.bits}"
+        return base if self.lanes == 1 else f"{base}x{self.lanes}"
+
+    __repr__ = __str__
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind == "int"
+
+    @property
+    def is_uint(self) -> bool:
+        return self.kind == "uint"
+
+    @property
+    def is_integer(self) -> bool:
+        """int, uint or bool: types with integer semantics."""
+        return self.kind in ("int", "uint", "bool")
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "bool"
+
+    @property
+    def is_handle(self) -> bool:
+        return self.kind == "handle"
+
+    @property
+    def is_vector(self) -> bool:
+        return self.lanes > 1
+
+    @property
+    def bytes(self) -> int:
+        """Storage size of one lane; bool takes one byte, as in numpy."""
+        return 1 if self.kind == "bool" else self.bits // 8
+
+    @property
+    def type_code(self) -> int:
+        return {"int": INT, "uint": UINT, "float": FLOAT, "handle": HANDLE, "bool": BOOL}[self.kind]
+
+    def element_of(self) -> "DType":
+        return DType(self.kind, self.bits, 1)
+
+    def with_lanes(self, lanes: int) -> "DType":
+        return DType(self.kind, self.bits, lanes)
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(text: str) -> DType:
+    m = _PATTERN.match(text)
+    if not m:
+        raise ValueError(f"unknown dtype {text!r}; expected e.g. 'float32', 'int8', 'uint8', 'bool', 'float32x4'")
+    kind, bits, lanes = m.group(1), m.group(2), m.group(3)
+    if kind == "bool":
+        nbits = 1
+    elif kind == "handle":
+        nbits = 64
+    else:
+        nbits = int(bits) if bits else 32
+    valid = {"float": (16, 32, 64), "int": (1, 8, 16, 32, 64), "uint": (1, 8, 16, 32, 64)}
+    if kind in valid and nbits not in valid[kind]:
+        raise ValueError(f"unknown dtype {text!r}: {kind} has widths {valid[kind]}")
+    if kind == "uint" and nbits == 1:
+        kind = "bool"
+    return DType(kind, nbits, int(lanes) if lanes else 1)
+
+
+def dtype(value) -> DType:
+    """Turn a string, numpy dtype or DType into a DType."""
+    if isinstance(value, DType):
+        return value
+    if not isinstance(value, str):
+        value = str(getattr(value, "name", value))
+    return _parse(value)
+
+
+def numpy_name(dt: DType | str) -> str:
+    """The numpy dtype name for a scalar DType."""
+    dt = dtype(dt)
+    return "bool" if dt.is_bool else str(dt.element_of())
+
+
+BOOL_T = DType("bool", 1)
+INT32 = DType("int", 32)
+INT64 = DType("int", 64)
+FLOAT32 = DType("float", 32)
+HANDLE_T = DType("handle", 64)
