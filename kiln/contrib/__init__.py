@@ -1,0 +1,1 @@
+"""Helpers around modules: temporary directories, compilers and linkers, tar files."""

@@ -1,0 +1,111 @@
+"""Devices: a (DLPack device type, index) pair, e.g. ``tvm.cpu(0)`` or ``tvm.cuda(1)``.
+
+A local device has ``session = None``. The RPC client builds remote devices by setting
+``session`` to its session object; arrays and modules created on such a device are then
+dispatched to that session (see ``kiln.runtime.ndarray``).
+"""
+
+from __future__ import annotations
+
+# DLPack device type codes (dlpack.h); the kernel ABI uses the same numbers.
+CPU, CUDA, CUDA_HOST, OPENCL = 1, 2, 3, 4
+VULKAN, METAL, ROCM = 7, 8, 10
+
+_TYPE_NAMES = {CPU: "cpu", CUDA: "cuda", CUDA_HOST: "cuda_host", OPENCL: "opencl",
+               VULKAN: "vulkan", METAL: "metal", ROCM: "rocm"}
+
+# Every spelling users (and target strings) use for a device kind.
+_NAME_TO_TYPE = {
+    "cpu": CPU, "llvm": CPU, "c": CPU, "stackvm": CPU, "ext_dev": CPU,
+    "cuda": CUDA, "gpu": CUDA, "nvptx": CUDA,
+    "cuda_host": CUDA_HOST,
+    "opencl": OPENCL, "cl": OPENCL,
+    "vulkan": VULKAN, "metal": METAL, "rocm": ROCM,
+}
+
+
+class Device:
+    """A device that holds arrays and runs kernels.
+
+    >>> dev = tvm.device("cpu", 0)
+    >>> str(dev), dev.device_type, dev.exist
+    ('cpu(0)', 1, True)
+    """
+
+    __slots__ = ("device_type", "device_id", "session")
+
+    def __init__(self, device_type: int, device_id: int = 0, session=None):
+        if device_type not in _TYPE_NAMES:
+            raise ValueError(f"unknown device type code {device_type!r}; "
+                             f"known codes: {sorted(_TYPE_NAMES)} (DLPack numbering)")
+        self.device_type = int(device_type)
+        self.device_id = int(device_id)
+        self.session = session
+
+    @property
+    def type_name(self) -> str:
+        return _TYPE_NAMES[self.device_type]
+
+    @property
+    def exist(self) -> bool:
+        """Whether this device is present (False for a device kind this build cannot drive)."""
+        if self.session is not None:
+            return self.session.device_exist(self)
+        from . import devices
+        api = devices.find_api(self.device_type)
+        return api is not None and api.exist(self.device_id)
+
+    def sync(self) -> None:
+        """Wait until every operation queued on this device has finished."""
+        if self.session is not None:
+            self.session.device_sync(self)
+            return
+        from . import devices
+        devices.get_api(self.device_type).sync(self.device_id)
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, Device) and self.device_type == other.device_type
+                and self.device_id == other.device_id and self.session is other.session)
+
+    def __hash__(self) -> int:
+        return hash((self.device_type, self.device_id, id(self.session)))
+
+    def __repr__(self) -> str:
+        where = "" if self.session is None else f" @ {self.session!r}"
+        return f"{self.type_name}({self.device_id}){where}"
+
+    __str__ = __repr__
+
+
+def device(dev_type: str | int, dev_id: int = 0) -> Device:
+    """``tvm.device("cuda", 1)``; also accepts "llvm", "cl", "cpu(0)"-style strings and type codes."""
+    if isinstance(dev_type, Device):
+        return dev_type
+    if isinstance(dev_type, int):
+        return Device(dev_type, dev_id)
+    if not isinstance(dev_type, str):
+        raise TypeError(f"device type must be a name like 'cpu' or a DLPack code, got {dev_type!r}")
+    name = dev_type.strip()
+    if name.endswith(")") and "(" in name:  # "cuda(1)": the form str(dev) prints
+        name, _, index = name[:-1].partition("(")
+        dev_id = int(index)
+    kind = name.split()[0].lower() if name.split() else ""
+    if kind not in _NAME_TO_TYPE:
+        raise ValueError(f"unknown device {dev_type!r}; use one of {sorted(_NAME_TO_TYPE)}")
+    return Device(_NAME_TO_TYPE[kind], dev_id)
+
+
+def cpu(dev_id: int = 0) -> Device:
+    return Device(CPU, dev_id)
+
+
+def cuda(dev_id: int = 0) -> Device:
+    return Device(CUDA, dev_id)
+
+
+def cl(dev_id: int = 0) -> Device:
+    return Device(OPENCL, dev_id)
+
+
+gpu = cuda
+opencl = cl
