@@ -109,13 +109,13 @@ def _timed_loop(func, args):
             return time.perf_counter() - start
         return run_python
 
-    cfunc, args_addr, codes_addr, nargs, keep = prepare(*args)
+    cfunc, args_ptr, codes_ptr, nargs, keep = prepare(*args)
 
     def run(n: int) -> float:
         _ = keep  # the packed argument buffer must outlive the loop
         start = time.perf_counter()
         for _ in range(n):
-            rc = cfunc(args_addr, codes_addr, nargs)
+            rc = cfunc(args_ptr, codes_ptr, nargs)
             if rc:
                 func._raise(rc)
         return time.perf_counter() - start

@@ -28,7 +28,8 @@ KernelType = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, 
 class ArgSpec:
     """One argument of a kernel, from the metadata's ``args`` list."""
 
-    __slots__ = ("name", "kind", "dtype", "shape", "code", "symbolic", "int_range")
+    __slots__ = ("name", "kind", "dtype", "shape", "code", "symbolic", "int_range", "sig",
+                 "fixed", "syms")
 
     def __init__(self, func: str, entry: dict):
         self.name = entry.get("name", "?")
@@ -37,6 +38,10 @@ class ArgSpec:
         self.shape = tuple(entry.get("shape") or ())
         self.symbolic = any(isinstance(d, str) for d in self.shape)
         self.int_range = _INT_RANGE.get(self.dtype)
+        # Precomputed for the call path: compare with NDArray._sig in one step, then the dims.
+        self.fixed = tuple((i, d) for i, d in enumerate(self.shape) if not isinstance(d, str))
+        self.syms = tuple((i, d) for i, d in enumerate(self.shape) if isinstance(d, str))
+        self.sig = (self.dtype, len(self.shape), int(entry.get("device_type", 1)))
         if self.kind == "tensor":
             self.code = KILN_DLTENSOR
         elif self.kind == "handle":
@@ -59,41 +64,40 @@ class PackedFunc:
                  module=None):
         self.name = name
         self.module = module  # keeps the library loaded while the function is alive
-        self.args = [ArgSpec(name, a) for a in meta.get("args", [])]
+        self.args = [ArgSpec(name, dict(a, device_type=device_type)) for a in meta.get("args", [])]
         self._cfunc = KernelType(address)
         self._n = len(self.args)
         self._device_type = device_type
         self._last_error = last_error
         self._codes = (ctypes.c_int32 * max(self._n, 1))(*[a.code for a in self.args])
-        self._codes_addr = ctypes.addressof(self._codes)
-        self._symbolic = any(a.symbolic for a in self.args)
+        self._codes_ptr = ctypes.c_void_p(ctypes.addressof(self._codes))
         self._pool: list = []  # free argument buffers; list pop/append are atomic (threads)
 
     def _new_buffer(self):
         ints = (ctypes.c_int64 * max(self._n, 1))()
         floats = (ctypes.c_double * max(self._n, 1)).from_buffer(ints)  # KilnValue's other view
-        return ints, floats, ctypes.addressof(ints)
+        return ints, floats, ctypes.c_void_p(ctypes.addressof(ints))
 
     def __call__(self, *args) -> None:
         buf = self._pool.pop() if self._pool else self._new_buffer()
-        try:
-            self._pack(args, buf)
-            rc = self._cfunc(buf[2], self._codes_addr, self._n)
-        finally:
-            self._pool.append(buf)
+        self._pack(args, buf)  # on a bad argument the buffer is simply dropped
+        rc = self._cfunc(buf[2], self._codes_ptr, self._n)
+        self._pool.append(buf)
         if rc:
             self._raise(rc)
 
     def _raise(self, rc: int):
         message = self._last_error() or f"returned {rc} without a message"
-        raise KilnError(f"{self.name}: {message}")
+        if not message.startswith(self.name + ":"):
+            message = f"{self.name}: {message}"
+        raise KilnError(message)
 
     def prepare(self, *args):
-        """Check and pack ``args`` once; return ``(cfunc, args_address, codes_address, n, keep)``
-        for a tight timing loop. ``keep`` must stay alive while the addresses are used."""
+        """Check and pack ``args`` once; return ``(cfunc, args_ptr, codes_ptr, n, keep)`` for a
+        tight timing loop. ``keep`` must stay alive while the pointers are used."""
         buf = self._new_buffer()
         self._pack(args, buf)
-        return self._cfunc, buf[2], self._codes_addr, self._n, (buf, args)
+        return self._cfunc, buf[2], self._codes_ptr, self._n, (buf, args)
 
     # -- checking and packing ------------------------------------------------------------------
     def _pack(self, args, buf) -> None:
@@ -101,25 +105,32 @@ class PackedFunc:
             names = ", ".join(a.name for a in self.args)
             raise TypeError(f"{self.name} takes {self._n} arguments ({names}), got {len(args)}")
         ints, floats, _ = buf
-        dims: dict | None = {} if self._symbolic else None
-        for i, spec in enumerate(self.args):
-            value = args[i]
-            if spec.code == KILN_DLTENSOR:
+        dims = {}
+        i = 0
+        for spec, value in zip(self.args, args):
+            code = spec.code
+            if code == KILN_DLTENSOR:
                 if not isinstance(value, NDArray):
                     self._bad_tensor(spec, value)
-                if value.dtype != spec.dtype or len(value.shape) != len(spec.shape) \
-                        or value.device.device_type != self._device_type:
+                if value._sig != spec.sig:
                     self._bad_layout(spec, value)
-                if spec.symbolic:
-                    self._check_dims(spec, value.shape, dims)
-                elif value.shape != spec.shape:
-                    self._mismatch(spec, f"has shape {_fmt(value.shape)}, expected {spec.shape_text()}")
+                shape = value.shape
+                if not spec.symbolic:
+                    if shape != spec.shape:
+                        self._mismatch(spec, f"has shape {_fmt(shape)}, expected {spec.shape_text()}")
+                else:
+                    for axis, want in spec.fixed:
+                        if shape[axis] != want:
+                            self._mismatch(spec, f"has shape {_fmt(shape)}, expected {spec.shape_text()}")
+                    for axis, sym in spec.syms:
+                        if dims.setdefault(sym, shape[axis]) != shape[axis]:
+                            self._inconsistent(spec, shape, sym, dims[sym], args)
                 ints[i] = value._handle
-            elif spec.code == KILN_FLOAT:
+            elif code == KILN_FLOAT:
                 if not isinstance(value, (float, int, np.floating, np.integer)) or isinstance(value, bool):
                     self._mismatch(spec, f"must be a number ({spec.dtype}), got {type(value).__name__}")
                 floats[i] = value
-            elif spec.code == KILN_INT:
+            elif code == KILN_INT:
                 if not isinstance(value, (int, np.integer, np.bool_)):
                     self._mismatch(spec, f"must be an int ({spec.dtype}), got {type(value).__name__}")
                 lo, hi = spec.int_range or (-2**63, 2**63 - 1)
@@ -128,19 +139,15 @@ class PackedFunc:
                 ints[i] = int(value) if value <= 2**63 - 1 else int(value) - 2**64
             else:  # KILN_HANDLE
                 ints[i] = _handle_value(self, spec, value)
+            i += 1
 
-    def _check_dims(self, spec: ArgSpec, shape, dims: dict) -> None:
-        for axis, (got, want) in enumerate(zip(shape, spec.shape)):
-            if isinstance(want, int):
-                if got != want:
-                    self._mismatch(spec, f"has shape {_fmt(shape)}, expected {spec.shape_text()}")
-            elif want in dims:
-                bound, source = dims[want]
-                if got != bound:
-                    self._mismatch(spec, f"has shape {_fmt(shape)}, expected {spec.shape_text()} "
-                                   f"with {want}={bound} (set by argument '{source}')")
-            else:
-                dims[want] = (got, spec.name)
+    def _inconsistent(self, spec: ArgSpec, shape, sym: str, bound: int, args) -> None:
+        # Find which earlier argument fixed the symbol, for the message.
+        source = next(a.name for a, v in zip(self.args, args)
+                      if a.code == KILN_DLTENSOR and any(s == sym and v.shape[ax] == bound
+                                                         for ax, s in a.syms))
+        self._mismatch(spec, f"has shape {_fmt(shape)}, expected {spec.shape_text()} "
+                       f"with {sym}={bound} (set by argument '{source}')")
 
     def _bad_tensor(self, spec: ArgSpec, value):
         if isinstance(value, np.ndarray):

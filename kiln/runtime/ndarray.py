@@ -25,7 +25,7 @@ class NDArray:
     """
 
     __slots__ = ("shape", "dtype", "device", "_owner", "_tensor", "_shape_arr", "_handle",
-                 "_nbytes", "__weakref__")
+                 "_nbytes", "_sig", "__weakref__")
 
     def __init__(self, data: int, shape: tuple[int, ...], dtype: str, dev: Device, owner,
                  byte_offset: int = 0):
@@ -47,6 +47,8 @@ class NDArray:
         t.byte_offset = byte_offset
         self._tensor = t
         self._handle = ctypes.addressof(t)
+        # What a kernel call checks first, compared in one step (see runtime/function.py).
+        self._sig = (dtype, len(self.shape), dev.device_type)
 
     # -- properties ------------------------------------------------------------------------
     @property
