@@ -1,0 +1,8 @@
+"""``python -m kiln.exec.rpc_server``: see kiln/exec/rpc_cli.py and docs/rpc.md."""
+
+import sys
+
+from .rpc_cli import main
+
+if __name__ == "__main__":
+    sys.exit(main("server"))

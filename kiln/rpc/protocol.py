@@ -1,0 +1,494 @@
+"""The RPC wire format: frames, the value codec and the handshake. See docs/rpc-protocol.md.
+
+Everything here is plain Python (struct, socket, hmac): the server imports this module on a
+device that may have no numpy, and a C implementation follows the same rules.
+
+A frame is ``u32 length`` (little-endian) followed by ``length`` bytes of body. A body is
+``u8 opcode`` followed by one encoded value. Values are tagged (``u8 tag`` then the payload).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import socket
+import struct
+
+from ..errors import RPCError
+
+MAGIC = b"KILN"
+VERSION = 1
+# A frame may carry at most this many body bytes. Bulk data (uploads, array copies) is sent
+# in CHUNK-sized pieces, so a peer never has to hold more than one frame in memory.
+MAX_FRAME = 64 * 1024 * 1024 + 4096
+CHUNK = 16 * 1024 * 1024
+# Frames before authentication (hello, auth) are tiny: a stranger cannot make us allocate.
+MAX_HANDSHAKE_FRAME = 4096
+
+# Roles a peer announces in its hello.
+ROLE_CLIENT = 1          # a session client talking to a server (directly or via a proxy)
+ROLE_SERVER = 2          # a server talking to a tracker or to a proxy (--through-proxy)
+ROLE_TRACKER_CLIENT = 3  # a client or the query tool talking to a tracker
+ROLE_PROXY = 4           # a proxy registering with a tracker
+
+# Handshake status codes (first byte of the welcome / auth result).
+HS_OK = 0
+HS_AUTH = 1
+HS_ERROR = 2
+
+# Session opcodes (client -> worker). Replies use OP_RETURN or OP_ERROR.
+OP_RETURN = 0
+OP_ERROR = 1
+OP_CALL = 2            # [func_id, args...]                       -> value
+OP_GET_FUNCTION = 3    # [module_id or 0 (global), name]          -> FuncRef or None
+OP_LOAD_MODULE = 4     # [name]                                   -> ModuleRef
+OP_UPLOAD = 5          # [name, offset, bytes, final]             -> None
+OP_DOWNLOAD = 6        # [name, offset, max_bytes]                -> bytes
+OP_REMOVE = 7          # [name]                                   -> None
+OP_LISTDIR = 8         # []                                       -> [names]
+OP_EMPTY = 9           # [shape, dtype, device]                   -> ArrayRef
+OP_COPY_IN = 10        # [array_id, byte_offset, bytes]           -> None
+OP_COPY_OUT = 11       # [array_id, byte_offset, nbytes]          -> bytes
+OP_FREE = 12           # [object ids...]                          -> None
+OP_TIME_EVAL = 13      # [module_id, name, device, number, repeat, min_repeat_ms, args...] -> [costs]
+OP_DEVICE_EXISTS = 14  # [device]                                 -> int
+OP_SHUTDOWN = 15       # []                                       -> None (worker exits)
+OP_SYNC = 16           # [device]                                 -> None
+OP_MODULE_INFO = 17    # [module_id]                              -> {entry_name}
+
+# Value tags.
+T_NONE, T_INT, T_FLOAT, T_STR, T_BYTES, T_LIST, T_DICT, T_BOOL = 0, 1, 2, 3, 4, 5, 6, 7
+T_TENSOR, T_DEVICE, T_ARRAY_REF, T_MODULE_REF, T_FUNC_REF = 8, 9, 10, 11, 12
+
+_U8 = struct.Struct("<B")
+_U32 = struct.Struct("<I")
+_I64 = struct.Struct("<q")
+_F64 = struct.Struct("<d")
+_DEV = struct.Struct("<ii")
+_REF = struct.Struct("<BQ")
+_MAX_DEPTH = 32
+
+
+class ProtocolError(RPCError):
+    """The peer sent bytes that do not follow docs/rpc-protocol.md."""
+
+
+class ConnectionLost(RPCError):
+    """The peer closed the connection or it broke mid-frame."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Values that have no Python builtin equivalent. The session layer maps them to user objects.
+
+class Device:
+    """A device named on the wire: (device_type, device_id), DLPack numbering."""
+    __slots__ = ("device_type", "device_id")
+
+    def __init__(self, device_type: int, device_id: int = 0):
+        self.device_type, self.device_id = int(device_type), int(device_id)
+
+    def __eq__(self, other):
+        return isinstance(other, Device) and (self.device_type, self.device_id) == (other.device_type, other.device_id)
+
+    def __hash__(self):
+        return hash((self.device_type, self.device_id))
+
+    def __repr__(self):
+        return f"Device({self.device_type}, {self.device_id})"
+
+
+class Tensor:
+    """Tensor data sent by value: dtype string, shape, device and raw row-major bytes."""
+    __slots__ = ("dtype", "shape", "device", "data")
+
+    def __init__(self, dtype: str, shape, device: Device, data):
+        self.dtype, self.shape, self.device, self.data = dtype, tuple(int(s) for s in shape), device, data
+
+
+class Ref:
+    """A handle to an object living in the remote worker (array, module or function).
+
+    Arrays carry their shape/dtype/device so the client can answer ``.shape`` without a round trip.
+    """
+    __slots__ = ("tag", "id", "dtype", "shape", "device")
+
+    def __init__(self, tag: int, obj_id: int, dtype: str = "", shape=(), device: Device | None = None):
+        self.tag, self.id, self.dtype, self.shape, self.device = tag, obj_id, dtype, tuple(shape), device
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding. encode() returns a list of buffers so large bytes are sent without being copied.
+
+def encode(value, parts: list | None = None, hook=None) -> list:
+    """Encode ``value`` into a list of bytes-like parts. ``hook(value)`` may return a replacement
+    value (Tensor, Ref, Device) for objects the codec does not know, or raise TypeError."""
+    out = [] if parts is None else parts
+    _encode(value, out, hook, 0)
+    return out
+
+
+def _encode(v, out: list, hook, depth: int) -> None:
+    if depth > _MAX_DEPTH:
+        raise ProtocolError(f"value nested deeper than {_MAX_DEPTH} levels; flatten it")
+    if v is None:
+        out.append(b"\x00")
+    elif v is True or v is False:
+        out.append(bytes((T_BOOL, 1 if v else 0)))
+    elif isinstance(v, int):
+        if not -(1 << 63) <= v < (1 << 63):
+            raise ProtocolError(f"integer {v} does not fit in 64 bits")
+        out.append(b"\x01" + _I64.pack(v))
+    elif isinstance(v, float):
+        out.append(b"\x02" + _F64.pack(v))
+    elif isinstance(v, str):
+        b = v.encode("utf-8")
+        out.append(b"\x03" + _U32.pack(len(b)) + b)
+    elif isinstance(v, (bytes, bytearray, memoryview)):
+        m = memoryview(v).cast("B")
+        out.append(b"\x04" + _U32.pack(m.nbytes))
+        out.append(m)
+    elif isinstance(v, (list, tuple)):
+        out.append(b"\x05" + _U32.pack(len(v)))
+        for item in v:
+            _encode(item, out, hook, depth + 1)
+    elif isinstance(v, dict):
+        out.append(b"\x06" + _U32.pack(len(v)))
+        for k, item in v.items():
+            if not isinstance(k, (str, int)) or isinstance(k, bool):
+                raise ProtocolError(f"dict key {k!r} must be a str or an int to cross RPC")
+            _encode(k, out, hook, depth + 1)
+            _encode(item, out, hook, depth + 1)
+    elif isinstance(v, Device):
+        out.append(b"\x09" + _DEV.pack(v.device_type, v.device_id))
+    elif isinstance(v, Tensor):
+        data = memoryview(v.data).cast("B")
+        out.append(_tensor_header(v.dtype, v.shape, v.device) + _U32.pack(data.nbytes))
+        out.append(data)
+    elif isinstance(v, Ref):
+        out.append(_REF.pack(v.tag, v.id))
+        if v.tag == T_ARRAY_REF:
+            out.append(_array_meta(v.dtype, v.shape, v.device))
+    else:
+        if hook is None:
+            raise TypeError(f"cannot send a {type(v).__name__} over RPC; send ints, floats, str, "
+                            "bytes, NDArrays, devices, modules, functions, or lists/dicts of them")
+        _encode(hook(v), out, None, depth + 1)
+
+
+def _array_meta(dtype: str, shape, device: Device) -> bytes:
+    d = dtype.encode()
+    return (_U32.pack(len(d)) + d + _U32.pack(len(shape)) + b"".join(_I64.pack(s) for s in shape)
+            + _DEV.pack(device.device_type, device.device_id))
+
+
+def _tensor_header(dtype, shape, device) -> bytes:
+    return b"\x08" + _array_meta(dtype, shape, device)
+
+
+def pack_message(opcode: int, value, hook=None) -> list:
+    """The buffers of one frame: length, opcode and encoded value."""
+    parts = [b""]
+    parts.append(_U8.pack(opcode))
+    encode(value, parts, hook)
+    length = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in parts)
+    if length > MAX_FRAME:
+        raise ProtocolError(f"message of {length} bytes exceeds the {MAX_FRAME}-byte frame limit; "
+                            "send large data in chunks")
+    parts[0] = _U32.pack(length)
+    return parts
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding works on a memoryview of one frame; bytes values are zero-copy slices of it.
+
+class _Reader:
+    __slots__ = ("buf", "pos", "ref_hook")
+
+    def __init__(self, buf: memoryview, pos: int = 0):
+        self.buf, self.pos = buf, pos
+
+    def take(self, n: int) -> memoryview:
+        end = self.pos + n
+        if n < 0 or end > len(self.buf):
+            raise ProtocolError(f"value runs past the end of the frame (needs {n} bytes at offset "
+                                f"{self.pos}, frame has {len(self.buf)})")
+        m = self.buf[self.pos:end]
+        self.pos = end
+        return m
+
+    def u32(self) -> int:
+        return _U32.unpack(self.take(4))[0]
+
+    def string(self) -> str:
+        raw = self.take(self.u32())
+        try:
+            return str(raw, "utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError("string value is not valid UTF-8") from None
+
+    def device(self) -> Device:
+        return Device(*_DEV.unpack(self.take(8)))
+
+    def array_meta(self):
+        dtype = self.string()
+        ndim = self.u32()
+        if ndim > 64:
+            raise ProtocolError(f"tensor has {ndim} dimensions; at most 64 are allowed")
+        shape = struct.unpack(f"<{ndim}q", self.take(8 * ndim))
+        if any(s < 0 for s in shape):
+            raise ProtocolError(f"tensor shape {shape} has a negative dimension")
+        return dtype, shape, self.device()
+
+    def value(self, depth: int = 0):
+        if depth > _MAX_DEPTH:
+            raise ProtocolError(f"value nested deeper than {_MAX_DEPTH} levels")
+        tag = self.take(1)[0]
+        if tag == T_NONE:
+            return None
+        if tag == T_INT:
+            return _I64.unpack(self.take(8))[0]
+        if tag == T_FLOAT:
+            return _F64.unpack(self.take(8))[0]
+        if tag == T_STR:
+            return self.string()
+        if tag == T_BYTES:
+            return self.take(self.u32())
+        if tag == T_BOOL:
+            return bool(self.take(1)[0])
+        if tag == T_LIST:
+            n = self.u32()
+            # Each element takes at least one byte: a bogus count fails before allocating.
+            if n > len(self.buf) - self.pos:
+                raise ProtocolError(f"list claims {n} elements but the frame is too short")
+            return [self.value(depth + 1) for _ in range(n)]
+        if tag == T_DICT:
+            n = self.u32()
+            if 2 * n > len(self.buf) - self.pos:
+                raise ProtocolError(f"dict claims {n} entries but the frame is too short")
+            out = {}
+            for _ in range(n):
+                k = self.value(depth + 1)
+                if not isinstance(k, (str, int)) or isinstance(k, bool):
+                    raise ProtocolError(f"dict key of type {type(k).__name__}; keys must be str or int")
+                out[k] = self.value(depth + 1)
+            return out
+        if tag == T_DEVICE:
+            return self.device()
+        if tag == T_TENSOR:
+            dtype, shape, dev = self.array_meta()
+            return Tensor(dtype, shape, dev, self.take(self.u32()))
+        if tag in (T_ARRAY_REF, T_MODULE_REF, T_FUNC_REF):
+            obj_id = struct.unpack("<Q", self.take(8))[0]
+            if tag == T_ARRAY_REF:
+                return Ref(tag, obj_id, *self.array_meta())
+            return Ref(tag, obj_id)
+        raise ProtocolError(f"unknown value tag {tag} at offset {self.pos - 1}")
+
+
+def decode(buf, pos: int = 0):
+    """Decode the single value that fills ``buf[pos:]``."""
+    r = _Reader(memoryview(buf), pos)
+    v = r.value()
+    if r.pos != len(r.buf):
+        raise ProtocolError(f"{len(r.buf) - r.pos} stray bytes after the value")
+    return v
+
+
+def unpack_message(body: memoryview):
+    """(opcode, value) of a frame body."""
+    if len(body) < 1:
+        raise ProtocolError("empty frame: a body needs at least an opcode byte")
+    return body[0], decode(body, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Frame I/O on a blocking socket.
+
+class Channel:
+    """Frames over one socket. Small frames are parsed out of a shared receive buffer, so a
+    request usually costs one recv syscall; big frames are received straight into their own
+    buffer."""
+
+    def __init__(self, sock: socket.socket, max_frame: int = MAX_FRAME):
+        self.sock = sock
+        self.max_frame = max_frame
+        self._buf = bytearray(65536)
+        self._view = memoryview(self._buf)
+        self._start = self._end = 0
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass  # not TCP (socketpair in tests)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def send_parts(self, parts: list) -> None:
+        sock = self.sock
+        try:
+            total = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in parts)
+            if total <= 65536:
+                sock.sendall(b"".join(parts))
+                return
+            views = [memoryview(p).cast("B") for p in parts]
+            while views:
+                sent = sock.sendmsg(views[:512])
+                while views and sent >= views[0].nbytes:
+                    sent -= views[0].nbytes
+                    views.pop(0)
+                if sent:
+                    views[0] = views[0][sent:]
+        except (BrokenPipeError, ConnectionResetError) as e:
+            raise ConnectionLost(f"connection lost while sending: {e}") from None
+
+    def send(self, opcode: int, value, hook=None) -> None:
+        self.send_parts(pack_message(opcode, value, hook))
+
+    def _fill(self, need: int) -> None:
+        """Ensure at least ``need`` buffered bytes (need <= buffer size)."""
+        if self._end - self._start >= need:
+            return
+        if self._start:
+            n = self._end - self._start
+            self._buf[:n] = self._buf[self._start:self._end]
+            self._start, self._end = 0, n
+        while self._end < need:
+            try:
+                got = self.sock.recv_into(self._view[self._end:])
+            except (ConnectionResetError, BrokenPipeError) as e:
+                raise ConnectionLost(f"connection lost: {e}") from None
+            if not got:
+                if self._end == 0:
+                    raise ConnectionLost("the peer closed the connection")
+                raise ConnectionLost(f"the peer closed the connection in the middle of a frame "
+                                     f"({self._end} of {need} bytes received)")
+            self._end += got
+
+    def recv(self) -> memoryview:
+        """The body of the next frame."""
+        self._fill(4)
+        length = _U32.unpack_from(self._buf, self._start)[0]
+        if length > self.max_frame:
+            raise ProtocolError(f"frame of {length} bytes exceeds the {self.max_frame}-byte limit")
+        if length + 4 <= len(self._buf):
+            self._fill(4 + length)
+            start = self._start + 4
+            self._start = start + length
+            # Copy out: the shared buffer is reused by the next recv.
+            return memoryview(bytes(self._view[start:start + length]))
+        body = bytearray(length)
+        have = self._end - self._start - 4
+        body[:have] = self._view[self._start + 4:self._end]
+        self._start = self._end = 0
+        view = memoryview(body)
+        while have < length:
+            try:
+                got = self.sock.recv_into(view[have:])
+            except (ConnectionResetError, BrokenPipeError) as e:
+                raise ConnectionLost(f"connection lost: {e}") from None
+            if not got:
+                raise ConnectionLost(f"the peer closed the connection in the middle of a frame "
+                                     f"({have} of {length} bytes received)")
+            have += got
+        return view
+
+    def recv_message(self):
+        return unpack_message(self.recv())
+
+    def request(self, opcode: int, value, hook=None):
+        """Send one message and wait for its reply (OP_RETURN value, or raise for OP_ERROR)."""
+        self.send(opcode, value, hook)
+        op, reply = self.recv_message()
+        if op == OP_RETURN:
+            return reply
+        if op == OP_ERROR:
+            raise RemoteError(reply)
+        raise ProtocolError(f"unexpected reply opcode {op}")
+
+    def pending(self) -> bool:
+        """True if a frame's bytes are already buffered (select() would not see them)."""
+        return self._end > self._start
+
+
+class RemoteError(RPCError):
+    """An exception raised on the remote side, re-raised on the client with its message."""
+
+    def __init__(self, info):
+        if isinstance(info, dict):
+            msg = f"{info.get('type', 'Error')}: {info.get('message', '')}"
+        else:
+            msg = str(info)
+        super().__init__(msg)
+
+
+# ---------------------------------------------------------------------------------------------
+# Handshake. The connecting side speaks first:
+#   C -> S  HELLO  dict {magic, version, role, key, nonce}
+#   S -> C  dict {status: OK} | {status: AUTH, nonce} | {status: ERROR, message}
+#   C -> S  (if AUTH) dict {proof: HMAC-SHA256(token, "kiln-rpc" | server nonce | client nonce | role)}
+#   S -> C  dict {status: OK} | {status: ERROR, message}
+# Both messages are ordinary frames with opcode 0.
+
+def _proof(token: str, server_nonce: bytes, client_nonce: bytes, role: int) -> bytes:
+    msg = b"kiln-rpc" + bytes(server_nonce) + bytes(client_nonce) + bytes((role,))
+    return hmac.new(token.encode(), msg, hashlib.sha256).digest()
+
+
+def client_handshake(ch: Channel, role: int, key: str, token: str, extra: dict | None = None) -> dict:
+    """Run the connecting side of the handshake; returns the server's final reply dict."""
+    nonce = os.urandom(16)
+    hello = {"magic": MAGIC, "version": VERSION, "role": role, "key": key, "nonce": nonce}
+    if extra:
+        hello.update(extra)
+    ch.send(0, hello)
+    reply = _handshake_reply(ch)
+    if reply.get("status") == HS_AUTH:
+        if not token:
+            raise RPCError("the peer requires an authentication token; pass auth_token=... or set "
+                           "KILN_RPC_TOKEN to the token the server was started with")
+        ch.send(0, {"proof": _proof(token, reply.get("nonce", b""), nonce, role)})
+        reply = _handshake_reply(ch)
+    if reply.get("status") != HS_OK:
+        raise RPCError(f"connection refused by the peer: {reply.get('message', 'no reason given')}")
+    return reply
+
+
+def _handshake_reply(ch: Channel) -> dict:
+    op, reply = ch.recv_message()
+    if not isinstance(reply, dict):
+        raise ProtocolError("the peer is not a kiln RPC endpoint (bad handshake reply)")
+    return reply
+
+
+def check_hello(hello) -> str | None:
+    """Why a hello is invalid, or None when it is acceptable."""
+    if not isinstance(hello, dict):
+        return "handshake must be a dict"
+    if bytes(hello.get("magic", b"")) != MAGIC:
+        return "bad magic: this port speaks the kiln RPC protocol"
+    if hello.get("version") != VERSION:
+        return f"protocol version {hello.get('version')!r} is not supported (this side speaks {VERSION})"
+    if not isinstance(hello.get("key", ""), str) or not isinstance(hello.get("role"), int):
+        return "hello needs an int 'role' and a str 'key'"
+    nonce = hello.get("nonce", b"")
+    if not isinstance(nonce, memoryview) or len(nonce) != 16:
+        return "hello needs a 16-byte 'nonce'"
+    return None
+
+
+def auth_challenge() -> bytes:
+    return os.urandom(16)
+
+
+def verify_proof(token: str, server_nonce: bytes, hello: dict, reply) -> bool:
+    if not isinstance(reply, dict) or not isinstance(reply.get("proof"), memoryview):
+        return False
+    expect = _proof(token, server_nonce, bytes(hello["nonce"]), hello["role"])
+    return hmac.compare_digest(expect, bytes(reply["proof"]))
