@@ -25,3 +25,8 @@ def test_runtime_imports_no_compiler(code):
     loaded = _loaded_after(code)
     bad = sorted(m for m in loaded if m.startswith(FORBIDDEN))
     assert not bad, f"{code!r} imported {bad}"
+
+
+def test_convert_and_const_come_lazily_from_ir():
+    loaded = _loaded_after("import kiln.runtime as rt\nassert callable(rt.convert) and callable(rt.const)")
+    assert "kiln.ir" in loaded
