@@ -84,3 +84,10 @@ def test_tempdir_keep_for_debug_and_custom_path(tmp_path):
     custom = utils.tempdir(str(tmp_path / "mine"))
     del custom
     assert (tmp_path / "mine").is_dir()  # a directory the caller named is theirs to remove
+
+
+def test_contrib_submodules_load_on_attribute_access():
+    import kiln as tvm
+    assert tvm.contrib.utils.tempdir is utils.tempdir
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        tvm.contrib.nothing

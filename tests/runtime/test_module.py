@@ -236,3 +236,18 @@ def test_bad_tar_member_rejected(tmp_path):
     with pytest.raises(KilnError, match=r"member '../escape.o' points outside"):
         tvm.runtime.load_module(str(path))
     assert not (tmp_path.parent / "escape.o").exists()
+
+
+def test_concurrent_calls_from_threads(c_module):
+    from concurrent.futures import ThreadPoolExecutor
+    f = c_module["add_one"]
+
+    def work(seed):
+        n = 100 + seed
+        a = tvm.nd.array(_f32(n, seed=seed))
+        b = tvm.nd.empty((n,), "float32")
+        for _ in range(200):
+            f(a, b)
+        return np.array_equal(b.numpy(), a.numpy() + 1)
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(work, range(32)))
