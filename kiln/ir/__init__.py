@@ -13,3 +13,4 @@ from .stmt import (
     Allocate, AssertStmt, AttrStmt, Buffer, BufferStore, Evaluate, For, ForKind, IfThenElse,
     LetStmt, PrimFunc, SeqStmt, Stmt, While, decl_buffer, seq,
 )
+from .structural import assert_structural_equal, structural_equal, structural_hash

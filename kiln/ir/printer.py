@@ -101,7 +101,9 @@ class _Printer:
             elif isinstance(s.min, E.IntImm) and s.min.value == 0:
                 head = f"for {self.name(s.loop_var)} in T.{kind}({self.expr(s.extent)}):"
             else:
-                head = f"for {self.name(s.loop_var)} in T.{kind}({self.expr(s.min)}, {self.expr(s.min + s.extent)}):"
+                end = s.min.value + s.extent.value if isinstance(s.min, E.IntImm) and isinstance(s.extent, E.IntImm) else None
+                stop = str(end) if end is not None else self.expr(s.min + s.extent)
+                head = f"for {self.name(s.loop_var)} in T.{kind}({self.expr(s.min)}, {stop}):"
             self.emit(d, head)
             for key, value in s.annotations.items():
                 self.emit(d + 1, f"# {key} = {value}")

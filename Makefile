@@ -1,0 +1,36 @@
+# Two commands do everything on a fresh Debian machine:
+#   make demo   - set up, then build the documents' kernels and run them (locally and through a local RPC server)
+#   make test   - set up, then run the whole test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+APT_PACKAGES := lld qemu-user gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross
+
+.PHONY: setup system-packages demo test bench clean
+
+system-packages:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "note: missing Debian packages:$$missing (run as root to install; cross/qemu tests will skip)"; fi; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+setup: system-packages $(VENV)/.installed
+
+demo: setup
+	$(PY) examples/run_all.py
+
+test: setup
+	$(PY) -m pytest -q -x --durations=15 tests
+
+bench: setup
+	$(PY) bench/matmul.py && $(PY) bench/build.py && $(PY) bench/import_time.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

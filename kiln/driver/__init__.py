@@ -1,0 +1,1 @@
+"""Drivers: ``tvm.build`` / ``tvm.lower`` (build_module) and, later, the tvmc command line."""

@@ -1,0 +1,69 @@
+"""Structural equality and hashing of IR trees.
+
+``structural_equal(a, b)`` is true when the trees have the same shape, the same constants and
+dtypes, and their variables correspond one to one (numbered in order of first appearance).
+Use it, not ``==``, which builds an ``EQ`` expression.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from .dtype import DType
+from .expr import IterVar, Node, Var
+from .stmt import Buffer
+
+
+def _key(node, vars_: dict | None, buffers: dict):
+    if isinstance(node, Var):
+        if vars_ is None:
+            return ("var", id(node))
+        return ("var", vars_.setdefault(id(node), len(vars_)), str(node.dtype))
+    if isinstance(node, Buffer):
+        # A buffer is identified by its data variable; its shape and dtype matter too.
+        if id(node) not in buffers:
+            buffers[id(node)] = ("buffer", _key(node.data, vars_, buffers), str(node.dtype),
+                                 tuple(_key(s, vars_, buffers) for s in node.shape), node.scope)
+        return buffers[id(node)]
+    if isinstance(node, (DType, str, int, float, bool, type(None), enum.Enum)):
+        return node if not isinstance(node, DType) else str(node)
+    if isinstance(node, (tuple, list)):
+        return tuple(_key(x, vars_, buffers) for x in node)
+    if isinstance(node, dict):
+        return tuple(sorted((str(k), _key(v, vars_, buffers)) for k, v in node.items()))
+    if dataclasses.is_dataclass(node):
+        parts = [type(node).__name__]
+        for f in dataclasses.fields(node):
+            if f.name in ("combiner", "producer", "type_annotation"):
+                value = getattr(node, f.name)
+                parts.append(getattr(value, "name", id(value)))
+                continue
+            parts.append(_key(getattr(node, f.name), vars_, buffers))
+        return tuple(parts)
+    if isinstance(node, IterVar):
+        return ("itervar", _key(node.var, vars_, buffers))
+    return ("object", id(node))
+
+
+def structural_key(node) -> tuple:
+    """A hashable key equal for structurally equal trees that share their variables."""
+    return _key(node, None, {})
+
+
+def structural_equal(a, b, map_free_vars: bool = True) -> bool:
+    del map_free_vars  # variables are always matched by position of first appearance
+    return _key(a, {}, {}) == _key(b, {}, {})
+
+
+def structural_hash(node, map_free_vars: bool = True) -> int:
+    del map_free_vars
+    return hash(_key(node, {}, {}))
+
+
+def assert_structural_equal(a, b, map_free_vars: bool = True) -> None:
+    if not structural_equal(a, b, map_free_vars):
+        raise AssertionError(f"not structurally equal:\n--- left\n{a}\n--- right\n{b}")
+
+
+_ = Node

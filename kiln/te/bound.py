@@ -1,0 +1,220 @@
+"""Bound inference: loop extents of every stage, and the region a compute_at stage must produce.
+
+Each stage's root axes get a Range. Root stages cover their whole shape. A stage attached with
+``compute_at(P, axis)`` covers the union of what P reads from it while P's loops at and above
+``axis`` are fixed (symbolic) and the loops below range fully: its Ranges are expressions in P's
+outer loop variables with (usually) constant extents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kiln.ir import expr as E
+from kiln.ir.expr import IntImm, IterType, IterVar, PrimExpr, ProducerLoad, Range, Var, const
+from kiln.ir.functor import Visitor
+from kiln.tir.simplify import Analyzer, simplify
+
+from .schedule import Attach, Fuse, Split, Stage
+
+
+@dataclass
+class LeafInfo:
+    """For one stage: the extent of every axis, the offset expression of every root axis in
+    terms of the leaf loop variables, and the guards that non-divisible splits need."""
+
+    extents: dict  # IterVar -> PrimExpr (extent; leaf loops run over [0, extent))
+    offsets: dict  # root IterVar -> PrimExpr in leaf vars
+    guards: list  # (IterVar root-or-intermediate, condition) ; condition: offset < extent
+    reduce_guards: list
+
+
+def ceildiv(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    return simplify(E.FloorDiv(a + (b - 1), b, a.dtype))
+
+
+def leaf_info(stage: Stage, domains: dict) -> LeafInfo:
+    extents: dict = {iv: domains[iv].extent for iv in stage.all_iter_vars if iv in domains}
+    splits_exact: dict = {}
+    for rel in stage.relations:
+        if isinstance(rel, Split):
+            ext = extents[rel.parent]
+            if rel.factor is not None:
+                extents[rel.outer] = ceildiv(ext, rel.factor)
+                extents[rel.inner] = rel.factor
+            else:
+                extents[rel.outer] = rel.nparts
+                extents[rel.inner] = ceildiv(ext, rel.nparts)
+            prod = simplify(extents[rel.outer] * extents[rel.inner])
+            diff = simplify(prod - ext)
+            splits_exact[rel] = isinstance(diff, IntImm) and diff.value == 0
+        elif isinstance(rel, Fuse):
+            extents[rel.fused] = simplify(extents[rel.outer] * extents[rel.inner])
+    values: dict = {iv: iv.var for iv in stage.leaf_iter_vars}
+    guards = []
+    reduce_guards = []
+    for rel in reversed(stage.relations):
+        if isinstance(rel, Split):
+            value = simplify(values[rel.outer] * extents[rel.inner] + values[rel.inner])
+            values[rel.parent] = value
+            if not splits_exact[rel]:
+                cond = E.LT(value, extents[rel.parent], _bool())
+                (reduce_guards if rel.parent.iter_type == IterType.COMM_REDUCE else guards).append(cond)
+        elif isinstance(rel, Fuse):
+            inner_ext = extents[rel.inner]
+            values[rel.outer] = E.FloorDiv(values[rel.fused], inner_ext, values[rel.fused].dtype)
+            values[rel.inner] = E.FloorMod(values[rel.fused], inner_ext, values[rel.fused].dtype)
+    offsets = {iv: values[iv] for iv in _roots(stage)}
+    return LeafInfo(extents, offsets, guards, reduce_guards)
+
+
+def _bool():
+    from kiln.ir.dtype import BOOL_T
+
+    return BOOL_T
+
+
+def _roots(stage: Stage) -> list[IterVar]:
+    op = stage.op
+    return list(getattr(op, "axis", [])) + list(getattr(op, "reduce_axis", []))
+
+
+def root_intervals(stage: Stage, domains: dict, info: LeafInfo, fixed_upto: IterVar | None) -> dict:
+    """Interval (lo, hi) of each root axis value when leaves up to fixed_upto are fixed."""
+    fixed = True if fixed_upto is not None else False
+    leaf_iv: dict = {}
+    for iv in stage.leaf_iter_vars:
+        if fixed:
+            leaf_iv[id(iv.var)] = (iv.var, iv.var)
+            if iv is fixed_upto:
+                fixed = False
+        else:
+            leaf_iv[id(iv.var)] = (const(0, iv.var.dtype), simplify(info.extents[iv] - 1))
+    out = {}
+    for root, off in info.offsets.items():
+        lo, hi = eval_interval(off, leaf_iv)
+        base = domains[root].min
+        out[id(root.var)] = (simplify(base + lo), simplify(base + hi))
+    return out
+
+
+def eval_interval(e: PrimExpr, iv: dict) -> tuple[PrimExpr, PrimExpr]:
+    """Symbolic inclusive bounds of e when each Var v with id in iv ranges over iv[id(v)]."""
+    t = type(e)
+    if isinstance(e, Var):
+        return iv.get(id(e), (e, e))
+    if t in (IntImm, E.FloatImm):
+        return (e, e)
+    if t is E.Add:
+        a, b = eval_interval(e.a, iv), eval_interval(e.b, iv)
+        return (simplify(a[0] + b[0]), simplify(a[1] + b[1]))
+    if t is E.Sub:
+        a, b = eval_interval(e.a, iv), eval_interval(e.b, iv)
+        return (simplify(a[0] - b[1]), simplify(a[1] - b[0]))
+    if t is E.Mul:
+        if isinstance(e.b, IntImm):
+            a = eval_interval(e.a, iv)
+            c = e.b
+        elif isinstance(e.a, IntImm):
+            a = eval_interval(e.b, iv)
+            c = e.a
+        else:
+            return _unknown(e, iv)
+        if c.value >= 0:
+            return (simplify(a[0] * c), simplify(a[1] * c))
+        return (simplify(a[1] * c), simplify(a[0] * c))
+    if t in (E.FloorDiv,) and isinstance(e.b, IntImm) and e.b.value > 0:
+        a = eval_interval(e.a, iv)
+        return (simplify(E.FloorDiv(a[0], e.b, e.dtype)), simplify(E.FloorDiv(a[1], e.b, e.dtype)))
+    if t is E.FloorMod and isinstance(e.b, IntImm) and e.b.value > 0:
+        a = eval_interval(e.a, iv)
+        if _same(a[0], a[1]):
+            return (simplify(E.FloorMod(a[0], e.b, e.dtype)),) * 2
+        return (const(0, e.dtype), const(e.b.value - 1, e.dtype))
+    if t in (E.Min, E.Max):
+        a, b = eval_interval(e.a, iv), eval_interval(e.b, iv)
+        return (simplify(t(a[0], b[0], e.dtype)), simplify(t(a[1], b[1], e.dtype)))
+    if t is E.Cast:
+        a = eval_interval(e.value, iv)
+        return (E.cast(a[0], e.dtype), E.cast(a[1], e.dtype))
+    return _unknown(e, iv)
+
+
+def _unknown(e, iv):
+    if _depends(e, iv):
+        return (None, None)
+    return (e, e)
+
+
+def _depends(e, iv) -> bool:
+    from kiln.ir.functor import uses_var
+
+    return uses_var(e, lambda v: id(v) in iv and iv[id(v)][0] is not v)
+
+
+def _same(a, b) -> bool:
+    from kiln.ir.structural import structural_equal
+
+    return a is b or structural_equal(a, b)
+
+
+class _Reads(Visitor):
+    """All ProducerLoads of the given tensors in an expression."""
+
+    def __init__(self, tensors: set):
+        super().__init__()
+        self.tensors = tensors
+        self.found: list[ProducerLoad] = []
+
+    def visit_ProducerLoad(self, load):
+        if id(load.producer) in self.tensors:
+            self.found.append(load)
+        self.generic_visit(load)
+
+
+def infer_region(stage: Stage, consumers: list, domains: dict, infos: dict, bodies: dict) -> dict:
+    """The Ranges of stage's root axes needed by its consumers at stage's attach point."""
+    tensors = {id(t) for t in stage.outputs} | {id(t) for t in stage.op.outputs}
+    ndim = len(stage.op.outputs[0].shape)
+    lows: list[list] = [[] for _ in range(ndim)]
+    highs: list[list] = [[] for _ in range(ndim)]
+    for cons in consumers:
+        fixed = stage.attach_ivar if cons is stage.attach_stage else None
+        intervals = root_intervals(cons, domains, infos[cons], fixed)
+        reader = _Reads(tensors)
+        for b in bodies[cons]:
+            reader.visit(b)
+        for load in reader.found:
+            for d, idx in enumerate(load.indices):
+                lo, hi = eval_interval(idx, intervals)
+                if lo is None or hi is None:
+                    lo, hi = const(0, idx.dtype), simplify(stage.op.outputs[0].shape[d] - 1)
+                lows[d].append(lo)
+                highs[d].append(hi)
+    shape = stage.op.outputs[0].shape
+    out = {}
+    for d, axis in enumerate(stage.op.axis):
+        if not lows[d]:
+            out[axis] = Range(const(0, shape[d].dtype), shape[d])
+            continue
+        lo = lows[d][0]
+        for x in lows[d][1:]:
+            lo = simplify(E.Min(lo, x, lo.dtype))
+        hi = highs[d][0]
+        for x in highs[d][1:]:
+            hi = simplify(E.Max(hi, x, hi.dtype))
+        out[axis] = Range(lo, simplify(hi - lo + 1))
+    return out
+
+
+def full_domains(stage: Stage) -> dict:
+    op = stage.op
+    out = {}
+    for iv in getattr(op, "axis", []):
+        out[iv] = iv.dom
+    for iv in getattr(op, "reduce_axis", []):
+        out[iv] = iv.dom
+    return out
+
+
+_ = Attach
