@@ -86,8 +86,8 @@ class Tracker:
             else:
                 await aio.refuse(writer, f"this is an RPC tracker; role {role} cannot connect here "
                                          "(use tracker.request(key) to get a server session)")
-        except (P.RPCError, ConnectionError, OSError, asyncio.TimeoutError):
-            pass
+        except (P.RPCError, ConnectionError, OSError, asyncio.TimeoutError, asyncio.CancelledError):
+            pass  # CancelledError: the tracker is shutting down
         finally:
             aio.close_writer(writer)
 
@@ -201,6 +201,8 @@ class Tracker:
             done, _ = await asyncio.wait({fut, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             gone.cancel()
+            # The reader allows one waiter: let the cancelled read finish before reading again.
+            await asyncio.gather(gone, return_exceptions=True)
         if fut not in done:
             self._withdraw(req)
             raise P.ConnectionLost("client left the queue")
