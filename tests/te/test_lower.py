@@ -1,0 +1,38 @@
+"""What tvm.lower prints: readable loops, no guards in the main body of split tails."""
+
+import kiln as tvm
+from kiln import te
+
+
+def test_lower_prints_loops_and_store():
+    n = tvm.runtime.convert(1024)
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    text = str(tvm.lower(s, [A, B], simple_mode=True))
+    assert "for i in T.serial(1024):" in text
+    assert "B[i] = A[i] + T.float32(1.0)" in text
+
+
+def test_split_tail_is_partitioned_and_main_body_vectorized():
+    A = te.placeholder((100,), name="A")
+    B = te.compute((100,), lambda i: A[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=16)
+    s[B].vectorize(xi)
+    text = str(tvm.lower(s, [A, B]))
+    main, tail = text.split("for i.outer_1")
+    assert "likely" not in main and "T.Ramp(i.outer * 16, 1, 16)" in main
+    assert "T.likely" in tail
+
+
+def test_split_fuse_index_math_simplifies():
+    A = te.placeholder((32, 32), name="A")
+    B = te.compute((32, 32), lambda i, j: A[i, j], name="B")
+    s = te.create_schedule(B.op)
+    fused = s[B].fuse(*B.op.axis)
+    o, i = s[B].split(fused, factor=32)
+    text = str(tvm.lower(s, [A, B]))
+    # (o*32 + i) // 32 and % 32 fold back to o and i
+    assert "B[o" not in text or "//" not in text
+    assert "//" not in text and "%" not in text
