@@ -19,9 +19,7 @@ import asyncio
 import logging
 import os
 import socket
-import select
 import threading
-import time
 
 from . import aio, base, protocol as P
 from .tracker_link import TrackerLink
@@ -171,40 +169,32 @@ def _detach(writer) -> socket.socket:
 
 
 def _start_relay(a: socket.socket, b: socket.socket) -> None:
-    threading.Thread(target=_relay, args=(a, b), daemon=True, name="kiln-proxy-relay").start()
+    """Copy bytes both ways, one blocking thread per direction, until both sides close.
 
+    No polling here: client and worker already poll, and a third poller on a two-core
+    machine makes the scheduler preempt one of them, which costs far more than it saves."""
+    left = [2]
+    lock = threading.Lock()
 
-def _relay(a: socket.socket, b: socket.socket) -> None:
-    """Copy bytes both ways until both sides have closed. One thread per session polls both
-    sockets for a short while before sleeping in select(): two threads spinning in one
-    process would fight over the GIL, and sleeping at once costs a slow cross-core wakeup."""
-    buf = memoryview(bytearray(1 << 20))
-    peer = {a: b, b: a}
-    open_ = {a, b}
-    try:
-        while open_:
-            moved = False
-            deadline = time.perf_counter() + P.SPIN_SECONDS
-            while not moved:
-                for src in tuple(open_):
-                    try:
-                        n = src.recv_into(buf, 0, socket.MSG_DONTWAIT)
-                    except (BlockingIOError, InterruptedError):
-                        continue
-                    moved = True
-                    if not n:  # one side finished: pass the half-close on
-                        open_.discard(src)
-                        _shutdown_write(peer[src])
-                        continue
-                    peer[src].sendall(buf[:n])
-                if not moved and time.perf_counter() > deadline:
-                    select.select(tuple(open_), (), ())
-                    deadline = time.perf_counter() + P.SPIN_SECONDS
-    except OSError:
-        pass
-    finally:
-        a.close()
-        b.close()
+    def pump(src, dst):
+        buf = memoryview(bytearray(1 << 20))
+        try:
+            while True:
+                n = src.recv_into(buf)
+                if not n:
+                    break
+                dst.sendall(buf[:n])
+        except OSError:
+            pass
+        _shutdown_write(dst)
+        with lock:
+            left[0] -= 1
+            if left[0] == 0:
+                a.close()
+                b.close()
+
+    for src, dst in ((a, b), (b, a)):
+        threading.Thread(target=pump, args=(src, dst), daemon=True, name="kiln-proxy-relay").start()
 
 
 def _shutdown_write(sock: socket.socket) -> None:
