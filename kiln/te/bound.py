@@ -179,7 +179,11 @@ def infer_region(stage: Stage, consumers: list, domains: dict, infos: dict, bodi
     lows: list[list] = [[] for _ in range(ndim)]
     highs: list[list] = [[] for _ in range(ndim)]
     for cons in consumers:
-        fixed = stage.attach_ivar if cons is stage.attach_stage else None
+        fixed = None
+        if cons is stage.attach_stage:
+            from .lower import attach_leaf
+
+            fixed = attach_leaf(cons, stage.attach_ivar)
         intervals = root_intervals(cons, domains, infos[cons], fixed)
         reader = _Reads(tensors)
         for b in bodies[cons]:

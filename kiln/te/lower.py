@@ -193,19 +193,23 @@ class _Lowering:
             store_idx = tuple(simplify(info.offsets[iv]) for iv in op.axis)
         else:
             store_idx = tuple(values[id(iv.var)] for iv in op.axis)
-        guards = [expr(g) for g in info.guards]
+        # Guards are already in leaf variables: no substitution (an unsplit axis's leaf is its root var).
+        def leaf_expr(e):
+            return lowerer.visit(simplify(e))
+
+        guards = [leaf_expr(g) for g in info.guards]
         if st.attach == Attach.SCOPE:
             # The region may reach past the tensor's shape (a tail of the consumer's split).
             for iv, shape_dim in zip(op.axis, op.outputs[0].shape):
-                guards.append(expr(E.LT(values[id(iv.var)], shape_dim, BOOL_T)))
+                guards.append(leaf_expr(E.LT(values[id(iv.var)], shape_dim, BOOL_T)))
         body0 = self.bodies[st][0]
         if isinstance(body0, Reduce):
-            return self._reduce_nest(st, info, bufs, store_idx, guards, expr)
+            return self._reduce_nest(st, info, bufs, store_idx, guards, expr, leaf_expr)
         stores = [BufferStore(b, expr(v), store_idx) for b, v in zip(bufs, self.bodies[st])]
         inner = _guard(seq(*stores), guards)
         return self._nest(st, st.leaf_iter_vars, info, inner)
 
-    def _reduce_nest(self, st, info, bufs, store_idx, guards, expr) -> Stmt:
+    def _reduce_nest(self, st, info, bufs, store_idx, guards, expr, leaf_expr) -> Stmt:
         red: Reduce = self.bodies[st][0]
         reduce_leaves = [iv for iv in st.leaf_iter_vars if iv.iter_type == IterType.COMM_REDUCE]
         first = st.leaf_iter_vars.index(reduce_leaves[0]) if reduce_leaves else len(st.leaf_iter_vars)
@@ -227,7 +231,7 @@ class _Lowering:
             update = seq(*[BufferStore(b, t, store_idx) for b, t in zip(bufs, temps)])
             for t, c in reversed(list(zip(temps, combined))):
                 update = LetStmt(t, E.cast(c, t.dtype), update)
-        conds = list(guards) + [expr(g) for g in info.reduce_guards]
+        conds = list(guards) + [leaf_expr(g) for g in info.reduce_guards]
         cond = expr(red.condition)
         if not (isinstance(cond, E.IntImm) and cond.value):
             conds.append(cond)
@@ -261,7 +265,8 @@ class _Lowering:
         return For(iv.var, const(0, iv.var.dtype), ext, kind, body, None, annotations)
 
     def _with_attached(self, parent: Stage, iv: IterVar, inner: Stmt) -> Stmt:
-        attached = [c for c in self.active if c.attach == Attach.SCOPE and c.attach_stage is parent and c.attach_ivar is iv]
+        attached = [c for c in self.active if c.attach == Attach.SCOPE and c.attach_stage is parent
+                    and attach_leaf(parent, c.attach_ivar) is iv]
         if not attached:
             return inner
         stmts = [self.stage_stmt(c) for c in attached]
@@ -280,6 +285,23 @@ class _Lowering:
                 for b in self.buffers_of(st):
                     body = Allocate(b, (_prod(b.shape),), body)
         return PrimFunc(tuple(self.params), body, None, self.buffer_map, {"global_symbol": self.name})
+
+
+def attach_leaf(parent: Stage, iv: IterVar) -> IterVar:
+    """The leaf loop an attach axis ended up as: fused axes attach to the fused loop, split ones to the inner."""
+    from .schedule import Fuse, Split
+
+    while iv not in parent.leaf_iter_vars:
+        for rel in parent.relations:
+            if isinstance(rel, Fuse) and iv in (rel.outer, rel.inner):
+                iv = rel.fused
+                break
+            if isinstance(rel, Split) and iv is rel.parent:
+                iv = rel.inner
+                break
+        else:
+            raise ScheduleError(f"stage {parent.name}: axis {iv.var.name} is no longer a loop of the stage")
+    return iv
 
 
 class _ToBuffers(Mutator):

@@ -263,7 +263,8 @@ class Schedule:
         if stage.relations or stage.kinds:
             raise ScheduleError(f"stage {stage.name}: call cache_write before splitting or annotating the stage")
         cache_op = _copy_compute(op, f"{op.name}.{scope}")
-        axis = [_fresh(iv) for iv in op.axis]
+        # The copy keeps the original axes (so C.op.axis still names its loops); the cache gets fresh ones.
+        axis = list(op.axis)
         copy_body = [cache_op.outputs[i](*[iv.var for iv in axis]) for i in range(len(op.body))]
         copy_op = ComputeOp(op.name, op.tag, op.attrs, axis, copy_body)
         cache_stage = Stage(cache_op, self)
