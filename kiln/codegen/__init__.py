@@ -1,0 +1,34 @@
+"""Code generators: one module per target kind, chosen from the BACKENDS table.
+
+``build(mod, target)`` compiles an IRModule of lowered PrimFuncs and returns a runtime
+Module. Only llvm generates code in this version; the other kinds parse as targets and say so.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ..errors import TargetError
+
+BACKENDS = {
+    "llvm": "kiln.codegen.llvm",
+    "c": None,
+    "cuda": None,
+    "opencl": None,
+}
+
+
+def build(mod, target):
+    """Compile mod for target (a Target or a target string)."""
+    from ..target import Target
+
+    target = target if isinstance(target, Target) else Target(target)
+    kind = target.kind.name
+    if kind not in BACKENDS:
+        raise TargetError(f"no code generator for target kind {kind!r}; known: {', '.join(BACKENDS)}")
+    module = BACKENDS[kind]
+    if module is None:
+        raise TargetError(f"target {kind!r} is not built yet in this version of kiln; use 'llvm' "
+                          f"(backends with code generation: "
+                          f"{', '.join(k for k, v in BACKENDS.items() if v)})")
+    return importlib.import_module(module).build(mod, target)

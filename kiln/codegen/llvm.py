@@ -1,0 +1,70 @@
+"""The LLVM backend: an IRModule of lowered PrimFuncs -> a CompiledModule (one ELF object).
+
+Input contract (what lowering hands over), see docs/codegen.md: flattened buffer accesses
+(one index each, in elements of ``buffer.dtype``), storage identified by ``buffer.data``,
+tensor parameters described by ``buffer_map``, ``attrs["global_symbol"]`` naming each
+function. Output: the kernel ABI of docs/abi.md, with the metadata, last-error buffer and
+thread pool inside the object, so it links for any triple without a runtime library.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import CompileError, InternalError, KilnError
+from ..ir.stmt import PrimFunc
+from .llvm_function import DLTENSOR_TYPE, SUPPORT_IR, emit_prim_func
+from .llvm_ir import ModuleWriter, string_literal
+from .llvm_pool import pool_ir
+from .llvm_target import compile_ir, target_info
+from .metadata import module_metadata
+
+
+def generate_ir(mod, target) -> tuple[str, dict, object]:
+    """LLVM IR text, metadata and TargetInfo for mod (no LLVM optimization yet)."""
+    info = target_info(target)
+    funcs = _functions(mod)
+    mw = ModuleWriter(info.triple, info.datalayout)
+    mw.header.append(DLTENSOR_TYPE)
+    for symbol, func in funcs:
+        mw.unique(symbol)
+        try:
+            emit_prim_func(mw, func, symbol, info)
+        except KilnError:
+            raise
+        except RecursionError:
+            raise CompileError(f"{symbol}: expression nesting too deep to compile") from None
+        except Exception as err:  # a bug here must still say which function it was compiling
+            raise InternalError(f"LLVM codegen of {symbol!r} failed: {type(err).__name__}: {err}") from err
+    meta = module_metadata(funcs, target, info.triple)
+    blob = json.dumps(meta, separators=(",", ":")).encode() + b"\0"
+    mw.globals.append(f"@__kiln_metadata = protected constant [{len(blob)} x i8] "
+                      f"{string_literal(blob)}, align 1")
+    mw.functions.append(SUPPORT_IR)
+    mw.functions.append(pool_ir(info.arch, info.android, info.intptr))
+    return mw.text(), meta, info
+
+
+def build(mod, target):
+    """Compile every PrimFunc of mod for an llvm target; returns a CompiledModule."""
+    from ..runtime.compiled import CompiledModule
+    from ..target import Target
+
+    target = target if isinstance(target, Target) else Target(target)
+    text, meta, info = generate_ir(mod, target)
+    names = [f["name"] for f in meta["functions"]]
+    out = compile_ir(text, info, names)
+    return CompiledModule([out.obj], meta, {"ll": out.ll, "asm": out.asm}, triple=info.triple, type_key="llvm")
+
+
+def _functions(mod) -> list[tuple[str, PrimFunc]]:
+    items = mod.items() if hasattr(mod, "items") else [("main", mod)]
+    funcs = []
+    for key, func in items:
+        if not isinstance(func, PrimFunc):
+            raise CompileError(f"function {key!r} is a {type(func).__name__}, not a lowered PrimFunc; "
+                               "lower it (tvm.lower) before building for llvm")
+        funcs.append((func.attrs.get("global_symbol", key), func))
+    if not funcs:
+        raise CompileError("the module has no functions to build")
+    return funcs

@@ -1,0 +1,170 @@
+"""One PrimFunc as LLVM functions: the packed-argument entry point and its body function.
+
+    i32 @name(ptr args, ptr type_codes, i32 num_args)     ; docs/abi.md
+        unpacks DLTensor data pointers (+ byte_offset), symbolic dims and scalars, then
+    i32 @name.body(ptr noalias A, ptr noalias B, i32 n, ...)
+        runs the loop nest.
+
+Splitting them lets the body see its buffers as ``noalias`` parameters (kiln buffers never
+overlap), which is what allows LLVM to vectorize and reorder memory accesses freely.
+"""
+
+from __future__ import annotations
+
+from ..errors import CompileError
+from ..ir import expr as E
+from ..ir.dtype import INT64, DType
+from .llvm_expr import ExprCodegen
+from .llvm_ir import FunctionWriter, llvm_type
+from .llvm_memory import MemoryCodegen
+from .llvm_parallel import ParallelCodegen
+from .llvm_stmt import StmtCodegen
+
+DLTENSOR_TYPE = "%DLTensor = type { ptr, { i32, i32 }, i32, { i8, i8, i16 }, ptr, ptr, i64 }"
+_F64 = DType("float", 64)
+
+
+class FunctionCodegen(ExprCodegen, MemoryCodegen, StmtCodegen, ParallelCodegen):
+    """Emits one LLVM function (`name`) for the PrimFunc whose symbol is `symbol`."""
+
+    def __init__(self, mw, name: str, symbol: str, target_info, in_parallel: bool = False):
+        self.mw = mw
+        self.name = name
+        self.symbol = symbol
+        self.func_name = symbol
+        self.target_info = target_info
+        self.intptr = target_info.intptr
+        self.in_parallel = in_parallel
+        self.unroll_max_step = 0
+        self.vars: dict = {}
+        self.align: dict = {}
+        self._expr_table: dict = {}
+        self._stmt_table: dict = {}
+        self._vector_cache: dict = {}
+        self.fw = None
+
+    def outline(self, params: list, aligns: dict, emit_body) -> None:
+        """define internal i32 @name(params), pointers noalias; emit_body(self) fills it."""
+        sig = []
+        for k, v in enumerate(params):
+            name = f"%arg{k}"
+            sig.append(f"{llvm_type(v.dtype)}{' noalias' if v.dtype.is_handle else ''} {name}")
+            self.vars[v] = name
+        self.align.update(aligns)
+        self.fw = FunctionWriter(self.mw, f"define internal i32 @{self.name}({', '.join(sig)}) nounwind")
+        emit_body(self)
+        if not self.fw.terminated:
+            self.fw.ret("0")
+        self.mw.functions.append(self.fw.text())
+
+
+def emit_prim_func(mw, func, symbol: str, target_info) -> None:
+    """Both functions of one PrimFunc into the module writer."""
+    entry = FunctionCodegen(mw, symbol, symbol, target_info)
+    fw = entry.fw = FunctionWriter(
+        mw, f"define protected i32 @{symbol}(ptr noalias %args, ptr noalias %codes, i32 %num_args) nounwind")
+    for i, param in enumerate(func.params):
+        _unpack(entry, func, i, param)
+    params = list(entry.vars)
+    body_name = mw.unique(symbol + ".body")
+    args = ", ".join(f"{llvm_type(v.dtype)} {entry.vars[v]}" for v in params)
+    rc = fw.emit(f"call i32 @{body_name}({args})")
+    fw.ret(rc)
+    mw.functions.append(fw.text())
+    FunctionCodegen(mw, body_name, symbol, target_info).outline(params, {}, lambda cg: cg.stmt(func.body))
+
+
+def _unpack(cg, func, i: int, param) -> None:
+    fw = cg.fw
+    slot = fw.emit(f"getelementptr inbounds i8, ptr %args, i64 {8 * i}", "p")
+    buf = func.buffer_map.get(param)
+    if buf is not None:
+        _unpack_tensor(cg, slot, buf, param)
+    elif param.dtype.is_handle:
+        cg.vars[param] = fw.emit(f"load ptr, ptr {slot}, align 8")
+    else:
+        _unpack_scalar(cg, slot, i, param)
+
+
+def _unpack_tensor(cg, slot: str, buf, param) -> None:
+    fw = cg.fw
+    handle = fw.emit(f"load ptr, ptr {slot}, align 8", "h")
+    data = fw.emit(f"load ptr, ptr {handle}, align 8")
+    off_p = fw.emit(f"getelementptr inbounds %DLTensor, ptr {handle}, i32 0, i32 6", "p")
+    offset = fw.emit(f"load i64, ptr {off_p}, align 8")
+    ptr = fw.emit(f"getelementptr inbounds i8, ptr {data}, i64 {offset}", buf.name.replace(".", "_") + ".")
+    if buf.data in cg.vars:
+        raise CompileError(f"{cg.symbol}: parameters share the storage of buffer {buf.name!r}")
+    cg.vars[buf.data] = ptr
+    shape_p = None
+    for k, dim in enumerate(buf.shape):
+        if isinstance(dim, E.Var) and dim not in cg.vars:
+            if shape_p is None:
+                sp = fw.emit(f"getelementptr inbounds %DLTensor, ptr {handle}, i32 0, i32 4", "p")
+                shape_p = fw.emit(f"load ptr, ptr {sp}, align 8")
+            dp = fw.emit(f"getelementptr inbounds i64, ptr {shape_p}, i64 {k}", "p")
+            value = fw.emit(f"load i64, ptr {dp}, align 8", dim.name.replace(".", "_") + ".")
+            cg.vars[dim] = cg.cast(value, INT64, dim.dtype)
+    _bind_compact_strides(cg, buf)
+
+
+def _bind_compact_strides(cg, buf) -> None:
+    """Symbolic strides of an argument buffer: the ABI promises compact row-major tensors."""
+    if not buf.strides:
+        return
+    stride = "1"
+    for k in range(len(buf.shape) - 1, -1, -1):
+        s = buf.strides[k]
+        if isinstance(s, E.Var) and s not in cg.vars:
+            cg.vars[s] = cg.cast(stride, INT64, s.dtype)
+        dim = buf.shape[k]
+        extent = cg.cast(cg.expr(dim), dim.dtype, INT64)
+        stride = cg.fw.emit(f"mul i64 {stride}, {extent}")
+
+
+def _unpack_scalar(cg, slot: str, i: int, param) -> None:
+    """A scalar from its KilnValue, converting when the caller passed the other kind."""
+    fw = cg.fw
+    dt = param.dtype
+    code_p = fw.emit(f"getelementptr inbounds i32, ptr %codes, i64 {i}", "p")
+    code = fw.emit(f"load i32, ptr {code_p}, align 4")
+    as_int = fw.emit(f"load i64, ptr {slot}, align 8")
+    as_float = fw.emit(f"load double, ptr {slot}, align 8")
+    if dt.is_float:
+        is_int = fw.emit(f"icmp eq i32 {code}, 0")
+        converted = fw.emit(f"sitofp i64 {as_int} to double")
+        value = fw.emit(f"select i1 {is_int}, double {converted}, double {as_float}")
+        cg.vars[param] = cg.cast(value, _F64, dt)
+    else:
+        is_float = fw.emit(f"icmp eq i32 {code}, 2")
+        converted = fw.emit(f"fptosi double {as_float} to i64")
+        value = fw.emit(f"select i1 {is_float}, i64 {converted}, i64 {as_int}")
+        cg.vars[param] = cg.cast(value, INT64, dt)
+
+
+SUPPORT_IR = r"""
+@__kiln_last_error = protected global [512 x i8] zeroinitializer, align 8
+
+; Copy a NUL-terminated message into __kiln_last_error (at most 511 bytes).
+define internal void @__kiln_set_error(ptr %msg) cold noinline nounwind {
+entry:
+  br label %loop
+loop:
+  %i = phi i32 [ 0, %entry ], [ %n, %next ]
+  %src = getelementptr inbounds i8, ptr %msg, i32 %i
+  %c = load i8, ptr %src, align 1
+  %dst = getelementptr inbounds [512 x i8], ptr @__kiln_last_error, i32 0, i32 %i
+  store i8 %c, ptr %dst, align 1
+  %end = icmp eq i8 %c, 0
+  br i1 %end, label %out, label %next
+next:
+  %n = add i32 %i, 1
+  %full = icmp eq i32 %n, 511
+  br i1 %full, label %cut, label %loop
+cut:
+  store i8 0, ptr getelementptr inbounds ([512 x i8], ptr @__kiln_last_error, i32 0, i32 511), align 1
+  ret void
+out:
+  ret void
+}
+"""

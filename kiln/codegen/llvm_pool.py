@@ -1,0 +1,282 @@
+"""The thread pool every module carries, as LLVM IR text (docs/abi.md: modules need only libc).
+
+``i32 __kiln_parallel_for(ptr task, ptr closure, i64 total)`` runs
+``i32 task(i64 begin, i64 end, ptr closure)`` over [0, total) split into one contiguous chunk
+per thread; the caller's thread runs chunk 0. It returns 0 or the first non-zero task result.
+
+Design, for low launch overhead on small kernels:
+- Workers are started on first use and stay alive (detached). Between launches a worker spins
+  on the launch generation counter for a while (~1 ms) and then sleeps on a condition
+  variable, so an idle module does not hold cores away from numpy or other modules.
+- A launch publishes its parameters with plain stores, then bumps the generation (seq_cst);
+  every started worker acknowledges every generation (inactive ones without running), so the
+  next launch can never meet a worker still reading the previous parameters.
+- ``busy`` makes launches exclusive: a nested parallel loop, or a second thread calling into
+  the module while a launch is running, runs its loop serially in the calling thread.
+- Thread count: ``__kiln_num_threads`` if > 0, else sysconf(_SC_NPROCESSORS_ONLN), at most 256.
+- After fork() the child has no workers: the pool remembers the pid that started them.
+"""
+
+from __future__ import annotations
+
+MAX_WORKERS = 256
+SPIN_WORKER = 1 << 15  # pause iterations a worker spins before sleeping (~1 ms)
+SPIN_MAIN = 1 << 12  # pause iterations before the launcher starts yielding its core
+
+
+def pool_ir(arch: str, android: bool, intptr: str) -> str:
+    """IR for the pool. arch: 'x86_64', 'aarch64', 'arm', ...; intptr: 'i64' or 'i32'."""
+    pause = {"x86_64": "pause", "i386": "pause", "aarch64": "yield", "arm": "yield"}.get(arch, "")
+    pause_call = f'call void asm sideeffect "{pause}", ""()' if pause else "fence seq_cst"
+    sc_nprocs = 0x61 if android else 84
+    return _TEMPLATE.format(ip=intptr, pause=pause_call, sc=sc_nprocs, maxw=MAX_WORKERS,
+                            spin_worker=SPIN_WORKER, spin_main=SPIN_MAIN)
+
+
+_TEMPLATE = r"""
+@__kiln_num_threads = protected global i32 0, align 4
+@pool.gen = internal global i32 0, align 64
+@pool.done = internal global i32 0, align 64
+@pool.busy = internal global i32 0, align 64
+@pool.sleepers = internal global i32 0, align 64
+@pool.started = internal global i32 0, align 4
+@pool.pid = internal global i32 0, align 4
+@pool.ncpu = internal global i32 0, align 4
+@pool.active = internal global i32 0, align 4
+@pool.task = internal global ptr null, align 8
+@pool.closure = internal global ptr null, align 8
+@pool.total = internal global i64 0, align 8
+@pool.chunk = internal global i64 0, align 8
+@pool.err = internal global i32 0, align 4
+@pool.start_gen = internal global [{maxw} x i32] zeroinitializer, align 4
+@pool.mutex = internal global [128 x i8] zeroinitializer, align 16
+@pool.cond = internal global [128 x i8] zeroinitializer, align 16
+
+declare i32 @pthread_create(ptr, ptr, ptr, ptr)
+declare i32 @pthread_detach({ip})
+declare i32 @pthread_mutex_init(ptr, ptr)
+declare i32 @pthread_cond_init(ptr, ptr)
+declare i32 @pthread_mutex_lock(ptr)
+declare i32 @pthread_mutex_unlock(ptr)
+declare i32 @pthread_cond_wait(ptr, ptr)
+declare i32 @pthread_cond_broadcast(ptr)
+declare {ip} @sysconf(i32)
+declare i32 @getpid()
+declare i32 @sched_yield()
+
+; Run chunk `id` of the current launch; record a failure in pool.err.
+define internal i32 @pool.run_chunk(i32 %id) nounwind {{
+entry:
+  %chunk = load i64, ptr @pool.chunk, align 8
+  %total = load i64, ptr @pool.total, align 8
+  %id64 = zext i32 %id to i64
+  %begin = mul i64 %id64, %chunk
+  %end0 = add i64 %begin, %chunk
+  %over = icmp sgt i64 %end0, %total
+  %end = select i1 %over, i64 %total, i64 %end0
+  %some = icmp slt i64 %begin, %end
+  br i1 %some, label %run, label %skip
+run:
+  %task = load ptr, ptr @pool.task, align 8
+  %closure = load ptr, ptr @pool.closure, align 8
+  %rc = call i32 %task(i64 %begin, i64 %end, ptr %closure)
+  %bad = icmp ne i32 %rc, 0
+  br i1 %bad, label %record, label %skip
+record:
+  %ignored = cmpxchg ptr @pool.err, i32 0, i32 %rc seq_cst seq_cst
+  ret i32 %rc
+skip:
+  ret i32 0
+}}
+
+define internal ptr @pool.worker(ptr %arg) nounwind {{
+entry:
+  %id64 = ptrtoint ptr %arg to {ip}
+  %id = trunc {ip} %id64 to i32
+  %slot = getelementptr [{maxw} x i32], ptr @pool.start_gen, i32 0, i32 %id
+  %g0 = load i32, ptr %slot, align 4
+  br label %spin_start
+spin_start:
+  %seen = phi i32 [ %g0, %entry ], [ %g, %run ], [ %g, %skip ]
+  br label %spin
+spin:
+  %i = phi i32 [ 0, %spin_start ], [ %i1, %spin_more ]
+  %g.s = load atomic i32, ptr @pool.gen acquire, align 64
+  %new.s = icmp ne i32 %g.s, %seen
+  br i1 %new.s, label %got, label %spin_more
+spin_more:
+  {pause}
+  %i1 = add i32 %i, 1
+  %tired = icmp ugt i32 %i1, {spin_worker}
+  br i1 %tired, label %sleep, label %spin
+sleep:
+  %s0 = atomicrmw add ptr @pool.sleepers, i32 1 seq_cst
+  %l0 = call i32 @pthread_mutex_lock(ptr @pool.mutex)
+  br label %sleep_check
+sleep_check:
+  %g.w = load atomic i32, ptr @pool.gen seq_cst, align 64
+  %new.w = icmp ne i32 %g.w, %seen
+  br i1 %new.w, label %woke, label %wait
+wait:
+  %w0 = call i32 @pthread_cond_wait(ptr @pool.cond, ptr @pool.mutex)
+  br label %sleep_check
+woke:
+  %u0 = call i32 @pthread_mutex_unlock(ptr @pool.mutex)
+  %s1 = atomicrmw sub ptr @pool.sleepers, i32 1 seq_cst
+  br label %got
+got:
+  %g = phi i32 [ %g.s, %spin ], [ %g.w, %woke ]
+  %active = load i32, ptr @pool.active, align 4
+  %mine = icmp slt i32 %id, %active
+  br i1 %mine, label %run, label %skip
+run:
+  %rc = call i32 @pool.run_chunk(i32 %id)
+  %d0 = atomicrmw add ptr @pool.done, i32 1 release
+  br label %spin_start
+skip:
+  %d1 = atomicrmw add ptr @pool.done, i32 1 release
+  br label %spin_start
+}}
+
+; Number of threads for a launch: __kiln_num_threads, else the online CPUs (cached).
+define internal i32 @pool.threads() nounwind {{
+entry:
+  %req = load i32, ptr @__kiln_num_threads, align 4
+  %given = icmp sgt i32 %req, 0
+  br i1 %given, label %clamp, label %cpus
+cpus:
+  %cached = load i32, ptr @pool.ncpu, align 4
+  %known = icmp sgt i32 %cached, 0
+  br i1 %known, label %clamp, label %ask
+ask:
+  %n = call {ip} @sysconf(i32 {sc})
+  %n32 = trunc {ip} %n to i32
+  %pos = icmp sgt i32 %n32, 0
+  %n1 = select i1 %pos, i32 %n32, i32 1
+  store i32 %n1, ptr @pool.ncpu, align 4
+  br label %clamp
+clamp:
+  %t = phi i32 [ %req, %entry ], [ %cached, %cpus ], [ %n1, %ask ]
+  %big = icmp sgt i32 %t, {maxw}
+  %t1 = select i1 %big, i32 {maxw}, i32 %t
+  ret i32 %t1
+}}
+
+; Make sure workers 1..n-1 exist in this process; returns how many threads can run (>= 1).
+define internal i32 @pool.ensure(i32 %n) nounwind {{
+entry:
+  %tid = alloca [16 x i8], align 8
+  %pid = call i32 @getpid()
+  %oldpid = load i32, ptr @pool.pid, align 4
+  %same = icmp eq i32 %pid, %oldpid
+  br i1 %same, label %have, label %fresh
+fresh:
+  store i32 %pid, ptr @pool.pid, align 4
+  store i32 0, ptr @pool.started, align 4
+  store i32 0, ptr @pool.sleepers, align 64
+  %mi = call i32 @pthread_mutex_init(ptr @pool.mutex, ptr null)
+  %ci = call i32 @pthread_cond_init(ptr @pool.cond, ptr null)
+  br label %have
+have:
+  %started = load i32, ptr @pool.started, align 4
+  %gen = load i32, ptr @pool.gen, align 64
+  br label %loop
+loop:
+  %k = phi i32 [ %started, %have ], [ %k1, %created ]
+  %id = add i32 %k, 1
+  %enough = icmp sge i32 %id, %n
+  br i1 %enough, label %done, label %create
+create:
+  %slot = getelementptr [{maxw} x i32], ptr @pool.start_gen, i32 0, i32 %id
+  store i32 %gen, ptr %slot, align 4
+  %idp = zext i32 %id to {ip}
+  %arg = inttoptr {ip} %idp to ptr
+  %rc = call i32 @pthread_create(ptr %tid, ptr null, ptr @pool.worker, ptr %arg)
+  %failed = icmp ne i32 %rc, 0
+  br i1 %failed, label %done, label %created
+created:
+  %t = load {ip}, ptr %tid, align 8
+  %dr = call i32 @pthread_detach({ip} %t)
+  %k1 = add i32 %k, 1
+  store i32 %k1, ptr @pool.started, align 4
+  br label %loop
+done:
+  %have_workers = phi i32 [ %k, %loop ], [ %k, %create ]
+  %threads = add i32 %have_workers, 1
+  %fewer = icmp slt i32 %threads, %n
+  %r = select i1 %fewer, i32 %threads, i32 %n
+  ret i32 %r
+}}
+
+define internal i32 @__kiln_parallel_for(ptr %task, ptr %closure, i64 %total) nounwind {{
+entry:
+  %empty = icmp sle i64 %total, 0
+  br i1 %empty, label %ret0, label %claim
+ret0:
+  ret i32 0
+claim:
+  %pair = cmpxchg ptr @pool.busy, i32 0, i32 1 acquire monotonic
+  %won = extractvalue {{ i32, i1 }} %pair, 1
+  br i1 %won, label %size, label %serial
+serial:
+  %rs = call i32 %task(i64 0, i64 %total, ptr %closure)
+  ret i32 %rs
+size:
+  %want = call i32 @pool.threads()
+  %want64 = zext i32 %want to i64
+  %few = icmp slt i64 %total, %want64
+  %tot32 = trunc i64 %total to i32
+  %n0 = select i1 %few, i32 %tot32, i32 %want
+  %one = icmp sle i32 %n0, 1
+  br i1 %one, label %alone, label %launch
+alone:
+  %ra = call i32 %task(i64 0, i64 %total, ptr %closure)
+  store atomic i32 0, ptr @pool.busy release, align 64
+  ret i32 %ra
+launch:
+  %n = call i32 @pool.ensure(i32 %n0)
+  %n64 = zext i32 %n to i64
+  %nm1 = sub i64 %n64, 1
+  %up = add i64 %total, %nm1
+  %chunk = udiv i64 %up, %n64
+  %workers = load i32, ptr @pool.started, align 4
+  store ptr %task, ptr @pool.task, align 8
+  store ptr %closure, ptr @pool.closure, align 8
+  store i64 %total, ptr @pool.total, align 8
+  store i64 %chunk, ptr @pool.chunk, align 8
+  store i32 %n, ptr @pool.active, align 4
+  store i32 0, ptr @pool.err, align 4
+  store i32 0, ptr @pool.done, align 64
+  %g = atomicrmw add ptr @pool.gen, i32 1 seq_cst
+  %sleeping = load atomic i32, ptr @pool.sleepers seq_cst, align 64
+  %wake = icmp sgt i32 %sleeping, 0
+  br i1 %wake, label %broadcast, label %own
+broadcast:
+  %l = call i32 @pthread_mutex_lock(ptr @pool.mutex)
+  %b = call i32 @pthread_cond_broadcast(ptr @pool.cond)
+  %u = call i32 @pthread_mutex_unlock(ptr @pool.mutex)
+  br label %own
+own:
+  %r0 = call i32 @pool.run_chunk(i32 0)
+  br label %wait
+wait:
+  %i = phi i32 [ 0, %own ], [ %i1, %pause ], [ %i1, %yield ]
+  %d = load atomic i32, ptr @pool.done acquire, align 64
+  %all = icmp sge i32 %d, %workers
+  br i1 %all, label %finish, label %again
+again:
+  %i1 = add i32 %i, 1
+  %long = icmp ugt i32 %i1, {spin_main}
+  br i1 %long, label %yield, label %pause
+pause:
+  {pause}
+  br label %wait
+yield:
+  %y = call i32 @sched_yield()
+  br label %wait
+finish:
+  %err = load i32, ptr @pool.err, align 4
+  store atomic i32 0, ptr @pool.busy release, align 64
+  ret i32 %err
+}}
+"""
