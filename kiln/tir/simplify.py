@@ -52,6 +52,9 @@ class Linear:
         for a, c in self.terms.values():
             (pos if c > 0 else neg).append((a, abs(c)))
         out: PrimExpr | None = None
+        if not pos and self.const > 0:
+            out = IntImm(self.dtype, self.const)
+            self = Linear(self.terms, 0, self.dtype)
         for a, c in pos:
             t = a if c == 1 else E.Mul(a, IntImm(self.dtype, c), self.dtype)
             out = t if out is None else E.Add(out, t, self.dtype)

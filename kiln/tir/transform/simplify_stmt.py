@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kiln.ir import expr as E
-from kiln.ir.stmt import For, IfThenElse, PrimFunc, seq
+from kiln.ir.functor import substitute
+from kiln.ir.stmt import Evaluate, For, ForKind, IfThenElse, PrimFunc, seq
 from kiln.tir.simplify import Analyzer, _Simplifier
 
 
@@ -15,6 +16,9 @@ class _StmtSimplifier(_Simplifier):
         ext = self.visit(op.extent)
         if isinstance(ext, E.IntImm) and ext.value <= 0:
             return seq()
+        if isinstance(ext, E.IntImm) and ext.value == 1 and op.kind != ForKind.THREAD_BINDING:
+            # A one-iteration loop is its body with the variable fixed.
+            return self.visit(substitute(op.body, {op.loop_var: mn}))
         saved = self.an.bounds.get(id(op.loop_var))
         self.an.bind(op.loop_var, (mn, ext))
         body = self.visit(op.body)
@@ -22,6 +26,8 @@ class _StmtSimplifier(_Simplifier):
             self.an.bounds.pop(id(op.loop_var), None)
         else:
             self.an.bounds[id(op.loop_var)] = saved
+        if isinstance(body, Evaluate) and isinstance(body.value, E.IntImm):
+            return body
         if mn is op.min and ext is op.extent and body is op.body:
             return op
         return replace(op, min=mn, extent=ext, body=body)
