@@ -26,10 +26,14 @@ SPIN_MAIN = 1 << 12  # pause iterations before the launcher starts yielding its 
 
 def pool_ir(arch: str, android: bool, intptr: str) -> str:
     """IR for the pool. arch: 'x86_64', 'aarch64', 'arm', ...; intptr: 'i64' or 'i32'."""
-    pause = {"x86_64": "pause", "i386": "pause", "aarch64": "yield", "arm": "yield"}.get(arch, "")
-    pause_call = f'call void asm sideeffect "{pause}", ""()' if pause else "fence seq_cst"
+    # Spin-wait hints as intrinsics (inline asm would need each target's asm parser).
+    pause_call = {"x86_64": "call void @llvm.x86.sse2.pause()", "i386": "call void @llvm.x86.sse2.pause()",
+                  "aarch64": "call void @llvm.aarch64.hint(i32 1)",
+                  "arm": "call void @llvm.arm.hint(i32 1)"}.get(arch, "fence seq_cst")
+    decl = {"x86_64": "declare void @llvm.x86.sse2.pause()", "i386": "declare void @llvm.x86.sse2.pause()",
+            "aarch64": "declare void @llvm.aarch64.hint(i32)", "arm": "declare void @llvm.arm.hint(i32)"}
     sc_nprocs = 0x61 if android else 84
-    return _TEMPLATE.format(ip=intptr, pause=pause_call, sc=sc_nprocs, maxw=MAX_WORKERS,
+    return decl.get(arch, "") + "\n" + _TEMPLATE.format(ip=intptr, pause=pause_call, sc=sc_nprocs, maxw=MAX_WORKERS,
                             spin_worker=SPIN_WORKER, spin_main=SPIN_MAIN)
 
 
