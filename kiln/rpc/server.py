@@ -168,6 +168,7 @@ class Server:
         code = 1
         try:
             signal.set_wakeup_fd(-1)
+            _die_with_parent()
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
             # Drop every inherited descriptor but the client's: listening sockets, the tracker
@@ -305,6 +306,15 @@ class Server:
             except (P.RPCError, ConnectionError, OSError):
                 aio.close_writer(writer)
                 await asyncio.sleep(0.2)
+
+
+def _die_with_parent() -> None:
+    """Linux: the worker gets SIGKILL when the server dies, so no orphan keeps a session open."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def serve(host="0.0.0.0", port=9090, port_end=9199, tracker=None, key="", through_proxy=False,
