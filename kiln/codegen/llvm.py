@@ -16,7 +16,7 @@ from ..ir.stmt import PrimFunc
 from .llvm_function import DLTENSOR_TYPE, SUPPORT_IR, emit_prim_func
 from .llvm_ir import ModuleWriter, string_literal
 from .llvm_pool import pool_ir
-from .llvm_target import compile_ir, target_info
+from .llvm_target import assembly_of, compile_ir, target_info
 from .metadata import module_metadata
 
 
@@ -53,8 +53,36 @@ def build(mod, target):
     target = target if isinstance(target, Target) else Target(target)
     text, meta, info = generate_ir(mod, target)
     names = [f["name"] for f in meta["functions"]]
-    out = compile_ir(text, info, names)
-    return CompiledModule([out.obj], meta, {"ll": out.ll, "asm": out.asm}, triple=info.triple, type_key="llvm")
+    out = compile_ir(text, info, names, want_asm=False)
+    module = CompiledModule([out.obj], meta, {"ll": out.ll}, triple=info.triple, type_key="llvm")
+    # Assembly costs as much as the object itself: make it when someone asks for it.
+    module.sources = LazySources({"ll": out.ll}, {"asm": lambda: assembly_of(out.ll, info)})
+    return module
+
+
+class LazySources(dict):
+    """Source texts by format; the ones in `lazy` are produced on first access."""
+
+    def __init__(self, texts: dict, lazy: dict):
+        super().__init__(texts)
+        self._lazy = dict(lazy)
+
+    def __contains__(self, key) -> bool:
+        return dict.__contains__(self, key) or key in self._lazy
+
+    def __missing__(self, key):
+        make = self._lazy.pop(key)  # KeyError when it is not a known format either
+        value = self[key] = make()
+        return value
+
+    def __iter__(self):
+        return iter([*dict.keys(self), *self._lazy])
+
+    def keys(self):
+        return list(self)
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
 
 
 def _functions(mod) -> list[tuple[str, PrimFunc]]:

@@ -129,3 +129,11 @@ def compile_ir(text: str, info: TargetInfo, names: list[str], want_asm: bool = T
         except RuntimeError as err:
             raise CompileError(f"LLVM failed to compile {', '.join(names)} for {info.triple}: {err}") from None
         return Compiled(obj, asm, str(mod))
+
+
+def assembly_of(optimized_ir: str, info: TargetInfo) -> str:
+    """Assembly text for already optimized IR (parsed again: no module is kept alive for it)."""
+    llvm = _llvm()
+    with _LOCK:
+        mod = llvm.parse_assembly(optimized_ir)
+        return target_machine(info.triple, info.cpu, info.features, info.opt_level).emit_assembly(mod)
