@@ -59,6 +59,10 @@ async def accept_handshake(reader, writer, token: str, timeout: float = 5.0) -> 
         return await asyncio.wait_for(run(), timeout)
     except asyncio.TimeoutError:
         raise P.ProtocolError(f"handshake not completed within {timeout} s") from None
+    except (P.RPCError, ConnectionError, OSError):
+        raise
+    except Exception as e:  # noqa: BLE001 - a stranger's bytes must never take a service down
+        raise P.ProtocolError(f"malformed handshake: {type(e).__name__}: {e}") from None
 
 
 async def refuse(writer, message: str) -> None:

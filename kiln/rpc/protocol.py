@@ -495,7 +495,8 @@ def check_hello(hello) -> str | None:
         return "bad magic: this port speaks the kiln RPC protocol"
     if hello.get("version") != VERSION:
         return f"protocol version {hello.get('version')!r} is not supported (this side speaks {VERSION})"
-    if not isinstance(hello.get("key", ""), str) or not isinstance(hello.get("role"), int):
+    if not isinstance(hello.get("key"), str) or not isinstance(hello.get("role"), int) \
+            or isinstance(hello.get("role"), bool):
         return "hello needs an int 'role' and a str 'key'"
     nonce = hello.get("nonce", b"")
     if not isinstance(nonce, memoryview) or len(nonce) != 16:
