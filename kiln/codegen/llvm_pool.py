@@ -33,7 +33,16 @@ def pool_ir(arch: str, android: bool, intptr: str) -> str:
     decl = {"x86_64": "declare void @llvm.x86.sse2.pause()", "i386": "declare void @llvm.x86.sse2.pause()",
             "aarch64": "declare void @llvm.aarch64.hint(i32)", "arm": "declare void @llvm.arm.hint(i32)"}
     sc_nprocs = 0x61 if android else 84
-    return decl.get(arch, "") + "\n" + _TEMPLATE.format(ip=intptr, pause=pause_call, sc=sc_nprocs, maxw=MAX_WORKERS,
+    if intptr == "i32":
+        # Plain ARMv7-A has no integer divide instruction (it would need libgcc's __aeabi_uidiv);
+        # VFP divides doubles, exactly enough for 32-bit totals and n <= 256.
+        chunk_div = ("  %up32 = trunc i64 %up to i32\n  %upf = uitofp i32 %up32 to double\n"
+                     "  %nf = uitofp i32 %n to double\n  %qf = fdiv double %upf, %nf\n"
+                     "  %q32 = fptoui double %qf to i32\n  %chunk = zext i32 %q32 to i64")
+    else:
+        chunk_div = "  %chunk = udiv i64 %up, %n64"
+    n_to_i32 = "add i32 %n, 0" if intptr == "i32" else f"trunc {intptr} %n to i32"
+    return decl.get(arch, "") + "\n" + _TEMPLATE.format(ip=intptr, n_to_i32=n_to_i32, chunk_div=chunk_div, pause=pause_call, sc=sc_nprocs, maxw=MAX_WORKERS,
                             spin_worker=SPIN_WORKER, spin_main=SPIN_MAIN)
 
 
@@ -95,8 +104,7 @@ skip:
 
 define internal ptr @pool.worker(ptr %arg) nounwind {{
 entry:
-  %id64 = ptrtoint ptr %arg to {ip}
-  %id = trunc {ip} %id64 to i32
+  %id = ptrtoint ptr %arg to i32
   %slot = getelementptr [{maxw} x i32], ptr @pool.start_gen, i32 0, i32 %id
   %g0 = load i32, ptr %slot, align 4
   br label %spin_start
@@ -154,7 +162,7 @@ cpus:
   br i1 %known, label %clamp, label %ask
 ask:
   %n = call {ip} @sysconf(i32 {sc})
-  %n32 = trunc {ip} %n to i32
+  %n32 = {n_to_i32}
   %pos = icmp sgt i32 %n32, 0
   %n1 = select i1 %pos, i32 %n32, i32 1
   store i32 %n1, ptr @pool.ncpu, align 4
@@ -193,8 +201,7 @@ loop:
 create:
   %slot = getelementptr [{maxw} x i32], ptr @pool.start_gen, i32 0, i32 %id
   store i32 %gen, ptr %slot, align 4
-  %idp = zext i32 %id to {ip}
-  %arg = inttoptr {ip} %idp to ptr
+  %arg = inttoptr i32 %id to ptr
   %rc = call i32 @pthread_create(ptr %tid, ptr null, ptr @pool.worker, ptr %arg)
   %failed = icmp ne i32 %rc, 0
   br i1 %failed, label %done, label %created
@@ -242,7 +249,7 @@ launch:
   %n64 = zext i32 %n to i64
   %nm1 = sub i64 %n64, 1
   %up = add i64 %total, %nm1
-  %chunk = udiv i64 %up, %n64
+{chunk_div}
   %workers = load i32, ptr @pool.started, align 4
   store ptr %task, ptr @pool.task, align 8
   store ptr %closure, ptr @pool.closure, align 8

@@ -58,9 +58,9 @@ def _arch(triple: str) -> str:
 def target_info(target) -> TargetInfo:
     """Triple, CPU, features and data layout for an llvm Target (defaults: this machine)."""
     host_triple, host_cpu, host_features = _host()
-    triple = target.mtriple or host_triple
+    triple = normalize_triple(target.mtriple or host_triple)
     cpu, features = target.mcpu, ",".join(target.mattr)
-    is_host = triple == host_triple or _arch(triple) == _arch(host_triple) and "android" not in triple
+    is_host = triple == normalize_triple(host_triple) or _arch(triple) == _arch(host_triple) and "android" not in triple
     if cpu == "native" or (not cpu and is_host and not features):
         # Plain "llvm" means "this machine": use all of its vector units (AVX-512 here).
         cpu, features = host_cpu, ",".join(f for f in (host_features, features) if f)
@@ -69,6 +69,21 @@ def target_info(target) -> TargetInfo:
     layout = str(tm.target_data)
     intptr = "i32" if _pointer_bits(layout) == 32 else "i64"
     return TargetInfo(triple, cpu, features, layout, intptr, _arch(triple), "android" in triple, opt)
+
+
+_OS_NAMES = ("linux", "android", "darwin", "macos", "ios", "windows", "freebsd", "netbsd", "openbsd",
+             "none", "unknown", "fuchsia", "wasi")
+
+
+def normalize_triple(triple: str) -> str:
+    """arch-vendor-os-env. LLVM reads "armv7l-linux-gnueabihf" positionally as vendor "linux",
+    OS "gnueabihf": it would then miss the hard-float ABI (and Android's environment)."""
+    parts = triple.split("-")
+    if len(parts) >= 2 and parts[1] in _OS_NAMES:
+        parts.insert(1, "unknown")
+    if len(parts) == 3 and parts[2] == "linux":
+        parts.append("gnu")
+    return "-".join(parts)
 
 
 def _pointer_bits(layout: str) -> int:
