@@ -23,6 +23,8 @@ PIPELINE = [
     ("tir.LoopPartition", partition_loops),
     ("tir.Simplify", simplify_func),
     ("tir.VectorizeLoop", vectorize_loops),
+    # Vector loops that stayed scalar (split tails) are serial now: partition their guards too.
+    ("tir.LoopPartition", partition_loops),
     ("tir.UnrollLoop", unroll_loops),
     ("tir.Simplify", simplify_func),
 ]
