@@ -35,13 +35,14 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=15)
     p.add_argument("--mr", type=int, default=8)
     p.add_argument("--nr", type=int, default=32)
+    p.add_argument("--mblocks", type=int, default=8)
     args = p.parse_args()
     n = args.size
     flops = 2.0 * n * n * n
     a = np.random.rand(n, n).astype("float32")
     b = np.random.rand(n, n).astype("float32")
 
-    s, tensors = matmul_schedule(n, n, n, mr=args.mr, nr=args.nr)
+    s, tensors = matmul_schedule(n, n, n, mr=args.mr, nr=args.nr, mblocks=args.mblocks)
     f = tvm.build(s, tensors, target="llvm", name="matmul")
     dev = tvm.cpu(0)
     ta, tb, tc = tvm.nd.array(a, dev), tvm.nd.array(b, dev), tvm.nd.empty((n, n), "float32", dev)

@@ -9,7 +9,7 @@ import kiln as tvm
 from kiln import te
 
 
-def matmul_schedule(M, N, K, mr=8, nr=32, kunroll=4, dtype="float32"):
+def matmul_schedule(M, N, K, mr=8, nr=32, kunroll=4, mblocks=8, dtype="float32"):
     A = te.placeholder((M, K), name="A", dtype=dtype)
     B = te.placeholder((K, N), name="B", dtype=dtype)
     # B packed into column panels of nr, so the inner loop reads it contiguously.
@@ -20,7 +20,10 @@ def matmul_schedule(M, N, K, mr=8, nr=32, kunroll=4, dtype="float32"):
     s = te.create_schedule(C.op)
     CC = s.cache_write(C, "local")
     io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], mr, nr)
-    s[CC].compute_at(s[C], jo)
+    # mblocks micro-tiles of rows share one panel of packedB while it is hot in L2.
+    ioo, ioi = s[C].split(io, factor=mblocks)
+    s[C].reorder(ioo, jo, ioi, ii, ji)
+    s[CC].compute_at(s[C], ioi)
     xc, yc = s[CC].op.axis
     (kk,) = s[CC].op.reduce_axis
     ko, ki = s[CC].split(kk, factor=kunroll)
@@ -29,7 +32,7 @@ def matmul_schedule(M, N, K, mr=8, nr=32, kunroll=4, dtype="float32"):
     s[CC].unroll(xc)
     s[CC].vectorize(yc)
     s[C].vectorize(ji)
-    fused = s[C].fuse(io, jo)
+    fused = s[C].fuse(ioo, jo)
     s[C].parallel(fused)
     x, y, z = s[packedB].op.axis
     s[packedB].vectorize(z)

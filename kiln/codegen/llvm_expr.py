@@ -103,7 +103,9 @@ class ExprCodegen:
     def _arith(self, e, int_op: str, float_op: str) -> str:
         a, b, dt = self.expr(e.a), self.expr(e.b), e.dtype
         if dt.is_float:
-            return self.binary(float_op, a, b, dt)
+            # `contract` lets LLVM fuse a*b+c into one FMA (single rounding, as BLAS does); it
+            # never reassociates, so reductions keep their order.
+            return self.binary(float_op, a, b, dt, "contract")
         flags = "nsw" if dt.is_int and dt.bits >= 32 and int_op != "sdiv" else ""
         return self.binary(int_op, a, b, dt, flags)
 
