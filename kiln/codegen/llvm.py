@@ -36,6 +36,7 @@ def generate_ir(mod, target) -> tuple[str, dict, object]:
             raise CompileError(f"{symbol}: expression nesting too deep to compile") from None
         except Exception as err:  # a bug here must still say which function it was compiling
             raise InternalError(f"LLVM codegen of {symbol!r} failed: {type(err).__name__}: {err}") from err
+    _check_names(funcs, mw)
     meta = module_metadata(funcs, target, info.triple)
     blob = json.dumps(meta, separators=(",", ":")).encode() + b"\0"
     mw.globals.append(f"@__kiln_metadata = protected constant [{len(blob)} x i8] "
@@ -83,6 +84,19 @@ class LazySources(dict):
 
     def get(self, key, default=None):
         return self[key] if key in self else default
+
+
+_RUNTIME_NAMES = {"free", "posix_memalign", "sysconf", "getpid", "sched_yield", "pthread_create",
+                  "pthread_detach", "pthread_mutex_init", "pthread_cond_init", "pthread_mutex_lock",
+                  "pthread_mutex_unlock", "pthread_cond_wait", "pthread_cond_broadcast"}
+
+
+def _check_names(funcs, mw) -> None:
+    """A kernel may not take the name of a C function the module itself calls."""
+    for symbol, _ in funcs:
+        if symbol in mw.declared or symbol in _RUNTIME_NAMES or symbol.startswith("__kiln"):
+            raise CompileError(f"function name {symbol!r} is also the name of a C library function "
+                               "the module calls (or a kiln runtime symbol); rename the function")
 
 
 def _functions(mod) -> list[tuple[str, PrimFunc]]:
