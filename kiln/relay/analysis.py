@@ -1,0 +1,56 @@
+"""``relay.analysis``: questions about expressions (free variables, users of each node)."""
+
+from __future__ import annotations
+
+from .expr import Function, Let, Var
+from .visitor import children, post_order
+
+
+def free_vars(expr) -> list:
+    """Vars used in ``expr`` but not bound inside it (by a Function or a Let), in first-use order."""
+    bound: set = set()
+    seen: set = set()
+    out: list = []
+
+    def scan(e):
+        for node in post_order(e):
+            if isinstance(node, Function):
+                bound.update(node.params)
+                scan(node.body)
+            elif isinstance(node, Let):
+                bound.add(node.var)
+        for node in post_order(e):
+            if isinstance(node, Var) and node not in seen:
+                seen.add(node)
+                out.append(node)
+
+    scan(expr)
+    if isinstance(expr, Function):
+        bound.update(expr.params)
+    return [v for v in out if v not in bound]
+
+
+def all_vars(expr) -> list:
+    """Every Var reachable from ``expr`` (free or bound), in first-use order."""
+    seen: list = []
+    for node in post_order(expr):
+        if isinstance(node, Function):
+            seen.extend(v for v in all_vars(node.body) + list(node.params) if v not in seen)
+        elif isinstance(node, Var) and node not in seen:
+            seen.append(node)
+    return seen
+
+
+def bound_vars(expr) -> list:
+    free = set(free_vars(expr))
+    return [v for v in all_vars(expr) if v not in free]
+
+
+def users(expr) -> dict:
+    """``{node: [consumers]}`` over the dataflow graph of ``expr`` (not entering Functions)."""
+    out: dict = {}
+    for node in post_order(expr):
+        out.setdefault(node, [])
+        for c in children(node):
+            out.setdefault(c, []).append(node)
+    return out

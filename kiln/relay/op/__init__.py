@@ -1,0 +1,33 @@
+"""``relay.op``: the operator table. ``relay.op.get("nn.conv2d")`` returns its OpDef."""
+
+from __future__ import annotations
+
+from . import image as _image_ops
+from . import nn as _nn_ops
+from . import nn_norm as _nn_norm_ops
+from . import nn_pool as _nn_pool_ops
+from . import reduce as _reduce_ops
+from . import tensor as _tensor_ops
+from . import transform as _transform_ops
+from .registry import REQUIRED, OpDef, OpPattern, RelCtx
+
+OP_TABLE: dict[str, OpDef] = {
+    op.name: op
+    for family in (_tensor_ops, _reduce_ops, _transform_ops, _nn_ops, _nn_pool_ops, _nn_norm_ops, _image_ops)
+    for op in family.OPS
+}
+
+
+def get(name: str) -> OpDef:
+    """The OpDef named ``name`` (e.g. "nn.conv2d", "add")."""
+    try:
+        return OP_TABLE[name]
+    except KeyError:
+        raise KeyError(f"relay has no op {name!r}; see relay.op.list_ops()") from None
+
+
+def list_ops() -> list[str]:
+    return sorted(OP_TABLE)
+
+
+__all__ = ["OP_TABLE", "get", "list_ops", "OpDef", "OpPattern", "RelCtx", "REQUIRED"]
