@@ -1,0 +1,168 @@
+"""Fast conv2d for x86 (NCHW): output channels in vector blocks, a register tile over width.
+
+The compute keeps NCHW at its boundary but works in a blocked form inside:
+
+    kernel_vec[oc_chunk, ic, kh, kw, oc_block]         (the OIHW kernel regrouped; zero tail)
+    conv[n, oc_chunk, oh, ow, oc_block]                (computed per tile, stays in registers)
+    out[n, oc, oh, ow] = conv[n, oc // bn, oh, ow, oc % bn]
+
+Each tile accumulates ``tile_ow`` × ``oc_bn`` outputs: per (ic, kh, kw) it loads one kernel
+vector of oc_bn lanes and broadcasts tile_ow input pixels into FMAs, so strides and dilation
+cost nothing extra. The schedule inlines the unpack (and any fused elementwise epilogue) into
+the output stage and computes the tile at the output's width loop.
+
+Knobs (``cfg``, all optional): ``oc_bn`` (vector block of output channels), ``tile_ow`` (pixels
+per register tile), ``unroll_kw`` (unroll the kernel-width loop), ``ic_unroll`` (input channels
+unrolled per step).
+"""
+
+from __future__ import annotations
+
+from kiln import te, tir
+from kiln.ir.expr import const
+
+from ..nn.conv2d import Conv2DShape, conv2d_shape
+from ..nn.pad import pad
+from ..utils import check_ndim, const_int, const_shape, divisor_at_most, knob
+from .injective import inline_injective_between
+
+TAG = "conv2d_nchw_blocked"
+VECTOR_LANES = 16  # float32 lanes of a zmm register
+
+
+def default_config(p: Conv2DShape) -> dict:
+    """Heuristic knobs: 16 or 32 channels per block, ~28 accumulators in registers."""
+    ocg = p.out_channel // p.groups
+    oc_bn = 32 if ocg % 32 == 0 and p.out_width <= 14 else 16
+    if ocg % oc_bn:
+        oc_bn = divisor_at_most(ocg, 16, prefer=(16, 8)) if p.groups > 1 else 16
+    accumulators = 28 if oc_bn == 16 else 14 * 16 // oc_bn
+    tile_ow = divisor_at_most(p.out_width, accumulators, prefer=(14, 16, 8, 7))
+    if tile_ow < 4 and p.out_width > 4:
+        tile_ow = min(p.out_width, accumulators)  # a tail is cheaper than a 1-wide tile
+    return {"oc_bn": oc_bn, "tile_ow": tile_ow, "unroll_kw": p.kernel_w <= 3, "ic_unroll": 1}
+
+
+def config_space(p: Conv2DShape) -> dict:
+    """Candidate values of each knob, for the tuner."""
+    return {
+        "oc_bn": [b for b in (8, 16, 32, 64) if (p.out_channel // p.groups) % b == 0 or p.groups == 1],
+        "tile_ow": sorted({d for d in range(1, 33) if p.out_width % d == 0} | {min(p.out_width, 28)}),
+        "unroll_kw": [False, True],
+        "ic_unroll": [1, 2, 4],
+    }
+
+
+def conv2d_nchw(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None, groups=1, cfg=None):
+    """conv2d NCHW / OIHW with the blocked x86 compute; same result as topi.nn.conv2d_nchw."""
+    check_ndim("conv2d", "data", data, 4, "NCHW")
+    check_ndim("conv2d", "kernel", kernel, 4, "OIHW")
+    out_dtype = str(data.dtype) if not out_dtype else out_dtype
+    p = conv2d_shape("conv2d", const_shape(data, "conv2d data"), const_shape(kernel, "conv2d kernel"),
+                     strides, padding, dilation, const_int(groups, "conv2d: groups"))
+    conf = dict(default_config(p))
+    conf.update({k: knob(cfg, k, v) for k, v in conf.items()})
+    bn = conf["oc_bn"]
+    icg, ocg = p.channels_per_group, p.out_channel // p.groups
+    if p.groups > 1 and ocg % bn:
+        raise ValueError(f"conv2d: oc_bn={bn} must divide the {ocg} output channels per group")
+    chunks = -(-p.out_channel // bn)
+    padded = pad(data, (0, 0, p.pad_top, p.pad_left), (0, 0, p.pad_bottom, p.pad_right), name="data_pad")
+    kernel_vec = pack_kernel(kernel, bn)
+    rc = te.reduce_axis((0, icg), name="rc")
+    ry = te.reduce_axis((0, p.kernel_h), name="ry")
+    rx = te.reduce_axis((0, p.kernel_w), name="rx")
+
+    def fconv(n, occ, y, x, ocb):
+        c = rc if p.groups == 1 else (occ * bn // ocg) * icg + rc
+        a = padded[n, c, y * p.stride_h + ry * p.dilation_h, x * p.stride_w + rx * p.dilation_w]
+        w = kernel_vec[occ, rc, ry, rx, ocb]
+        return te.sum(a.astype(out_dtype) * w.astype(out_dtype), axis=[rc, ry, rx])
+
+    conv = te.compute((p.batch, chunks, p.out_height, p.out_width, bn), fconv, name="conv2d_blocked",
+                      tag=TAG, attrs={"workload": p, "config": conf})
+    return te.compute((p.batch, p.out_channel, p.out_height, p.out_width),
+                      lambda n, c, y, x: conv[n, c // bn, y, x, c % bn], name="conv2d_nchw",
+                      tag="injective,conv2d_unpack")
+
+
+def pack_kernel(kernel, bn: int):
+    """OIHW -> [O/bn, I, KH, KW, bn], zero-filled past O. Constant-folded when the kernel is a parameter."""
+    oc, ic, kh, kw = kernel.shape
+    chunks = -(-const_int(oc) // bn)
+    if const_int(oc) % bn == 0:
+        return te.compute((chunks, ic, kh, kw, bn), lambda o, i, y, x, b: kernel[o * bn + b, i, y, x],
+                          name="kernel_vec", tag="injective,kernel_pack")
+    zero = const(0, kernel.dtype)
+    return te.compute((chunks, ic, kh, kw, bn),
+                      lambda o, i, y, x, b: tir.if_then_else(o * bn + b < oc, kernel[tir.min(o * bn + b, oc - 1), i, y, x], zero),
+                      name="kernel_vec", tag="injective,kernel_pack")
+
+
+def schedule_conv2d_nchw(outs, cfg=None):
+    """Schedule for ``x86.conv2d_nchw`` (and a fused elementwise epilogue on its output)."""
+    del cfg  # the knobs travel in the compute's attrs, so compute and schedule agree
+    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
+    s = te.create_schedule([o.op for o in outs])
+    out = outs[0]
+    conv = find_tagged(out, TAG)
+    inline_injective_between(s, out, conv)
+    schedule_blocked_tile(s, conv, out)
+    return s
+
+
+def find_tagged(out, tag):
+    """The tensor with ``tag`` reachable from out (a fused epilogue may sit on top)."""
+    stack, seen = [out], set()
+    while stack:
+        t = stack.pop()
+        if t.op.tag == tag:
+            return t
+        if id(t.op) in seen:
+            continue
+        seen.add(id(t.op))
+        stack.extend(getattr(t.op, "input_tensors", []))
+    raise ValueError(f"schedule: no {tag} stage under output {out.name}")
+
+
+def schedule_blocked_tile(s, conv, out):
+    """Tile out (N, C, H, W) into (chunk, row, width tile); compute a conv tile in registers there."""
+    conf = conv.op.attrs["config"]
+    bn, tile_ow = conf["oc_bn"], conf["tile_ow"]
+    n, c, y, x = s[out].op.axis
+    co, ci = s[out].split(c, factor=bn)
+    xo, xi = s[out].split(x, factor=tile_ow)
+    s[out].reorder(n, co, y, xo, ci, xi)
+    s[out].unroll(ci)
+    s[out].unroll(xi)
+    s[out].parallel(s[out].fuse(n, co, y))
+    s[conv].compute_at(s[out], xo)
+    _schedule_tile(s, conv, conf)
+    _schedule_packing(s, conv)
+
+
+def _schedule_tile(s, conv, conf):
+    n, occ, y, x, ocb = s[conv].op.axis
+    rc, ry, rx = s[conv].op.reduce_axis
+    order = [n, occ, y]
+    if conf.get("ic_unroll", 1) > 1:
+        rco, rci = s[conv].split(rc, factor=conf["ic_unroll"])
+        order += [rco, ry, rx, rci]
+        s[conv].unroll(rci)
+    else:
+        order += [rc, ry, rx]
+    s[conv].reorder(*order, x, ocb)
+    if conf.get("unroll_kw"):
+        s[conv].unroll(rx)
+    s[conv].unroll(x)
+    s[conv].vectorize(ocb)
+
+
+def _schedule_packing(s, conv):
+    """The padded input and the regrouped kernel are separate parallel, vectorized passes."""
+    for t in conv.op.input_tensors:
+        st = s[t]
+        if "pad" in t.op.tag or "kernel_pack" in t.op.tag:
+            axes = st.op.axis
+            st.parallel(st.fuse(axes[0], axes[1]))
+            st.vectorize(axes[-1]) if "kernel_pack" in t.op.tag else None
