@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 
 _PATTERN = re.compile(r"^(float|int|uint|bool|handle)(\d*)(?:x(\d+))?$")
 
@@ -12,19 +11,37 @@ _PATTERN = re.compile(r"^(float|int|uint|bool|handle)(\d*)(?:x(\d+))?$")
 INT, UINT, FLOAT, HANDLE, BOOL = 0, 1, 2, 3, 6
 
 
-@dataclass(frozen=True, slots=True)
-class DType:
-    """A scalar or vector type: kind ('float', 'int', 'uint', 'bool', 'handle'), bits and lanes."""
+class DType(str):
+    """A scalar or vector type. It *is* its TVM spelling ("float32", "int8x4"), so
+    ``A.dtype == "float32"`` and ``np.zeros(3, A.dtype)`` work as they do in TVM, and it knows
+    its kind ('float', 'int', 'uint', 'bool', 'handle'), bits and lanes."""
 
-    kind: str
-    bits: int
-    lanes: int = 1
+    __slots__ = ()
 
-    def __str__(self) -> str:
-        base = "bool" if self.kind == "bool" else f"{self.kind}{self.bits}"
-        return base if self.lanes == 1 else f"{base}x{self.lanes}"
+    def __new__(cls, kind: str, bits: int, lanes: int = 1):
+        base = "bool" if kind == "bool" else f"{kind}{bits}"
+        text = base if lanes == 1 else f"{base}x{lanes}"
+        obj = str.__new__(cls, text)
+        _PARTS[text] = (kind, bits, lanes)
+        return obj
 
-    __repr__ = __str__
+    def __getnewargs__(self):
+        return _PARTS[str(self)]
+
+    def __repr__(self) -> str:
+        return str.__str__(self)
+
+    @property
+    def kind(self) -> str:
+        return _PARTS[str(self)][0]
+
+    @property
+    def bits(self) -> int:
+        return _PARTS[str(self)][1]
+
+    @property
+    def lanes(self) -> int:
+        return _PARTS[str(self)][2]
 
     @property
     def is_float(self) -> bool:
@@ -65,10 +82,13 @@ class DType:
         return {"int": INT, "uint": UINT, "float": FLOAT, "handle": HANDLE, "bool": BOOL}[self.kind]
 
     def element_of(self) -> "DType":
-        return DType(self.kind, self.bits, 1)
+        return self if self.lanes == 1 else DType(self.kind, self.bits, 1)
 
     def with_lanes(self, lanes: int) -> "DType":
-        return DType(self.kind, self.bits, lanes)
+        return self if self.lanes == lanes else DType(self.kind, self.bits, lanes)
+
+
+_PARTS: dict[str, tuple[str, int, int]] = {}
 
 
 @functools.lru_cache(maxsize=None)
@@ -93,7 +113,7 @@ def _parse(text: str) -> DType:
 
 def dtype(value) -> DType:
     """Turn a string, numpy dtype or DType into a DType."""
-    if isinstance(value, DType):
+    if type(value) is DType:
         return value
     if not isinstance(value, str):
         value = str(getattr(value, "name", value))
