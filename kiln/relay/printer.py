@@ -15,7 +15,7 @@ import numpy as np
 
 from .expr import Call, Constant, Function, If, Let, Tuple, TupleGetItem, Var
 from .op.registry import OpDef
-from .visitor import post_order
+from .visitor import _walk, children
 
 
 def _fmt_value(v) -> str:
@@ -66,7 +66,7 @@ class _Printer:
 
     def emit(self, body, refs: dict) -> str:
         """Print the nodes of ``body`` as numbered lines; return how to refer to its result."""
-        for node in post_order(body):
+        for node in _print_order(body):
             if node in refs or isinstance(node, (Var, Constant)):
                 continue
             text = self.node_text(node, refs)
@@ -132,3 +132,16 @@ def astext(expr, name: str = "main") -> str:
     if p.consts:
         text += "\n/* meta: " + ", ".join(f"[{i}] {c.data.dtype}{list(c.data.shape)}" for i, c in enumerate(p.consts)) + " */"
     return text
+
+
+def _print_order(body) -> list:
+    """Post order, but a call's arguments come before a Function it calls, so each fused
+    function is printed right above its use."""
+    def kids(node):
+        if isinstance(node, Call) and isinstance(node.op, Function):
+            return list(node.args) + [node.op]
+        return children(node)
+
+    order: list = []
+    _walk(body, {}, lambda n: order.append(n) or True, kids)
+    return order

@@ -92,7 +92,7 @@ def _layout_rel(ctx: RelCtx):
 
 
 LAYOUT_TRANSFORM = OpDef(
-    "layout_transform", ("data",), {"src_layout": "NCHW", "dst_layout": "NHWC"}, _layout_rel, INJ,
+    "layout_transform", ("data",), {"src_layout": "", "dst_layout": ""}, _layout_rel, INJ,
     lambda a, x: np.ascontiguousarray(np.transpose(x, layout_perm(a.src_layout, a.dst_layout))),
     doc="change the data layout, e.g. NCHW -> NHWC")
 

@@ -1,0 +1,88 @@
+"""``relay.transform``: graph passes, usable alone or in ``tvm.transform.Sequential``.
+
+Each pass factory (``FoldConstant()``, ``FuseOps(fuse_opt_level=2)``...) returns a Pass that
+types its result, so passes can be chained in any order. The pass bodies are plain
+functions in this folder (``fold_constant(expr)``, ``fuse_ops(func)``...).
+"""
+
+from __future__ import annotations
+
+from kiln.transform import FunctionPass, ModulePass, PassContext, PassInfo, Sequential
+
+from ..expr import Function
+from .bind import bind_params_by_name
+from .convert_layout import convert_layout
+from .dead_code import dead_code_elimination
+from .fold_constant import fold_constant
+from .fold_scale_axis import fold_scale_axis
+from .fuse_ops import fuse_ops, partition
+from .infer_type import infer, infer_type
+from .simplify_inference import simplify_inference
+
+
+def _function_pass(fn, name: str, opt_level: int, required=()):
+    """Apply ``fn(func) -> func`` to each non-primitive Function and type the result."""
+    def run(func, mod, ctx):
+        return infer(fn(infer(func)))
+    return FunctionPass(run, PassInfo(opt_level, name, tuple(required)))
+
+
+def InferType():  # noqa: N802 - seed names follow TVM
+    """Give every node of every relay function its type (``expr.checked_type``)."""
+    return ModulePass(lambda mod, ctx: infer_type(mod), PassInfo(0, "InferType"))
+
+
+def FoldConstant():  # noqa: N802
+    """Evaluate constant subgraphs with the numpy reference executor."""
+    return _function_pass(fold_constant, "FoldConstant", 2)
+
+
+def SimplifyInference():  # noqa: N802
+    """batch_norm -> per-channel multiply/add; dropout -> identity."""
+    return _function_pass(simplify_inference, "SimplifyInference", 0)
+
+
+def FoldScaleAxis():  # noqa: N802
+    """Fold per-channel constant scales that follow conv2d/dense into their weights."""
+    return _function_pass(fold_scale_axis, "FoldScaleAxis", 3)
+
+
+def DeadCodeElimination(inline_once: bool = False):  # noqa: N802
+    """Drop unused let bindings."""
+    return _function_pass(dead_code_elimination, "DeadCodeElimination", 1)
+
+
+def ConvertLayout(desired_layouts: dict):  # noqa: N802
+    """Run conv2d in the requested layout, e.g. ``{"nn.conv2d": ["NHWC", "default"]}``."""
+    return _function_pass(lambda f: convert_layout(f, desired_layouts), "ConvertLayout", 3)
+
+
+def FuseOps(fuse_opt_level: int = -1):  # noqa: N802
+    """Group ops into primitive functions (see fuse_ops.py for the rule).
+
+    ``fuse_opt_level=-1`` follows the PassContext: 0 at opt_level 0, else 1.
+    """
+    def run(func, mod, ctx):
+        level = fuse_opt_level if fuse_opt_level >= 0 else (0 if ctx.opt_level == 0 else 1)
+        depth = int(ctx.config.get("relay.FuseOps.max_depth", 256))
+        return fuse_ops(infer(func), level, depth)
+    return FunctionPass(run, PassInfo(0, "FuseOps"))
+
+
+def BindParams(params: dict):  # noqa: N802
+    """Replace ``main``'s params named in ``params`` by constants."""
+    def run(mod, ctx):
+        return mod.with_functions({k: (bind_params_by_name(f, params) if k == "main" else f) for k, f in mod.items()})
+    return ModulePass(run, PassInfo(0, "BindParams"))
+
+
+def optimize_sequence() -> Sequential:
+    """The passes relay.build runs before lowering, in order (each gated by its opt level)."""
+    return Sequential([SimplifyInference(), FoldConstant(), FoldScaleAxis(), FoldConstant(),
+                       DeadCodeElimination(), InferType(), FuseOps(), InferType()], name="relay.optimize")
+
+
+__all__ = ["InferType", "FoldConstant", "SimplifyInference", "FoldScaleAxis", "DeadCodeElimination",
+           "ConvertLayout", "FuseOps", "BindParams", "Sequential", "PassContext", "optimize_sequence",
+           "bind_params_by_name", "fold_constant", "simplify_inference", "fold_scale_axis", "fuse_ops", "partition",
+           "convert_layout", "dead_code_elimination", "infer", "infer_type"]
