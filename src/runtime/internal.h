@@ -1,0 +1,85 @@
+/* Declarations shared by the runtime's C files; not part of the public API. */
+#ifndef KILN_INTERNAL_H_
+#define KILN_INTERNAL_H_
+
+#include "kiln_runtime.h"
+
+/* ---- json.c: a small JSON reader for module metadata ---------------------------------- */
+typedef enum { JSON_NULL, JSON_BOOL, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT } JsonType;
+
+typedef struct JsonNode {
+  JsonType type;
+  double number;           /* JSON_NUMBER, also 1/0 for JSON_BOOL */
+  int is_integer;          /* JSON_NUMBER written without fraction or exponent */
+  int64_t integer;         /* its value when is_integer */
+  char* string;            /* JSON_STRING: decoded UTF-8, NUL-terminated */
+  char* key;               /* the member name when this node is an object member */
+  struct JsonNode* child;  /* first element or member */
+  struct JsonNode* next;   /* next sibling */
+  size_t count;            /* number of children */
+} JsonNode;
+
+/* Parse `len` bytes; NULL with kiln_last_error set on malformed input. */
+JsonNode* json_parse(const char* text, size_t len);
+void json_free(JsonNode* node);
+const JsonNode* json_get(const JsonNode* object, const char* key); /* NULL if absent */
+const char* json_string(const JsonNode* node);                     /* NULL if not a string */
+
+/* ---- elf.c ------------------------------------------------------------------------------ */
+/* Fail with "lib.so was built for X; this device is Y ..." when `path` is not loadable here. */
+int kiln_elf_check(const char* path);
+/* Fail when the metadata's triple names another architecture than this device's. */
+int kiln_triple_check(const char* triple, const char* file_label);
+
+/* ---- tar.c ------------------------------------------------------------------------------ */
+/* Extract the members of a module archive that a loader needs (libN.o, metadata.json) into
+ * `dir`. Names that could escape `dir`, links and special files are refused. Writes the
+ * number of libN.o objects found to *num_objects. */
+int kiln_untar_module(const char* tar_path, const char* dir, int* num_objects);
+
+/* ---- link.c ----------------------------------------------------------------------------- */
+/* Link dir/lib0.o .. lib{n-1}.o into `output` with the configured C compiler. */
+int kiln_link_objects(const char* dir, int num_objects, const char* output);
+
+/* ---- module.c --------------------------------------------------------------------------- */
+int kiln_module_load_so(const char* path, KilnModule** out);
+
+#endif
+
+/* ---- module internals shared by module.c and call.c ------------------------------------- */
+enum { ARG_TENSOR, ARG_SCALAR, ARG_HANDLE };
+
+typedef struct {
+  char* name;
+  int kind;             /* ARG_* */
+  DLDataType dtype;
+  char dtype_name[16];
+  int32_t ndim;         /* tensors */
+  int64_t* dims;        /* concrete dims; -1 where symbolic */
+  char** syms;          /* symbolic dim names (NULL where concrete) */
+  int32_t code;         /* the type code the kernel expects */
+} ArgSpec;
+
+struct KilnFunction {
+  char* name;
+  KilnKernel kernel;
+  int32_t num_args;
+  ArgSpec* args;
+  int32_t* codes;
+  KilnModule* module;
+};
+
+struct KilnModule {
+  void* lib;
+  char* path;
+  char* entry;
+  int32_t device_type;
+  int num_functions;
+  KilnFunction* functions;
+  const char* last_error;   /* the module's __kiln_last_error buffer */
+  int32_t* num_threads;     /* the module's __kiln_num_threads */
+};
+
+/* Parse the metadata JSON into mod (functions, entry, device type). */
+int kiln_metadata_read(KilnModule* mod, const char* json, size_t len, const char* label);
+void kiln_metadata_free(KilnModule* mod);
