@@ -323,7 +323,9 @@ def _rewrite_reads(stage: Stage, mapping: dict[int, Tensor]) -> None:
     op = stage.op
     if not isinstance(op, ComputeOp):
         raise ScheduleError(f"cache_read: reader {op.name} is not a compute")
-    op.body = [_Redirect().visit(b) for b in op.body]
+    # A new op with the same axes, so the user's ops stay untouched (another schedule may use
+    # them) while s[reader] and reader.op.axis keep working.
+    stage.op = ComputeOp(op.name, op.tag, op.attrs, op.axis, [_Redirect().visit(b) for b in op.body])
 
 
 def _topo_order(outputs: list[Operation]) -> list[Operation]:

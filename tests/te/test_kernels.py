@@ -325,3 +325,16 @@ def test_create_prim_func_builds():
     b = tvm.nd.empty((16,), "float32")
     f(a, b)
     np.testing.assert_allclose(b.numpy(), a.numpy() ** 2, rtol=1e-6)
+
+
+def test_cache_read_leaves_the_users_ops_untouched():
+    A = te.placeholder((16,), name="A")
+    B = te.compute((16,), lambda i: A[i] + 1.0, name="B")
+    s1 = te.create_schedule(B.op)
+    s1.cache_read(A, "local", [B])
+    # A second schedule of the same ops still reads A directly and builds.
+    s2 = te.create_schedule(B.op)
+    a = rand(16)
+    for s in (s1, s2):
+        (b,) = build_run(s, [A, B], [a], [(16,)], ["float32"])
+        np.testing.assert_array_equal(b, a + 1)
