@@ -1,0 +1,126 @@
+"""ONNX elementwise ops: activations, arithmetic, comparisons, logic, variadic Min/Max/Sum/Mean."""
+
+from __future__ import annotations
+
+import math
+
+from ... import op as _op  # noqa: F401  (keeps relay.op loaded for the constructors below)
+from ...expr import const
+from ...op import nn, tensor
+from ...op import transform as tf
+
+
+def _c(ctx, x, value):
+    """A scalar constant with x's dtype."""
+    return const(value, ctx.type_of(x).dtype)
+
+
+def _unary(fn):
+    return lambda ctx, ins, attrs: fn(ins[0])
+
+
+def _binary(fn):
+    return lambda ctx, ins, attrs: fn(ins[0], ins[1])
+
+
+def _variadic(fn, mean=False):
+    def convert(ctx, ins, attrs):
+        out = ins[0]
+        for x in ins[1:]:
+            out = fn(out, x)
+        return tensor.divide(out, _c(ctx, out, len(ins))) if mean else out
+    return convert
+
+
+def _clip(ctx, ins, attrs):
+    x = ins[0]
+    if ctx.opset < 11:
+        lo, hi = attrs.get("min", -math.inf), attrs.get("max", math.inf)
+    else:
+        lo = float(ctx.value(ins[1], "min")) if len(ins) > 1 and ins[1] is not None else -math.inf
+        hi = float(ctx.value(ins[2], "max")) if len(ins) > 2 and ins[2] is not None else math.inf
+    return tensor.clip(x, lo, hi)
+
+
+def _leaky_relu(ctx, ins, attrs):
+    return nn.leaky_relu(ins[0], attrs.get("alpha", 0.01))
+
+
+def _gelu(ctx, ins, attrs):
+    x = ins[0]
+    if attrs.get("approximate", "none") == "tanh":
+        inner = tensor.multiply(_c(ctx, x, math.sqrt(2 / math.pi)),
+                                tensor.add(x, tensor.multiply(_c(ctx, x, 0.044715), tensor.power(x, _c(ctx, x, 3.0)))))
+        return tensor.multiply(tensor.multiply(_c(ctx, x, 0.5), x), tensor.add(_c(ctx, x, 1.0), tensor.tanh(inner)))
+    cdf = tensor.add(_c(ctx, x, 0.5), tensor.multiply(_c(ctx, x, 0.5), tensor.erf(tensor.multiply(x, _c(ctx, x, 1 / math.sqrt(2))))))
+    return tensor.multiply(x, cdf)
+
+
+def _pow(ctx, ins, attrs):
+    base, exp = ins
+    if ctx.type_of(exp).dtype != ctx.type_of(base).dtype:
+        exp = tf.cast(exp, ctx.type_of(base).dtype)
+    return tensor.power(base, exp)
+
+
+def _elu(ctx, ins, attrs):
+    x = ins[0]
+    alpha = attrs.get("alpha", 1.0)
+    neg = tensor.multiply(_c(ctx, x, alpha), tensor.subtract(tensor.exp(x), _c(ctx, x, 1.0)))
+    return tensor.where(tensor.greater(x, _c(ctx, x, 0.0)), x, neg)
+
+
+def _hard_sigmoid(ctx, ins, attrs):
+    x = ins[0]
+    y = tensor.add(tensor.multiply(x, _c(ctx, x, attrs.get("alpha", 0.2))), _c(ctx, x, attrs.get("beta", 0.5)))
+    return tensor.clip(y, 0.0, 1.0)
+
+
+def _hard_swish(ctx, ins, attrs):
+    x = ins[0]
+    return tensor.multiply(x, _hard_sigmoid(ctx, ins, {"alpha": 1 / 6, "beta": 0.5}))
+
+
+def _softplus(ctx, ins, attrs):
+    x = ins[0]
+    return tensor.log(tensor.add(tensor.exp(x), _c(ctx, x, 1.0)))
+
+
+def _prelu(ctx, ins, attrs):
+    x, slope = ins
+    return tensor.where(tensor.greater(x, _c(ctx, x, 0.0)), x, tensor.multiply(x, slope))
+
+
+def _mod(ctx, ins, attrs):
+    return (tensor.mod if attrs.get("fmod", 0) else tensor.floor_mod)(ins[0], ins[1])
+
+
+def _cast(ctx, ins, attrs):
+    from onnx import helper
+    return tf.cast(ins[0], helper.tensor_dtype_to_np_dtype(attrs["to"]).name)
+
+
+def _identity(ctx, ins, attrs):
+    return ins[0]
+
+
+def _where(ctx, ins, attrs):
+    return tensor.where(ins[0], ins[1], ins[2])
+
+
+CONVERTERS = {
+    "Relu": _unary(nn.relu), "Sigmoid": _unary(tensor.sigmoid), "Tanh": _unary(tensor.tanh), "Erf": _unary(tensor.erf),
+    "Sqrt": _unary(tensor.sqrt), "Neg": _unary(tensor.negative), "Exp": _unary(tensor.exp), "Log": _unary(tensor.log),
+    "Abs": _unary(tensor.abs), "Reciprocal": _unary(tensor.reciprocal), "Floor": _unary(tensor.floor),
+    "Ceil": _unary(tensor.ceil), "Round": _unary(tensor.round), "Sign": _unary(tensor.sign), "Sin": _unary(tensor.sin),
+    "Cos": _unary(tensor.cos), "Not": _unary(tensor.logical_not), "IsNaN": _unary(tensor.isnan),
+    "Add": _binary(tensor.add), "Sub": _binary(tensor.subtract), "Mul": _binary(tensor.multiply),
+    "Div": _binary(tensor.divide), "Pow": _pow, "Equal": _binary(tensor.equal), "Less": _binary(tensor.less),
+    "Greater": _binary(tensor.greater), "LessOrEqual": _binary(tensor.less_equal),
+    "GreaterOrEqual": _binary(tensor.greater_equal), "And": _binary(tensor.logical_and),
+    "Or": _binary(tensor.logical_or), "Xor": _binary(tensor.logical_xor), "Mod": _mod,
+    "Min": _variadic(tensor.minimum), "Max": _variadic(tensor.maximum), "Sum": _variadic(tensor.add),
+    "Mean": _variadic(tensor.add, mean=True), "Clip": _clip, "LeakyRelu": _leaky_relu, "Gelu": _gelu, "Elu": _elu,
+    "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish, "Softplus": _softplus, "PRelu": _prelu, "Cast": _cast,
+    "Identity": _identity, "Where": _where,
+}

@@ -1,0 +1,184 @@
+"""Walk an ONNX graph and build the relay function.
+
+Initializers become Constants (``freeze_params=True``) or function params returned in
+``params``. Shapes are static: every graph input needs a concrete shape (from the model or
+the ``shape`` argument). A node whose inputs are all constants is evaluated right away with
+the numpy reference executor, so shape-computing subgraphs (Shape -> Gather -> Concat ->
+Reshape) arrive at their consumers as constants.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from kiln.errors import KilnError
+
+from ...expr import Constant, Function, Tuple, TupleWrapper, Var, const, var
+from ...reference import evaluate
+from ...transform.infer_type import infer
+from ...ty import TensorType, dtype_of
+
+SUPPORTED_OPSETS = range(11, 19)
+
+
+class ImportError_(KilnError):
+    """The ONNX model cannot be imported as written."""
+
+
+class Ctx:
+    """What a converter sees: the opset, the node, and helpers to read shapes and constants."""
+
+    def __init__(self, importer: "_Importer", node):
+        self.importer = importer
+        self.node = node
+        self.opset = importer.opset
+
+    @property
+    def where(self) -> str:
+        return f"{self.node.op_type} node {self.node.name or '(unnamed)'!r}"
+
+    def fail(self, msg: str):
+        raise ImportError_(f"from_onnx: {self.where}: {msg}")
+
+    def type_of(self, expr) -> TensorType:
+        return infer(expr).checked_type
+
+    def shape_of(self, expr) -> tuple:
+        return self.type_of(expr).shape
+
+    def value(self, expr, what: str = "input"):
+        """The numpy value of an input that must be known at import time."""
+        if isinstance(expr, Constant):
+            return expr.data
+        if isinstance(expr, Var) and expr.name_hint in self.importer.initializers:
+            return self.importer.initializers[expr.name_hint]
+        self.fail(f"{what} must be a constant (kiln needs static shapes), but it is computed at run time")
+
+
+def _attr_value(a):
+    import onnx
+    from onnx import helper
+    value = helper.get_attribute_value(a)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, onnx.TensorProto):
+        from onnx import numpy_helper
+        return numpy_helper.to_array(value)
+    if isinstance(value, list):
+        return [v.decode() if isinstance(v, bytes) else v for v in value]
+    return value
+
+
+class _Importer:
+    def __init__(self, model, shape: dict, dtype, opset, freeze_params: bool):
+        from onnx import numpy_helper
+        self.graph = model.graph
+        default = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+        self.opset = opset or (default[0] if default else 13)
+        self.freeze = freeze_params
+        self.shape = dict(shape or {})
+        self.dtype = dtype
+        self.initializers = {t.name: numpy_helper.to_array(t) for t in self.graph.initializer}
+        self.tensors: dict = {}
+        self.params: dict = {}
+        self.inputs: list = []
+
+    def check_supported(self, converters: dict) -> None:
+        missing: dict = {}
+        for i, node in enumerate(self.graph.node):
+            if node.op_type not in converters or node.domain not in ("", "ai.onnx"):
+                key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+                missing.setdefault(key, []).append(node.name or f"#{i}")
+        if missing:
+            lines = "\n".join(f"  {op}: {', '.join(names)}" for op, names in sorted(missing.items()))
+            raise ImportError_(f"from_onnx: the model (opset {self.opset}) uses {len(missing)} unsupported op "
+                               f"type(s):\n{lines}\nSupported ops are listed in docs/relay.md "
+                               "(kiln.relay.frontend.onnx.CONVERTERS).")
+
+    def input_var(self, vi):
+        from onnx import helper
+        name = vi.name
+        tt = vi.type.tensor_type
+        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type).name if tt.elem_type else None
+        if isinstance(self.dtype, dict):
+            dtype = self.dtype.get(name, dtype)
+        elif dtype is None or (dtype.startswith("float") and self.dtype):
+            dtype = dtype or self.dtype
+        if name in self.shape:
+            dims = tuple(int(d) for d in self.shape[name])
+        else:
+            dims = []
+            for d in tt.shape.dim:
+                if not d.HasField("dim_value") or d.dim_value <= 0:
+                    raise ImportError_(f"from_onnx: input {name!r} has a dynamic dimension "
+                                       f"{d.dim_param or '?'}; pass shape={{{name!r}: (...)}}")
+                dims.append(d.dim_value)
+            dims = tuple(dims)
+        return var(name, shape=dims, dtype=dtype)
+
+    def run(self, converters: dict):
+        if self.opset not in SUPPORTED_OPSETS:
+            raise ImportError_(f"from_onnx: opset {self.opset} is not supported; kiln imports opsets 11-18")
+        self.check_supported(converters)
+        for name, value in self.initializers.items():
+            if self.freeze:
+                self.tensors[name] = const(value)
+            else:
+                v = var(name, shape=value.shape, dtype=dtype_of(value))
+                self.tensors[name] = v
+                self.params[name] = value
+        for vi in self.graph.input:
+            if vi.name not in self.initializers:
+                v = self.input_var(vi)
+                self.tensors[vi.name] = v
+                self.inputs.append(v)
+        for node in self.graph.node:
+            self.convert(node, converters[node.op_type])
+        outs = [self.tensors[o.name] for o in self.graph.output]
+        body = outs[0] if len(outs) == 1 else Tuple(outs)
+        params = self.inputs + [self.tensors[n] for n in self.params]
+        return Function(params, body)
+
+    def convert(self, node, fn) -> None:
+        inputs = [self.tensors[n] if n else None for n in node.input]
+        missing = [n for n in node.input if n and n not in self.tensors]
+        if missing:
+            raise ImportError_(f"from_onnx: node {node.name!r} reads undefined tensors {missing}")
+        attrs = {a.name: _attr_value(a) for a in node.attribute}
+        ctx = Ctx(self, node)
+        try:
+            out = fn(ctx, inputs, attrs)
+        except ImportError_:
+            raise
+        except (KilnError, ValueError, TypeError) as e:
+            raise ImportError_(f"from_onnx: {ctx.where}: {e}") from e
+        if isinstance(out, TupleWrapper):
+            out = [out[i] for i in range(len(out))]
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        foldable = all(i is None or isinstance(i, Constant) for i in inputs)
+        for name, expr in zip(node.output, outs):
+            if not name:
+                continue
+            if foldable and not isinstance(expr, (Constant, Var)):
+                expr = const(np.asarray(evaluate(expr)))
+            self.tensors[name] = expr
+
+
+def from_onnx(model, shape=None, dtype="float32", opset=None, freeze_params=True):
+    """Import an ONNX model (a ModelProto or a path) as ``(IRModule, params)``.
+
+    >>> mod, params = relay.frontend.from_onnx(onnx.load("resnet18.onnx"), shape={"data": (1, 3, 224, 224)})
+    """
+    import onnx
+
+    from kiln.ir.module import IRModule
+
+    from . import CONVERTERS
+    if isinstance(model, (str, os.PathLike)):
+        model = onnx.load(os.fspath(model))
+    importer = _Importer(model, shape, dtype, opset, freeze_params)
+    func = importer.run(CONVERTERS)
+    infer(func)
+    return IRModule({"main": func}), dict(importer.params)

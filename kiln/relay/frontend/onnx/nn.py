@@ -1,0 +1,191 @@
+"""ONNX ops with weights or windows: Conv, ConvTranspose, Gemm, MatMul, BatchNormalization,
+pooling, Softmax/LogSoftmax, LayerNormalization, Flatten, Dropout."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...expr import Constant, const
+from ...op import nn, nn_norm, nn_pool, reduce, tensor
+from ...op import transform as tf
+
+
+def _pads(ctx, attrs, in_hw, kernel, strides, dilations):
+    """(top, left, bottom, right) from ``pads`` or ``auto_pad``."""
+    auto = attrs.get("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        lo, hi = [], []
+        for size, k, s, d in zip(in_hw, kernel, strides, dilations):
+            total = max((math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size, 0)
+            small, big = total // 2, total - total // 2
+            lo.append(small if auto == "SAME_UPPER" else big)
+            hi.append(big if auto == "SAME_UPPER" else small)
+        return (lo[0], lo[1], hi[0], hi[1])
+    if auto == "VALID":
+        return (0, 0, 0, 0)
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    return tuple(int(p) for p in pads)
+
+
+def _check_2d(ctx, x, what="input"):
+    if len(ctx.shape_of(x)) != 4:
+        ctx.fail(f"only 2-D spatial {what}s (4-d NCHW tensors) are supported; got shape {ctx.shape_of(x)}")
+
+
+def _conv(ctx, ins, attrs):
+    x, w = ins[0], ins[1]
+    _check_2d(ctx, x)
+    wshape = ctx.shape_of(w)
+    kernel = attrs.get("kernel_shape", wshape[2:])
+    strides = attrs.get("strides", [1, 1])
+    dil = attrs.get("dilations", [1, 1])
+    out = nn.conv2d(x, w, strides=strides, padding=_pads(ctx, attrs, ctx.shape_of(x)[2:], kernel, strides, dil),
+                    dilation=dil, groups=attrs.get("group", 1), channels=wshape[0], kernel_size=kernel)
+    return nn.bias_add(out, ins[2]) if len(ins) > 2 and ins[2] is not None else out
+
+
+def _conv_transpose(ctx, ins, attrs):
+    x, w = ins[0], ins[1]
+    _check_2d(ctx, x)
+    if "output_shape" in attrs:
+        ctx.fail("the output_shape attribute is not supported; give pads instead")
+    if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        ctx.fail(f"auto_pad={attrs['auto_pad']} is not supported")
+    group = attrs.get("group", 1)
+    out = nn.conv2d_transpose(x, w, strides=attrs.get("strides", [1, 1]), padding=tuple(attrs.get("pads", [0] * 4)),
+                              dilation=attrs.get("dilations", [1, 1]), groups=group,
+                              output_padding=attrs.get("output_padding", [0, 0]))
+    return nn.bias_add(out, ins[2]) if len(ins) > 2 and ins[2] is not None else out
+
+
+def _transpose_2d(w):
+    if isinstance(w, Constant):
+        return const(np.ascontiguousarray(w.data.T))
+    return tf.transpose(w, (1, 0))
+
+
+def _gemm(ctx, ins, attrs):
+    a, b = ins[0], ins[1]
+    if attrs.get("transA", 0):
+        a = _transpose_2d(a)
+    weight = b if attrs.get("transB", 0) else _transpose_2d(b)
+    out = nn.dense(a, weight)
+    dtype = ctx.type_of(out).dtype
+    alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+    if alpha != 1.0:
+        out = tensor.multiply(out, const(alpha, dtype))
+    if len(ins) > 2 and ins[2] is not None:
+        c = ins[2] if beta == 1.0 else tensor.multiply(ins[2], const(beta, dtype))
+        out = tensor.add(out, c)
+    return out
+
+
+def _matmul(ctx, ins, attrs):
+    a, b = ins
+    sa, sb = ctx.shape_of(a), ctx.shape_of(b)
+    squeeze = []
+    if len(sa) == 1:
+        a, sa, squeeze = tf.expand_dims(a, 0), (1,) + sa, squeeze + [-2]
+    if len(sb) == 1:
+        b, sb, squeeze = tf.expand_dims(b, 1), sb + (1,), squeeze + [-1]
+    m, k, n = sa[-2], sa[-1], sb[-1]
+    if len(sb) == 2:  # weights: one dense over the flattened rows
+        rows = a if len(sa) == 2 else tf.reshape(a, (-1, k))
+        out = nn.dense(rows, _transpose_2d(b))
+        out = out if len(sa) == 2 else tf.reshape(out, sa[:-1] + (n,))
+    else:
+        batch = np.broadcast_shapes(sa[:-2], sb[:-2])
+        nb = int(np.prod(batch))
+        x = tf.reshape(tf.broadcast_to(a, batch + (m, k)) if sa[:-2] != batch else a, (nb, m, k))
+        y = tf.reshape(tf.broadcast_to(b, batch + (k, n)) if sb[:-2] != batch else b, (nb, k, n))
+        out = tf.reshape(nn.batch_matmul(x, y, transpose_b=False), batch + (m, n))
+    if squeeze:
+        nd = len(ctx.shape_of(out))
+        out = tf.squeeze(out, [s % nd for s in squeeze])
+    return out
+
+
+def _batch_norm(ctx, ins, attrs):
+    return nn_norm.batch_norm(*ins[:5], axis=1, epsilon=attrs.get("epsilon", 1e-5))[0]
+
+
+def _pool(kind):
+    def convert(ctx, ins, attrs):
+        x = ins[0]
+        _check_2d(ctx, x)
+        kernel = attrs["kernel_shape"]
+        strides = attrs.get("strides", [1, 1])
+        dil = attrs.get("dilations", [1, 1])
+        pads = _pads(ctx, attrs, ctx.shape_of(x)[2:], kernel, strides, dil)
+        ceil = bool(attrs.get("ceil_mode", 0))
+        if kind == "max":
+            if len(ctx.node.output) > 1 and ctx.node.output[1]:
+                ctx.fail("the Indices output of MaxPool is not supported")
+            return nn_pool.max_pool2d(x, kernel, strides, dil, pads, ceil_mode=ceil)
+        return nn_pool.avg_pool2d(x, kernel, strides, dil, pads, ceil_mode=ceil,
+                                  count_include_pad=bool(attrs.get("count_include_pad", 0)))
+    return convert
+
+
+def _global_pool(fn):
+    def convert(ctx, ins, attrs):
+        _check_2d(ctx, ins[0])
+        return fn(ins[0])
+    return convert
+
+
+def _softmax(fn):
+    def convert(ctx, ins, attrs):
+        x = ins[0]
+        shape = ctx.shape_of(x)
+        if ctx.opset >= 13:
+            return fn(x, attrs.get("axis", -1))
+        axis = attrs.get("axis", 1) % max(len(shape), 1)  # old opsets: softmax over the flattened tail
+        flat = tf.reshape(x, (int(np.prod(shape[:axis])), -1))
+        return tf.reshape(fn(flat, 1), shape)
+    return convert
+
+
+def _layer_norm(ctx, ins, attrs):
+    x, scale = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 and ins[2] is not None else None
+    shape = ctx.shape_of(x)
+    axis = attrs.get("axis", -1) % len(shape)
+    eps = attrs.get("epsilon", 1e-5)
+    dtype = ctx.type_of(x).dtype
+    if axis == len(shape) - 1 and len(ctx.shape_of(scale)) == 1:
+        beta = bias if bias is not None and len(ctx.shape_of(bias)) == 1 else const(np.zeros(shape[-1], dtype))
+        out = nn_norm.layer_norm(x, scale, beta, axis=-1, epsilon=eps)
+        return tensor.add(out, bias) if bias is not None and beta is not bias else out
+    axes = tuple(range(axis, len(shape)))
+    mean = reduce.mean(x, axes, keepdims=True)
+    centered = tensor.subtract(x, mean)
+    var = reduce.mean(tensor.multiply(centered, centered), axes, keepdims=True)
+    out = tensor.multiply(centered, tensor.rsqrt(tensor.add(var, const(eps, dtype))))
+    out = tensor.multiply(out, scale)
+    return tensor.add(out, bias) if bias is not None else out
+
+
+def _flatten(ctx, ins, attrs):
+    shape = ctx.shape_of(ins[0])
+    axis = attrs.get("axis", 1) % (len(shape) + 1) if shape else 0
+    return tf.reshape(ins[0], (int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))))
+
+
+def _dropout(ctx, ins, attrs):
+    x = ins[0]
+    if len(ctx.node.output) > 1 and ctx.node.output[1]:
+        return [x, const(np.ones(ctx.shape_of(x), dtype=bool))]
+    return x
+
+
+CONVERTERS = {
+    "Conv": _conv, "ConvTranspose": _conv_transpose, "Gemm": _gemm, "MatMul": _matmul,
+    "BatchNormalization": _batch_norm, "MaxPool": _pool("max"), "AveragePool": _pool("avg"),
+    "GlobalAveragePool": _global_pool(nn_pool.global_avg_pool2d),
+    "GlobalMaxPool": _global_pool(nn_pool.global_max_pool2d),
+    "Softmax": _softmax(nn_norm.softmax), "LogSoftmax": _softmax(nn_norm.log_softmax),
+    "LayerNormalization": _layer_norm, "Flatten": _flatten, "Dropout": _dropout,
+}

@@ -1,0 +1,176 @@
+"""ONNX data-movement and shape ops: Reshape, Transpose, Concat, Split, Slice, Gather, Squeeze,
+Unsqueeze, Expand, Pad, Resize, Tile, Shape, Size, Constant, ConstantOfShape, Range."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...expr import const
+from ...op import image
+from ...op import nn as nn_ops
+from ...op import transform as tf
+
+
+def _ints(ctx, x, what):
+    return [int(v) for v in np.asarray(ctx.value(x, what)).reshape(-1)]
+
+
+def _reshape(ctx, ins, attrs):
+    shape = _ints(ctx, ins[1], "shape")
+    if attrs.get("allowzero", 0) and 0 in shape:
+        return tf.reshape(ins[0], shape) if -1 not in shape else ctx.fail("allowzero with -1 is ambiguous")
+    return tf.reshape(ins[0], shape)
+
+
+def _transpose(ctx, ins, attrs):
+    return tf.transpose(ins[0], attrs.get("perm"))
+
+
+def _concat(ctx, ins, attrs):
+    return tf.concatenate([x for x in ins if x is not None], attrs["axis"])
+
+
+def _split(ctx, ins, attrs):
+    x = ins[0]
+    axis = attrs.get("axis", 0)
+    size = ctx.shape_of(x)[axis]
+    if len(ins) > 1 and ins[1] is not None:
+        parts = _ints(ctx, ins[1], "split")
+    elif "split" in attrs:
+        parts = list(attrs["split"])
+    else:
+        n = attrs.get("num_outputs", len(ctx.node.output))
+        chunk = -(-size // n)  # opset 18: the last chunk may be smaller
+        parts = [chunk] * (n - 1) + [size - chunk * (n - 1)]
+    indices = list(np.cumsum(parts)[:-1])
+    return tf.split(x, indices, axis)
+
+
+def _slice(ctx, ins, attrs):
+    x = ins[0]
+    starts = _ints(ctx, ins[1], "starts")
+    ends = _ints(ctx, ins[2], "ends")
+    ndim = len(ctx.shape_of(x))
+    axes = _ints(ctx, ins[3], "axes") if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
+    steps = _ints(ctx, ins[4], "steps") if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
+    return tf.strided_slice(x, starts, ends, steps, axes=[a % ndim for a in axes])
+
+
+def _gather(ctx, ins, attrs):
+    x, idx = ins
+    axis = attrs.get("axis", 0)
+    return tf.take(x, idx, axis=axis, mode="wrap")  # wrap makes negative indices count from the end
+
+
+def _gather_elements(ctx, ins, attrs):
+    return tf.gather(ins[0], attrs.get("axis", 0), ins[1])
+
+
+def _axes_arg(ctx, ins, attrs):
+    if len(ins) > 1 and ins[1] is not None:
+        return _ints(ctx, ins[1], "axes")
+    return attrs.get("axes")
+
+
+def _squeeze(ctx, ins, attrs):
+    axes = _axes_arg(ctx, ins, attrs)
+    ndim = len(ctx.shape_of(ins[0]))
+    return tf.squeeze(ins[0], None if axes is None else [a % ndim for a in axes])
+
+
+def _unsqueeze(ctx, ins, attrs):
+    shape = list(ctx.shape_of(ins[0]))
+    axes = _axes_arg(ctx, ins, attrs)
+    out_rank = len(shape) + len(axes)
+    for a in sorted(a % out_rank for a in axes):
+        shape.insert(a, 1)
+    return tf.reshape(ins[0], shape)
+
+
+def _expand(ctx, ins, attrs):
+    shape = tuple(_ints(ctx, ins[1], "shape"))
+    target = tuple(np.broadcast_shapes(ctx.shape_of(ins[0]), shape))
+    return tf.broadcast_to(ins[0], target)
+
+
+def _pad(ctx, ins, attrs):
+    x = ins[0]
+    ndim = len(ctx.shape_of(x))
+    pads = _ints(ctx, ins[1], "pads") if len(ins) > 1 else list(attrs.get("pads"))
+    axes = _ints(ctx, ins[3], "axes") if len(ins) > 3 and ins[3] is not None else list(range(ndim))
+    value = 0.0
+    if len(ins) > 2 and ins[2] is not None:
+        value = float(np.asarray(ctx.value(ins[2], "constant_value")).reshape(-1)[0])
+    width = [(0, 0)] * ndim
+    for k, a in enumerate(axes):
+        width[a % ndim] = (pads[k], pads[k + len(axes)])
+    if any(lo < 0 or hi < 0 for lo, hi in width):
+        ctx.fail("negative pads (cropping) are not supported")
+    mode = attrs.get("mode", "constant")
+    return nn_ops.pad(x, width, value, {"constant": "constant", "edge": "edge", "reflect": "reflect"}.get(mode, mode))
+
+
+def _resize(ctx, ins, attrs):
+    x = ins[0]
+    shape = ctx.shape_of(x)
+    if len(shape) != 4:
+        ctx.fail(f"only 4-d NCHW inputs are supported; got {shape}")
+    sizes = ins[3] if len(ins) > 3 and ins[3] is not None else None
+    if sizes is not None and len(_ints(ctx, sizes, "sizes")):
+        out_hw = _ints(ctx, sizes, "sizes")[2:]
+    else:
+        scales = np.asarray(ctx.value(ins[2], "scales")).reshape(-1)
+        if len(scales) == 4 and (scales[0] != 1 or scales[1] != 1):
+            ctx.fail(f"only H and W can be resized; got scales {list(scales)}")
+        out_hw = [int(np.floor(d * s)) for d, s in zip(shape[2:], scales[2:])]
+    mode = attrs.get("mode", "nearest")
+    method = {"nearest": "nearest_neighbor", "linear": "linear"}.get(mode)
+    if method is None:
+        ctx.fail(f"mode={mode!r} is not supported (nearest, linear)")
+    coord = attrs.get("coordinate_transformation_mode", "half_pixel")
+    rounding = attrs.get("nearest_mode", "round_prefer_floor") if method == "nearest_neighbor" else ""
+    return image.resize2d(x, out_hw, layout="NCHW", method=method, coordinate_transformation_mode=coord,
+                          rounding_method=rounding)
+
+
+def _tile(ctx, ins, attrs):
+    return tf.tile(ins[0], _ints(ctx, ins[1], "repeats"))
+
+
+def _shape(ctx, ins, attrs):
+    shape = np.array(ctx.shape_of(ins[0]), dtype="int64")
+    start, end = attrs.get("start", 0), attrs.get("end", None)
+    return const(shape[start:end])
+
+
+def _size(ctx, ins, attrs):
+    return const(np.array(int(np.prod(ctx.shape_of(ins[0]))), dtype="int64"))
+
+
+def _constant(ctx, ins, attrs):
+    if "value" in attrs:
+        return const(np.asarray(attrs["value"]))
+    for key, dtype in (("value_float", "float32"), ("value_floats", "float32"), ("value_int", "int64"),
+                       ("value_ints", "int64")):
+        if key in attrs:
+            return const(np.asarray(attrs[key], dtype=dtype))
+    ctx.fail(f"unsupported Constant attributes {sorted(attrs)}")
+
+
+def _constant_of_shape(ctx, ins, attrs):
+    shape = _ints(ctx, ins[0], "shape")
+    value = np.asarray(attrs.get("value", np.zeros(1, dtype="float32"))).reshape(-1)
+    return const(np.full(shape, value[0], dtype=value.dtype))
+
+
+def _range(ctx, ins, attrs):
+    start, limit, delta = (np.asarray(ctx.value(x, name)) for x, name in zip(ins, ("start", "limit", "delta")))
+    return const(np.arange(start, limit, delta).astype(start.dtype))
+
+
+CONVERTERS = {
+    "Reshape": _reshape, "Transpose": _transpose, "Concat": _concat, "Split": _split, "Slice": _slice,
+    "Gather": _gather, "GatherElements": _gather_elements, "Squeeze": _squeeze, "Unsqueeze": _unsqueeze,
+    "Expand": _expand, "Pad": _pad, "Resize": _resize, "Tile": _tile, "Shape": _shape, "Size": _size,
+    "Constant": _constant, "ConstantOfShape": _constant_of_shape, "Range": _range,
+}
