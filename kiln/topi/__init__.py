@@ -1,3 +1,23 @@
-"""``tvm.topi``: operator computes (``topi.nn``, ``topi.add``, ...) and CPU schedules (``topi.x86``)."""
+"""``tvm.topi``: operator computes and CPU schedules.
 
-from . import nn, testing, utils, x86  # noqa: F401
+Computes: ``topi.nn.conv2d_nchw``, ``topi.nn.dense``, ``topi.add``, ``topi.sum``, ``topi.reshape``...
+Schedules: ``topi.generic.schedule_injective(outs)`` and the fast CPU ones in ``topi.x86`` and
+``topi.arm_cpu`` (each takes an optional config mapping of knobs; see docs/topi.md).
+"""
+
+from . import generic, image, nn, testing, utils, x86  # noqa: F401
+from .broadcast import (  # noqa: F401
+    add, bitwise_and, bitwise_or, bitwise_xor, broadcast_shape, broadcast_to, divide, equal, floor_divide,
+    floor_mod, greater, greater_equal, less, less_equal, logical_and, logical_or, logical_xor, maximum, minimum,
+    mod, multiply, not_equal, power, subtract,
+)
+from .math import (  # noqa: F401
+    abs, acos, asin, atan, bitwise_not, cast, ceil, cos, cosh, erf, exp, floor, full, full_like, identity, isinf,
+    isnan, log, log2, log10, logical_not, negative, ones_like, reciprocal, round, rsqrt, sigmoid, sign, sin, sinh,
+    sqrt, tan, tanh, trunc, zeros_like,
+)
+from .reduction import all, any, argmax, argmin, max, mean, min, prod, sum  # noqa: F401
+from .transform import (  # noqa: F401
+    concatenate, expand_dims, flatten, flip, gather, layout_transform, one_hot, repeat, reshape, reverse, split,
+    squeeze, stack, strided_slice, take, tile, transpose, where,
+)

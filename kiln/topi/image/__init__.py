@@ -1,0 +1,3 @@
+"""``topi.image``: resize."""
+
+from .resize import resize2d, upsampling  # noqa: F401

@@ -1,0 +1,164 @@
+"""Pooling: pool2d (max/avg with padding, dilation, ceil_mode), global_pool, adaptive_pool."""
+
+from __future__ import annotations
+
+from kiln import te, tir
+from kiln.errors import ShapeError
+from kiln.ir.expr import const
+
+from ..utils import as_pair, check_ndim, const_shape
+from .pad import pad
+
+
+def _hw_axes(layout: str, op: str) -> tuple[int, int]:
+    if layout == "NCHW":
+        return 2, 3
+    if layout == "NHWC":
+        return 1, 2
+    raise ShapeError(f"{op}: layout {layout!r} is not supported; use 'NCHW' or 'NHWC'")
+
+
+def _out_size(size, pa, pb, ek, s, ceil_mode):
+    span = size + pa + pb - ek
+    if span < 0:
+        raise ShapeError(f"pool2d: window {ek} is larger than the padded input {size + pa + pb}")
+    if not ceil_mode:
+        return span // s + 1
+    o = -(-span // s) + 1
+    if (o - 1) * s >= size + pa:  # the last window must start inside the input or left padding
+        o -= 1
+    return o
+
+
+def pool2d(data, kernel, stride, dilation=(1, 1), padding=(0, 0, 0, 0), pool_type="max", ceil_mode=False,
+           layout="NCHW", count_include_pad=True):
+    """Max or average pooling over the H and W axes; padding is (top, left, bottom, right)."""
+    check_ndim("pool2d", "data", data, 4, layout)
+    if pool_type not in ("max", "avg"):
+        raise ShapeError(f"pool2d: pool_type {pool_type!r} must be 'max' or 'avg'")
+    ha, wa = _hw_axes(layout, "pool2d")
+    shape = const_shape(data, "pool2d data")
+    kh, kw = as_pair(kernel, "pool2d", "kernel")
+    sh, sw = as_pair(stride, "pool2d", "stride")
+    dh, dw = as_pair(dilation, "pool2d", "dilation")
+    pads = list(padding) if len(padding) == 4 else [padding[0], padding[1], padding[0], padding[1]]
+    pt, pl, pb, pr = (int(p) for p in pads)
+    h, w = shape[ha], shape[wa]
+    ekh, ekw = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    oh, ow = _out_size(h, pt, pb, ekh, sh, ceil_mode), _out_size(w, pl, pr, ekw, sw, ceil_mode)
+    # ceil_mode windows may run past the bottom/right padding: pad a little more (never counted).
+    eb = max(pb, (oh - 1) * sh + ekh - h - pt)
+    er = max(pr, (ow - 1) * sw + ekw - w - pl)
+    before, after = [0] * 4, [0] * 4
+    before[ha], before[wa], after[ha], after[wa] = pt, pl, eb, er
+    fill = tir.min_value(data.dtype) if pool_type == "max" else const(0, data.dtype)
+    padded = pad(data, before, after, pad_value=fill.value if hasattr(fill, "value") else 0, name="pad_temp")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    out_shape = list(shape)
+    out_shape[ha], out_shape[wa] = oh, ow
+
+    def window(i):
+        src = list(i)
+        src[ha] = i[ha] * sh + ry * dh
+        src[wa] = i[wa] * sw + rx * dw
+        return padded(*src)
+
+    attrs = {"layout": layout, "pool_type": pool_type}
+    if pool_type == "max":
+        return te.compute(tuple(out_shape), lambda *i: te.max(window(i), axis=[ry, rx]), name="pool_max",
+                          tag="pool_max", attrs=attrs)
+    total = te.compute(tuple(out_shape), lambda *i: te.sum(window(i), axis=[ry, rx]), name="pool_sum", tag="pool_sum",
+                       attrs=attrs)
+
+    def count(y, x):
+        def span(o, s, lo_limit, hi_limit, k, d):
+            # Taps of window o that fall in [lo_limit, hi_limit) (coordinates of the unpadded input).
+            lo = tir.max(o * s, lo_limit) - o * s
+            hi = tir.min(o * s + (k - 1) * d + 1, hi_limit) - o * s
+            return tir.max((hi - 1) // d - (lo + d - 1) // d + 1, const(0, "int32"))
+
+        if count_include_pad:
+            cy = span(y, sh, 0, h + pt + pb, kh, dh)
+            cx = span(x, sw, 0, w + pl + pr, kw, dw)
+        else:
+            cy = span(y, sh, pt, pt + h, kh, dh)
+            cx = span(x, sw, pl, pl + w, kw, dw)
+        return tir.max(cy * cx, const(1, "int32"))
+
+    return te.compute(tuple(out_shape), lambda *i: total(*i) / count(i[ha], i[wa]).astype(data.dtype),
+                      name="pool_avg", tag="elemwise,pool_avg")
+
+
+def global_pool(data, pool_type="avg", layout="NCHW"):
+    """Max or average over all of H and W, keeping them as size 1."""
+    check_ndim("global_pool", "data", data, 4, layout)
+    ha, wa = _hw_axes(layout, "global_pool")
+    ry = te.reduce_axis((0, data.shape[ha]), name="ry")
+    rx = te.reduce_axis((0, data.shape[wa]), name="rx")
+    out_shape = list(data.shape)
+    out_shape[ha] = out_shape[wa] = 1
+
+    def window(i):
+        src = list(i)
+        src[ha], src[wa] = ry.var, rx.var
+        return data(*src)
+
+    if pool_type == "max":
+        return te.compute(tuple(out_shape), lambda *i: te.max(window(i), axis=[ry, rx]), name="global_pool_max",
+                          tag="global_pool")
+    total = te.compute(tuple(out_shape), lambda *i: te.sum(window(i), axis=[ry, rx]), name="global_pool_sum",
+                       tag="global_pool")
+    inv = const(1.0, data.dtype) / tir.cast(data.shape[ha] * data.shape[wa], data.dtype)
+    return te.compute(tuple(out_shape), lambda *i: total(*i) * inv, name="global_pool_avg", tag="elemwise")
+
+
+def adaptive_pool(data, output_size, pool_type="avg", layout="NCHW"):
+    """Pool into a fixed output size; window i covers [floor(i*H/oh), ceil((i+1)*H/oh))."""
+    check_ndim("adaptive_pool", "data", data, 4, layout)
+    ha, wa = _hw_axes(layout, "adaptive_pool")
+    shape = const_shape(data, "adaptive_pool data")
+    oh, ow = as_pair(output_size, "adaptive_pool", "output_size")
+    h, w = shape[ha], shape[wa]
+    if oh == 1 and ow == 1:
+        return global_pool(data, pool_type, layout)
+    # The largest window bounds the reduction; taps past a smaller window are masked out.
+    kh = max(-(-((i + 1) * h) // oh) - (i * h) // oh for i in range(oh))
+    kw = max(-(-((j + 1) * w) // ow) - (j * w) // ow for j in range(ow))
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    out_shape = list(shape)
+    out_shape[ha], out_shape[wa] = oh, ow
+
+    def bounds(i, size, out):
+        return (i * size) // out, ((i + 1) * size + out - 1) // out
+
+    def fcompute(*i):
+        y0, y1 = bounds(i[ha], h, oh)
+        x0, x1 = bounds(i[wa], w, ow)
+        inside = tir.all(y0 + ry < y1, x0 + rx < x1)
+        src = list(i)
+        src[ha], src[wa] = tir.min(y0 + ry, h - 1), tir.min(x0 + rx, w - 1)
+        if pool_type == "max":
+            return te.max(tir.if_then_else(inside, data(*src), tir.min_value(data.dtype)), axis=[ry, rx])
+        return te.sum(tir.if_then_else(inside, data(*src), const(0, data.dtype)), axis=[ry, rx])
+
+    red = te.compute(tuple(out_shape), fcompute, name="adaptive_pool_red", tag="adaptive_pool")
+    if pool_type == "max":
+        return red
+
+    def favg(*i):
+        y0, y1 = bounds(i[ha], h, oh)
+        x0, x1 = bounds(i[wa], w, ow)
+        return red(*i) / ((y1 - y0) * (x1 - x0)).astype(data.dtype)
+
+    return te.compute(tuple(out_shape), favg, name="adaptive_pool_avg", tag="elemwise")
+
+
+def max_pool2d(data, pool_size, strides, padding, layout="NCHW", ceil_mode=False, dilation=(1, 1)):
+    return pool2d(data, pool_size, strides, dilation, padding, "max", ceil_mode, layout)
+
+
+def avg_pool2d(data, pool_size, strides, padding, layout="NCHW", ceil_mode=False, count_include_pad=False,
+               dilation=(1, 1)):
+    return pool2d(data, pool_size, strides, dilation, padding, "avg", ceil_mode, layout, count_include_pad)
