@@ -105,7 +105,11 @@ def main():
     ]
     print(f"{'measure':36s} {'kiln':>10s} {'goal':>8s} {'TVM 0.27':>9s}  ratio vs TVM")
     for name, value, goal, ref, better in rows:
-        ratio = "" if ref is None else f"{(ref / value if better == 'lower' else value / ref):.1f}x better"
+        if ref is None:
+            ratio = ""
+        else:
+            gain = ref / value if better == "lower" else value / ref
+            ratio = f"{gain:.1f}x better" if gain >= 1 else f"{1 / gain:.1f}x worse"
         print(f"{name:36s} {value:10.1f} {goal if goal is not None else '-':>8} {ref if ref is not None else '-':>9}  {ratio}")
 
 

@@ -122,6 +122,16 @@ class Ref:
         self.tag, self.id, self.dtype, self.shape, self.device = tag, obj_id, dtype, tuple(shape), device
 
 
+class Encoded:
+    """A value already in wire form (e.g. the reference to a remote array, sent on every call)."""
+    __slots__ = ("data",)
+
+    def __init__(self, value):
+        parts: list = []
+        _encode(value, parts, None, 0)
+        self.data = b"".join(bytes(p) for p in parts)
+
+
 # ---------------------------------------------------------------------------------------------
 # Encoding. encode() returns a list of buffers so large bytes are sent without being copied.
 
@@ -136,6 +146,14 @@ def encode(value, parts: list | None = None, hook=None) -> list:
 def _encode(v, out: list, hook, depth: int) -> None:
     if depth > _MAX_DEPTH:
         raise ProtocolError(f"value nested deeper than {_MAX_DEPTH} levels; flatten it")
+    t = type(v)
+    # Fast paths for what every call carries: small ints and pre-encoded references.
+    if t is Encoded:
+        out.append(v.data)
+        return
+    if t is int and -(1 << 63) <= v < (1 << 63):
+        out.append(b"\x01" + _I64.pack(v))
+        return
     if v is None:
         out.append(b"\x00")
     elif v is True or v is False:

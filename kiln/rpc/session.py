@@ -232,9 +232,13 @@ class RemoteNDArray:
         self.shape, self.dtype, self.device = tuple(shape), dtype, device
         self.nbytes = math.prod(self.shape) * _itemsize(dtype)
 
-    def _ref(self) -> P.Ref:
-        return P.Ref(P.T_ARRAY_REF, self._id, self.dtype, self.shape,
-                     P.Device(self.device.device_type, self.device.device_id))
+    def _ref(self) -> P.Encoded:
+        # Encoded once: an array is passed on every kernel call, and its reference never changes.
+        wire = self.__dict__.get("_wire")
+        if wire is None:
+            wire = self._wire = P.Encoded(P.Ref(P.T_ARRAY_REF, self._id, self.dtype, self.shape,
+                                                P.Device(self.device.device_type, self.device.device_id)))
+        return wire
 
     @property
     def ndim(self) -> int:
