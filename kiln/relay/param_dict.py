@@ -27,7 +27,8 @@ MAGIC = b"KILNPRM1"
 def _as_numpy(value) -> np.ndarray:
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
         value = value.numpy()
-    return np.ascontiguousarray(np.asarray(value))
+    arr = np.asarray(value)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")  # ascontiguousarray would make 0-d 1-d
 
 
 def save_param_dict(params: dict) -> bytes:

@@ -127,7 +127,7 @@ def _wrap(out):
         return out
     if isinstance(out, tuple):
         return tuple(_wrap(o) for o in out)
-    return nd.array(np.ascontiguousarray(out))
+    return nd.array(np.asarray(out).copy(order="C"))
 
 
 def create_executor(kind: str = "debug", mod=None, device=None, target="llvm", params=None):
