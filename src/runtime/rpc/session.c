@@ -1,0 +1,257 @@
+/* The session worker: one client's requests, in the process forked for that session.
+ *
+ * A crash in user code (a kernel reading out of bounds) kills only this process; the server
+ * process notices and tells the client (server.c). Requests are handled one at a time in the
+ * order they arrive, and every request but OP_FREE gets exactly one reply.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <limits.h>
+
+#include "rpc.h"
+
+int fail_with(Reply* r, const char* type, const char* fmt, ...) {
+  if (fmt) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    kiln_error("%s", msg);
+  }
+  r->error_type = type;
+  return -1;
+}
+
+static int need(Reply* r, uint32_t n, uint32_t want, const char* op) {
+  if (n >= want) return 0;
+  return fail_with(r, "TypeError", "%s needs %u arguments, got %u", op, want, n);
+}
+
+/* ---- functions the server offers without a module (worker.py's SERVER_FUNCTIONS) -------- */
+enum { FN_ECHO, FN_WORKPATH, FN_GETPID, FN_SLEEP };
+static const struct { const char* name; int id; } builtins[] = {
+    {"rpc.echo", FN_ECHO}, {"rpc.workpath", FN_WORKPATH}, {"tvm.rpc.server.workpath", FN_WORKPATH},
+    {"rpc.getpid", FN_GETPID}, {"rpc.sleep", FN_SLEEP}};
+
+static int call_builtin(Session* s, int id, const KVal* a, uint32_t n, Reply* r) {
+  switch (id) {
+    case FN_ECHO:
+      /* The values go back exactly as they came: their encoded bytes are copied. */
+      if (n != 1) wb_list(&r->body, n);
+      for (uint32_t i = 0; i < n; i++) wb_raw(&r->body, a[i].raw, a[i].raw_len);
+      return 0;
+    case FN_WORKPATH: {
+      char path[PATH_MAX];
+      if (n != 1 || a[0].tag != T_STR) return fail_with(r, "TypeError", "rpc.workpath takes one file name");
+      if (files_resolve(s->workdir, a[0].ptr, a[0].len, path, 0)) return fail_with(r, "PathError", NULL);
+      wb_str(&r->body, path);
+      return 0;
+    }
+    case FN_GETPID:
+      wb_int(&r->body, getpid());
+      return 0;
+    default: {
+      double secs;
+      if (n != 1 || kv_number(&a[0], &secs) || secs < 0 || secs > 86400)
+        return fail_with(r, "TypeError", "rpc.sleep takes a number of seconds");
+      struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+      while (nanosleep(&ts, &ts) != 0) {}
+      wb_none(&r->body);
+      return 0;
+    }
+  }
+}
+
+/* ---- handlers ----------------------------------------------------------------------------- */
+static int op_call(Session* s, const KVal* a, uint32_t n, Reply* r) {
+  if (need(r, n, 1, "call")) return -1;
+  Obj* o = obj_get(&s->objs, &a[0], OBJ_FUNC, "function");
+  if (!o) return fail_with(r, "KeyError", NULL);
+  if (o->kind == OBJ_BUILTIN) return call_builtin(s, o->builtin, a + 1, n - 1, r);
+  return op_call_kernel(s, o->ptr, a + 1, n - 1, r);
+}
+
+static int op_get_function(Session* s, const KVal* a, uint32_t n, Reply* r) {
+  if (need(r, n, 2, "get_function")) return -1;
+  if (a[1].tag != T_STR) return fail_with(r, "TypeError", "get_function: the name must be a str");
+  char name[256];
+  snprintf(name, sizeof(name), "%.*s", (int)(a[1].len < 255 ? a[1].len : 255), (const char*)a[1].ptr);
+  int global = a[0].tag == T_NONE || (a[0].tag == T_INT && a[0].i == 0);
+  if (global) {
+    for (size_t i = 0; i < sizeof(builtins) / sizeof(builtins[0]); i++) {
+      if (strcmp(builtins[i].name, name) != 0) continue;
+      uint64_t id = obj_store(&s->objs, OBJ_BUILTIN, NULL, builtins[i].id);
+      if (!id) return fail_with(r, "MemoryError", NULL);
+      wb_ref(&r->body, T_FUNC_REF, id);
+      return 0;
+    }
+    wb_none(&r->body); /* the client raises "the server has no function named ..." */
+    return 0;
+  }
+  Obj* o = obj_get(&s->objs, &a[0], OBJ_MODULE, NULL);
+  if (!o) return fail_with(r, "KeyError", NULL);
+  KilnFunction* f;
+  if (kiln_module_get_function(o->ptr, name, &f)) return fail_with(r, "AttributeError", NULL);
+  uint64_t id = obj_store(&s->objs, OBJ_FUNC, f, 0);
+  if (!id) return fail_with(r, "MemoryError", NULL);
+  wb_ref(&r->body, T_FUNC_REF, id);
+  return 0;
+}
+
+static int op_load_module(Session* s, const KVal* a, uint32_t n, Reply* r) {
+  char path[PATH_MAX];
+  if (need(r, n, 1, "load_module")) return -1;
+  if (a[0].tag != T_STR) return fail_with(r, "TypeError", "load_module: the file name must be a str");
+  if (files_resolve(s->workdir, a[0].ptr, a[0].len, path, 1)) return fail_with(r, "FileNotFoundError", NULL);
+  KilnModule* m;
+  if (kiln_module_load(path, &m)) return fail_with(r, "KilnError", NULL);
+  uint64_t id;
+  if (obj_keep_module(&s->objs, m) || !(id = obj_store(&s->objs, OBJ_MODULE, m, 0))) return fail_with(r, "MemoryError", NULL);
+  wb_ref(&r->body, T_MODULE_REF, id);
+  return 0;
+}
+
+static int op_upload(Session* s, const KVal* a, uint32_t n, Reply* r) {
+  if (need(r, n, 3, "upload")) return -1;
+  if (a[1].tag != T_INT || a[1].i < 0 || a[2].tag != T_BYTES)
+    return fail_with(r, "TypeError", "upload takes [name, offset, bytes, final]");
+  if (files_write(s->workdir, &a[0], a[1].i, a[2].ptr, a[2].len)) return fail_with(r, "RPCError", NULL);
+  wb_none(&r->body);
+  return 0;
+}
+
+static int op_download(Session* s, const KVal* a, uint32_t n, Reply* r) {
+  if (need(r, n, 3, "download")) return -1;
+  if (a[1].tag != T_INT || a[2].tag != T_INT || a[2].i < 0)
+    return fail_with(r, "TypeError", "download takes [name, offset, max_bytes]");
+  size_t max = a[2].i < (int64_t)RPC_CHUNK ? (size_t)a[2].i : RPC_CHUNK;
+  uint8_t* data;
+  size_t got;
+  if (files_read(s->workdir, &a[0], a[1].i, max, &data, &got)) return fail_with(r, "FileNotFoundError", NULL);
+  wb_bytes_header(&r->body, (uint32_t)got);
+  r->tail = r->owned_tail = data;
+  r->tail_len = got;
+  return 0;
+}
+
+static int op_remove(Session* s, const KVal* a, uint32_t n, Reply* r) {
+  if (need(r, n, 1, "remove")) return -1;
+  if (files_remove(s->workdir, &a[0])) return fail_with(r, "FileNotFoundError", NULL);
+  wb_none(&r->body);
+  return 0;
+}
+
+static int op_listdir(Session* s, const KVal* a, uint32_t n, Reply* r) { return files_list(s->workdir, &r->body); }
+
+static int op_device_exists(Session* s, const KVal* a, uint32_t n, Reply* r) {
+  if (need(r, n, 1, "device_exists")) return -1;
+  if (a[0].tag != T_DEVICE) return fail_with(r, "TypeError", "device_exists takes a device");
+  wb_int(&r->body, a[0].dev_type == KILN_DEVICE_CPU); /* the C runtime drives the CPU only */
+  return 0;
+}
+
+static int op_sync(Session* s, const KVal* a, uint32_t n, Reply* r) {
+  wb_none(&r->body); /* CPU kernels have finished when their call returns */
+  return 0;
+}
+
+static int op_module_info(Session* s, const KVal* a, uint32_t n, Reply* r) {
+  if (need(r, n, 1, "module_info")) return -1;
+  Obj* o = obj_get(&s->objs, &a[0], OBJ_MODULE, NULL);
+  if (!o) return fail_with(r, "KeyError", NULL);
+  wb_dict(&r->body, 2);
+  wb_str(&r->body, "entry_name");
+  wb_str(&r->body, kiln_module_entry_name(o->ptr));
+  wb_str(&r->body, "type_key");
+  wb_str(&r->body, "library");
+  return 0;
+}
+
+typedef int (*Handler)(Session*, const KVal*, uint32_t, Reply*);
+
+static Handler handler_for(int op) {
+  switch (op) {
+    case OP_CALL: return op_call;
+    case OP_GET_FUNCTION: return op_get_function;
+    case OP_LOAD_MODULE: return op_load_module;
+    case OP_UPLOAD: return op_upload;
+    case OP_DOWNLOAD: return op_download;
+    case OP_REMOVE: return op_remove;
+    case OP_LISTDIR: return op_listdir;
+    case OP_EMPTY: return op_empty;
+    case OP_COPY_IN: return op_copy_in;
+    case OP_COPY_OUT: return op_copy_out;
+    case OP_TIME_EVAL: return op_time_eval;
+    case OP_DEVICE_EXISTS: return op_device_exists;
+    case OP_SYNC: return op_sync;
+    case OP_MODULE_INFO: return op_module_info;
+    default: return NULL;
+  }
+}
+
+/* ---- the loop ----------------------------------------------------------------------------- */
+static void free_ids(Session* s, const KVal* v) {
+  for (uint32_t i = 0; v->tag == T_LIST && i < v->count; i++)
+    if (v->items[i].tag == T_INT && v->items[i].i > 0) obj_free(&s->objs, (uint64_t)v->items[i].i);
+}
+
+/* Returns 0 to go on, 1 to end the session. */
+static int handle(Session* s, Frame* f) {
+  Arena arena = {0};
+  KVal* v;
+  Reply r = {0};
+  int op = f->body[0], end = 0;
+  if (kv_decode(&arena, f->body + 1, f->len - 1, &v)) {
+    /* The stream can no longer be trusted to be in sync: report and end the session. */
+    wire_send_error(s->fd, "ProtocolError", kiln_last_error());
+    arena_free(&arena);
+    return 1;
+  }
+  if (op == OP_FREE) {
+    free_ids(s, v);
+    arena_free(&arena);
+    return 0;
+  }
+  if (op == OP_SHUTDOWN) {
+    wb_none(&r.body);
+    end = 1;
+  } else {
+    Handler h = handler_for(op);
+    int rc;
+    if (!h) rc = fail_with(&r, "ProtocolError", "unknown opcode %d", op);
+    else if (v->tag != T_LIST) rc = fail_with(&r, "ProtocolError", "opcode %d needs a list of arguments", op);
+    else rc = h(s, v->items, v->count, &r);
+    if (rc) {
+      wire_send_error(s->fd, r.error_type ? r.error_type : "KilnError", kiln_last_error());
+      goto done;
+    }
+  }
+  if (wire_send(s->fd, OP_RETURN, &r.body, r.tail, r.tail_len)) end = 1;
+done:
+  wb_free(&r.body);
+  free(r.owned_tail);
+  arena_free(&arena);
+  return end;
+}
+
+void session_serve(int fd, const char* workdir) {
+  Session s = {fd, workdir, {0}};
+  for (;;) {
+    Frame f;
+    int closed;
+    if (wire_recv(fd, RPC_MAX_FRAME, -1, &f, &closed)) {
+      /* Best effort: after an oversized or torn frame the client learns why we hang up. */
+      if (!closed) wire_send_error(fd, "ProtocolError", kiln_last_error());
+      break;
+    }
+    int end = handle(&s, &f);
+    free(f.body);
+    if (end) break;
+  }
+  obj_table_clear(&s.objs);
+}
