@@ -44,7 +44,7 @@ void arena_free(Arena* a) {
 }
 
 typedef struct {
-  const uint8_t* p = NULL;
+  const uint8_t* p;
   const uint8_t* end;
   const uint8_t* start;
   Arena* arena;
