@@ -1,3 +1,19 @@
-"""``topi.x86``: vectorized, parallel, register-tiled computes and schedules for x86 CPUs."""
+"""``topi.x86``: vectorized, parallel, register-tiled computes and schedules for x86 CPUs.
 
+Each fast op is a compute + schedule pair taking an optional ``cfg`` mapping of knobs (the
+compute records the knobs it used in its op's attrs, so the schedule agrees with it):
+
+    out = topi.x86.conv2d_nchw(data, kernel, strides, padding, dilation, "float32", cfg={"tile_ow": 14})
+    s = topi.x86.schedule_conv2d_nchw([out])
+"""
+
+from .batch_matmul import batch_matmul, schedule_batch_matmul  # noqa: F401
 from .conv2d import conv2d_nchw, schedule_conv2d_nchw  # noqa: F401
+from .conv2d_nhwc import conv2d_nhwc, schedule_conv2d_nhwc  # noqa: F401
+from .conv2d_transpose import conv2d_transpose_nchw, schedule_conv2d_transpose_nchw  # noqa: F401
+from .default import (  # noqa: F401
+    schedule_adaptive_pool, schedule_concatenate, schedule_injective, schedule_layer_norm, schedule_pool,
+    schedule_reduce, schedule_softmax,
+)
+from .dense import dense, schedule_dense  # noqa: F401
+from .depthwise_conv2d import depthwise_conv2d_nchw, schedule_depthwise_conv2d_nchw  # noqa: F401

@@ -60,6 +60,8 @@ def conv2d_nchw(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None, 
     out_dtype = str(data.dtype) if not out_dtype else out_dtype
     p = conv2d_shape("conv2d", const_shape(data, "conv2d data"), const_shape(kernel, "conv2d kernel"),
                      strides, padding, dilation, const_int(groups, "conv2d: groups"))
+    if p.groups > 1 and p.groups == p.in_channel:
+        return _depthwise(data, kernel, p, strides, padding, dilation, out_dtype, cfg)
     conf = dict(default_config(p))
     conf.update({k: knob(cfg, k, v) for k, v in conf.items()})
     bn = conf["oc_bn"]
@@ -86,6 +88,18 @@ def conv2d_nchw(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None, 
                       tag="injective,conv2d_unpack")
 
 
+def _depthwise(data, kernel, p, strides, padding, dilation, out_dtype, cfg):
+    """groups == channels: the OIHW kernel (C*M, 1, KH, KW) is the (C, M, KH, KW) depthwise filter."""
+    from .depthwise_conv2d import depthwise_conv2d_nchw
+
+    m = p.out_channel // p.in_channel
+    filt = kernel
+    if m > 1:
+        filt = te.compute((p.in_channel, m, p.kernel_h, p.kernel_w), lambda c, j, y, x: kernel[c * m + j, 0, y, x],
+                          name="depthwise_filter", tag="injective")
+    return depthwise_conv2d_nchw(data, filt, strides, padding, dilation, out_dtype, cfg)
+
+
 def pack_kernel(kernel, bn: int):
     """OIHW -> [O/bn, I, KH, KW, bn], zero-filled past O. Constant-folded when the kernel is a parameter."""
     oc, ic, kh, kw = kernel.shape
@@ -105,7 +119,12 @@ def schedule_conv2d_nchw(outs, cfg=None):
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([o.op for o in outs])
     out = outs[0]
-    conv = find_tagged(out, TAG)
+    try:
+        conv = find_tagged(out, TAG)
+    except ValueError:
+        from .depthwise_conv2d import schedule_depthwise_conv2d_nchw
+
+        return schedule_depthwise_conv2d_nchw(outs)
     inline_injective_between(s, out, conv)
     schedule_blocked_tile(s, conv, out)
     return s
@@ -159,10 +178,16 @@ def _schedule_tile(s, conv, conf):
 
 
 def _schedule_packing(s, conv):
-    """The padded input and the regrouped kernel are separate parallel, vectorized passes."""
+    """The padded input and the regrouped kernel are separate parallel passes; injective stages
+    feeding them (conv2d_transpose's dilation and kernel flip) are inlined into them."""
     for t in conv.op.input_tensors:
+        if "pad" not in t.op.tag and "kernel_pack" not in t.op.tag:
+            continue
         st = s[t]
-        if "pad" in t.op.tag or "kernel_pack" in t.op.tag:
-            axes = st.op.axis
-            st.parallel(st.fuse(axes[0], axes[1]))
-            st.vectorize(axes[-1]) if "kernel_pack" in t.op.tag else None
+        for u in t.op.input_tensors:
+            if isinstance(u.op, te.ComputeOp) and "injective" in u.op.tag:
+                s[u].compute_inline()
+        axes = st.op.axis
+        st.parallel(st.fuse(axes[0], axes[1]))
+        if "kernel_pack" in t.op.tag:
+            st.vectorize(axes[-1])

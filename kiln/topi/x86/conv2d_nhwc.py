@@ -1,0 +1,73 @@
+"""conv2d NHWC / HWIO for x86: the output channels are already innermost and contiguous in the
+kernel, so the generic compute is scheduled directly: a ``tile_ow`` x ``oc_bn`` register tile
+(vector loads of the kernel, broadcast input pixels), reduction outside the tile.
+
+Knobs: ``oc_bn`` (output channels per vector tile), ``tile_ow`` (pixels per tile).
+"""
+
+from __future__ import annotations
+
+from kiln import te
+
+from ..cpu import vector_lanes
+from ..nn.conv2d import conv2d_nhwc as _generic
+from ..utils import divisor_at_most, knob
+from .conv2d import find_tagged
+from .injective import inline_injective_between
+
+TAG = "conv2d_nhwc"
+
+
+def default_config(p) -> dict:
+    lanes = vector_lanes()
+    oc = p.out_channel
+    oc_bn = 2 * lanes if oc % (2 * lanes) == 0 and p.out_width <= 14 else lanes if oc >= lanes else oc
+    acc = 28 if oc_bn <= lanes else 14
+    tile_ow = divisor_at_most(p.out_width, acc, prefer=(14, 16, 8, 7))
+    if tile_ow < 4 and p.out_width > 4:
+        tile_ow = min(p.out_width, acc)
+    return {"oc_bn": oc_bn, "tile_ow": tile_ow}
+
+
+def conv2d_nhwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None, groups=1, cfg=None):
+    """Same result as topi.nn.conv2d_nhwc."""
+    out = _generic(data, kernel, strides, padding, dilation, out_dtype, groups)
+    conf = default_config(out.op.attrs["workload"])
+    conf.update({k: knob(cfg, k, v) for k, v in conf.items()})
+    out.op.attrs["config"] = conf
+    return out
+
+
+def schedule_conv2d_nhwc(outs, cfg=None):
+    del cfg
+    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
+    s = te.create_schedule([o.op for o in outs])
+    out = outs[0]
+    conv = find_tagged(out, TAG)
+    conf = conv.op.attrs.get("config") or default_config(conv.op.attrs["workload"])
+    inline_injective_between(s, out, conv)
+    conv_stage = s[s.cache_write(out, "local")] if conv.op is out.op else s[conv]
+    n, y, x, f = s[out].op.axis
+    lanes = vector_lanes()
+    bn = conf["oc_bn"]
+    fo, fi = s[out].split(f, factor=bn)
+    xo, xi = s[out].split(x, factor=conf["tile_ow"])
+    s[out].reorder(n, fo, y, xo, xi, fi)
+    s[out].parallel(s[out].fuse(n, fo, y))
+    if bn % lanes == 0:
+        s[out].vectorize(s[out].split(fi, factor=lanes)[1])
+    conv_stage.compute_at(s[out], xo)
+    _, cy, cx, cf = conv_stage.op.axis
+    rc, ry, rx = conv_stage.op.reduce_axis
+    conv_stage.reorder(ry, rx, rc, cy, cx, cf)
+    conv_stage.unroll(cx)
+    if bn % lanes == 0:
+        cfo, cfi = conv_stage.split(cf, factor=lanes)
+        conv_stage.unroll(cfo)
+        conv_stage.vectorize(cfi)
+    for t in conv.op.input_tensors:
+        if "pad" in t.op.tag:
+            st = s[t]
+            pn, py, px, pc = st.op.axis
+            st.parallel(st.fuse(pn, py))
+    return s
