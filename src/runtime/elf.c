@@ -70,7 +70,7 @@ static int wrong_machine(const char* path, const char* built) {
 }
 
 int kiln_elf_check(const char* path) {
-  unsigned char h[20];
+  unsigned char h[40];
   FILE* f = fopen(path, "rb");
   if (!f) return kiln_error("cannot open module file %s", path);
   size_t got = fread(h, 1, sizeof(h), f);
@@ -90,6 +90,12 @@ int kiln_elf_check(const char* path) {
     }
     return wrong_machine(path, name);
   }
+#if defined(__arm__) && defined(__ARM_PCS_VFP)
+  /* A hard-float loader treats a soft-float library as "not found" (ELF e_flags at offset 36
+   * of a 32-bit header, EF_ARM_ABI_FLOAT_SOFT = 0x200), which is impossible to act on. */
+  unsigned flags = got >= 40 ? (unsigned)(h[36] | h[37] << 8 | h[38] << 16 | (unsigned)h[39] << 24) : 0;
+  if (flags & 0x200u) return wrong_machine(path, "arm soft-float (gnueabi)");
+#endif
   return 0;
 }
 
