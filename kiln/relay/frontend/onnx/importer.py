@@ -1,7 +1,7 @@
 """Walk an ONNX graph and build the relay function.
 
-Initializers become Constants (``freeze_params=True``) or function params returned in
-``params``. Shapes are static: every graph input needs a concrete shape (from the model or
+Initializers become Constants (``freeze_params=True``) or, for float tensors, function
+params returned in ``params`` (integer initializers stay constants). Shapes are static: every graph input needs a concrete shape (from the model or
 the ``shape`` argument). A node whose inputs are all constants is evaluated right away with
 the numpy reference executor, so shape-computing subgraphs (Shape -> Gather -> Concat ->
 Reshape) arrive at their consumers as constants.
@@ -123,7 +123,9 @@ class _Importer:
             raise ImportError_(f"from_onnx: opset {self.opset} is not supported; kiln imports opsets 11-18")
         self.check_supported(converters)
         for name, value in self.initializers.items():
-            if self.freeze:
+            # Integer initializers are shapes, axes and indices: they stay constants even when
+            # weights are kept as params, so shape computations still fold at import.
+            if self.freeze or value.dtype.kind not in "fc":
                 self.tensors[name] = const(value)
             else:
                 v = var(name, shape=value.shape, dtype=dtype_of(value))
