@@ -167,10 +167,16 @@ def single_node(op_type: str, inputs: dict, attrs: dict | None = None, consts: d
     graph = helper.make_graph(
         [node], "single",
         [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in inputs.items()],
-        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs],
+        [onnx.ValueInfoProto(name=o) for o in outs],
         initializer=[numpy_helper.from_array(np.asarray(v), n) for n, v in consts.items()])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
+    # onnxruntime wants typed graph outputs: let ONNX shape inference fill them in
+    inferred = onnx.shape_inference.infer_shapes(m)
+    known = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    for out in m.graph.output:
+        if out.name in known and known[out.name].type.tensor_type.elem_type:
+            out.CopyFrom(known[out.name])
     return m
 
 
