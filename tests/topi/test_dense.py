@@ -1,0 +1,57 @@
+"""dense and batch_matmul (x86 vector dot tiles, plain (B, K, N) form) against numpy."""
+
+import numpy as np
+import pytest
+
+from kiln import te, topi
+from kiln.topi import testing
+
+
+@pytest.mark.parametrize("m,n,k,bias", [(1, 100, 64, True), (37, 29, 51, False), (8, 16, 5, True), (4, 33, 160, True)])
+def test_dense_x86(runner, m, n, k, bias):
+    A = te.placeholder((m, k), name="data")
+    W = te.placeholder((n, k), name="weight")
+    B = te.placeholder((n,), name="bias")
+    out = topi.x86.dense(A, W, B if bias else None)
+    a, w, b = runner.rand(m, k), runner.rand(n, k), runner.rand(n)
+    args, inputs = ([A, W, B], [a, w, b]) if bias else ([A, W], [a, w])
+    got = runner.run(topi.x86.schedule_dense, out, args, inputs)
+    np.testing.assert_allclose(got, testing.dense_python(a, w, b if bias else None), rtol=1e-4, atol=1e-3)
+
+
+def test_dense_fused_relu_with_config(runner):
+    A = te.placeholder((9, 48), name="data")
+    W = te.placeholder((20, 48), name="weight")
+    out = topi.nn.relu(topi.x86.dense(A, W, cfg={"tile_m": 3, "tile_n": 5, "lanes": 8}))
+    a, w = runner.rand(9, 48), runner.rand(20, 48)
+    got = runner.run(topi.x86.schedule_dense, out, [A, W], [a, w])
+    np.testing.assert_allclose(got, np.maximum(a @ w.T, 0), rtol=1e-4, atol=1e-3)
+
+
+def test_dense_int8_to_int32(runner):
+    A = te.placeholder((3, 40), name="data", dtype="int8")
+    W = te.placeholder((17, 40), name="weight", dtype="int8")
+    out = topi.x86.dense(A, W, out_dtype="int32")
+    a, w = runner.rand(3, 40, dtype="int8"), runner.rand(17, 40, dtype="int8")
+    got = runner.run(topi.x86.schedule_dense, out, [A, W], [a, w])
+    np.testing.assert_array_equal(got, a.astype("int32") @ w.astype("int32").T)
+
+
+def test_generic_dense_and_matmul(runner):
+    A = te.placeholder((5, 7), name="a")
+    W = te.placeholder((7, 3), name="b")
+    out = topi.nn.matmul(A, W)
+    a, w = runner.rand(5, 7), runner.rand(7, 3)
+    np.testing.assert_allclose(runner.run(topi.generic.schedule_dense, out, [A, W], [a, w]), a @ w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("ba,bb,m,n,k,tb", [(3, 3, 17, 23, 40, True), (2, 1, 9, 37, 21, False), (1, 4, 5, 6, 7, True)])
+def test_batch_matmul_x86(runner, ba, bb, m, n, k, tb):
+    X = te.placeholder((ba, m, k), name="x")
+    Y = te.placeholder((bb, n, k) if tb else (bb, k, n), name="y")
+    out = topi.x86.batch_matmul(X, Y, transpose_b=tb)
+    x, y = runner.rand(ba, m, k), runner.rand(*[int(s.value) for s in Y.shape])
+    got = runner.run(topi.x86.schedule_batch_matmul, out, [X, Y], [x, y])
+    ref = testing.batch_matmul_python(np.broadcast_to(x, (max(ba, bb), m, k)), np.broadcast_to(y, (max(ba, bb),) + y.shape[1:]),
+                                      transpose_b=tb)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)

@@ -1,0 +1,93 @@
+"""Pooling, softmax, normalizations and activations against numpy, with the x86 schedules."""
+
+import math
+
+import numpy as np
+import pytest
+
+from kiln import te, topi
+from kiln.topi import testing
+
+
+@pytest.mark.parametrize("ptype,k,s,p,ceil,cip,layout", [
+    ("max", 3, 2, (1, 1, 1, 1), False, True, "NCHW"),
+    ("avg", 3, 2, (1, 1, 1, 1), True, False, "NCHW"),
+    ("avg", 2, 2, (0, 0, 1, 1), False, True, "NHWC"),
+    ("max", 3, 1, (0, 1, 2, 0), True, True, "NHWC"),
+])
+def test_pool2d(runner, ptype, k, s, p, ceil, cip, layout):
+    shape = (2, 5, 13, 12) if layout == "NCHW" else (2, 13, 12, 5)
+    A = te.placeholder(shape, name="data")
+    out = topi.nn.pool2d(A, (k, k), (s, s), (1, 1), p, ptype, ceil, layout, cip)
+    a = runner.rand(*shape)
+    got = runner.run(topi.x86.schedule_pool, out, [A], [a])
+    ref = testing.pool2d_python(a, (k, k), (s, s), p, ptype, ceil_mode=ceil, count_include_pad=cip, layout=layout)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("ptype", ["avg", "max"])
+def test_global_and_adaptive_pool(runner, ptype):
+    A = te.placeholder((1, 19, 7, 9), name="data")
+    a = runner.rand(1, 19, 7, 9)
+    got = runner.run(topi.x86.schedule_adaptive_pool, topi.nn.global_pool(A, ptype), [A], [a])
+    ref = a.max(axis=(2, 3), keepdims=True) if ptype == "max" else a.mean(axis=(2, 3), keepdims=True)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    got = runner.run(topi.x86.schedule_adaptive_pool, topi.nn.adaptive_pool(A, (3, 4), ptype), [A], [a])
+    np.testing.assert_allclose(got, testing.adaptive_pool_python(a, (3, 4), ptype), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,axis", [((4, 1000), -1), ((2, 7, 5, 3), 1)])
+def test_softmax_and_log_softmax(runner, shape, axis):
+    A = te.placeholder(shape, name="x")
+    a = runner.rand(*shape) * 10
+    got = runner.run(topi.x86.schedule_softmax, topi.nn.softmax(A, axis), [A], [a])
+    np.testing.assert_allclose(got, testing.softmax_python(a, axis), rtol=1e-5, atol=1e-6)
+    got = runner.run(topi.x86.schedule_softmax, topi.nn.log_softmax(A, axis), [A], [a])
+    np.testing.assert_allclose(got, testing.log_softmax_python(a, axis), rtol=1e-5, atol=1e-5)
+
+
+def test_layer_norm(runner):
+    A = te.placeholder((3, 5, 48), name="x")
+    G = te.placeholder((48,), name="gamma")
+    B = te.placeholder((48,), name="beta")
+    a, g, b = runner.rand(3, 5, 48) + 3, runner.rand(48), runner.rand(48)
+    got = runner.run(topi.x86.schedule_layer_norm, topi.nn.layer_norm(A, G, B, -1, 1e-5), [A, G, B], [a, g, b])
+    np.testing.assert_allclose(got, testing.layer_norm_python(a, g, b, -1, 1e-5), rtol=1e-4, atol=1e-4)
+
+
+def test_batch_norm_inference(runner):
+    A = te.placeholder((2, 3, 4, 5), name="x")
+    ts = [te.placeholder((3,), name=n) for n in ("gamma", "beta", "mean", "var")]
+    a = runner.rand(2, 3, 4, 5)
+    g, b, m = runner.rand(3), runner.rand(3), runner.rand(3)
+    v = np.abs(runner.rand(3)) + 0.5
+    got = runner.run(topi.x86.schedule_injective, topi.nn.batch_norm_inference(A, *ts), [A, *ts], [a, g, b, m, v])
+    sh = (1, 3, 1, 1)
+    ref = (a - m.reshape(sh)) / np.sqrt(v.reshape(sh) + 1e-5) * g.reshape(sh) + b.reshape(sh)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def _erf(x):
+    return np.vectorize(math.erf)(x).astype(x.dtype)
+
+
+@pytest.mark.parametrize("fn,ref", [
+    (topi.nn.relu, lambda a: np.maximum(a, 0)),
+    (lambda x: topi.nn.leaky_relu(x, 0.1), lambda a: np.where(a > 0, a, 0.1 * a)),
+    (lambda x: topi.nn.clip(x, -0.5, 0.7), lambda a: np.clip(a, -0.5, 0.7)),
+    (topi.nn.gelu, lambda a: 0.5 * a * (1 + _erf(a / np.sqrt(2)))),
+    (topi.nn.hard_swish, lambda a: a * np.clip(a + 3, 0, 6) / 6),
+    (topi.nn.softplus, lambda a: np.log1p(np.exp(a))),
+])
+def test_activations(runner, fn, ref):
+    A = te.placeholder((3, 37), name="x")
+    a = runner.rand(3, 37) * 3
+    np.testing.assert_allclose(runner.run(topi.x86.schedule_injective, fn(A), [A], [a]), ref(a), rtol=1e-5, atol=1e-5)
+
+
+def test_prelu(runner):
+    A = te.placeholder((2, 4, 5), name="x")
+    S = te.placeholder((4,), name="slope")
+    a, sl = runner.rand(2, 4, 5), runner.rand(4)
+    got = runner.run(topi.x86.schedule_injective, topi.nn.prelu(A, S, 1), [A, S], [a, sl])
+    np.testing.assert_allclose(got, np.where(a > 0, a, a * sl.reshape(1, 4, 1)), rtol=1e-6)
