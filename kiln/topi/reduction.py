@@ -128,9 +128,11 @@ def _arg(data, axis, keepdims, reducer, name, select_last_index=False):
         return reducer((k.var.astype("int32"), data(*src)), axis=k)
 
     idx, _val = te.compute(tuple(out_shape), fcompute, name=f"T_{name}_pair", tag="comm_reduce")
+    # Always a separate output stage: a function argument that is one output of a two-output
+    # stage leaves the other output without storage (kiln.te lowering; see docs/topi.md).
     if select_last_index:
         return te.compute(idx.shape, lambda *i: (n - 1 - idx(*i)).astype("int32"), name=f"T_{name}", tag="elemwise")
-    return idx
+    return te.compute(idx.shape, lambda *i: idx(*i), name=f"T_{name}", tag="elemwise")
 
 
 def argmax(data, axis=None, keepdims=False, select_last_index=False):

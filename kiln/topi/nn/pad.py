@@ -6,6 +6,8 @@ from kiln import te, tir
 from kiln.errors import ShapeError
 from kiln.ir.expr import const
 
+from kiln.tir.simplify import simplify
+
 from ..utils import const_int
 
 
@@ -24,7 +26,7 @@ def pad(data, pad_before, pad_after=None, pad_value=0.0, name="PadInput"):
         raise ShapeError(f"pad: negative padding {before} / {after}; use strided_slice to crop")
     if not any(before) and not any(after):
         return data
-    out_shape = tuple(data.shape[i] + before[i] + after[i] for i in range(n))
+    out_shape = tuple(simplify(data.shape[i] + before[i] + after[i]) for i in range(n))
     value = const(pad_value, data.dtype)
 
     def fcompute(*idx):
@@ -51,7 +53,7 @@ def mirror_pad(data, pad_before, pad_after=None, mode="REFLECT", name="MirrorPad
     if mode not in ("REFLECT", "SYMMETRIC"):
         raise ShapeError(f"mirror_pad: mode {mode!r} must be 'REFLECT' or 'SYMMETRIC'")
     shift = 1 if mode == "REFLECT" else 0
-    out_shape = tuple(data.shape[i] + before[i] + after[i] for i in range(n))
+    out_shape = tuple(simplify(data.shape[i] + before[i] + after[i]) for i in range(n))
 
     def fcompute(*idx):
         src = []
