@@ -121,3 +121,13 @@ def test_deep_graph_does_not_hit_recursion_limit():
     assert len(f.astext().splitlines()) > 5000
     out = relay.reference.run(tvm.IRModule.from_expr(f), {"x": np.array([-1, 0, 1, 2], "float32")})
     np.testing.assert_array_equal(out, [0, 0, 1, 2])
+
+
+def test_importing_relay_stays_light():
+    import subprocess
+    import sys
+    code = ("import sys, kiln; from kiln import relay; import kiln.relay.testing; "
+            "relay.transform.FuseOps(); "
+            "bad = [m for m in ('onnx', 'onnxruntime', 'llvmlite') if m in sys.modules]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
