@@ -5,7 +5,7 @@ Schedules: ``topi.generic.schedule_injective(outs)`` and the fast CPU ones in ``
 ``topi.arm_cpu`` (each takes an optional config mapping of knobs; see docs/topi.md).
 """
 
-from . import generic, image, nn, testing, utils, x86  # noqa: F401
+from . import arm_cpu, cpu, generic, image, nn, testing, utils, x86  # noqa: F401
 from .broadcast import (  # noqa: F401
     add, bitwise_and, bitwise_or, bitwise_xor, broadcast_shape, broadcast_to, divide, equal, floor_divide,
     floor_mod, greater, greater_equal, less, less_equal, logical_and, logical_or, logical_xor, maximum, minimum,

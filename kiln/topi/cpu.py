@@ -41,3 +41,14 @@ def vector_lanes(dtype_bits: int = 32, target=None) -> int:
     elif "avx2" in mattr or any(c in mcpu for c in ("haswell", "skylake", "znver")):
         bits = 256
     return max(1, bits // dtype_bits)
+
+
+def vector_registers(target=None) -> int:
+    """Architectural vector registers: 32 with AVX-512 or AArch64 NEON, else 16."""
+    target = target or _current_target()
+    triple = getattr(target, "mtriple", "") if target is not None else ""
+    if "aarch64" in triple or "arm64" in triple:
+        return 32
+    if "arm" in triple or "arm" in (str(target) if target is not None else ""):
+        return 16
+    return 32 if vector_lanes(32, target) >= 16 else 16

@@ -24,20 +24,25 @@ from kiln.ir.expr import const
 from ..nn.conv2d import Conv2DShape, conv2d_shape
 from ..nn.pad import pad
 from ..utils import check_ndim, const_int, const_shape, divisor_at_most, knob
+from ..cpu import vector_lanes, vector_registers
 from .injective import inline_injective_between
 
 TAG = "conv2d_nchw_blocked"
-VECTOR_LANES = 16  # float32 lanes of a zmm register
 
 
 def default_config(p: Conv2DShape) -> dict:
-    """Heuristic knobs: 16 or 32 channels per block, ~28 accumulators in registers."""
+    """Heuristic knobs: one or two vectors of channels per block, registers nearly all accumulators."""
+    lanes, regs = vector_lanes(), vector_registers()
     ocg = p.out_channel // p.groups
-    oc_bn = 32 if ocg % 32 == 0 and p.out_width <= 14 else 16
+    # Small late-layer images have too few pixels for a long tile: take two vectors of channels.
+    # (NEON's 4 lanes are too narrow for one vector to carry the tile.)
+    wide = p.out_width <= 14 or lanes <= 4
+    oc_bn = 2 * lanes if ocg % (2 * lanes) == 0 and wide else lanes
     if ocg % oc_bn:
-        oc_bn = divisor_at_most(ocg, 16, prefer=(16, 8)) if p.groups > 1 else 16
-    accumulators = 28 if oc_bn == 16 else 14 * 16 // oc_bn
-    tile_ow = divisor_at_most(p.out_width, accumulators, prefer=(14, 16, 8, 7))
+        oc_bn = divisor_at_most(ocg, lanes, prefer=(lanes, lanes // 2)) if p.groups > 1 else lanes
+    vectors_per_pixel = max(1, oc_bn // lanes)
+    accumulators = (regs - 4) // vectors_per_pixel
+    tile_ow = divisor_at_most(p.out_width, accumulators, prefer=(14, 16, 8, 7, 12, 6))
     if tile_ow < 4 and p.out_width > 4:
         tile_ow = min(p.out_width, accumulators)  # a tail is cheaper than a 1-wide tile
     return {"oc_bn": oc_bn, "tile_ow": tile_ow, "unroll_kw": p.kernel_w <= 3, "ic_unroll": 1}
