@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .expr import Function, Let, Var
+from .expr import Call, Function, Let, Var
 from .visitor import children, post_order
 
 
@@ -54,3 +54,26 @@ def users(expr) -> dict:
         for c in children(node):
             out.setdefault(c, []).append(node)
     return out
+
+
+def op_calls(expr, ops=None) -> list:
+    """Every call of an OpDef under ``expr`` (entering fused Functions), children first, typed.
+
+    ``ops`` limits the result to some ops (OpDefs or names); the tuner's task extraction uses
+    ``op_calls(mod["main"], [relay.op.get("nn.conv2d")])`` and reads ``call.attrs`` and
+    ``call.args[i].checked_type``.
+    """
+    from .op.registry import OpDef
+    from .transform.infer_type import infer
+    from .visitor import post_order_visit
+
+    wanted = None if ops is None else {o if isinstance(o, str) else o.name for o in ops}
+    infer(expr)
+    found: list = []
+
+    def keep(node):
+        if isinstance(node, Call) and isinstance(node.op, OpDef) and (wanted is None or node.op.name in wanted):
+            found.append(node)
+
+    post_order_visit(expr, keep)
+    return found

@@ -15,7 +15,7 @@ import numpy as np
 
 from kiln.errors import KilnError
 
-from .ty import TensorType, TupleType, Type, dtype_of, np_dtype
+from .ty import TensorType, Type, dtype_of, np_dtype
 
 
 class Attrs:

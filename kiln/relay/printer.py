@@ -11,8 +11,6 @@ Attributes equal to the op's default are left out. Non-scalar constants print as
 
 from __future__ import annotations
 
-import numpy as np
-
 from .expr import Call, Constant, Function, If, Let, Tuple, TupleGetItem, Var
 from .op.registry import OpDef
 from .visitor import _walk, children

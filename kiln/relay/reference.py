@@ -139,7 +139,6 @@ def create_executor(kind: str = "debug", mod=None, device=None, target="llvm", p
         raise KilnError(f"create_executor: kind {kind!r} needs the compiled path; use relay.build and "
                         "kiln.contrib.graph_executor.GraphModule, or kind='debug' for the numpy reference")
     from kiln.ir.module import IRModule
-    from .expr import bind
     if mod is None:
         mod = IRModule()
     if params:

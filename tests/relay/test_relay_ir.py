@@ -131,3 +131,13 @@ def test_importing_relay_stays_light():
             "bad = [m for m in ('onnx', 'onnxruntime', 'llvmlite') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_op_calls_finds_convs_for_task_extraction():
+    mod, _ = relay.testing.resnet.get_workload(num_layers=18, image_shape=(3, 32, 32))
+    convs = relay.analysis.op_calls(mod["main"], ops=(relay.op.get("nn.conv2d"),))
+    assert len(convs) == 20  # stem, 16 block convs, 3 projection shortcuts
+    first = convs[0]
+    assert first.args[0].checked_type.shape == (1, 3, 32, 32) and first.attrs.strides == (2, 2)
+    fused = relay.transform.FuseOps()(mod)
+    assert len(relay.analysis.op_calls(fused["main"], ["nn.conv2d"])) == 20

@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..expr import Call, TupleGetItem
-from ..ty import TensorType, TupleType
+from ..ty import TensorType
 from .registry import OpDef, OpPattern, RelCtx, as_tuple, conv_padding, identity_rel
 
 OEF = OpPattern.OUT_ELEMWISE_FUSABLE

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..expr import Call, TupleGetItem, TupleWrapper
+from ..expr import TupleWrapper
 from ..ty import TensorType, TupleType
 from .registry import OpDef, OpPattern, RelCtx
 

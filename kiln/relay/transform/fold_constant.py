@@ -4,7 +4,7 @@ computed with the numpy reference executor. Fused primitive functions are left a
 
 from __future__ import annotations
 
-from ..expr import Call, Constant, Function, Tuple, TupleGetItem, const
+from ..expr import Constant, Tuple, const
 from ..op.registry import OpDef
 from ..visitor import ExprMutator
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-from ... import op as _op  # noqa: F401  (keeps relay.op loaded for the constructors below)
 from ...expr import const
 from ...op import nn, tensor
 from ...op import transform as tf
