@@ -101,10 +101,23 @@ def get_config():
     return dispatcher.current().query(Target.current(allow_none=True), _workload.get())
 
 
+def _load_builtin_templates() -> None:
+    """kiln's te templates and kiln.topi's tunable ops register when imported; import them the
+    first time a name is not found, so ``task.create("kiln/matmul", ...)`` works as is."""
+    import importlib
+    for module in ("kiln.autotvm.templates", "kiln.topi"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
+
+
 class Task:
     """One tuning job: ``name``, ``args``, ``target``, ``config_space``, ``flop``, ``workload``."""
 
     def __init__(self, name: str, args):
+        if name not in TEMPLATES:
+            _load_builtin_templates()
         if name not in TEMPLATES:
             raise TuningError(f"no template named {name!r}; define it with "
                               f"@autotvm.template({name!r}) (known: {sorted(TEMPLATES)[:20]})")

@@ -50,7 +50,7 @@ class GATuner(Tuner):
                 if not self._queue:
                     break
             idx = self._queue.pop(0)
-            if idx not in self.visited:
+            if idx not in self.visited and all(c.index != idx for c in out):
                 out.append(self.space.get(idx))
         return out
 

@@ -1,0 +1,59 @@
+"""Every tuner finds the known best of a tiny space, and never measures a config twice."""
+
+import pytest
+
+from kiln import autotvm
+from kiln.autotvm.tuner import GATuner, GridSearchTuner, RandomTuner, XGBTuner
+
+from conftest import toy_cost
+
+TUNERS = {
+    "grid": lambda t: GridSearchTuner(t),
+    "random": lambda t: RandomTuner(t, seed=0),
+    "ga": lambda t: GATuner(t, pop_size=16, seed=0),
+    "xgb-knob": lambda t: XGBTuner(t, plan_size=16, feature_type="knob", seed=0),
+    "xgb-reg": lambda t: XGBTuner(t, plan_size=16, feature_type="knob", loss_type="reg", seed=0),
+}
+
+
+def best_index(task):
+    return min(range(len(task.config_space)), key=lambda i: toy_cost(task.config_space.get(i)))
+
+
+@pytest.mark.parametrize("name", sorted(TUNERS))
+def test_tuner_finds_the_best_of_a_tiny_space(name, toy_task, synthetic_option):
+    tuner = TUNERS[name](toy_task)
+    tuner.tune(n_trial=len(toy_task.config_space), measure_option=synthetic_option)
+    seen = synthetic_option["runner"].seen
+    assert len(seen) == len(set(seen)), "a config was measured twice"
+    assert tuner.best_config.index == best_index(toy_task)
+
+
+def test_xgb_finds_the_best_with_half_the_budget(toy_task, synthetic_option):
+    tuner = XGBTuner(toy_task, plan_size=12, feature_type="knob", seed=1)
+    tuner.tune(n_trial=len(toy_task.config_space) // 2, measure_option=synthetic_option)
+    assert tuner.best_config.index == best_index(toy_task)
+
+
+def test_early_stopping_and_callbacks(toy_task, synthetic_option, capsys):
+    tuner = GridSearchTuner(toy_task)
+    tuner.tune(n_trial=100, measure_option=synthetic_option, early_stopping=8,
+               callbacks=[autotvm.callback.progress_bar(100, prefix="[Task  1/1] ")])
+    out = capsys.readouterr().out
+    assert tuner.trial_count < 100
+    assert "[Task  1/1] Current/Best:" in out and "GFLOPS | Progress: (" in out
+    assert out.rstrip().endswith("Done.")
+
+
+def test_resuming_skips_logged_configs(toy_task, synthetic_option, tmp_path):
+    log = str(tmp_path / "toy.log")
+    first = RandomTuner(toy_task, seed=3)
+    first.tune(n_trial=20, measure_option=synthetic_option,
+               callbacks=[autotvm.callback.log_to_file(log)])
+    done = set(synthetic_option["runner"].seen)
+    second = RandomTuner(toy_task, seed=4)
+    second.load_history(autotvm.record.load_from_file(log))
+    synthetic_option["runner"].seen.clear()
+    second.tune(n_trial=20, measure_option=synthetic_option)
+    assert not done & set(synthetic_option["runner"].seen)
+    assert second.best_flops >= first.best_flops
