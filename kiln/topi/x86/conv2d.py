@@ -41,7 +41,8 @@ def default_config(p: Conv2DShape) -> dict:
     if ocg % oc_bn:
         oc_bn = divisor_at_most(ocg, lanes, prefer=(lanes, lanes // 2)) if p.groups > 1 else lanes
     vectors_per_pixel = max(1, oc_bn // lanes)
-    accumulators = (regs - 4) // vectors_per_pixel
+    # Leave room for the kernel vectors and a broadcast: 28 accumulators of 2 vectors spill.
+    accumulators = (regs - 8) // vectors_per_pixel
     tile_ow = divisor_at_most(p.out_width, accumulators, prefer=(14, 16, 8, 7, 12, 6))
     if tile_ow < 4 and p.out_width > 4:
         tile_ow = min(p.out_width, accumulators)  # a tail is cheaper than a 1-wide tile
@@ -58,24 +59,37 @@ def config_space(p: Conv2DShape) -> dict:
     }
 
 
-def conv2d_nchw(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None, groups=1, cfg=None):
-    """conv2d NCHW / OIHW with the blocked x86 compute; same result as topi.nn.conv2d_nchw."""
+def conv2d_nchw(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None, groups=1, cfg=None,
+                out_channels=None):
+    """conv2d NCHW / OIHW with the blocked x86 compute; same result as topi.nn.conv2d_nchw.
+
+    ``kernel`` may also be pre-packed by ``prepack_kernel`` (5 dims: O/bn, I/groups, KH, KW, bn;
+    pass ``out_channels`` when bn does not divide O). Graph compilers do that once for constant
+    weights, which saves re-packing them on every call (large for late ResNet layers).
+    """
     check_ndim("conv2d", "data", data, 4, "NCHW")
-    check_ndim("conv2d", "kernel", kernel, 4, "OIHW")
+    prepacked = len(kernel.shape) == 5
+    if not prepacked:
+        check_ndim("conv2d", "kernel", kernel, 4, "OIHW, or 5 dims when pre-packed")
     out_dtype = str(data.dtype) if not out_dtype else out_dtype
-    p = conv2d_shape("conv2d", const_shape(data, "conv2d data"), const_shape(kernel, "conv2d kernel"),
+    kshape = const_shape(kernel, "conv2d kernel")
+    if prepacked:
+        kshape = (out_channels or kshape[0] * kshape[4],) + kshape[1:4]
+    p = conv2d_shape("conv2d", const_shape(data, "conv2d data"), kshape,
                      strides, padding, dilation, const_int(groups, "conv2d: groups"))
-    if p.groups > 1 and p.groups == p.in_channel:
+    if p.groups > 1 and p.groups == p.in_channel and not prepacked:
         return _depthwise(data, kernel, p, strides, padding, dilation, out_dtype, cfg)
     conf = dict(default_config(p))
     conf.update({k: knob(cfg, k, v) for k, v in conf.items()})
+    if prepacked:
+        conf["oc_bn"] = const_int(kernel.shape[4])
     bn = conf["oc_bn"]
     icg, ocg = p.channels_per_group, p.out_channel // p.groups
     if p.groups > 1 and ocg % bn:
         raise ValueError(f"conv2d: oc_bn={bn} must divide the {ocg} output channels per group")
     chunks = -(-p.out_channel // bn)
     padded = pad(data, (0, 0, p.pad_top, p.pad_left), (0, 0, p.pad_bottom, p.pad_right), name="data_pad")
-    kernel_vec = pack_kernel(kernel, bn)
+    kernel_vec = kernel if prepacked else pack_kernel(kernel, bn)
     rc = te.reduce_axis((0, icg), name="rc")
     ry = te.reduce_axis((0, p.kernel_h), name="ry")
     rx = te.reduce_axis((0, p.kernel_w), name="rx")
@@ -116,6 +130,25 @@ def pack_kernel(kernel, bn: int):
     return te.compute((chunks, ic, kh, kw, bn),
                       lambda o, i, y, x, b: tir.if_then_else(o * bn + b < oc, kernel[tir.min(o * bn + b, oc - 1), i, y, x], zero),
                       name="kernel_vec", tag="injective,kernel_pack")
+
+
+def prepack_kernel(weight, bn: int):
+    """numpy: OIHW weight -> (O/bn, I, KH, KW, bn), zero-filled past O (what pack_kernel computes)."""
+    import numpy as np
+
+    o, i, kh, kw = weight.shape
+    chunks = -(-o // bn)
+    padded = np.zeros((chunks * bn, i, kh, kw), dtype=weight.dtype)
+    padded[:o] = weight
+    return np.ascontiguousarray(padded.reshape(chunks, bn, i, kh, kw).transpose(0, 2, 3, 4, 1))
+
+
+def config_for(data_shape, kernel_shape, strides=1, padding=0, dilation=1, groups=1, cfg=None) -> dict:
+    """The knobs conv2d_nchw will use for these shapes (e.g. to pre-pack weights with oc_bn)."""
+    p = conv2d_shape("conv2d", tuple(data_shape), tuple(kernel_shape), strides, padding, dilation, groups)
+    conf = dict(default_config(p))
+    conf.update({k: knob(cfg, k, v) for k, v in conf.items()})
+    return conf
 
 
 def schedule_conv2d_nchw(outs, cfg=None):
