@@ -39,13 +39,16 @@ def add_template(n: int, mode: str = "ok"):
 
 
 @autotvm.template("test/busy")
-def busy_template(n: int, work: int):
-    """A kernel that takes a predictable time (a long scalar reduction), for parallelism tests."""
+def busy_template(n: int, micros: int):
+    """A kernel that takes a set time by sleeping (usleep from libc) rather than computing, so
+    tests of fleet parallelism do not depend on how busy this machine's cores are."""
+    from kiln.tir.op import call_extern
     A = te.placeholder((n,), name="A")
     cfg = autotvm.get_config()
     cfg.define_knob("variant", list(range(16)))
-    k = te.reduce_axis((0, work), name="k")
-    B = te.compute((1,), lambda i: te.sum(A[(k + cfg["variant"].val) % n] * 1.0001, axis=k), name="B")
+    B = te.compute((n,), lambda i: te.if_then_else(
+        i == 0, A[i] + te.const(0.0) * call_extern("int32", "usleep", micros).astype("float32"),
+        A[i] * (1.0 + cfg["variant"].val)), name="B")
     s = te.create_schedule(B.op)
     return s, [A, B]
 

@@ -59,11 +59,13 @@ def _classify(error: RPCError) -> int | None:
     """The candidate's error kind when the server ended the session, None when the server
     itself disappeared."""
     text = str(error)
-    if "session_timeout" in text:
+    # The server's own word on why it ended the session comes first (server.py writes these).
+    if "session_timeout of" in text:
         return MeasureErrorNo.RUN_TIMEOUT
     if "worker process died" in text or "exited with code" in text:
         return MeasureErrorNo.RUNTIME_DEVICE
-    if "lost the session" in text or "cannot connect" in text or "handshake" in text:
+    if any(m in text for m in ("lost the session", "shutting down", "cannot connect", "handshake",
+                               "client connection broke")):
         return None
     return MeasureErrorNo.RUNTIME_DEVICE  # a remote exception: the kernel raised
 
