@@ -40,6 +40,20 @@ def test_conv2d_nchw_fused_bias_relu_and_config(runner):
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("o", [32, 20])
+def test_conv2d_with_prepacked_kernel(runner, o):
+    from kiln.topi.x86.conv2d import config_for, prepack_kernel
+
+    a, wt = runner.rand(1, 8, 10, 9), runner.rand(o, 8, 3, 3)
+    conf = config_for(a.shape, wt.shape, 1, 1)
+    packed = prepack_kernel(wt, conf["oc_bn"])
+    A = te.placeholder(a.shape, name="data")
+    W = te.placeholder(packed.shape, name="kernel_packed")
+    out = topi.x86.conv2d_nchw(A, W, 1, 1, 1, "float32", out_channels=o)
+    got = runner.run(topi.x86.schedule_conv2d_nchw, out, [A, W], [a, packed])
+    np.testing.assert_allclose(got, testing.conv2d_nchw_python(a, wt, 1, 1), rtol=1e-4, atol=1e-3)
+
+
 def test_conv2d_int8_accumulates_in_int32(runner):
     A = te.placeholder((1, 8, 7, 7), name="data", dtype="int8")
     W = te.placeholder((16, 8, 3, 3), name="kernel", dtype="int8")
