@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ...expr import const
+from ...expr import Constant, const
 from ...op import nn, tensor
 from ...op import transform as tf
 
@@ -34,11 +34,15 @@ def _variadic(fn, mean=False):
 def _clip(ctx, ins, attrs):
     x = ins[0]
     if ctx.opset < 11:
-        lo, hi = attrs.get("min", -math.inf), attrs.get("max", math.inf)
-    else:
-        lo = float(ctx.value(ins[1], "min")) if len(ins) > 1 and ins[1] is not None else -math.inf
-        hi = float(ctx.value(ins[2], "max")) if len(ins) > 2 and ins[2] is not None else math.inf
-    return tensor.clip(x, lo, hi)
+        return tensor.clip(x, attrs.get("min", -math.inf), attrs.get("max", math.inf))
+    lo = ins[1] if len(ins) > 1 else None
+    hi = ins[2] if len(ins) > 2 else None
+    if all(b is None or isinstance(b, Constant) for b in (lo, hi)):
+        return tensor.clip(x, float(lo.data) if lo is not None else -math.inf,
+                           float(hi.data) if hi is not None else math.inf)
+    # bounds computed at run time: clip as maximum/minimum
+    out = tensor.maximum(x, lo) if lo is not None else x
+    return tensor.minimum(out, hi) if hi is not None else out
 
 
 def _leaky_relu(ctx, ins, attrs):

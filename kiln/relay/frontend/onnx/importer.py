@@ -20,7 +20,10 @@ from ...reference import evaluate
 from ...transform.infer_type import infer
 from ...ty import TensorType, dtype_of
 
-SUPPORTED_OPSETS = range(11, 19)
+# Tested on opsets 11-18 (the acceptance range). Other opsets from 7 on are accepted: converters
+# read the attributes and inputs that moved between versions (Clip bounds, Slice/Pad/Split/
+# Squeeze/Reduce axes) and fail naming the feature they lack.
+MIN_OPSET = 7
 
 
 class ImportError_(KilnError):
@@ -119,8 +122,9 @@ class _Importer:
         return var(name, shape=dims, dtype=dtype)
 
     def run(self, converters: dict):
-        if self.opset not in SUPPORTED_OPSETS:
-            raise ImportError_(f"from_onnx: opset {self.opset} is not supported; kiln imports opsets 11-18")
+        if self.opset < MIN_OPSET:
+            raise ImportError_(f"from_onnx: opset {self.opset} is not supported; kiln imports opset 7 and newer "
+                               "(convert the model with onnx.version_converter)")
         self.check_supported(converters)
         for name, value in self.initializers.items():
             # Integer initializers are shapes, axes and indices: they stay constants even when

@@ -108,6 +108,8 @@ def _matmul(ctx, ins, attrs):
 
 
 def _batch_norm(ctx, ins, attrs):
+    if attrs.get("training_mode", 0) or len([o for o in ctx.node.output if o]) > 1:
+        ctx.fail("training mode (running mean/var outputs) is not supported; export the model for inference")
     return nn_norm.batch_norm(*ins[:5], axis=1, epsilon=attrs.get("epsilon", 1e-5))[0]
 
 
@@ -155,7 +157,8 @@ def _layer_norm(ctx, ins, attrs):
     axis = attrs.get("axis", -1) % len(shape)
     eps = attrs.get("epsilon", 1e-5)
     dtype = ctx.type_of(x).dtype
-    if axis == len(shape) - 1 and len(ctx.shape_of(scale)) == 1:
+    stats_wanted = len([o for o in ctx.node.output if o]) > 1
+    if axis == len(shape) - 1 and len(ctx.shape_of(scale)) == 1 and not stats_wanted:
         beta = bias if bias is not None and len(ctx.shape_of(bias)) == 1 else const(np.zeros(shape[-1], dtype))
         out = nn_norm.layer_norm(x, scale, beta, axis=-1, epsilon=eps)
         return tensor.add(out, bias) if bias is not None and beta is not bias else out
@@ -163,14 +166,16 @@ def _layer_norm(ctx, ins, attrs):
     mean = reduce.mean(x, axes, keepdims=True)
     centered = tensor.subtract(x, mean)
     var = reduce.mean(tensor.multiply(centered, centered), axes, keepdims=True)
-    out = tensor.multiply(centered, tensor.rsqrt(tensor.add(var, const(eps, dtype))))
-    out = tensor.multiply(out, scale)
-    return tensor.add(out, bias) if bias is not None else out
+    inv_std = tensor.rsqrt(tensor.add(var, const(eps, dtype)))
+    out = tensor.multiply(tensor.multiply(centered, inv_std), scale)
+    out = tensor.add(out, bias) if bias is not None else out
+    return [out, mean, inv_std] if stats_wanted else out
 
 
 def _flatten(ctx, ins, attrs):
     shape = ctx.shape_of(ins[0])
-    axis = attrs.get("axis", 1) % (len(shape) + 1) if shape else 0
+    axis = attrs.get("axis", 1)
+    axis = axis + len(shape) if axis < 0 else axis  # Flatten's axis ranges over [-r, r]
     return tf.reshape(ins[0], (int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))))
 
 

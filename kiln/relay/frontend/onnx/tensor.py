@@ -48,6 +48,9 @@ def _split(ctx, ins, attrs):
 
 def _slice(ctx, ins, attrs):
     x = ins[0]
+    if ctx.opset < 10:  # starts/ends/axes were attributes
+        return tf.strided_slice(x, attrs["starts"], attrs["ends"], None,
+                                axes=[a % len(ctx.shape_of(x)) for a in attrs.get("axes", range(len(attrs["starts"])))])
     starts = _ints(ctx, ins[1], "starts")
     ends = _ints(ctx, ins[2], "ends")
     ndim = len(ctx.shape_of(x))
@@ -96,9 +99,9 @@ def _expand(ctx, ins, attrs):
 def _pad(ctx, ins, attrs):
     x = ins[0]
     ndim = len(ctx.shape_of(x))
-    pads = _ints(ctx, ins[1], "pads") if len(ins) > 1 else list(attrs.get("pads"))
+    pads = _ints(ctx, ins[1], "pads") if len(ins) > 1 else list(attrs.get("pads"))  # attribute before opset 11
     axes = _ints(ctx, ins[3], "axes") if len(ins) > 3 and ins[3] is not None else list(range(ndim))
-    value = 0.0
+    value = attrs.get("value", 0.0)
     if len(ins) > 2 and ins[2] is not None:
         value = float(np.asarray(ctx.value(ins[2], "constant_value")).reshape(-1)[0])
     width = [(0, 0)] * ndim
@@ -112,6 +115,8 @@ def _pad(ctx, ins, attrs):
 
 def _resize(ctx, ins, attrs):
     x = ins[0]
+    if ctx.opset < 11:
+        ctx.fail("Resize before opset 11 (scales as the second input) is not supported")
     shape = ctx.shape_of(x)
     if len(shape) != 4:
         ctx.fail(f"only 4-d NCHW inputs are supported; got {shape}")
