@@ -116,13 +116,17 @@ CASES = [
     ("sum_variadic", "Sum", {"a": f32(3), "b": f32(3)}, {}, {}, 13),
     ("prelu", "PRelu", {"x": X}, {}, {"s": f32(5)}, 13),
     ("hardswish", "HardSwish", {"x": X}, {}, {}, 14),
+    ("flatten_neg_axis", "Flatten", {"x": X}, {"axis": -1}, {}, 13),
+    ("clip_runtime_bounds", "Clip", {"x": X, "lo": np.array(-0.3, "float32"), "hi": np.array(0.4, "float32")}, {}, {}, 13),
+    ("layernorm_stats", "LayerNormalization", {"x": X}, {"axis": 2}, {"g": pos(4, 5)}, 17, 3),
+    ("slice_opset9_attrs", "Slice", {"x": X}, {"starts": [1], "ends": [3], "axes": [2]}, {}, 9),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_op_matches_onnxruntime(case):
-    _, op, inputs, attrs, consts, opset = case
-    n_out = {"Split": 2 if "s" in consts else 3}.get(op, 1)
+    _, op, inputs, attrs, consts, opset = case[:6]
+    n_out = case[6] if len(case) > 6 else {"Split": 2 if "s" in consts else 3}.get(op, 1)
     model = single_node(op, inputs, attrs, consts, opset=opset, n_out=n_out)
     mod, params = relay.frontend.from_onnx(model)
     got = reference.run(mod, inputs, params)
