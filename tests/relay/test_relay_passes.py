@@ -181,3 +181,23 @@ def test_full_pipeline_on_a_workload_matches_reference():
     for fn in _primitive_functions(opt["main"]):
         assert sum(op in ("nn.conv2d", "nn.dense", "nn.max_pool2d") for op in _ops(fn)) <= 1
     np.testing.assert_allclose(reference.run(opt, {"data": data}), want, rtol=1e-4, atol=1e-6)
+
+
+def test_convert_layout_nhwc_model_to_nchw():
+    mod, params = relay.testing.mobilenet.get_workload(image_shape=(3, 32, 32), layout="NHWC")
+    data = _rand(1, 32, 32, 3)
+    bound = T.BindParams(params)(mod)
+    with tvm.transform.PassContext(opt_level=3):
+        after = T.ConvertLayout({"nn.conv2d": ["NCHW", "default"]})(bound)
+    assert 'data_layout="NHWC"' not in after["main"].astext()
+    assert _ops(after["main"]).count("layout_transform") == 2
+    _same_numbers(bound, after, {"data": data})
+
+
+def test_debug_executor_runs_the_reference():
+    x = relay.var("x", shape=(3,))
+    mod = tvm.IRModule.from_expr(relay.nn.relu(x) * relay.const(2.0))
+    out = relay.create_executor("debug", mod=mod).evaluate()(np.array([-1, 0, 2], "float32"))
+    np.testing.assert_array_equal(out.numpy(), [0, 0, 4])
+    with pytest.raises(tvm.KilnError, match="relay.build"):
+        relay.create_executor("graph", mod=mod)
