@@ -168,7 +168,7 @@ static int by_name(const void* a, const void* b) { return strcmp(*(char* const*)
 int files_list(const char* root, WBuf* out) {
   NameList list = {0};
   list_dir(root, "", &list);
-  qsort(list.names, list.n, sizeof(char*), by_name);
+  if (list.n) qsort(list.names, list.n, sizeof(char*), by_name); /* qsort(NULL, 0) is UB */
   wb_list(out, (uint32_t)list.n);
   for (size_t i = 0; i < list.n; i++) {
     wb_str(out, list.names[i]);
