@@ -144,6 +144,7 @@ class Task:
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("func", None)
+        state.pop("feature_cache", None)  # the cost model's, large and useless to a build process
         state["target"] = None if self.target is None else str(self.target)
         state["target_host"] = None if self.target_host is None else str(self.target_host)
         return state

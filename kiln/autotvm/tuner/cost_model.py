@@ -47,7 +47,10 @@ class XGBoostCostModel:
         }
         self.num_rounds = num_rounds
         self.bst = None
-        self._cache: dict[int, np.ndarray] = {}
+        # Features depend only on (task, config), so every model of a task shares one cache:
+        # a second tuner on the same task (repeats, restarts) does not extract them again.
+        self._cache: dict[int, np.ndarray] = task.__dict__.setdefault("feature_cache", {}) \
+            .setdefault(feature_type, {})
         self._extra_x: np.ndarray | None = None
         self._extra_y: np.ndarray | None = None
 
