@@ -70,13 +70,14 @@ def _attrs_args(op_name: str, call) -> tuple:
 def extract_from_program(mod, params=None, target=None, target_host=None, ops=None):
     """Tasks for the tunable ops of ``mod`` (a relay Function or IRModule)."""
     from kiln.target import Target
-    from .task import TEMPLATES, create
+    from .task import TEMPLATES, _load_builtin_templates, create
 
     try:
         from kiln.relay import transform  # noqa: F401  (types must be inferred first)
     except ImportError:
         raise TuningError("extract_from_program needs kiln.relay, which this kiln lacks") from None
     del params  # shapes come from the types; weights do not change the workloads
+    _load_builtin_templates()
     func = mod["main"] if hasattr(mod, "functions") and not hasattr(mod, "body") else mod
     func = _typed(func)
     tgt = Target(target, host=target_host)

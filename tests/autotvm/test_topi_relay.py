@@ -1,0 +1,62 @@
+"""Tasks from a relay program map to kiln.topi's tunable x86 ops; tuned knobs reach topi."""
+
+import time
+
+import pytest
+
+import kiln as tvm
+from kiln import autotvm
+from kiln.autotvm import record
+from kiln.autotvm.measure import MeasureInput, MeasureResult
+
+relay = pytest.importorskip("kiln.relay")
+
+
+def _net():
+    x = relay.var("data", shape=(1, 16, 14, 14), dtype="float32")
+    y = relay.nn.conv2d(x, relay.var("w1", shape=(32, 16, 3, 3)), padding=(1, 1))
+    y = relay.nn.conv2d(relay.nn.relu(y), relay.var("w2", shape=(32, 32, 3, 3)), padding=(1, 1))
+    y = relay.nn.conv2d(relay.nn.relu(y), relay.var("w3", shape=(32, 32, 3, 3)), padding=(1, 1))
+    z = relay.nn.dense(relay.nn.batch_flatten(y), relay.var("fc", shape=(10, 32 * 14 * 14)))
+    return tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(z), z))
+
+
+def test_extract_from_program_dedups_by_workload():
+    mod = _net()
+    tasks = autotvm.task.extract_from_program(mod["main"], target="llvm", params={},
+                                              ops=(relay.op.get("nn.conv2d"),))
+    assert sorted(t.name for t in tasks) == ["conv2d_nchw.x86", "conv2d_nchw.x86"]
+    shapes = sorted(t.args[0][1] for t in tasks)
+    assert shapes == [(1, 16, 14, 14), (1, 32, 14, 14)]
+    both = autotvm.task.extract_from_program(mod["main"], target="llvm", params={})
+    assert {t.name for t in both} == {"conv2d_nchw.x86", "dense_nopack.x86"}
+
+
+def test_tuned_knobs_reach_the_topi_compute(tmp_path):
+    from kiln.autotvm.templates import topi_conv2d_nchw
+    from kiln.autotvm.templates.topi_x86 import schedule_conv2d_nchw
+    from kiln import te
+
+    task = autotvm.task.extract_from_program(_net()["main"], target="llvm", params={},
+                                             ops=(relay.op.get("nn.conv2d"),))[0]
+    space = task.config_space
+    pick = next(i for i in range(len(space)) if space.get(i)["oc_bn"].val == 8
+                and space.get(i)["tile_ow"].val == 2)
+    log = str(tmp_path / "conv.log")
+    record.save_to_file(log, [(MeasureInput(task.target, task, space.get(pick)),
+                               MeasureResult((1e-4,), 0, 0.1, time.time()))])
+    (_, dshape, _), (_, kshape, _) = task.args[0], task.args[1]
+    data, kernel = te.placeholder(dshape, name="data"), te.placeholder(kshape, name="w")
+
+    def conf():
+        out = topi_conv2d_nchw(data, kernel, *task.args[2:])
+        s = schedule_conv2d_nchw([out])
+        text = str(tvm.lower(s, [data, kernel, out]))
+        f = tvm.build(s, [data, kernel, out], target="llvm")
+        return text, f
+    with tvm.target.Target("llvm"):
+        untuned, _ = conf()
+        with autotvm.apply_history_best(log):
+            tuned, f = conf()
+    assert tuned != untuned
+    assert f is not None
