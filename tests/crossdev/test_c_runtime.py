@@ -166,3 +166,25 @@ def test_session_files_stay_inside(sanitized_server, tmp_path):
         assert remote.listdir() == []
         with pytest.raises(RPCError, match="is not in the session directory"):
             remote.load_module("nothing.so")
+
+
+def test_auth_token_with_python_client_and_tracker(runtime_builds):
+    """HMAC-SHA256 proofs computed in C match Python's, both as a server and at a tracker."""
+    binary = os.path.join(runtime_builds(""), "kiln_rpc")
+    env = {"KILN_RPC_TOKEN": "s3cret"}
+    tracker = svc.tracker(env=env)
+    board = boards.Board(binary, None, "--host", svc.HOST, "--port", str(svc.free_port()),
+                         "--tracker", f"{svc.HOST}:{tracker.port}", "--key", "tokened", env=env)
+    try:
+        board.wait_log("registered with the tracker", timeout=30)
+        with pytest.raises(RPCError, match="authentication failed: wrong token"):
+            rpc.connect(svc.HOST, board.port, auth_token="wrong")
+        with pytest.raises(RPCError, match="requires an authentication token"):
+            rpc.connect(svc.HOST, board.port, auth_token="")
+        remote = _when_free(lambda: rpc.connect_tracker(svc.HOST, tracker.port, auth_token="s3cret")
+                            .request("tokened", timeout=30))
+        with remote:
+            assert remote.get_function("rpc.echo")("ok") == "ok"
+    finally:
+        board.stop()
+        tracker.stop()
