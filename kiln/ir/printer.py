@@ -180,6 +180,11 @@ def to_text(node) -> str:
 
 
 def module_to_text(mod) -> str:
+    if not any(isinstance(f, S.PrimFunc) for _, f in mod.items()):
+        # A relay module prints in relay's own text form, one `def @name(...)` per function.
+        from kiln.relay.printer import astext
+
+        return "\n\n".join(astext(f, name) for name, f in mod.items()) + "\n"
     lines = ["# from tvm.script import ir as I", "# from tvm.script import tir as T", "", "@I.ir_module", "class Module:"]
     for name, func in mod.items():
         if isinstance(func, S.PrimFunc):
