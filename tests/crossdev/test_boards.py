@@ -149,3 +149,38 @@ def test_document_000_example_against_the_board(board_factory, tracker):
                           "--key", board.arch.key], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "secs/op" in out.stdout
+
+
+CPU_VARIANTS = {
+    "aarch64": ["llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a53",
+                "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72 -mattr=+neon"],
+    "armv7": ["llvm -mtriple=armv7l-linux-gnueabihf -mcpu=cortex-a7 -mattr=+neon,+vfp4",
+              "llvm -mtriple=armv7l-linux-gnueabihf -mcpu=cortex-a53"],
+}
+
+
+def test_cpu_and_feature_options_run_on_the_board(board, tracker, tmp_path, rng):
+    import kernels as kernel_defs
+    with _session(tracker, board) as remote:
+        for i, target in enumerate(CPU_VARIANTS[board.arch.name]):
+            s, tensors, inputs, reference = kernel_defs.matmul()
+            path = str(tmp_path / f"mm{i}.so")
+            tvm.build(s, tensors, target=target, name="matmul").export_library(path)
+            remote.upload(path)
+            func = remote.load_module(f"mm{i}.so")
+            host = inputs(rng)
+            arrays = [tvm.nd.array(x, remote.cpu()) for x in host]
+            func(*arrays)
+            np.testing.assert_allclose(arrays[-1].numpy(), reference(*host), rtol=1e-5, err_msg=target)
+
+
+def test_android_module_is_refused_on_a_linux_board(board_factory, tracker, tmp_path):
+    board = board_factory("aarch64")
+    import kernels as kernel_defs
+    s, tensors, _, _ = kernel_defs.add_one()
+    path = str(tmp_path / "android.tar")
+    tvm.build(s, tensors, target="llvm -mtriple=aarch64-linux-android", name="add_one").export_library(path)
+    with _session(tracker, board) as remote:
+        remote.upload(path)
+        with pytest.raises(RPCError, match=r"android.tar was built for aarch64-.*android.*; this device is aarch64"):
+            remote.load_module("android.tar")
