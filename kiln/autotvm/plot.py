@@ -105,3 +105,20 @@ def _write_png(path: str, rgb: np.ndarray) -> None:
     with open(path, "wb") as f:
         f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9))
                 + chunk(b"IEND", b""))
+
+
+def main(argv=None) -> None:
+    """``python -m kiln.autotvm.plot tuning.log --out tuning.png``"""
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m kiln.autotvm.plot",
+                                description="Plot best GFLOPS vs trials per task of a tuning log.")
+    p.add_argument("log")
+    p.add_argument("--out", "--plot", dest="out", default=None, help="PNG path (default: LOG.png)")
+    args = p.parse_args(argv)
+    out = args.out or args.log + ".png"
+    how = save_png(curves_from_log(args.log), out)
+    print(f"wrote {out} ({how}{'' if how == 'matplotlib' else '; pip install matplotlib for labels'})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""The PNG of best GFLOPS vs trials: written with matplotlib or the built-in encoder."""
+
+import struct
+import time
+import zlib
+
+from kiln import autotvm
+from kiln.autotvm import plot, record
+from kiln.autotvm.measure import MeasureInput, MeasureResult
+
+
+def test_builtin_png_is_a_valid_image(tmp_path):
+    path = str(tmp_path / "c.png")
+    plot._save_builtin({"a": [(1, 1.0), (2, 3.0), (3, 3.0)], "b": [(1, 2.0), (2, 2.5)]}, path)
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    length, kind = struct.unpack(">I4s", data[8:16])
+    width, height = struct.unpack(">II", data[16:24])
+    assert kind == b"IHDR" and (width, height) == (640, 400)
+    idat = data.index(b"IDAT")
+    size = struct.unpack(">I", data[idat - 4:idat])[0]
+    raw = zlib.decompress(data[idat + 4:idat + 4 + size])
+    assert len(raw) == height * (1 + 3 * width)
+
+
+def test_plot_from_a_log(tmp_path):
+    task = autotvm.task.create("test/toy", (16,), "llvm")
+    log = str(tmp_path / "toy.log")
+    record.save_to_file(log, [(MeasureInput(task.target, task, task.config_space.get(i)),
+                               MeasureResult((1e-6 * (10 - i),), 0, 0.0, time.time())) for i in range(8)])
+    curves = plot.curves_from_log(log)
+    (name, pts), = curves.items()
+    assert [p[0] for p in pts] == list(range(1, 9))
+    assert all(b >= a for (_, a), (_, b) in zip(pts, pts[1:]))  # best-so-far never drops
+    plot.main([log, "--out", str(tmp_path / "toy.png")])
+    assert (tmp_path / "toy.png").read_bytes()[:4] == b"\x89PNG"
