@@ -12,7 +12,6 @@ Ratios are board / Python-on-host; below 1 means the board answers faster.
 
 import os
 import statistics
-import subprocess
 import sys
 import time
 

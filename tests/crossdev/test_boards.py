@@ -64,8 +64,7 @@ def test_time_evaluator_measures_on_the_device(board, tracker, cross_modules, rn
 def test_crashing_kernel_ends_only_its_session(board, tracker, runtime_builds, tmp_path):
     """A kernel writing through NULL kills the session's worker; the client gets the cause and
     the board serves the next session."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "helpers"))
-    import c_kernels
+    from helpers import c_kernels  # tests/conftest.py puts tests/ on sys.path
     kernels = c_kernels.build(f"{board.arch.cross}gcc")
     path = str(tmp_path / "ckernels.so")
     kernels.module().export_library(path)

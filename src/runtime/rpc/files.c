@@ -100,6 +100,9 @@ int files_read(const char* root, const KVal* name, int64_t offset, size_t max, u
   if (files_resolve(root, name->ptr, name->len, path, 1)) return -1;
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return kiln_error("download: cannot open %.*s: %s", (int)name->len, name->ptr, strerror(errno));
+  /* Clients ask for whole chunks (16 MiB); allocate only what the file still holds. */
+  struct stat st;
+  if (fstat(fd, &st) == 0) max = st.st_size <= offset ? 0 : (size_t)(st.st_size - offset) < max ? (size_t)(st.st_size - offset) : max;
   *data = malloc(max ? max : 1);
   if (!*data) { close(fd); return kiln_error("out of memory"); }
   size_t got = 0;
