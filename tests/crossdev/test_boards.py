@@ -183,3 +183,18 @@ def test_android_module_is_refused_on_a_linux_board(board_factory, tracker, tmp_
         remote.upload(path)
         with pytest.raises(RPCError, match=r"android.tar was built for aarch64-.*android.*; this device is aarch64"):
             remote.load_module("android.tar")
+
+
+def test_soft_float_library_is_named_on_a_hard_float_board(board_factory, tracker, tmp_path):
+    """glibc's armhf loader reports a soft-float library as "cannot open shared object file";
+    the board says what is wrong instead."""
+    board = board_factory("armv7")
+    import kernels as kernel_defs
+    s, tensors, _, _ = kernel_defs.add_one()
+    path = str(tmp_path / "soft.so")
+    tvm.build(s, tensors, target="llvm -mtriple=armv7l-linux-gnueabi", name="add_one").export_library(path)
+    with _session(tracker, board) as remote:
+        remote.upload(path)
+        with pytest.raises(RPCError, match=r"soft.so was built for arm soft-float \(gnueabi\); this device is armv7. "
+                                           r"Rebuild it with target 'llvm -mtriple=armv7l-linux-gnueabihf'"):
+            remote.load_module("soft.so")
