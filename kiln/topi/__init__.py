@@ -11,6 +11,7 @@ from .broadcast import (  # noqa: F401
     floor_mod, greater, greater_equal, less, less_equal, logical_and, logical_or, logical_xor, maximum, minimum,
     mod, multiply, not_equal, power, subtract,
 )
+from .fast_math import fast_erf, fast_exp, fast_gelu, fast_sigmoid, fast_tanh  # noqa: F401
 from .math import (  # noqa: F401
     abs, acos, asin, atan, bitwise_not, cast, ceil, cos, cosh, erf, exp, floor, full, full_like, identity, isinf,
     isnan, log, log2, log10, logical_not, negative, ones_like, reciprocal, round, rsqrt, sigmoid, sign, sin, sinh,

@@ -15,10 +15,11 @@ from kiln.topi import testing
     ("avg", 2, 2, (0, 0, 1, 1), False, True, "NHWC"),
     ("max", 3, 1, (0, 1, 2, 0), True, True, "NHWC"),
 ])
-def test_pool2d(runner, ptype, k, s, p, ceil, cip, layout):
+@pytest.mark.parametrize("compute", [topi.nn.pool2d, topi.x86.pool2d])
+def test_pool2d(runner, ptype, k, s, p, ceil, cip, layout, compute):
     shape = (2, 5, 13, 12) if layout == "NCHW" else (2, 13, 12, 5)
     A = te.placeholder(shape, name="data")
-    out = topi.nn.pool2d(A, (k, k), (s, s), (1, 1), p, ptype, ceil, layout, cip)
+    out = compute(A, (k, k), (s, s), (1, 1), p, ptype, ceil, layout, cip)
     a = runner.rand(*shape)
     got = runner.run(topi.x86.schedule_pool, out, [A], [a])
     ref = testing.pool2d_python(a, (k, k), (s, s), p, ptype, ceil_mode=ceil, count_include_pad=cip, layout=layout)
@@ -36,13 +37,14 @@ def test_global_and_adaptive_pool(runner, ptype):
     np.testing.assert_allclose(got, testing.adaptive_pool_python(a, (3, 4), ptype), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("shape,axis", [((4, 1000), -1), ((2, 7, 5, 3), 1)])
-def test_softmax_and_log_softmax(runner, shape, axis):
+@pytest.mark.parametrize("shape,axis", [((4, 1000), -1), ((2, 7, 5, 3), 1), ((3, 2, 37), 2), ((2, 5), 1)])
+@pytest.mark.parametrize("ns", [topi.nn, topi.x86])
+def test_softmax_and_log_softmax(runner, shape, axis, ns):
     A = te.placeholder(shape, name="x")
     a = runner.rand(*shape) * 10
-    got = runner.run(topi.x86.schedule_softmax, topi.nn.softmax(A, axis), [A], [a])
+    got = runner.run(topi.x86.schedule_softmax, ns.softmax(A, axis), [A], [a])
     np.testing.assert_allclose(got, testing.softmax_python(a, axis), rtol=1e-5, atol=1e-6)
-    got = runner.run(topi.x86.schedule_softmax, topi.nn.log_softmax(A, axis), [A], [a])
+    got = runner.run(topi.x86.schedule_softmax, ns.log_softmax(A, axis), [A], [a])
     np.testing.assert_allclose(got, testing.log_softmax_python(a, axis), rtol=1e-5, atol=1e-5)
 
 
@@ -91,3 +93,15 @@ def test_prelu(runner):
     a, sl = runner.rand(2, 4, 5), runner.rand(4)
     got = runner.run(topi.x86.schedule_injective, topi.nn.prelu(A, S, 1), [A, S], [a, sl])
     np.testing.assert_allclose(got, np.where(a > 0, a, a * sl.reshape(1, 4, 1)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name,ref", [
+    ("fast_exp", np.exp), ("fast_tanh", np.tanh), ("fast_sigmoid", lambda a: 1 / (1 + np.exp(-a))),
+    ("fast_erf", lambda a: _erf(a)),
+])
+def test_fast_math_is_accurate(runner, name, ref):
+    a = np.concatenate([runner.rand(2000) * 4, runner.rand(200) * 1e-3, np.array([0.0, 80.0, -80.0], "float32")])
+    A = te.placeholder(a.shape, name="x")
+    got = runner.run(topi.x86.schedule_injective, getattr(topi, name)(A), [A], [a.astype("float32")])
+    want = ref(a.astype("float64"))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-30 if name != "fast_erf" else 1e-7)

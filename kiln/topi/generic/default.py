@@ -88,6 +88,8 @@ def default_schedule(outs, cfg=None):
     s = te.create_schedule([o.op for o in outs])
     inline_injective(s, outs)
     for stage in s.stages:
+        if "phase_split" in getattr(stage.op, "tag", ""):
+            continue  # a layout pass the target schedule (x86.schedule_pool) lays out itself
         if isinstance(stage.op, ComputeOp) and stage.attach.value == "root":
             for t in stage.op.outputs[:1]:
                 schedule_stage(s, t)

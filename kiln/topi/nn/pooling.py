@@ -31,8 +31,12 @@ def _out_size(size, pa, pb, ek, s, ceil_mode):
 
 
 def pool2d(data, kernel, stride, dilation=(1, 1), padding=(0, 0, 0, 0), pool_type="max", ceil_mode=False,
-           layout="NCHW", count_include_pad=True):
-    """Max or average pooling over the H and W axes; padding is (top, left, bottom, right)."""
+           layout="NCHW", count_include_pad=True, split_width_phases=False):
+    """Max or average pooling over the H and W axes; padding is (top, left, bottom, right).
+
+    ``split_width_phases`` (NCHW, width stride > 1; used by ``topi.x86``) stores the padded input
+    as [.., row, x % stride, x // stride] so each tap reads a contiguous run of a row.
+    """
     check_ndim("pool2d", "data", data, 4, layout)
     if pool_type not in ("max", "avg"):
         raise ShapeError(f"pool2d: pool_type {pool_type!r} must be 'max' or 'avg'")
@@ -63,6 +67,16 @@ def pool2d(data, kernel, stride, dilation=(1, 1), padding=(0, 0, 0, 0), pool_typ
         src[ha] = i[ha] * sh + ry * dh
         src[wa] = i[wa] * sw + rx * dw
         return padded(*src)
+
+    if split_width_phases and layout == "NCHW" and sw > 1:
+        wp = w + pl + er
+        phased = te.compute((shape[0], shape[1], h + pt + eb, sw, -(-wp // sw)),
+                            lambda b, c, y, ph, xs: padded[b, c, y, tir.min(xs * sw + ph, wp - 1)],
+                            name="pad_phased", tag="pad,phase_split")
+
+        def window(i):  # noqa: F811 - the phase-split reader replaces the plain one
+            tap = rx.var * dw
+            return phased(i[0], i[1], i[2] * sh + ry.var * dh, tap % sw, i[3] + tap // sw)
 
     attrs = {"layout": layout, "pool_type": pool_type}
     if pool_type == "max":

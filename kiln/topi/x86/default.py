@@ -16,16 +16,7 @@ def schedule_reduce(outs, cfg=None):
     return default_schedule(outs, cfg)
 
 
-def schedule_pool(outs, layout="NCHW", cfg=None):
-    del layout
-    return default_schedule(outs, cfg)
-
-
 def schedule_adaptive_pool(outs, cfg=None):
-    return default_schedule(outs, cfg)
-
-
-def schedule_softmax(outs, cfg=None):
     return default_schedule(outs, cfg)
 
 
