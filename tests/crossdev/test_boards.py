@@ -198,3 +198,20 @@ def test_soft_float_library_is_named_on_a_hard_float_board(board_factory, tracke
         with pytest.raises(RPCError, match=r"soft.so was built for arm soft-float \(gnueabi\); this device is armv7. "
                                            r"Rebuild it with target 'llvm -mtriple=armv7l-linux-gnueabihf'"):
             remote.load_module("soft.so")
+
+
+def test_killed_board_leaves_no_worker_behind(runtime_builds):
+    """The session worker dies with its server (PR_SET_PDEATHSIG), also under qemu."""
+    import signal
+    arch = boards.ARCHES["aarch64"]
+    if arch.missing():
+        pytest.skip(arch.missing())
+    board = boards.start_board(os.path.join(runtime_builds(arch.cross), "kiln_rpc"), arch)
+    remote = rpc.connect(svc.HOST, board.port)
+    worker = remote.get_function("rpc.getpid")()
+    assert worker != board.proc.pid
+    board.stop(signal.SIGKILL)
+    svc.wait_until(lambda: not os.path.exists(f"/proc/{worker}") or
+                   open(f"/proc/{worker}/stat").read().split()[2] == "Z", timeout=10, what="the worker's exit")
+    with pytest.raises(RPCError):
+        remote.get_function("rpc.echo")(1)
