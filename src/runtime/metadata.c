@@ -77,7 +77,11 @@ static int read_function(KilnFunction* f, const JsonNode* node, const char* labe
 
 int kiln_metadata_read(KilnModule* mod, const char* json, size_t len, const char* label) {
   JsonNode* root = json_parse(json, len);
-  if (!root) return kiln_error("%s: its metadata is not valid JSON (%s); rebuild it", label, kiln_last_error());
+  if (!root) {
+    char why[256]; /* copied: the message buffer cannot be both source and destination */
+    snprintf(why, sizeof(why), "%s", kiln_last_error());
+    return kiln_error("%s: its metadata is not valid JSON (%s); rebuild it", label, why);
+  }
   int rc = -1;
   const JsonNode* version = json_get(root, "abi_version");
   const JsonNode* funcs = json_get(root, "functions");

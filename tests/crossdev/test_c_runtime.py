@@ -188,3 +188,56 @@ def test_auth_token_with_python_client_and_tracker(runtime_builds):
     finally:
         board.stop()
         tracker.stop()
+
+
+def _tar(members) -> bytes:
+    """A tar archive from (name, bytes or ("symlink", target)) pairs."""
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if isinstance(data, tuple):
+                info.type, info.linkname = tarfile.SYMTYPE, data[1]
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+GOOD_META = (b'{"abi_version": 1, "triple": "x86_64-linux-gnu", "functions": '
+             b'[{"name": "f", "args": [{"name": "A", "kind": "tensor", "dtype": "float32", "shape": ["n"]}]}]}')
+
+HOSTILE_ARCHIVES = [
+    (_tar([("metadata.json", b"[" * 200)]), r"metadata is not valid JSON \(metadata JSON: nested too deeply"),
+    (_tar([("metadata.json", b'{"abi_version": 1, "functions": [{"name": "f", "args": [{"name": "A", "kind": '
+                               b'"tensor", "dtype": "float32", "shape": [99999999999999999999]}]}]}')]),
+     r"integer out of range"),
+    (_tar([("metadata.json", b'{"abi_version": 2, "kiln_version": "9.9"}')]), r"uses kiln ABI version 2; this runtime speaks version 1"),
+    (_tar([("metadata.json", b'{"abi_version": 1, "x": "\\ud800"}')]), r"lone surrogate"),
+    (_tar([("metadata.json", b'{"abi_version": 1, "functions": []} trailing')]), r"trailing characters"),
+    (_tar([("metadata.json", GOOD_META), ("lib0.o", ("symlink", "/etc/passwd"))]), r"member lib0.o is a link"),
+    (_tar([("metadata.json", GOOD_META), ("../lib0.o", b"x")]), r"holds no objects"),
+    (_tar([("metadata.json", GOOD_META), ("lib0.o", b"x"), ("lib2.o", b"y")]), r"not numbered lib0.o .. libN.o without gaps"),
+    (_tar([("lib0.o", b"x")]), r"has no metadata.json"),
+    (b"\x00junk" * 300, r"not a valid tar archive"),
+    (_tar([("metadata.json", GOOD_META.replace(b"x86_64", b"aarch64")), ("lib0.o", b"x")]),
+     r"built for aarch64-linux-gnu; this device is"),
+    (_tar([("metadata.json", GOOD_META), ("lib0.o", b"not an object")]), r"relinking the .tar module with 'cc' failed"),
+]
+
+
+def test_hostile_module_archives_get_clear_errors(sanitized_server):
+    with _when_free(lambda: rpc.connect(svc.HOST, sanitized_server.port)) as remote:
+        for data, message in HOSTILE_ARCHIVES:
+            remote.upload(data, "m.tar")
+            with pytest.raises(RPCError, match=message):
+                remote.load_module("m.tar")
+        remote.upload(b"\x7fELF" + bytes(60), "m.so")
+        with pytest.raises(RPCError, match=r"m.so was built for e_machine=0"):
+            remote.load_module("m.so")
+        remote.upload(b"hello", "m.so")
+        with pytest.raises(RPCError, match=r"m.so is not an ELF shared object"):
+            remote.load_module("m.so")
