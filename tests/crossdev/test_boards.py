@@ -215,3 +215,19 @@ def test_killed_board_leaves_no_worker_behind(runtime_builds):
                    open(f"/proc/{worker}/stat").read().split()[2] == "Z", timeout=10, what="the worker's exit")
     with pytest.raises(RPCError):
         remote.get_function("rpc.echo")(1)
+
+
+def test_session_timeout_ends_a_hung_kernel(board_factory, tracker, tmp_path):
+    board = board_factory("aarch64")
+    from helpers import c_kernels
+    path = str(tmp_path / "ckernels.so")
+    c_kernels.build(f"{board.arch.cross}gcc").module().export_library(path)
+    remote = rpc.connect_tracker(svc.HOST, tracker.port).request(board.arch.key, session_timeout=2, timeout=30)
+    with remote:
+        remote.upload(path)
+        mod = remote.load_module("ckernels.so")
+        a = tvm.nd.array(np.ones(4, np.float32), remote.cpu())
+        with pytest.raises(RPCError, match=r"session_timeout of 2 s passed; the server ended the session"):
+            mod["spin"](a)
+    with _session(tracker, board) as remote:
+        assert remote.get_function("rpc.echo")(5) == 5

@@ -8,7 +8,10 @@
  * proxy for the next client. One session at a time: a server is one device.
  *
  * Everything runs in one thread around poll(); SIGCHLD is turned into a readable byte on a
- * pipe so a finished worker wakes the loop.
+ * pipe so a finished worker wakes the loop. Handshakes are read in that thread with a 5 s
+ * limit: a silent client can delay the next heartbeat by that much, which stays under the
+ * tracker's 6 s, and keeps the server free of threads (fork from a threaded process is not
+ * safe for a worker that goes on to malloc and dlopen).
  */
 #define _GNU_SOURCE
 #include <errno.h>
