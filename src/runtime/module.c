@@ -1,4 +1,5 @@
 /* Loading module files: .so through dlopen, .tar by relinking its objects first. */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -125,6 +126,21 @@ fail:
   return -1;
 }
 
+/* The unpack directory holds only files tar.c wrote (libN.o, metadata.json): remove them all,
+ * also after a failure halfway through. */
+static void remove_unpacked(const char* dir) {
+  DIR* d = opendir(dir);
+  struct dirent* e;
+  char path[4096];
+  while (d && (e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    unlink(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+}
+
 /* A .tar holds objects to link here: unpack beside the archive, link "x.tar.so", load it. */
 static int load_tar(const char* path, KilnModule** out) {
   const char* name = base_name(path);
@@ -164,17 +180,7 @@ static int load_tar(const char* path, KilnModule** out) {
   if (kiln_link_objects(dir, num_objects, so)) goto done;
   rc = kiln_module_load_so(so, out);
 done:
-  if (dir) {
-    char obj[64];
-    for (int i = 0; i < num_objects; i++) {
-      snprintf(obj, sizeof(obj), "/lib%d.o", i);
-      size_t m = strlen(dir) + sizeof(obj);
-      char* p = malloc(m);
-      if (p) { snprintf(p, m, "%s%s", dir, obj); unlink(p); free(p); }
-    }
-    if (meta_path) unlink(meta_path);
-    rmdir(dir);
-  }
+  if (dir) remove_unpacked(dir);
   free(dir);
   free(so);
   free(meta_path);
