@@ -3,7 +3,8 @@ Python RPC server on this host, measured in the same run; and the size of what a
 
     python bench/rpc_board.py
 
-Three round trips per server, median of 5 rounds of 200 calls each:
+Three round trips per server, median of 7 rounds of 100 calls each (rounds alternate
+between the servers):
   echo      rpc.echo(0): one request and reply, nothing else
   call      add_one(a, b) on remote arrays of 1024 floats (argument checks + kernel)
   call+copy b.numpy() after the call: one more round trip carrying 4 KiB
@@ -38,50 +39,61 @@ def add_one_files(target, directory, tag):
     return path
 
 
-def measure(port, lib_path, calls=200, rounds=5):
-    remote = rpc.connect(svc.HOST, port)
-    remote.upload(lib_path, "add_one.so")
-    func = remote.load_module("add_one.so")["add_one"]
-    echo = remote.get_function("rpc.echo")
-    dev = remote.cpu()
-    a = tvm.nd.array(np.ones(1024, np.float32), dev)
-    b = tvm.nd.empty((1024,), "float32", dev)
-    out = {}
-    for name, step in (("echo", lambda: echo(0)), ("call", lambda: func(a, b)),
-                       ("call+copy", lambda: (func(a, b), b.numpy()))):
-        for _ in range(20):
-            step()
-        samples = []
-        for _ in range(rounds):
+class Target:
+    """One open session with add_one loaded and arrays allocated."""
+
+    def __init__(self, port, lib_path):
+        self.remote = rpc.connect(svc.HOST, port)
+        self.remote.upload(lib_path, "add_one.so")
+        func = self.remote.load_module("add_one.so")["add_one"]
+        echo = self.remote.get_function("rpc.echo")
+        dev = self.remote.cpu()
+        a = tvm.nd.array(np.ones(1024, np.float32), dev)
+        b = tvm.nd.empty((1024,), "float32", dev)
+        self.steps = {"echo": lambda: echo(0), "call": lambda: func(a, b),
+                      "call+copy": lambda: (func(a, b), b.numpy())}
+        self.samples = {k: [] for k in self.steps}
+
+    def round(self, calls):
+        for name, step in self.steps.items():
+            for _ in range(10):
+                step()
             start = time.perf_counter()
             for _ in range(calls):
                 step()
-            samples.append((time.perf_counter() - start) / calls)
-        out[name] = statistics.median(samples)
-    remote.close()
-    return out
+            self.samples[name].append((time.perf_counter() - start) / calls)
+
+    def medians(self):
+        return {k: statistics.median(v) for k, v in self.samples.items()}
 
 
-def main():
+def main(calls=100, rounds=7):
     import tempfile
     work = tempfile.mkdtemp(prefix="kiln-bench-board-")
-    results, sizes = {}, {}
-    host = svc.server()
+    services, targets, sizes = [], {}, {}
     try:
-        results["python server, host"] = measure(host.port, add_one_files("llvm", work, "host"))
+        host = svc.server()
+        services.append(host)
+        targets["python server, host"] = Target(host.port, add_one_files("llvm", work, "host"))
+        for name, arch in boards.ARCHES.items():
+            if arch.missing():
+                print(f"skipping {name}: {arch.missing()}")
+                continue
+            build = boards.build_runtime(os.path.join(work, name), arch.cross)
+            sizes[name] = {f: os.path.getsize(os.path.join(build, f)) for f in ("kiln_rpc", "libkiln_runtime.so")}
+            board = boards.start_board(os.path.join(build, "kiln_rpc"), arch)
+            services.append(board)
+            targets[f"kiln_rpc, qemu {name}"] = Target(board.port, add_one_files(arch.target, work, name))
+        # Rounds alternate between the servers, so machine noise hits them alike.
+        for _ in range(rounds):
+            for t in targets.values():
+                t.round(calls)
+        results = {label: t.medians() for label, t in targets.items()}
+        for t in targets.values():
+            t.remote.close()
     finally:
-        host.stop()
-    for name, arch in boards.ARCHES.items():
-        if arch.missing():
-            print(f"skipping {name}: {arch.missing()}")
-            continue
-        build = boards.build_runtime(os.path.join(work, name), arch.cross)
-        sizes[name] = {f: os.path.getsize(os.path.join(build, f)) for f in ("kiln_rpc", "libkiln_runtime.so")}
-        board = boards.start_board(os.path.join(build, "kiln_rpc"), arch)
-        try:
-            results[f"kiln_rpc, qemu {name}"] = measure(board.port, add_one_files(arch.target, work, name))
-        finally:
-            board.stop()
+        for s in services:
+            s.stop()
     ref = results["python server, host"]
     print(f"{'server':26s} {'echo':>10s} {'call':>10s} {'call+copy':>10s}   ratios vs python/host")
     for label, r in results.items():
