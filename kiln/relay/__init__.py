@@ -30,7 +30,8 @@ Expr = RelayExpr
 # and build_module (written on top of the TE compiler) pulls in codegen.
 _LAZY_MODULES = {"frontend", "testing", "transform", "reference", "build_module", "backend", "visitor", "printer"}
 _LAZY_ATTRS = {"build": ("kiln.relay.build_module", "build"),
-               "optimize": ("kiln.relay.build_module", "optimize")}
+               "optimize": ("kiln.relay.build_module", "optimize"),
+               "build_config": ("kiln.relay.build_module", "build_config")}
 
 
 def __getattr__(name: str):

@@ -40,13 +40,17 @@ class LibraryModule(Module):
         self._cache: dict[str, PackedFunc] = {}
         self._error_address = _symbol_address(self._lib, "__kiln_last_error")
         self.set_num_threads(config.get().num_threads)
+        # A library exported by relay.build also carries its graph: lib["default"](dev).
+        from .graph_factory import read_embedded
+        embedded = read_embedded(self, _symbol_address)
+        self._graph_functions = embedded.functions() if embedded else {}
 
     @property
     def entry_name(self) -> str:
         return self.metadata.get("entry") or next(iter(self._functions), "")
 
     def function_names(self) -> list[str]:
-        return list(self._functions)
+        return list(self._functions) + list(self._graph_functions)
 
     def set_num_threads(self, n: int) -> None:
         """Threads for the module's parallel loops; 0 means one per online CPU."""
@@ -60,6 +64,8 @@ class LibraryModule(Module):
         return ctypes.string_at(self._error_address).decode("utf-8", "replace")
 
     def _get_function(self, name: str):
+        if name in self._graph_functions:
+            return self._graph_functions[name]
         func = self._cache.get(name)
         if func is None and name in self._functions:
             address = _symbol_address(self._lib, name)

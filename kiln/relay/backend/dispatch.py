@@ -1,0 +1,85 @@
+"""Which tuning config a tunable op gets when relay.build lowers it: the autotvm hook.
+
+``select_config(op_name, workload, target)`` is the single place the graph compiler asks. It
+returns a config (an autotvm ``ConfigEntity``, or any mapping of knob name to value that topi's
+computes read) or None, meaning "topi's default schedule". Answers come from, in order:
+
+1. a provider installed with ``with use_config_provider(fn):`` (``fn(op_name, workload, target)``),
+   for tests and for tools that pick configs by other means;
+2. the active autotvm dispatch context (``with autotvm.apply_history_best(log):``), when autotvm
+   is already imported -- a plain build never imports it. Fallback configs count as "no answer".
+
+The workload is the autotvm task workload of the op (``workload_of``): the template name for
+the target (``conv2d_nchw.x86``), the input tensors as ``("TENSOR", shape, dtype)`` and the op's
+attributes, in the order ``autotvm.task.extract_from_program`` records them, so a log written
+by tuning the extracted tasks is found here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import sys
+from typing import Callable
+
+_provider: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("kiln_relay_config_provider",
+                                                                            default=None)
+
+# relay op -> {target family: autotvm template name}; same names as autotvm's task extraction.
+TEMPLATES = {
+    "nn.conv2d": {"x86": "conv2d_nchw.x86", "arm_cpu": "conv2d_nchw_spatial_pack.arm_cpu"},
+    "nn.dense": {"x86": "dense_nopack.x86", "arm_cpu": "dense_nopack.x86"},
+    "nn.batch_matmul": {"x86": "batch_matmul.x86", "arm_cpu": "batch_matmul.x86"},
+}
+
+
+def _tensor(ty) -> tuple:
+    return ("TENSOR", tuple(int(d) for d in ty.shape), str(ty.dtype))
+
+
+def workload_of(op_name: str, attrs, arg_types, family: str):
+    """The autotvm workload of one call, or None for ops that are not tunable."""
+    template = TEMPLATES.get(op_name, {}).get(family)
+    if template is None:
+        return None
+    tensors = tuple(_tensor(t) for t in arg_types)
+    out_dtype = str(attrs.get("out_dtype", "") or "float32")
+    if op_name == "nn.conv2d":
+        extra = (tuple(attrs.strides), tuple(attrs.padding), tuple(attrs.dilation), str(attrs.data_layout), out_dtype)
+    elif op_name == "nn.dense":
+        extra = (None, out_dtype)
+    else:
+        extra = (out_dtype,)
+    return (template, *tensors, *extra)
+
+
+def select_config(op_name: str, workload, target):
+    """The config to build ``op_name`` with for ``workload`` on ``target``; None = topi default."""
+    if workload is None:
+        return None
+    provider = _provider.get()
+    if provider is not None:
+        return provider(op_name, workload, target)
+    dispatcher = sys.modules.get("kiln.autotvm.dispatcher")
+    if dispatcher is None:
+        return None
+    ctx = dispatcher.current()
+    if type(ctx) is dispatcher.FallbackContext:
+        # Outside any apply_history_best: only configs someone stored explicitly count; a query
+        # would log a "not tuned" warning for every conv of every untuned build.
+        cfg = ctx.memory.get((str(target), workload))
+    else:
+        cfg = ctx.query(target, workload)
+    if cfg is None or getattr(cfg, "is_fallback", False):
+        return None
+    return cfg
+
+
+@contextlib.contextmanager
+def use_config_provider(provider: Callable):
+    """Within the block, ``select_config`` answers ``provider(op_name, workload, target)``."""
+    token = _provider.set(provider)
+    try:
+        yield
+    finally:
+        _provider.reset(token)

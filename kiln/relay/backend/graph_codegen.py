@@ -1,0 +1,162 @@
+"""Graph JSON for the graph executor, from a fused relay ``main``.
+
+The layout is TVM's graph executor JSON:
+
+    {"nodes": [{"op": "null", "name": "data", "inputs": []},
+               {"op": "tvm_op", "name": "tvmgen_default_fused_nn_conv2d_add_nn_relu",
+                "attrs": {"func_name": ..., "num_inputs": "3", "num_outputs": "1", "flatten_data": "0"},
+                "inputs": [[0, 0, 0], [1, 0, 0], [2, 0, 0]]}, ...],
+     "arg_nodes": [0, 1, 2],                 # the "null" nodes: data inputs and parameters
+     "heads": [[3, 0, 0]],                   # graph outputs as [node, output index, version]
+     "attrs": {"shape": ["list_shape", [...]], "dltype": ["list_str", [...]],
+               "storage_id": ["list_int", [...]]},   # one entry per node output
+     "node_row_ptr": [0, 1, 2, 3, 4]}        # first entry of each node
+
+Constants of ``main`` (the bound ``params``) become parameter inputs named ``p0, p1, ...``,
+returned separately as numpy arrays; a constant weight that a kernel wants in another layout
+(conv2d's blocked kernel) is stored already transformed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from kiln.errors import CompileError
+
+from ..expr import Call, Constant, Function, Tuple, TupleGetItem, Var
+from ..ty import TupleType
+from ..visitor import post_order
+from .memory_plan import plan_storage
+from .te_compiler import TECompiler
+
+
+class GraphCodegen:
+    def __init__(self, compiler: TECompiler):
+        self.compiler = compiler
+        self.nodes: list[dict] = []
+        self.entry_types: list = []  # (shape, dtype) per entry, in node order
+        self.params: dict[str, np.ndarray] = {}
+        self._param_of: dict = {}  # (id(constant), transform key) -> entry
+        self._used_names: set[str] = set()
+
+    def codegen(self, func: Function) -> tuple[str, dict]:
+        """(graph JSON text, {param name: numpy array})."""
+        self._used_names = {p.name_hint for p in func.params}
+        entries: dict = {}
+        for p in func.params:  # inputs first, in signature order, even when unused
+            entries[p] = [self._input(p.name_hint, p.checked_type)]
+        for node in post_order(func.body):
+            # Constants get their parameter node when a consumer asks (_get): a weight that its
+            # kernel wants transformed is then stored only in the transformed layout.
+            if node in entries or isinstance(node, (Function, Constant)):
+                continue
+            entries[node] = self._visit(node, entries)
+        heads = self._get(func.body, entries)
+        return self._to_json(heads), self.params
+
+    # -- nodes ---------------------------------------------------------------------------------
+    def _get(self, node, entries) -> list:
+        if isinstance(node, Constant):
+            return [self._constant(node, None)]
+        return entries[node]
+
+    def _visit(self, node, entries) -> list:
+        if isinstance(node, Tuple):
+            return [e for f in node.fields for e in self._get(f, entries)]
+        if isinstance(node, TupleGetItem):
+            return [self._get(node.tuple_value, entries)[node.index]]
+        if isinstance(node, Call) and isinstance(node.op, Function):
+            return self._kernel(node, entries)
+        if isinstance(node, Call):
+            raise CompileError(f"graph codegen: {node.op} is called outside a fused function; relay.build "
+                               "runs FuseOps first, so a pass after it must have produced this call")
+        if isinstance(node, Var):
+            raise CompileError(f"graph codegen: free variable %{node.name_hint} is not a parameter of main")
+        raise CompileError(f"graph codegen: {type(node).__name__} nodes (control flow, let) are not "
+                           "supported by the graph executor")
+
+    def _input(self, name: str, ty) -> list:
+        self._add_node({"op": "null", "name": name, "inputs": []}, [ty])
+        return [len(self.nodes) - 1, 0, 0]
+
+    def _constant(self, const: Constant, transform) -> list:
+        key = (id(const), transform.key if transform else None)
+        ref = self._param_of.get(key)
+        if ref is None:
+            data = np.ascontiguousarray(transform.fn(const.data) if transform else const.data)
+            name = self._fresh_name()
+            self.params[name] = data
+            ref = self._input(name, _ArrayType(data))
+            self._param_of[key] = ref
+        return ref
+
+    def _kernel(self, call: Call, entries) -> list:
+        func = call.op
+        if not (func.attrs and func.attrs.get("Primitive")):
+            raise CompileError("graph codegen: main calls a non-primitive function; inline it (or run FuseOps)")
+        const_params = frozenset(i for i, a in enumerate(call.args) if isinstance(a, Constant))
+        lowered = self.compiler.lower(func, const_params)
+        transforms = {t.index: t for t in lowered.transforms}
+        inputs = []
+        for i, arg in enumerate(call.args):
+            if i in transforms:
+                inputs.append(self._constant(arg, transforms[i]))
+            else:
+                inputs.extend(self._get(arg, entries))
+        out_type = func.body.checked_type
+        out_types = list(out_type.fields) if isinstance(out_type, TupleType) else [out_type]
+        self._add_node({"op": "tvm_op", "name": lowered.name,
+                        "attrs": {"func_name": lowered.name, "flatten_data": "0",
+                                  "num_inputs": str(len(inputs)), "num_outputs": str(len(out_types))},
+                        "inputs": inputs}, out_types)
+        nid = len(self.nodes) - 1
+        return [[nid, i, 0] for i in range(len(out_types))]
+
+    def _add_node(self, node: dict, types: list) -> None:
+        for ty in types:
+            if isinstance(ty, TupleType):
+                raise CompileError(f"graph codegen: {node['name']} has a nested tuple type {ty}; the graph "
+                                   "executor passes tensors only")
+            self.entry_types.append((tuple(int(d) for d in ty.shape), str(ty.dtype)))
+        self.nodes.append(node)
+
+    def _fresh_name(self) -> str:
+        k = len(self.params)
+        while f"p{k}" in self._used_names:
+            k += 1
+        name = f"p{k}"
+        self._used_names.add(name)
+        return name
+
+    # -- JSON ----------------------------------------------------------------------------------
+    def _to_json(self, heads: list) -> str:
+        row_ptr = [0]
+        for node in self.nodes:
+            row_ptr.append(row_ptr[-1] + int(node.get("attrs", {}).get("num_outputs", 1)))
+        sizes = [int(np.prod(shape, dtype=np.int64)) * np.dtype(_np_dtype(dtype)).itemsize
+                 for shape, dtype in self.entry_types]
+        storage = plan_storage(self.nodes, sizes, row_ptr, heads)
+        graph = {
+            "nodes": self.nodes,
+            "arg_nodes": [i for i, n in enumerate(self.nodes) if n["op"] == "null"],
+            "heads": heads,
+            "attrs": {"shape": ["list_shape", [list(s) for s, _ in self.entry_types]],
+                      "dltype": ["list_str", [d for _, d in self.entry_types]],
+                      "storage_id": ["list_int", storage]},
+            "node_row_ptr": row_ptr,
+        }
+        return json.dumps(graph, separators=(",", ":"))
+
+
+class _ArrayType:
+    """The (shape, dtype) of a parameter array, in the form _add_node reads from relay types."""
+
+    def __init__(self, data: np.ndarray):
+        self.shape = data.shape
+        self.dtype = "bool" if data.dtype == np.bool_ else data.dtype.name
+
+
+def _np_dtype(dtype: str):
+    return np.bool_ if dtype == "bool" else dtype

@@ -1,0 +1,342 @@
+"""How each relay op is computed and scheduled: the table from op names to topi.
+
+``OP_IMPLS[name]`` is an ``OpImpl``:
+
+- ``compute(attrs, inputs, out_type, ctx)`` builds the op's TE tensor(s) from its input tensors.
+  ``out_type`` is the relay type the type checker inferred (a TensorType, or a TupleType for
+  split), so shape-changing ops need not re-derive their output shape. ``ctx.topi`` is the
+  target's CPU operator package (``topi.x86`` or ``topi.arm_cpu``) and ``ctx.cfg`` the tuning
+  config of the op (None: topi's defaults).
+- ``schedule``: the key of ``SCHEDULES`` used when this op is the anchor of a fused group
+  (a string, or a function of the attrs for ops whose schedule depends on the layout).
+- ``template``: the autotvm task name of a tunable op, without the target suffix.
+- ``prepack``: for a weight that is a constant, how to transform it once at build time
+  (conv2d's blocked kernel layout), see ``WeightTransform``.
+
+A literal table (no registration by import side effects): adding an op means adding a line.
+Ops topi lacks (variance, edge padding, strided slices in relay's clamping rules) are written
+here with plain ``te.compute``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from kiln import te, tir, topi
+from kiln.errors import CompileError
+from kiln.ir.expr import const
+
+from ..op.transform import slice_ranges
+
+
+@dataclass(frozen=True)
+class OpImpl:
+    compute: Callable
+    schedule: str | Callable = "injective"
+    template: str = ""
+    prepack: Callable | None = None
+
+
+@dataclass(frozen=True)
+class WeightTransform:
+    """Replace constant input ``index`` by ``fn(array)``, of shape ``shape``, before the call."""
+
+    index: int
+    shape: tuple
+    fn: Callable
+    key: tuple  # identifies the transform in the kernel cache
+
+
+@dataclass
+class ComputeCtx:
+    topi: object          # topi.x86 or topi.arm_cpu
+    cfg: object = None    # tuning config of this op (autotvm ConfigEntity or dict), or None
+    prepacked: bool = False  # the weight input is already transformed by the op's prepack
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+def _shape(out_type) -> tuple:
+    return tuple(int(d) for d in out_type.shape)
+
+
+def _out_dtype(attrs, x) -> str:
+    return attrs.get("out_dtype") or str(x.dtype)
+
+
+def _unary(fn):
+    return OpImpl(lambda a, x, t, ctx: fn(x[0]))
+
+
+def _binary(fn):
+    return OpImpl(lambda a, x, t, ctx: fn(x[0], x[1]))
+
+
+def _reshape(a, x, t, ctx):
+    """Ops that only regroup elements (reshape, squeeze, expand_dims, batch_flatten)."""
+    return topi.reshape(x[0], _shape(t))
+
+
+def _clip(a, x, t, ctx):
+    data = x[0]
+    lo, hi = float(a.a_min), float(a.a_max)
+    if not str(data.dtype).startswith("float"):
+        info = np.iinfo(str(data.dtype))
+        lo, hi = max(lo, info.min), min(hi, info.max)
+        lo, hi = int(lo), int(hi)
+    else:
+        finfo = np.finfo(str(data.dtype))
+        lo, hi = max(lo, float(finfo.min)), min(hi, float(finfo.max))  # no inf constants in TIR
+    return topi.nn.clip(data, lo, hi)
+
+
+def _bias_add(a, x, t, ctx):
+    data, bias = x
+    axis = a.axis % len(data.shape)
+    return te.compute(data.shape, lambda *i: data(*i) + bias(i[axis]), name="T_bias_add", tag="broadcast")
+
+
+def _reduce(fn):
+    def compute(a, x, t, ctx):
+        return fn(x[0], a.axis, a.keepdims, a.exclude)
+    return OpImpl(compute, "reduce")
+
+
+def _reduce_axes(a, ndim: int) -> list:
+    return topi.reduction.normalize_axes(ndim, a.axis, a.exclude)
+
+
+def _arg(fn):
+    def compute(a, x, t, ctx):
+        axes = _reduce_axes(a, len(x[0].shape))
+        if len(axes) != 1:
+            raise CompileError(f"argmax/argmin reduce one axis at a time; got axes {axes}")
+        return fn(x[0], axes[0], a.keepdims, a.select_last_index)
+    return OpImpl(compute, "reduce")
+
+
+def _variance(a, x, t, ctx):
+    """Population variance: E[(x - E[x])^2] over the axes (topi has no variance)."""
+    data = x[0]
+    axes = _reduce_axes(a, len(data.shape))
+    count = 1
+    for ax in axes:
+        count *= int(data.shape[ax])
+    mean = topi.mean(data, axes, keepdims=True)
+    dev = te.compute(data.shape, lambda *i: data(*i) - mean(*[0 if k in axes else v for k, v in enumerate(i)]),
+                     name="T_deviation", tag="elemwise")
+    sq = topi.sum(topi.multiply(dev, dev), axes, keepdims=a.keepdims)
+    return topi.divide(sq, const(float(count), str(data.dtype)))
+
+
+def _strided_slice(a, x, t, ctx):
+    data = x[0]
+    shape = [int(d) for d in data.shape]
+    starts, steps = [], []
+    for n, sl in zip(shape, slice_ranges(shape, a.begin, a.end, a.strides, a.axes, a.slice_mode)):
+        start, _, step = sl.indices(n)
+        starts.append(start)
+        steps.append(step)
+    return te.compute(_shape(t), lambda *i: data(*[b + k * s for k, b, s in zip(i, starts, steps)]),
+                      name="T_strided_slice", tag="injective")
+
+
+def _pad(a, x, t, ctx):
+    data = x[0]
+    before = [int(p[0]) for p in a.pad_width]
+    after = [int(p[1]) for p in a.pad_width]
+    if a.pad_mode == "constant":
+        return topi.nn.pad(data, before, after, float(a.pad_value))
+    if a.pad_mode == "reflect":
+        return topi.nn.mirror_pad(data, before, after, mode="REFLECT")
+    if a.pad_mode == "edge":
+        shape = [int(d) for d in data.shape]
+        return te.compute(_shape(t), lambda *i: data(*[tir.min(tir.max(k - b, 0), n - 1)
+                                                      for k, b, n in zip(i, before, shape)]),
+                          name="T_pad_edge", tag="injective")
+    raise CompileError(f"nn.pad: pad_mode {a.pad_mode!r} has no compute; use constant, reflect or edge")
+
+
+def _split(a, x, t, ctx):
+    return topi.split(x[0], a.indices_or_sections, a.axis)
+
+
+def _resize2d(a, x, t, ctx):
+    return topi.image.resize2d(x[0], tuple(a.size), a.layout, a.method, a.coordinate_transformation_mode,
+                               a.rounding_method or "round_prefer_floor", a.out_dtype or None)
+
+
+def _layer_norm(a, x, t, ctx):
+    data, gamma, beta = x
+    return topi.nn.layer_norm(data, gamma if a.scale else None, beta if a.center else None, a.axis, a.epsilon)
+
+
+# -- convolutions, dense, pooling -----------------------------------------------------------------
+
+def _to_layout(kernel, src: str, dst: str, op: str):
+    if src == dst:
+        return kernel
+    if sorted(src) != sorted(dst):
+        raise CompileError(f"{op}: cannot convert kernel layout {src} to {dst}")
+    return topi.transpose(kernel, [src.index(c) for c in dst])
+
+
+def _conv2d_schedule(a) -> str:
+    return {"NCHW": "conv2d_nchw", "NHWC": "conv2d_nhwc"}.get(a.data_layout, "generic")
+
+
+def _conv2d(a, x, t, ctx):
+    data, kernel = x
+    out_dtype = _out_dtype(a, data)
+    args = (a.strides, tuple(a.padding), a.dilation)
+    if a.data_layout == "NCHW":
+        if ctx.prepacked:
+            return ctx.topi.conv2d_nchw(data, kernel, *args, out_dtype, a.groups, cfg=ctx.cfg,
+                                        out_channels=_shape(t)[1])
+        kernel = _to_layout(kernel, a.kernel_layout, "OIHW", "nn.conv2d")
+        return ctx.topi.conv2d_nchw(data, kernel, *args, out_dtype, a.groups, cfg=ctx.cfg)
+    if a.data_layout == "NHWC":
+        kernel = _to_layout(kernel, a.kernel_layout, "HWIO", "nn.conv2d")
+        return ctx.topi.conv2d_nhwc(data, kernel, *args, out_dtype, a.groups, cfg=ctx.cfg)
+    raise CompileError(f"nn.conv2d: data_layout {a.data_layout!r} has no compute; use NCHW or NHWC "
+                       "(relay.transform.ConvertLayout converts a model)")
+
+
+def _conv2d_prepack(a, types, cfg):
+    """NCHW/OIHW conv2d (not depthwise): regroup the constant kernel into x86's blocked layout
+    once at build time instead of in every call (docs/topi.md, "Pre-packed weights")."""
+    from kiln.topi.x86.conv2d import config_for, prepack_kernel
+
+    dshape, wshape = _shape(types[0]), _shape(types[1])
+    if a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or (a.groups > 1 and a.groups == dshape[1]):
+        return None
+    conf = config_for(dshape, wshape, a.strides, tuple(a.padding), a.dilation, a.groups, cfg)
+    bn = int(conf["oc_bn"])
+    o, i, kh, kw = wshape
+    shape = (-(-o // bn), i, kh, kw, bn)
+    return WeightTransform(1, shape, lambda w: prepack_kernel(w, bn), ("oc_bn", bn))
+
+
+def _conv2d_transpose(a, x, t, ctx):
+    data, kernel = x
+    if a.data_layout != "NCHW":
+        raise CompileError(f"nn.conv2d_transpose: data_layout {a.data_layout!r} has no compute; use NCHW")
+    kernel = _to_layout(kernel, a.kernel_layout, "IOHW", "nn.conv2d_transpose")
+    return ctx.topi.conv2d_transpose_nchw(data, kernel, a.strides, tuple(a.padding), _out_dtype(a, data),
+                                          a.output_padding, a.groups, a.dilation, cfg=ctx.cfg)
+
+
+def _dense(a, x, t, ctx):
+    return ctx.topi.dense(x[0], x[1], None, _out_dtype(a, x[0]), cfg=ctx.cfg)
+
+
+def _batch_matmul(a, x, t, ctx):
+    return ctx.topi.batch_matmul(x[0], x[1], None, _out_dtype(a, x[0]), a.transpose_a, a.transpose_b, cfg=ctx.cfg)
+
+
+def _pool(kind):
+    def compute(a, x, t, ctx):
+        extra = {"count_include_pad": a.count_include_pad} if kind == "avg" else {}
+        return topi.nn.pool2d(x[0], a.pool_size, a.strides, a.dilation, tuple(a.padding), kind, a.ceil_mode,
+                              a.layout, **extra)
+    return OpImpl(compute, "pool")
+
+
+def _global_pool(kind):
+    return OpImpl(lambda a, x, t, ctx: topi.nn.global_pool(x[0], kind, a.layout), "pool")
+
+
+_UNARY = {
+    "abs": topi.abs, "ceil": topi.ceil, "cos": topi.cos, "erf": topi.erf, "exp": topi.exp, "floor": topi.floor,
+    "isnan": topi.isnan, "log": topi.log, "negative": topi.negative, "round": topi.round, "rsqrt": topi.rsqrt,
+    "sigmoid": topi.sigmoid, "sign": topi.sign, "sin": topi.sin, "sqrt": topi.sqrt, "tanh": topi.tanh,
+    "logical_not": topi.logical_not, "reciprocal": topi.reciprocal, "copy": topi.identity, "nn.relu": topi.nn.relu,
+}
+_BINARY = {
+    "add": topi.add, "subtract": topi.subtract, "multiply": topi.multiply, "divide": topi.divide,
+    "floor_divide": topi.floor_divide, "floor_mod": topi.floor_mod, "mod": topi.mod, "power": topi.power,
+    "maximum": topi.maximum, "minimum": topi.minimum, "equal": topi.equal, "not_equal": topi.not_equal,
+    "less": topi.less, "less_equal": topi.less_equal, "greater": topi.greater, "greater_equal": topi.greater_equal,
+    "logical_and": topi.logical_and, "logical_or": topi.logical_or, "logical_xor": topi.logical_xor,
+}
+
+OP_IMPLS: dict[str, OpImpl] = {
+    **{name: _unary(fn) for name, fn in _UNARY.items()},
+    **{name: _binary(fn) for name, fn in _BINARY.items()},
+    "cast": OpImpl(lambda a, x, t, ctx: topi.cast(x[0], a.dtype)),
+    "clip": OpImpl(_clip),
+    "nn.leaky_relu": OpImpl(lambda a, x, t, ctx: topi.nn.leaky_relu(x[0], a.alpha)),
+    "nn.prelu": OpImpl(lambda a, x, t, ctx: topi.nn.prelu(x[0], x[1], a.axis)),
+    "nn.bias_add": OpImpl(_bias_add),
+    "where": OpImpl(lambda a, x, t, ctx: topi.where(x[0], x[1], x[2])),
+    # reductions
+    "sum": _reduce(topi.sum), "max": _reduce(topi.max), "min": _reduce(topi.min), "prod": _reduce(topi.prod),
+    "mean": _reduce(topi.mean), "all": _reduce(topi.all), "any": _reduce(topi.any),
+    "argmax": _arg(topi.argmax), "argmin": _arg(topi.argmin),
+    "variance": OpImpl(_variance, "reduce"),
+    # data movement
+    "reshape": OpImpl(_reshape), "squeeze": OpImpl(_reshape), "expand_dims": OpImpl(_reshape),
+    "nn.batch_flatten": OpImpl(_reshape),
+    "broadcast_to": OpImpl(lambda a, x, t, ctx: topi.broadcast_to(x[0], _shape(t))),
+    "concatenate": OpImpl(lambda a, x, t, ctx: topi.concatenate(list(x[0]), a.axis)),
+    "split": OpImpl(_split),
+    "strided_slice": OpImpl(_strided_slice),
+    "take": OpImpl(lambda a, x, t, ctx: topi.take(x[0], x[1], a.axis, a.mode)),
+    "gather": OpImpl(lambda a, x, t, ctx: topi.gather(x[0], a.axis, x[1])),
+    "transpose": OpImpl(lambda a, x, t, ctx: topi.transpose(x[0], a.axes)),
+    "reverse": OpImpl(lambda a, x, t, ctx: topi.flip(x[0], a.axis)),
+    "tile": OpImpl(lambda a, x, t, ctx: topi.tile(x[0], a.reps)),
+    "layout_transform": OpImpl(lambda a, x, t, ctx: topi.layout_transform(x[0], a.src_layout, a.dst_layout)),
+    "nn.pad": OpImpl(_pad),
+    "image.resize2d": OpImpl(_resize2d),
+    # anchors
+    "nn.conv2d": OpImpl(_conv2d, _conv2d_schedule, "conv2d_nchw", _conv2d_prepack),
+    "nn.conv2d_transpose": OpImpl(_conv2d_transpose, "conv2d_transpose_nchw"),
+    "nn.dense": OpImpl(_dense, "dense", "dense_nopack"),
+    "nn.batch_matmul": OpImpl(_batch_matmul, "batch_matmul", "batch_matmul"),
+    "nn.max_pool2d": _pool("max"),
+    "nn.avg_pool2d": _pool("avg"),
+    "nn.global_avg_pool2d": _global_pool("avg"),
+    "nn.global_max_pool2d": _global_pool("max"),
+    "nn.adaptive_avg_pool2d": OpImpl(lambda a, x, t, ctx: topi.nn.adaptive_pool(x[0], tuple(a.output_size), "avg",
+                                                                                 a.layout), "adaptive_pool"),
+    "nn.softmax": OpImpl(lambda a, x, t, ctx: topi.nn.softmax(x[0], a.axis), "softmax"),
+    "nn.log_softmax": OpImpl(lambda a, x, t, ctx: topi.nn.log_softmax(x[0], a.axis), "softmax"),
+    "nn.layer_norm": OpImpl(_layer_norm, "layer_norm"),
+}
+
+# Schedule families by target family. arm_cpu uses the same algorithms as x86 with tiles derived
+# from the target (topi/arm_cpu), so the two columns differ only in which package they name.
+SCHEDULES: dict[str, dict[str, Callable]] = {
+    "injective": {"x86": topi.x86.schedule_injective, "arm_cpu": topi.arm_cpu.schedule_injective},
+    "reduce": {"x86": topi.x86.schedule_reduce, "arm_cpu": topi.arm_cpu.schedule_reduce},
+    "pool": {"x86": topi.x86.schedule_pool, "arm_cpu": topi.arm_cpu.schedule_pool},
+    "adaptive_pool": {"x86": topi.x86.schedule_adaptive_pool, "arm_cpu": topi.arm_cpu.schedule_adaptive_pool},
+    "softmax": {"x86": topi.x86.schedule_softmax, "arm_cpu": topi.arm_cpu.schedule_softmax},
+    "layer_norm": {"x86": topi.x86.schedule_layer_norm, "arm_cpu": topi.arm_cpu.schedule_layer_norm},
+    "conv2d_nchw": {"x86": topi.x86.schedule_conv2d_nchw, "arm_cpu": topi.arm_cpu.schedule_conv2d_nchw},
+    "conv2d_nhwc": {"x86": topi.x86.schedule_conv2d_nhwc, "arm_cpu": topi.arm_cpu.schedule_conv2d_nhwc},
+    "conv2d_transpose_nchw": {"x86": topi.x86.schedule_conv2d_transpose_nchw,
+                              "arm_cpu": topi.arm_cpu.schedule_conv2d_transpose_nchw},
+    "dense": {"x86": topi.x86.schedule_dense, "arm_cpu": topi.arm_cpu.schedule_dense},
+    "batch_matmul": {"x86": topi.x86.schedule_batch_matmul, "arm_cpu": topi.arm_cpu.schedule_batch_matmul},
+    "generic": {"x86": topi.generic.default_schedule, "arm_cpu": topi.generic.default_schedule},
+}
+
+CPU_PACKAGES = {"x86": topi.x86, "arm_cpu": topi.arm_cpu}
+
+
+def get_impl(op_name: str) -> OpImpl:
+    impl = OP_IMPLS.get(op_name)
+    if impl is None:
+        raise CompileError(f"relay op {op_name!r} has no compute in kiln's backend "
+                           "(kiln/relay/backend/op_impl.py); ops with one: " + ", ".join(sorted(OP_IMPLS)))
+    return impl
+
+
+def schedule_key(op_name: str, attrs) -> str:
+    sched = get_impl(op_name).schedule
+    return sched(attrs) if callable(sched) else sched

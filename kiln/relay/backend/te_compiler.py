@@ -1,0 +1,258 @@
+"""Lower fused primitive functions to TIR, one kernel each, and compile them into one module.
+
+FuseOps leaves ``main`` calling primitive functions (``attrs["Primitive"] == 1``). For each
+call, ``TECompiler.lower`` turns the function into TE by calling the computes of
+``op_impl.OP_IMPLS`` in dataflow order, schedules the whole group with the schedule of its
+*anchor* (the op with the most complex pattern: conv2d, dense, pooling, a reduction...; the
+elementwise/injective ops around it are inlined by that schedule), and lowers it to a PrimFunc
+named like ``tvmgen_default_fused_nn_conv2d_add_nn_relu``.
+
+Identical functions (same ops, attrs, types and scalar constants; same weight transform) are
+lowered once: the cache maps a structural key of the function to its kernel, so the 2nd..nth
+identical ResNet block reuse the first one's kernel.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from kiln import te
+from kiln.errors import CompileError, KilnError
+from kiln.ir.expr import const
+
+from ..expr import Call, Constant, Function, Tuple, TupleGetItem, Var
+from ..op.registry import OpDef, OpPattern
+from ..ty import TupleType
+from ..visitor import post_order
+from . import dispatch
+from .op_impl import CPU_PACKAGES, SCHEDULES, ComputeCtx, WeightTransform, get_impl, schedule_key
+
+
+@dataclass(frozen=True)
+class LoweredFunc:
+    """One kernel: its symbol, its TIR, and how its constant inputs must be transformed."""
+
+    name: str
+    prim_func: object
+    transforms: tuple  # WeightTransform per transformed parameter
+    num_outputs: int
+
+
+def target_family(target) -> str:
+    """"arm_cpu" for ARM targets (by key or triple), else "x86" (the generic CPU schedules)."""
+    triple = (getattr(target, "mtriple", "") or "").lower()
+    if "arm_cpu" in target.keys or triple.startswith(("aarch64", "arm64", "arm", "thumb")):
+        return "arm_cpu"
+    return "x86"
+
+
+_ANCHOR_RANK = {OpPattern.OPAQUE: 5, OpPattern.OUT_ELEMWISE_FUSABLE: 4, OpPattern.COMM_REDUCE: 3,
+                OpPattern.INJECTIVE: 2, OpPattern.BROADCAST: 1, OpPattern.ELEMWISE: 0}
+
+
+def anchor_of(calls: list) -> Call:
+    """The call whose schedule drives the group: the first of the highest pattern rank."""
+    return max(calls, key=lambda c: (_ANCHOR_RANK.get(c.op.pattern, 0), -calls.index(c)))
+
+
+class TECompiler:
+    """Lowers primitive functions for one target and builds them into one runtime module."""
+
+    def __init__(self, target, mod_name: str = "default"):
+        self.target = target
+        self.family = target_family(target)
+        self.prefix = f"tvmgen_{_sanitize(mod_name)}_fused_"
+        self.cache: dict = {}
+        self.lowered: list[LoweredFunc] = []
+        self._taken: set[str] = set()
+
+    # -- one function --------------------------------------------------------------------------
+    def lower(self, func: Function, const_params: frozenset = frozenset()) -> LoweredFunc:
+        """The kernel of primitive function ``func``; ``const_params`` are indices of the params
+        bound to constants at the call site (their layout may be transformed at build time)."""
+        calls = [n for n in post_order(func.body) if isinstance(n, Call) and isinstance(n.op, OpDef)]
+        if not calls:
+            raise CompileError(f"primitive function has no operator calls: {func}")
+        anchor = anchor_of(calls)
+        arg_types = [a.checked_type for a in anchor.args]
+        workload = dispatch.workload_of(anchor.op.name, anchor.attrs, arg_types, self.family) \
+            if all(hasattr(t, "shape") for t in arg_types) else None
+        cfg = dispatch.select_config(anchor.op.name, workload, self.target)
+        transform = self._weight_transform(func, anchor, const_params, cfg)
+        key = (structural_key(func), transform.key + (transform.index,) if transform else None, _cfg_key(cfg))
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        names = [c.op.name for c in calls]
+        name = self._unique(self.prefix + _sanitize("_".join(names)))
+        try:
+            with self.target:
+                prim = self._lower_te(func, calls, anchor, cfg, transform, name)
+        except KilnError as err:
+            raise type(err)(f"{name} (ops {', '.join(names)}): {err}") from err
+        except Exception as err:  # a compute or schedule bug must still say which fused op it was
+            raise CompileError(f"{name} (ops {', '.join(names)}): lowering failed: "
+                               f"{type(err).__name__}: {err}") from err
+        out_type = func.body.checked_type
+        lowered = LoweredFunc(name, prim, (transform,) if transform else (),
+                              len(out_type.fields) if isinstance(out_type, TupleType) else 1)
+        self.cache[key] = lowered
+        self.lowered.append(lowered)
+        return lowered
+
+    def _weight_transform(self, func, anchor, const_params, cfg) -> WeightTransform | None:
+        impl = get_impl(anchor.op.name)
+        if impl.prepack is None or not const_params:
+            return None
+        spec = impl.prepack(anchor.attrs, [a.checked_type for a in anchor.args], cfg)
+        if spec is None:
+            return None
+        weight = anchor.args[spec.index]
+        if not isinstance(weight, Var) or weight not in func.params:
+            return None
+        index = list(func.params).index(weight)
+        if index not in const_params or _uses(func, weight) != 1:
+            return None
+        return WeightTransform(index, spec.shape, spec.fn, spec.key)
+
+    def _lower_te(self, func, calls, anchor, cfg, transform, name):
+        from kiln.te.lower import lower_to_primfunc
+
+        inputs = []
+        value: dict = {}
+        for i, p in enumerate(func.params):
+            ty = p.checked_type
+            shape = transform.shape if transform and transform.index == i else tuple(int(d) for d in ty.shape)
+            value[p] = te.placeholder(shape, name=f"p{i}", dtype=str(ty.dtype))
+            inputs.append(value[p])
+        pkg = CPU_PACKAGES[self.family]
+        for node in post_order(func.body):
+            if node in value:
+                continue
+            if isinstance(node, Constant):
+                value[node] = _scalar(node)
+            elif isinstance(node, Tuple):
+                value[node] = [value[f] for f in node.fields]
+            elif isinstance(node, TupleGetItem):
+                value[node] = value[node.tuple_value][node.index]
+            elif isinstance(node, Call) and isinstance(node.op, OpDef):
+                ctx = ComputeCtx(pkg, cfg if node is anchor else None,
+                                 prepacked=bool(transform) and node is anchor)
+                args = [value[a] for a in node.args]
+                value[node] = get_impl(node.op.name).compute(node.attrs, args, node.checked_type, ctx)
+            elif not isinstance(node, (Var, OpDef)):
+                raise CompileError(f"cannot lower a {type(node).__name__} inside a fused function")
+        out = value[func.body]
+        outs = [_materialize(t) for t in (out if isinstance(out, list) else [out])]
+        sched = SCHEDULES[schedule_key(anchor.op.name, anchor.attrs)][self.family]
+        s = sched(outs)
+        return lower_to_primfunc(s, inputs + outs, name)
+
+    def _unique(self, name: str) -> str:
+        if len(name) > 80:  # long fused chains: keep the names readable, the suffix keeps them unique
+            name = name[:80].rstrip("_")
+        out, k = name, 0
+        while out in self._taken:
+            k += 1
+            out = f"{name}_{k}"
+        self._taken.add(out)
+        return out
+
+    # -- the module ----------------------------------------------------------------------------
+    def build(self):
+        """Run the TIR pipeline and code generation over every kernel; a runtime CompiledModule."""
+        from kiln import codegen
+        from kiln.driver.build_module import lower
+        from kiln.ir.module import IRModule
+
+        if not self.lowered:
+            return None
+        mod = IRModule({f.name: f.prim_func for f in self.lowered})
+        return codegen.build(lower(mod), self.target)
+
+
+def _scalar(node: Constant):
+    """A scalar constant as a 0-d tensor (inlined by every schedule)."""
+    data = node.data
+    value = data.item()
+    return te.compute((), lambda: const(value, str(data.dtype)), name="T_const", tag="elemwise")
+
+
+def _materialize(t):
+    """A kernel output must be computed by the kernel: copy an input passed straight through."""
+    if isinstance(t.op, te.ComputeOp):
+        return t
+    return te.compute(t.shape, lambda *i: t(*i), name="T_copy", tag="elemwise")
+
+
+def _uses(func: Function, var: Var) -> int:
+    n = 0
+    for node in post_order(func.body):
+        if isinstance(node, Call):
+            n += sum(1 for a in node.args if a is var)
+        elif isinstance(node, Tuple):
+            n += sum(1 for f in node.fields if f is var)
+    return n
+
+
+def _sanitize(text: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_]", "_", text)
+
+
+def _cfg_key(cfg):
+    if cfg is None:
+        return None
+    index = getattr(cfg, "index", None)
+    if index is not None:
+        return ("index", index, id(cfg))
+    if isinstance(cfg, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in cfg.items()))
+    return ("id", id(cfg))
+
+
+def _freeze(v):
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
+    if isinstance(v, np.ndarray):
+        return ("array", v.dtype.str, v.shape, v.tobytes())
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, float) and v != v:
+        return "nan"
+    return v
+
+
+def structural_key(func: Function) -> tuple:
+    """A hashable description of a primitive function: equal keys mean the same kernel."""
+    index: dict = {}
+    items = [tuple(_type_key(p.checked_type) for p in func.params)]
+    for i, p in enumerate(func.params):
+        index[p] = ("param", i)
+    for node in post_order(func.body):
+        if node in index:
+            continue
+        if isinstance(node, Constant):
+            item = ("const", str(node.data.dtype), _freeze(node.data))
+        elif isinstance(node, Call) and isinstance(node.op, OpDef):
+            item = ("call", node.op.name, tuple(index[a] for a in node.args),
+                    tuple(sorted((k, _freeze(v)) for k, v in node.attrs.items())))
+        elif isinstance(node, Tuple):
+            item = ("tuple", tuple(index[f] for f in node.fields))
+        elif isinstance(node, TupleGetItem):
+            item = ("get", index[node.tuple_value], node.index)
+        else:
+            item = (type(node).__name__, id(node))
+        index[node] = len(items)
+        items.append(item)
+    return tuple(items)
+
+
+def _type_key(ty):
+    if isinstance(ty, TupleType):
+        return tuple(_type_key(f) for f in ty.fields)
+    return (tuple(int(d) for d in ty.shape), str(ty.dtype))

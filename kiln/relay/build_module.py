@@ -1,0 +1,98 @@
+"""``relay.build``: compile a relay module into kernels + graph JSON + parameters.
+
+>>> with tvm.transform.PassContext(opt_level=3):
+...     lib = relay.build(mod, target="llvm", params=params)
+>>> m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+
+Steps: bind ``params`` into ``main`` as constants; run the optimization passes allowed by the
+PassContext's opt level (``optimize``); lower every fused primitive function to a kernel with
+topi (backend/te_compiler.py); write the graph JSON and plan its memory
+(backend/graph_codegen.py); compile all kernels into one module.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from kiln.errors import CompileError
+from kiln.transform import PassContext
+
+from . import transform
+from .backend.factory import GraphExecutorFactoryModule
+from .backend.graph_codegen import GraphCodegen
+from .backend.te_compiler import TECompiler
+from .expr import Function
+
+logger = logging.getLogger("kiln.relay.build")
+
+build_config = PassContext  # relay.build_config(opt_level=3): the name before tvm.transform.PassContext
+
+
+def _target(target, target_host):
+    from kiln.target import Target
+
+    if isinstance(target, dict):
+        if len(target) != 1:
+            raise CompileError(f"relay.build: kiln compiles a graph for one target, got {list(target)}")
+        target = next(iter(target.values()))
+    if target is None:
+        target = Target.current(allow_none=True) or "llvm"
+    tgt = Target(target, host=target_host) if target_host is not None else (
+        target if isinstance(target, Target) else Target(target))
+    if tgt.kind.name != "llvm":
+        raise CompileError(f"relay.build: target {tgt} is not supported yet; the graph compiler generates CPU "
+                           "code (target 'llvm', with -mtriple for ARM boards)")
+    return tgt
+
+
+def _as_module(mod):
+    from kiln.ir.module import IRModule
+
+    if isinstance(mod, Function):
+        return IRModule.from_expr(mod)
+    if not hasattr(mod, "functions") or "main" not in mod:
+        raise CompileError(f"relay.build takes an IRModule with a 'main' function (or a relay.Function), "
+                           f"got {type(mod).__name__}")
+    return mod
+
+
+def optimize(mod, target=None, params=None):
+    """Bind ``params``, then run the passes of ``transform.optimize_sequence`` that the current
+    PassContext's opt level allows (fusion always runs). Returns ``(mod, params)``."""
+    mod = _as_module(mod)
+    if params:
+        mod = transform.BindParams(params)(mod)
+    ctx = PassContext.current()
+    required = set(ctx.required_pass) | {"FuseOps", "InferType"}  # the backend needs fused, typed code
+    if "FuseOps" in ctx.disabled_pass:
+        raise CompileError("relay.build: FuseOps is disabled, but the graph executor runs fused "
+                           "primitive functions; remove it from disabled_pass")
+    with PassContext(ctx.opt_level, required, ctx.disabled_pass, ctx.config, ctx.instruments):
+        mod = transform.optimize_sequence()(transform.InferType()(mod))
+    return mod, {}
+
+
+def build(ir_mod, target=None, target_host=None, params=None, mod_name: str = "default", executor=None,
+          runtime=None):
+    """Compile ``ir_mod["main"]`` for ``target``; returns a factory module (backend/factory.py).
+
+    ``params``: ``{name: array}`` bound into the model as constants (weights). ``mod_name``
+    names the kernels (``tvmgen_<mod_name>_fused_...``) and the factory function (``lib[mod_name]``).
+    """
+    if executor not in (None, "graph") and getattr(executor, "name", "graph") != "graph":
+        raise CompileError(f"relay.build: executor {executor} is not supported; kiln has the graph executor")
+    del runtime
+    tgt = _target(target, target_host)
+    start = time.perf_counter()
+    opt_mod, _ = optimize(ir_mod, tgt, params)
+    optimized = time.perf_counter()
+    func = opt_mod["main"]
+    compiler = TECompiler(tgt, mod_name)
+    graph_json, graph_params = GraphCodegen(compiler).codegen(func)
+    lowered = time.perf_counter()
+    lib = compiler.build()
+    done = time.perf_counter()
+    logger.info("relay.build %s: optimize %.2f s, lower %d kernels %.2f s, codegen %.2f s", mod_name,
+                optimized - start, len(compiler.lowered), lowered - optimized, done - lowered)
+    return GraphExecutorFactoryModule(opt_mod, tgt, graph_json, lib, graph_params, mod_name)

@@ -1,0 +1,206 @@
+"""The graph executor: runs a compiled model from its graph JSON and its kernel library.
+
+Needs only numpy and ctypes (no compiler), so it runs on a device and inside an RPC worker.
+
+At creation it allocates one buffer per ``storage_id`` (as large as the largest tensor assigned
+to it) and makes every node output a view into its buffer, then binds each kernel call to its
+argument views once (``PackedFunc.prepare``): ``run()`` is a loop of bare C calls. Inputs are
+copied into their buffers by ``set_input``/``load_params``, never rebound, so the prepared
+calls stay valid (``share_params`` rebinds and prepares again).
+
+Its functions are looked up by name like any module's (``ex["run"]()``), which is what makes a
+remote executor work: the RPC client only ever calls functions of a module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from ..errors import KilnError
+from .dlpack import DTYPES
+from .module import Module
+from .ndarray import NDArray, empty
+from .params import load_params
+
+
+class GraphExecutor(Module):
+    """``GraphExecutor(graph_json, lib, dev)``; usually wrapped by ``contrib.graph_executor.GraphModule``."""
+
+    type_key = "GraphExecutor"
+
+    def __init__(self, graph_json: str, lib: Module, dev):
+        super().__init__()
+        if getattr(dev, "session", None) is not None:
+            raise KilnError(f"GraphExecutor: {dev} is a remote device; create the executor through "
+                            "kiln.contrib.graph_executor.create(graph_json, remote_lib, remote_dev)")
+        self.lib, self.device = lib, dev
+        graph = _parse(graph_json)
+        self.nodes = graph["nodes"]
+        self.row_ptr = graph["node_row_ptr"]
+        self.heads = graph["heads"]
+        self.input_nodes = graph["arg_nodes"]
+        self.input_index = {self.nodes[n]["name"]: i for i, n in enumerate(self.input_nodes)}
+        self.entries = self._allocate(graph["attrs"])
+        self.kernels = self._bind_kernels()
+        self._plan = None
+        self._functions = {
+            "set_input": self.set_input, "get_input": self.get_input, "get_output": self.get_output,
+            "get_num_outputs": self.get_num_outputs, "get_num_inputs": self.get_num_inputs,
+            "get_input_index": self.get_input_index, "run": self.run, "load_params": self.load_params,
+            "share_params": self.share_params, "get_input_names": self.get_input_names,
+        }
+
+    # -- setup ---------------------------------------------------------------------------------
+    def _allocate(self, attrs) -> list:
+        shapes, dtypes, storage = attrs["shape"][1], attrs["dltype"][1], attrs["storage_id"][1]
+        sizes: dict[int, int] = {}
+        for shape, dtype, sid in zip(shapes, dtypes, storage):
+            sizes[sid] = max(sizes.get(sid, 0), math.prod(shape) * DTYPES[dtype][1] // 8)
+        # 64-byte aligned raw buffers; a typed view per entry over the start of its buffer.
+        pool = {sid: empty((max(n, 1),), "uint8", self.device) for sid, n in sizes.items()}
+        return [NDArray(pool[sid]._tensor.data, shape, dtype, self.device, pool[sid])
+                for shape, dtype, sid in zip(shapes, dtypes, storage)]
+
+    def _bind_kernels(self) -> list:
+        kernels = []
+        for nid, node in enumerate(self.nodes):
+            if node["op"] == "null":
+                continue
+            if node["op"] != "tvm_op":
+                raise KilnError(f"graph node {nid} ({node['name']}): op {node['op']!r} is not runnable; "
+                                "the graph executor runs 'tvm_op' nodes")
+            name = node.get("attrs", {}).get("func_name", node["name"])
+            try:
+                func = self.lib.get_function(name)
+            except AttributeError:
+                raise KilnError(f"graph node {nid}: the library has no kernel {name!r}; was the graph JSON "
+                                "built together with this library?") from None
+            args = [self.entries[self.row_ptr[i] + k] for i, k, *_ in node["inputs"]]
+            args += [self.entries[e] for e in range(self.row_ptr[nid], self.row_ptr[nid + 1])]
+            kernels.append((nid, name, func, args))
+        return kernels
+
+    def _prepared(self) -> list:
+        if self._plan is None:
+            plan = []
+            for nid, name, func, args in self.kernels:
+                try:
+                    plan.append(func.prepare(*args))
+                except (TypeError, ValueError) as err:
+                    raise KilnError(f"graph node {nid} ({name}): the graph and the kernel disagree: {err}") from None
+            self._plan = plan
+        return self._plan
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Execute every kernel in order."""
+        for k, (cfunc, args, codes, n, _) in enumerate(self._prepared()):
+            if cfunc(args, codes, n):
+                nid, name, func, _ = self.kernels[k]
+                try:
+                    func._raise(1)
+                except KilnError as err:
+                    raise KilnError(f"graph node {nid} ({name}) failed: {err}") from None
+
+    # -- inputs and outputs --------------------------------------------------------------------
+    def _input_entry(self, key) -> int:
+        index = self.get_input_index(key) if isinstance(key, str) else int(key)
+        if not 0 <= index < len(self.input_nodes):
+            names = ", ".join(self.input_index)
+            raise KeyError(f"graph executor: no input {key!r}; inputs: {names}")
+        return self.row_ptr[self.input_nodes[index]]
+
+    def get_input_index(self, name: str) -> int:
+        """Index of input ``name``, or -1."""
+        return self.input_index.get(name, -1)
+
+    def get_input_names(self) -> list:
+        return list(self.input_index)
+
+    def set_input(self, key, value) -> None:
+        """Copy ``value`` (NDArray or numpy array) into input ``key`` (name or index)."""
+        dst = self.entries[self._input_entry(key)]
+        if isinstance(value, NDArray) and value.shape == dst.shape and value.dtype == dst.dtype:
+            dst.copyfrom(value)
+            return
+        src = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+        if src.shape != dst.shape:
+            raise ValueError(f"set_input: input {key!r} has shape {dst.shape}, got {src.shape}")
+        if src.dtype != np.dtype(dst.dtype):
+            raise ValueError(f"set_input: input {key!r} has dtype {dst.dtype}, got {src.dtype}; "
+                             f"convert with .astype('{dst.dtype}')")
+        dst.copyfrom(src)
+
+    def get_input(self, key, out=None):
+        arr = self.entries[self._input_entry(key)]
+        return out.copyfrom(arr) if out is not None else arr
+
+    def get_num_inputs(self) -> int:
+        return len(self.input_nodes)
+
+    def get_num_outputs(self) -> int:
+        return len(self.heads)
+
+    def get_output(self, index: int, out=None):
+        """Output ``index``: the executor's own array (overwritten by the next run), or copied
+        into ``out`` when given."""
+        if not 0 <= int(index) < len(self.heads):
+            raise IndexError(f"get_output: index {index} out of range; the graph has {len(self.heads)} outputs")
+        nid, k, *_ = self.heads[int(index)]
+        arr = self.entries[self.row_ptr[nid] + k]
+        return out.copyfrom(arr) if out is not None else arr
+
+    def load_params(self, blob) -> None:
+        """Copy the arrays of a parameter blob into the inputs of the same names (others are ignored,
+        as parameters folded away at build time have no input)."""
+        for name, value in load_params(blob, copy=False).items():
+            if name in self.input_index:
+                self.set_input(name, value)
+
+    def share_params(self, other: "GraphExecutor", blob) -> None:
+        """Use ``other``'s arrays for the parameters named in ``blob`` (no copy; both must come from
+        the same graph)."""
+        for name in load_params(blob, copy=False):
+            if name in self.input_index and name in other.input_index:
+                mine, theirs = self._input_entry(name), other._input_entry(name)
+                if self.entries[mine].shape != other.entries[theirs].shape:
+                    raise ValueError(f"share_params: {name!r} has shape {self.entries[mine].shape} here and "
+                                     f"{other.entries[theirs].shape} in the other executor")
+                self.entries[mine] = other.entries[theirs]
+        self.kernels = self._bind_kernels()
+        self._plan = None
+
+    # -- module interface ----------------------------------------------------------------------
+    def function_names(self) -> list:
+        return list(self._functions)
+
+    def _get_function(self, name: str):
+        return self._functions.get(name)
+
+    def __repr__(self) -> str:
+        return f"GraphExecutor({len(self.kernels)} kernels, inputs=[{', '.join(self.input_index)}], {self.device})"
+
+
+def _parse(graph_json) -> dict:
+    try:
+        graph = json.loads(graph_json) if isinstance(graph_json, (str, bytes, bytearray)) else dict(graph_json)
+    except json.JSONDecodeError as err:
+        raise KilnError(f"graph executor: the graph is not valid JSON ({err})") from None
+    missing = [k for k in ("nodes", "arg_nodes", "heads", "attrs", "node_row_ptr") if k not in graph]
+    if missing:
+        raise KilnError(f"graph executor: the graph JSON lacks {missing}; pass lib.get_graph_json() of relay.build")
+    for key in ("shape", "dltype", "storage_id"):
+        if key not in graph["attrs"]:
+            raise KilnError(f"graph executor: the graph JSON attrs lack {key!r}")
+    n_entries = graph["node_row_ptr"][-1]
+    if any(len(graph["attrs"][k][1]) != n_entries for k in ("shape", "dltype", "storage_id")):
+        raise KilnError("graph executor: the graph JSON attrs do not have one shape/dltype/storage_id per entry")
+    return graph
+
+
+def create(graph_json: str, lib: Module, dev) -> GraphExecutor:
+    """``create(graph_json, lib, dev)``: the executor of a graph over a kernel library on ``dev``."""
+    return GraphExecutor(graph_json, lib, dev)
