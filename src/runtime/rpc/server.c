@@ -180,10 +180,9 @@ static void reap(Server* srv) {
     if (pid == srv->worker) on_worker_exit(srv, status);
 }
 
-/* Once a second: the session timeout, and a client that hung up while its worker is stuck. */
+/* The session timeout; and once a second, a client that hung up while its worker is stuck. */
 static void watch(Server* srv, double now) {
-  if (!srv->worker || now < srv->next_watch) return;
-  srv->next_watch = now + 1.0;
+  if (!srv->worker || srv->kill_reason[0]) return;
   if (srv->session_timeout > 0 && now - srv->session_start > srv->session_timeout) {
     char why[256];
     snprintf(why, sizeof(why), "session_timeout of %g s passed; the server ended the session. Pass a larger "
@@ -191,6 +190,8 @@ static void watch(Server* srv, double now) {
     kill_worker(srv, why);
     return;
   }
+  if (now < srv->next_watch) return;
+  srv->next_watch = now + 1.0;
   char c;
   ssize_t r = recv(srv->session_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
   if (r == 0) kill_worker(srv, "the client disconnected");
