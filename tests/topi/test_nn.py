@@ -48,12 +48,14 @@ def test_softmax_and_log_softmax(runner, shape, axis, ns):
     np.testing.assert_allclose(got, testing.log_softmax_python(a, axis), rtol=1e-5, atol=1e-5)
 
 
-def test_layer_norm(runner):
-    A = te.placeholder((3, 5, 48), name="x")
-    G = te.placeholder((48,), name="gamma")
-    B = te.placeholder((48,), name="beta")
-    a, g, b = runner.rand(3, 5, 48) + 3, runner.rand(48), runner.rand(48)
-    got = runner.run(topi.x86.schedule_layer_norm, topi.nn.layer_norm(A, G, B, -1, 1e-5), [A, G, B], [a, g, b])
+@pytest.mark.parametrize("ns", [topi.nn, topi.x86])
+@pytest.mark.parametrize("width", [48, 7, 37])
+def test_layer_norm(runner, ns, width):
+    A = te.placeholder((3, 5, width), name="x")
+    G = te.placeholder((width,), name="gamma")
+    B = te.placeholder((width,), name="beta")
+    a, g, b = runner.rand(3, 5, width) + 3, runner.rand(width), runner.rand(width)
+    got = runner.run(topi.x86.schedule_layer_norm, ns.layer_norm(A, G, B, -1, 1e-5), [A, G, B], [a, g, b])
     np.testing.assert_allclose(got, testing.layer_norm_python(a, g, b, -1, 1e-5), rtol=1e-4, atol=1e-4)
 
 

@@ -12,8 +12,9 @@ from .conv2d import conv2d_nchw, schedule_conv2d_nchw  # noqa: F401
 from .conv2d_nhwc import conv2d_nhwc, schedule_conv2d_nhwc  # noqa: F401
 from .conv2d_transpose import conv2d_transpose_nchw, schedule_conv2d_transpose_nchw  # noqa: F401
 from .default import (  # noqa: F401
-    schedule_adaptive_pool, schedule_concatenate, schedule_injective, schedule_layer_norm, schedule_reduce,
+    schedule_adaptive_pool, schedule_concatenate, schedule_injective, schedule_reduce,
 )
+from .layer_norm import layer_norm, schedule_layer_norm  # noqa: F401
 from .pooling import pool2d, schedule_pool  # noqa: F401
 from .softmax import log_softmax, schedule_softmax, softmax  # noqa: F401
 from .dense import dense, schedule_dense  # noqa: F401

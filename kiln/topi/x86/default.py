@@ -20,8 +20,4 @@ def schedule_adaptive_pool(outs, cfg=None):
     return default_schedule(outs, cfg)
 
 
-def schedule_layer_norm(outs, cfg=None):
-    return default_schedule(outs, cfg)
-
-
 schedule_concatenate = schedule_injective

@@ -26,14 +26,14 @@ from ..utils import const_int
 TAG = "softmax_rows"
 
 
-def _row_reduce(x, n: int, lanes: int, reducer, name: str):
+def _row_reduce(x, n: int, lanes: int, reducer, name: str, tag: str = TAG):
     """reducer over the last axis of x (size n) via lanes partial results."""
     lead = tuple(x.shape[:-1])
     main = n // lanes
     tail = n - main * lanes
     ko = te.reduce_axis((0, main), name="ko")
     part = te.compute(lead + (lanes,), lambda *i: reducer(x(*i[:-1], ko.var * lanes + i[-1]), axis=ko),
-                      name=f"{name}_part", tag=f"{TAG}_part")
+                      name=f"{name}_part", tag=f"{tag}_part")
     j = te.reduce_axis((0, lanes + tail), name="j")
 
     def fold(*i):
@@ -41,7 +41,7 @@ def _row_reduce(x, n: int, lanes: int, reducer, name: str):
         v = tir.if_then_else(jv < lanes, part(*i, tir.min(jv, lanes - 1)), x(*i, tir.max(main * lanes + jv - lanes, 0)))
         return reducer(v, axis=j)
 
-    return te.compute(lead, fold, name=name, tag=f"{TAG}_fold")
+    return te.compute(lead, fold, name=name, tag=f"{tag}_fold")
 
 
 def softmax(x, axis=-1):
@@ -74,9 +74,14 @@ def _softmax(x, axis, log: bool):
 def schedule_softmax(outs, cfg=None):
     """Rows in parallel; every stage of a row computed at that row, vectorized along it."""
     del cfg
+    return schedule_rows(outs, TAG)
+
+
+def schedule_rows(outs, tag: str):
+    """For row-wise ops built from _row_reduce: stages tagged tag* computed per parallel row."""
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     out = outs[0]
-    if out.op.tag != TAG:
+    if out.op.tag != tag:
         return default_schedule(outs)
     s = te.create_schedule([o.op for o in outs])
     lanes = vector_lanes()
@@ -88,11 +93,15 @@ def schedule_softmax(outs, cfg=None):
     stack = list(out.op.input_tensors)
     while stack:
         t = stack.pop()
-        if id(t.op) in seen or not t.op.tag.startswith(TAG):
+        if id(t.op) in seen or not t.op.tag.startswith(tag):
             continue
         seen.add(id(t.op))
         stages.append(t)
         stack.extend(t.op.input_tensors)
+    for t in stages:
+        for u in t.op.input_tensors:
+            if u.op.tag == "elemwise":
+                s[u].compute_inline()
     for t in stages:
         st = s[t]
         st.compute_at(s[out], row)
