@@ -120,3 +120,15 @@ def test_conv2d_errors_name_the_input():
     A = te.placeholder((1, 4, 8, 8), name="data")
     with pytest.raises(ShapeError, match="'kernel' has 3 input channels per group"):
         topi.nn.conv2d_nchw(A, W, 1, 1, 1)
+
+
+def test_conv2d_followed_by_a_shape_changing_epilogue(runner):
+    """A fused group may end in a reshape: the tile goes on the conv's own output then."""
+    A = te.placeholder((1, 8, 6, 6), name="data")
+    W = te.placeholder((16, 8, 3, 3), name="kernel")
+    conv = topi.x86.conv2d_nchw(A, W, 1, 1, 1)
+    out = topi.reshape(topi.nn.relu(conv), (1, 16 * 36))
+    a, wt = runner.rand(1, 8, 6, 6), runner.rand(16, 8, 3, 3)
+    got = runner.run(topi.x86.schedule_conv2d_nchw, out, [A, W], [a, wt])
+    ref = np.maximum(testing.conv2d_nchw_python(a, wt, 1, 1), 0).reshape(1, -1)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)

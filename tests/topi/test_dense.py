@@ -55,3 +55,12 @@ def test_batch_matmul_x86(runner, ba, bb, m, n, k, tb):
     ref = testing.batch_matmul_python(np.broadcast_to(x, (max(ba, bb), m, k)), np.broadcast_to(y, (max(ba, bb),) + y.shape[1:]),
                                       transpose_b=tb)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
+
+
+def test_dense_followed_by_reshape(runner):
+    A = te.placeholder((4, 32), name="data")
+    W = te.placeholder((12, 32), name="weight")
+    out = topi.reshape(topi.x86.dense(A, W), (2, 24))
+    a, w = runner.rand(4, 32), runner.rand(12, 32)
+    got = runner.run(topi.x86.schedule_dense, out, [A, W], [a, w])
+    np.testing.assert_allclose(got, (a @ w.T).reshape(2, 24), rtol=1e-4, atol=1e-3)

@@ -16,7 +16,7 @@ from ..nn.batch_matmul import batch_matmul as generic_batch_matmul
 from ..utils import check_ndim, const_int, knob
 from .conv2d import find_tagged
 from .dense import TAG as DOT_TAG, dot_nt, schedule_dot_tile
-from .injective import inline_injective_between
+from .injective import tile_root
 
 NN_TAG = "batch_matmul_nn"
 
@@ -69,7 +69,7 @@ def schedule_batch_matmul(outs, cfg=None):
         return s
     mm = find_tagged(out, NN_TAG)
     conf = mm.op.attrs["config"]
-    inline_injective_between(s, out, mm)
+    out = tile_root(s, out, mm, mm)
     if mm.op is out.op:
         acc = s.cache_write(out, "local")
         mm_stage = s[acc]

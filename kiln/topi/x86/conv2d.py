@@ -25,7 +25,7 @@ from ..nn.conv2d import Conv2DShape, conv2d_shape
 from ..nn.pad import pad
 from ..utils import check_ndim, const_int, const_shape, divisor_at_most, knob
 from ..cpu import vector_lanes, vector_registers
-from .injective import inline_injective_between
+from .injective import inline_injective_between, tile_root
 
 TAG = "conv2d_nchw_blocked"
 
@@ -163,9 +163,20 @@ def schedule_conv2d_nchw(outs, cfg=None):
         from .depthwise_conv2d import schedule_depthwise_conv2d_nchw
 
         return schedule_depthwise_conv2d_nchw(outs)
-    inline_injective_between(s, out, conv)
-    schedule_blocked_tile(s, conv, out)
+    unpack = _consumer_of(out, conv)
+    schedule_blocked_tile(s, conv, tile_root(s, out, unpack, conv))
     return s
+
+
+def _consumer_of(out, conv):
+    """The NCHW unpack stage reading the blocked conv (found walking down from out)."""
+    stack = [out]
+    while stack:
+        t = stack.pop()
+        if any(u.op is conv.op for u in t.op.input_tensors):
+            return t
+        stack.extend(u for u in t.op.input_tensors if isinstance(u.op, te.ComputeOp))
+    raise ValueError(f"schedule_conv2d_nchw: no stage reads {conv.name}")
 
 
 def find_tagged(out, tag):

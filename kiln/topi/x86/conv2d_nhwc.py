@@ -13,7 +13,7 @@ from ..cpu import vector_lanes
 from ..nn.conv2d import conv2d_nhwc as _generic
 from ..utils import divisor_at_most, knob
 from .conv2d import find_tagged
-from .injective import inline_injective_between
+from .injective import tile_root
 
 TAG = "conv2d_nhwc"
 
@@ -45,7 +45,7 @@ def schedule_conv2d_nhwc(outs, cfg=None):
     out = outs[0]
     conv = find_tagged(out, TAG)
     conf = conv.op.attrs.get("config") or default_config(conv.op.attrs["workload"])
-    inline_injective_between(s, out, conv)
+    out = tile_root(s, out, conv, conv)
     conv_stage = s[s.cache_write(out, "local")] if conv.op is out.op else s[conv]
     n, y, x, f = s[out].op.axis
     lanes = vector_lanes()

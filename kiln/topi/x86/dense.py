@@ -21,7 +21,7 @@ from ..cpu import vector_lanes
 from ..nn.dense import add_bias
 from ..utils import check_ndim, const_int, knob
 from .conv2d import find_tagged
-from .injective import inline_injective_between
+from .injective import tile_root
 
 TAG = "dense_dot"
 
@@ -103,7 +103,7 @@ def schedule_dot_tile(s, dot, out):
     """out: the output stage (dot itself or an epilogue on it), tiled (batch, N block, M block)."""
     conf = dot.op.attrs["config"]
     mr, nr = conf["tile_m"], conf["tile_n"]
-    inline_injective_between(s, out, dot)
+    out = tile_root(s, out, dot, dot)
     if dot.op is not out.op:
         s[dot].compute_inline()
     *batch, i, j = s[out].op.axis

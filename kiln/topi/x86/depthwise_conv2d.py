@@ -16,7 +16,7 @@ from ..cpu import vector_lanes
 from ..nn.depthwise_conv2d import depthwise_conv2d_nchw as _generic
 from ..utils import as_pair, const_int, divisor_at_most, knob
 from .conv2d import find_tagged
-from .injective import inline_injective_between
+from .injective import tile_root
 
 TAG = "depthwise_conv2d_nchw"
 
@@ -74,7 +74,7 @@ def schedule_depthwise_conv2d_nchw(outs, cfg=None):
     out = outs[0]
     conv = find_tagged(out, TAG)
     conf = conv.op.attrs.get("config") or default_config(const_int(conv.shape[3]), const_int(conv.shape[2]))
-    inline_injective_between(s, out, conv)
+    out = tile_root(s, out, conv, conv)
     if conv.op is out.op:
         conv_stage = s[s.cache_write(out, "local")]
     else:

@@ -61,3 +61,29 @@ def schedule_injective_stage(s, t, lanes: int = 16, min_parallel: int = 1024) ->
     if total >= min_parallel and outer:
         fused = st.fuse(*outer) if len(outer) > 1 else outer[0]
         st.parallel(fused)
+
+
+def _same_shape(a, b) -> bool:
+    try:
+        return [const_int(x) for x in a.shape] == [const_int(x) for x in b.shape]
+    except Exception:  # noqa: BLE001 - symbolic shapes: be conservative
+        return False
+
+
+def tile_root(s, out, shaped, anchor):
+    """The tensor whose loops get the anchor's register tile.
+
+    ``shaped`` is the anchor's output in the op's public shape (e.g. the NCHW unpack of a blocked
+    conv). If ``out`` has that shape, the epilogue between them is elementwise: inline it and tile
+    ``out``. Otherwise (a fused reshape, flatten, ...) tile ``shaped`` itself and give ``out``
+    the default parallel/vectorized loops.
+    """
+    if out.op is shaped.op or _same_shape(out, shaped):
+        inline_injective_between(s, out, anchor)
+        return out
+    from ..generic.default import schedule_stage
+
+    inline_injective_between(s, out, shaped)
+    inline_injective_between(s, shaped, anchor)
+    schedule_stage(s, out)
+    return shaped
