@@ -6,7 +6,6 @@ from kiln import te, tir
 from kiln.errors import ShapeError
 from kiln.ir.expr import IntImm, PrimExpr, const, convert
 
-from .utils import const_int
 
 
 def broadcast_shape(shape_a, shape_b, op: str = "broadcast") -> tuple:
@@ -116,5 +115,3 @@ def broadcast_to(data, shape):
                          f"{tuple(map(str, shape))}")
     return te.compute(shape, lambda *i: data(*broadcast_index(data, i)), name="T_broadcast_to", tag="broadcast")
 
-
-_ = const_int

@@ -79,8 +79,7 @@ def schedule_batch_matmul(outs, cfg=None):
     io, jo, ii, ji = s[out].tile(i, j, conf["tile_m"], conf["tile_n"])
     s[out].parallel(s[out].fuse(b, io, jo))
     lanes = vector_lanes()
-    jio, jii = s[out].split(ji, factor=lanes)
-    s[out].vectorize(jii)
+    s[out].vectorize(s[out].split(ji, factor=lanes)[1])
     mm_stage.compute_at(s[out], s[out].leaf_iter_vars[0])
     _, ci, cj = mm_stage.op.axis
     (rk,) = mm_stage.op.reduce_axis
@@ -89,5 +88,4 @@ def schedule_batch_matmul(outs, cfg=None):
     cjo, cji = mm_stage.split(cj, factor=lanes)
     mm_stage.unroll(cjo)
     mm_stage.vectorize(cji)
-    del jio
     return s

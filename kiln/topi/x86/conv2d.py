@@ -25,7 +25,7 @@ from ..nn.conv2d import Conv2DShape, conv2d_shape
 from ..nn.pad import pad
 from ..utils import check_ndim, const_int, const_shape, divisor_at_most, knob
 from ..cpu import vector_lanes, vector_registers
-from .injective import inline_injective_between, tile_root
+from .injective import tile_root
 
 TAG = "conv2d_nchw_blocked"
 
