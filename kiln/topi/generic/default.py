@@ -32,8 +32,12 @@ def inline_injective(s, outs) -> None:
             stage.compute_inline()
 
 
-def schedule_stage(s, t, lanes: int | None = None, min_parallel: int = 2048) -> None:
-    """Parallel outer data loops, vectorized inner data loop (reductions go between them)."""
+def schedule_stage(s, t, lanes: int | None = None, min_parallel: int = 16384) -> None:
+    """Parallel outer data loops, vectorized inner data loop (reductions go between them).
+
+    Below ``min_parallel`` element-steps the kernel runs in one thread: it takes a couple of
+    microseconds, less than waking a second thread costs.
+    """
     st = s[t]
     op = st.op
     axes = list(op.axis)

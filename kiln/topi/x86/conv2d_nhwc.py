@@ -29,6 +29,11 @@ def default_config(p) -> dict:
     return {"oc_bn": oc_bn, "tile_ow": tile_ow}
 
 
+def config_space(p) -> dict:
+    return {"oc_bn": [b for b in (4, 8, 16, 32, 64) if p.out_channel % b == 0] or [p.out_channel],
+            "tile_ow": sorted({d for d in range(1, 33) if p.out_width % d == 0} | {min(p.out_width, 28)})}
+
+
 def conv2d_nhwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None, groups=1, cfg=None):
     """Same result as topi.nn.conv2d_nhwc."""
     out = _generic(data, kernel, strides, padding, dilation, out_dtype, groups)

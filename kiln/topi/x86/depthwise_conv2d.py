@@ -31,6 +31,11 @@ def default_config(ow: int, oh: int) -> dict:
     return {"tile_w": tile_w, "tile_h": 2 if oh % 2 == 0 else 1}
 
 
+def config_space(ow: int, oh: int) -> dict:
+    return {"tile_w": sorted({d for d in range(1, 33) if ow % d == 0} | {min(ow, 32)}),
+            "tile_h": [h for h in (1, 2, 4) if h <= oh]}
+
+
 def depthwise_conv2d_nchw(Input, Filter, stride, padding, dilation, out_dtype=None, cfg=None):  # noqa: N803
     """Same result as topi.nn.depthwise_conv2d_nchw (Filter (C, M, KH, KW))."""
     sw = as_pair(stride, "depthwise_conv2d", "stride")[1]
