@@ -107,3 +107,12 @@ def test_fast_math_is_accurate(runner, name, ref):
     got = runner.run(topi.x86.schedule_injective, getattr(topi, name)(A), [A], [a.astype("float32")])
     want = ref(a.astype("float64"))
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-30 if name != "fast_erf" else 1e-7)
+
+
+def test_relu_and_clip_keep_nan(runner):
+    A = te.placeholder((4,), name="x")
+    a = np.array([np.nan, -1.0, 0.5, 9.0], dtype="float32")
+    got = runner.run(topi.x86.schedule_injective, topi.nn.relu(A), [A], [a])
+    np.testing.assert_array_equal(got, np.maximum(a, 0))
+    got = runner.run(topi.x86.schedule_injective, topi.nn.clip(A, 0.0, 6.0), [A], [a])
+    np.testing.assert_array_equal(got, np.clip(a, 0.0, 6.0))

@@ -9,9 +9,20 @@ from kiln.ir.expr import const
 from ..utils import const_int
 
 
+def _select_max(a, b):
+    """a < b ? b : a: one vmaxps on x86 (tir.max is the NaN-propagating IEEE maximum, which
+    LLVM expands to a compare-and-blend sequence). A NaN in a still comes out as NaN."""
+    return tir.Select(a < b, b, a, a.dtype)
+
+
+def _select_min(a, b):
+    return tir.Select(b < a, b, a, a.dtype)
+
+
 def relu(x):
-    """max(x, 0)."""
-    return te.compute(x.shape, lambda *i: tir.max(x(*i), const(0, x.dtype)), name="T_relu", tag="elemwise")
+    """max(x, 0); NaN stays NaN, like numpy and onnxruntime."""
+    zero = const(0, x.dtype)
+    return te.compute(x.shape, lambda *i: _select_max(x(*i), zero), name="T_relu", tag="elemwise")
 
 
 def leaky_relu(x, alpha=0.01):
@@ -25,7 +36,7 @@ def leaky_relu(x, alpha=0.01):
 def clip(x, a_min, a_max):
     """min(max(x, a_min), a_max)."""
     lo, hi = const(a_min, x.dtype), const(a_max, x.dtype)
-    return te.compute(x.shape, lambda *i: tir.min(tir.max(x(*i), lo), hi), name="T_clip", tag="elemwise")
+    return te.compute(x.shape, lambda *i: _select_min(_select_max(x(*i), lo), hi), name="T_clip", tag="elemwise")
 
 
 def prelu(x, slope, axis=1):

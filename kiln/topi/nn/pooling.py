@@ -10,6 +10,11 @@ from ..utils import as_pair, check_ndim, const_shape
 from .pad import pad
 
 
+# max as a Select: one vmaxps per tap, where te.max's NaN-propagating maximum is several
+# instructions. (A NaN in the window may be dropped, as in most CPU pooling kernels.)
+select_max = te.comm_reducer(lambda a, b: tir.Select(a < b, b, a, a.dtype), lambda t: tir.min_value(t), name="max")
+
+
 def _hw_axes(layout: str, op: str) -> tuple[int, int]:
     if layout == "NCHW":
         return 2, 3
@@ -70,8 +75,16 @@ def pool2d(data, kernel, stride, dilation=(1, 1), padding=(0, 0, 0, 0), pool_typ
 
     if split_width_phases and layout == "NCHW" and sw > 1:
         wp = w + pl + er
-        phased = te.compute((shape[0], shape[1], h + pt + eb, sw, -(-wp // sw)),
-                            lambda b, c, y, ph, xs: padded[b, c, y, tir.min(xs * sw + ph, wp - 1)],
+
+        def fphase(b, c, y, ph, xs):
+            x = xs * sw + ph
+            if pool_type == "max":
+                # Max is idempotent: repeating the nearest edge pixel equals padding with -inf
+                # (every window holds a real pixel), and clamped loads need no branch.
+                return data[b, c, tir.min(tir.max(y - pt, 0), h - 1), tir.min(tir.max(x - pl, 0), w - 1)]
+            return padded[b, c, y, tir.min(x, wp - 1)]
+
+        phased = te.compute((shape[0], shape[1], h + pt + eb, sw, -(-wp // sw)), fphase,
                             name="pad_phased", tag="pad,phase_split")
 
         def window(i):  # noqa: F811 - the phase-split reader replaces the plain one
@@ -80,7 +93,7 @@ def pool2d(data, kernel, stride, dilation=(1, 1), padding=(0, 0, 0, 0), pool_typ
 
     attrs = {"layout": layout, "pool_type": pool_type}
     if pool_type == "max":
-        return te.compute(tuple(out_shape), lambda *i: te.max(window(i), axis=[ry, rx]), name="pool_max",
+        return te.compute(tuple(out_shape), lambda *i: select_max(window(i), axis=[ry, rx]), name="pool_max",
                           tag="pool_max", attrs=attrs)
     total = te.compute(tuple(out_shape), lambda *i: te.sum(window(i), axis=[ry, rx]), name="pool_sum", tag="pool_sum",
                        attrs=attrs)
@@ -119,7 +132,7 @@ def global_pool(data, pool_type="avg", layout="NCHW"):
         return data(*src)
 
     if pool_type == "max":
-        return te.compute(tuple(out_shape), lambda *i: te.max(window(i), axis=[ry, rx]), name="global_pool_max",
+        return te.compute(tuple(out_shape), lambda *i: select_max(window(i), axis=[ry, rx]), name="global_pool_max",
                           tag="global_pool")
     total = te.compute(tuple(out_shape), lambda *i: te.sum(window(i), axis=[ry, rx]), name="global_pool_sum",
                        tag="global_pool")
