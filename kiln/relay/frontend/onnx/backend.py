@@ -64,39 +64,54 @@ def bake_inputs(model, values: dict):
     return baked
 
 
-def compile_model(model, target: str = "llvm", opt_level: int = 3):
+def compile_model(model, shape=None, target: str = "llvm", opt_level: int = 3):
     """from_onnx + relay.build; returns the factory module (``lib["default"](dev)``)."""
     import kiln
     from kiln import relay
 
-    mod, params = relay.frontend.from_onnx(model)
+    mod, params = relay.frontend.from_onnx(model, shape=shape)
     with kiln.transform.PassContext(opt_level=opt_level):
         return relay.build(mod, target=target, params=params)
 
 
+def _has_dynamic_dims(vi) -> bool:
+    tt = vi.type.tensor_type
+    return not tt.HasField("shape") or any(not d.HasField("dim_value") or d.dim_value <= 0 for d in tt.shape.dim)
+
+
 class KilnBackendRep(BackendRep):
-    """A prepared model: ``run(inputs)`` with a list (graph input order) or a dict by name."""
+    """A prepared model: ``run(inputs)`` with a list (graph input order) or a dict by name.
+
+    Compiles in the constructor when it can; otherwise (shape arguments given as inputs, inputs
+    with symbolic dims) at the first ``run``, keyed by the shape-argument values and the input
+    shapes, so a rep run on many inputs of one shape compiles once.
+    """
 
     def __init__(self, model, device: str, target: str = "llvm", opt_level: int = 3, build=compile_model):
         self.model = model
         self.device = device
         self.target, self.opt_level, self._build = target, opt_level, build
         inits = {t.name for t in model.graph.initializer}
-        self.input_names = [i.name for i in model.graph.input if i.name not in inits]
+        inputs = [i for i in model.graph.input if i.name not in inits]
+        self.input_names = [i.name for i in inputs]
         self.output_names = [o.name for o in model.graph.output]
         self.static_names = shape_argument_inputs(model)
-        self._executors: dict = {}  # bytes of the shape-argument values -> graph executor
-        if not self.static_names:
-            self._executor(())
+        # Inputs without a static shape in the model get the shape of the value passed to run().
+        self.dynamic_names = [i.name for i in inputs if _has_dynamic_dims(i) and i.name not in self.static_names]
+        self._executors: dict = {}
+        if not self.static_names and not self.dynamic_names:
+            self._executor({})
 
-    def _executor(self, static_values: tuple):
-        key = tuple((v.dtype.str, v.shape, v.tobytes()) for v in static_values)
+    def _executor(self, named: dict):
+        static = {n: named[n] for n in self.static_names}
+        shapes = {n: named[n].shape for n in self.dynamic_names}
+        key = (tuple((v.dtype.str, v.shape, v.tobytes()) for v in static.values()), tuple(shapes.values()))
         if key not in self._executors:
             import kiln
             from kiln.contrib import graph_executor
 
-            model = bake_inputs(self.model, dict(zip(self.static_names, static_values)))
-            lib = self._build(model, target=self.target, opt_level=self.opt_level)
+            model = bake_inputs(self.model, static) if static else self.model
+            lib = self._build(model, shape=shapes or None, target=self.target, opt_level=self.opt_level)
             self._executors[key] = graph_executor.GraphModule(lib["default"](kiln.cpu(0)))
         return self._executors[key]
 
@@ -116,7 +131,7 @@ class KilnBackendRep(BackendRep):
 
     def run(self, inputs, **kwargs):
         named = self._named(inputs)
-        gm = self._executor(tuple(named[n] for n in self.static_names))
+        gm = self._executor(named)
         for name in self.input_names:
             if name not in self.static_names:
                 gm.set_input(name, named[name])

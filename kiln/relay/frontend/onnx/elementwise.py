@@ -98,9 +98,24 @@ def _mod(ctx, ins, attrs):
     return (tensor.mod if attrs.get("fmod", 0) else tensor.floor_mod)(ins[0], ins[1])
 
 
+# Element types kiln compiles; ONNX also has bfloat16, float8/float4 and int4/int2 variants.
+_KILN_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                "float16", "float32", "float64")
+
+
+def _cast_to(ctx, x, dtype: str):
+    if dtype not in _KILN_DTYPES or ctx.type_of(x).dtype not in _KILN_DTYPES:
+        ctx.fail(f"cast from {ctx.type_of(x).dtype} to {dtype}: kiln supports the element types {_KILN_DTYPES}")
+    return tf.cast(x, dtype)
+
+
 def _cast(ctx, ins, attrs):
     from onnx import helper
-    return tf.cast(ins[0], helper.tensor_dtype_to_np_dtype(attrs["to"]).name)
+    return _cast_to(ctx, ins[0], helper.tensor_dtype_to_np_dtype(attrs["to"]).name)
+
+
+def _cast_like(ctx, ins, attrs):
+    return _cast_to(ctx, ins[0], ctx.type_of(ins[1]).dtype)
 
 
 def _identity(ctx, ins, attrs):
@@ -124,6 +139,6 @@ CONVERTERS = {
     "Or": _binary(tensor.logical_or), "Xor": _binary(tensor.logical_xor), "Mod": _mod,
     "Min": _variadic(tensor.minimum), "Max": _variadic(tensor.maximum), "Sum": _variadic(tensor.add),
     "Mean": _variadic(tensor.add, mean=True), "Clip": _clip, "LeakyRelu": _leaky_relu, "Gelu": _gelu, "Elu": _elu,
-    "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish, "Softplus": _softplus, "PRelu": _prelu, "Cast": _cast,
+    "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish, "Softplus": _softplus, "PRelu": _prelu, "Cast": _cast, "CastLike": _cast_like,
     "Identity": _identity, "Where": _where,
 }

@@ -17,8 +17,18 @@ def _ints(ctx, x, what):
 
 def _reshape(ctx, ins, attrs):
     shape = _ints(ctx, ins[1], "shape")
-    if attrs.get("allowzero", 0) and 0 in shape:
-        return tf.reshape(ins[0], shape) if -1 not in shape else ctx.fail("allowzero with -1 is ambiguous")
+    in_shape = ctx.shape_of(ins[0])
+    if not attrs.get("allowzero", 0):
+        # ONNX 0 copies the input dim, like relay's reshape code 0
+        return tf.reshape(ins[0], shape)
+    if 0 in shape and -1 in shape:
+        ctx.fail(f"allowzero=1 with both 0 and -1 in shape {shape} is invalid ONNX")
+    if 0 in shape:
+        # allowzero: 0 is a real zero-size dim, which relay's reshape codes cannot say; the
+        # result has no elements, so it does not depend on the input.
+        if int(np.prod(in_shape)) != 0:
+            ctx.fail(f"cannot reshape {in_shape} into {shape}: element counts differ")
+        return const(np.zeros(shape, dtype=ctx.type_of(ins[0]).dtype))
     return tf.reshape(ins[0], shape)
 
 
