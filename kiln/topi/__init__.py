@@ -13,7 +13,7 @@ from .broadcast import (  # noqa: F401
 )
 from .fast_math import fast_erf, fast_exp, fast_gelu, fast_sigmoid, fast_tanh  # noqa: F401
 from .math import (  # noqa: F401
-    abs, acos, asin, atan, bitwise_not, cast, ceil, cos, cosh, erf, exp, floor, full, full_like, identity, isinf,
+    abs, acos, asin, atan, bitwise_not, cast, ceil, cos, cosh, erf, exact_erf, exact_exp, exact_sigmoid, exact_tanh, exp, floor, full, full_like, identity, isinf,
     isnan, log, log2, log10, logical_not, negative, ones_like, reciprocal, round, rsqrt, sigmoid, sign, sin, sinh,
     sqrt, tan, tanh, trunc, zeros_like,
 )

@@ -36,11 +36,14 @@ def test_broadcast_shape_error():
         topi.add(te.placeholder((2, 3)), te.placeholder((2, 4)))
 
 
-@pytest.mark.parametrize("name", ["exp", "tanh", "sigmoid", "sqrt", "erf", "floor", "round", "abs", "negative", "sign"])
+@pytest.mark.parametrize("name", ["exp", "tanh", "sigmoid", "sqrt", "erf", "floor", "round", "abs", "negative", "sign",
+                                  "exact_exp", "exact_tanh", "exact_sigmoid", "exact_erf"])
 def test_unary_math(runner, name):
     import math
 
-    refs = {"sigmoid": lambda a: 1 / (1 + np.exp(-a)), "erf": np.vectorize(math.erf), "sign": np.sign}
+    refs = {"sigmoid": lambda a: 1 / (1 + np.exp(-a)), "erf": np.vectorize(math.erf), "sign": np.sign,
+            "exact_exp": np.exp, "exact_tanh": np.tanh, "exact_sigmoid": lambda a: 1 / (1 + np.exp(-a)),
+            "exact_erf": np.vectorize(math.erf)}
     A = te.placeholder((7, 33), name="x")
     a = runner.rand(7, 33) * 2
     if name == "sqrt":
