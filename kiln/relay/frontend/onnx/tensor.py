@@ -1,12 +1,11 @@
 """ONNX data-movement and shape ops: Reshape, Transpose, Concat, Split, Slice, Gather, Squeeze,
-Unsqueeze, Expand, Pad, Resize, Tile, Shape, Size, Constant, ConstantOfShape, Range."""
+Unsqueeze, Expand, Pad, Tile, Shape, Size, Constant, ConstantOfShape, Range."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ...expr import const
-from ...op import image
 from ...op import nn as nn_ops
 from ...op import transform as tf
 
@@ -123,31 +122,6 @@ def _pad(ctx, ins, attrs):
     return nn_ops.pad(x, width, value, {"constant": "constant", "edge": "edge", "reflect": "reflect"}.get(mode, mode))
 
 
-def _resize(ctx, ins, attrs):
-    x = ins[0]
-    if ctx.opset < 11:
-        ctx.fail("Resize before opset 11 (scales as the second input) is not supported")
-    shape = ctx.shape_of(x)
-    if len(shape) != 4:
-        ctx.fail(f"only 4-d NCHW inputs are supported; got {shape}")
-    sizes = ins[3] if len(ins) > 3 and ins[3] is not None else None
-    if sizes is not None and len(_ints(ctx, sizes, "sizes")):
-        out_hw = _ints(ctx, sizes, "sizes")[2:]
-    else:
-        scales = np.asarray(ctx.value(ins[2], "scales")).reshape(-1)
-        if len(scales) == 4 and (scales[0] != 1 or scales[1] != 1):
-            ctx.fail(f"only H and W can be resized; got scales {list(scales)}")
-        out_hw = [int(np.floor(d * s)) for d, s in zip(shape[2:], scales[2:])]
-    mode = attrs.get("mode", "nearest")
-    method = {"nearest": "nearest_neighbor", "linear": "linear"}.get(mode)
-    if method is None:
-        ctx.fail(f"mode={mode!r} is not supported (nearest, linear)")
-    coord = attrs.get("coordinate_transformation_mode", "half_pixel")
-    rounding = attrs.get("nearest_mode", "round_prefer_floor") if method == "nearest_neighbor" else ""
-    return image.resize2d(x, out_hw, layout="NCHW", method=method, coordinate_transformation_mode=coord,
-                          rounding_method=rounding)
-
-
 def _tile(ctx, ins, attrs):
     return tf.tile(ins[0], _ints(ctx, ins[1], "repeats"))
 
@@ -186,6 +160,6 @@ def _range(ctx, ins, attrs):
 CONVERTERS = {
     "Reshape": _reshape, "Transpose": _transpose, "Concat": _concat, "Split": _split, "Slice": _slice,
     "Gather": _gather, "GatherElements": _gather_elements, "Squeeze": _squeeze, "Unsqueeze": _unsqueeze,
-    "Expand": _expand, "Pad": _pad, "Resize": _resize, "Tile": _tile, "Shape": _shape, "Size": _size,
+    "Expand": _expand, "Pad": _pad, "Tile": _tile, "Shape": _shape, "Size": _size,
     "Constant": _constant, "ConstantOfShape": _constant_of_shape, "Range": _range,
 }
