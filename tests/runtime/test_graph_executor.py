@@ -1,0 +1,117 @@
+"""The graph executor on its own: hand-written graph JSON over kernels built with te, storage
+sharing, parameter blobs, errors that name the node, and no compiler imports on the device."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import te
+from kiln.errors import KilnError
+from kiln.runtime import graph_executor, params as param_blob, registry
+
+N = 16
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """add_one(x) -> y and scale(a, w) -> b = a * w, in one module."""
+    from kiln import codegen
+    from kiln.driver.build_module import lower
+    from kiln.ir.module import IRModule
+    from kiln.te.lower import lower_to_primfunc
+
+    x = te.placeholder((N,), name="x")
+    y = te.compute((N,), lambda i: x[i] + 1.0, name="y")
+    a, w = te.placeholder((N,), name="a"), te.placeholder((N,), name="w")
+    b = te.compute((N,), lambda i: a[i] * w[i], name="b")
+    funcs = {"add_one": lower_to_primfunc(te.create_schedule(y.op), [x, y], "add_one"),
+             "scale": lower_to_primfunc(te.create_schedule(b.op), [a, w, b], "scale")}
+    return codegen.build(lower(IRModule(funcs)), "llvm")
+
+
+def graph(storage=(0, 1, 2, 3, 1), shape=N, func="scale"):
+    """x -> add_one -> t; (t, w) -> scale -> out; then add_one(out) -> out2 (head)."""
+    nodes = [{"op": "null", "name": "x", "inputs": []},
+             {"op": "tvm_op", "name": "k0", "attrs": {"func_name": "add_one", "num_inputs": "1", "num_outputs": "1",
+                                                      "flatten_data": "0"}, "inputs": [[0, 0, 0]]},
+             {"op": "null", "name": "w", "inputs": []},
+             {"op": "tvm_op", "name": "k1", "attrs": {"func_name": func, "num_inputs": "2", "num_outputs": "1",
+                                                      "flatten_data": "0"}, "inputs": [[1, 0, 0], [2, 0, 0]]},
+             {"op": "tvm_op", "name": "k2", "attrs": {"func_name": "add_one", "num_inputs": "1", "num_outputs": "1",
+                                                      "flatten_data": "0"}, "inputs": [[3, 0, 0]]}]
+    return json.dumps({
+        "nodes": nodes, "arg_nodes": [0, 2], "heads": [[4, 0, 0], [3, 0, 0]],
+        "attrs": {"shape": ["list_shape", [[N], [N], [N], [shape], [N]]],
+                  "dltype": ["list_str", ["float32"] * 5], "storage_id": ["list_int", list(storage)]},
+        "node_row_ptr": [0, 1, 2, 3, 4, 5]})
+
+
+def test_runs_the_nodes_in_order(kernels):
+    ex = graph_executor.create(graph(), kernels, tvm.cpu(0))
+    x, w = np.arange(N, dtype="float32"), np.full(N, 2.0, "float32")
+    ex.set_input("x", x)
+    ex.set_input(1, tvm.nd.array(w))
+    ex.run()
+    np.testing.assert_array_equal(ex.get_output(0).numpy(), (x + 1) * w + 1)
+    np.testing.assert_array_equal(ex.get_output(1).numpy(), (x + 1) * w)
+    assert ex.get_num_outputs() == 2 and ex.get_num_inputs() == 2
+    assert ex.get_input_index("w") == 1 and ex.get_input_index("nope") == -1
+
+
+def test_entries_with_one_storage_id_share_memory(kernels):
+    # entries 1 (t) and 4 (out2) share storage 1 in the default plan: t is dead when k2 runs
+    ex = graph_executor.create(graph(), kernels, tvm.cpu(0))
+    assert ex.entries[1]._address() == ex.entries[4]._address()
+    assert ex.entries[0]._address() != ex.entries[1]._address()
+
+
+def test_module_functions_by_name(kernels):
+    ex = graph_executor.create(graph(), kernels, tvm.cpu(0))
+    for name in ("set_input", "run", "get_output", "get_num_outputs", "get_num_inputs", "load_params",
+                 "share_params", "get_input", "get_input_index"):
+        assert callable(ex[name])
+    ex["set_input"]("x", np.zeros(N, "float32"))
+    ex["set_input"]("w", np.ones(N, "float32"))
+    ex["run"]()
+    assert ex["get_output"](0).numpy()[0] == 2.0
+    res = ex.time_evaluator("run", tvm.cpu(0), number=3, repeat=2)()
+    assert len(res.results) == 2 and res.mean > 0
+
+
+def test_load_params_ignores_unknown_names(kernels):
+    ex = graph_executor.create(graph(), kernels, tvm.cpu(0))
+    ex.load_params(param_blob.save_params({"w": np.full(N, 3.0, "float32"), "folded_away": np.zeros(2)}))
+    np.testing.assert_array_equal(ex.get_input("w").numpy(), np.full(N, 3.0))
+
+
+def test_registry_creates_executors_for_rpc(kernels):
+    create = registry.get_global_func("tvm.graph_executor.create")
+    assert isinstance(create(graph(), kernels, tvm.cpu(0)), graph_executor.GraphExecutor)
+    assert registry.get_global_func("nope", allow_missing=True) is None
+
+
+def test_errors_name_the_node(kernels):
+    with pytest.raises(KilnError, match="graph node 3: the library has no kernel 'missing'"):
+        graph_executor.create(graph(func="missing"), kernels, tvm.cpu(0))
+    ex = graph_executor.create(graph(shape=8), kernels, tvm.cpu(0))
+    with pytest.raises(KilnError, match=r"graph node 3 \(scale\): the graph and the kernel disagree"):
+        ex.run()
+    with pytest.raises(KilnError, match="lacks"):
+        graph_executor.create('{"nodes": []}', kernels, tvm.cpu(0))
+    with pytest.raises(KilnError, match="not valid JSON"):
+        graph_executor.create("{", kernels, tvm.cpu(0))
+    ex = graph_executor.create(graph(), kernels, tvm.cpu(0))
+    with pytest.raises(IndexError, match="2 outputs"):
+        ex.get_output(2)
+
+
+def test_executor_imports_no_compiler():
+    code = ("import sys, kiln.runtime.graph_executor, kiln.runtime.registry, kiln.contrib.graph_executor;"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('llvmlite', 'onnx') or m.startswith("
+            "('kiln.relay', 'kiln.te', 'kiln.tir', 'kiln.codegen', 'kiln.topi'))]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
