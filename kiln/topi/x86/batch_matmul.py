@@ -1,8 +1,8 @@
-"""batch_matmul for x86: the transpose_b=True form reuses dense's vector dot tile; the plain
-(B, K, N) form vectorizes along N (contiguous in the second operand) with a register tile.
+"""batch_matmul for x86 with dense's kernels: transpose_b=True (B, N, K) goes through dense's
+dot tile (small M) or panel-packed GEMM; the plain (B, K, N) form is the GEMM directly (N is
+already contiguous). Batch is fused into the parallel loop.
 
-Knobs: as dense (``tile_m``, ``tile_n``, ``lanes``) for transpose_b=True; ``tile_m`` and
-``tile_n`` (a multiple of the vector width) for transpose_b=False.
+Knobs: as dense (``kernel``, ``tile_m``, ``tile_n``, ``lanes``).
 """
 
 from __future__ import annotations
@@ -11,14 +11,10 @@ from kiln import te
 from kiln.errors import ShapeError
 from kiln.ir.expr import const
 
-from ..cpu import vector_lanes
 from ..nn.batch_matmul import batch_matmul as generic_batch_matmul
 from ..utils import check_ndim, const_int, knob
-from .conv2d import find_tagged
-from .dense import TAG as DOT_TAG, dot_nt, schedule_dot_tile
-from .injective import tile_root
-
-NN_TAG = "batch_matmul_nn"
+from . import matmul_nn
+from .dense import dot_nt, schedule_any_dot
 
 
 def batch_matmul(tensor_a, tensor_b, oshape=None, out_dtype=None, transpose_a=False, transpose_b=True, cfg=None):
@@ -46,46 +42,15 @@ def batch_matmul(tensor_a, tensor_b, oshape=None, out_dtype=None, transpose_a=Fa
     if transpose_b:
         return dot_nt((max(ba, bb),), m, n, k, fa, lambda b, j, kk: tensor_b[zero if bb == 1 else b, j, kk],
                       out_dtype, cfg, name="batch_matmul")
-    lanes = vector_lanes()
-    conf = {"tile_m": 4, "tile_n": 2 * lanes if const_int(n) >= 2 * lanes else lanes}
+    conf = matmul_nn.default_config(const_int(m), const_int(n))
     conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
-    rk = te.reduce_axis((0, k), name="k")
-    return te.compute((max(ba, bb), m, n), lambda b, i, j: te.sum(
-        fa(b, i, rk).astype(out_dtype) * tensor_b[zero if bb == 1 else b, rk, j].astype(out_dtype), axis=rk),
-        name="T_batch_matmul", tag=NN_TAG, attrs={"config": conf})
+    return matmul_nn.dot_nn((max(ba, bb),), m, n, k, fa, lambda b, kk, j: tensor_b[zero if bb == 1 else b, kk, j],
+                            out_dtype, conf, "batch_matmul")
 
 
 def schedule_batch_matmul(outs, cfg=None):
     del cfg
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([o.op for o in outs])
-    out = outs[0]
-    try:
-        dot = find_tagged(out, DOT_TAG)
-    except ValueError:
-        dot = None
-    if dot is not None:
-        schedule_dot_tile(s, dot, out)
-        return s
-    mm = find_tagged(out, NN_TAG)
-    conf = mm.op.attrs["config"]
-    out = tile_root(s, out, mm, mm)
-    if mm.op is out.op:
-        acc = s.cache_write(out, "local")
-        mm_stage = s[acc]
-    else:
-        mm_stage = s[mm]
-    b, i, j = s[out].op.axis
-    io, jo, ii, ji = s[out].tile(i, j, conf["tile_m"], conf["tile_n"])
-    s[out].parallel(s[out].fuse(b, io, jo))
-    lanes = vector_lanes()
-    s[out].vectorize(s[out].split(ji, factor=lanes)[1])
-    mm_stage.compute_at(s[out], s[out].leaf_iter_vars[0])
-    _, ci, cj = mm_stage.op.axis
-    (rk,) = mm_stage.op.reduce_axis
-    mm_stage.reorder(rk, ci, cj)
-    mm_stage.unroll(ci)
-    cjo, cji = mm_stage.split(cj, factor=lanes)
-    mm_stage.unroll(cjo)
-    mm_stage.vectorize(cji)
+    schedule_any_dot(s, outs[0])
     return s

@@ -10,7 +10,11 @@ Per step it loads mr + nr vectors for mr*nr FMAs. The weight block (nr rows) sta
 the tile walks down M, so the weight matrix streams from memory once. No per-call repacking,
 so the weights need no constant folding to be fast.
 
-Knobs: ``tile_m`` (mr), ``tile_n`` (nr), ``lanes`` (vector width along K).
+For M >= 16 the work is large enough to pay for regrouping the weights once per call, and the
+register-tiled GEMM of ``matmul_nn.py`` (vectors along N) is used instead.
+
+Knobs: ``kernel`` ("dot" or "gemm"; default gemm when M >= 16), ``tile_m`` (mr), ``tile_n``
+(nr), ``lanes`` (vector width along K; dot only).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from ..cpu import vector_lanes
 from ..nn.dense import add_bias
 from ..utils import check_ndim, const_int, knob
 from .conv2d import find_tagged
+from . import matmul_nn
 from .injective import tile_root
 
 TAG = "dense_dot"
@@ -39,10 +44,18 @@ def config_space(m: int, n: int, k: int) -> dict:
 
 
 def dot_nt(batch: tuple, m, n, k, fa, fb, out_dtype: str, cfg=None, name="dense"):
-    """out[*b, i, j] = sum_k fa(*b, i, k) * fb(*b, j, k), computed as vector partial sums along k."""
+    """out[*b, i, j] = sum_k fa(*b, i, k) * fb(*b, j, k): the vector dot tile, or for M >= 16
+    the panel-packed GEMM (knob ``kernel``)."""
     mi, ni, ki = const_int(m), const_int(n), const_int(k)
+    kernel = knob(cfg, "kernel", "gemm" if mi >= 16 else "dot")
+    if kernel == "gemm":
+        conf = matmul_nn.default_config(mi, ni)
+        conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
+        conf["kernel"] = "gemm"
+        return matmul_nn.dot_nt_packed(batch, m, n, k, fa, fb, out_dtype, conf, name)
     conf = default_config(mi, ni, ki)
     conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
+    conf["kernel"] = "dot"
     lanes = conf["lanes"]
     main = ki // lanes
     nb = len(batch)
@@ -94,9 +107,18 @@ def schedule_dense(outs, cfg=None):
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([o.op for o in outs])
     out = outs[0]
-    dot = find_tagged(out, TAG)
-    schedule_dot_tile(s, dot, out)
+    schedule_any_dot(s, out)
     return s
+
+
+def schedule_any_dot(s, out):
+    """Schedule whichever kernel (dot tile or GEMM) the compute chose."""
+    try:
+        mm = find_tagged(out, matmul_nn.NN_TAG)
+    except ValueError:
+        schedule_dot_tile(s, find_tagged(out, TAG), out)
+        return
+    matmul_nn.schedule_nn_tile(s, mm, tile_root(s, out, mm, mm))
 
 
 def schedule_dot_tile(s, dot, out):
