@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).parent
-EXAMPLES = ["cross_compilation_and_rpc.py", "matmul_schedule.py"]
+EXAMPLES = ["onnx_resnet18_rpc.py", "cross_compilation_and_rpc.py", "matmul_schedule.py"]
 
 if __name__ == "__main__":
     for name in EXAMPLES:
