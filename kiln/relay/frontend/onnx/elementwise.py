@@ -61,8 +61,14 @@ def _gelu(ctx, ins, attrs):
 
 def _pow(ctx, ins, attrs):
     base, exp = ins
-    if ctx.type_of(exp).dtype != ctx.type_of(base).dtype:
-        exp = tf.cast(exp, ctx.type_of(base).dtype)
+    bt, et = ctx.type_of(base).dtype, ctx.type_of(exp).dtype
+    if not bt.startswith("float") and et.startswith("float"):
+        # integer base, float exponent: ONNX computes in floating point and converts the result
+        # back to the base's type (so 2 ** 0.5 is 1)
+        wide = tensor.power(tf.cast(base, "float64"), tf.cast(exp, "float64"))
+        return tf.cast(wide, bt)
+    if et != bt:
+        exp = tf.cast(exp, bt)
     return tensor.power(base, exp)
 
 

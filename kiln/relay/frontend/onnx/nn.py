@@ -31,7 +31,29 @@ def _pads(ctx, attrs, in_hw, kernel, strides, dilations):
 
 def _check_2d(ctx, x, what="input"):
     if len(ctx.shape_of(x)) != 4:
-        ctx.fail(f"only 2-D spatial {what}s (4-d NCHW tensors) are supported; got shape {ctx.shape_of(x)}")
+        ctx.fail(f"only 1-D and 2-D spatial {what}s (3-d NCW or 4-d NCHW tensors) are supported; "
+                 f"got shape {ctx.shape_of(x)}")
+
+
+# Attributes that hold one value per spatial axis, and pads' two-per-axis layout.
+_PER_AXIS = {"kernel_shape": 1, "strides": 1, "dilations": 1, "output_padding": 0, "output_shape": 1}
+
+
+def _lift_1d(fn):
+    """Run a 2-D converter on a 1-D (NCW) op: W becomes (1, W), with one-pixel H everywhere."""
+    def convert(ctx, ins, attrs):
+        if len(ctx.shape_of(ins[0])) != 3:
+            return fn(ctx, ins, attrs)
+        lifted = [x if x is None or i > 1 or len(ctx.shape_of(x)) != 3 else tf.expand_dims(x, 2)
+                  for i, x in enumerate(ins)]
+        attrs = dict(attrs)
+        for key, unit in _PER_AXIS.items():
+            if key in attrs:
+                attrs[key] = [unit] + list(attrs[key])
+        if "pads" in attrs:
+            attrs["pads"] = [0, attrs["pads"][0], 0, attrs["pads"][1]]
+        return tf.squeeze(fn(ctx, lifted, attrs), [2])
+    return convert
 
 
 def _conv(ctx, ins, attrs):
@@ -46,17 +68,40 @@ def _conv(ctx, ins, attrs):
     return nn.bias_add(out, ins[2]) if len(ins) > 2 and ins[2] is not None else out
 
 
+def _conv_transpose_pads(ctx, attrs, in_hw, kernel, strides, dil, out_pad):
+    """(pads, output_padding) for the requested output_shape / auto_pad, as onnx's reference
+    computes them: SAME_* splits the total padding, output_shape alone trims or extends the end."""
+    auto = attrs.get("auto_pad", "NOTSET")
+    if "output_shape" not in attrs and auto not in ("SAME_UPPER", "SAME_LOWER"):
+        return tuple(attrs.get("pads", [0] * 4)), out_pad
+    target = attrs.get("output_shape", [n * s for n, s in zip(in_hw, strides)])[-2:]
+    begin, end, extra = [], [], []
+    for n, k, s, d, op, want in zip(in_hw, kernel, strides, dil, out_pad, target):
+        total = s * (n - 1) + op + (k - 1) * d + 1 - want
+        if auto == "SAME_UPPER":
+            lo, hi = total // 2, total - total // 2
+        elif auto == "SAME_LOWER":
+            lo, hi = total - total // 2, total // 2
+        else:
+            lo, hi = 0, total
+        if lo < 0:
+            ctx.fail(f"output_shape {list(target)} needs negative leading padding")
+        begin.append(lo)
+        end.append(max(hi, 0))
+        extra.append(op + max(-hi, 0))  # a larger output than the default: grow the end
+    return (begin[0], begin[1], end[0], end[1]), extra
+
+
 def _conv_transpose(ctx, ins, attrs):
     x, w = ins[0], ins[1]
     _check_2d(ctx, x)
-    if "output_shape" in attrs:
-        ctx.fail("the output_shape attribute is not supported; give pads instead")
-    if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-        ctx.fail(f"auto_pad={attrs['auto_pad']} is not supported")
-    group = attrs.get("group", 1)
-    out = nn.conv2d_transpose(x, w, strides=attrs.get("strides", [1, 1]), padding=tuple(attrs.get("pads", [0] * 4)),
-                              dilation=attrs.get("dilations", [1, 1]), groups=group,
-                              output_padding=attrs.get("output_padding", [0, 0]))
+    strides = attrs.get("strides", [1, 1])
+    dil = attrs.get("dilations", [1, 1])
+    kernel = attrs.get("kernel_shape", ctx.shape_of(w)[2:])
+    pads, out_pad = _conv_transpose_pads(ctx, attrs, ctx.shape_of(x)[2:], kernel, strides, dil,
+                                         attrs.get("output_padding", [0, 0]))
+    out = nn.conv2d_transpose(x, w, strides=strides, padding=pads, dilation=dil, groups=attrs.get("group", 1),
+                              output_padding=out_pad)
     return nn.bias_add(out, ins[2]) if len(ins) > 2 and ins[2] is not None else out
 
 
@@ -108,9 +153,32 @@ def _matmul(ctx, ins, attrs):
 
 
 def _batch_norm(ctx, ins, attrs):
-    if attrs.get("training_mode", 0) or len([o for o in ctx.node.output if o]) > 1:
-        ctx.fail("training mode (running mean/var outputs) is not supported; export the model for inference")
+    if attrs.get("training_mode", 0):
+        return _batch_norm_training(ctx, ins, attrs)
+    if len([o for o in ctx.node.output if o]) > 1:
+        ctx.fail("running mean/var outputs need training_mode=1")
     return nn_norm.batch_norm(*ins[:5], axis=1, epsilon=attrs.get("epsilon", 1e-5))[0]
+
+
+def _batch_norm_training(ctx, ins, attrs):
+    """Normalize with the batch's own statistics; the running mean/var outputs blend them into
+    the given ones with ``momentum``."""
+    x, scale, bias, mean, var = ins[:5]
+    shape, dtype = ctx.shape_of(x), ctx.type_of(x).dtype
+    axes = tuple(a for a in range(len(shape)) if a != 1)
+    per_channel = (-1,) + (1,) * (len(shape) - 2)
+    batch_mean = reduce.mean(x, axes, keepdims=True)
+    centered = tensor.subtract(x, batch_mean)
+    batch_var = reduce.mean(tensor.multiply(centered, centered), axes, keepdims=True)
+    inv_std = tensor.rsqrt(tensor.add(batch_var, const(attrs.get("epsilon", 1e-5), dtype)))
+    y = tensor.add(tensor.multiply(tensor.multiply(centered, inv_std), tf.reshape(scale, per_channel)),
+                   tf.reshape(bias, per_channel))
+    m = attrs.get("momentum", 0.9)
+
+    def blend(running, batch):
+        return tensor.add(tensor.multiply(running, const(m, dtype)),
+                          tensor.multiply(tf.reshape(batch, (-1,)), const(1 - m, dtype)))
+    return [y, blend(mean, batch_mean), blend(var, batch_var)]
 
 
 def _pool(kind):
@@ -187,8 +255,8 @@ def _dropout(ctx, ins, attrs):
 
 
 CONVERTERS = {
-    "Conv": _conv, "ConvTranspose": _conv_transpose, "Gemm": _gemm, "MatMul": _matmul,
-    "BatchNormalization": _batch_norm, "MaxPool": _pool("max"), "AveragePool": _pool("avg"),
+    "Conv": _lift_1d(_conv), "ConvTranspose": _lift_1d(_conv_transpose), "Gemm": _gemm, "MatMul": _matmul,
+    "BatchNormalization": _batch_norm, "MaxPool": _lift_1d(_pool("max")), "AveragePool": _lift_1d(_pool("avg")),
     "GlobalAveragePool": _global_pool(nn_pool.global_avg_pool2d),
     "GlobalMaxPool": _global_pool(nn_pool.global_max_pool2d),
     "Softmax": _softmax(nn_norm.softmax), "LogSoftmax": _softmax(nn_norm.log_softmax),
