@@ -30,13 +30,18 @@ def fast_exp_expr(x):
     if str(x.dtype) != "float32":
         return tir.exp(x)
     x = tir.min(tir.max(x, _c(-87.3)), _c(88.3))  # keep 2^n a normal float
-    n = tir.floor(x * _c(_LOG2E) + _c(0.5))
+    t = x * _c(_LOG2E) + _c(0.5)
+    # floor(t) by truncation and a correction: tir.floor is a libm call on targets without a
+    # vector rounding instruction (ARMv7 NEON), and device runtimes need not provide libm.
+    ti = t.astype("int32")
+    ni = tir.Select(t < ti.astype("float32"), ti - 1, ti, ti.dtype)
+    n = ni.astype("float32")
     r = x - n * _c(_LN2_HI) - n * _c(_LN2_LO)
     p = _c(_EXP_POLY[0])
     for coeff in _EXP_POLY[1:]:
         p = p * r + _c(coeff)
     y = p * (r * r) + r + _c(1.0)
-    two_n = tir.reinterpret("float32", (n.astype("int32") + 127) << 23)
+    two_n = tir.reinterpret("float32", (ni + 127) << 23)
     return y * two_n
 
 
