@@ -64,3 +64,20 @@ def test_dense_followed_by_reshape(runner):
     a, w = runner.rand(4, 32), runner.rand(12, 32)
     got = runner.run(topi.x86.schedule_dense, out, [A, W], [a, w])
     np.testing.assert_allclose(got, (a @ w.T).reshape(2, 24), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("n", [64, 50])
+def test_dense_with_prepacked_weight(runner, n):
+    import importlib
+
+    x86_dense = importlib.import_module("kiln.topi.x86.dense")
+    a, w, b = runner.rand(32, 40), runner.rand(n, 40), runner.rand(n)
+    conf = x86_dense.config_for(32, n, 40)
+    assert conf["kernel"] == "gemm"
+    packed = x86_dense.prepack_weight(w, conf["tile_n"])
+    A = te.placeholder(a.shape, name="data")
+    W = te.placeholder(packed.shape, name="weight_packed")
+    B = te.placeholder((n,), name="bias")
+    out = topi.x86.dense(A, W, B, units=n)
+    got = runner.run(topi.x86.schedule_dense, out, [A, W, B], [a, packed, b])
+    np.testing.assert_allclose(got, testing.dense_python(a, w, b), rtol=1e-4, atol=1e-3)

@@ -86,11 +86,17 @@ def dot_nt(batch: tuple, m, n, k, fa, fb, out_dtype: str, cfg=None, name="dense"
     return te.compute(shape, lambda *idx: first(*idx) + second(*idx), name=f"T_{name}", tag=TAG, attrs={"config": conf})
 
 
-def dense(data, weight, bias=None, out_dtype=None, cfg=None):
-    """Same result as topi.nn.dense; schedule with ``schedule_dense``."""
+def dense(data, weight, bias=None, out_dtype=None, cfg=None, units=None):
+    """Same result as topi.nn.dense; schedule with ``schedule_dense``.
+
+    ``weight`` may be pre-packed by ``prepack_weight`` (3 dims: N/tile_n, K, tile_n; pass
+    ``units`` = N when tile_n does not divide it): the GEMM path then skips its per-call copy.
+    """
     check_ndim("dense", "data", data, 2, "M, K")
-    check_ndim("dense", "weight", weight, 2, "N, K")
     out_dtype = out_dtype or str(data.dtype)
+    if len(weight.shape) == 3:
+        return add_bias(_dense_prepacked(data, weight, out_dtype, cfg, units), bias, 1)
+    check_ndim("dense", "weight", weight, 2, "N, K, or 3 dims when pre-packed")
     m, k = data.shape
     n, k2 = weight.shape
     if const_int(k) != const_int(k2):
@@ -99,6 +105,41 @@ def dense(data, weight, bias=None, out_dtype=None, cfg=None):
         raise ShapeError(f"dense: input 'data' has K={k} but 'weight' has K={k2} (weight is (units, K))")
     out = dot_nt((), m, n, k, lambda i, kk: data[i, kk], lambda j, kk: weight[j, kk], out_dtype, cfg)
     return add_bias(out, bias, 1)
+
+
+def _dense_prepacked(data, panels, out_dtype, cfg, units):
+    chunks, k, nr = (const_int(d) for d in panels.shape)
+    n = units or chunks * nr
+    m = const_int(data.shape[0])
+    if const_int(data.shape[1]) != k:
+        from kiln.errors import ShapeError
+
+        raise ShapeError(f"dense: input 'data' has K={data.shape[1]} but the packed 'weight' has K={k}")
+    conf = matmul_nn.default_config(m, n)
+    conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
+    conf.update(kernel="gemm", tile_n=nr)
+    return matmul_nn.dot_nn((), m, n, k, lambda i, kk: data[i, kk],
+                            lambda kk, j: panels[j // nr, kk, j % nr], out_dtype, conf, "dense")
+
+
+def config_for(m: int, n: int, k: int, cfg=None) -> dict:
+    """The knobs dense will use for (M, N, K); ``kernel == "gemm"`` means pre-packing pays."""
+    kernel = knob(cfg, "kernel", "gemm" if m >= 16 else "dot")
+    conf = matmul_nn.default_config(m, n) if kernel == "gemm" else default_config(m, n, k)
+    conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
+    conf["kernel"] = kernel
+    return conf
+
+
+def prepack_weight(weight, tile_n: int):
+    """numpy: (N, K) weight -> panels (ceil(N/tile_n), K, tile_n), zero past N."""
+    import numpy as np
+
+    n, k = weight.shape
+    chunks = -(-n // tile_n)
+    padded = np.zeros((chunks * tile_n, k), dtype=weight.dtype)
+    padded[:n] = weight
+    return np.ascontiguousarray(padded.reshape(chunks, tile_n, k).transpose(0, 2, 1))
 
 
 def schedule_dense(outs, cfg=None):
