@@ -169,9 +169,18 @@ def _resize2d(a, x, t, ctx):
                                a.rounding_method or "round_prefer_floor", a.out_dtype or None)
 
 
+def _softmax(name):
+    def compute(a, x, t, ctx):
+        # topi.x86's row schedule needs a row axis besides the softmax axis; a 1-d input takes the
+        # generic compute (which that schedule hands to the default schedule).
+        pkg = ctx.topi if len(x[0].shape) > 1 else topi.nn
+        return getattr(pkg, name)(x[0], a.axis)
+    return compute
+
+
 def _layer_norm(a, x, t, ctx):
     data, gamma, beta = x
-    return topi.nn.layer_norm(data, gamma if a.scale else None, beta if a.center else None, a.axis, a.epsilon)
+    return ctx.topi.layer_norm(data, gamma if a.scale else None, beta if a.center else None, a.axis, a.epsilon)
 
 
 # -- convolutions, dense, pooling -----------------------------------------------------------------
@@ -240,8 +249,8 @@ def _batch_matmul(a, x, t, ctx):
 def _pool(kind):
     def compute(a, x, t, ctx):
         extra = {"count_include_pad": a.count_include_pad} if kind == "avg" else {}
-        return topi.nn.pool2d(x[0], a.pool_size, a.strides, a.dilation, tuple(a.padding), kind, a.ceil_mode,
-                              a.layout, **extra)
+        return ctx.topi.pool2d(x[0], a.pool_size, a.strides, a.dilation, tuple(a.padding), kind, a.ceil_mode,
+                               a.layout, **extra)
     return OpImpl(compute, "pool")
 
 
@@ -303,8 +312,8 @@ OP_IMPLS: dict[str, OpImpl] = {
     "nn.global_max_pool2d": _global_pool("max"),
     "nn.adaptive_avg_pool2d": OpImpl(lambda a, x, t, ctx: topi.nn.adaptive_pool(x[0], tuple(a.output_size), "avg",
                                                                                  a.layout), "adaptive_pool"),
-    "nn.softmax": OpImpl(lambda a, x, t, ctx: topi.nn.softmax(x[0], a.axis), "softmax"),
-    "nn.log_softmax": OpImpl(lambda a, x, t, ctx: topi.nn.log_softmax(x[0], a.axis), "softmax"),
+    "nn.softmax": OpImpl(_softmax("softmax"), "softmax"),
+    "nn.log_softmax": OpImpl(_softmax("log_softmax"), "softmax"),
     "nn.layer_norm": OpImpl(_layer_norm, "layer_norm"),
 }
 
