@@ -37,7 +37,7 @@ def test_global_and_adaptive_pool(runner, ptype):
     np.testing.assert_allclose(got, testing.adaptive_pool_python(a, (3, 4), ptype), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("shape,axis", [((4, 1000), -1), ((2, 7, 5, 3), 1), ((3, 2, 37), 2), ((2, 5), 1)])
+@pytest.mark.parametrize("shape,axis", [((4, 1000), -1), ((2, 7, 5, 3), 1), ((3, 2, 37), 2), ((2, 5), 1), ((1000,), 0)])
 @pytest.mark.parametrize("ns", [topi.nn, topi.x86])
 def test_softmax_and_log_softmax(runner, shape, axis, ns):
     A = te.placeholder(shape, name="x")

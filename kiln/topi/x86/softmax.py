@@ -58,7 +58,7 @@ def _softmax(x, axis, log: bool):
     (axis,) = normalize_axes(ndim, axis, op="softmax")
     n = const_int(x.shape[-1])
     lanes = vector_lanes()
-    if axis != ndim - 1 or n < lanes:
+    if axis != ndim - 1 or n < lanes or ndim == 1:  # one row: nothing to parallelize over
         return _generic_log_softmax(x, axis) if log else _generic_softmax(x, axis)
     m = _row_reduce(x, n, lanes, te.max, "T_softmax_max")
     # fast_exp: a libm call per lane would dominate the whole softmax.
