@@ -12,26 +12,33 @@ from ...op import nn, nn_norm, nn_pool, reduce, tensor
 from ...op import transform as tf
 
 
-def _pads(ctx, attrs, in_hw, kernel, strides, dilations):
-    """(top, left, bottom, right) from ``pads`` or ``auto_pad``."""
+def _pads_nd(attrs, in_sizes, kernel, strides, dilations):
+    """(begins, ends) per spatial axis from ``pads`` or ``auto_pad``."""
     auto = attrs.get("auto_pad", "NOTSET")
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         lo, hi = [], []
-        for size, k, s, d in zip(in_hw, kernel, strides, dilations):
+        for size, k, s, d in zip(in_sizes, kernel, strides, dilations):
             total = max((math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size, 0)
             small, big = total // 2, total - total // 2
             lo.append(small if auto == "SAME_UPPER" else big)
             hi.append(big if auto == "SAME_UPPER" else small)
-        return (lo[0], lo[1], hi[0], hi[1])
+        return lo, hi
+    n = len(in_sizes)
     if auto == "VALID":
-        return (0, 0, 0, 0)
-    pads = attrs.get("pads", [0, 0, 0, 0])
-    return tuple(int(p) for p in pads)
+        return [0] * n, [0] * n
+    pads = [int(p) for p in attrs.get("pads", [0] * 2 * n)]
+    return pads[:n], pads[n:]
+
+
+def _pads(ctx, attrs, in_hw, kernel, strides, dilations):
+    """(top, left, bottom, right) from ``pads`` or ``auto_pad``."""
+    lo, hi = _pads_nd(attrs, in_hw, kernel, strides, dilations)
+    return (lo[0], lo[1], hi[0], hi[1])
 
 
 def _check_2d(ctx, x, what="input"):
     if len(ctx.shape_of(x)) != 4:
-        ctx.fail(f"only 1-D and 2-D spatial {what}s (3-d NCW or 4-d NCHW tensors) are supported; "
+        ctx.fail(f"only 1-D and 2-D spatial {what}s (3-d NCW or 4-d NCHW tensors; 3-D pooling too) are supported; "
                  f"got shape {ctx.shape_of(x)}")
 
 
@@ -199,6 +206,34 @@ def _pool(kind):
     return convert
 
 
+def _pool_3d(fn):
+    """Run a 2-D pooling converter on a 3-D (NCDHW) op. Box windows are separable: pool H and W
+    of every depth slice, then pool D (as a (kD, 1) window over the flattened H*W). Max is exact;
+    average is too, because the count of a box window is the product of its per-axis counts."""
+    def convert(ctx, ins, attrs):
+        x = ins[0]
+        shape = ctx.shape_of(x)
+        if len(shape) != 5:
+            return fn(ctx, ins, attrs)
+        if len(ctx.node.output) > 1 and ctx.node.output[1]:
+            ctx.fail("the Indices output of MaxPool is not supported")
+        n, c, depth, h, w = shape
+        kernel = list(attrs["kernel_shape"])
+        strides = list(attrs.get("strides", [1] * 3))
+        dil = list(attrs.get("dilations", [1] * 3))
+        lo, hi = _pads_nd(attrs, shape[2:], kernel, strides, dil)
+        common = {k: v for k, v in attrs.items() if k in ("ceil_mode", "count_include_pad")}
+        hw = fn(ctx, [tf.reshape(x, (n, c * depth, h, w))],
+                {**common, "kernel_shape": kernel[1:], "strides": strides[1:], "dilations": dil[1:],
+                 "pads": [lo[1], lo[2], hi[1], hi[2]]})
+        oh, ow = ctx.shape_of(hw)[2:]
+        d = fn(ctx, [tf.reshape(hw, (n, c, depth, oh * ow))],
+               {**common, "kernel_shape": [kernel[0], 1], "strides": [strides[0], 1], "dilations": [dil[0], 1],
+                "pads": [lo[0], 0, hi[0], 0]})
+        return tf.reshape(d, (n, c, ctx.shape_of(d)[2], oh, ow))
+    return convert
+
+
 def _global_pool(fn):
     def convert(ctx, ins, attrs):
         _check_2d(ctx, ins[0])
@@ -256,7 +291,8 @@ def _dropout(ctx, ins, attrs):
 
 CONVERTERS = {
     "Conv": _lift_1d(_conv), "ConvTranspose": _lift_1d(_conv_transpose), "Gemm": _gemm, "MatMul": _matmul,
-    "BatchNormalization": _batch_norm, "MaxPool": _lift_1d(_pool("max")), "AveragePool": _lift_1d(_pool("avg")),
+    "BatchNormalization": _batch_norm, "MaxPool": _lift_1d(_pool_3d(_pool("max"))),
+    "AveragePool": _lift_1d(_pool_3d(_pool("avg"))),
     "GlobalAveragePool": _global_pool(nn_pool.global_avg_pool2d),
     "GlobalMaxPool": _global_pool(nn_pool.global_max_pool2d),
     "Softmax": _softmax(nn_norm.softmax), "LogSoftmax": _softmax(nn_norm.log_softmax),
