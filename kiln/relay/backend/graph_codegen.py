@@ -43,7 +43,12 @@ class GraphCodegen:
 
     def codegen(self, func: Function) -> tuple[str, dict]:
         """(graph JSON text, {param name: numpy array})."""
-        self._used_names = {p.name_hint for p in func.params}
+        self._used_names = set()
+        for p in func.params:
+            if p.name_hint in self._used_names:
+                raise CompileError(f"graph codegen: main has two inputs named {p.name_hint!r}; the graph executor "
+                                   "sets inputs by name, so give every relay.var a distinct name")
+            self._used_names.add(p.name_hint)
         entries: dict = {}
         for p in func.params:  # inputs first, in signature order, even when unused
             entries[p] = [self._input(p.name_hint, p.checked_type)]
