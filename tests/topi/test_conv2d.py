@@ -32,7 +32,7 @@ def test_conv2d_nchw_fused_bias_relu_and_config(runner):
     A = te.placeholder((1, 16, 12, 12), name="data")
     W = te.placeholder((32, 16, 3, 3), name="kernel")
     B = te.placeholder((32, 1, 1), name="bias")
-    conv = topi.x86.conv2d_nchw(A, W, 1, 1, 1, "float32", cfg={"oc_bn": 8, "tile_ow": 4, "ic_unroll": 2})
+    conv = topi.x86.conv2d_nchw(A, W, 1, 1, 1, "float32", cfg={"oc_bn": 8, "tile_ow": 4, "ic_unroll": 2, "vectorize_out": True})
     out = topi.nn.relu(topi.add(conv, B))
     a, wt, b = runner.rand(1, 16, 12, 12), runner.rand(32, 16, 3, 3), runner.rand(32, 1, 1)
     got = runner.run(topi.x86.schedule_conv2d_nchw, out, [A, W, B], [a, wt, b])

@@ -13,7 +13,7 @@ the output stage and computes the tile at the output's width loop.
 
 Knobs (``cfg``, all optional): ``oc_bn`` (vector block of output channels), ``tile_ow`` (pixels
 per register tile), ``unroll_kw`` (unroll the kernel-width loop), ``ic_unroll`` (input channels
-unrolled per step).
+unrolled per step), ``vectorize_out`` (vector stores for the NCHW copy-out).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def default_config(p: Conv2DShape) -> dict:
     tile_ow = divisor_at_most(p.out_width, accumulators, prefer=(14, 16, 8, 7, 12, 6))
     if tile_ow < 4 and p.out_width > 4:
         tile_ow = min(p.out_width, accumulators)  # a tail is cheaper than a 1-wide tile
-    return {"oc_bn": oc_bn, "tile_ow": tile_ow, "unroll_kw": p.kernel_w <= 3, "ic_unroll": 1}
+    return {"oc_bn": oc_bn, "tile_ow": tile_ow, "unroll_kw": p.kernel_w <= 3, "ic_unroll": 1, "vectorize_out": False}
 
 
 def config_space(p: Conv2DShape) -> dict:
@@ -56,6 +56,7 @@ def config_space(p: Conv2DShape) -> dict:
         "tile_ow": sorted({d for d in range(1, 33) if p.out_width % d == 0} | {min(p.out_width, 28)}),
         "unroll_kw": [False, True],
         "ic_unroll": [1, 2, 4],
+        "vectorize_out": [False, True],
     }
 
 
@@ -202,7 +203,12 @@ def schedule_blocked_tile(s, conv, out):
     xo, xi = s[out].split(x, factor=tile_ow)
     s[out].reorder(n, co, y, xo, ci, xi)
     s[out].unroll(ci)
-    s[out].unroll(xi)
+    # vectorize_out: each channel's row segment as one vector store, lanes shuffled out of the
+    # tile's registers. Measured slower for small-channel 1x1 convs, so off by default.
+    if conf.get("vectorize_out"):
+        s[out].vectorize(xi)
+    else:
+        s[out].unroll(xi)
     s[out].parallel(s[out].fuse(n, co, y))
     s[conv].compute_at(s[out], xo)
     _schedule_tile(s, conv, conf)
