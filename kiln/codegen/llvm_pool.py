@@ -1,16 +1,23 @@
 """The thread pool every module carries, as LLVM IR text (docs/abi.md: modules need only libc).
 
 ``i32 __kiln_parallel_for(ptr task, ptr closure, i64 total)`` runs
-``i32 task(i64 begin, i64 end, ptr closure)`` over [0, total) split into one contiguous chunk
-per thread; the caller's thread runs chunk 0. It returns 0 or the first non-zero task result.
+``i32 task(i64 begin, i64 end, ptr closure)`` over [0, total) split into 8 contiguous chunks
+per thread. The caller's thread and the workers claim chunks from a shared ticket until none
+are left, and the caller waits only for the claimed chunks to finish, never for a worker to
+show up: with one fixed chunk per thread, a worker the OS had descheduled stalled every
+kernel on a loaded machine (7-10x). It returns 0 or the first non-zero task result.
+
+The ticket is 64 bits: a launch number in the high half, the next chunk index in the low
+half. Workers claim with compare-and-swap, so a worker late from a previous launch can never
+take a chunk of the next one; between launches the ticket is "closed" (high half all ones)
+while the caller rewrites the launch parameters.
 
 Design, for low launch overhead on small kernels:
 - Workers are started on first use and stay alive (detached). Between launches a worker spins
   on the launch generation counter for a while (~1 ms) and then sleeps on a condition
   variable, so an idle module does not hold cores away from numpy or other modules.
-- A launch publishes its parameters with plain stores, then bumps the generation (seq_cst);
-  every started worker acknowledges every generation (inactive ones without running), so the
-  next launch can never meet a worker still reading the previous parameters.
+- A launch closes the ticket, publishes its parameters, opens the ticket (release), then bumps
+  the generation that sleeping or spinning workers watch.
 - ``busy`` makes launches exclusive: a nested parallel loop, or a second thread calling into
   the module while a launch is running, runs its loop serially in the calling thread.
 - Thread count: ``__kiln_num_threads`` if > 0, else sysconf(_SC_NPROCESSORS_ONLN), at most 256.
@@ -37,10 +44,10 @@ def pool_ir(arch: str, android: bool, intptr: str) -> str:
         # Plain ARMv7-A has no integer divide instruction (it would need libgcc's __aeabi_uidiv);
         # VFP divides doubles, exactly enough for 32-bit totals and n <= 256.
         chunk_div = ("  %up32 = trunc i64 %up to i32\n  %upf = uitofp i32 %up32 to double\n"
-                     "  %nf = uitofp i32 %n to double\n  %qf = fdiv double %upf, %nf\n"
+                     "  %nf = uitofp i32 %m to double\n  %qf = fdiv double %upf, %nf\n"
                      "  %q32 = fptoui double %qf to i32\n  %chunk = zext i32 %q32 to i64")
     else:
-        chunk_div = "  %chunk = udiv i64 %up, %n64"
+        chunk_div = "  %chunk = udiv i64 %up, %m64"
     n_to_i32 = "add i32 %n, 0" if intptr == "i32" else f"trunc {intptr} %n to i32"
     return decl.get(arch, "") + "\n" + _TEMPLATE.format(ip=intptr, n_to_i32=n_to_i32, chunk_div=chunk_div, pause=pause_call, sc=sc_nprocs, maxw=MAX_WORKERS,
                             spin_worker=SPIN_WORKER, spin_main=SPIN_MAIN)
@@ -49,7 +56,6 @@ def pool_ir(arch: str, android: bool, intptr: str) -> str:
 _TEMPLATE = r"""
 @__kiln_num_threads = protected global i32 0, align 4
 @pool.gen = internal global i32 0, align 64
-@pool.done = internal global i32 0, align 64
 @pool.busy = internal global i32 0, align 64
 @pool.sleepers = internal global i32 0, align 64
 @pool.started = internal global i32 0, align 4
@@ -61,6 +67,10 @@ _TEMPLATE = r"""
 @pool.total = internal global i64 0, align 8
 @pool.chunk = internal global i64 0, align 8
 @pool.err = internal global i32 0, align 4
+@pool.ticket = internal global i64 -4294967296, align 64
+@pool.launches = internal global i32 0, align 4
+@pool.nchunks = internal global i32 0, align 64
+@pool.completed = internal global i32 0, align 64
 @pool.start_gen = internal global [{maxw} x i32] zeroinitializer, align 4
 @pool.mutex = internal global [128 x i8] zeroinitializer, align 16
 @pool.cond = internal global [128 x i8] zeroinitializer, align 16
@@ -100,6 +110,33 @@ record:
   ret i32 %rc
 skip:
   ret i32 0
+}}
+
+; Claim and run chunks of the open launch until none are left.
+define internal void @pool.drain() nounwind {{
+entry:
+  br label %loop
+loop:
+  %t = load atomic i64, ptr @pool.ticket acquire, align 8
+  %hi = lshr i64 %t, 32
+  %closed = icmp eq i64 %hi, 4294967295
+  br i1 %closed, label %out, label %check
+check:
+  %idx = trunc i64 %t to i32
+  %nc = load atomic i32, ptr @pool.nchunks monotonic, align 64
+  %more = icmp slt i32 %idx, %nc
+  br i1 %more, label %claim, label %out
+claim:
+  %t1 = add i64 %t, 1
+  %pair = cmpxchg ptr @pool.ticket, i64 %t, i64 %t1 acq_rel acquire
+  %ok = extractvalue {{ i64, i1 }} %pair, 1
+  br i1 %ok, label %run, label %loop
+run:
+  %rc = call i32 @pool.run_chunk(i32 %idx)
+  %c0 = atomicrmw add ptr @pool.completed, i32 1 release
+  br label %loop
+out:
+  ret void
 }}
 
 define internal ptr @pool.worker(ptr %arg) nounwind {{
@@ -142,11 +179,9 @@ got:
   %mine = icmp slt i32 %id, %active
   br i1 %mine, label %run, label %skip
 run:
-  %rc = call i32 @pool.run_chunk(i32 %id)
-  %d0 = atomicrmw add ptr @pool.done, i32 1 release
+  call void @pool.drain()
   br label %spin_start
 skip:
-  %d1 = atomicrmw add ptr @pool.done, i32 1 release
   br label %spin_start
 }}
 
@@ -246,18 +281,25 @@ alone:
   ret i32 %ra
 launch:
   %n = call i32 @pool.ensure(i32 %n0)
-  %n64 = zext i32 %n to i64
-  %nm1 = sub i64 %n64, 1
-  %up = add i64 %total, %nm1
+  %m = mul i32 %n, 8
+  %m64 = zext i32 %m to i64
+  %mm1 = sub i64 %m64, 1
+  %up = add i64 %total, %mm1
 {chunk_div}
-  %workers = load i32, ptr @pool.started, align 4
+  store atomic i64 -4294967296, ptr @pool.ticket seq_cst, align 8
   store ptr %task, ptr @pool.task, align 8
   store ptr %closure, ptr @pool.closure, align 8
   store i64 %total, ptr @pool.total, align 8
   store i64 %chunk, ptr @pool.chunk, align 8
   store i32 %n, ptr @pool.active, align 4
   store i32 0, ptr @pool.err, align 4
-  store i32 0, ptr @pool.done, align 64
+  store atomic i32 %m, ptr @pool.nchunks monotonic, align 64
+  store atomic i32 0, ptr @pool.completed monotonic, align 64
+  %lcount = atomicrmw add ptr @pool.launches, i32 1 monotonic
+  %lnum = and i32 %lcount, 2147483647
+  %l64 = zext i32 %lnum to i64
+  %open = shl i64 %l64, 32
+  store atomic i64 %open, ptr @pool.ticket release, align 8
   %g = atomicrmw add ptr @pool.gen, i32 1 seq_cst
   %sleeping = load atomic i32, ptr @pool.sleepers seq_cst, align 64
   %wake = icmp sgt i32 %sleeping, 0
@@ -268,12 +310,12 @@ broadcast:
   %u = call i32 @pthread_mutex_unlock(ptr @pool.mutex)
   br label %own
 own:
-  %r0 = call i32 @pool.run_chunk(i32 0)
+  call void @pool.drain()
   br label %wait
 wait:
   %i = phi i32 [ 0, %own ], [ %i1, %pause ], [ %i1, %yield ]
-  %d = load atomic i32, ptr @pool.done acquire, align 64
-  %all = icmp sge i32 %d, %workers
+  %d = load atomic i32, ptr @pool.completed acquire, align 64
+  %all = icmp sge i32 %d, %m
   br i1 %all, label %finish, label %again
 again:
   %i1 = add i32 %i, 1
