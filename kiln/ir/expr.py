@@ -352,7 +352,16 @@ class Select(PrimExpr):
     condition: PrimExpr
     true_value: PrimExpr
     false_value: PrimExpr
-    dtype: DType
+    dtype: DType = None
+
+    def __post_init__(self):
+        # tvm.tir.Select(cond, t, f) is public API without a dtype: take it from the values.
+        if type(self.dtype) is not DType:
+            object.__setattr__(self, "dtype", _dtype(self.dtype) if self.dtype else convert(self.true_value).dtype)
+        for name in ("condition", "true_value", "false_value"):
+            value = getattr(self, name)
+            if not isinstance(value, PrimExpr):
+                object.__setattr__(self, name, convert(value))
 
 
 @node

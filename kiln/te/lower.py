@@ -280,9 +280,11 @@ class _Lowering:
         self.infer_bounds()
         roots = [st for st in self.active if st.attach == Attach.ROOT]
         body = seq(*[self.stage_stmt(st) for st in roots])
+        params = {id(b) for b in self.buffer_map.values()}
         for st in reversed(roots):
-            if id(st) not in self.arg_stages:
-                for b in self.buffers_of(st):
+            # Outputs that are not arguments need storage, even when a sibling output is one.
+            for b in self.buffers_of(st):
+                if id(b) not in params:
                     body = Allocate(b, (_prod(b.shape),), body)
         return PrimFunc(tuple(self.params), body, None, self.buffer_map, {"global_symbol": self.name})
 

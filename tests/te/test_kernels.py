@@ -338,3 +338,18 @@ def test_cache_read_leaves_the_users_ops_untouched():
     for s in (s1, s2):
         (b,) = build_run(s, [A, B], [a], [(16,)], ["float32"])
         np.testing.assert_array_equal(b, a + 1)
+
+
+def test_argmax_two_output_reduction_with_one_output_as_argument():
+    A = te.placeholder((4, 9), name="A")
+    k = te.reduce_axis((0, 9), name="k")
+    argmax = te.comm_reducer(
+        lambda i0, v0, i1, v1: (tir.Select(v1 > v0, i1, i0, "int32"), tir.max(v0, v1)),
+        lambda ti, tv: (tir.const(-1, ti), tir.min_value(tv)),
+        name="argmax",
+    )
+    idx, val = te.compute((4,), lambda i: argmax((k.var.astype("int32"), A[i, k]), axis=k), name="pair")
+    s = te.create_schedule(idx.op)
+    a = rand(4, 9)
+    (got,) = build_run(s, [A, idx], [a], [(4,)], ["int32"])
+    np.testing.assert_array_equal(got, a.argmax(axis=1))
