@@ -90,6 +90,12 @@ int kiln_module_load_so(const char* path, KilnModule** out) {
   if (!target) return -1;
   KilnModule* mod = calloc(1, sizeof(KilnModule));
   if (!mod) { free(target); return kiln_error("out of memory"); }
+  /* Modules linked by ld.lld without a sysroot carry no DT_NEEDED for libm: make its symbols
+   * (floorf, expf, ...) global once, as the Python runtime's process already has them. */
+  static int libm_loaded;
+  if (!libm_loaded) {
+    libm_loaded = dlopen("libm.so.6", RTLD_NOW | RTLD_GLOBAL) != NULL;
+  }
   /* RTLD_LOCAL: two modules may both define add_one; RTLD_NOW: a missing libc symbol fails
    * here with a message, not in the middle of a call. */
   mod->lib = dlopen(target, RTLD_NOW | RTLD_LOCAL);

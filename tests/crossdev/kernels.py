@@ -70,4 +70,18 @@ def conv2d(N=1, C=4, H=12, W=12, K=8, R=3):
     return s, [data, weight, out], inputs, reference
 
 
-KERNELS = {"add_one": add_one, "matmul": matmul, "conv2d": conv2d}
+def libm_calls(n=64):
+    """floor and exp through libm: the board must resolve them though ld.lld linked no libm."""
+    from kiln import tir
+
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: te.floor(A[i] * 3.0) + tir.call_extern("float32", "expf", A[i]), name="B")
+    s = te.create_schedule(B.op)
+
+    def inputs(rng):
+        return [rng.random(n, dtype=np.float32), np.zeros(n, np.float32)]
+
+    return s, [A, B], inputs, lambda a, _: np.floor(a * 3) + np.exp(a)
+
+
+KERNELS = {"add_one": add_one, "matmul": matmul, "conv2d": conv2d, "libm_calls": libm_calls}

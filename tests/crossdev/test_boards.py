@@ -26,7 +26,7 @@ def _session(tracker, board):
     return rpc.connect_tracker(svc.HOST, tracker.port).request(board.arch.key, timeout=30)
 
 
-@pytest.mark.parametrize("kernel", ["add_one", "matmul", "conv2d"])
+@pytest.mark.parametrize("kernel", ["add_one", "matmul", "conv2d", "libm_calls"])
 def test_kernel_on_board_matches_numpy(kernel, board, tracker, cross_modules, rng):
     files, inputs, reference = cross_modules(board.arch.name, kernel)
     with _session(tracker, board) as remote:
