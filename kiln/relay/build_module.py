@@ -80,7 +80,8 @@ def build(ir_mod, target=None, target_host=None, params=None, mod_name: str = "d
     ``params``: ``{name: array}`` bound into the model as constants (weights). ``mod_name``
     names the kernels (``tvmgen_<mod_name>_fused_...``) and the factory function (``lib[mod_name]``).
     """
-    if executor not in (None, "graph") and getattr(executor, "name", "graph") != "graph":
+    kind = executor if isinstance(executor, str) or executor is None else getattr(executor, "name", executor)
+    if kind not in (None, "graph"):
         raise CompileError(f"relay.build: executor {executor} is not supported; kiln has the graph executor")
     del runtime
     tgt = _target(target, target_host)

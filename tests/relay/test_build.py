@@ -235,6 +235,8 @@ def test_unsupported_target_and_disabled_fusion():
     mod, params = tiny_net()
     with pytest.raises(CompileError, match="not supported yet"):
         relay.build(mod, target="cuda", params=params)
+    with pytest.raises(CompileError, match="executor aot"):
+        relay.build(mod, target="llvm", params=params, executor="aot")
     with tvm.transform.PassContext(opt_level=3, disabled_pass=["FuseOps"]):
         with pytest.raises(CompileError, match="FuseOps is disabled"):
             relay.build(mod, target="llvm", params=params)
