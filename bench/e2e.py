@@ -3,8 +3,9 @@
 ResNet-18 and MobileNetV2 (224x224, random weights, built by tests/relay/onnx_models.py) are
 compiled by kiln (opt_level 3, target llvm, untuned: topi's default schedules) and loaded by
 onnxruntime (all graph optimizations). Both use the same number of threads; their timings
-interleave so machine noise hits both alike; each figure is the median over rounds of the mean
-of ``--number`` runs. Also prints ResNet-18's compile time (relay.build: passes, lowering,
+interleave so machine noise hits both alike (with a pause between them, so neither measures
+while the other's threads still spin); each figure is the median over rounds of the mean of
+``--number`` runs. Also prints ResNet-18's compile time (relay.build: passes, lowering,
 LLVM). Outputs are checked against each other before timing.
 
     python bench/e2e.py [--threads 2] [--rounds 7] [--number 10] [--models resnet18,mobilenet_v2]
@@ -56,6 +57,11 @@ def ort_session(model, threads: int):
 
 
 def mean_time(fn, number: int) -> float:
+    """Mean seconds per call after a pause and an untimed call: each runtime's worker threads
+    spin for a while after their last task, and would otherwise steal the cores from the other
+    runtime's first timed runs."""
+    time.sleep(0.05)
+    fn()
     start = time.perf_counter()
     for _ in range(number):
         fn()
