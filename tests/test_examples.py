@@ -8,11 +8,13 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-@pytest.mark.parametrize("name", ["cross_compilation_and_rpc.py", "matmul_schedule.py"])
+@pytest.mark.parametrize("name", ["cross_compilation_and_rpc.py", "matmul_schedule.py", "onnx_resnet18_rpc.py"])
 def test_example_runs(name, capsys):
     runpy.run_path(str(EXAMPLES / name), run_name="__main__")
     out = capsys.readouterr().out
     if name == "cross_compilation_and_rpc.py":
         assert "secs/op" in out and "lib.so: loaded and checked" in out
+    elif name == "onnx_resnet18_rpc.py":
+        assert "matches onnxruntime" in out and "top-5 classes" in out and "latency on the server" in out
     else:
         assert "matches numpy" in out
