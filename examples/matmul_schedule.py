@@ -42,7 +42,8 @@ def matmul_schedule(M, N, K, mr=8, nr=32, kunroll=4, mblocks=8, dtype="float32")
 
 if __name__ == "__main__":
     s, args = matmul_schedule(256, 256, 256)
-    print(tvm.lower(s, args, name="matmul"))
+    lines = str(tvm.lower(s, args, name="matmul")).splitlines()
+    print("\n".join(lines[:24]) + f"\n    ... ({len(lines) - 24} more lines of loop IR)")
     f = tvm.build(s, args, target="llvm", name="matmul")
     a = np.random.rand(256, 256).astype("float32")
     b = np.random.rand(256, 256).astype("float32")
