@@ -33,9 +33,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--repeat", type=int, default=15)
-    p.add_argument("--mr", type=int, default=8)
-    p.add_argument("--nr", type=int, default=32)
-    p.add_argument("--mblocks", type=int, default=8)
+    p.add_argument("--mr", type=int, default=4)
+    p.add_argument("--nr", type=int, default=64)
+    p.add_argument("--mblocks", type=int, default=16)
     args = p.parse_args()
     n = args.size
     flops = 2.0 * n * n * n

@@ -9,7 +9,7 @@ import kiln as tvm
 from kiln import te
 
 
-def matmul_schedule(M, N, K, mr=8, nr=32, kunroll=4, mblocks=8, dtype="float32"):
+def matmul_schedule(M, N, K, mr=4, nr=64, kunroll=4, mblocks=16, dtype="float32"):
     A = te.placeholder((M, K), name="A", dtype=dtype)
     B = te.placeholder((K, N), name="B", dtype=dtype)
     # B packed into column panels of nr, so the inner loop reads it contiguously.
