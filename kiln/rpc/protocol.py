@@ -225,60 +225,94 @@ def pack_message(opcode: int, value, hook=None) -> list:
 # ---------------------------------------------------------------------------------------------
 # Decoding works on a memoryview of one frame; bytes values are zero-copy slices of it.
 
+_U64 = struct.Struct("<Q")
+_SHAPES = [struct.Struct(f"<{n}q") for n in range(65)]
+_META_CACHE: dict[bytes, tuple] = {}
+
+
 class _Reader:
     __slots__ = ("buf", "pos", "ref_hook")
 
     def __init__(self, buf: memoryview, pos: int = 0):
         self.buf, self.pos = buf, pos
 
-    def take(self, n: int) -> memoryview:
-        end = self.pos + n
-        if n < 0 or end > len(self.buf):
+    # Fixed-size fields are read with unpack_from at the current position: slicing a memoryview
+    # per field made decoding a kernel call cost more than the call itself.
+    def _need(self, n: int) -> int:
+        pos = self.pos
+        if n < 0 or pos + n > len(self.buf):
             raise ProtocolError(f"value runs past the end of the frame (needs {n} bytes at offset "
-                                f"{self.pos}, frame has {len(self.buf)})")
-        m = self.buf[self.pos:end]
-        self.pos = end
-        return m
+                                f"{pos}, frame has {len(self.buf)})")
+        self.pos = pos + n
+        return pos
+
+    def take(self, n: int) -> memoryview:
+        pos = self._need(n)
+        return self.buf[pos:pos + n]
 
     def u32(self) -> int:
-        return _U32.unpack(self.take(4))[0]
+        return _U32.unpack_from(self.buf, self._need(4))[0]
 
     def string(self) -> str:
-        raw = self.take(self.u32())
+        n = self.u32()
+        pos = self._need(n)
         try:
-            return str(raw, "utf-8")
+            return str(self.buf[pos:pos + n], "utf-8")
         except UnicodeDecodeError:
             raise ProtocolError("string value is not valid UTF-8") from None
 
     def device(self) -> Device:
-        return Device(*_DEV.unpack(self.take(8)))
+        return Device(*_DEV.unpack_from(self.buf, self._need(8)))
 
     def array_meta(self):
         dtype = self.string()
         ndim = self.u32()
         if ndim > 64:
             raise ProtocolError(f"tensor has {ndim} dimensions; at most 64 are allowed")
-        shape = struct.unpack(f"<{ndim}q", self.take(8 * ndim))
+        shape_struct = _SHAPES[ndim]
+        shape = shape_struct.unpack_from(self.buf, self._need(shape_struct.size))
         if any(s < 0 for s in shape):
             raise ProtocolError(f"tensor shape {shape} has a negative dimension")
         return dtype, shape, self.device()
 
+    def cached_array_meta(self):
+        """array_meta, remembered by its bytes: the same array is passed on every call."""
+        buf, start = self.buf, self.pos
+        try:
+            (dlen,) = _U32.unpack_from(buf, start)
+            (ndim,) = _U32.unpack_from(buf, start + 4 + dlen)
+        except struct.error:
+            return self.array_meta()  # truncated: let the checked path report it
+        end = start + 8 + dlen + 8 * ndim + 8
+        if ndim > 64 or end > len(buf):
+            return self.array_meta()
+        key = bytes(buf[start:end])
+        meta = _META_CACHE.get(key)
+        if meta is None:
+            meta = self.array_meta()
+            if len(_META_CACHE) >= 4096:
+                _META_CACHE.clear()
+            _META_CACHE[key] = meta
+        else:
+            self.pos = end
+        return meta
+
     def value(self, depth: int = 0):
         if depth > _MAX_DEPTH:
             raise ProtocolError(f"value nested deeper than {_MAX_DEPTH} levels")
-        tag = self.take(1)[0]
+        tag = self.buf[self._need(1)]
+        if tag == T_INT:
+            return _I64.unpack_from(self.buf, self._need(8))[0]
         if tag == T_NONE:
             return None
-        if tag == T_INT:
-            return _I64.unpack(self.take(8))[0]
         if tag == T_FLOAT:
-            return _F64.unpack(self.take(8))[0]
+            return _F64.unpack_from(self.buf, self._need(8))[0]
         if tag == T_STR:
             return self.string()
         if tag == T_BYTES:
             return self.take(self.u32())
         if tag == T_BOOL:
-            return bool(self.take(1)[0])
+            return bool(self.buf[self._need(1)])
         if tag == T_LIST:
             n = self.u32()
             # Each element takes at least one byte: a bogus count fails before allocating.
@@ -302,9 +336,9 @@ class _Reader:
             dtype, shape, dev = self.array_meta()
             return Tensor(dtype, shape, dev, self.take(self.u32()))
         if tag in (T_ARRAY_REF, T_MODULE_REF, T_FUNC_REF):
-            obj_id = struct.unpack("<Q", self.take(8))[0]
+            obj_id = _U64.unpack_from(self.buf, self._need(8))[0]
             if tag == T_ARRAY_REF:
-                return Ref(tag, obj_id, *self.array_meta())
+                return Ref(tag, obj_id, *self.cached_array_meta())
             return Ref(tag, obj_id)
         raise ProtocolError(f"unknown value tag {tag} at offset {self.pos - 1}")
 
