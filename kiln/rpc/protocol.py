@@ -474,6 +474,36 @@ class Channel:
     def recv_message(self):
         return unpack_message(self.recv())
 
+    def request_into(self, opcode: int, value, dest: memoryview, hook=None) -> None:
+        """Like request, for a reply that is bytes of exactly len(dest): they are received
+        straight into dest (array downloads skip an intermediate copy). Any other reply is
+        decoded as usual and reported."""
+        self.send(opcode, value, hook)
+        self._fill(4 + 6)
+        length = _U32.unpack_from(self._buf, self._start)[0]
+        head = self._start + 4
+        n = len(dest)
+        if (length != 6 + n or self._buf[head] != OP_RETURN or self._buf[head + 1] != T_BYTES
+                or _U32.unpack_from(self._buf, head + 2)[0] != n or length > self.max_frame):
+            op, reply = self.recv_message()
+            if op == OP_ERROR:
+                raise RemoteError(reply)
+            raise ProtocolError(f"expected {n} bytes in reply to opcode {opcode}, got opcode {op}")
+        have = min(self._end - (head + 6), n)
+        dest[:have] = self._view[head + 6:head + 6 + have]
+        self._start += 10 + have
+        if self._start == self._end:
+            self._start = self._end = 0
+        while have < n:
+            try:
+                got = self.sock.recv_into(dest[have:])
+            except (ConnectionResetError, BrokenPipeError) as e:
+                raise ConnectionLost(f"connection lost: {e}") from None
+            if not got:
+                raise ConnectionLost(f"the peer closed the connection in the middle of a frame "
+                                     f"({have} of {n} bytes received)")
+            have += got
+
     def request(self, opcode: int, value, hook=None):
         """Send one message and wait for its reply (OP_RETURN value, or raise for OP_ERROR)."""
         self.send(opcode, value, hook)

@@ -54,6 +54,18 @@ class RPCSession:
                 raise RPCError(f"lost the session with {self.peer}: {e}. The server or its session "
                                "worker stopped (crash, kill, or session_timeout).") from None
 
+    def _request_into(self, opcode: int, args: list, dest: memoryview) -> None:
+        """A request whose bytes reply lands directly in dest."""
+        with self._lock:
+            if self._closed:
+                raise RPCError(f"the session with {self.peer} is closed; open a new one with rpc.connect")
+            try:
+                self._ch.request_into(opcode, args, dest, _to_wire)
+            except P.ConnectionLost as e:
+                self._closed = True
+                raise RPCError(f"lost the session with {self.peer}: {e}. The server or its session "
+                               "worker stopped (crash, kill, or session_timeout).") from None
+
     def _decode(self, value):
         if isinstance(value, P.Ref):
             if value.tag == P.T_ARRAY_REF:
@@ -251,8 +263,7 @@ class RemoteNDArray:
         offset = 0
         while offset < self.nbytes:
             n = min(P.CHUNK, self.nbytes - offset)
-            chunk = self._session._request(P.OP_COPY_OUT, [self._id, offset, n])
-            view[offset:offset + n] = chunk
+            self._session._request_into(P.OP_COPY_OUT, [self._id, offset, n], view[offset:offset + n])
             offset += n
         return out
 

@@ -197,3 +197,17 @@ def test_local_session(kernel_files):
         b = tvm.nd.empty((8,), "float32", dev)
         f(a, b)
         np.testing.assert_equal(b.numpy(), 2)
+
+
+def test_reading_a_freed_array_reports_the_remote_error_and_the_session_goes_on(remote):
+    import numpy as np
+    from kiln.rpc import protocol as P
+    from kiln.rpc.session import RemoteNDArray
+
+    dev = remote.cpu()
+    ghost = RemoteNDArray(remote, 10**9, (4,), "float32", dev)
+    with pytest.raises(P.RemoteError, match="does not exist in this session"):
+        ghost.numpy()
+    ghost._id = None  # nothing to free remotely
+    a = tvm.nd.array(np.arange(4, dtype="float32"), dev)
+    np.testing.assert_array_equal(a.numpy(), np.arange(4, dtype="float32"))
