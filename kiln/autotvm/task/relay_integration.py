@@ -1,9 +1,10 @@
 """Tasks from a relay program: ``autotvm.task.extract_from_program(mod["main"], target, params,
 ops=(relay.op.get("nn.conv2d"),))``.
 
-Walks the program's calls; every call of a requested op whose argument types are known becomes
-the task of the tunable template for that op and target (OP_TEMPLATES), deduplicated by
-workload.
+Walks the program's calls; every call of a requested op that has a tunable template for the
+target becomes a task, deduplicated by workload. The template and workload of a call are what
+relay.build will ask the dispatch context for (``kiln.relay.backend.dispatch.workload_of``), so a
+log of these tasks is used by ``with autotvm.apply_history_best(log): relay.build(...)``.
 """
 
 from __future__ import annotations
@@ -13,13 +14,6 @@ import logging
 from kiln.errors import TuningError
 
 logger = logging.getLogger("autotvm")
-
-# relay op name -> {target key: template name}: the tunable topi implementation per target.
-OP_TEMPLATES = {
-    "nn.conv2d": {"cpu": "conv2d_nchw.x86", "arm_cpu": "conv2d_nchw_spatial_pack.arm_cpu"},
-    "nn.dense": {"cpu": "dense_nopack.x86", "arm_cpu": "dense_nopack.x86"},
-    "nn.batch_matmul": {"cpu": "batch_matmul.x86", "arm_cpu": "batch_matmul.x86"},
-}
 
 
 def _op_name(op) -> str:
@@ -54,19 +48,6 @@ def _calls(func):
     return out
 
 
-def _attrs_args(op_name: str, call) -> tuple:
-    """The template arguments after the tensors, from the call's attributes."""
-    attrs = getattr(call, "attrs", None) or {}
-    get = attrs.get if isinstance(attrs, dict) else (lambda k, d=None: getattr(attrs, k, d))
-    if op_name == "nn.conv2d":
-        return (tuple(get("strides", (1, 1))), tuple(get("padding", (0, 0))),
-                tuple(get("dilation", (1, 1))), str(get("data_layout", "NCHW")),
-                str(get("out_dtype", "") or "float32"))
-    if op_name == "nn.dense":
-        return (None, str(get("out_dtype", "") or "float32"))
-    return (str(get("out_dtype", "") or "float32"),)
-
-
 def extract_from_program(mod, params=None, target=None, target_host=None, ops=None):
     """Tasks for the tunable ops of ``mod`` (a relay Function or IRModule)."""
     from kiln.target import Target
@@ -77,29 +58,32 @@ def extract_from_program(mod, params=None, target=None, target_host=None, ops=No
     except ImportError:
         raise TuningError("extract_from_program needs kiln.relay, which this kiln lacks") from None
     del params  # shapes come from the types; weights do not change the workloads
+    from kiln.relay.backend import dispatch
+    from kiln.relay.backend.te_compiler import target_family
+
     _load_builtin_templates()
     func = mod["main"] if hasattr(mod, "functions") and not hasattr(mod, "body") else mod
     func = _typed(func)
     tgt = Target(target, host=target_host)
-    wanted = {_op_name(o) for o in ops} if ops else set(OP_TEMPLATES)
+    family = target_family(tgt)
+    wanted = {_op_name(o) for o in ops} if ops else set(dispatch.TEMPLATES)
     tasks, seen = [], set()
     for call in _calls(func):
         name = _op_name(call.op)
-        if name not in wanted or name not in OP_TEMPLATES:
+        if name not in wanted:
             continue
-        template = next((OP_TEMPLATES[name][k] for k in tgt.keys if k in OP_TEMPLATES[name]), None)
-        if template is None or template not in TEMPLATES:
-            logger.warning("extract_from_program: no tunable template for %s on %s (needs %s)",
-                           name, tgt, template)
+        types = [getattr(a, "checked_type", None) for a in call.args]
+        if any(getattr(t, "shape", None) is None for t in types):
             continue
-        tensors = [_tensor_arg(a) for a in call.args]
-        if any(t is None for t in tensors):
+        workload = dispatch.workload_of(name, call.attrs, types, family)
+        if workload is None or workload in seen:
             continue
-        args = (*tensors, *_attrs_args(name, call))
-        if (template, args) in seen:
+        if workload[0] not in TEMPLATES:
+            logger.warning("extract_from_program: no tunable template %s for %s on %s",
+                           workload[0], name, tgt)
             continue
-        seen.add((template, args))
-        tasks.append(create(template, args, tgt))
+        seen.add(workload)
+        tasks.append(create(workload[0], workload[1:], tgt))
     return tasks
 
 

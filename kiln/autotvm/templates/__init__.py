@@ -5,10 +5,13 @@ kiln.topi). Importing this package registers them:
   of mr x nr, unrolled k, parallel outer tiles.
 - ``kiln/conv2d_nchw`` (N, C, H, W, F, KH, KW, stride, pad, dtype): direct convolution with
   register tiles over output channels x output columns.
-- ``conv2d_nchw.x86`` and ``dense_nopack.x86``: kiln.topi's x86 operators with topi's knobs
-  (what ``extract_from_program`` returns for nn.conv2d / nn.dense on CPU targets).
+- ``conv2d_nchw``, ``depthwise_conv2d_nchw``, ``conv2d_nhwc``, ``dense_nopack``, ``batch_matmul``,
+  each ``.x86`` and ``.arm_cpu``: kiln.topi's CPU operators with topi's knobs (what
+  ``extract_from_program`` returns for nn.conv2d / nn.dense / nn.batch_matmul).
 """
 
 from .conv2d import conv2d_nchw  # noqa: F401
 from .matmul import matmul  # noqa: F401
-from .topi_x86 import conv2d_nchw as topi_conv2d_nchw, dense as topi_dense  # noqa: F401
+from .topi_cpu import ARM_CPU, X86  # noqa: F401
+
+topi_conv2d_nchw, topi_dense = X86["conv2d_nchw"], X86["dense"]

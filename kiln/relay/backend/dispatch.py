@@ -25,11 +25,13 @@ from typing import Callable
 _provider: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("kiln_relay_config_provider",
                                                                             default=None)
 
-# relay op -> {target family: autotvm template name}; same names as autotvm's task extraction.
+# relay op -> autotvm template base name; the family ("x86" / "arm_cpu") is appended. conv2d
+# picks its template by layout and groups (see template_of). autotvm's task extraction calls
+# workload_of too, so the workloads a log holds are exactly the ones asked for here.
 TEMPLATES = {
-    "nn.conv2d": {"x86": "conv2d_nchw.x86", "arm_cpu": "conv2d_nchw_spatial_pack.arm_cpu"},
-    "nn.dense": {"x86": "dense_nopack.x86", "arm_cpu": "dense_nopack.x86"},
-    "nn.batch_matmul": {"x86": "batch_matmul.x86", "arm_cpu": "batch_matmul.x86"},
+    "nn.conv2d": "conv2d_nchw",
+    "nn.dense": "dense_nopack",
+    "nn.batch_matmul": "batch_matmul",
 }
 
 
@@ -37,19 +39,43 @@ def _tensor(ty) -> tuple:
     return ("TENSOR", tuple(int(d) for d in ty.shape), str(ty.dtype))
 
 
+def template_of(op_name: str, attrs, arg_types, family: str) -> str | None:
+    """The tunable template for one call (``conv2d_nhwc.arm_cpu``), or None."""
+    base = TEMPLATES.get(op_name)
+    if base is None:
+        return None
+    if op_name == "nn.conv2d":
+        layouts = (str(attrs.data_layout), str(attrs.kernel_layout))
+        # The templates take the kernel in the layout topi's computes read; other pairs stay untuned.
+        base = {("NCHW", "OIHW"): "conv2d_nchw", ("NHWC", "HWIO"): "conv2d_nhwc"}.get(layouts)
+        channels = int(arg_types[0].shape[1 if layouts[0] == "NCHW" else 3])
+        groups = int(attrs.groups)
+        if base == "conv2d_nchw" and groups > 1 and groups == channels:
+            base = "depthwise_conv2d_nchw"
+        elif base is not None and groups > 1:
+            return None  # grouped (not depthwise) convolutions have no tunable schedule
+    elif op_name == "nn.batch_matmul" and attrs.get("transpose_a", False):
+        return None  # topi.x86 runs the generic compute for it: nothing to tune
+    return None if base is None else f"{base}.{family}"
+
+
 def workload_of(op_name: str, attrs, arg_types, family: str):
-    """The autotvm workload of one call, or None for ops that are not tunable."""
-    template = TEMPLATES.get(op_name, {}).get(family)
+    """The autotvm workload of one call, or None for ops that are not tunable.
+
+    ``(template, *input tensors, *attributes)``, the attributes in the order the template's
+    compute takes them (kiln/autotvm/templates/topi_cpu.py)."""
+    template = template_of(op_name, attrs, arg_types, family)
     if template is None:
         return None
     tensors = tuple(_tensor(t) for t in arg_types)
-    out_dtype = str(attrs.get("out_dtype", "") or "float32")
+    out_dtype = str(attrs.get("out_dtype", "") or arg_types[0].dtype)
     if op_name == "nn.conv2d":
-        extra = (tuple(attrs.strides), tuple(attrs.padding), tuple(attrs.dilation), str(attrs.data_layout), out_dtype)
+        extra = (tuple(int(v) for v in attrs.strides), tuple(int(v) for v in attrs.padding),
+                 tuple(int(v) for v in attrs.dilation), int(attrs.groups), out_dtype)
     elif op_name == "nn.dense":
-        extra = (None, out_dtype)
-    else:
         extra = (out_dtype,)
+    else:
+        extra = (out_dtype, bool(attrs.get("transpose_b", True)))
     return (template, *tensors, *extra)
 
 

@@ -1,0 +1,151 @@
+"""Tunable CPU operators from kiln.topi, for x86 and arm_cpu: conv2d (NCHW, NHWC), depthwise
+conv2d, dense and batch_matmul, each registered as ``<op>.x86`` and ``<op>.arm_cpu`` with
+``register_topi_compute/schedule``.
+
+These are the templates ``extract_from_program`` returns and relay.build asks for (the
+workloads come from ``kiln.relay.backend.dispatch.workload_of``; the computes below take their
+arguments in that order). The knobs and their candidates are topi's own (``config_space`` of
+each topi module); topi's compute reads them from the config (``cfg["oc_bn"].val``). An untuned
+(fallback) build passes no config, so topi keeps its heuristic defaults, which beat the first
+candidate of every knob.
+
+The arm_cpu templates run the same topi code as x86 (``kiln.topi.arm_cpu`` re-exports it): what
+differs is the target the task is created for, from which topi derives the vector width, so the
+candidate tiles are NEON-sized.
+"""
+
+from __future__ import annotations
+
+import importlib  # kiln.topi.x86 re-exports functions named like its modules
+
+from ..task import register_topi_compute, register_topi_schedule
+
+FAMILIES = ("x86", "arm_cpu")
+
+
+def _define(cfg, space: dict) -> None:
+    if getattr(cfg, "is_fallback", False):
+        return  # an untuned build: topi picks its own defaults (see _untuned)
+    for name, values in space.items():
+        cfg.define_knob(name, list(values))
+
+
+def _ints(shape) -> tuple:
+    return tuple(int(getattr(d, "value", d)) for d in shape)
+
+
+def _untuned(cfg):
+    return None if getattr(cfg, "is_fallback", False) else cfg
+
+
+def _topi(family: str, module: str):
+    # Both families use topi.x86's modules; arm_cpu's differences come from the target.
+    del family
+    return importlib.import_module(f"kiln.topi.x86.{module}")
+
+
+def _conv_shape(data, kernel, strides, padding, dilation, groups, layout="NCHW"):
+    from kiln.topi.nn.conv2d import conv2d_shape
+    return conv2d_shape("conv2d", _ints(data.shape), _ints(kernel.shape), strides, padding,
+                        dilation, groups, layout)
+
+
+def _conv_flop(p) -> float:
+    return 2.0 * p.batch * p.out_channel * p.out_height * p.out_width * \
+        (p.in_channel // p.groups) * p.kernel_h * p.kernel_w
+
+
+def _register(family: str) -> dict:
+    """Register the five templates of one family; returns {name: compute wrapper}."""
+    out = {}
+
+    @register_topi_compute(f"conv2d_nchw.{family}")
+    def conv2d_nchw(cfg, data, kernel, strides, padding, dilation, groups, out_dtype):
+        conv = _topi(family, "conv2d")
+        p = _conv_shape(data, kernel, strides, padding, dilation, groups)
+        _define(cfg, conv.config_space(p))
+        cfg.add_flop(_conv_flop(p))
+        return conv.conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype, groups,
+                                cfg=_untuned(cfg))
+
+    @register_topi_schedule(f"conv2d_nchw.{family}")
+    def schedule_conv2d_nchw(cfg, outs):
+        return _topi(family, "conv2d").schedule_conv2d_nchw(outs)
+
+    # Depthwise: relay's nn.conv2d with groups == channels. topi's conv2d_nchw hands it to the
+    # depthwise compute, whose knobs (row tile) differ from the dense conv's (channel blocks).
+    @register_topi_compute(f"depthwise_conv2d_nchw.{family}")
+    def depthwise_conv2d_nchw(cfg, data, kernel, strides, padding, dilation, groups, out_dtype):
+        p = _conv_shape(data, kernel, strides, padding, dilation, groups)
+        _define(cfg, _topi(family, "depthwise_conv2d").config_space(p.out_width, p.out_height))
+        cfg.add_flop(_conv_flop(p))
+        return _topi(family, "conv2d").conv2d_nchw(data, kernel, strides, padding, dilation,
+                                                    out_dtype, groups, cfg=_untuned(cfg))
+
+    @register_topi_schedule(f"depthwise_conv2d_nchw.{family}")
+    def schedule_depthwise_conv2d_nchw(cfg, outs):
+        return _topi(family, "conv2d").schedule_conv2d_nchw(outs)
+
+    @register_topi_compute(f"conv2d_nhwc.{family}")
+    def conv2d_nhwc(cfg, data, kernel, strides, padding, dilation, groups, out_dtype):
+        nhwc = _topi(family, "conv2d_nhwc")
+        p = _conv_shape(data, kernel, strides, padding, dilation, groups, "NHWC")
+        _define(cfg, nhwc.config_space(p))
+        cfg.add_flop(_conv_flop(p))
+        return nhwc.conv2d_nhwc(data, kernel, strides, padding, dilation, out_dtype, groups,
+                                cfg=_untuned(cfg))
+
+    @register_topi_schedule(f"conv2d_nhwc.{family}")
+    def schedule_conv2d_nhwc(cfg, outs):
+        return _topi(family, "conv2d_nhwc").schedule_conv2d_nhwc(outs)
+
+    @register_topi_compute(f"dense_nopack.{family}")
+    def dense(cfg, data, weight, out_dtype):
+        m, k = _ints(data.shape)
+        n = _ints(weight.shape)[0]
+        _define_dot(cfg, m, n, k)
+        cfg.add_flop(2.0 * m * n * k)
+        return _topi(family, "dense").dense(data, weight, None, out_dtype, cfg=_untuned(cfg))
+
+    @register_topi_schedule(f"dense_nopack.{family}")
+    def schedule_dense(cfg, outs):
+        return _topi(family, "dense").schedule_dense(outs)
+
+    @register_topi_compute(f"batch_matmul.{family}")
+    def batch_matmul(cfg, a, b, out_dtype, transpose_b):
+        batch, m, k = _ints(a.shape)
+        n = _ints(b.shape)[1 if transpose_b else 2]
+        if transpose_b:
+            _define_dot(cfg, m, n, k)
+        else:
+            _define(cfg, importlib.import_module("kiln.topi.x86.matmul_nn").config_space(m, n))
+        cfg.add_flop(2.0 * max(batch, _ints(b.shape)[0]) * m * n * k)
+        return _topi(family, "batch_matmul").batch_matmul(a, b, None, out_dtype, False,
+                                                          transpose_b, cfg=_untuned(cfg))
+
+    @register_topi_schedule(f"batch_matmul.{family}")
+    def schedule_batch_matmul(cfg, outs):
+        return _topi(family, "batch_matmul").schedule_batch_matmul(outs)
+
+    out.update(conv2d_nchw=conv2d_nchw, depthwise_conv2d_nchw=depthwise_conv2d_nchw,
+               conv2d_nhwc=conv2d_nhwc, dense=dense, batch_matmul=batch_matmul,
+               schedule_conv2d_nchw=schedule_conv2d_nchw,
+               schedule_depthwise_conv2d_nchw=schedule_depthwise_conv2d_nchw,
+               schedule_conv2d_nhwc=schedule_conv2d_nhwc, schedule_dense=schedule_dense,
+               schedule_batch_matmul=schedule_batch_matmul)
+    return out
+
+
+def _define_dot(cfg, m: int, n: int, k: int) -> None:
+    """Knobs of topi's A·Bᵀ kernel. Which kernel runs (vector dot tile, or the panel GEMM) is
+    topi's size rule, kept fixed here: the two kernels' tile knobs share names but not
+    candidates, so one flat space over both would hold invalid pairs."""
+    from kiln.topi.x86 import matmul_nn
+    dense = importlib.import_module("kiln.topi.x86.dense")
+    kernel = "gemm" if m >= 16 else "dot"
+    cfg.define_knob("kernel", [kernel])
+    _define(cfg, matmul_nn.config_space(m, n) if kernel == "gemm" else dense.config_space(m, n, k))
+
+
+X86 = _register("x86")
+ARM_CPU = _register("arm_cpu")
