@@ -26,6 +26,19 @@ def test_pool2d(runner, ptype, k, s, p, ceil, cip, layout, compute):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("ptype", ["max", "avg"])
+@pytest.mark.parametrize("compute", [topi.nn.pool2d, topi.x86.pool2d])
+def test_pool2d_dilated_ceil_mode(runner, ptype, compute):
+    # The last window (ceil_mode) runs past the input; with dilation 2 its taps skip the last
+    # pixel, so that pixel must not leak into the result through an edge clamp.
+    A = te.placeholder((1, 2, 32, 32), name="data")
+    out = compute(A, (5, 5), (3, 3), (2, 2), (0, 0, 0, 0), ptype, True, "NCHW", True)
+    a = runner.rand(1, 2, 32, 32)
+    got = runner.run(topi.x86.schedule_pool, out, [A], [a])
+    ref = testing.pool2d_python(a, (5, 5), (3, 3), (0, 0, 0, 0), ptype, (2, 2), ceil_mode=True)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("ptype", ["avg", "max"])
 def test_global_and_adaptive_pool(runner, ptype):
     A = te.placeholder((1, 19, 7, 9), name="data")

@@ -78,9 +78,11 @@ def pool2d(data, kernel, stride, dilation=(1, 1), padding=(0, 0, 0, 0), pool_typ
 
         def fphase(b, c, y, ph, xs):
             x = xs * sw + ph
-            if pool_type == "max":
+            if pool_type == "max" and dh == 1 and dw == 1:
                 # Max is idempotent: repeating the nearest edge pixel equals padding with -inf
-                # (every window holds a real pixel), and clamped loads need no branch.
+                # when every window that reaches past an edge also holds that edge pixel, and
+                # clamped loads need no branch. That holds only for contiguous windows: a dilated
+                # window can step over the edge pixel, so dilated pools read the -inf padding.
                 return data[b, c, tir.min(tir.max(y - pt, 0), h - 1), tir.min(tir.max(x - pl, 0), w - 1)]
             return padded[b, c, y, tir.min(x, wp - 1)]
 
