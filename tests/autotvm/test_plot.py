@@ -34,3 +34,24 @@ def test_plot_from_a_log(tmp_path):
     assert all(b >= a for (_, a), (_, b) in zip(pts, pts[1:]))  # best-so-far never drops
     plot.main([log, "--out", str(tmp_path / "toy.png")])
     assert (tmp_path / "toy.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_kiln_tune_cli_summarizes_plots_and_picks_best(tmp_path, capsys):
+    from kiln.autotvm.measure import MeasureErrorNo
+    from kiln.cli import main
+
+    task = autotvm.task.create("test/toy", (16,), "llvm")
+    log = str(tmp_path / "toy.log")
+    rows = [(MeasureInput(task.target, task, task.config_space.get(i)),
+             MeasureResult((1e-6 * (10 - i),), 0, 0.0, time.time())) for i in range(6)]
+    rows.append((MeasureInput(task.target, task, task.config_space.get(7)),
+                 MeasureResult(("boom",), int(MeasureErrorNo.RUNTIME_DEVICE), 0.0, time.time())))
+    record.save_to_file(log, rows)
+    png, best = str(tmp_path / "t.png"), str(tmp_path / "best.log")
+    assert main(["tune", "--log", log, "--plot", png, "--pick-best", best]) == 0
+    out = capsys.readouterr().out
+    assert "1 tasks, 7 trials" in out and "RUNTIME_DEVICE 1" in out
+    assert "a=" in out  # the best config's knobs are printed
+    assert open(png, "rb").read()[:4] == b"\x89PNG"
+    (inp, res), = record.load_from_file(best)
+    assert inp.config.index == task.config_space.get(5).index
