@@ -79,11 +79,39 @@ def abs(x):  # noqa: A001
 
 
 def power(x, y):
-    """x ** y for floats."""
+    """x ** y; integers stay integers (exact, wrapping on overflow like numpy)."""
     x, y = _match(x, y)
+    if x.dtype.is_bool:
+        x, y = cast(x, "int8"), cast(y, "int8")
     if not x.dtype.is_float:
-        x, y = cast(x, "float32"), cast(y, "float32")
+        return _int_power(x, y)
     return Call(x.dtype, "tir.pow", (x, y))
+
+
+def _int_power(x, y):
+    # Square-and-multiply over every bit of the exponent. A float pow would round results above
+    # 2**53 and return a float the integer type relation does not expect. Lets keep the
+    # expression linear in size: each step names its base and partial product once.
+    from kiln.ir.expr import Let, Var
+
+    t = x.dtype
+    one, zero = const(1, t), const(0, t)
+    steps = []  # (var, value), innermost last
+    base, acc = x, one
+    for bit in range(t.bits - (0 if t.is_uint else 1)):
+        b, r = Var(f"pow_base{bit}", t), Var(f"pow_acc{bit}", t)
+        steps += [(b, base), (r, acc)]
+        taken = (bitwise_and(y, const(1 << bit, t)) != zero)
+        base, acc = b * b, Select(taken, r * b, r, t)
+    result = acc
+    if not t.is_uint:
+        # x ** -n truncated towards zero: 1 for x == 1, +-1 for x == -1, else 0.
+        odd = bitwise_and(y, one) != zero
+        neg = Select(x == one, one, Select(x == -one, Select(odd, -one, one, t), zero, t), t)
+        result = Select(y < zero, neg, result, t)
+    for var, value in reversed(steps):
+        result = Let(var, value, result, t)
+    return result
 
 
 pow = power  # noqa: A001

@@ -126,11 +126,14 @@ class _Vectorizer(Mutator):
 
     def visit_Let(self, op):
         value = self.visit(op.value)
-        if value is op.value:
-            return self.generic_visit(op)
-        new_var = E.Var(op.var.name, value.dtype)
-        self.lets[id(op.var)] = new_var
+        new_var = op.var
+        if value is not op.value:
+            new_var = E.Var(op.var.name, value.dtype)
+            self.lets[id(op.var)] = new_var
         body = self.visit(op.body)
+        if new_var is op.var and body is op.body:
+            return op
+        # The Let has its body's type, which may have become a vector even with a scalar value.
         return E.Let(new_var, value, body, body.dtype)
 
     def visit_Ramp(self, op):
