@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kiln import te, tir
 from kiln.errors import ShapeError
+from kiln.ir.dtype import dtype as _dtype
 from kiln.ir.expr import const
 
 
@@ -59,12 +60,20 @@ def sum(data, axis=None, keepdims=False, exclude=False):  # noqa: A001
     return _reduce(data, axis, keepdims, exclude, te.sum, "sum")[0]
 
 
+# The identities are -inf / +inf for floats (the largest finite float for te.max / te.min), so a
+# reduction over an empty axis gives what numpy's max(initial=-inf) and ONNX ReduceMax give.
+_max = te.comm_reducer(tir.max, lambda t: const(float("-inf"), t) if _dtype(t).is_float else tir.min_value(t), name="max")
+_min = te.comm_reducer(tir.min, lambda t: tir.infinity(t) if _dtype(t).is_float else tir.max_value(t), name="min")
+
+
 def max(data, axis=None, keepdims=False, exclude=False):  # noqa: A001
-    return _reduce(data, axis, keepdims, exclude, te.max, "max")[0]
+    """Max over axes; over an empty axis, -inf for floats and the type's minimum for integers."""
+    return _reduce(data, axis, keepdims, exclude, _max, "max")[0]
 
 
 def min(data, axis=None, keepdims=False, exclude=False):  # noqa: A001
-    return _reduce(data, axis, keepdims, exclude, te.min, "min")[0]
+    """Min over axes; over an empty axis, +inf for floats and the type's maximum for integers."""
+    return _reduce(data, axis, keepdims, exclude, _min, "min")[0]
 
 
 def prod(data, axis=None, keepdims=False, exclude=False):

@@ -181,3 +181,18 @@ def test_integer_power_with_negative_exponent_truncates():
     (got,) = _run(relay.power(v("a", 6, dtype="int32"), v("b", 6, dtype="int32")), {"a": base, "b": expo})
     # trunc(x ** -n): numpy refuses negative integer powers; 0 ** -1 has no value and gives 0.
     np.testing.assert_array_equal(got, [1, -1, 1, 0, 0, 0])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_max_and_min_over_an_empty_axis_give_the_identity(dtype):
+    # ONNX ReduceMax/ReduceMin over an empty set: -inf / +inf for floats (numpy's initial=).
+    x = np.zeros((2, 0, 4), dtype)
+    lo, hi = (-np.inf, np.inf) if dtype == "float32" else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+    want = [np.max(x, axis=1, keepdims=True, initial=lo), np.min(x, axis=1, initial=hi)]
+    e = v("e", 2, 0, 4, dtype=dtype)
+    body = relay.Tuple([relay.max(e, axis=1, keepdims=True), relay.min(e, axis=1)])
+    for got, w in zip(_run(body, {"e": x}), want):
+        np.testing.assert_array_equal(got, w)
+    ref = reference.run(tvm.IRModule.from_expr(relay.Function([e], body)), {"e": x})
+    for got, w in zip(ref, want):
+        np.testing.assert_array_equal(got, w)

@@ -60,6 +60,21 @@ def _mean(x, axis, keepdims):
     return np.mean(x.astype(np.float64) if x.dtype.kind == "f" else x, axis=axis, keepdims=keepdims)
 
 
+def _extreme(fn, sign):
+    """np.max / np.min, which raise on an empty axis; there the result is the reduction's
+    identity, as in ONNX ReduceMax/ReduceMin: -inf / +inf for floats, the type's limits for ints."""
+    def run(x, axis, keepdims):
+        if x.size:
+            return fn(x, axis=axis, keepdims=keepdims)
+        if x.dtype.kind == "f":
+            initial = sign * np.inf
+        else:
+            info = np.iinfo(x.dtype) if x.dtype.kind in "iu" else None
+            initial = (info.max if sign > 0 else info.min) if info else sign > 0
+        return fn(x, axis=axis, keepdims=keepdims, initial=initial)
+    return run
+
+
 def _variance(x, axis, keepdims):
     return np.var(x.astype(np.float64), axis=axis, keepdims=keepdims)
 
@@ -87,8 +102,8 @@ def _logical(fn):
 R = OpPattern.COMM_REDUCE
 SUM = OpDef("sum", ("data",), dict(_ATTRS), _rel, R, _ref(np.sum), doc="sum over axes")
 MEAN = OpDef("mean", ("data",), dict(_ATTRS), _rel, R, _ref(_mean), doc="mean over axes")
-MAX = OpDef("max", ("data",), dict(_ATTRS), _rel, R, _ref(np.max), doc="max over axes")
-MIN = OpDef("min", ("data",), dict(_ATTRS), _rel, R, _ref(np.min), doc="min over axes")
+MAX = OpDef("max", ("data",), dict(_ATTRS), _rel, R, _ref(_extreme(np.max, -1)), doc="max over axes")
+MIN = OpDef("min", ("data",), dict(_ATTRS), _rel, R, _ref(_extreme(np.min, +1)), doc="min over axes")
 PROD = OpDef("prod", ("data",), dict(_ATTRS), _rel, R, _ref(np.prod), doc="product over axes")
 VARIANCE = OpDef("variance", ("data",), dict(_ATTRS), _rel, R, _ref(_variance), doc="population variance")
 ALL = OpDef("all", ("data",), dict(_ATTRS), _bool_rel, R, _logical(np.all), doc="logical and over axes")
