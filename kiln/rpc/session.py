@@ -231,7 +231,7 @@ def _to_wire(value):
     if hasattr(value, "__array_interface__") or type(value).__name__ == "NDArray":
         # A local array passed to a remote function: sent by value, lives on the remote CPU.
         import numpy as np
-        a = np.ascontiguousarray(value.numpy() if hasattr(value, "numpy") else value)
+        a = np.require(value.numpy() if hasattr(value, "numpy") else value, requirements="C")  # keeps 0-d
         return P.Tensor(str(a.dtype), a.shape, P.Device(1, 0), memoryview(a).cast("B"))
     raise TypeError(f"cannot send a {type(value).__name__} over RPC")
 

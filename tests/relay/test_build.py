@@ -47,6 +47,7 @@ def check(mod, params, inputs, opt_level=3, **kw):
     want = list(want) if isinstance(want, tuple) else [want]
     assert len(got) == len(want)
     for g, w in zip(got, want):
+        assert g.shape == np.shape(w), "assert_allclose alone would broadcast (1,) against ()"
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
     return lib
 
@@ -157,6 +158,15 @@ def test_output_is_an_input_and_a_constant():
     mod = tvm.IRModule.from_expr(relay.Function([x], relay.Tuple([x, relay.const(np.arange(3, dtype="float32")),
                                                                   relay.exp(x)])))
     check(mod, {}, {"x": rand(3)})
+
+
+def test_zero_dim_constant_output_keeps_its_shape():
+    x = relay.var("x", shape=(3, 4))
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.Tuple([relay.const(np.array(60, "int64")),
+                                                                  relay.sum(x)])))
+    lib = check(mod, {}, {"x": rand(3, 4)})
+    assert lib.get_params()["p0"].shape == ()
+    assert [tuple(s) for s in json.loads(lib.get_graph_json())["attrs"]["shape"][1][1:]] == [(), ()]
 
 
 def test_tuple_form_and_three_files(tiny_lib, tmp_path):

@@ -90,7 +90,8 @@ class GraphCodegen:
         key = (id(const), transform.key if transform else None)
         ref = self._param_of.get(key)
         if ref is None:
-            data = np.ascontiguousarray(transform.fn(const.data) if transform else const.data)
+            # np.require, not np.ascontiguousarray: the latter turns a 0-d constant into shape (1,)
+            data = np.require(transform.fn(const.data) if transform else const.data, requirements="C")
             name = self._fresh_name()
             self.params[name] = data
             ref = self._input(name, _ArrayType(data))
