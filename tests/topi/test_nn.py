@@ -72,6 +72,19 @@ def test_layer_norm(runner, ns, width):
     np.testing.assert_allclose(got, testing.layer_norm_python(a, g, b, -1, 1e-5), rtol=1e-4, atol=1e-4)
 
 
+def test_row_kernels_take_a_single_1d_row(runner):
+    # One row has no row loop to parallelize, but still gets the vector row reductions (the
+    # row compute and schedule, not a fallback to the generic serial one).
+    A, G, B = (te.placeholder((1000,), name=n) for n in ("x", "gamma", "beta"))
+    a, g, b = runner.rand(1000) * 10, runner.rand(1000), runner.rand(1000)
+    sm, ln = topi.x86.softmax(A, 0), topi.x86.layer_norm(A, G, B, -1, 1e-5)
+    assert sm.op.tag == "softmax_rows" and ln.op.tag == "layer_norm_rows"
+    got = runner.run(topi.x86.schedule_softmax, sm, [A], [a])
+    np.testing.assert_allclose(got, testing.softmax_python(a, 0), rtol=1e-5, atol=1e-6)
+    got = runner.run(topi.x86.schedule_layer_norm, ln, [A, G, B], [a, g, b])
+    np.testing.assert_allclose(got, testing.layer_norm_python(a, g, b, -1, 1e-5), rtol=1e-4, atol=1e-4)
+
+
 def test_batch_norm_inference(runner):
     A = te.placeholder((2, 3, 4, 5), name="x")
     ts = [te.placeholder((3,), name=n) for n in ("gamma", "beta", "mean", "var")]

@@ -191,10 +191,7 @@ def _resize2d(a, x, t, ctx):
 
 def _softmax(name):
     def compute(a, x, t, ctx):
-        # topi.x86's row schedule needs a row axis besides the softmax axis; a 1-d input takes the
-        # generic compute (which that schedule hands to the default schedule).
-        pkg = ctx.topi if len(x[0].shape) > 1 else topi.nn
-        return getattr(pkg, name)(x[0], a.axis)
+        return getattr(ctx.topi, name)(x[0], a.axis)
     return compute
 
 

@@ -26,7 +26,7 @@ def layer_norm(data, gamma, beta, axis=-1, epsilon=1e-5):
     axes = normalize_axes(ndim, axis, op="layer_norm")
     n = const_int(data.shape[-1])
     lanes = vector_lanes()
-    if axes != [ndim - 1] or n < lanes or ndim == 1 or not str(data.dtype).startswith("float"):
+    if axes != [ndim - 1] or n < lanes or not str(data.dtype).startswith("float"):
         return _generic_layer_norm(data, gamma, beta, axis, epsilon)
     inv_n = const(1.0 / n, data.dtype)
     total = _row_reduce(data, n, lanes, te.sum, "T_ln_sum", TAG)

@@ -58,7 +58,7 @@ def _softmax(x, axis, log: bool):
     (axis,) = normalize_axes(ndim, axis, op="softmax")
     n = const_int(x.shape[-1])
     lanes = vector_lanes()
-    if axis != ndim - 1 or n < lanes or ndim == 1:  # one row: nothing to parallelize over
+    if axis != ndim - 1 or n < lanes:
         return _generic_log_softmax(x, axis) if log else _generic_softmax(x, axis)
     m = _row_reduce(x, n, lanes, te.max, "T_softmax_max")
     # fast_exp: a libm call per lane would dominate the whole softmax.
@@ -86,8 +86,11 @@ def schedule_rows(outs, tag: str):
     s = te.create_schedule([o.op for o in outs])
     lanes = vector_lanes()
     *lead, k = s[out].op.axis
-    row = s[out].fuse(*lead) if len(lead) > 1 else lead[0]
-    s[out].parallel(row)
+    # A 1-d input is one row: no row loop to parallelize or to compute the stages at, so they
+    # stay at the root, one after another (the vector partial reductions still apply).
+    row = (s[out].fuse(*lead) if len(lead) > 1 else lead[0]) if lead else None
+    if row is not None:
+        s[out].parallel(row)
     s[out].vectorize(s[out].split(k, factor=lanes)[1])
     stages, seen = [], set()
     stack = list(out.op.input_tensors)
@@ -104,7 +107,8 @@ def schedule_rows(outs, tag: str):
                 s[u].compute_inline()
     for t in stages:
         st = s[t]
-        st.compute_at(s[out], row)
+        if row is not None:
+            st.compute_at(s[out], row)
         if t.op.tag.endswith("_part"):
             *_, v = st.op.axis
             (ko,) = st.op.reduce_axis
