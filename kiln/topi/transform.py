@@ -147,30 +147,35 @@ def _clamp(i: int, n: int, step: int) -> int:
 
 
 def take(a, indices, axis=None, mode="clip"):
-    """Gather along axis by an index tensor (or a Python int); ``mode`` "clip" or "wrap" handles
-    out-of-range indices (negative indices count from the end first, as ONNX Gather does)."""
+    """Gather along axis by an index tensor (or a Python int), numpy's take modes: "clip" clamps
+    indices into [0, n) (so a negative index reads element 0), "wrap" takes them modulo n (so -1
+    is the last element, as ONNX Gather wants)."""
+    if mode not in ("clip", "wrap"):
+        raise ValueError(f"take: mode {mode!r} is not supported; use 'clip' or 'wrap'")
     if axis is None:
         a = reshape(a, (_size([const_int(s) for s in a.shape]),))
         axis = 0
     ndim = len(a.shape)
     axis = axis % ndim
     n = a.shape[axis]
+
+    def in_range(raw):
+        if mode == "wrap":
+            return tir.floormod(raw, n)
+        return tir.min(tir.max(raw, const(0, "int32")), n - 1)
+
     if not isinstance(indices, te.Tensor):
         i = const_int(indices, "take: indices")
-        i = i + const_int(n) if i < 0 else i
+        i = i % const_int(n) if mode == "wrap" else min(max(i, 0), const_int(n) - 1)
         shape = [s for d, s in enumerate(a.shape) if d != axis]
         return te.compute(tuple(shape), lambda *o: a(*o[:axis], const(i, "int32"), *o[axis:]), name="T_take", tag="injective")
     ind_nd = len(indices.shape)
     shape = tuple(a.shape[:axis]) + tuple(indices.shape) + tuple(a.shape[axis + 1:])
 
     def fcompute(*o):
+        # int32 index math: tensors stay far below 2**31 elements along one axis.
         raw = indices(*o[axis:axis + ind_nd]).astype("int32")
-        raw = tir.if_then_else(raw < 0, raw + n, raw)
-        if mode == "wrap":
-            idx = tir.floormod(raw, n)
-        else:
-            idx = tir.min(tir.max(raw, const(0, "int32")), n - 1)
-        return a(*o[:axis], idx, *o[axis + ind_nd:])
+        return a(*o[:axis], in_range(raw), *o[axis + ind_nd:])
 
     return te.compute(shape, fcompute, name="T_take", tag="injective")
 

@@ -125,9 +125,12 @@ def test_strided_slice(runner, begin, end, strides):
 def test_take_squeeze_expand_where_broadcast_to(runner):
     A = te.placeholder((5, 1, 3), name="x")
     I = te.placeholder((2, 2), name="i", dtype="int32")  # noqa: E741
-    a, i = runner.rand(5, 1, 3), np.array([[0, -1], [4, 2]], dtype="int32")
-    got = runner.run(topi.x86.schedule_injective, topi.take(A, I, axis=0), [A, I], [a, i])
-    np.testing.assert_array_equal(got, np.take(a, i, axis=0))
+    a, i = runner.rand(5, 1, 3), np.array([[0, -1], [7, -8]], dtype="int32")
+    for mode in ("clip", "wrap"):  # numpy's modes: clip sends -1 to 0, wrap to the last element
+        got = runner.run(topi.x86.schedule_injective, topi.take(A, I, axis=0, mode=mode), [A, I], [a, i])
+        np.testing.assert_array_equal(got, np.take(a, i, axis=0, mode=mode), err_msg=mode)
+        got = runner.run(topi.x86.schedule_injective, topi.take(A, -1, axis=0, mode=mode), [A], [a])
+        np.testing.assert_array_equal(got, np.take(a, -1, axis=0, mode=mode), err_msg=mode)
     got = runner.run(topi.x86.schedule_injective, topi.squeeze(A, 1), [A], [a])
     np.testing.assert_array_equal(got, a.squeeze(1))
     got = runner.run(topi.x86.schedule_injective, topi.expand_dims(A, 0, 2), [A], [a])

@@ -145,23 +145,7 @@ def _strided_slice(a, x, t, ctx):
 
 
 def _take(a, x, t, ctx):
-    """relay's take: "clip" clamps indices into [0, n) (negatives become 0), "wrap" takes them
-    modulo n. (topi.take counts negatives from the end first; relay's ONNX import asks for wrap
-    where it wants that.)"""
-    data, indices = x
-    if a.axis is None:
-        data = topi.reshape(data, (int(np.prod([int(d) for d in data.shape])),))
-    axis = 0 if a.axis is None else a.axis % len(data.shape)
-    n = int(data.shape[axis])
-    nd = len(indices.shape)
-
-    def fcompute(*o):
-        # int32 index math (as topi's gathers do): tensors stay far below 2**31 elements here.
-        raw = indices(*o[axis:axis + nd]).astype("int32")
-        idx = tir.floormod(raw, n) if a.mode == "wrap" else tir.min(tir.max(raw, const(0, "int32")), n - 1)
-        return data(*o[:axis], idx, *o[axis + nd:])
-
-    return te.compute(_shape(t), fcompute, name="T_take", tag="injective")
+    return topi.take(x[0], x[1], a.axis, a.mode)
 
 
 def _pad(a, x, t, ctx):
