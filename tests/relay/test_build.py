@@ -273,7 +273,7 @@ def test_tuning_hook_gets_workload_and_changes_the_kernel(tiny_lib):
         lib = check(mod, params, {"data": rand(1, 3, 16, 16)})
     ops = dict(seen)
     assert ops["nn.conv2d"] == ("conv2d_nchw.x86", ("TENSOR", (1, 3, 16, 16), "float32"),
-                                ("TENSOR", (8, 3, 3, 3), "float32"), (1, 1), (1, 1, 1, 1), (1, 1), "NCHW", "float32")
+                                ("TENSOR", (8, 3, 3, 3), "float32"), (1, 1), (1, 1, 1, 1), (1, 1), 1, "float32")  # strides, padding, dilation, groups, out_dtype
     assert ops["nn.dense"][0] == "dense_nopack.x86"
     tuned = lib.get_lib().get_source("ll")
     default = tiny_lib[0].get_lib().get_source("ll")
