@@ -9,8 +9,15 @@ while the other's threads still spin); each figure is the median over rounds of 
 LLVM). Outputs are checked against each other before timing.
 
     python bench/e2e.py [--threads 2] [--rounds 7] [--number 10] [--models resnet18,mobilenet_v2]
+                        [--tune-dir logs/ [--tune-trials 16]]
+
+With ``--tune-dir`` a *tuned* column is added: each model's conv2d and dense tasks (extracted as
+in docs/autotvm.md) are tuned with XGBTuner for ``--tune-trials`` trials each and the best
+records kept in ``DIR/<model>.log``; a log already there is reused (delete it to re-tune). The
+tuned build is relay.build under ``apply_history_best(log)``, timed interleaved with the other two.
 
 Goals (issue 5): kiln <= 1.5x onnxruntime latency; ResNet-18 compile < 60 s on 2 cores.
+Goal (issue 6): tuned kiln <= 1.0x onnxruntime.
 """
 
 from __future__ import annotations
@@ -31,14 +38,49 @@ from onnx_models import mobilenet_v2, resnet18  # noqa: E402
 MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}
 
 
-def build_kiln(model, threads: int):
+def tune_log(name: str, model, tune_dir: str, trials: int) -> str:
+    """DIR/<name>.log: the best config of each conv2d/dense task, tuned now unless already there."""
+    from kiln import autotvm, relay
+    from kiln.autotvm.tuner import XGBTuner
+
+    log = os.path.join(tune_dir, f"{name}.log")
+    if os.path.exists(log):
+        print(f"{name}: reusing tuning log {log}")
+        return log
+    os.makedirs(tune_dir, exist_ok=True)
+    mod, params = relay.frontend.from_onnx(model)
+    tasks = autotvm.task.extract_from_program(mod["main"], target="llvm", params=params,
+                                              ops=(relay.op.get("nn.conv2d"), relay.op.get("nn.dense")))
+    option = autotvm.measure_option(
+        builder=autotvm.LocalBuilder(n_parallel=os.cpu_count()),
+        runner=autotvm.LocalRunner(number=4, repeat=3, min_repeat_ms=20, cooldown_interval=0))
+    all_records = log + ".all"  # every measurement; the kept log has the best per task
+    start = time.monotonic()
+    for i, task in enumerate(tasks):
+        n = min(trials, len(task.config_space))
+        XGBTuner(task, plan_size=min(32, max(4, n // 2)), seed=i).tune(
+            n_trial=n, measure_option=option,
+            callbacks=[autotvm.callback.progress_bar(n, prefix=f"[{name} {i + 1:2d}/{len(tasks)}] "),
+                       autotvm.callback.log_to_file(all_records)])
+    autotvm.record.pick_best(all_records, log)
+    print(f"{name}: tuned {len(tasks)} tasks x {trials} trials in {(time.monotonic() - start) / 60:.1f} min -> {log}")
+    return log
+
+
+def build_kiln(model, threads: int, log: str | None = None):
+    import contextlib
+
     import kiln as tvm
     from kiln import config, relay
     from kiln.contrib import graph_executor
 
     mod, params = relay.frontend.from_onnx(model)
+    tuned = contextlib.nullcontext()
+    if log is not None:
+        from kiln import autotvm
+        tuned = autotvm.apply_history_best(log)
     start = time.perf_counter()
-    with tvm.transform.PassContext(opt_level=3):
+    with tuned, tvm.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target="llvm", params=params)
     compile_s = time.perf_counter() - start
     with config.override(num_threads=threads):  # read when the kernel library is loaded
@@ -68,25 +110,35 @@ def mean_time(fn, number: int) -> float:
     return (time.perf_counter() - start) / number
 
 
-def bench_model(name: str, threads: int, rounds: int, number: int) -> dict:
-    model, inputs = MODELS[name]()
-    m, compile_s = build_kiln(model, threads)
-    sess = ort_session(model, threads)
+def _checked(name: str, m, inputs, want) -> float:
     m.set_input(**inputs)
     m.run()
-    got = m.get_output(0).numpy()
-    want = sess.run(None, inputs)[0]
-    err = float(np.abs(got - want).max())
-    if not np.allclose(got, want, rtol=1e-4, atol=1e-4):
+    err = float(np.abs(m.get_output(0).numpy() - want).max())
+    if not np.allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4):
         print(f"WARNING {name}: kiln and onnxruntime disagree (max abs diff {err:.2e})")
-    run_kiln = m.module["run"]
-    kiln_t, ort_t = [], []
-    for _ in range(rounds):
-        kiln_t.append(mean_time(run_kiln, number))
-        ort_t.append(mean_time(lambda: sess.run(None, inputs), number))
-    return {"compile_s": compile_s, "kiln_ms": 1e3 * statistics.median(kiln_t),
-            "ort_ms": 1e3 * statistics.median(ort_t), "kiln_min": 1e3 * min(kiln_t), "ort_min": 1e3 * min(ort_t),
-            "err": err}
+    return err
+
+
+def bench_model(name: str, threads: int, rounds: int, number: int, tune_dir=None, trials: int = 16) -> dict:
+    model, inputs = MODELS[name]()
+    log = tune_log(name, model, tune_dir, trials) if tune_dir else None
+    m, compile_s = build_kiln(model, threads)
+    sess = ort_session(model, threads)
+    want = sess.run(None, inputs)[0]
+    err = _checked(name, m, inputs, want)
+    runs = {"kiln": m.module["run"], "ort": lambda: sess.run(None, inputs)}
+    if log:
+        tuned, _ = build_kiln(model, threads, log)
+        err = max(err, _checked(f"{name} (tuned)", tuned, inputs, want))
+        runs["tuned"] = tuned.module["run"]
+    times = {k: [] for k in runs}
+    for _ in range(rounds):  # interleaved, so machine noise hits all alike
+        for k, fn in runs.items():
+            times[k].append(mean_time(fn, number))
+    out = {"compile_s": compile_s, "err": err}
+    for k, t in times.items():
+        out[f"{k}_ms"], out[f"{k}_min"] = 1e3 * statistics.median(t), 1e3 * min(t)
+    return out
 
 
 def main() -> None:
@@ -95,17 +147,25 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--number", type=int, default=10)
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--tune-dir", default=None, help="tune (or reuse logs in) this directory; adds the tuned column")
+    ap.add_argument("--tune-trials", type=int, default=16, help="trials per task when tuning")
     args = ap.parse_args()
     print(f"batch 1, fp32, {args.threads} threads for both, median of {args.rounds} rounds x {args.number} runs "
           f"({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
     print(f"{'model':<14}{'kiln ms':>10}{'ort ms':>10}{'kiln/ort':>10}  {'(min: kiln / ort)':<22}{'compile s':>10}")
     results = {}
     for name in args.models.split(","):
-        r = results[name] = bench_model(name, args.threads, args.rounds, args.number)
+        r = results[name] = bench_model(name, args.threads, args.rounds, args.number, args.tune_dir,
+                                        args.tune_trials)
         ratio = r["kiln_ms"] / r["ort_ms"]
         verdict = "ok" if ratio <= 1.5 else "over the 1.5x goal"
         print(f"{name:<14}{r['kiln_ms']:>10.2f}{r['ort_ms']:>10.2f}{ratio:>9.2f}x  "
               f"({r['kiln_min']:.2f} / {r['ort_min']:.2f}){'':<8}{r['compile_s']:>10.1f}   {verdict}")
+        if "tuned_ms" in r:
+            tr = r["tuned_ms"] / r["ort_ms"]
+            print(f"{'  tuned':<14}{r['tuned_ms']:>10.2f}{r['ort_ms']:>10.2f}{tr:>9.2f}x  "
+                  f"({r['tuned_min']:.2f} / {r['ort_min']:.2f}){'':<18}   "
+                  f"{'ok' if tr <= 1.0 else 'over'} the 1.0x tuned goal; untuned/tuned {r['kiln_ms'] / r['tuned_ms']:.2f}x")
     if "resnet18" in results:
         c = results["resnet18"]["compile_s"]
         print(f"ResNet-18 compile time: {c:.1f} s ({'ok' if c < 60 else 'over'} the 60 s goal)")
