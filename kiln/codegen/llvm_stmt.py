@@ -116,8 +116,11 @@ class StmtCodegen:
             self.parallel_for(s)
             return
         meta = None
-        if s.kind == ForKind.UNROLLED:
+        if s.kind == ForKind.UNROLLED and isinstance(s.extent, E.IntImm):
             meta = self.mw.loop_metadata('!{!"llvm.loop.unroll.full"}')
+        # An UNROLLED loop whose extent is not a constant (loop partitioning leaves e.g.
+        # min(37 - 8 * i, 8) iterations) cannot be fully unrolled; asking LLVM to would only make
+        # it warn "loop not unrolled". Such loops get the serial loop's metadata instead.
         elif s.kind == ForKind.VECTORIZED:
             meta = self.mw.loop_metadata('!{!"llvm.loop.vectorize.enable", i1 true}')
         elif self.unroll_max_step and isinstance(s.extent, E.IntImm) and s.extent.value <= self.unroll_max_step:

@@ -227,3 +227,17 @@ def test_unrolled_and_vectorized_loop_kinds():
     b = nd(np.zeros(64, "float32"))
     m["kinds"](nd(a), b)
     np.testing.assert_allclose(b.numpy(), a * 3)
+
+
+def test_unrolled_loop_with_a_runtime_extent_builds_without_llvm_warnings(capfd):
+    # Loop partitioning leaves UNROLLED loops with extents such as min(n, 8); full-unroll metadata
+    # on them made LLVM print "loop not unrolled" for every such loop.
+    A, B = buffer("A", (64,)), buffer("B", (64,))
+    n, i = var("n"), var("i")
+    from kiln.ir.expr import Min
+    body = loop(i, Min(n, const(8), n.dtype), store(B, i, load(A, i) + const(1.0)), ForKind.UNROLLED)
+    m = build(func("runtime_unroll", [A, B, n], body))
+    a, b = np.random.rand(64).astype("float32"), nd(np.zeros(64, "float32"))
+    m["runtime_unroll"](nd(a), b, 5)
+    np.testing.assert_allclose(b.numpy()[:6], np.r_[a[:5] + 1, 0])
+    assert "loop not unrolled" not in capfd.readouterr().err
