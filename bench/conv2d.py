@@ -1,25 +1,28 @@
 """conv2d fp32: kiln's default x86 schedule against onnxruntime's Conv, measured in the same run.
 
 Two ResNet-18 layers: the 3x3 conv (1x64x56x56, 64 filters, pad 1) and a 1x1 conv (same input).
-Both sides use 2 threads; the timings interleave so machine noise hits both alike. The weights
+Both sides use 2 threads and take turns, each after a pause (bench/timing.py). The weights
 are constants on both sides: onnxruntime packs its initializer once when the session is created,
 and kiln's weight is pre-packed once (``topi.x86.conv2d.prepack_kernel``), as relay does for
 parameters. Prints GFLOPS and the ratio kiln / onnxruntime (1.0 means parity, higher is better).
     python bench/conv2d.py [--repeat 7] [--threads 2] [--extra]
 
-On a busy machine use --threads 1: kiln's module thread pool hands each thread one fixed chunk,
-so a core taken by another process stalls the whole kernel, which onnxruntime's pool absorbs.
+On a busy machine, --threads 1 gives steadier figures for both sides.
 """
 
 import argparse
 import statistics
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
 
 import kiln as tvm
 from kiln import config, te, topi
 from kiln.topi.x86 import conv2d as x86_conv2d
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import calls_for, interleaved  # noqa: E402
 
 SHAPES = {
     "resnet18 3x3 1x64x56x56 -> 64": (1, 64, 56, 56, 64, 3, 1, 1),
@@ -51,13 +54,6 @@ def ort_session(shape, weight, threads):
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def time_call(fn, number):
-    start = time.perf_counter()
-    for _ in range(number):
-        fn()
-    return (time.perf_counter() - start) / number
-
-
 def bench(name, shape, repeat, threads):
     n, c, h, w, o, k, s, p = shape
     rng = np.random.default_rng(0)
@@ -77,11 +73,9 @@ def bench(name, shape, repeat, threads):
     ref = sess.run(None, {"x": x})[0]
     np.testing.assert_allclose(args[2].numpy(), ref, rtol=1e-3, atol=1e-3)
     flops = 2.0 * n * o * oshape[2] * oshape[3] * c * k * k
-    number = max(1, int(0.05 / max(time_call(lambda: f(*args), 3), 1e-6)))
-    kiln_t, ort_t = [], []
-    for _ in range(repeat):
-        kiln_t.append(time_call(lambda: f(*args), number))
-        ort_t.append(time_call(lambda: sess.run(None, {"x": x}), number))
+    times = interleaved({"kiln": lambda: f(*args), "ort": lambda: sess.run(None, {"x": x})},
+                        repeat, calls_for(lambda: f(*args)))
+    kiln_t, ort_t = times["kiln"], times["ort"]
     # Best-of and median: the best shows what each can do, the median what a noisy machine gives.
     kg, og = flops / min(kiln_t) / 1e9, flops / min(ort_t) / 1e9
     kgm, ogm = flops / statistics.median(kiln_t) / 1e9, flops / statistics.median(ort_t) / 1e9

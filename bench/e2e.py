@@ -35,6 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "relay
 
 from onnx_models import mobilenet_v2, resnet18  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import interleaved  # noqa: E402
+
 MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}
 
 
@@ -98,18 +101,6 @@ def ort_session(model, threads: int):
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def mean_time(fn, number: int) -> float:
-    """Mean seconds per call after a pause and an untimed call: each runtime's worker threads
-    spin for a while after their last task, and would otherwise steal the cores from the other
-    runtime's first timed runs."""
-    time.sleep(0.05)
-    fn()
-    start = time.perf_counter()
-    for _ in range(number):
-        fn()
-    return (time.perf_counter() - start) / number
-
-
 def _checked(name: str, m, inputs, want) -> float:
     m.set_input(**inputs)
     m.run()
@@ -131,10 +122,7 @@ def bench_model(name: str, threads: int, rounds: int, number: int, tune_dir=None
         tuned, _ = build_kiln(model, threads, log)
         err = max(err, _checked(f"{name} (tuned)", tuned, inputs, want))
         runs["tuned"] = tuned.module["run"]
-    times = {k: [] for k in runs}
-    for _ in range(rounds):  # interleaved, so machine noise hits all alike
-        for k, fn in runs.items():
-            times[k].append(mean_time(fn, number))
+    times = interleaved(runs, rounds, number)
     out = {"compile_s": compile_s, "err": err}
     for k, t in times.items():
         out[f"{k}_ms"], out[f"{k}_min"] = 1e3 * statistics.median(t), 1e3 * min(t)

@@ -7,7 +7,6 @@ Prints kiln GFLOPS, numpy GFLOPS and their ratio (medians over repeats). Goal: r
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,17 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
 import kiln as tvm  # noqa: E402
 from matmul_schedule import matmul_schedule  # noqa: E402
-
-
-def median_seconds(fn, repeat: int, number: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - start) / number)
-    return statistics.median(times)
+from timing import interleaved  # noqa: E402
 
 
 def main() -> None:
@@ -49,14 +38,9 @@ def main() -> None:
     f(ta, tb, tc)
     np.testing.assert_allclose(tc.numpy(), a @ b, rtol=1e-3)
 
-    # Interleave the two measurements so machine noise hits both alike.
-    kiln_t, numpy_t = [], []
-    evaluator = f.time_evaluator(f.entry_name, dev, number=3, repeat=1)
-    for _ in range(args.repeat):
-        kiln_t.append(evaluator(ta, tb, tc).mean)
-        numpy_t.append(median_seconds(lambda: a @ b, 1, 3))
-    kg = flops / statistics.median(kiln_t) / 1e9
-    ng = flops / statistics.median(numpy_t) / 1e9
+    times = interleaved({"kiln": lambda: f(ta, tb, tc), "numpy": lambda: a @ b}, args.repeat, number=3)
+    kg = flops / statistics.median(times["kiln"]) / 1e9
+    ng = flops / statistics.median(times["numpy"]) / 1e9
     print(f"matmul fp32 {n}x{n}x{n}: kiln {kg:.1f} GFLOPS | numpy {ng:.1f} GFLOPS | ratio {kg / ng:.2f}")
 
 

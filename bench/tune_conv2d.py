@@ -24,8 +24,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "relay"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from onnx_models import single_node  # noqa: E402
+from timing import interleaved  # noqa: E402
 
 import kiln as tvm  # noqa: E402
 from kiln import autotvm, config, relay  # noqa: E402
@@ -61,15 +63,6 @@ def build_kiln(mod, params, log: str, threads: int):
         lib = relay.build(mod, target="llvm", params=params)
     with config.override(num_threads=threads):  # read when the kernel library is loaded
         return graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
-
-
-def seconds_per_run(fn, number: int) -> float:
-    time.sleep(0.05)  # let the other runtime's spinning worker threads go idle
-    fn()
-    start = time.perf_counter()
-    for _ in range(number):
-        fn()
-    return (time.perf_counter() - start) / number
 
 
 def main() -> int:
@@ -119,11 +112,8 @@ def main() -> int:
     want = sess.run(None, inputs)[0]
     np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
     run_kiln = m.module["run"]
-    kiln_t, ort_t = [], []
-    for _ in range(args.rounds):  # interleaved, so machine noise hits both alike
-        kiln_t.append(seconds_per_run(run_kiln, args.number))
-        ort_t.append(seconds_per_run(lambda: sess.run(None, inputs), args.number))
-    kg, og = flop / statistics.median(kiln_t) / 1e9, flop / statistics.median(ort_t) / 1e9
+    times = interleaved({"kiln": run_kiln, "ort": lambda: sess.run(None, inputs)}, args.rounds, args.number)
+    kg, og = flop / statistics.median(times["kiln"]) / 1e9, flop / statistics.median(times["ort"]) / 1e9
     print(f"conv2d fp32 1x64x56x56 k3x3 64 pad1, {args.threads} threads, medians of {args.rounds} rounds: "
           f"kiln {kg:.1f} GFLOPS | onnxruntime {og:.1f} GFLOPS | ratio {kg / og:.2f} "
           f"({'ok' if kg >= og else 'under'} the 1.0 goal) | 90% of best at trial {reached} | "

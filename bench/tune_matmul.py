@@ -13,6 +13,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -20,6 +21,9 @@ import kiln as tvm
 from kiln import autotvm
 from kiln.autotvm.templates import matmul
 from kiln.autotvm.tuner import GATuner, GridSearchTuner, RandomTuner, XGBTuner
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import interleaved  # noqa: E402
 
 TUNERS = {"xgb": lambda t, seed: XGBTuner(t, plan_size=32, seed=seed),
           "ga": lambda t, seed: GATuner(t, pop_size=32, seed=seed),
@@ -37,17 +41,9 @@ def compare_with_numpy(n: int, log: str, repeat: int):
     ta, tb, tc = tvm.nd.array(a, dev), tvm.nd.array(b, dev), tvm.nd.empty((n, n), "float32", dev)
     f(ta, tb, tc)
     np.testing.assert_allclose(tc.numpy(), a @ b, rtol=1e-3)
-    evaluator = f.time_evaluator(f.entry_name, dev, number=3, repeat=1)
-    kiln_t, numpy_t = [], []
-    for _ in range(repeat):  # interleaved, so machine noise hits both alike
-        kiln_t.append(evaluator(ta, tb, tc).mean)
-        a @ b
-        start = time.perf_counter()
-        for _ in range(3):
-            a @ b
-        numpy_t.append((time.perf_counter() - start) / 3)
+    times = interleaved({"kiln": lambda: f(ta, tb, tc), "numpy": lambda: a @ b}, repeat, number=3)
     flops = 2.0 * n ** 3
-    return flops / statistics.median(kiln_t) / 1e9, flops / statistics.median(numpy_t) / 1e9
+    return flops / statistics.median(times["kiln"]) / 1e9, flops / statistics.median(times["numpy"]) / 1e9
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """A PNG of best GFLOPS against trials, one curve per task.
 
-With matplotlib installed it draws a labelled chart. Without it, a small built-in rasterizer
-draws the curves on a grid and writes the PNG with zlib (no labels: the tasks are listed on
-stdout in curve-colour order); ``pip install matplotlib`` gives the full chart.
+With matplotlib installed (it comes with ``kiln[tune]``) it draws a labelled chart. Without it,
+a small built-in rasterizer draws the curves on a grid with numbered ticks (x: trials, y: best
+GFLOPS) and writes the PNG with zlib; the tasks are listed on stdout in curve-colour order.
 
 >>> curves = autotvm.plot.curves_from_log("matmul.log")
 >>> autotvm.plot.save_png(curves, "matmul.png")
@@ -70,18 +70,62 @@ def save_png(curves: dict, path: str, title: str = "best GFLOPS vs trials") -> s
     return "matplotlib"
 
 
+# Digits for the tick numbers, 3 pixels wide and 5 high: one string of rows per glyph.
+_GLYPHS = {
+    "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",
+    "4": "101101111001001", "5": "111100111001111", "6": "111100111101111", "7": "111001001001001",
+    "8": "111101111101111", "9": "111101111001111", ".": "000000000000010",
+}
+_SCALE = 2  # each glyph pixel is drawn as a 2x2 block
+
+
+def _text_width(text: str) -> int:
+    return len(text) * 4 * _SCALE - _SCALE
+
+
+def _draw_text(img: np.ndarray, x: int, y: int, text: str) -> None:
+    """Draw digits with their top-left corner at (x, y)."""
+    for n, ch in enumerate(text):
+        bits = _GLYPHS[ch]
+        for i, bit in enumerate(bits):
+            if bit == "1":
+                px, py = x + (n * 4 + i % 3) * _SCALE, y + (i // 3) * _SCALE
+                img[py:py + _SCALE, px:px + _SCALE] = 0
+
+
+def _tick_step(largest: float, integer: bool = False) -> float:
+    """A round step (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 times a power of ten) of which five
+    reach ``largest``: the axis ends at five steps, each labelled."""
+    raw = max(largest, 1e-9) / 5
+    power = 10.0 ** np.floor(np.log10(raw))
+    step = next(m * power for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if m * power >= raw * (1 - 1e-9))
+    return max(1, int(np.ceil(step))) if integer else round(float(step), 12)
+
+
+def _tick_text(value: float, step: float) -> str:
+    digits = next((d for d in range(6) if abs(step * 10 ** d - round(step * 10 ** d)) < 1e-6), 6)
+    return f"{value:.{digits}f}"
+
+
 def _save_builtin(curves: dict, path: str, width: int = 640, height: int = 400) -> None:
     img = np.full((height, width, 3), 255, dtype=np.uint8)
-    left, right, top, bottom = 40, width - 10, 10, height - 30
-    ymax = max((p[1] for pts in curves.values() for p in pts), default=1.0) * 1.05 or 1.0
-    xmax = max((p[0] for pts in curves.values() for p in pts), default=1) or 1
-    for k in range(11):  # light grid, then the axes
+    left, right, top, bottom = 56, width - 16, 10, height - 30
+    ystep = _tick_step(max((p[1] for pts in curves.values() for p in pts), default=1.0) * 1.02)
+    xstep = _tick_step(max((p[0] for pts in curves.values() for p in pts), default=1), integer=True)
+    ymax, xmax = 5 * ystep, 5 * xstep
+    for k in range(11):  # light grid with numbered ticks on every other line, then the axes
         y = bottom - (bottom - top) * k // 10
         x = left + (right - left) * k // 10
         img[y, left:right] = (225, 225, 225)
         img[top:bottom, x] = (225, 225, 225)
+        if k % 2 == 0:
+            label = _tick_text(ystep * (k // 2), ystep)
+            _draw_text(img, left - 6 - _text_width(label), y - 5 * _SCALE // 2, label)
+            label = str(xstep * (k // 2))
+            _draw_text(img, x - _text_width(label) // 2, bottom + 8, label)
     img[bottom, left:right] = 0
     img[top:bottom, left] = 0
+    print("plot: x = trials, y = best GFLOPS so far")
     for n, (name, pts) in enumerate(curves.items()):
         colour = _COLOURS[n % len(_COLOURS)]
         print(f"plot: curve {n} ({colour}) = {name}")
@@ -117,7 +161,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     out = args.out or args.log + ".png"
     how = save_png(curves_from_log(args.log), out)
-    print(f"wrote {out} ({how}{'' if how == 'matplotlib' else '; pip install matplotlib for labels'})")
+    print(f"wrote {out} ({how}{'' if how == 'matplotlib' else '; pip install matplotlib for a title and a legend'})")
 
 
 if __name__ == "__main__":

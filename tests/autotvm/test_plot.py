@@ -4,6 +4,8 @@ import struct
 import time
 import zlib
 
+import numpy as np
+
 from kiln import autotvm
 from kiln.autotvm import plot, record
 from kiln.autotvm.measure import MeasureInput, MeasureResult
@@ -55,3 +57,33 @@ def test_kiln_tune_cli_summarizes_plots_and_picks_best(tmp_path, capsys):
     assert open(png, "rb").read()[:4] == b"\x89PNG"
     (inp, res), = record.load_from_file(best)
     assert inp.config.index == task.config_space.get(5).index
+
+
+def test_builtin_axes_end_on_round_steps_that_cover_the_data():
+    for largest in (0.73, 3.0, 99.9, 504.0, 1234.0):
+        step = plot._tick_step(largest)
+        mantissa = step / 10 ** np.floor(np.log10(step))
+        assert 5 * step >= largest > 5 * step / 2, (largest, step)
+        assert round(mantissa, 6) in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8), (largest, step)
+    assert plot._tick_step(3, integer=True) == 1  # trials: whole numbers, 0..5
+    assert [plot._tick_text(0.15 * k, 0.15) for k in range(3)] == ["0.00", "0.15", "0.30"]
+    assert [plot._tick_text(120.0 * k, 120.0) for k in range(3)] == ["0", "120", "240"]
+
+
+def test_builtin_png_numbers_its_ticks(tmp_path):
+    path = str(tmp_path / "t.png")
+    plot._save_builtin({"a": [(i, 4.0 * i) for i in range(1, 201)]}, path)
+    data = open(path, "rb").read()
+    idat = data.index(b"IDAT")
+    size = struct.unpack(">I", data[idat - 4:idat])[0]
+    raw = np.frombuffer(zlib.decompress(data[idat + 4:idat + 4 + size]), np.uint8)
+    img = raw.reshape(400, 1 + 640 * 3)[:, 1:].reshape(400, 640, 3)
+    dark = img.sum(axis=2) == 0
+    left, bottom = 56, 370
+    # y labels left of the axis at 0, 1/5 ... 5/5 of the height; nothing in between
+    rows = np.flatnonzero(dark[:bottom + 6, :left - 2].any(axis=1))
+    assert rows.min() <= 12 and rows.max() >= bottom - 6
+    assert len(rows) == 6 * 10  # six labels, 5 glyph rows x 2 pixels each
+    # x labels under the axis: "0" at the axis, "200" at the right end
+    cols = np.flatnonzero(dark[bottom + 2:, :].any(axis=0))
+    assert cols.min() < left + 6 and cols.max() > 640 - 24
