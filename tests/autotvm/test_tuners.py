@@ -29,6 +29,17 @@ def test_tuner_finds_the_best_of_a_tiny_space(name, toy_task, synthetic_option):
     assert tuner.best_config.index == best_index(toy_task)
 
 
+@pytest.mark.parametrize("plan_size", [12, 120])
+def test_xgb_measures_a_whole_space_whose_size_is_a_multiple_of_its_plan(plan_size, toy_task,
+                                                                          synthetic_option):
+    # The last batch leaves nothing unmeasured for the model to rank: tuning must end cleanly
+    # (MobileNetV2 has a 6-config depthwise task that a 4-trial plan covers exactly).
+    tuner = XGBTuner(toy_task, plan_size=plan_size, feature_type="knob", seed=0)
+    tuner.tune(n_trial=len(toy_task.config_space), measure_option=synthetic_option)
+    assert sorted(synthetic_option["runner"].seen) == list(range(len(toy_task.config_space)))
+    assert tuner.best_config.index == best_index(toy_task)
+
+
 def test_xgb_finds_the_best_with_half_the_budget(toy_task, synthetic_option):
     tuner = XGBTuner(toy_task, plan_size=12, feature_type="knob", seed=1)
     tuner.tune(n_trial=len(toy_task.config_space) // 2, measure_option=synthetic_option)

@@ -68,6 +68,8 @@ class XGBoostCostModel:
                 self._cache[idx] = vec
             rows.append(vec)
         width = max((len(r) for r in rows if r is not None), default=1)
+        if not rows:
+            return np.empty((0, width), np.float32)
         return np.stack([r if r is not None else np.full(width, np.nan, np.float32) for r in rows])
 
     # -- training ------------------------------------------------------------------------------
@@ -119,7 +121,7 @@ class XGBoostCostModel:
 
     def predict(self, indices) -> np.ndarray:
         x = self.features(indices)
-        if self.bst is None:
+        if self.bst is None or not len(x):
             return np.zeros(len(indices))
         scores = self.bst.predict(self.xgb.DMatrix(x))
         scores[np.isnan(x).all(axis=1)] = -1e9
