@@ -58,11 +58,17 @@ def tune_log(name: str, model, tune_dir: str, trials: int) -> str:
         builder=autotvm.LocalBuilder(n_parallel=os.cpu_count()),
         runner=autotvm.LocalRunner(number=4, repeat=3, min_repeat_ms=20, cooldown_interval=0))
     all_records = log + ".all"  # every measurement; the kept log has the best per task
+    # An interrupted run resumes: each task's tuner skips what the records already hold.
+    done = list(autotvm.record.load_from_file(all_records)) if os.path.exists(all_records) else []
     start = time.monotonic()
     for i, task in enumerate(tasks):
         n = min(trials, len(task.config_space))
-        XGBTuner(task, plan_size=min(32, max(4, n // 2)), seed=i).tune(
-            n_trial=n, measure_option=option,
+        tuner = XGBTuner(task, plan_size=min(32, max(4, n // 2)), seed=i)
+        tuner.load_history(done)
+        if n - len(tuner.visited) <= 0:
+            continue
+        tuner.tune(
+            n_trial=n - len(tuner.visited), measure_option=option,
             callbacks=[autotvm.callback.progress_bar(n, prefix=f"[{name} {i + 1:2d}/{len(tasks)}] "),
                        autotvm.callback.log_to_file(all_records)])
     autotvm.record.pick_best(all_records, log)

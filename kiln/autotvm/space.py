@@ -27,6 +27,9 @@ __all__ = ["ConfigSpace", "ConfigEntity", "FallbackConfigEntity", "SplitEntity",
            "AnnotateEntity", "OtherOptionEntity", "VirtualAxis"]
 
 
+_MISSING = object()
+
+
 class _ConfigBase:
     """What every kind of cfg offers a template: flop counting and the target being built for."""
 
@@ -60,6 +63,7 @@ class ConfigSpace(_ConfigBase):
         self._first: dict[str, object] = {}
         self.template_key = None
         self.code_hash = None
+        self.default_values: dict[str, object] = {}
 
     # -- defining knobs ----------------------------------------------------------------------
     def define_split(self, name: str, axis, num_outputs: int = 2, policy: str = "factors",
@@ -82,6 +86,30 @@ class ConfigSpace(_ConfigBase):
     def define_knob(self, name: str, candidate):
         """A free choice among ``candidate`` values (ints, floats, strings, bools)."""
         return self._add(name, OtherOptionSpace(candidate))
+
+    def define_default(self, values: dict) -> None:
+        """The knob values the template uses when nothing is tuned (kiln's addition). Every tuner
+        measures that config first, so tuning ends at least as fast as the untuned kernel."""
+        self.default_values.update(values)
+
+    def default_index(self) -> int | None:
+        """The index of the declared default config, or None when the template declared none or
+        a value lies outside its knob's candidates. A knob with one candidate needs no value."""
+        if not self.default_values:
+            return None
+        genes = []
+        for name, knob in self.space_map.items():
+            if len(knob) == 1:
+                genes.append(0)
+                continue
+            want = self.default_values.get(name, _MISSING)
+            values = [getattr(knob.entity(i), "val", _MISSING) for i in range(len(knob))]
+            # type-strict, so that True does not match 1
+            hits = [i for i, v in enumerate(values) if type(v) is type(want) and v == want]
+            if not hits:
+                return None
+            genes.append(hits[0])
+        return self.index_of(genes)
 
     def _add(self, name: str, knob):
         if name in self.space_map:
@@ -161,6 +189,9 @@ class ConfigEntity(_ConfigBase):
         return self._entity_map.get(name)
 
     define_reorder = define_annotate = define_knob = define_split
+
+    def define_default(self, values: dict) -> None:
+        del values
 
     def __getitem__(self, name: str):
         try:

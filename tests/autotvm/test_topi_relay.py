@@ -61,3 +61,30 @@ def test_tuned_knobs_reach_the_topi_compute(tmp_path):
             tuned, f = conf()
     assert tuned != untuned
     assert f is not None
+
+
+def _lowered(task, config) -> str:
+    s, args = task.instantiate(config)
+    return str(tvm.lower(s, args, simple_mode=True))
+
+
+def test_each_templates_declared_default_is_the_untuned_kernel():
+    # The tuner measures the declared default first; that only guarantees "never slower than
+    # untuned" if the default config builds exactly the kernel an untuned build emits.
+    x = relay.var("data", shape=(1, 32, 28, 28), dtype="float32")
+    y = relay.nn.conv2d(x, relay.var("w", shape=(64, 32, 3, 3)), padding=(1, 1))
+    y = relay.nn.conv2d(y, relay.var("dw", shape=(64, 1, 3, 3)), padding=(1, 1), groups=64)
+    z = relay.nn.dense(relay.nn.batch_flatten(y), relay.var("fc", shape=(10, 64 * 28 * 28)))
+    q = relay.nn.batch_matmul(relay.var("a", shape=(2, 32, 48)), relay.var("b", shape=(2, 64, 48)))
+    out = relay.Tuple([z, q])
+    mod = tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(out), out))
+    tasks = autotvm.task.extract_from_program(mod["main"], target="llvm", params={})
+    assert {t.name for t in tasks} == {"conv2d_nchw.x86", "depthwise_conv2d_nchw.x86",
+                                       "dense_nopack.x86", "batch_matmul.x86"}
+    for task in tasks:
+        space = task.config_space
+        idx = space.default_index()
+        assert idx is not None, task.name
+        assert _lowered(task, space.get(idx)) == _lowered(task, autotvm.FallbackConfigEntity()), task.name
+        other = next(i for i in range(len(space)) if i != idx)
+        assert _lowered(task, space.get(other)) != _lowered(task, space.get(idx)), task.name

@@ -5,7 +5,7 @@ import pytest
 from kiln import autotvm
 from kiln.autotvm.tuner import GATuner, GridSearchTuner, RandomTuner, XGBTuner
 
-from conftest import toy_cost
+from conftest import toy_cost, toy_template
 
 TUNERS = {
     "grid": lambda t: GridSearchTuner(t),
@@ -68,3 +68,34 @@ def test_resuming_skips_logged_configs(toy_task, synthetic_option, tmp_path):
     second.tune(n_trial=20, measure_option=synthetic_option)
     assert not done & set(synthetic_option["runner"].seen)
     assert second.best_flops >= first.best_flops
+
+
+@autotvm.template("test/toy_with_default")
+def toy_with_default(n: int):
+    s, args = toy_template(n)  # the toy knobs a, b, c
+    autotvm.get_config().define_default({"a": 2, "b": 3, "c": 1})
+    return s, args
+
+
+@pytest.mark.parametrize("name", sorted(TUNERS))
+def test_every_tuner_measures_the_declared_default_first_and_once(name, synthetic_option):
+    task = autotvm.task.create("test/toy_with_default", (16,), "llvm")
+    default = task.config_space.default_index()
+    assert [task.config_space.get(default)[k].val for k in "abc"] == [2, 3, 1]
+    tuner = TUNERS[name](task)
+    tuner.tune(n_trial=len(task.config_space), measure_option=synthetic_option)
+    seen = synthetic_option["runner"].seen
+    assert seen[0] == default
+    assert sorted(seen) == list(range(len(task.config_space)))
+
+
+def test_a_default_outside_the_space_is_ignored():
+    space = autotvm.ConfigSpace()
+    space.define_knob("a", [1, 2, 4])
+    space.define_knob("flag", [False, True])
+    space.define_default({"a": 3, "flag": True})
+    assert space.default_index() is None
+    space.define_default({"a": 4, "flag": 1})  # 1 is not True: values match by type too
+    assert space.default_index() is None
+    space.define_default({"flag": True})
+    assert space.get(space.default_index())["a"].val == 4

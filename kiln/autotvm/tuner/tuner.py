@@ -1,6 +1,7 @@
 """The tuning loop every tuner shares: propose a batch, measure it, learn, report.
 
-Subclasses implement ``next_batch``, ``update`` and ``has_next``. ``load_history`` marks the
+Subclasses implement ``next_batch``, ``update`` and ``has_next``. The first batch of a task whose
+template declares its untuned config (``cfg.define_default``) starts with that config. ``load_history`` marks the
 configs a previous run of the same task already measured as visited (so a resumed run skips
 them) and remembers their best.
 """
@@ -61,9 +62,18 @@ class Tuner:
         stop_after = early_stopping if early_stopping else float("inf")
         self.started, self.finished = time.monotonic(), False
         i = 0
+        default = self._unmeasured_default()
         try:
             while i < n_trial and self.has_next():
-                configs = self.next_batch(min(batch.n_parallel, n_trial - i))
+                size = min(batch.n_parallel, n_trial - i)
+                if default:
+                    # The template's untuned config goes first: whatever the search finds after,
+                    # the best is then never slower than not tuning (by the same measurement).
+                    self.visited.add(default[0].index)
+                    configs = default + (self.next_batch(size - 1) if size > 1 else [])
+                    default = []
+                else:
+                    configs = self.next_batch(size)
                 if not configs:
                     break
                 inputs = [MeasureInput(self.task.target, self.task, c) for c in configs]
@@ -82,6 +92,10 @@ class Tuner:
             self.finished = True
             for callback in callbacks:
                 callback(self, [], [])
+
+    def _unmeasured_default(self) -> list:
+        idx = self.space.default_index()
+        return [] if idx is None or idx in self.visited else [self.space.get(idx)]
 
     def _record(self, inputs, results, first: int) -> None:
         for k, (inp, res) in enumerate(zip(inputs, results)):
