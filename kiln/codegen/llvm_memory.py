@@ -2,8 +2,11 @@
 
 Storage is identified by ``buffer.data`` (a handle Var bound to an LLVM pointer). Indices are
 flat, in elements of ``buffer.dtype``. A stride-1 Ramp index (or a scalar index with a wider
-dtype, as ``vload`` makes) is one vector load/store; any other vector index is split into
-per-lane accesses, which LLVM may turn back into gathers where the CPU has them.
+dtype, as ``vload`` makes) is one vector load/store. A load whose index is a Ramp of small
+constant stride (pooling and strided convolutions read their input so) is one contiguous load
+from its first to its last lane plus a shufflevector that picks the lanes: it touches no memory
+outside the span the per-lane loads would read. Any other vector index is split into per-lane
+accesses, which LLVM may turn back into gathers where the CPU has them.
 
 Alignment: argument tensors may come from numpy, so only element alignment is assumed for
 them; scratch memory kiln allocates is 64-byte aligned, and an access whose index is a known
@@ -24,6 +27,9 @@ from .llvm_ir import llvm_type
 # least 1 MiB on Android, 8 MiB on Linux); larger or symbolic sizes go to the heap.
 STACK_LIMIT = 64 * 1024
 SCRATCH_ALIGN = 64
+# Strided loads up to this stride read their whole span at once (larger strides would read
+# mostly unused elements).
+MAX_WIDE_STRIDE = 4
 
 
 def known_multiple(e) -> int:
@@ -87,11 +93,29 @@ class MemoryCodegen:
             mem = llvm_type(out, memory=True)
             align = self._alignment(buf, start, elem_bytes)
             value = self.fw.emit(f"load {mem}, ptr {self._address(buf, start)}, align {align}")
+        elif self._strided(index, buf, out):
+            value = self._strided_load(buf, index, out)
         else:
             value = self._gather(buf, index, out)
         if out.is_bool:
             value = self.fw.emit(f"icmp ne {llvm_type(out, memory=True)} {value}, {self._mem_zero(out)}")
         return value
+
+    @staticmethod
+    def _strided(index, buf, out: DType) -> bool:
+        return isinstance(index, E.Ramp) and isinstance(index.stride, E.IntImm) \
+            and 2 <= index.stride.value <= MAX_WIDE_STRIDE and buf.dtype.lanes == 1 \
+            and index.dtype.lanes == out.lanes and not out.is_bool
+
+    def _strided_load(self, buf, index, out: DType) -> str:
+        stride, lanes = index.stride.value, out.lanes
+        span = (lanes - 1) * stride + 1
+        scalar = llvm_type(buf.dtype, memory=True)
+        wide = f"<{span} x {scalar}>"
+        align = self._alignment(buf, index.base, buf.dtype.bytes)
+        block = self.fw.emit(f"load {wide}, ptr {self._address(buf, index.base)}, align {align}")
+        mask = ", ".join(f"i32 {lane * stride}" for lane in range(lanes))
+        return self.fw.emit(f"shufflevector {wide} {block}, {wide} poison, <{lanes} x i32> <{mask}>")
 
     def _gather(self, buf, index, out: DType) -> str:
         if buf.dtype.lanes != 1 or index.dtype.lanes != out.lanes:

@@ -241,3 +241,25 @@ def test_unrolled_loop_with_a_runtime_extent_builds_without_llvm_warnings(capfd)
     m["runtime_unroll"](nd(a), b, 5)
     np.testing.assert_allclose(b.numpy()[:6], np.r_[a[:5] + 1, 0])
     assert "loop not unrolled" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("stride", [2, 3, 4, 5])
+@pytest.mark.parametrize("dt", ["float32", "int8", "float64"])
+def test_strided_vector_loads(stride, dt):
+    import kiln as tvm
+    from kiln import te
+
+    n, lanes = 48, 16
+    # The input ends exactly at the last lane read: a wide load must not need anything past it.
+    A = te.placeholder((n * stride - stride + 1,), dtype=dt, name="A")
+    B = te.compute((n,), lambda i: A[i * stride] + A[i * stride].astype(dt), name="B")
+    s = te.create_schedule(B.op)
+    _, xi = s[B].split(B.op.axis[0], factor=lanes)
+    s[B].vectorize(xi)
+    f = tvm.build(s, [A, B], target="llvm")
+    a = (np.arange(A.shape[0].value) % 50).astype(dt)
+    b = tvm.nd.empty((n,), dt)
+    f(tvm.nd.array(a), b)
+    np.testing.assert_array_equal(b.numpy(), a[::stride] * 2)
+    # strides up to 4 read their span with one load and pick lanes with a shuffle
+    assert ("shufflevector" in f.get_source("ll")) == (stride <= 4)
