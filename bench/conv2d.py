@@ -12,8 +12,6 @@ On a busy machine, --threads 1 gives steadier figures for both sides.
 
 import argparse
 import statistics
-import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -21,7 +19,6 @@ import kiln as tvm
 from kiln import config, te, topi
 from kiln.topi.x86 import conv2d as x86_conv2d
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import calls_for, interleaved  # noqa: E402
 
 SHAPES = {

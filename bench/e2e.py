@@ -35,7 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "relay
 
 from onnx_models import mobilenet_v2, resnet18  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import interleaved  # noqa: E402
 
 MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}
@@ -65,10 +64,11 @@ def tune_log(name: str, model, tune_dir: str, trials: int) -> str:
         n = min(trials, len(task.config_space))
         tuner = XGBTuner(task, plan_size=min(32, max(4, n // 2)), seed=i)
         tuner.load_history(done)
-        if n - len(tuner.visited) <= 0:
+        left = n - len(tuner.visited)
+        if left <= 0:
             continue
         tuner.tune(
-            n_trial=n - len(tuner.visited), measure_option=option,
+            n_trial=left, measure_option=option,
             callbacks=[autotvm.callback.progress_bar(n, prefix=f"[{name} {i + 1:2d}/{len(tasks)}] "),
                        autotvm.callback.log_to_file(all_records)])
     autotvm.record.pick_best(all_records, log)

@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "relay"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from onnx_models import single_node  # noqa: E402
 from timing import interleaved  # noqa: E402

@@ -13,7 +13,6 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -22,7 +21,6 @@ from kiln import autotvm
 from kiln.autotvm.templates import matmul
 from kiln.autotvm.tuner import GATuner, GridSearchTuner, RandomTuner, XGBTuner
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import interleaved  # noqa: E402
 
 TUNERS = {"xgb": lambda t, seed: XGBTuner(t, plan_size=32, seed=seed),

@@ -47,6 +47,11 @@ def _task_flop(task) -> float:
         return 0.0
 
 
+def describe(how: str) -> str:
+    """What to tell the user about the renderer save_png used."""
+    return how if how == "matplotlib" else f"{how}; pip install matplotlib for a title and a legend"
+
+
 def save_png(curves: dict, path: str, title: str = "best GFLOPS vs trials") -> str:
     """Write the chart; returns which renderer drew it ("matplotlib" or "builtin")."""
     try:
@@ -161,7 +166,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     out = args.out or args.log + ".png"
     how = save_png(curves_from_log(args.log), out)
-    print(f"wrote {out} ({how}{'' if how == 'matplotlib' else '; pip install matplotlib for a title and a legend'})")
+    print(f"wrote {out} ({describe(how)})")
 
 
 if __name__ == "__main__":

@@ -103,6 +103,8 @@ class ConfigSpace(_ConfigBase):
                 genes.append(0)
                 continue
             want = self.default_values.get(name, _MISSING)
+            if want is _MISSING:
+                return None
             values = [getattr(knob.entity(i), "val", _MISSING) for i in range(len(knob))]
             # type-strict, so that True does not match 1
             hits = [i for i, v in enumerate(values) if type(v) is type(want) and v == want]

@@ -82,7 +82,7 @@ def run(args) -> int:
         curves = {f"{t['name']} {_short(t['args'])}": [(i + 1, b) for i, b in enumerate(_best_so_far(t["gflops"]))]
                   for t in tasks}
         how = plot.save_png(curves, args.plot, title=f"best GFLOPS vs trials: {args.log}")
-        print(f"plot: {args.plot} ({how}{'' if how == 'matplotlib' else '; pip install matplotlib for a title and a legend'})")
+        print(f"plot: {args.plot} ({plot.describe(how)})")
     if args.pick_best:
         record.pick_best(args.log, args.pick_best)
         print(f"best records: {args.pick_best}")

@@ -99,3 +99,5 @@ def test_a_default_outside_the_space_is_ignored():
     assert space.default_index() is None
     space.define_default({"flag": True})
     assert space.get(space.default_index())["a"].val == 4
+    space.define_split("tile", 16, num_outputs=2)  # a knob the declared default does not name
+    assert space.default_index() is None

@@ -23,12 +23,14 @@ from ..task import register_topi_compute, register_topi_schedule
 FAMILIES = ("x86", "arm_cpu")
 
 
-def _define(cfg, space: dict, default: dict) -> None:
+def _define(cfg, topi_module, *shape) -> None:
+    """The knobs of ``topi_module.config_space(*shape)``, and its ``default_config(*shape)`` as
+    the declared default (tuning measures it first)."""
     if getattr(cfg, "is_fallback", False):
         return  # an untuned build: topi picks its own defaults (see _untuned)
-    for name, values in space.items():
+    for name, values in topi_module.config_space(*shape).items():
         cfg.define_knob(name, list(values))
-    cfg.define_default(default)  # tuning measures topi's default first
+    cfg.define_default(topi_module.default_config(*shape))
 
 
 def _ints(shape) -> tuple:
@@ -64,7 +66,7 @@ def _register(family: str) -> dict:
     def conv2d_nchw(cfg, data, kernel, strides, padding, dilation, groups, out_dtype):
         conv = _topi(family, "conv2d")
         p = _conv_shape(data, kernel, strides, padding, dilation, groups)
-        _define(cfg, conv.config_space(p), conv.default_config(p))
+        _define(cfg, conv, p)
         cfg.add_flop(_conv_flop(p))
         return conv.conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype, groups,
                                 cfg=_untuned(cfg))
@@ -78,9 +80,7 @@ def _register(family: str) -> dict:
     @register_topi_compute(f"depthwise_conv2d_nchw.{family}")
     def depthwise_conv2d_nchw(cfg, data, kernel, strides, padding, dilation, groups, out_dtype):
         p = _conv_shape(data, kernel, strides, padding, dilation, groups)
-        depthwise = _topi(family, "depthwise_conv2d")
-        _define(cfg, depthwise.config_space(p.out_width, p.out_height),
-                depthwise.default_config(p.out_width, p.out_height))
+        _define(cfg, _topi(family, "depthwise_conv2d"), p.out_width, p.out_height)
         cfg.add_flop(_conv_flop(p))
         return _topi(family, "conv2d").conv2d_nchw(data, kernel, strides, padding, dilation,
                                                     out_dtype, groups, cfg=_untuned(cfg))
@@ -93,7 +93,7 @@ def _register(family: str) -> dict:
     def conv2d_nhwc(cfg, data, kernel, strides, padding, dilation, groups, out_dtype):
         nhwc = _topi(family, "conv2d_nhwc")
         p = _conv_shape(data, kernel, strides, padding, dilation, groups, "NHWC")
-        _define(cfg, nhwc.config_space(p), nhwc.default_config(p))
+        _define(cfg, nhwc, p)
         cfg.add_flop(_conv_flop(p))
         return nhwc.conv2d_nhwc(data, kernel, strides, padding, dilation, out_dtype, groups,
                                 cfg=_untuned(cfg))
@@ -121,8 +121,7 @@ def _register(family: str) -> dict:
         if transpose_b:
             _define_dot(cfg, m, n, k)
         else:
-            matmul_nn = importlib.import_module("kiln.topi.x86.matmul_nn")
-            _define(cfg, matmul_nn.config_space(m, n), matmul_nn.default_config(m, n))
+            _define(cfg, importlib.import_module("kiln.topi.x86.matmul_nn"), m, n)
         cfg.add_flop(2.0 * max(batch, _ints(b.shape)[0]) * m * n * k)
         return _topi(family, "batch_matmul").batch_matmul(a, b, None, out_dtype, False,
                                                           transpose_b, cfg=_untuned(cfg))
@@ -149,9 +148,9 @@ def _define_dot(cfg, m: int, n: int, k: int) -> None:
     kernel = "gemm" if m >= 16 else "dot"
     cfg.define_knob("kernel", [kernel])
     if kernel == "gemm":
-        _define(cfg, matmul_nn.config_space(m, n), matmul_nn.default_config(m, n))
+        _define(cfg, matmul_nn, m, n)
     else:
-        _define(cfg, dense.config_space(m, n, k), dense.default_config(m, n, k))
+        _define(cfg, dense, m, n, k)
 
 
 X86 = _register("x86")

@@ -32,8 +32,6 @@ class SimulatedAnnealingOptimizer:
     def find_maximums(self, model, num: int, exclusive: set[int]) -> list[int]:
         if len(self.space) <= self.exhaustive_below:
             candidates = [i for i in range(len(self.space)) if i not in exclusive]
-            if not candidates:  # the whole space is measured
-                return []
             scores = model.predict(candidates)
             order = np.argsort(-scores, kind="stable")[:num]
             return [candidates[i] for i in order]
