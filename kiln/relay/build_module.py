@@ -86,7 +86,8 @@ def build(ir_mod, target=None, target_host=None, params=None, mod_name: str = "d
     del runtime
     tgt = _target(target, target_host)
     start = time.perf_counter()
-    opt_mod, _ = optimize(ir_mod, tgt, params)
+    with tgt:  # target-dependent passes (AlterOpLayout) read it
+        opt_mod, _ = optimize(ir_mod, tgt, params)
     optimized = time.perf_counter()
     func = opt_mod["main"]
     compiler = TECompiler(tgt, mod_name)

@@ -22,6 +22,8 @@ import contextvars
 import sys
 from typing import Callable
 
+from ..op import layout
+
 _provider: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("kiln_relay_config_provider",
                                                                             default=None)
 
@@ -45,10 +47,12 @@ def template_of(op_name: str, attrs, arg_types, family: str) -> str | None:
     if base is None:
         return None
     if op_name == "nn.conv2d":
-        layouts = (str(attrs.data_layout), str(attrs.kernel_layout))
+        # A channel-blocked conv (AlterOpLayout's NCHW16c) is the same task as its NCHW original.
+        layouts = (layout.primal(str(attrs.data_layout)), str(attrs.kernel_layout))
         # The templates take the kernel in the layout topi's computes read; other pairs stay untuned.
         base = {("NCHW", "OIHW"): "conv2d_nchw", ("NHWC", "HWIO"): "conv2d_nhwc"}.get(layouts)
-        channels = int(arg_types[0].shape[1 if layouts[0] == "NCHW" else 3])
+        channels = int(arg_types[0].shape[1 if layouts[0] == "NCHW" else 3]) * \
+            max(1, layout.channel_block(str(attrs.data_layout)))
         groups = int(attrs.groups)
         if base == "conv2d_nchw" and groups > 1 and groups == channels:
             base = "depthwise_conv2d_nchw"
@@ -68,6 +72,10 @@ def workload_of(op_name: str, attrs, arg_types, family: str):
     if template is None:
         return None
     tensors = tuple(_tensor(t) for t in arg_types)
+    if op_name == "nn.conv2d" and layout.channel_block(str(attrs.data_layout)):
+        data = arg_types[0]
+        nchw = layout.blocked_shape(tuple(int(d) for d in data.shape), str(attrs.data_layout), "NCHW")
+        tensors = (("TENSOR", nchw, str(data.dtype)),) + tensors[1:]
     out_dtype = str(attrs.get("out_dtype", "") or arg_types[0].dtype)
     if op_name == "nn.conv2d":
         extra = (tuple(int(v) for v in attrs.strides), tuple(int(v) for v in attrs.padding),

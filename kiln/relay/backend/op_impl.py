@@ -29,6 +29,7 @@ from kiln import te, tir, topi
 from kiln.errors import CompileError
 from kiln.ir.expr import const
 
+from ..op import layout
 from ..op.transform import slice_ranges
 
 
@@ -194,12 +195,49 @@ def _to_layout(kernel, src: str, dst: str, op: str):
     return topi.transpose(kernel, [src.index(c) for c in dst])
 
 
+def _blocks(a) -> tuple[int, int]:
+    """(input, output) channel blocks of a conv2d: 0 for plain layouts (AlterOpLayout's NCHW16c)."""
+    return layout.channel_block(a.data_layout), layout.channel_block(a.out_layout or a.data_layout)
+
+
 def _conv2d_schedule(a) -> str:
+    if any(_blocks(a)):
+        return "conv2d_NCHWc" if a.groups == 1 else "depthwise_conv2d_NCHWc"
     return {"NCHW": "conv2d_nchw", "NHWC": "conv2d_nhwc"}.get(a.data_layout, "generic")
+
+
+def _nchwc_config(a, dshape, wshape, cfg) -> dict:
+    """conv2d_NCHWc's knobs for a blocked conv (shapes as NCHW data / OIHW kernel): the tuned (or
+    default) ones, with oc_bn fixed to the output block AlterOpLayout chose, so that compute,
+    pre-packed weight and layout agree."""
+    from kiln.topi.x86.conv2d_nchwc import config_for_nchwc
+
+    conf = config_for_nchwc(dshape, wshape, a.strides, tuple(a.padding), a.dilation, cfg)
+    conf["oc_bn"] = _blocks(a)[1] or conf["oc_bn"]  # a plain output keeps the knob's block
+    return conf
+
+
+def _conv2d_blocked(a, x, t, ctx):
+    data, kernel = x
+    args = (a.strides, tuple(a.padding), a.dilation, _out_dtype(a, data))
+    ib, ob = _blocks(a)
+    out_channels = _shape(t)[1] * max(ob, 1)
+    if not ctx.prepacked:
+        kernel = _to_layout(kernel, a.kernel_layout, "OIHW", "nn.conv2d")
+    if a.groups == 1:
+        dshape = layout.blocked_shape(tuple(int(d) for d in data.shape), a.data_layout, "NCHW")
+        conf = _nchwc_config(a, dshape, (out_channels, dshape[1]) + tuple(int(d) for d in kernel.shape[2:4]), ctx.cfg)
+        return ctx.topi.conv2d_NCHWc(data, kernel, *args, cfg=conf, out_channels=out_channels, plain_output=not ob)
+    if ib and ib == ob and a.groups == out_channels:
+        return ctx.topi.depthwise_conv2d_NCHWc(data, kernel, *args)
+    raise CompileError(f"nn.conv2d: no compute for data_layout {a.data_layout!r} -> out_layout {a.out_layout!r} "
+                       f"with groups={a.groups}; blocked layouts take groups 1 or depthwise convolutions")
 
 
 def _conv2d(a, x, t, ctx):
     data, kernel = x
+    if any(_blocks(a)):
+        return _conv2d_blocked(a, x, t, ctx)
     out_dtype = _out_dtype(a, data)
     args = (a.strides, tuple(a.padding), a.dilation)
     if a.data_layout == "NCHW":
@@ -221,6 +259,8 @@ def _conv2d_prepack(a, types, cfg):
     from kiln.topi.x86.conv2d import config_for, prepack_kernel
 
     dshape, wshape = _shape(types[0]), _shape(types[1])
+    if any(_blocks(a)) and a.kernel_layout == "OIHW":
+        return _conv2d_blocked_prepack(a, types, cfg)
     if a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or (a.groups > 1 and a.groups == dshape[1]):
         return None
     conf = config_for(dshape, wshape, a.strides, tuple(a.padding), a.dilation, a.groups, cfg)
@@ -228,6 +268,22 @@ def _conv2d_prepack(a, types, cfg):
     o, i, kh, kw = wshape
     shape = (-(-o // bn), i, kh, kw, bn)
     return WeightTransform(1, shape, lambda w: prepack_kernel(w, bn), ("oc_bn", bn))
+
+
+def _conv2d_blocked_prepack(a, types, cfg):
+    """The constant OIHW kernel of a blocked conv in the layout its compute reads."""
+    from kiln.topi.x86.conv2d_nchwc import prepack_kernel_nchwc
+    from kiln.topi.x86.depthwise_conv2d_nchwc import prepack_depthwise_kernel
+
+    ib, ob = _blocks(a)
+    o, i, kh, kw = _shape(types[1])
+    if a.groups == 1:
+        dshape = layout.blocked_shape(_shape(types[0]), a.data_layout, "NCHW")
+        bn = _nchwc_config(a, dshape, (o, i, kh, kw), cfg)["oc_bn"]
+        ib = max(ib, 1)
+        return WeightTransform(1, (o // bn, i // ib, kh, kw, ib, bn),
+                               lambda w: prepack_kernel_nchwc(w, ib, bn), ("nchwc", ib, bn))
+    return WeightTransform(1, (o // ob, kh, kw, ob), lambda w: prepack_depthwise_kernel(w, ob), ("dw_nchwc", ob))
 
 
 def _conv2d_transpose(a, x, t, ctx):
@@ -334,6 +390,9 @@ SCHEDULES: dict[str, dict[str, Callable]] = {
     "dense": {"x86": topi.x86.schedule_dense, "arm_cpu": topi.arm_cpu.schedule_dense},
     "batch_matmul": {"x86": topi.x86.schedule_batch_matmul, "arm_cpu": topi.arm_cpu.schedule_batch_matmul},
     "generic": {"x86": topi.generic.default_schedule, "arm_cpu": topi.generic.default_schedule},
+    "conv2d_NCHWc": {"x86": topi.x86.schedule_conv2d_NCHWc, "arm_cpu": topi.arm_cpu.schedule_conv2d_NCHWc},
+    "depthwise_conv2d_NCHWc": {"x86": lambda outs: topi.x86.schedule_depthwise_conv2d_NCHWc(outs),
+                               "arm_cpu": lambda outs: topi.arm_cpu.schedule_depthwise_conv2d_NCHWc(outs)},
 }
 
 CPU_PACKAGES = {"x86": topi.x86, "arm_cpu": topi.arm_cpu}

@@ -8,6 +8,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..ty import TensorType
+from . import layout
 from .registry import OpDef, OpPattern, RelCtx, as_tuple, conv_padding, identity_rel
 
 OEF = OpPattern.OUT_ELEMWISE_FUSABLE
@@ -50,12 +51,21 @@ _KERNEL_FOR = {"NCHW": "OIHW", "NHWC": "HWIO"}
 
 
 def _conv2d_dims(ctx: RelCtx):
+    """Data, weight and their dims by letter. The data may be channel-blocked (NCHW16c: the
+    x86 layout AlterOpLayout chooses), then its C is the blocked axis times the block."""
     a = ctx.attrs
-    data = ctx.ndim(0, 4, a.data_layout)
+    try:
+        plain = layout.primal(a.data_layout)
+        block = layout.channel_block(a.data_layout)
+    except ValueError as e:
+        ctx.fail(str(e))
+    data = ctx.ndim(0, 4 + bool(block), a.data_layout)
     weight = ctx.ndim(1, 4, a.kernel_layout)
-    if sorted(a.data_layout) != sorted("NCHW") or sorted(a.kernel_layout) != sorted("OIHW"):
+    if sorted(plain) != sorted("NCHW") or sorted(a.kernel_layout) != sorted("OIHW") or \
+            (block and a.data_layout != f"NCHW{block}c"):
         ctx.fail(f"unsupported layouts data_layout={a.data_layout!r}, kernel_layout={a.kernel_layout!r}")
-    d = {c: data.shape[a.data_layout.index(c)] for c in "NCHW"}
+    d = {c: data.shape[plain.index(c)] for c in "NCHW"}
+    d["C"] *= max(block, 1)
     k = {c: weight.shape[a.kernel_layout.index(c)] for c in "OIHW"}
     return data, weight, d, k
 
@@ -78,9 +88,12 @@ def _conv2d_rel(ctx: RelCtx):
     ow = conv_out_size(d["W"], k["W"], a.strides[1], pl, pr, a.dilation[1])
     if oh <= 0 or ow <= 0:
         ctx.fail(f"the {k['H']}x{k['W']} kernel does not fit the {d['H']}x{d['W']} input with padding {a.padding}")
-    out = {"N": d["N"], "C": k["O"], "H": oh, "W": ow}
-    layout = a.out_layout or a.data_layout
-    return TensorType(tuple(out[c] for c in layout), _out_dtype(a, data.dtype))
+    out_layout = a.out_layout or a.data_layout
+    try:
+        shape = layout.blocked_shape((d["N"], k["O"], oh, ow), "NCHW", out_layout)
+    except ValueError as e:
+        ctx.fail(f"out_layout {out_layout!r}: {e}")
+    return TensorType(shape, _out_dtype(a, data.dtype))
 
 
 def _to(x, src, dst):
@@ -88,9 +101,10 @@ def _to(x, src, dst):
 
 
 def _conv2d_ref(a, x, w):
-    out = conv2d_nchw_ref(_to(x, a.data_layout, "NCHW"), _to(w, a.kernel_layout, "OIHW"),
+    out = conv2d_nchw_ref(layout.transform(x, a.data_layout, "NCHW"), _to(w, a.kernel_layout, "OIHW"),
                           a.strides, a.padding, a.dilation, a.groups)
-    return np.ascontiguousarray(_to(out, "NCHW", a.out_layout or a.data_layout)).astype(_out_dtype(a, x.dtype.name))
+    out = layout.transform(out, "NCHW", a.out_layout or a.data_layout)
+    return np.ascontiguousarray(out).astype(_out_dtype(a, x.dtype.name))
 
 
 _CONV_ATTRS = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1, "channels": None,

@@ -8,6 +8,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..ty import TensorType
+from . import layout
 from .registry import OpDef, OpPattern, RelCtx, as_tuple, conv_padding
 
 
@@ -19,11 +20,18 @@ def pool_out_size(size, k, stride, lo, hi, dilation, ceil_mode) -> int:
     return out
 
 
-def _hw(ctx: RelCtx, layout: str):
-    data = ctx.ndim(0, 4, layout)
-    if sorted(layout) != sorted("NCHW"):
-        ctx.fail(f"unsupported layout {layout!r}; use NCHW or NHWC")
-    return data, layout.index("H"), layout.index("W")
+def _hw(ctx: RelCtx, layout_name: str):
+    """The data type and the positions of H and W; the layout may be channel-blocked (NCHW16c)."""
+    try:
+        items = layout.parse(layout_name)
+    except ValueError as e:
+        ctx.fail(str(e))
+    data = ctx.ndim(0, len(items), layout_name)
+    if sorted(layout.primal(layout_name)) != sorted("NCHW") or any(f and a != "C" for a, f in items):
+        ctx.fail(f"unsupported layout {layout_name!r}; use NCHW, NHWC or a channel-blocked NCHW16c")
+    if any(f and data.shape[i] != f for i, (a, f) in enumerate(items)):
+        ctx.fail(f"input 'data' {data.shape} does not match layout {layout_name!r}")
+    return data, items.index(("H", 0)), items.index(("W", 0))
 
 
 def _pool_rel(ctx: RelCtx):
@@ -41,8 +49,7 @@ def _pool_rel(ctx: RelCtx):
 
 def _pool_ref(kind):
     def run(a, x):
-        to_nchw = [a.layout.index(c) for c in "NCHW"]
-        xc = np.transpose(x, to_nchw).astype(np.float64)
+        xc = layout.transform(x, a.layout, "NCHW").astype(np.float64)
         n, c, h, w = xc.shape
         kh, kw = a.pool_size
         sh, sw = a.strides
@@ -69,8 +76,7 @@ def _pool_ref(kind):
                 inside = np.pad(np.ones((h, w)), ((pt, pb + eh), (pl, pr + ew)))
             cnt = sliding_window_view(inside, span)[::sh, ::sw, ::dh, ::dw][:oh, :ow].sum(axis=(-1, -2))
             out = total / np.maximum(cnt, 1)
-        back = [("NCHW").index(ch) for ch in a.layout]
-        return np.ascontiguousarray(np.transpose(out, back)).astype(x.dtype)
+        return layout.transform(out, "NCHW", a.layout).astype(x.dtype)
     return run
 
 
@@ -91,7 +97,8 @@ def _global_rel(ctx: RelCtx):
 
 def _global_ref(fn):
     def run(a, x):
-        axes = (a.layout.index("H"), a.layout.index("W"))
+        items = layout.parse(a.layout)
+        axes = (items.index(("H", 0)), items.index(("W", 0)))
         return fn(x.astype(np.float64), axis=axes, keepdims=True).astype(x.dtype)
     return run
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..expr import Call, Tuple, TupleWrapper
 from ..ty import TensorType, TupleType, np_dtype
+from . import layout
 from .registry import OpDef, OpPattern, RelCtx, broadcast_shapes
 
 INJ = OpPattern.INJECTIVE
@@ -83,18 +84,15 @@ def layout_perm(src: str, dst: str) -> tuple:
 def _layout_rel(ctx: RelCtx):
     t = ctx.tensor(0)
     try:
-        perm = layout_perm(ctx.attrs.src_layout, ctx.attrs.dst_layout)
+        return TensorType(layout.blocked_shape(t.shape, ctx.attrs.src_layout, ctx.attrs.dst_layout), t.dtype)
     except ValueError as e:
         ctx.fail(str(e))
-    if len(perm) != t.ndim:
-        ctx.fail(f"layout {ctx.attrs.src_layout!r} has {len(perm)} axes but the input has {t.ndim}")
-    return TensorType(tuple(t.shape[p] for p in perm), t.dtype)
 
 
 LAYOUT_TRANSFORM = OpDef(
     "layout_transform", ("data",), {"src_layout": "", "dst_layout": ""}, _layout_rel, INJ,
-    lambda a, x: np.ascontiguousarray(np.transpose(x, layout_perm(a.src_layout, a.dst_layout))),
-    doc="change the data layout, e.g. NCHW -> NHWC")
+    lambda a, x: layout.transform(x, a.src_layout, a.dst_layout),
+    doc="change the data layout, e.g. NCHW -> NHWC or NCHW -> NCHW16c (blocks must divide their axis)")
 
 
 # -- concatenate / split ------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 from kiln.transform import FunctionPass, ModulePass, PassContext, PassInfo, Sequential
 
 from ..expr import Function
+from .alter_layout import alter_op_layout
 from .bind import bind_params_by_name
 from .convert_layout import convert_layout
 from .dead_code import dead_code_elimination
@@ -57,6 +58,22 @@ def ConvertLayout(desired_layouts: dict):  # noqa: N802
     return _function_pass(lambda f: convert_layout(f, desired_layouts), "ConvertLayout", 3)
 
 
+def AlterOpLayout():  # noqa: N802
+    """On an x86 target (the enclosing ``with tvm.target.Target(...)``; relay.build sets it),
+    run convolutions, and the pooling and elementwise ops between them, on channel-blocked
+    NCHW16c data (see alter_layout.py). Other targets, or no target: the function unchanged."""
+    def run(func, mod, ctx):
+        from kiln.target import Target
+
+        from ..backend.te_compiler import target_family
+
+        target = Target.current(allow_none=True)
+        if target is None or target.kind.name != "llvm" or target_family(target) != "x86":
+            return func
+        return infer(alter_op_layout(infer(func), target))
+    return FunctionPass(run, PassInfo(3, "AlterOpLayout"))
+
+
 def FuseOps(fuse_opt_level: int = -1):  # noqa: N802
     """Group ops into primitive functions (see fuse_ops.py for the rule).
 
@@ -78,11 +95,11 @@ def BindParams(params: dict):  # noqa: N802
 
 def optimize_sequence() -> Sequential:
     """The passes relay.build runs before lowering, in order (each gated by its opt level)."""
-    return Sequential([SimplifyInference(), FoldConstant(), FoldScaleAxis(), FoldConstant(),
+    return Sequential([SimplifyInference(), FoldConstant(), FoldScaleAxis(), FoldConstant(), AlterOpLayout(),
                        DeadCodeElimination(), InferType(), FuseOps(), InferType()], name="relay.optimize")
 
 
-__all__ = ["InferType", "FoldConstant", "SimplifyInference", "FoldScaleAxis", "DeadCodeElimination",
+__all__ = ["InferType", "AlterOpLayout", "alter_op_layout", "FoldConstant", "SimplifyInference", "FoldScaleAxis", "DeadCodeElimination",
            "ConvertLayout", "FuseOps", "BindParams", "Sequential", "PassContext", "optimize_sequence",
            "bind_params_by_name", "fold_constant", "simplify_inference", "fold_scale_axis", "fuse_ops", "partition",
            "convert_layout", "dead_code_elimination", "infer", "infer_type"]

@@ -194,7 +194,7 @@ def find_tagged(out, tag):
     raise ValueError(f"schedule: no {tag} stage under output {out.name}")
 
 
-def schedule_blocked_tile(s, conv, out):
+def schedule_blocked_tile(s, conv, out, blocked_input=False):
     """Tile out (N, C, H, W) into (chunk, row, width tile); compute a conv tile in registers there."""
     conf = conv.op.attrs["config"]
     bn, tile_ow = conf["oc_bn"], conf["tile_ow"]
@@ -211,20 +211,26 @@ def schedule_blocked_tile(s, conv, out):
         s[out].unroll(xi)
     s[out].parallel(s[out].fuse(n, co, y))
     s[conv].compute_at(s[out], xo)
-    _schedule_tile(s, conv, conf)
+    _schedule_tile(s, conv, conf, blocked_input)
     _schedule_packing(s, conv)
 
 
-def _schedule_tile(s, conv, conf):
+def _schedule_tile(s, conv, conf, blocked_input=False):
+    """Reduction outside the (pixels x channel block) tile. Blocked input (conv2d_NCHWc) has
+    reduce axes (rco, ry, rx, rci): the inner channels of one input block run innermost."""
     n, occ, y, x, ocb = s[conv].op.axis
-    rc, ry, rx = s[conv].op.reduce_axis
-    order = [n, occ, y]
-    if conf.get("ic_unroll", 1) > 1:
+    if blocked_input:
+        rco, ry, rx, rc = s[conv].op.reduce_axis
+        order = [n, occ, y, rco, ry, rx]
+    else:
+        rc, ry, rx = s[conv].op.reduce_axis
+        order = [n, occ, y]
+    if conf.get("ic_unroll", 1) > 1 and const_int(rc.dom.extent) % conf["ic_unroll"] == 0:
         rco, rci = s[conv].split(rc, factor=conf["ic_unroll"])
-        order += [rco, ry, rx, rci]
+        order += [rco, rci] if blocked_input else [rco, ry, rx, rci]
         s[conv].unroll(rci)
     else:
-        order += [rc, ry, rx]
+        order += [rc] if blocked_input else [rc, ry, rx]
     s[conv].reorder(*order, x, ocb)
     if conf.get("unroll_kw"):
         s[conv].unroll(rx)
@@ -244,5 +250,5 @@ def _schedule_packing(s, conv):
                 s[u].compute_inline()
         axes = st.op.axis
         st.parallel(st.fuse(axes[0], axes[1]))
-        if "kernel_pack" in t.op.tag:
-            st.vectorize(axes[-1])
+        if "kernel_pack" in t.op.tag or (len(axes) == 5 and const_int(axes[-1].dom.extent) >= 8):
+            st.vectorize(axes[-1])  # the kernel's channel block, or a blocked input's

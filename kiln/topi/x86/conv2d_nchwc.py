@@ -1,0 +1,165 @@
+"""conv2d on channel-blocked data (NCHW{b}c) for x86: the layout graph compilers keep end to end.
+
+``data`` is (N, C/ib, H, W, ib) (plain NCHW counts as ib = 1), the output (N, O/bn, OH, OW, bn)
+with ``bn = oc_bn``: the register tile of ``x86.conv2d_nchw`` (``tile_ow`` pixels x ``oc_bn``
+channels accumulated in vector registers) is stored as it is, with no unpack to NCHW, and the
+next convolution reads ``ib`` contiguous input channels per pixel. The kernel is regrouped to
+
+    kernel_vec[O/bn, C/ib, KH, KW, ib, bn]
+
+so the reduction walks it contiguously (``prepack_kernel_nchwc`` does that once for constant
+weights). The knobs are those of ``x86.conv2d_nchw`` (its autotvm configs apply unchanged);
+``vectorize_out`` has no meaning here (the block is stored as whole vectors).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln import te
+
+from ..layout import parse_layout
+from ..nn.conv2d import conv2d_shape
+from ..nn.pad import pad
+from ..utils import const_int, const_shape, knob
+from .conv2d import _schedule_packing, _schedule_tile, default_config, find_tagged, schedule_blocked_tile
+from .injective import tile_root
+
+TAG = "conv2d_NCHWc"
+
+
+def block_of(layout: str) -> int:
+    """The channel block of ``NCHW{b}c`` (1 for plain NCHW)."""
+    items = parse_layout(layout)
+    if [a for a, f in items if not f] != list("NCHW") or any(a != "C" for a, f in items if f) or len(items) > 5:
+        raise ValueError(f"conv2d_NCHWc: layout {layout!r} is not NCHW or NCHW<b>c")
+    return next((f for a, f in items if f), 1)
+
+
+def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None, cfg=None,  # noqa: N802
+                 out_channels=None, plain_output=False):
+    """conv2d (groups 1) from NCHW or NCHW{ib}c data to NCHW{oc_bn}c output.
+
+    ``kernel``: OIHW (O, C, KH, KW), or pre-packed by ``prepack_kernel_nchwc`` (6 dims; pass
+    ``out_channels``). The output block is the ``oc_bn`` knob and must divide O. With
+    ``plain_output`` the tile is unpacked to NCHW instead (the last convolution of a chain).
+    """
+    ndim = len(data.shape)
+    if ndim not in (4, 5):
+        raise ValueError(f"conv2d_NCHWc: input 'data' has {ndim} dims; expected 4 (NCHW) or 5 (NCHW<b>c)")
+    dshape = const_shape(data, "conv2d_NCHWc data")
+    ib = dshape[4] if ndim == 5 else 1
+    channels = dshape[1] * ib
+    prepacked = len(kernel.shape) == 6
+    kshape = const_shape(kernel, "conv2d_NCHWc kernel")
+    if prepacked:
+        kshape = (out_channels or kshape[0] * kshape[5], kshape[1] * kshape[4], kshape[2], kshape[3])
+    elif len(kshape) != 4:
+        raise ValueError(f"conv2d_NCHWc: input 'kernel' has {len(kshape)} dims; expected 4 (OIHW) or 6 (pre-packed)")
+    p = conv2d_shape("conv2d_NCHWc", (dshape[0], channels, dshape[2], dshape[3]), kshape, strides, padding,
+                     dilation, 1)
+    out_dtype = out_dtype or str(data.dtype)
+    conf = dict(default_config(p))
+    conf.update({k: knob(cfg, k, v) for k, v in conf.items()})
+    conf["oc_bn"] = const_int(kernel.shape[5]) if prepacked else out_block(p.out_channel, conf["oc_bn"])
+    bn = conf["oc_bn"]
+    if not bn or p.out_channel % bn:
+        raise ValueError(f"conv2d_NCHWc: no channel block divides the {p.out_channel} output channels "
+                         f"(oc_bn={bn}); use x86.conv2d_nchw")
+    if ndim == 4:  # plain NCHW is NCHW1c
+        plain = data
+        data = te.compute(dshape + (1,), lambda n, c, y, x, b: plain[n, c, y, x], name="data_1c", tag="injective")
+    padded = pad(data, (0, 0, p.pad_top, p.pad_left, 0), (0, 0, p.pad_bottom, p.pad_right, 0), name="data_pad")
+    kernel_vec = kernel if prepacked else pack_kernel_nchwc(kernel, ib, bn)
+    rco = te.reduce_axis((0, channels // ib), name="rco")
+    rci = te.reduce_axis((0, ib), name="rci")
+    ry = te.reduce_axis((0, p.kernel_h), name="ry")
+    rx = te.reduce_axis((0, p.kernel_w), name="rx")
+
+    def fconv(n, occ, y, x, ocb):
+        a = padded[n, rco, y * p.stride_h + ry * p.dilation_h, x * p.stride_w + rx * p.dilation_w, rci]
+        w = kernel_vec[occ, rco, ry, rx, rci, ocb]
+        return te.sum(a.astype(out_dtype) * w.astype(out_dtype), axis=[rco, ry, rx, rci])
+
+    conv = te.compute((p.batch, p.out_channel // bn, p.out_height, p.out_width, bn), fconv,
+                      name="conv2d_NCHWc_tile", tag=TAG, attrs={"workload": p, "config": conf})
+    if plain_output:
+        return te.compute((p.batch, p.out_channel, p.out_height, p.out_width),
+                          lambda n, c, y, x: conv[n, c // bn, y, x, c % bn], name="conv2d_nchw",
+                          tag="injective,conv2d_store")
+    # The stored output is the tile itself; a copy stage gives the schedule a loop nest to put
+    # the tile (and any fused epilogue) in.
+    return te.compute(conv.shape, lambda *i: conv(*i), name="conv2d_NCHWc", tag="injective,conv2d_store")
+
+
+def out_block(channels: int, preferred: int) -> int:
+    """The output block for ``channels``: ``preferred`` (the oc_bn knob) if it divides them, else
+    the largest power of two below it that does (24 channels -> 8), or 0 below 4 (no blocking)."""
+    b = preferred
+    while b >= 4 and channels % b:
+        b = b // 2 if b & (b - 1) == 0 else 1 << (b.bit_length() - 1)  # down to a power of two
+    return b if b >= 4 else 0
+
+
+def config_for_nchwc(data_shape, kernel_shape, strides=1, padding=0, dilation=1, cfg=None) -> dict:
+    """The knobs conv2d_NCHWc uses for an NCHW-equivalent data shape and an OIHW kernel shape
+    (oc_bn already adjusted to divide the output channels; 0 if nothing does)."""
+    p = conv2d_shape("conv2d_NCHWc", tuple(data_shape), tuple(kernel_shape), strides, padding, dilation, 1)
+    conf = dict(default_config(p))
+    conf.update({k: knob(cfg, k, v) for k, v in conf.items()})
+    conf["oc_bn"] = out_block(p.out_channel, int(conf["oc_bn"]))
+    return conf
+
+
+def pack_kernel_nchwc(kernel, ib: int, bn: int):
+    """OIHW -> [O/bn, C/ib, KH, KW, ib, bn] (constant-folded when the kernel is a parameter)."""
+    o, c, kh, kw = (const_int(d) for d in kernel.shape)
+    return te.compute((o // bn, c // ib, kh, kw, ib, bn),
+                      lambda oc, ic, y, x, i, b: kernel[oc * bn + b, ic * ib + i, y, x],
+                      name="kernel_vec", tag="injective,kernel_pack")
+
+
+def prepack_kernel_nchwc(weight: np.ndarray, ib: int, bn: int) -> np.ndarray:
+    """numpy: OIHW weight -> (O/bn, C/ib, KH, KW, ib, bn), what pack_kernel_nchwc computes."""
+    o, c, kh, kw = weight.shape
+    return np.ascontiguousarray(weight.reshape(o // bn, bn, c // ib, ib, kh, kw).transpose(0, 2, 4, 5, 3, 1))
+
+
+def schedule_conv2d_NCHWc(outs, cfg=None):  # noqa: N802
+    """Schedule for ``x86.conv2d_NCHWc`` with a fused elementwise epilogue on its output."""
+    del cfg  # the knobs travel in the compute's attrs
+    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
+    s = te.create_schedule([o.op for o in outs])
+    conv = find_tagged(outs[0], TAG)
+    store = next(t for t in _walk(outs[0]) if "conv2d_store" in t.op.tag)
+    out = tile_root(s, outs[0], store, conv)
+    if out.op is not store.op:
+        s[store].compute_inline()
+    for t in conv.op.input_tensors:
+        if t.op.name == "data_1c":  # plain NCHW read directly (no padding stage to inline it into)
+            s[t].compute_inline()
+    conf = conv.op.attrs["config"]
+    if len(store.shape) == 4:  # plain_output: NCHW tiles, as x86.conv2d_nchw stores them
+        schedule_blocked_tile(s, conv, out, blocked_input=True)
+        return s
+    n, c, y, x, b = s[out].op.axis
+    xo, xi = s[out].split(x, factor=conf["tile_ow"])
+    s[out].reorder(n, c, y, xo, xi, b)
+    s[out].vectorize(b)
+    s[out].unroll(xi)
+    s[out].parallel(s[out].fuse(n, c, y))
+    s[conv].compute_at(s[out], xo)
+    _schedule_tile(s, conv, conf, blocked_input=True)
+    _schedule_packing(s, conv)
+    return s
+
+
+def _walk(out):
+    stack, seen = [out], set()
+    while stack:
+        t = stack.pop()
+        if id(t.op) in seen:
+            continue
+        seen.add(id(t.op))
+        yield t
+        stack.extend(getattr(t.op, "input_tensors", []))
