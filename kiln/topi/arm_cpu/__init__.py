@@ -13,4 +13,5 @@ from ..x86 import (  # noqa: F401
     schedule_adaptive_pool, schedule_batch_matmul, schedule_concatenate, schedule_conv2d_nchw, schedule_conv2d_nhwc,
     schedule_conv2d_transpose_nchw, schedule_dense, schedule_depthwise_conv2d_nchw, schedule_injective,
     schedule_layer_norm, schedule_pool, schedule_reduce, schedule_softmax,
+    depthwise_conv2d_NCHWc, schedule_depthwise_conv2d_NCHWc, schedule_pool_NCHWc, schedule_global_pool_NCHWc,
 )

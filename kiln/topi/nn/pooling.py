@@ -16,11 +16,26 @@ select_max = te.comm_reducer(lambda a, b: tir.Select(a < b, b, a, a.dtype), lamb
 
 
 def _hw_axes(layout: str, op: str) -> tuple[int, int]:
+    """Positions of the primal H and W axes. Any layout whose H and W are unsplit works (NCHW,
+    NHWC, NCHW16c, ...); the other axes, blocked or not, are carried through untouched."""
     if layout == "NCHW":
         return 2, 3
     if layout == "NHWC":
         return 1, 2
-    raise ShapeError(f"{op}: layout {layout!r} is not supported; use 'NCHW' or 'NHWC'")
+    from ..layout import parse_layout
+
+    axes = parse_layout(layout)
+    if any(f and a in "HW" for a, f in axes) or ("H", 0) not in axes or ("W", 0) not in axes:
+        raise ShapeError(f"{op}: layout {layout!r} must have unsplit H and W axes (e.g. 'NCHW', 'NHWC', 'NCHW16c')")
+    return axes.index(("H", 0)), axes.index(("W", 0))
+
+
+def _check_layout(op: str, data, layout: str) -> tuple[int, int]:
+    from ..layout import parse_layout
+
+    ndim = 4 if layout in ("NCHW", "NHWC") else len(parse_layout(layout))
+    check_ndim(op, "data", data, ndim, layout)
+    return _hw_axes(layout, op)
 
 
 def _out_size(size, pa, pb, ek, s, ceil_mode):
@@ -36,16 +51,19 @@ def _out_size(size, pa, pb, ek, s, ceil_mode):
 
 
 def pool2d(data, kernel, stride, dilation=(1, 1), padding=(0, 0, 0, 0), pool_type="max", ceil_mode=False,
-           layout="NCHW", count_include_pad=True, split_width_phases=False):
+           layout="NCHW", count_include_pad=True, split_width_phases=False, clamp_window=False):
     """Max or average pooling over the H and W axes; padding is (top, left, bottom, right).
 
     ``split_width_phases`` (NCHW, width stride > 1; used by ``topi.x86``) stores the padded input
     as [.., row, x % stride, x // stride] so each tap reads a contiguous run of a row.
+    ``clamp_window`` (used by ``topi.x86`` for blocked layouts such as NCHW16c) reads the input
+    directly, with no padded copy: each tap loads a clamped (always valid) pixel and selects the
+    padding value where the tap lies outside; the condition is the same along the other axes,
+    so the loads stay contiguous vectors along the block axis.
     """
-    check_ndim("pool2d", "data", data, 4, layout)
     if pool_type not in ("max", "avg"):
         raise ShapeError(f"pool2d: pool_type {pool_type!r} must be 'max' or 'avg'")
-    ha, wa = _hw_axes(layout, "pool2d")
+    ha, wa = _check_layout("pool2d", data, layout)
     shape = const_shape(data, "pool2d data")
     kh, kw = as_pair(kernel, "pool2d", "kernel")
     sh, sw = as_pair(stride, "pool2d", "stride")
@@ -58,7 +76,7 @@ def pool2d(data, kernel, stride, dilation=(1, 1), padding=(0, 0, 0, 0), pool_typ
     # ceil_mode windows may run past the bottom/right padding: pad a little more (never counted).
     eb = max(pb, (oh - 1) * sh + ekh - h - pt)
     er = max(pr, (ow - 1) * sw + ekw - w - pl)
-    before, after = [0] * 4, [0] * 4
+    before, after = [0] * len(shape), [0] * len(shape)
     before[ha], before[wa], after[ha], after[wa] = pt, pl, eb, er
     fill = tir.min_value(data.dtype) if pool_type == "max" else const(0, data.dtype)
     padded = pad(data, before, after, pad_value=fill.value if hasattr(fill, "value") else 0, name="pad_temp")
@@ -93,6 +111,18 @@ def pool2d(data, kernel, stride, dilation=(1, 1), padding=(0, 0, 0, 0), pool_typ
             tap = rx.var * dw
             return phased(i[0], i[1], i[2] * sh + ry.var * dh, tap % sw, i[3] + tap // sw)
 
+    if clamp_window and not (split_width_phases and layout == "NCHW" and sw > 1):
+        def window(i):  # noqa: F811 - the clamped reader replaces the padded one
+            y = i[ha] * sh + ry.var * dh - pt
+            x = i[wa] * sw + rx.var * dw - pl
+            src = list(i)
+            src[ha] = tir.min(tir.max(y, 0), h - 1)
+            src[wa] = tir.min(tir.max(x, 0), w - 1)
+            if pool_type == "max" and dh == 1 and dw == 1:
+                return data(*src)  # contiguous windows: the nearest edge pixel stands in for -inf
+            inside = tir.all(y >= 0, y < h, x >= 0, x < w)
+            return tir.Select(inside, data(*src), fill, data.dtype)
+
     attrs = {"layout": layout, "pool_type": pool_type}
     if pool_type == "max":
         return te.compute(tuple(out_shape), lambda *i: select_max(window(i), axis=[ry, rx]), name="pool_max",
@@ -120,9 +150,8 @@ def pool2d(data, kernel, stride, dilation=(1, 1), padding=(0, 0, 0, 0), pool_typ
 
 
 def global_pool(data, pool_type="avg", layout="NCHW"):
-    """Max or average over all of H and W, keeping them as size 1."""
-    check_ndim("global_pool", "data", data, 4, layout)
-    ha, wa = _hw_axes(layout, "global_pool")
+    """Max or average over all of H and W, keeping them as size 1 (any layout with unsplit H, W)."""
+    ha, wa = _check_layout("global_pool", data, layout)
     ry = te.reduce_axis((0, data.shape[ha]), name="ry")
     rx = te.reduce_axis((0, data.shape[wa]), name="rx")
     out_shape = list(data.shape)
@@ -144,8 +173,7 @@ def global_pool(data, pool_type="avg", layout="NCHW"):
 
 def adaptive_pool(data, output_size, pool_type="avg", layout="NCHW"):
     """Pool into a fixed output size; window i covers [floor(i*H/oh), ceil((i+1)*H/oh))."""
-    check_ndim("adaptive_pool", "data", data, 4, layout)
-    ha, wa = _hw_axes(layout, "adaptive_pool")
+    ha, wa = _check_layout("adaptive_pool", data, layout)
     shape = const_shape(data, "adaptive_pool data")
     oh, ow = as_pair(output_size, "adaptive_pool", "output_size")
     h, w = shape[ha], shape[wa]

@@ -17,6 +17,10 @@ from .default import (  # noqa: F401
 )
 from .layer_norm import layer_norm, schedule_layer_norm  # noqa: F401
 from .pooling import pool2d, schedule_pool  # noqa: F401
+from .pooling import schedule_global_pool_NCHWc, schedule_pool_NCHWc  # noqa: F401
 from .softmax import log_softmax, schedule_softmax, softmax  # noqa: F401
 from .dense import dense, schedule_dense  # noqa: F401
 from .depthwise_conv2d import depthwise_conv2d_nchw, schedule_depthwise_conv2d_nchw  # noqa: F401
+from .depthwise_conv2d_nchwc import (  # noqa: F401
+    depthwise_conv2d_NCHWc, prepack_depthwise_kernel, schedule_depthwise_conv2d_NCHWc,
+)
