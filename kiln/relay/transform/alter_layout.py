@@ -83,7 +83,7 @@ class _Rewriter:
         # ``order``, so walking it backwards sees every user first).
         self.wanted = set()
         for node in reversed(order):
-            if any(self._keeps_blocked(u) for u in users.get(node, ())):
+            if any(self._keeps_blocked(u, node) for u in users.get(node, ())):
                 self.wanted.add(node)
         for node in order:
             self.memo[node] = self.rewrite(node)
@@ -104,12 +104,12 @@ class _Rewriter:
                         [self.plain(a) for a in node.args], node.attrs), 0
         return node, 0
 
-    def _keeps_blocked(self, user) -> bool:
+    def _keeps_blocked(self, user, value) -> bool:
         if not isinstance(user, Call) or not isinstance(user.op, OpDef):
             return False
         op = user.op
         if op is nn_ops.CONV2D or op in _POOLS:
-            return True  # convolutions read blocked data whatever they output
+            return user.args[0] is value  # convolutions read blocked data whatever they output
         if op is nn_ops.BIAS_ADD or (op.pattern in (OpPattern.ELEMWISE, OpPattern.BROADCAST)
                                      and "axis" not in user.attrs):
             return user in self.wanted
