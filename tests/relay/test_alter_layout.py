@@ -144,6 +144,21 @@ def test_tuned_oc_bn_sets_the_block_and_mismatched_residuals_are_converted():
     np.testing.assert_allclose(got, reference.run(mod, inputs), rtol=1e-4, atol=1e-4)
 
 
+def test_channel_concatenation_stays_blocked():
+    x = relay.var("x", shape=(1, 16, 10, 10))
+    squeeze = relay.nn.relu(_conv(x, 16, 16, k=1))
+    fire = relay.concatenate([relay.nn.relu(_conv(squeeze, 16, 32, k=1)), relay.nn.relu(_conv(squeeze, 16, 32))], 1)
+    y = relay.nn.global_avg_pool2d(_conv(fire, 64, 16, k=1))
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.batch_flatten(y)))
+    after = _altered(mod)
+    assert _ops(after["main"]).count("layout_transform") == 1  # only the result, after the pool
+    inputs = {"x": _rand(1, 16, 10, 10)}
+    want = reference.run(mod, inputs)
+    np.testing.assert_allclose(reference.run(after, inputs), want, rtol=1e-4, atol=1e-4)
+    got, _ = _build_run(mod, inputs)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_operands_that_cannot_be_blocked_fall_back_to_nchw():
     x = relay.var("x", shape=(1, 16, 6, 6))
     scale = relay.var("scale", shape=(16, 1, 1))  # per-channel, but not a constant

@@ -42,6 +42,27 @@ def test_vectorize_falls_back_for_a_reduction_into_one_element():
     assert isinstance(out.body, I.For) and out.body.kind == ForKind.SERIAL
 
 
+def test_vectorize_keeps_a_lane_invariant_if_then_else_as_one_branch():
+    # Padding of a channel-blocked tensor: the guard depends on the row, not the vector lane.
+    A = I.decl_buffer((64,), "float32", "A")
+    B = I.decl_buffer((96,), "float32", "B")
+    y, c = I.var("y"), I.var("c")
+    value = I.Call(I.dtype("float32"), "tir.if_then_else", (y >= 1, A[(y - 1) * 16 + c], const(0.0)))
+    inner = I.For(c, const(0), const(16), ForKind.VECTORIZED, I.BufferStore(B, value, (y * 16 + c,)))
+    out = vectorize_loops(func(I.For(y, const(0), const(6), ForKind.SERIAL, inner), A, B))
+    store = out.body.body
+    assert isinstance(store, I.BufferStore) and store.value.dtype.lanes == 16
+    assert store.value.op == "tir.if_then_else" and store.value.args[0].dtype.lanes == 1
+
+
+def test_vectorize_keeps_a_per_lane_if_then_else_scalar():
+    A = I.decl_buffer((16,), "float32", "A")
+    i = I.var("i")
+    value = I.Call(I.dtype("float32"), "tir.if_then_else", (i >= 3, A[i - 3], const(0.0)))
+    out = vectorize_loops(func(I.For(i, const(0), const(16), ForKind.VECTORIZED, I.BufferStore(A, value, (i,))), A))
+    assert isinstance(out.body, I.For) and out.body.kind == ForKind.SERIAL
+
+
 def test_unroll_constant_loop():
     A = I.decl_buffer((4,), "float32", "A")
     i = I.var("i")

@@ -19,6 +19,8 @@ the original NCHW):
   shape (blocked too), scalars, or constants that broadcast along whole axes (a per-channel bias
   ``(C, 1, 1)`` becomes ``(C/b, 1, 1, b)`` here, in numpy).
 - pooling (``nn.max_pool2d``, ``nn.avg_pool2d``, the global pools) switches its ``layout``.
+- a channel ``concatenate`` of blocked inputs joins them along the chunk axis (SqueezeNet's
+  fire modules, Inception's branches), in the block most of its inputs have.
 
 Every other consumer, and the function's result, gets a ``layout_transform`` back to NCHW (one
 per value, shared by its plain consumers). Blocks always divide the channels: a blocked tensor
@@ -105,11 +107,15 @@ class _Rewriter:
         return node, 0
 
     def _keeps_blocked(self, user, value) -> bool:
+        if isinstance(user, Tuple):
+            return user in self.wanted  # the fields of a wanted channel concatenation
         if not isinstance(user, Call) or not isinstance(user.op, OpDef):
             return False
         op = user.op
         if op is nn_ops.CONV2D or op in _POOLS:
             return user.args[0] is value  # convolutions read blocked data whatever they output
+        if op is tf_ops.CONCATENATE:
+            return user in self.wanted and self._channel_concat(user)
         if op is nn_ops.BIAS_ADD or (op.pattern in (OpPattern.ELEMWISE, OpPattern.BROADCAST)
                                      and "axis" not in user.attrs):
             return user in self.wanted
@@ -123,6 +129,8 @@ class _Rewriter:
         op, a = call.op, call.attrs
         if op is nn_ops.CONV2D:
             return self.conv(call)
+        if op is tf_ops.CONCATENATE:
+            return self.concat(call) if call in self.wanted and self._channel_concat(call) else None
         blocked = [self.block_of(x) for x in call.args if self.block_of(x)]
         if not blocked:
             return None
@@ -163,6 +171,21 @@ class _Rewriter:
         if data.shape[1] != out_shape[1]:
             return None
         return const(layouts.transform(data, "NCHW", _blocked(block)))
+
+    @staticmethod
+    def _channel_concat(call: Call) -> bool:
+        return isinstance(call.args[0], Tuple) and len(_shape(call)) == 4 and call.attrs.axis % 4 == 1
+
+    def concat(self, call: Call):
+        """A channel concatenation of blocked inputs is one along the chunk axis (all in one block)."""
+        fields = call.args[0].fields
+        blocks = [self.block_of(f) for f in fields if self.block_of(f)]
+        if not blocks:
+            return None
+        block = max(set(blocks), key=blocks.count)
+        if any(_shape(f)[1] % block for f in fields):
+            return None
+        return tf_ops.concatenate([self.view(f, block) for f in fields], 1), block
 
     def bias_add(self, call: Call, block: int):
         """bias_add over the channels of blocked data: an add of the bias as (C/b, 1, 1, b)."""

@@ -108,8 +108,13 @@ class _Vectorizer(Mutator):
         if all(a is b for a, b in zip(args, op.args)):
             return op
         if op.op == "tir.if_then_else":
-            # Only the chosen side may be evaluated; lanes can disagree, so stay scalar.
-            raise _CannotVectorize("if_then_else depends on the vectorized variable")
+            if args[0] is not op.args[0]:
+                # Only the chosen side may be evaluated; lanes can disagree, so stay scalar.
+                raise _CannotVectorize("if_then_else depends on the vectorized variable")
+            # One condition for all lanes (padding along an axis outside the vector): a branch
+            # between two vector values, each evaluated only when chosen.
+            n = max(_lanes_of(a) for a in args[1:])
+            return E.Call(op.dtype.element_of().with_lanes(n), op.op, (args[0], _bcast(args[1], n), _bcast(args[2], n)))
         if op.op in ("tir.likely",):
             return args[0]
         n = max(_lanes_of(a) for a in args)

@@ -1,0 +1,73 @@
+"""x86 conv2d on channel-blocked NCHW{b}c data against numpy."""
+
+import numpy as np
+import pytest
+
+from kiln import te, topi
+from kiln.topi import testing
+from kiln.topi.x86.conv2d_nchwc import config_for_nchwc, out_block, prepack_kernel_nchwc
+
+
+def to_blocked(x, b):
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // b, b, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def _run(runner, c, o, hw, k, stride, pad, ib, cfg=None, packed=False, plain_output=False, epilogue=False):
+    a, wt = runner.rand(1, c, hw, hw), runner.rand(o, c, k, k)
+    bn = config_for_nchwc(a.shape, wt.shape, stride, pad, 1, cfg)["oc_bn"]
+    kernel = prepack_kernel_nchwc(wt, ib or 1, bn) if packed else wt
+    data = to_blocked(a, ib) if ib else a
+    A = te.placeholder(data.shape, name="data")
+    W = te.placeholder(kernel.shape, name="kernel")
+    out = topi.x86.conv2d_NCHWc(A, W, stride, pad, 1, "float32", cfg=cfg, out_channels=o, plain_output=plain_output)
+    args, inputs = [A, W], [data, kernel]
+    ref = testing.conv2d_nchw_python(a, wt, stride, pad)
+    if epilogue:  # bias + residual + relu, fused into the tile's store
+        bias, res = runner.rand(o), runner.rand(*out.shape)
+        B = te.placeholder((o // bn, 1, 1, bn) if not plain_output else (o, 1, 1), name="bias")
+        R = te.placeholder(res.shape, name="residual")
+        out = topi.nn.relu(topi.add(topi.add(out, B), R))
+        args += [B, R]
+        inputs += [bias.reshape(B.shape) if plain_output else bias.reshape(o // bn, bn)[:, None, None, :], res]
+        res_nchw = res if plain_output else res.transpose(0, 1, 4, 2, 3).reshape(ref.shape)
+        ref = np.maximum(ref + bias.reshape(1, o, 1, 1) + res_nchw, 0)
+    got = runner.run(topi.x86.schedule_conv2d_NCHWc, out, args, inputs)
+    np.testing.assert_allclose(got, ref if plain_output else to_blocked(ref, bn), rtol=1e-4, atol=1e-4)
+    return bn
+
+
+@pytest.mark.parametrize("c,o,hw,k,stride,pad,ib", [
+    (16, 32, 14, 3, 1, 1, 16),   # blocked in and out
+    (3, 32, 20, 3, 2, 1, 0),     # an RGB image read as plain NCHW
+    (3, 16, 23, 7, 2, 3, 0),     # ResNet's 7x7/2 stem, odd size
+    (24, 48, 9, 1, 1, 0, 8),     # 24 channels come in blocks of 8
+    (32, 24, 8, 1, 1, 0, 16),    # 24 output channels: the block drops to 8
+    (64, 64, 7, 3, 1, 1, 16),
+    (32, 64, 10, 3, 2, 1, 8),
+])
+@pytest.mark.parametrize("packed", [False, True])
+def test_conv2d_nchwc_matches_numpy(runner, c, o, hw, k, stride, pad, ib, packed):
+    _run(runner, c, o, hw, k, stride, pad, ib, packed=packed)
+
+
+def test_knobs_set_the_output_block_and_tile(runner):
+    bn = _run(runner, 32, 64, 10, 3, 1, 1, 16, cfg={"oc_bn": 32, "tile_ow": 5, "ic_unroll": 4}, packed=True)
+    assert bn == 32
+
+
+@pytest.mark.parametrize("plain_output", [False, True])
+def test_fused_epilogue(runner, plain_output):
+    _run(runner, 16, 32, 8, 3, 1, 1, 16, packed=True, plain_output=plain_output, epilogue=True)
+
+
+def test_out_block_is_a_dividing_power_of_two():
+    assert [out_block(c, 16) for c in (16, 24, 32, 96, 160, 12, 6, 3)] == [16, 8, 16, 16, 16, 4, 0, 0]
+    assert out_block(160, 32) == 32 and out_block(320, 64) == 64 and out_block(48, 32) == 16
+
+
+def test_a_block_that_divides_nothing_is_refused():
+    A = te.placeholder((1, 3, 8, 8), name="data")
+    W = te.placeholder((6, 3, 3, 3), name="kernel")
+    with pytest.raises(ValueError, match="no channel block divides the 6 output channels"):
+        topi.x86.conv2d_NCHWc(A, W, 1, 1, 1, "float32")
