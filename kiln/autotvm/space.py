@@ -64,6 +64,7 @@ class ConfigSpace(_ConfigBase):
         self.template_key = None
         self.code_hash = None
         self.default_values: dict[str, object] = {}
+        self.layout_knobs: tuple = ()
 
     # -- defining knobs ----------------------------------------------------------------------
     def define_split(self, name: str, axis, num_outputs: int = 2, policy: str = "factors",
@@ -91,6 +92,25 @@ class ConfigSpace(_ConfigBase):
         """The knob values the template uses when nothing is tuned (kiln's addition). Every tuner
         measures that config first, so tuning ends at least as fast as the untuned kernel."""
         self.default_values.update(values)
+
+    def define_layout(self, *names: str) -> None:
+        """Declare the knobs that change the shapes of the kernel's arguments (kiln's addition;
+        e.g. conv2d_NCHWc's output block ``oc_bn``). ``check_correctness`` compares such a
+        candidate with the untuned kernel built in the same layout (``layout_variant``)."""
+        self.layout_knobs = tuple(dict.fromkeys(self.layout_knobs + names))
+
+    def layout_variant(self, config) -> "ConfigEntity | None":
+        """The declared default config with ``config``'s layout knobs: the untuned kernel in the
+        layout of ``config``. None if the template declared no default."""
+        base = self.default_index()
+        if base is None:
+            return None
+        genes = self.knob_indices(base)
+        chosen = self.knob_indices(config.index)
+        for k, name in enumerate(self.space_map):
+            if name in self.layout_knobs:
+                genes[k] = chosen[k]
+        return self.get(self.index_of(genes))
 
     def default_index(self) -> int | None:
         """The index of the declared default config, or None when the template declared none or
@@ -194,6 +214,9 @@ class ConfigEntity(_ConfigBase):
 
     def define_default(self, values: dict) -> None:
         del values
+
+    def define_layout(self, *names: str) -> None:
+        del names
 
     def __getitem__(self, name: str):
         try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kiln.errors import ShapeError
+from kiln.errors import ShapeError, TuningError
 from kiln.ir.expr import IntImm, PrimExpr
 from kiln.tir.simplify import simplify
 
@@ -84,7 +84,7 @@ def knob(cfg, name: str, default):
         return default
     try:
         value = cfg[name]
-    except (KeyError, IndexError, TypeError):
+    except (KeyError, IndexError, TypeError, TuningError):  # an autotvm config without this knob
         return default
     if value is None:
         return default

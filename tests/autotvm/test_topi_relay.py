@@ -52,8 +52,10 @@ def test_tuned_knobs_reach_the_topi_compute(tmp_path):
     def conf():
         out = topi_conv2d_nchw(data, kernel, *task.args[2:])
         s = schedule_conv2d_nchw([out])
-        text = str(tvm.lower(s, [data, kernel, out]))
-        f = tvm.build(s, [data, kernel, out], target="llvm")
+        # x86 measures the blocked kernel relay deploys, on inputs of its own layout
+        args = [*out.op.attrs.get("template_inputs", (data, kernel)), out]
+        text = str(tvm.lower(s, args))
+        f = tvm.build(s, args, target="llvm")
         return text, f
     with tvm.target.Target("llvm"):
         untuned, _ = conf()
@@ -88,3 +90,47 @@ def test_each_templates_declared_default_is_the_untuned_kernel():
         assert _lowered(task, space.get(idx)) == _lowered(task, autotvm.FallbackConfigEntity()), task.name
         other = next(i for i in range(len(space)) if i != idx)
         assert _lowered(task, space.get(other)) != _lowered(task, space.get(idx)), task.name
+
+
+def test_conv2d_template_measures_the_blocked_kernel_relay_deploys():
+    # AlterOpLayout runs x86 conv2d on NCHW{b}c data with pre-packed weights; the template
+    # measures that kernel, and its output block (oc_bn) is a layout knob.
+    x = relay.var("data", shape=(1, 32, 14, 14), dtype="float32")
+    y = relay.nn.conv2d(x, relay.var("w", shape=(64, 32, 3, 3)), padding=(1, 1))
+    mod = tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(y), y))
+    (task,) = autotvm.task.extract_from_program(mod["main"], target="llvm", params={})
+    space = task.config_space
+    assert space.layout_knobs == ("oc_bn",) and "vectorize_out" not in space.knobs
+    for bn in (16, 32, 64):
+        cfg = next(c for c in space if c["oc_bn"].val == bn)
+        _, args = task.instantiate(cfg)
+        shapes = [tuple(int(d) for d in a.shape) for a in args]
+        assert shapes == [(1, 2, 14, 14, 16), (64 // bn, 2, 3, 3, 16, bn), (1, 64 // bn, 14, 14, bn)]
+
+
+def test_check_correctness_compares_each_layout_with_its_untuned_kernel():
+    from kiln.autotvm.measure.measure import create_measure_batch
+    from kiln.autotvm.measure.reference import Reference
+
+    task = autotvm.task.create("conv2d_nchw.x86", (("TENSOR", (1, 16, 8, 8), "float32"),
+                                                   ("TENSOR", (32, 16, 3, 3), "float32"),
+                                                   (1, 1), (1, 1, 1, 1), (1, 1), 1, "float32"), "llvm")
+    space = task.config_space
+    picks = [next(c for c in space if c["oc_bn"].val == bn and c["tile_ow"].val == 4) for bn in (8, 16, 32)]
+    option = autotvm.measure_option(
+        builder=autotvm.LocalBuilder(n_parallel=2),
+        runner=autotvm.LocalRunner(number=1, repeat=1, check_correctness=True, cooldown_interval=0))
+    batch = create_measure_batch(task, option)
+    try:
+        results = batch([MeasureInput(task.target, task, c) for c in picks])
+    finally:
+        batch.close()
+    assert [r.error_no for r in results] == [0, 0, 0], results
+    ref = Reference(task)
+    try:
+        variants = [ref.for_config(c) for c in picks]
+        assert len({id(v) for v in variants}) == 3  # one untuned kernel per output block
+        assert [v.arg_info[-1][0][-1] for v in variants] == [8, 16, 32]
+        assert ref in variants  # the default layout is the plain reference itself
+    finally:
+        ref.close()

@@ -72,9 +72,8 @@ class LocalRunner(Runner):
         self._reference = Reference(task, builder) if self.check_correctness else None
         self._pool = ForkPool(1, {})
 
-    def _expected(self):
+    def _expected(self, ref):
         """The untuned kernel's outputs, timed once in the same process as the candidates."""
-        ref = self._reference
         if ref.outputs is None:
             outcome = self._pool.map(time_candidate, [(ref.filename, ref.arg_info, self.opts, True)],
                                      self.timeout)[0]
@@ -87,19 +86,20 @@ class LocalRunner(Runner):
     def run(self, measure_inputs, build_results) -> list[MeasureResult]:
         if self._pool is None:
             raise TuningError("LocalRunner.run before set_task: tune through a Tuner")
-        expected = self._expected() if self._reference is not None else None
-        jobs, where = [], []
+        jobs, where, expected = [], [], []
         results: list[MeasureResult | None] = [None] * len(build_results)
         for i, br in enumerate(build_results):
             if br.error is not None:
                 results[i] = error_result(br.error[0], br.error[1], br.time_cost)
             else:
-                jobs.append((br.filename, br.arg_info, self.opts, expected is not None))
+                ref = self._reference.for_config(measure_inputs[i].config) if self._reference else None
+                expected.append(self._expected(ref) if ref is not None else None)
+                jobs.append((br.filename, br.arg_info, self.opts, ref is not None))
                 where.append(i)
         outcomes = self._pool.map(time_candidate, jobs, self.timeout)
-        for i, outcome in zip(where, outcomes):
+        for i, outcome, want in zip(where, outcomes, expected):
             build_cost = build_results[i].time_cost
-            results[i] = self._result(outcome, build_cost, expected)
+            results[i] = self._result(outcome, build_cost, want)
         return results  # type: ignore[return-value]
 
     def _result(self, outcome, build_cost: float, expected) -> MeasureResult:

@@ -146,7 +146,7 @@ class RPCRunner(Runner):
                 results[i] = error_result(br.error[0], br.error[1], br.time_cost)
             else:
                 work.put(i)
-        threads = [threading.Thread(target=self._slot, args=(work, build_results, results),
+        threads = [threading.Thread(target=self._slot, args=(work, measure_inputs, build_results, results),
                                     daemon=True) for _ in range(min(self.n_parallel, work.qsize()))]
         for t in threads:
             t.start()
@@ -154,7 +154,7 @@ class RPCRunner(Runner):
             t.join()
         return results  # type: ignore[return-value]
 
-    def _slot(self, work: queue.Queue, build_results, results) -> None:
+    def _slot(self, work: queue.Queue, measure_inputs, build_results, results) -> None:
         while True:
             try:
                 i = work.get_nowait()
@@ -163,7 +163,7 @@ class RPCRunner(Runner):
             br = build_results[i]
             start = time.monotonic()
             try:
-                results[i] = self._measure(br, start)
+                results[i] = self._measure(br, measure_inputs[i].config, start)
             except _DeviceLost as e:
                 logger.warning("RPCRunner: lost the device during a measurement (%s); measuring "
                                "that candidate again on the next server of key %r", e, self.key)
@@ -196,7 +196,11 @@ class RPCRunner(Runner):
                     warned = True
                 time.sleep(0.5)
 
-    def _measure(self, br, start: float) -> MeasureResult:
+    def _measure(self, br, config, start: float) -> MeasureResult:
+        ref = None
+        if self._reference is not None:
+            with self._ref_lock:  # slots run in threads; a new layout builds its reference once
+                ref = self._reference.for_config(config)
         remote = self._request()
         try:
             costs, outputs = self._time_on(remote, br.filename, br.arg_info,
@@ -209,8 +213,8 @@ class RPCRunner(Runner):
         finally:
             _close_quietly(remote)
         total = br.time_cost + time.monotonic() - start
-        if self._reference is not None:
-            problem = Reference.compare(self._expected(), outputs)
+        if ref is not None:
+            problem = Reference.compare(self._expected(ref), outputs)
             if problem:
                 return error_result(MeasureErrorNo.WRONG_ANSWER, problem, total)
         if self.cooldown_interval:
@@ -243,8 +247,7 @@ class RPCRunner(Runner):
             outputs = [a.numpy() for a, (_, _, is_out) in zip(arrays, arg_info) if is_out]
         return costs, outputs
 
-    def _expected(self):
-        ref = self._reference
+    def _expected(self, ref):
         with self._ref_lock:
             if ref.outputs is None:
                 remote = self._request()

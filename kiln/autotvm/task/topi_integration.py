@@ -90,7 +90,9 @@ def _complete(task_name: str) -> None:
         out = compute(*placeholders)
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
         s = schedule(outs)
-        tensors = [a for a in placeholders if hasattr(a, "op")]
+        # A compute may measure its own inputs (conv2d's blocked data and pre-packed kernel: the
+        # layout relay.build deploys) instead of the workload's tensors.
+        tensors = list(outs[0].op.attrs.get("template_inputs") or [a for a in placeholders if hasattr(a, "op")])
         return s, tensors + outs
 
     topi_template.template_name = task_name

@@ -66,6 +66,8 @@ def _register(family: str) -> dict:
     def conv2d_nchw(cfg, data, kernel, strides, padding, dilation, groups, out_dtype):
         conv = _topi(family, "conv2d")
         p = _conv_shape(data, kernel, strides, padding, dilation, groups)
+        if family == "x86" and _runs_blocked(p, data.dtype):
+            return _conv2d_nchwc(cfg, p, data, kernel, strides, padding, dilation, out_dtype)
         _define(cfg, conv, p)
         cfg.add_flop(_conv_flop(p))
         return conv.conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype, groups,
@@ -73,6 +75,8 @@ def _register(family: str) -> dict:
 
     @register_topi_schedule(f"conv2d_nchw.{family}")
     def schedule_conv2d_nchw(cfg, outs):
+        if "template_inputs" in outs[0].op.attrs:  # the blocked kernel (x86)
+            return _topi(family, "conv2d_nchwc").schedule_conv2d_NCHWc(outs)
         return _topi(family, "conv2d").schedule_conv2d_nchw(outs)
 
     # Depthwise: relay's nn.conv2d with groups == channels. topi's conv2d_nchw hands it to the
@@ -136,6 +140,35 @@ def _register(family: str) -> dict:
                schedule_depthwise_conv2d_nchw=schedule_depthwise_conv2d_nchw,
                schedule_conv2d_nhwc=schedule_conv2d_nhwc, schedule_dense=schedule_dense,
                schedule_batch_matmul=schedule_batch_matmul)
+    return out
+
+
+def _runs_blocked(p, dtype) -> bool:
+    """Whether relay.build runs this conv2d as conv2d_NCHWc (AlterOpLayout, x86, opt_level 3)."""
+    from kiln.topi.x86.conv2d_nchwc import out_block
+    return p.groups == 1 and str(dtype).startswith("float") and out_block(p.out_channel, 16) > 0
+
+
+def _conv2d_nchwc(cfg, p, data, kernel, strides, padding, dilation, out_dtype):
+    """The kernel relay.build deploys for this workload: blocked data in (the block AlterOpLayout
+    gives a producer of this many channels; an RGB image stays NCHW), the pre-packed kernel, the
+    output in blocks of ``oc_bn``. Its arguments are these, not the workload's NCHW tensors; the
+    output block is a layout knob (check_correctness compares like with like)."""
+    from kiln import te
+    nchwc = importlib.import_module("kiln.topi.x86.conv2d_nchwc")
+    _define(cfg, nchwc, p)
+    cfg.define_layout("oc_bn")
+    cfg.add_flop(_conv_flop(p))
+    conf = _untuned(cfg)
+    bn = nchwc.config_for_shape(p, conf)["oc_bn"]
+    ib = nchwc.input_block(p.in_channel)
+    if ib:
+        data = te.placeholder((p.batch, p.in_channel // ib, p.in_height, p.in_width, ib), str(data.dtype), "data")
+    kernel = te.placeholder((p.out_channel // bn, p.in_channel // max(ib, 1), p.kernel_h, p.kernel_w, max(ib, 1), bn),
+                            str(kernel.dtype), "kernel")
+    out = nchwc.conv2d_NCHWc(data, kernel, strides, padding, dilation, out_dtype, cfg=conf,
+                             out_channels=p.out_channel)
+    out.op.attrs["template_inputs"] = (data, kernel)
     return out
 
 

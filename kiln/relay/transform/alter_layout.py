@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.topi.x86.conv2d_nchwc import input_block
+
 from ..expr import Call, Constant, Function, Tuple, TupleGetItem, const
 from ..op import layout as layouts
 from ..op import nn as nn_ops
@@ -218,18 +220,13 @@ class _Rewriter:
                                       out_layout=_blocked(out_block) if out_block else "NCHW"))
             return new, out_block
         if a.groups == channels == out_channels:
-            block = have or _largest_block(channels)
+            block = have or input_block(channels)
             if not block:
                 return None
             new = Call(call.op, [self.view(data, block), weight],
                        a.with_changes(data_layout=_blocked(block), out_layout=_blocked(block)))
             return new, block
         return None
-
-
-def _largest_block(channels: int, limit: int = 16) -> int:
-    """The block a plain tensor of ``channels`` is converted to: 16, 8 or 4 dividing it, else 0."""
-    return next((b for b in (limit, 8, 4) if b <= limit and channels % b == 0), 0)
 
 
 def alter_op_layout(func: Function, target) -> Function:

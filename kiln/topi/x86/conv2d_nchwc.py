@@ -22,10 +22,26 @@ from ..layout import parse_layout
 from ..nn.conv2d import conv2d_shape
 from ..nn.pad import pad
 from ..utils import const_int, const_shape, knob
-from .conv2d import _schedule_packing, _schedule_tile, default_config, find_tagged, schedule_blocked_tile
+from . import conv2d as _nchw
+from .conv2d import _schedule_packing, _schedule_tile, find_tagged, schedule_blocked_tile
 from .injective import tile_root
 
 TAG = "conv2d_NCHWc"
+
+
+def default_config(p) -> dict:
+    """conv2d_nchw's heuristic knobs, with oc_bn lowered to a block that divides the channels
+    (and no ``vectorize_out``: blocks are stored as whole vectors)."""
+    conf = {k: v for k, v in _nchw.default_config(p).items() if k != "vectorize_out"}
+    conf["oc_bn"] = out_block(p.out_channel, conf["oc_bn"])
+    return conf
+
+
+def config_space(p) -> dict:
+    """Candidate values of each knob, for the tuner (oc_bn: the blocks that divide the channels)."""
+    space = {k: v for k, v in _nchw.config_space(p).items() if k != "vectorize_out"}
+    space["oc_bn"] = sorted({out_block(p.out_channel, b) for b in (8, 16, 32, 64)} - {0})
+    return space
 
 
 def block_of(layout: str) -> int:
@@ -59,9 +75,9 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
     p = conv2d_shape("conv2d_NCHWc", (dshape[0], channels, dshape[2], dshape[3]), kshape, strides, padding,
                      dilation, 1)
     out_dtype = out_dtype or str(data.dtype)
-    conf = dict(default_config(p))
-    conf.update({k: knob(cfg, k, v) for k, v in conf.items()})
-    conf["oc_bn"] = const_int(kernel.shape[5]) if prepacked else out_block(p.out_channel, conf["oc_bn"])
+    conf = config_for_shape(p, cfg)
+    if prepacked:
+        conf["oc_bn"] = const_int(kernel.shape[5])
     bn = conf["oc_bn"]
     if not bn or p.out_channel % bn:
         raise ValueError(f"conv2d_NCHWc: no channel block divides the {p.out_channel} output channels "
@@ -101,11 +117,22 @@ def out_block(channels: int, preferred: int) -> int:
     return b if b >= 4 else 0
 
 
+def input_block(channels: int) -> int:
+    """The block a plain tensor of ``channels`` is given when it enters the blocked part of a
+    graph (16, 8 or 4 dividing it, else 0: it stays NCHW, like an RGB image)."""
+    return next((b for b in (16, 8, 4) if channels % b == 0), 0)
+
+
 def config_for_nchwc(data_shape, kernel_shape, strides=1, padding=0, dilation=1, cfg=None) -> dict:
     """The knobs conv2d_NCHWc uses for an NCHW-equivalent data shape and an OIHW kernel shape
     (oc_bn already adjusted to divide the output channels; 0 if nothing does)."""
     p = conv2d_shape("conv2d_NCHWc", tuple(data_shape), tuple(kernel_shape), strides, padding, dilation, 1)
-    conf = dict(default_config(p))
+    return config_for_shape(p, cfg)
+
+
+def config_for_shape(p, cfg=None) -> dict:
+    """The knobs for workload ``p`` (a ``Conv2DShape``): cfg's where it sets them, else defaults."""
+    conf = default_config(p)
     conf.update({k: knob(cfg, k, v) for k, v in conf.items()})
     conf["oc_bn"] = out_block(p.out_channel, int(conf["oc_bn"]))
     return conf
