@@ -84,6 +84,8 @@ def _register(family: str) -> dict:
     @register_topi_compute(f"depthwise_conv2d_nchw.{family}")
     def depthwise_conv2d_nchw(cfg, data, kernel, strides, padding, dilation, groups, out_dtype):
         p = _conv_shape(data, kernel, strides, padding, dilation, groups)
+        if family == "x86" and _depthwise_runs_blocked(p, data.dtype):
+            return _depthwise_nchwc(cfg, p, data, kernel, strides, padding, dilation, out_dtype)
         _define(cfg, _topi(family, "depthwise_conv2d"), p.out_width, p.out_height)
         cfg.add_flop(_conv_flop(p))
         return _topi(family, "conv2d").conv2d_nchw(data, kernel, strides, padding, dilation,
@@ -91,6 +93,8 @@ def _register(family: str) -> dict:
 
     @register_topi_schedule(f"depthwise_conv2d_nchw.{family}")
     def schedule_depthwise_conv2d_nchw(cfg, outs):
+        if "template_inputs" in outs[0].op.attrs:  # the blocked kernel (x86)
+            return _topi(family, "depthwise_conv2d_nchwc").schedule_depthwise_conv2d_NCHWc(outs)
         return _topi(family, "conv2d").schedule_conv2d_nchw(outs)
 
     @register_topi_compute(f"conv2d_nhwc.{family}")
@@ -168,6 +172,27 @@ def _conv2d_nchwc(cfg, p, data, kernel, strides, padding, dilation, out_dtype):
                             str(kernel.dtype), "kernel")
     out = nchwc.conv2d_NCHWc(data, kernel, strides, padding, dilation, out_dtype, cfg=conf,
                              out_channels=p.out_channel)
+    out.op.attrs["template_inputs"] = (data, kernel)
+    return out
+
+
+def _depthwise_runs_blocked(p, dtype) -> bool:
+    """Whether relay.build runs this depthwise conv2d on NCHW{b}c data (AlterOpLayout, x86)."""
+    from kiln.topi.x86.conv2d_nchwc import input_block
+    return p.out_channel == p.in_channel and str(dtype).startswith("float") and input_block(p.in_channel) > 0
+
+
+def _depthwise_nchwc(cfg, p, data, kernel, strides, padding, dilation, out_dtype):
+    """The blocked depthwise kernel relay.build deploys, on blocked data and a pre-packed kernel."""
+    from kiln import te
+    from kiln.topi.x86.conv2d_nchwc import input_block
+    dw = importlib.import_module("kiln.topi.x86.depthwise_conv2d_nchwc")
+    b = input_block(p.in_channel)
+    _define(cfg, dw, p.out_width, b, p.kernel_h, p.stride_w)
+    cfg.add_flop(_conv_flop(p))
+    data = te.placeholder((p.batch, p.in_channel // b, p.in_height, p.in_width, b), str(data.dtype), "data")
+    kernel = te.placeholder((p.in_channel // b, p.kernel_h, p.kernel_w, b), str(kernel.dtype), "kernel")
+    out = dw.depthwise_conv2d_NCHWc(data, kernel, strides, padding, dilation, out_dtype, cfg=_untuned(cfg))
     out.op.attrs["template_inputs"] = (data, kernel)
     return out
 

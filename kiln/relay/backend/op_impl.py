@@ -229,7 +229,7 @@ def _conv2d_blocked(a, x, t, ctx):
         conf = _nchwc_config(a, dshape, (out_channels, dshape[1]) + tuple(int(d) for d in kernel.shape[2:4]), ctx.cfg)
         return ctx.topi.conv2d_NCHWc(data, kernel, *args, cfg=conf, out_channels=out_channels, plain_output=not ob)
     if ib and ib == ob and a.groups == out_channels:
-        return ctx.topi.depthwise_conv2d_NCHWc(data, kernel, *args)
+        return ctx.topi.depthwise_conv2d_NCHWc(data, kernel, *args, cfg=ctx.cfg)
     raise CompileError(f"nn.conv2d: no compute for data_layout {a.data_layout!r} -> out_layout {a.out_layout!r} "
                        f"with groups={a.groups}; blocked layouts take groups 1 or depthwise convolutions")
 
