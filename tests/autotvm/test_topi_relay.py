@@ -41,8 +41,9 @@ def test_tuned_knobs_reach_the_topi_compute(tmp_path):
     task = autotvm.task.extract_from_program(_net()["main"], target="llvm", params={},
                                              ops=(relay.op.get("nn.conv2d"),))[0]
     space = task.config_space
-    pick = next(i for i in range(len(space)) if space.get(i)["oc_bn"].val == 8
-                and space.get(i)["tile_ow"].val == 2)
+    # 3x3 stride-1 convs on blocked data are Winograd on x86: oc_bn and tile_p
+    pick = next(i for i in range(len(space)) if space.get(i)["oc_bn"].val == 16
+                and space.get(i)["tile_p"].val == 2)
     log = str(tmp_path / "conv.log")
     record.save_to_file(log, [(MeasureInput(task.target, task, space.get(pick)),
                                MeasureResult((1e-4,), 0, 0.1, time.time()))])
@@ -96,16 +97,26 @@ def test_conv2d_template_measures_the_blocked_kernel_relay_deploys():
     # AlterOpLayout runs x86 conv2d on NCHW{b}c data with pre-packed weights; the template
     # measures that kernel, and its output block (oc_bn) is a layout knob.
     x = relay.var("data", shape=(1, 32, 14, 14), dtype="float32")
-    y = relay.nn.conv2d(x, relay.var("w", shape=(64, 32, 3, 3)), padding=(1, 1))
-    mod = tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(y), y))
-    (task,) = autotvm.task.extract_from_program(mod["main"], target="llvm", params={})
-    space = task.config_space
+    y = relay.nn.conv2d(x, relay.var("w", shape=(64, 32, 3, 3)), strides=(2, 2), padding=(1, 1))
+    z = relay.nn.conv2d(x, relay.var("w3", shape=(64, 32, 3, 3)), padding=(1, 1))  # 3x3/1: Winograd
+    out = relay.Tuple([y, z])
+    mod = tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(out), out))
+    direct, wino = sorted(autotvm.task.extract_from_program(mod["main"], target="llvm", params={}),
+                          key=lambda t: t.args[2] != (2, 2))
+    space = direct.config_space
     assert space.layout_knobs == ("oc_bn",) and "vectorize_out" not in space.knobs
     for bn in (16, 32, 64):
         cfg = next(c for c in space if c["oc_bn"].val == bn)
-        _, args = task.instantiate(cfg)
+        _, args = direct.instantiate(cfg)
         shapes = [tuple(int(d) for d in a.shape) for a in args]
-        assert shapes == [(1, 2, 14, 14, 16), (64 // bn, 2, 3, 3, 16, bn), (1, 64 // bn, 14, 14, bn)]
+        assert shapes == [(1, 2, 14, 14, 16), (64 // bn, 2, 3, 3, 16, bn), (1, 64 // bn, 7, 7, bn)]
+    space = wino.config_space
+    assert set(space.knobs) == {"oc_bn", "tile_p"} and space.layout_knobs == ("oc_bn",)
+    cfg = next(c for c in space if c["oc_bn"].val == 32)
+    _, args = wino.instantiate(cfg)
+    # blocked data, the transformed kernel (16 frequencies), blocked output
+    assert [tuple(int(d) for d in a.shape) for a in args] == [(1, 2, 14, 14, 16), (16, 2, 2, 16, 32),
+                                                              (1, 2, 14, 14, 32)]
 
 
 def test_check_correctness_compares_each_layout_with_its_untuned_kernel():
@@ -114,7 +125,7 @@ def test_check_correctness_compares_each_layout_with_its_untuned_kernel():
 
     task = autotvm.task.create("conv2d_nchw.x86", (("TENSOR", (1, 16, 8, 8), "float32"),
                                                    ("TENSOR", (32, 16, 3, 3), "float32"),
-                                                   (1, 1), (1, 1, 1, 1), (1, 1), 1, "float32"), "llvm")
+                                                   (2, 2), (1, 1, 1, 1), (1, 1), 1, "float32"), "llvm")
     space = task.config_space
     picks = [next(c for c in space if c["oc_bn"].val == bn and c["tile_ow"].val == 4) for bn in (8, 16, 32)]
     option = autotvm.measure_option(

@@ -159,6 +159,19 @@ def test_channel_concatenation_stays_blocked():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_3x3_stride_1_convolutions_on_blocked_data_use_winograd():
+    x = relay.var("x", shape=(1, 3, 16, 16))
+    y = relay.nn.relu(_conv(x, 3, 16, stride=2))                        # direct (RGB input, stride 2)
+    z = relay.nn.relu(relay.add(_conv(relay.nn.relu(_conv(y, 16, 16)), 16, 16), y))  # two Winograd
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.global_avg_pool2d(z)))
+    inputs = {"x": _rand(1, 3, 16, 16)}
+    got, lib = _build_run(mod, inputs)
+    np.testing.assert_allclose(got, reference.run(mod, inputs), rtol=1e-4, atol=1e-4)
+    weights = [v.numpy().shape for v in lib.get_params().values()]
+    # the kernels of the two 3x3/1 convs are stored transformed: (16 frequencies, K/bn, C/ib, ib, bn)
+    assert sum(1 for s in weights if len(s) == 5 and s[0] == 16 and s[3] == 16) == 2, weights
+
+
 def test_operands_that_cannot_be_blocked_fall_back_to_nchw():
     x = relay.var("x", shape=(1, 16, 6, 6))
     scale = relay.var("scale", shape=(16, 1, 1))  # per-channel, but not a constant

@@ -76,6 +76,8 @@ def _register(family: str) -> dict:
     @register_topi_schedule(f"conv2d_nchw.{family}")
     def schedule_conv2d_nchw(cfg, outs):
         if "template_inputs" in outs[0].op.attrs:  # the blocked kernel (x86)
+            if "winograd" in outs[0].op.tag:
+                return _topi(family, "conv2d_winograd").schedule_conv2d_winograd_NCHWc(outs)
             return _topi(family, "conv2d_nchwc").schedule_conv2d_NCHWc(outs)
         return _topi(family, "conv2d").schedule_conv2d_nchw(outs)
 
@@ -160,6 +162,9 @@ def _conv2d_nchwc(cfg, p, data, kernel, strides, padding, dilation, out_dtype):
     output block is a layout knob (check_correctness compares like with like)."""
     from kiln import te
     nchwc = importlib.import_module("kiln.topi.x86.conv2d_nchwc")
+    wino = importlib.import_module("kiln.topi.x86.conv2d_winograd")
+    if wino.applies(p) and nchwc.input_block(p.in_channel):
+        return _conv2d_winograd(cfg, p, data, kernel, padding, out_dtype)
     _define(cfg, nchwc, p)
     cfg.define_layout("oc_bn")
     cfg.add_flop(_conv_flop(p))
@@ -193,6 +198,25 @@ def _depthwise_nchwc(cfg, p, data, kernel, strides, padding, dilation, out_dtype
     data = te.placeholder((p.batch, p.in_channel // b, p.in_height, p.in_width, b), str(data.dtype), "data")
     kernel = te.placeholder((p.in_channel // b, p.kernel_h, p.kernel_w, b), str(kernel.dtype), "kernel")
     out = dw.depthwise_conv2d_NCHWc(data, kernel, strides, padding, dilation, out_dtype, cfg=_untuned(cfg))
+    out.op.attrs["template_inputs"] = (data, kernel)
+    return out
+
+
+def _conv2d_winograd(cfg, p, data, kernel, padding, out_dtype):
+    """3x3 stride-1 convs on blocked data: relay.build deploys Winograd F(2x2, 3x3) for them."""
+    from kiln import te
+    from kiln.topi.utils import knob
+    from kiln.topi.x86.conv2d_nchwc import input_block, out_block
+    wino = importlib.import_module("kiln.topi.x86.conv2d_winograd")
+    _define(cfg, wino, p)
+    cfg.define_layout("oc_bn")
+    cfg.add_flop(_conv_flop(p))  # the direct convolution's count, so GFLOPS compare across kernels
+    conf = _untuned(cfg)
+    bn = out_block(p.out_channel, int(knob(conf, "oc_bn", wino.default_config(p)["oc_bn"])))
+    ib = input_block(p.in_channel)
+    data = te.placeholder((p.batch, p.in_channel // ib, p.in_height, p.in_width, ib), str(data.dtype), "data")
+    kernel = te.placeholder((16, p.out_channel // bn, p.in_channel // ib, ib, bn), str(kernel.dtype), "kernel")
+    out = wino.conv2d_winograd_NCHWc(data, kernel, padding, out_dtype, cfg=conf, out_channels=p.out_channel)
     out.op.attrs["template_inputs"] = (data, kernel)
     return out
 

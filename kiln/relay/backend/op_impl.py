@@ -29,6 +29,8 @@ from kiln import te, tir, topi
 from kiln.errors import CompileError
 from kiln.ir.expr import const
 
+from kiln.topi.utils import knob
+
 from ..op import layout
 from ..op.transform import slice_ranges
 
@@ -200,9 +202,18 @@ def _blocks(a) -> tuple[int, int]:
     return layout.channel_block(a.data_layout), layout.channel_block(a.out_layout or a.data_layout)
 
 
+def _winograd(a, kernel_hw) -> bool:
+    """Blocked in and out, 3x3, stride 1, no dilation, groups 1: Winograd F(2x2, 3x3) (x86)."""
+    ib, ob = _blocks(a)
+    return bool(ib and ob) and a.groups == 1 and tuple(kernel_hw) == (3, 3) and \
+        tuple(a.strides) == (1, 1) and tuple(a.dilation) == (1, 1)
+
+
 def _conv2d_schedule(a) -> str:
     if any(_blocks(a)):
-        return "conv2d_NCHWc" if a.groups == 1 else "depthwise_conv2d_NCHWc"
+        if a.groups > 1:
+            return "depthwise_conv2d_NCHWc"
+        return "conv2d_winograd_NCHWc" if _winograd(a, a.kernel_size or (0, 0)) else "conv2d_NCHWc"
     return {"NCHW": "conv2d_nchw", "NHWC": "conv2d_nhwc"}.get(a.data_layout, "generic")
 
 
@@ -224,6 +235,13 @@ def _conv2d_blocked(a, x, t, ctx):
     out_channels = _shape(t)[1] * max(ob, 1)
     if not ctx.prepacked:
         kernel = _to_layout(kernel, a.kernel_layout, "OIHW", "nn.conv2d")
+    if a.groups == 1 and _winograd(a, a.kernel_size or ()):
+        conf = {"oc_bn": ob}
+        tile_p = knob(ctx.cfg, "tile_p", None)
+        if tile_p:
+            conf["tile_p"] = tile_p
+        return ctx.topi.conv2d_winograd_NCHWc(data, kernel, tuple(a.padding), args[3], cfg=conf,
+                                              out_channels=out_channels)
     if a.groups == 1:
         dshape = layout.blocked_shape(tuple(int(d) for d in data.shape), a.data_layout, "NCHW")
         conf = _nchwc_config(a, dshape, (out_channels, dshape[1]) + tuple(int(d) for d in kernel.shape[2:4]), ctx.cfg)
@@ -277,6 +295,10 @@ def _conv2d_blocked_prepack(a, types, cfg):
 
     ib, ob = _blocks(a)
     o, i, kh, kw = _shape(types[1])
+    if a.groups == 1 and _winograd(a, (kh, kw)):
+        from kiln.topi.x86.conv2d_winograd import prepack_kernel_winograd
+        return WeightTransform(1, (16, o // ob, i // ib, ib, ob), lambda w: prepack_kernel_winograd(w, ib, ob),
+                               ("winograd", ib, ob))
     if a.groups == 1:
         dshape = layout.blocked_shape(_shape(types[0]), a.data_layout, "NCHW")
         bn = _nchwc_config(a, dshape, (o, i, kh, kw), cfg)["oc_bn"]
@@ -391,6 +413,8 @@ SCHEDULES: dict[str, dict[str, Callable]] = {
     "batch_matmul": {"x86": topi.x86.schedule_batch_matmul, "arm_cpu": topi.arm_cpu.schedule_batch_matmul},
     "generic": {"x86": topi.generic.default_schedule, "arm_cpu": topi.generic.default_schedule},
     "conv2d_NCHWc": {"x86": topi.x86.schedule_conv2d_NCHWc, "arm_cpu": topi.arm_cpu.schedule_conv2d_NCHWc},
+    "conv2d_winograd_NCHWc": {"x86": topi.x86.schedule_conv2d_winograd_NCHWc,
+                              "arm_cpu": topi.arm_cpu.schedule_conv2d_winograd_NCHWc},
     "depthwise_conv2d_NCHWc": {"x86": lambda outs: topi.x86.schedule_depthwise_conv2d_NCHWc(outs),
                                "arm_cpu": lambda outs: topi.arm_cpu.schedule_depthwise_conv2d_NCHWc(outs)},
 }

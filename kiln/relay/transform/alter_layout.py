@@ -217,7 +217,8 @@ class _Rewriter:
                 return None
             new = Call(call.op, [self.view(data, have), weight],
                        a.with_changes(data_layout=_blocked(have) if have else "NCHW",
-                                      out_layout=_blocked(out_block) if out_block else "NCHW"))
+                                      out_layout=_blocked(out_block) if out_block else "NCHW",
+                                      kernel_size=_shape(weight)[2:]))  # the backend picks Winograd by it
             return new, out_block
         if a.groups == channels == out_channels:
             block = have or input_block(channels)

@@ -9,7 +9,7 @@ default knob is derived from the active target's vector width and register count
 """
 
 from ..x86 import (  # noqa: F401
-    batch_matmul, conv2d_nchw, conv2d_NCHWc, schedule_conv2d_NCHWc, layer_norm, log_softmax, pool2d, softmax, conv2d_nhwc, conv2d_transpose_nchw, dense, depthwise_conv2d_nchw,
+    batch_matmul, conv2d_nchw, conv2d_NCHWc, schedule_conv2d_NCHWc, conv2d_winograd_NCHWc, schedule_conv2d_winograd_NCHWc, layer_norm, log_softmax, pool2d, softmax, conv2d_nhwc, conv2d_transpose_nchw, dense, depthwise_conv2d_nchw,
     schedule_adaptive_pool, schedule_batch_matmul, schedule_concatenate, schedule_conv2d_nchw, schedule_conv2d_nhwc,
     schedule_conv2d_transpose_nchw, schedule_dense, schedule_depthwise_conv2d_nchw, schedule_injective,
     schedule_layer_norm, schedule_pool, schedule_reduce, schedule_softmax,

@@ -10,6 +10,7 @@ compute records the knobs it used in its op's attrs, so the schedule agrees with
 from .batch_matmul import batch_matmul, schedule_batch_matmul  # noqa: F401
 from .conv2d import conv2d_nchw, schedule_conv2d_nchw  # noqa: F401
 from .conv2d_nchwc import conv2d_NCHWc, schedule_conv2d_NCHWc  # noqa: F401
+from .conv2d_winograd import conv2d_winograd_NCHWc, schedule_conv2d_winograd_NCHWc  # noqa: F401
 from .conv2d_nhwc import conv2d_nhwc, schedule_conv2d_nhwc  # noqa: F401
 from .conv2d_transpose import conv2d_transpose_nchw, schedule_conv2d_transpose_nchw  # noqa: F401
 from .default import (  # noqa: F401

@@ -1,0 +1,70 @@
+"""x86 Winograd F(2x2, 3x3) conv2d on NCHW{b}c data against numpy's direct convolution."""
+
+import numpy as np
+import pytest
+
+from kiln import te, topi
+from kiln.topi import testing
+from kiln.topi.nn.conv2d import conv2d_shape
+from kiln.topi.x86.conv2d_winograd import applies, prepack_kernel_winograd
+
+
+def to_blocked(x, b):
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // b, b, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def _run(runner, c, k, hw, ib, bn, pad=1, packed=True, tile_p=None, epilogue=False):
+    a, wt = runner.rand(1, c, hw, hw), runner.rand(k, c, 3, 3)
+    kernel = prepack_kernel_winograd(wt, ib, bn) if packed else wt
+    A = te.placeholder((1, c // ib, hw, hw, ib), name="data")
+    W = te.placeholder(kernel.shape, name="kernel")
+    cfg = {"oc_bn": bn, **({"tile_p": tile_p} if tile_p else {})}
+    out = topi.x86.conv2d_winograd_NCHWc(A, W, pad, "float32", cfg=cfg, out_channels=k)
+    args, inputs = [A, W], [to_blocked(a, ib), kernel]
+    ref = testing.conv2d_nchw_python(a, wt, 1, pad)
+    if epilogue:
+        bias = runner.rand(k)
+        B = te.placeholder((k // bn, 1, 1, bn), name="bias")
+        out = topi.nn.relu(topi.add(out, B))
+        args.append(B)
+        inputs.append(bias.reshape(k // bn, bn)[:, None, None, :])
+        ref = np.maximum(ref + bias.reshape(1, k, 1, 1), 0)
+    got = runner.run(topi.x86.schedule_conv2d_winograd_NCHWc, out, args, inputs)
+    # Winograd reassociates the sums: compare relative to the output's magnitude.
+    np.testing.assert_allclose(got, to_blocked(ref, bn), rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("c,k,hw,ib,bn", [
+    (16, 16, 6, 16, 16),
+    (16, 32, 7, 8, 32),     # odd size: the last tile row and column are cropped
+    (32, 16, 9, 16, 16),
+    (64, 64, 14, 16, 32),
+    (24, 8, 5, 8, 8),
+])
+def test_winograd_matches_the_direct_convolution(runner, c, k, hw, ib, bn):
+    _run(runner, c, k, hw, ib, bn)
+
+
+def test_kernel_transformed_in_the_kernel_equals_the_prepacked_one(runner):
+    _run(runner, 16, 32, 7, 8, 32, packed=False)
+
+
+@pytest.mark.parametrize("tile_p", [2, 3, 5])  # 3 leaves a tail of tiles in every row of 5
+def test_tile_p_with_and_without_a_tail(runner, tile_p):
+    _run(runner, 32, 16, 9, 16, 16, tile_p=tile_p)
+
+
+def test_padding_zero_and_a_fused_epilogue(runner):
+    _run(runner, 16, 16, 8, 16, 16, pad=0)
+    _run(runner, 16, 32, 8, 16, 32, epilogue=True)
+
+
+def test_only_3x3_stride_1_convolutions():
+    assert applies(conv2d_shape("c", (1, 16, 8, 8), (16, 16, 3, 3), 1, 1, 1, 1))
+    assert not applies(conv2d_shape("c", (1, 16, 8, 8), (16, 16, 3, 3), 2, 1, 1, 1))
+    assert not applies(conv2d_shape("c", (1, 16, 8, 8), (16, 16, 1, 1), 1, 0, 1, 1))
+    A = te.placeholder((1, 1, 8, 8, 16), name="data")
+    W = te.placeholder((16, 16, 5, 5), name="kernel")
+    with pytest.raises(ValueError, match="3x3 kernel, stride 1"):
+        topi.x86.conv2d_winograd_NCHWc(A, W, 2, "float32")
