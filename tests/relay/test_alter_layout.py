@@ -138,9 +138,10 @@ def test_tuned_oc_bn_sets_the_block_and_mismatched_residuals_are_converted():
     with dispatch.use_config_provider(provider):
         after = _altered(mod)
         got, _ = _build_run(mod, inputs)
-    # The first conv reads x as NCHW; the last writes NCHW (nothing after it keeps blocks).
-    assert _conv_layouts(after["main"]) == [("NCHW", "NCHW32c"), ("NCHW32c", "NCHW16c"), ("NCHW32c", "NCHW")]
-    assert _ops(after["main"]).count("layout_transform") == 1  # b from 16c to 32c for the add
+    # x goes blocked for the first conv (3x3/1: Winograd); the last (1x1) writes NCHW, as
+    # nothing after it keeps blocks.
+    assert _conv_layouts(after["main"]) == [("NCHW16c", "NCHW32c"), ("NCHW32c", "NCHW16c"), ("NCHW32c", "NCHW")]
+    assert _ops(after["main"]).count("layout_transform") == 2  # x in; b from 16c to 32c for the add
     np.testing.assert_allclose(got, reference.run(mod, inputs), rtol=1e-4, atol=1e-4)
 
 
@@ -179,7 +180,7 @@ def test_operands_that_cannot_be_blocked_fall_back_to_nchw():
     y = relay.nn.bias_add(y, relay.const(_rand(16)))  # has an axis: stays NCHW
     mod = tvm.IRModule.from_expr(relay.Function([x, scale], y))
     after = _altered(mod)
-    assert _conv_layouts(after["main"]) == [("NCHW", "")]  # its user needs NCHW: nothing to gain
+    assert _conv_layouts(after["main"]) == [("NCHW16c", "NCHW16c")]  # 3x3/1: Winograd, blocked in and out
     inputs = {"x": _rand(1, 16, 6, 6), "scale": _rand(16, 1, 1)}
     np.testing.assert_allclose(reference.run(after, inputs), reference.run(mod, inputs), rtol=1e-5, atol=1e-5)
     got, _ = _build_run(mod, inputs)

@@ -12,8 +12,9 @@ the original NCHW):
 
 - ``nn.conv2d`` (NCHW data, OIHW constant weight, groups 1) gets ``out_layout = NCHW{oc_bn}c``,
   ``oc_bn`` from the op's tuning config (or topi's default) adjusted to divide the channels
-  (24 channels -> 8). Its input stays in whatever block the producer chose; plain inputs with
-  few channels (an RGB image) are read as NCHW directly.
+  (24 channels -> 8). Its input stays in whatever block the producer chose; plain inputs (an
+  RGB image) are read as NCHW directly, except by 3x3 stride-1 convs, which always run blocked
+  (the backend's Winograd kernel outweighs the layout transforms around it).
 - depthwise ``nn.conv2d`` (groups == channels) keeps its input's block.
 - elementwise ops keep the block; broadcasting ops keep it when the other operands are the same
   shape (blocked too), scalars, or constants that broadcast along whole axes (a per-channel bias
@@ -139,7 +140,8 @@ class _Rewriter:
         block = blocked[0]
         if op in _POOLS and a.layout == "NCHW" and len(call.args) == 1:
             return Call(op, [self.view(call.args[0], block)], a.with_changes(layout=_blocked(block))), block
-        if call not in self.wanted:
+        if call not in self.wanted and not all(self.block_of(x) or isinstance(x, Constant) or not _shape(x)
+                                               for x in call.args):
             return None  # computed on NCHW, so that it fuses with a producer that writes NCHW
         if op is nn_ops.BIAS_ADD:
             return self.bias_add(call, block)
@@ -213,6 +215,10 @@ class _Rewriter:
             # the output is blocked when a user keeps it so, else unpacked to NCHW in the kernel.
             block = self.conv_block(call)
             out_block = block if call in self.wanted else 0
+            if block and _winograd(a, _shape(weight)) and input_block(channels):
+                # Winograd (blocked in and out) beats the direct kernel by more than the two
+                # layout transforms a lone 3x3 conv then needs (64@56: 553 + ~60 vs 1070 us).
+                have, out_block = have or input_block(channels), block
             if not block or not (have or out_block):
                 return None
             new = Call(call.op, [self.view(data, have), weight],
@@ -228,6 +234,11 @@ class _Rewriter:
                        a.with_changes(data_layout=_blocked(block), out_layout=_blocked(block)))
             return new, block
         return None
+
+
+def _winograd(a, weight_shape) -> bool:
+    """3x3 stride-1 undilated: the backend runs it as Winograd F(2x2, 3x3) on blocked data."""
+    return tuple(weight_shape[2:]) == (3, 3) and tuple(a.strides) == (1, 1) and tuple(a.dilation) == (1, 1)
 
 
 def alter_op_layout(func: Function, target) -> Function:
