@@ -20,6 +20,7 @@ from ..generic.default import default_schedule
 from ..nn.pooling import pool2d as _generic_pool2d
 from ..utils import const_int
 from .conv2d import find_tagged
+from .depthwise_conv2d_nchwc import _vectorize_block
 
 POOL_TAGS = ("pool_max", "pool_sum")
 
@@ -73,15 +74,6 @@ def _find_any(out, tags):
         except ValueError:
             continue
     return None
-
-
-def _vectorize_block(stage, axis, b: int, lanes: int) -> None:
-    if b <= 2 * lanes:
-        stage.vectorize(axis)
-    else:
-        jo, ji = stage.split(axis, factor=lanes)
-        stage.unroll(jo)
-        stage.vectorize(ji)
 
 
 def schedule_pool_NCHWc(outs, tile_w: int = 4):  # noqa: N802
