@@ -54,8 +54,11 @@ def fleet(tmp_path):
     t = rpc.connect_tracker(svc.HOST, tracker.port)
     svc.wait_until(lambda: queue_row(t.text_summary(), "local") == (2, 2, 0)
                    and queue_row(t.text_summary(), "proxied") == (1, 1, 0), what="fleet registered")
-    yield {"tracker": tracker, "servers": servers, "proxy": proxy, "behind": behind, "client": t}
-    for s in [*servers, behind, proxy, tracker]:
+    state = {"tracker": tracker, "servers": servers, "proxy": proxy, "behind": behind, "client": t}
+    yield state
+    # state["tracker"]: the test restarts the tracker; stop the one running now (the first is
+    # stopped already), or it outlives the test run.
+    for s in [*servers, behind, proxy, state["tracker"]]:
         s.stop()
 
 
