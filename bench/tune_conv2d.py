@@ -8,6 +8,11 @@ under ``apply_history_best`` and timed against onnxruntime running that model, b
 onnxruntime's GFLOPS and their ratio, the trial at which 90% of the final best was first
 reached, and trials per minute. Goal: ratio >= 1.0.
 
+On x86 this conv is 3x3 stride 1, so the template measures (and relay.build deploys) the
+Winograd F(2x2, 3x3) kernel on NCHW16c data; the one-node model's NCHW input and output then
+cost a layout transform each, which the end-to-end figure includes (GFLOPS count the direct
+convolution's 2*N*K*H*W*C*9 operations for every kernel).
+
     python bench/tune_conv2d.py [--trials 200] [--tuner xgb] [--threads 2] [--log conv.log] [--plot c.png]
 """
 
