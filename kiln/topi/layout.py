@@ -1,36 +1,13 @@
-"""Layout strings such as "NCHW", "NHWC", "NCHW16c" and conversions between them.
-
-Upper-case letters are primal axes; a number followed by a lower-case letter is a block of
-that axis (``NCHW16c``: C split into C/16 chunks of 16, the block innermost).
-"""
+"""Conversions between layouts such as "NCHW", "NHWC" and "NCHW16c" (parsed by kiln.layout)."""
 
 from __future__ import annotations
 
-import re
-
 from kiln import te, tir
 from kiln.errors import ShapeError
+from kiln.layout import parse_layout
 from kiln.ir.expr import const
 
 from .utils import const_int
-
-
-def parse_layout(layout: str) -> list[tuple[str, int]]:
-    """[(axis letter, block factor or 0 for a primal axis), ...]."""
-    items = re.findall(r"(\d*)([A-Za-z])", layout)
-    if "".join(f + a for f, a in items) != layout:
-        raise ShapeError(f"layout {layout!r} is not of the form 'NCHW' or 'NCHW16c'")
-    out = []
-    for factor, letter in items:
-        if letter.isupper():
-            if factor:
-                raise ShapeError(f"layout {layout!r}: primal axis {letter} cannot have a factor")
-            out.append((letter, 0))
-        else:
-            if not factor:
-                raise ShapeError(f"layout {layout!r}: block axis {letter} needs a factor, e.g. 16{letter}")
-            out.append((letter.upper(), int(factor)))
-    return out
 
 
 def layout_transform(data, src_layout: str, dst_layout: str):

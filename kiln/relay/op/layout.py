@@ -6,26 +6,9 @@ Only blocks that divide their axis exactly are allowed: a blocked tensor never h
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
-
-def parse(layout: str) -> list[tuple[str, int]]:
-    """[(axis letter, block factor or 0 for a primal axis)]: "NCHW16c" -> N C H W + (C, 16)."""
-    items = re.findall(r"(\d*)([A-Za-z])", layout)
-    if not layout or "".join(f + a for f, a in items) != layout:
-        raise ValueError(f"layout {layout!r} is not of the form 'NCHW' or 'NCHW16c'")
-    out = []
-    for factor, letter in items:
-        if letter.isupper() == bool(factor) or (factor and int(factor) <= 0):
-            raise ValueError(f"layout {layout!r}: primal axes are upper case without a factor, blocks are "
-                             "a factor and a lower-case letter (16c)")
-        out.append((letter.upper(), int(factor or 0)))
-    primal = [a for a, f in out if not f]
-    if len(set(primal)) != len(primal) or any(a not in primal for a, f in out if f):
-        raise ValueError(f"layout {layout!r}: each axis once, and a block only of an axis that is present")
-    return out
+from kiln.layout import parse_layout as parse
 
 
 def primal(layout: str) -> str:
