@@ -172,13 +172,19 @@ def _conv2d_nchwc(cfg, p, data, kernel, strides, padding, dilation, out_dtype):
     bn = nchwc.config_for_shape(p, conf)["oc_bn"]
     ib = nchwc.input_block(p.in_channel)
     if ib:
-        data = te.placeholder((p.batch, p.in_channel // ib, p.in_height, p.in_width, ib), str(data.dtype), "data")
+        data = _blocked_data(p, ib, data.dtype)
     kernel = te.placeholder((p.out_channel // bn, p.in_channel // max(ib, 1), p.kernel_h, p.kernel_w, max(ib, 1), bn),
                             str(kernel.dtype), "kernel")
     out = nchwc.conv2d_NCHWc(data, kernel, strides, padding, dilation, out_dtype, cfg=conf,
                              out_channels=p.out_channel)
     out.op.attrs["template_inputs"] = (data, kernel)
     return out
+
+
+def _blocked_data(p, block: int, dtype):
+    """The data placeholder in the NCHW{block}c layout AlterOpLayout gives it."""
+    from kiln import te
+    return te.placeholder((p.batch, p.in_channel // block, p.in_height, p.in_width, block), str(dtype), "data")
 
 
 def _depthwise_runs_blocked(p, dtype) -> bool:
@@ -195,7 +201,7 @@ def _depthwise_nchwc(cfg, p, data, kernel, strides, padding, dilation, out_dtype
     b = input_block(p.in_channel)
     _define(cfg, dw, p.out_width, b, p.kernel_h, p.stride_w)
     cfg.add_flop(_conv_flop(p))
-    data = te.placeholder((p.batch, p.in_channel // b, p.in_height, p.in_width, b), str(data.dtype), "data")
+    data = _blocked_data(p, b, data.dtype)
     kernel = te.placeholder((p.in_channel // b, p.kernel_h, p.kernel_w, b), str(kernel.dtype), "kernel")
     out = dw.depthwise_conv2d_NCHWc(data, kernel, strides, padding, dilation, out_dtype, cfg=_untuned(cfg))
     out.op.attrs["template_inputs"] = (data, kernel)
@@ -205,16 +211,15 @@ def _depthwise_nchwc(cfg, p, data, kernel, strides, padding, dilation, out_dtype
 def _conv2d_winograd(cfg, p, data, kernel, padding, out_dtype):
     """3x3 stride-1 convs on blocked data: relay.build deploys Winograd F(2x2, 3x3) for them."""
     from kiln import te
-    from kiln.topi.utils import knob
-    from kiln.topi.x86.conv2d_nchwc import input_block, out_block
+    from kiln.topi.x86.conv2d_nchwc import input_block
     wino = importlib.import_module("kiln.topi.x86.conv2d_winograd")
     _define(cfg, wino, p)
     cfg.define_layout("oc_bn")
     cfg.add_flop(_conv_flop(p))  # the direct convolution's count, so GFLOPS compare across kernels
     conf = _untuned(cfg)
-    bn = out_block(p.out_channel, int(knob(conf, "oc_bn", wino.default_config(p)["oc_bn"])))
+    bn = wino.config_for_shape(p, conf)["oc_bn"]
     ib = input_block(p.in_channel)
-    data = te.placeholder((p.batch, p.in_channel // ib, p.in_height, p.in_width, ib), str(data.dtype), "data")
+    data = _blocked_data(p, ib, data.dtype)
     kernel = te.placeholder((16, p.out_channel // bn, p.in_channel // ib, ib, bn), str(kernel.dtype), "kernel")
     out = wino.conv2d_winograd_NCHWc(data, kernel, padding, out_dtype, cfg=conf, out_channels=p.out_channel)
     out.op.attrs["template_inputs"] = (data, kernel)

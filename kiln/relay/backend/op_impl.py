@@ -28,7 +28,6 @@ import numpy as np
 from kiln import te, tir, topi
 from kiln.errors import CompileError
 from kiln.ir.expr import const
-
 from kiln.topi.utils import knob
 
 from ..op import layout
@@ -204,16 +203,17 @@ def _blocks(a) -> tuple[int, int]:
 
 def _winograd(a, kernel_hw) -> bool:
     """Blocked in and out, 3x3, stride 1, no dilation, groups 1: Winograd F(2x2, 3x3) (x86)."""
+    from kiln.topi.x86.conv2d_winograd import applies_to
+
     ib, ob = _blocks(a)
-    return bool(ib and ob) and a.groups == 1 and tuple(kernel_hw) == (3, 3) and \
-        tuple(a.strides) == (1, 1) and tuple(a.dilation) == (1, 1)
+    return bool(ib and ob) and applies_to(kernel_hw, a.strides, a.dilation, a.groups)
 
 
 def _conv2d_schedule(a) -> str:
     if any(_blocks(a)):
         if a.groups > 1:
             return "depthwise_conv2d_NCHWc"
-        return "conv2d_winograd_NCHWc" if _winograd(a, a.kernel_size or (0, 0)) else "conv2d_NCHWc"
+        return "conv2d_winograd_NCHWc" if _winograd(a, a.kernel_size or ()) else "conv2d_NCHWc"
     return {"NCHW": "conv2d_nchw", "NHWC": "conv2d_nhwc"}.get(a.data_layout, "generic")
 
 
@@ -235,7 +235,7 @@ def _conv2d_blocked(a, x, t, ctx):
     out_channels = _shape(t)[1] * max(ob, 1)
     if not ctx.prepacked:
         kernel = _to_layout(kernel, a.kernel_layout, "OIHW", "nn.conv2d")
-    if a.groups == 1 and _winograd(a, a.kernel_size or ()):
+    if _winograd(a, a.kernel_size or ()):
         conf = {"oc_bn": ob}
         tile_p = knob(ctx.cfg, "tile_p", None)
         if tile_p:
@@ -295,7 +295,7 @@ def _conv2d_blocked_prepack(a, types, cfg):
 
     ib, ob = _blocks(a)
     o, i, kh, kw = _shape(types[1])
-    if a.groups == 1 and _winograd(a, (kh, kw)):
+    if _winograd(a, (kh, kw)):
         from kiln.topi.x86.conv2d_winograd import prepack_kernel_winograd
         return WeightTransform(1, (16, o // ob, i // ib, ib, ob), lambda w: prepack_kernel_winograd(w, ib, ob),
                                ("winograd", ib, ob))
@@ -415,8 +415,8 @@ SCHEDULES: dict[str, dict[str, Callable]] = {
     "conv2d_NCHWc": {"x86": topi.x86.schedule_conv2d_NCHWc, "arm_cpu": topi.arm_cpu.schedule_conv2d_NCHWc},
     "conv2d_winograd_NCHWc": {"x86": topi.x86.schedule_conv2d_winograd_NCHWc,
                               "arm_cpu": topi.arm_cpu.schedule_conv2d_winograd_NCHWc},
-    "depthwise_conv2d_NCHWc": {"x86": lambda outs: topi.x86.schedule_depthwise_conv2d_NCHWc(outs),
-                               "arm_cpu": lambda outs: topi.arm_cpu.schedule_depthwise_conv2d_NCHWc(outs)},
+    "depthwise_conv2d_NCHWc": {"x86": topi.x86.schedule_depthwise_conv2d_NCHWc,
+                               "arm_cpu": topi.arm_cpu.schedule_depthwise_conv2d_NCHWc},
 }
 
 CPU_PACKAGES = {"x86": topi.x86, "arm_cpu": topi.arm_cpu}

@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.topi.x86.conv2d_nchwc import input_block
+from kiln.topi.x86.conv2d_winograd import applies_to as winograd_applies
 
 from ..expr import Call, Constant, Function, Tuple, TupleGetItem, const
 from ..op import layout as layouts
@@ -215,7 +216,8 @@ class _Rewriter:
             # the output is blocked when a user keeps it so, else unpacked to NCHW in the kernel.
             block = self.conv_block(call)
             out_block = block if call in self.wanted else 0
-            if block and _winograd(a, _shape(weight)) and input_block(channels):
+            if block and winograd_applies(_shape(weight)[2:], a.strides, a.dilation, a.groups) \
+                    and input_block(channels):
                 # Winograd (blocked in and out) beats the direct kernel by more than the two
                 # layout transforms a lone 3x3 conv then needs (64@56: 553 + ~60 vs 1070 us).
                 have, out_block = have or input_block(channels), block
@@ -234,11 +236,6 @@ class _Rewriter:
                        a.with_changes(data_layout=_blocked(block), out_layout=_blocked(block)))
             return new, block
         return None
-
-
-def _winograd(a, weight_shape) -> bool:
-    """3x3 stride-1 undilated: the backend runs it as Winograd F(2x2, 3x3) on blocked data."""
-    return tuple(weight_shape[2:]) == (3, 3) and tuple(a.strides) == (1, 1) and tuple(a.dilation) == (1, 1)
 
 
 def alter_op_layout(func: Function, target) -> Function:

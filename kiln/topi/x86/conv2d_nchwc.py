@@ -18,7 +18,6 @@ import numpy as np
 
 from kiln import te
 
-from ..layout import parse_layout
 from ..nn.conv2d import conv2d_shape
 from ..nn.pad import pad
 from ..utils import const_int, const_shape, knob
@@ -42,14 +41,6 @@ def config_space(p) -> dict:
     space = {k: v for k, v in _nchw.config_space(p).items() if k != "vectorize_out"}
     space["oc_bn"] = sorted({out_block(p.out_channel, b) for b in (8, 16, 32, 64)} - {0})
     return space
-
-
-def block_of(layout: str) -> int:
-    """The channel block of ``NCHW{b}c`` (1 for plain NCHW)."""
-    items = parse_layout(layout)
-    if [a for a, f in items if not f] != list("NCHW") or any(a != "C" for a, f in items if f) or len(items) > 5:
-        raise ValueError(f"conv2d_NCHWc: layout {layout!r} is not NCHW or NCHW<b>c")
-    return next((f for a, f in items if f), 1)
 
 
 def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None, cfg=None,  # noqa: N802
@@ -158,7 +149,7 @@ def schedule_conv2d_NCHWc(outs, cfg=None):  # noqa: N802
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([o.op for o in outs])
     conv = find_tagged(outs[0], TAG)
-    store = next(t for t in _walk(outs[0]) if "conv2d_store" in t.op.tag)
+    store = find_tagged(outs[0], "injective,conv2d_store")
     out = tile_root(s, outs[0], store, conv)
     if out.op is not store.op:
         s[store].compute_inline()
@@ -180,13 +171,3 @@ def schedule_conv2d_NCHWc(outs, cfg=None):  # noqa: N802
     _schedule_packing(s, conv)
     return s
 
-
-def _walk(out):
-    stack, seen = [out], set()
-    while stack:
-        t = stack.pop()
-        if id(t.op) in seen:
-            continue
-        seen.add(id(t.op))
-        yield t
-        stack.extend(getattr(t.op, "input_tensors", []))

@@ -41,10 +41,15 @@ G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=np
 AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64)
 
 
+def applies_to(kernel_hw, strides, dilation, groups) -> bool:
+    """Whether the Winograd kernel computes a conv of these attributes (3x3, stride 1, no
+    dilation, groups 1); relay's layout pass and backend ask the same question here."""
+    return tuple(kernel_hw) == (3, 3) and tuple(strides) == (1, 1) and tuple(dilation) == (1, 1) and groups == 1
+
+
 def applies(p) -> bool:
-    """Whether the Winograd kernel computes this conv (3x3, stride 1, no dilation, groups 1)."""
-    return (p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.dilation_h, p.dilation_w, p.groups) == \
-        (3, 3, 1, 1, 1, 1, 1)
+    """``applies_to`` for a ``Conv2DShape``."""
+    return applies_to((p.kernel_h, p.kernel_w), (p.stride_h, p.stride_w), (p.dilation_h, p.dilation_w), p.groups)
 
 
 def default_config(p) -> dict:
@@ -60,6 +65,15 @@ def default_config(p) -> dict:
     if tile_p < 4 and tiles_w > 4:
         tile_p = min(tiles_w, (regs - 6) // per_tile)
     return {"oc_bn": bn, "tile_p": tile_p}
+
+
+def config_for_shape(p, cfg=None) -> dict:
+    """The knobs for workload ``p``: cfg's where it sets them, else defaults; oc_bn lowered to a
+    block that divides the output channels (0 if none does)."""
+    conf = default_config(p)
+    conf.update({name: knob(cfg, name, v) for name, v in conf.items()})
+    conf["oc_bn"] = out_block(p.out_channel, int(conf["oc_bn"]))
+    return conf
 
 
 def config_space(p) -> dict:
@@ -105,9 +119,8 @@ def conv2d_winograd_NCHWc(data, kernel, padding, out_dtype=None, cfg=None, out_c
     if not applies(p):
         raise ValueError("conv2d_winograd_NCHWc: needs a 3x3 kernel, stride 1, no dilation")
     out_dtype = out_dtype or str(data.dtype)
-    conf = default_config(p)
-    conf.update({name: knob(cfg, name, v) for name, v in conf.items()})
-    bn = const_int(kernel.shape[4]) if packed else out_block(k, int(conf["oc_bn"]))
+    conf = config_for_shape(p, cfg)
+    bn = const_int(kernel.shape[4]) if packed else conf["oc_bn"]
     if not bn or k % bn:
         raise ValueError(f"conv2d_winograd_NCHWc: no channel block divides the {k} output channels")
     conf["oc_bn"] = bn
