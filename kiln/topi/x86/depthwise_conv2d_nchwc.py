@@ -126,7 +126,8 @@ def depthwise_conv2d_NCHWc(data, kernel, strides, padding, dilation, out_dtype=N
 def _pad_blocked(data, p):
     """The zero-padded input, (N, C/b, H + pads, W + pads, b). A select between a load at a clamped
     (always valid) pixel and zero, with a condition that is the same for the whole block, so the
-    copy vectorizes along b (an if_then_else would stay scalar)."""
+    copy vectorizes along b without branches. nn.pad's if_then_else also vectorizes now (one
+    branch per pixel) but measured 16.1 vs 12.6 us on 576@14 with the padding per tile."""
     if not (p.pad_top or p.pad_left or p.pad_bottom or p.pad_right):
         return data
     n, chunks, h, w, b = (const_int(d) for d in data.shape)
