@@ -339,6 +339,7 @@ class RemoteModule:
     def __init__(self, session: RPCSession, obj_id: int):
         self._session, self._id = session, obj_id
         self._funcs: dict[str, RemoteFunction] = {}
+        self._entry: str | None = None
 
     def _ref(self) -> P.Ref:
         return P.Ref(P.T_MODULE_REF, self._id)
@@ -355,7 +356,11 @@ class RemoteModule:
 
     @property
     def entry_name(self) -> str:
-        return self._session._request(P.OP_MODULE_INFO, [self._id])["entry_name"]
+        # A loaded module never changes its entry: ask once, so ``mod(a, b)`` costs one round
+        # trip like ``mod["name"](a, b)`` (the function handle is cached by get_function).
+        if self._entry is None:
+            self._entry = self._session._request(P.OP_MODULE_INFO, [self._id])["entry_name"]
+        return self._entry
 
     def __call__(self, *args):
         return self.get_function(self.entry_name)(*args)

@@ -211,3 +211,40 @@ def test_reading_a_freed_array_reports_the_remote_error_and_the_session_goes_on(
     ghost._id = None  # nothing to free remotely
     a = tvm.nd.array(np.arange(4, dtype="float32"), dev)
     np.testing.assert_array_equal(a.numpy(), np.arange(4, dtype="float32"))
+
+
+def _count_frames(remote):
+    """Wrap the session's channel: every frame it sends (by opcode) and every reply it reads."""
+    ch, sent, replies = remote._ch, [], []
+    send_parts, recv = ch.send_parts, ch.recv
+
+    def counting_send(parts):
+        sent.append(bytes(parts[1])[0])  # parts: length, opcode, value...
+        return send_parts(parts)
+
+    def counting_recv():
+        replies.append(1)
+        return recv()
+    ch.send_parts, ch.recv = counting_send, counting_recv
+    return sent, replies
+
+
+def test_calling_a_module_directly_costs_one_round_trip(remote, kernel_files):
+    """``func(a, b)`` (document 000's spelling) resolves the entry once; after that each call is
+    one request frame and one reply, the same as ``func["add_one"](a, b)``."""
+    from kiln.rpc import protocol as P
+    remote.upload(str(kernel_files / "kernels.so"))
+    func = remote.load_module("kernels.so")
+    dev = remote.cpu()
+    a = tvm.nd.array(np.arange(16, dtype="float32"), dev)
+    b = tvm.nd.empty((16,), "float32", dev)
+    func(a, b)  # the first call looks the entry up
+    sent, replies = _count_frames(remote)
+    for i in range(5):
+        func(a, b)
+    by_name = func["add_one"]
+    by_name(a, b)
+    assert [op for op in sent if op != P.OP_FREE] == [P.OP_CALL] * 6, sent
+    assert len(replies) == 6
+    np.testing.assert_equal(b.numpy(), np.arange(16) + 1)  # and the calls did run
+    assert func.entry_name == "add_one"
