@@ -18,6 +18,7 @@ from .fold_constant import fold_constant
 from .fold_scale_axis import fold_scale_axis
 from .fuse_ops import fuse_ops, partition
 from .infer_type import infer, infer_type
+from .mixed_precision import to_mixed_precision
 from .simplify_inference import simplify_inference
 
 
@@ -86,6 +87,18 @@ def FuseOps(fuse_opt_level: int = -1):  # noqa: N802
     return FunctionPass(run, PassInfo(0, "FuseOps"))
 
 
+def ToMixedPrecision(mixed_precision_type: str = "float16", missing_op_mode: int = 1,  # noqa: N802
+                     accumulation_dtype: str | None = None, overrides: dict | None = None):
+    """Run conv2d/dense/batch_matmul (and the cheap ops around them) in ``mixed_precision_type``
+    (float16), accumulating in ``accumulation_dtype`` (float16 or float32); graph inputs and
+    outputs keep their dtype. ``overrides``: ``{op_name: "always" | "follow" | "never"}``
+    (see mixed_precision.py for the lists). ``missing_op_mode`` is TVM's knob for ops in no
+    list; kiln always keeps those in float32."""
+    del missing_op_mode
+    return _function_pass(lambda f: to_mixed_precision(f, mixed_precision_type, accumulation_dtype, overrides),
+                          "ToMixedPrecision", 0)
+
+
 def BindParams(params: dict):  # noqa: N802
     """Replace ``main``'s params named in ``params`` by constants."""
     def run(mod, ctx):
@@ -102,4 +115,4 @@ def optimize_sequence() -> Sequential:
 __all__ = ["InferType", "AlterOpLayout", "alter_op_layout", "FoldConstant", "SimplifyInference", "FoldScaleAxis", "DeadCodeElimination",
            "ConvertLayout", "FuseOps", "BindParams", "Sequential", "PassContext", "optimize_sequence",
            "bind_params_by_name", "fold_constant", "simplify_inference", "fold_scale_axis", "fuse_ops", "partition",
-           "convert_layout", "dead_code_elimination", "infer", "infer_type"]
+           "convert_layout", "dead_code_elimination", "infer", "infer_type", "ToMixedPrecision", "to_mixed_precision"]
