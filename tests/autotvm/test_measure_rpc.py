@@ -104,3 +104,43 @@ def test_runner_waits_for_a_device_that_comes_back(fleet):
     worker.join(timeout=90)
     assert not worker.is_alive()
     assert [r.error_no for r in out["r"]] == [0, 0, 0, 0], out["r"]
+
+
+def _resnet18_layout_task():
+    """A ResNet-18 conv2d task (64->128 channels, 1x1, stride 2, at 32x32 pixels) whose oc_bn
+    knob is a layout knob: each value gives the kernel's arguments other shapes."""
+    relay = pytest.importorskip("kiln.relay")
+    import kiln.relay.testing  # noqa: F401
+    mod, params = relay.testing.resnet.get_workload(num_layers=18, batch_size=1, image_shape=(3, 32, 32))
+    tasks = autotvm.task.extract_from_program(mod["main"], target="llvm", params=params,
+                                              ops=(relay.op.get("nn.conv2d"),))
+    task = next(t for t in tasks if t.args[0][1] == (1, 64, 8, 8) and t.args[1][1] == (128, 64, 1, 1))
+    assert "oc_bn" in task.config_space.layout_knobs
+    return task
+
+
+def test_layout_knob_candidates_measure_through_the_fleet(fleet):
+    """Document 004's setting (tracker, two servers under one key, XGBTuner) on a task whose
+    candidates differ in argument shapes: the runner fills and checks each candidate in its own
+    shapes, so (nearly) every candidate is measured; before, those of another oc_bn failed with
+    "fill_1: argument 'fill1' has shape ..., expected ..."."""
+    from kiln.autotvm.tuner import XGBTuner
+    tracker, add_server, _ = fleet
+    add_server()
+    add_server()
+    _wait_servers(tracker, 2)
+    task = _resnet18_layout_task()
+    seen = []
+    runner = autotvm.RPCRunner("autotvm-test", "127.0.0.1", tracker.port, number=2, repeat=1,
+                               timeout=20, cooldown_interval=0, check_correctness=True)
+    option = autotvm.measure_option(builder=autotvm.LocalBuilder(n_parallel=2), runner=runner)
+    tuner = XGBTuner(task, loss_type="rank")
+    tuner.tune(n_trial=16, measure_option=option,
+               callbacks=[lambda _, inputs, results: seen.extend(zip(inputs, results))])
+    assert len(seen) == 16
+    ok = [inp for inp, res in seen if res.error_no == MeasureErrorNo.NO_ERROR]
+    errors = [str(res) for _, res in seen if res.error_no != MeasureErrorNo.NO_ERROR]
+    assert len(ok) >= 0.9 * len(seen), errors
+    # The candidates really differed in argument shapes (several oc_bn values measured) and were
+    # checked against the untuned kernel in their own layout (check_correctness).
+    assert len({inp.config["oc_bn"].val for inp in ok}) >= 2, [inp.config for inp in ok]

@@ -2,8 +2,12 @@
 
 One thread per device slot takes candidates from a shared queue. For each candidate it asks
 the tracker for a session (``session_timeout`` = the runner's timeout, so a hanging kernel ends
-its session on the server), uploads the candidate and the fill kernels, makes the inputs on the
-device, times, and for ``check_correctness`` fetches the outputs. A session lost without the
+its session on the server), uploads the candidate and the fill kernels for its argument shapes,
+makes the inputs on the device, times, and for ``check_correctness`` fetches the outputs.
+
+Fill kernels follow each candidate's own arguments, as LocalRunner's inputs do: a layout knob
+(conv2d's ``oc_bn``) changes the argument shapes from one candidate to the next, so they are
+built per distinct (shape, dtype) signature, before the slots start, and kept for the task. A session lost without the
 server's word (server killed, board rebooted) puts the candidate back in the queue and the
 thread waits for a server of the key to come (back); a session the server ended because the
 kernel crashed or ran too long is recorded as that candidate's error.
@@ -97,7 +101,8 @@ class RPCRunner(Runner):
         self.device_wait_timeout = device_wait_timeout
         self._fixed_parallel = n_parallel
         self._dir: str | None = None
-        self._fill_file: str | None = None
+        self._fills: dict[tuple, str] = {}  # argument signature -> exported fill module
+        self._fill_suffix, self._fcompile = "so", None
         self._reference: Reference | None = None
         self._ref_lock = threading.Lock()
 
@@ -112,9 +117,6 @@ class RPCRunner(Runner):
         return int(info.get("total", 0))
 
     def set_task(self, task, builder=None) -> None:
-        from .fill import build_fill_module
-        from ..space import FallbackConfigEntity
-
         super().set_task(task, builder)
         self.close()
         count = self._fixed_parallel or self._servers()
@@ -123,30 +125,51 @@ class RPCRunner(Runner):
                            "measurements wait for one", self.host, self.port, self.key)
         self.n_parallel = max(1, count)
         self._dir = tempfile.mkdtemp(prefix="kiln-autotvm-rpc-")
-        _, args = task.instantiate(FallbackConfigEntity())
-        arg_info = [(tuple(int(getattr(d, "value", d)) for d in t.shape), str(t.dtype), False)
-                    for t in args]
-        # The fill kernels run on the device's CPU (GPU arrays are filled there and copied).
-        target = task.target
-        host = target if target.kind.name in ("llvm", "c") else (target.host or "llvm")
-        fill = build_fill_module(arg_info, host)
-        suffix, fcompile = getattr(builder, "suffix", "so"), getattr(builder, "fcompile", None)
-        self._fill_file = os.path.join(self._dir, f"kiln_fill.{suffix}")
-        fill.export_library(self._fill_file, fcompile) if fcompile else fill.export_library(self._fill_file)
+        self._fill_suffix = getattr(builder, "suffix", "so")
+        self._fcompile = getattr(builder, "fcompile", None)
         self._reference = Reference(task, builder) if self.check_correctness else None
+
+    def _fill_for(self, arg_info) -> str:
+        """The exported fill module for arguments ``arg_info``, built on first use. Called from
+        run() only, never from the slot threads: building compiles, which is not thread-safe."""
+        from .fill import build_fill_module
+
+        signature = _signature(arg_info)
+        path = self._fills.get(signature)
+        if path is None:
+            # The fill kernels run on the device's CPU (GPU arrays are filled there and copied).
+            target = self.task.target
+            host = target if target.kind.name in ("llvm", "c") else (target.host or "llvm")
+            fill = build_fill_module(arg_info, host)
+            path = os.path.join(self._dir, f"kiln_fill_{len(self._fills)}.{self._fill_suffix}")
+            fill.export_library(path, self._fcompile) if self._fcompile else fill.export_library(path)
+            self._fills[signature] = path
+        return path
 
     # -- running -------------------------------------------------------------------------------
     def run(self, measure_inputs, build_results) -> list[MeasureResult]:
-        if self._fill_file is None:
+        if self._dir is None:
             raise TuningError("RPCRunner.run before set_task: tune through a Tuner")
         results: list[MeasureResult | None] = [None] * len(build_results)
+        refs: list[Reference | None] = [None] * len(build_results)
         work: queue.Queue = queue.Queue()
         for i, br in enumerate(build_results):
             if br.error is not None:
                 results[i] = error_result(br.error[0], br.error[1], br.time_cost)
-            else:
-                work.put(i)
-        threads = [threading.Thread(target=self._slot, args=(work, measure_inputs, build_results, results),
+                continue
+            try:
+                # Compile here, in this thread: fills for this candidate's shapes and, for
+                # check_correctness, the untuned kernel in its layout (and that one's fills).
+                self._fill_for(br.arg_info)
+                if self._reference is not None:
+                    refs[i] = self._reference.for_config(measure_inputs[i].config)
+                    self._fill_for(refs[i].arg_info)
+            except Exception as e:  # noqa: BLE001 - one candidate's failure must not stop the rest
+                results[i] = error_result(MeasureErrorNo.UNKNOWN_ERROR, f"{type(e).__name__}: {e}",
+                                          br.time_cost)
+                continue
+            work.put(i)
+        threads = [threading.Thread(target=self._slot, args=(work, refs, build_results, results),
                                     daemon=True) for _ in range(min(self.n_parallel, work.qsize()))]
         for t in threads:
             t.start()
@@ -154,7 +177,7 @@ class RPCRunner(Runner):
             t.join()
         return results  # type: ignore[return-value]
 
-    def _slot(self, work: queue.Queue, measure_inputs, build_results, results) -> None:
+    def _slot(self, work: queue.Queue, refs, build_results, results) -> None:
         while True:
             try:
                 i = work.get_nowait()
@@ -163,7 +186,7 @@ class RPCRunner(Runner):
             br = build_results[i]
             start = time.monotonic()
             try:
-                results[i] = self._measure(br, measure_inputs[i].config, start)
+                results[i] = self._measure(br, refs[i], start)
             except _DeviceLost as e:
                 logger.warning("RPCRunner: lost the device during a measurement (%s); measuring "
                                "that candidate again on the next server of key %r", e, self.key)
@@ -196,11 +219,7 @@ class RPCRunner(Runner):
                     warned = True
                 time.sleep(0.5)
 
-    def _measure(self, br, config, start: float) -> MeasureResult:
-        ref = None
-        if self._reference is not None:
-            with self._ref_lock:  # slots run in threads; a new layout builds its reference once
-                ref = self._reference.for_config(config)
+    def _measure(self, br, ref: Reference | None, start: float) -> MeasureResult:
         remote = self._request()
         try:
             costs, outputs = self._time_on(remote, br.filename, br.arg_info,
@@ -223,9 +242,10 @@ class RPCRunner(Runner):
 
     def _time_on(self, remote, filename: str, arg_info, want_outputs: bool):
         name = os.path.basename(filename)
-        fill_name = os.path.basename(self._fill_file)
+        fill_file = self._fills[_signature(arg_info)]
+        fill_name = os.path.basename(fill_file)
         remote.upload(filename, name)
-        remote.upload(self._fill_file, fill_name)
+        remote.upload(fill_file, fill_name)
         mod = remote.load_module(name)
         fill = remote.load_module(fill_name)
         dev = remote.device(str(self.task.target), 0)
@@ -260,10 +280,16 @@ class RPCRunner(Runner):
     def close(self) -> None:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = self._fill_file = None
+            self._dir = None
+        self._fills = {}
         if self._reference is not None:
             self._reference.close()
             self._reference = None
+
+
+def _signature(arg_info) -> tuple:
+    """What a fill module depends on: each argument's shape and dtype, in order."""
+    return tuple((tuple(int(d) for d in shape), str(dtype)) for shape, dtype, _ in arg_info)
 
 
 def _close_quietly(remote) -> None:
