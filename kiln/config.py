@@ -47,6 +47,8 @@ class Config:
     """TVM_NDK_CC: the Android NDK compiler used by contrib.ndk."""
     test_targets: str = ""
     """KILN_TEST_TARGETS: comma-separated targets the test suite runs kernels on."""
+    opencl_platform: str = ""
+    """KILN_OPENCL_PLATFORM: use the OpenCL platform whose name contains this (default: the first with devices)."""
 
 
 def _from_env() -> Config:
@@ -58,6 +60,7 @@ def _from_env() -> Config:
         cc=_str("KILN_CC", "", "CC"),
         ndk_cc=_str("TVM_NDK_CC"),
         test_targets=_str("KILN_TEST_TARGETS", "llvm"),
+        opencl_platform=_str("KILN_OPENCL_PLATFORM"),
     )
 
 

@@ -34,3 +34,23 @@ def c_kernels_aarch64():
     if shutil.which("aarch64-linux-gnu-gcc") is None:
         pytest.skip("needs aarch64-linux-gnu-gcc (apt-get install -y gcc-aarch64-linux-gnu)")
     return _c_kernels.build("aarch64-linux-gnu-gcc")
+
+
+def pytest_runtest_setup(item):
+    """``@pytest.mark.opencl`` tests skip, saying why, on a machine without an OpenCL device."""
+    if item.get_closest_marker("opencl") is not None:
+        reason = _opencl_missing()
+        if reason:
+            pytest.skip(reason)
+
+
+def _opencl_missing() -> str:
+    try:
+        import pyopencl  # noqa: F401
+    except ImportError:
+        return "needs pyopencl (pip install -e '.[opencl]')"
+    from kiln.runtime.devices.opencl import API
+    if not API.exist(0):
+        return ("needs an OpenCL device: no OpenCL platform found (apt-get install pocl-opencl-icd "
+                "ocl-icd-opencl-dev; check with clinfo)")
+    return ""

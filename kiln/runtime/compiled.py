@@ -43,6 +43,9 @@ class CompiledModule(Module):
         self._functions = [f["name"] for f in metadata.get("functions", [])]
         self._library = None
         self._workdir = None
+        if metadata.get("device_code"):
+            from .device_code import device_modules
+            self.imported_modules = device_modules(metadata)
 
     @property
     def entry_name(self) -> str:
@@ -70,7 +73,7 @@ class CompiledModule(Module):
                 self._workdir = tempdir()
                 so_path = self._workdir.relpath("module.so")
             self.export_library(so_path)
-            self._library = LibraryModule(so_path)
+            self._library = LibraryModule(so_path, self.imported_modules or None)
         return self._library
 
     def _get_function(self, name: str):

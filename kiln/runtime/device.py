@@ -55,6 +55,32 @@ class Device:
         api = devices.find_api(self.device_type)
         return api is not None and api.exist(self.device_id)
 
+    def _attribute(self, name: str):
+        if self.session is not None:
+            return self.session.device_attr(self, name)
+        from . import devices
+        api = devices.find_api(self.device_type)
+        if api is None or not api.exist(self.device_id):
+            return None  # as TVM: an absent device has no attributes
+        query = getattr(api, "attribute", None)
+        return query(self.device_id, name) if query is not None else None
+
+    max_threads_per_block = property(lambda self: self._attribute("max_threads_per_block"),
+                                     doc="Most work-items (threads) in one work-group (block).")
+    max_shared_memory_per_block = property(
+        lambda self: self._attribute("max_shared_memory_per_block"),
+        doc="Bytes of shared (OpenCL: __local) memory one block may use.")
+    warp_size = property(lambda self: self._attribute("warp_size"),
+                         doc="Threads that run in lockstep (1 on OpenCL, which promises none).")
+    max_thread_dimensions = property(lambda self: self._attribute("max_thread_dimensions"),
+                                     doc="Largest block extent per dimension (x, y, z).")
+    multi_processor_count = property(lambda self: self._attribute("multi_processor_count"),
+                                     doc="Compute units (SMs) of the device.")
+    device_name = property(lambda self: self._attribute("device_name"))
+    compute_version = property(lambda self: self._attribute("compute_version"),
+                               doc='The device\'s version: "3.0" for an OpenCL 3.0 device.')
+    max_clock_rate = property(lambda self: self._attribute("max_clock_rate"), doc="In kHz.")
+
     def sync(self) -> None:
         """Wait until every operation queued on this device has finished."""
         if self.session is not None:

@@ -87,6 +87,11 @@ class PackedFunc:
             self._raise(rc)
 
     def _raise(self, rc: int):
+        if self._device_type != 1:  # a kernel launch failed in Python: raise what it raised
+            from .device_code import take_error
+            err = take_error()
+            if err is not None:
+                raise err
         message = self._last_error() or f"returned {rc} without a message"
         if not message.startswith(self.name + ":"):
             message = f"{self.name}: {message}"
@@ -164,8 +169,9 @@ class PackedFunc:
                            f"expected {len(spec.shape)} (shape {spec.shape_text()})")
         from .device import Device
         want = Device(self._device_type, 0).type_name
-        self._mismatch(spec, f"is on {value.device}, expected a {want} device; "
-                       f"copy it with arr.copyto(tvm.device('{want}'))")
+        maker = {1: "cpu", 2: "cuda", 4: "cl"}.get(self._device_type, f"device('{want}', ")
+        self._mismatch(spec, f"is on {value.device}, expected a {want} device (this function "
+                       f"runs on {want}): copy it with tvm.nd.array(x, tvm.{maker}(0))")
 
     def _mismatch(self, spec: ArgSpec, text: str):
         raise ValueError(f"{self.name}: argument '{spec.name}' {text}")

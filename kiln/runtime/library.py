@@ -27,7 +27,9 @@ class LibraryModule(Module):
 
     type_key = "library"
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, device_modules: list | None = None):
+        """``device_modules``: the modules for the metadata's device code, when the caller
+        already has them (a CompiledModule shares its own, so programs are built once)."""
         super().__init__()
         self.path = os.path.abspath(os.fspath(path))
         if not os.path.isfile(self.path):
@@ -40,6 +42,13 @@ class LibraryModule(Module):
         self._cache: dict[str, PackedFunc] = {}
         self._error_address = _symbol_address(self._lib, "__kiln_last_error")
         self.set_num_threads(config.get().num_threads)
+        if self.metadata.get("device_code"):
+            from . import device_code
+            if device_modules is None:
+                device_modules = device_code.device_modules(self.metadata)
+            self.imported_modules = list(device_modules)
+            device_code.install_launch_hook(self._lib, self.imported_modules[0],
+                                            os.path.basename(self.path))
         # A library exported by relay.build also carries its graph: lib["default"](dev).
         from .graph_factory import read_embedded
         embedded = read_embedded(self, _symbol_address)

@@ -80,6 +80,8 @@ class NDArray:
     def copyfrom(self, source) -> NDArray:
         """Overwrite the contents with ``source`` (numpy array, NDArray or nested list)."""
         if isinstance(source, NDArray):
+            if source.device == self.device and self.device.device_type != CPU:
+                return self._copy_on_device(source)
             source = source.numpy()
         elif not isinstance(source, np.ndarray):
             source = np.asarray(source, dtype=self.dtype)
@@ -92,6 +94,15 @@ class NDArray:
         source = np.ascontiguousarray(source)
         devices.get_api(self.device.device_type).copy_from_host(self._address(), source,
                                                                 self.device.device_id)
+        return self
+
+    def _copy_on_device(self, source: NDArray) -> NDArray:
+        """A copy that never leaves the device (both arrays on self.device)."""
+        if source.shape != self.shape or source.dtype != self.dtype:
+            raise ValueError(f"copyfrom: source is {source.dtype}{source.shape}, this array is "
+                             f"{self.dtype}{self.shape}; they must match")
+        api = devices.get_api(self.device.device_type)
+        api.copy_between(self._address(), source._address(), self._nbytes, self.device.device_id)
         return self
 
     def copyto(self, target) -> NDArray:
@@ -115,6 +126,13 @@ class NDArray:
 
     # -- DLPack ----------------------------------------------------------------------------
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        if self.device.device_type != CPU:
+            if dl_device is not None and tuple(dl_device)[0] == CPU and copy is not False:
+                return array(self.numpy()).__dlpack__(max_version=max_version)
+            raise BufferError(
+                f"this array lives on {self.device} (device memory a host library cannot "
+                "read); DLPack consumers such as numpy need host memory: use arr.numpy(), "
+                "or copy it with arr.copyto(tvm.cpu()) first")
         if copy:
             return array(self.numpy(), self.device).__dlpack__()
         versioned = max_version is not None and tuple(max_version) >= (1, 0)
