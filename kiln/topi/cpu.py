@@ -1,54 +1,31 @@
-"""What the CPU target offers a schedule: the float32 vector width of the current target."""
+"""What the CPU target offers a schedule, from LLVM (``kiln.target.cpu_facts``): vector lanes,
+vector registers, and the register tile a GEMM-like kernel can keep in them.
+
+Every x86 / arm_cpu default tile derives from these, for the current target (``with
+Target(...)``) or, with none active, this machine.
+"""
 
 from __future__ import annotations
 
-import functools
 
+def facts(target=None):
+    """``kiln.target.cpu_facts.CPUFacts`` of ``target`` (default: the current one, else the host)."""
+    from kiln.target.cpu_facts import cpu_facts
 
-def _current_target():
-    from kiln.target import Target
-
-    return Target.current(allow_none=True)
-
-
-@functools.lru_cache(maxsize=1)
-def _host_flags() -> frozenset:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
+    return cpu_facts(target)
 
 
 def vector_lanes(dtype_bits: int = 32, target=None) -> int:
-    """Lanes of one vector register for the target (host when no target is active)."""
-    target = target or _current_target()
-    text = str(target) if target is not None else ""
-    triple = getattr(target, "mtriple", "") if target is not None else ""
-    mattr = ",".join(getattr(target, "mattr", ()) or ()) if target is not None else ""
-    mcpu = getattr(target, "mcpu", "") if target is not None else ""
-    if "arm" in text or "aarch64" in triple or "arm" in triple:
-        return 128 // dtype_bits  # NEON
-    bits = 128
-    if mcpu in ("", "native") and not triple and not mattr:
-        flags = _host_flags()
-        bits = 512 if "avx512f" in flags else 256 if "avx2" in flags else 128
-    elif "avx512" in mattr or any(c in mcpu for c in ("skylake-avx512", "cascadelake", "icelake", "sapphire", "znver4", "znver5")):
-        bits = 512
-    elif "avx2" in mattr or any(c in mcpu for c in ("haswell", "skylake", "znver")):
-        bits = 256
-    return max(1, bits // dtype_bits)
+    """Lanes of one vector register for floats of ``dtype_bits`` (1 without SIMD)."""
+    return facts(target).lanes({16: "float16", 32: "float32", 64: "float64"}.get(dtype_bits, f"int{dtype_bits}"))
 
 
 def vector_registers(target=None) -> int:
-    """Architectural vector registers: 32 with AVX-512 or AArch64 NEON, else 16."""
-    target = target or _current_target()
-    triple = getattr(target, "mtriple", "") if target is not None else ""
-    if "aarch64" in triple or "arm64" in triple:
-        return 32
-    if "arm" in triple or "arm" in (str(target) if target is not None else ""):
-        return 16
-    return 32 if vector_lanes(32, target) >= 16 else 16
+    """Architectural vector registers: 32 with AVX-512 or AArch64, 16 with AVX2/SSE or ARMv7 NEON."""
+    return facts(target).vector_registers
+
+
+def tile_fits(rows: int, vectors: int, registers: int) -> bool:
+    """Whether a rows x vectors tile of accumulators, plus one row of ``vectors`` loaded
+    operands and one broadcast, fits the vector registers (beyond that LLVM spills every step)."""
+    return rows * vectors + vectors + 1 <= registers

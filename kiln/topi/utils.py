@@ -104,3 +104,18 @@ def divisor_at_most(n: int, limit: int, prefer=()) -> int:
         if n % d == 0:
             return d
     return 1
+
+
+def with_default(space: dict, default: dict) -> dict:
+    """``space`` with each knob's default among its candidates: tuning measures the declared
+    default first, and the defaults follow the CPU (vector width, registers) while a candidate
+    list may not."""
+    out = {}
+    for name, values in space.items():
+        values = list(values)
+        if name in default and default[name] not in values:
+            values.append(default[name])
+            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                values.sort()
+        out[name] = values
+    return out

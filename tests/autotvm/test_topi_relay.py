@@ -71,7 +71,14 @@ def _lowered(task, config) -> str:
     return str(tvm.lower(s, args, simple_mode=True))
 
 
-def test_each_templates_declared_default_is_the_untuned_kernel():
+# CPU classes whose defaults differ (vector width, registers); only lowered, so any host runs them.
+CPUS = ["llvm", "llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64-v2", "llvm -mtriple=x86_64-linux-gnu -mcpu=haswell",
+        "llvm -mtriple=x86_64-linux-gnu -mcpu=znver3", "llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512",
+        "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4 -mattr=-avx512f"]
+
+
+@pytest.mark.parametrize("target", CPUS)
+def test_each_templates_declared_default_is_the_untuned_kernel(target):
     # The tuner measures the declared default first; that only guarantees "never slower than
     # untuned" if the default config builds exactly the kernel an untuned build emits.
     x = relay.var("data", shape=(1, 32, 28, 28), dtype="float32")
@@ -81,7 +88,7 @@ def test_each_templates_declared_default_is_the_untuned_kernel():
     q = relay.nn.batch_matmul(relay.var("a", shape=(2, 32, 48)), relay.var("b", shape=(2, 64, 48)))
     out = relay.Tuple([z, q])
     mod = tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(out), out))
-    tasks = autotvm.task.extract_from_program(mod["main"], target="llvm", params={})
+    tasks = autotvm.task.extract_from_program(mod["main"], target=target, params={})
     assert {t.name for t in tasks} == {"conv2d_nchw.x86", "depthwise_conv2d_nchw.x86",
                                        "dense_nopack.x86", "batch_matmul.x86"}
     for task in tasks:

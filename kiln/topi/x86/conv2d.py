@@ -23,7 +23,7 @@ from kiln.ir.expr import const
 
 from ..nn.conv2d import Conv2DShape, conv2d_shape
 from ..nn.pad import pad
-from ..utils import check_ndim, const_int, const_shape, divisor_at_most, knob
+from ..utils import check_ndim, const_int, const_shape, divisor_at_most, knob, with_default
 from ..cpu import vector_lanes, vector_registers
 from .injective import tile_root
 
@@ -51,13 +51,14 @@ def default_config(p: Conv2DShape) -> dict:
 
 def config_space(p: Conv2DShape) -> dict:
     """Candidate values of each knob, for the tuner."""
-    return {
+    space = {
         "oc_bn": [b for b in (8, 16, 32, 64) if (p.out_channel // p.groups) % b == 0 or p.groups == 1],
         "tile_ow": sorted({d for d in range(1, 33) if p.out_width % d == 0} | {min(p.out_width, 28)}),
         "unroll_kw": [False, True],
         "ic_unroll": [1, 2, 4],
         "vectorize_out": [False, True],
     }
+    return with_default(space, default_config(p))
 
 
 def conv2d_nchw(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None, groups=1, cfg=None,

@@ -20,7 +20,7 @@ from kiln import te
 
 from ..nn.conv2d import conv2d_shape
 from ..nn.pad import pad
-from ..utils import const_int, const_shape, knob
+from ..utils import const_int, const_shape, knob, with_default
 from . import conv2d as _nchw
 from .conv2d import _schedule_packing, _schedule_tile, find_tagged, schedule_blocked_tile
 from .injective import tile_root
@@ -40,7 +40,7 @@ def config_space(p) -> dict:
     """Candidate values of each knob, for the tuner (oc_bn: the blocks that divide the channels)."""
     space = {k: v for k, v in _nchw.config_space(p).items() if k != "vectorize_out"}
     space["oc_bn"] = sorted({out_block(p.out_channel, b) for b in (8, 16, 32, 64)} - {0})
-    return space
+    return with_default(space, default_config(p))
 
 
 def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None, cfg=None,  # noqa: N802

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from kiln import te
 
-from ..cpu import vector_lanes
+from ..cpu import tile_fits, vector_lanes, vector_registers
 from ..nn.conv2d import conv2d_nhwc as _generic
-from ..utils import divisor_at_most, knob
+from ..utils import divisor_at_most, knob, with_default
 from .conv2d import find_tagged
 from .injective import tile_root
 
@@ -19,10 +19,12 @@ TAG = "conv2d_nhwc"
 
 
 def default_config(p) -> dict:
-    lanes = vector_lanes()
+    lanes, regs = vector_lanes(), vector_registers()
     oc = p.out_channel
     oc_bn = 2 * lanes if oc % (2 * lanes) == 0 and p.out_width <= 14 else lanes if oc >= lanes else oc
-    acc = 28 if oc_bn <= lanes else 14
+    vectors = max(1, -(-oc_bn // lanes))
+    # 28 pixels of one vector (14 of two) with AVX-512's 32 registers; what fits with fewer.
+    acc = min(28 // vectors, next((r for r in range(28, 0, -1) if tile_fits(r, vectors, regs)), 1))
     tile_ow = divisor_at_most(p.out_width, acc, prefer=(14, 16, 8, 7))
     if tile_ow < 4 and p.out_width > 4:
         tile_ow = min(p.out_width, acc)
@@ -30,8 +32,9 @@ def default_config(p) -> dict:
 
 
 def config_space(p) -> dict:
-    return {"oc_bn": [b for b in (4, 8, 16, 32, 64) if p.out_channel % b == 0] or [p.out_channel],
-            "tile_ow": sorted({d for d in range(1, 33) if p.out_width % d == 0} | {min(p.out_width, 28)})}
+    space = {"oc_bn": [b for b in (4, 8, 16, 32, 64) if p.out_channel % b == 0] or [p.out_channel],
+             "tile_ow": sorted({d for d in range(1, 33) if p.out_width % d == 0} | {min(p.out_width, 28)})}
+    return with_default(space, default_config(p))
 
 
 def conv2d_nhwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None, groups=1, cfg=None):

@@ -28,7 +28,7 @@ from kiln import te, tir
 
 from ..nn.conv2d import conv2d_shape
 from ..nn.pad import pad
-from ..utils import const_int, const_shape, divisor_at_most, knob
+from ..utils import const_int, const_shape, divisor_at_most, knob, with_default
 from ..cpu import vector_lanes, vector_registers
 from .conv2d import find_tagged
 from .conv2d_nchwc import out_block
@@ -78,8 +78,10 @@ def config_for_shape(p, cfg=None) -> dict:
 
 def config_space(p) -> dict:
     tiles_w = -(-p.out_width // 2)
-    return {"oc_bn": sorted({out_block(p.out_channel, b) for b in (16, 32, 64)} - {0}),
-            "tile_p": sorted(set(range(2, min(tiles_w, 14) + 1)) | {default_config(p)["tile_p"]})}
+    space = {"oc_bn": sorted({out_block(p.out_channel, b) for b in (16, 32, 64)} - {0}),
+             "tile_p": sorted(set(range(2, min(tiles_w, 14) + 1)))}
+    default = default_config(p)
+    return with_default(space, {**default, "oc_bn": out_block(p.out_channel, default["oc_bn"])})
 
 
 def _terms(weights, values):

@@ -23,7 +23,7 @@ from kiln import te
 
 from ..cpu import vector_lanes
 from ..nn.dense import add_bias
-from ..utils import check_ndim, const_int, knob
+from ..utils import check_ndim, const_int, knob, with_default
 from .conv2d import find_tagged
 from . import matmul_nn
 from .injective import tile_root
@@ -39,8 +39,9 @@ def default_config(m: int, n: int, k: int) -> dict:
 
 
 def config_space(m: int, n: int, k: int) -> dict:
-    return {"tile_m": [t for t in (1, 2, 3, 4, 6, 8) if t <= max(m, 1)], "tile_n": [1, 2, 4, 6, 8, 12, 16],
-            "lanes": [8, 16, 32]}
+    space = {"tile_m": [t for t in (1, 2, 3, 4, 6, 8) if t <= max(m, 1)], "tile_n": [1, 2, 4, 6, 8, 12, 16],
+             "lanes": [8, 16, 32]}
+    return with_default(space, default_config(m, n, k))
 
 
 def dot_nt(batch: tuple, m, n, k, fa, fb, out_dtype: str, cfg=None, name="dense"):

@@ -14,7 +14,7 @@ from kiln import te, tir
 
 from ..cpu import vector_lanes
 from ..nn.depthwise_conv2d import depthwise_conv2d_nchw as _generic
-from ..utils import as_pair, const_int, divisor_at_most, knob
+from ..utils import as_pair, const_int, divisor_at_most, knob, with_default
 from .conv2d import find_tagged
 from .injective import tile_root
 
@@ -32,8 +32,9 @@ def default_config(ow: int, oh: int) -> dict:
 
 
 def config_space(ow: int, oh: int) -> dict:
-    return {"tile_w": sorted({d for d in range(1, 33) if ow % d == 0} | {min(ow, 32)}),
-            "tile_h": [h for h in (1, 2, 4) if h <= oh]}
+    space = {"tile_w": sorted({d for d in range(1, 33) if ow % d == 0} | {min(ow, 32)}),
+             "tile_h": [h for h in (1, 2, 4) if h <= oh]}
+    return with_default(space, default_config(ow, oh))
 
 
 def depthwise_conv2d_nchw(Input, Filter, stride, padding, dilation, out_dtype=None, cfg=None):  # noqa: N803

@@ -28,7 +28,7 @@ from kiln.errors import ShapeError
 
 from ..cpu import vector_lanes, vector_registers
 from ..nn.conv2d import conv2d_shape
-from ..utils import check_ndim, const_int, const_shape, divisor_at_most, knob
+from ..utils import check_ndim, const_int, const_shape, divisor_at_most, knob, with_default
 from .conv2d import find_tagged
 from .injective import tile_root
 
@@ -63,9 +63,10 @@ def config_space(out_width: int, block: int, kernel_h: int = 3, stride_w: int = 
     """Candidate values of each knob, for the tuner."""
     lanes = vector_lanes()
     limit = max(1, 28 // max(1, block // lanes))
-    return {"tile_ow": sorted({d for d in range(1, limit + 1) if out_width % d == 0} | {min(out_width, limit), min(out_width, 8)}),
-            "unroll_kh": [False, True],
-            "pad_at": ["root", "tile"]}
+    space = {"tile_ow": sorted({d for d in range(1, limit + 1) if out_width % d == 0} | {min(out_width, limit), min(out_width, 8)}),
+             "unroll_kh": [False, True],
+             "pad_at": ["root", "tile"]}
+    return with_default(space, default_config(out_width, block, kernel_h, stride_w))
 
 
 def _kernel_is_packed(data_shape, kernel_shape) -> bool:

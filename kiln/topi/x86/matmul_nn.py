@@ -13,23 +13,28 @@ from __future__ import annotations
 
 from kiln import te
 
-from ..cpu import vector_lanes, vector_registers
+from ..cpu import tile_fits, vector_lanes, vector_registers
+from ..utils import with_default
 
 NN_TAG = "matmul_nn"
 PACK_TAG = "matmul_panel_pack"
 
 
 def default_config(m: int, n: int) -> dict:
-    lanes = vector_lanes()
+    """Two vectors of columns; as many rows (at most 8) as keep the tile, a row of b and the
+    broadcast of a in registers: 8x32 with AVX-512 (19 of 32), 6x16 with AVX2 (15 of 16)."""
+    lanes, regs = vector_lanes(), vector_registers()
     tile_n = 2 * lanes if n >= 2 * lanes else lanes
     vectors = tile_n // lanes
-    tile_m = min(max(1, (vector_registers() - 8) // vectors), 8, m)
-    return {"tile_m": tile_m, "tile_n": tile_n}
+    tile_m = next((r for r in range(8, 0, -1) if tile_fits(r, vectors, regs)), 1)
+    return {"tile_m": min(tile_m, m), "tile_n": tile_n}
 
 
 def config_space(m: int, n: int) -> dict:
     lanes = vector_lanes()
-    return {"tile_m": [t for t in (1, 2, 4, 6, 8, 12) if t <= max(m, 1)], "tile_n": [lanes, 2 * lanes, 3 * lanes, 4 * lanes]}
+    space = {"tile_m": [t for t in (1, 2, 4, 6, 8, 12) if t <= max(m, 1)],
+             "tile_n": [lanes, 2 * lanes, 3 * lanes, 4 * lanes]}
+    return with_default(space, default_config(m, n))
 
 
 def pack_panels(batch: tuple, n, k, fb_nk, nr: int, name: str):

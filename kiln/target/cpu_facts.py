@@ -1,0 +1,239 @@
+"""What a CPU target's vector unit offers, as LLVM compiles for it: vector width per dtype, FMA,
+the number of vector registers, the ISA extensions schedules care about.
+
+Nothing here is guessed from CPU names. The target is resolved to the (triple, cpu, features)
+that kiln's LLVM backend will compile for (``kiln.codegen.llvm_target.target_info``: plain
+``llvm`` is this machine), and a few tiny probe functions are compiled for it; the emitted
+assembly says what the instruction selector did:
+
+- width: a 512-bit ``fadd`` / ``add`` (float, i32, i16) — the destination register of the add
+  instruction (zmm / ymm / xmm; NEON q / v.4s; scalar otherwise) is the widest legal vector;
+- FMA: ``llvm.fma.v4f32`` — without a fused multiply-add instruction LLVM calls ``fmaf``;
+- registers: 28 vectors loaded (volatile, so they cannot be re-loaded later) and then stored
+  in reverse, so all are live at once: the register allocator reaches for register 16 and up
+  only where it exists (a spill count would mislead: AArch64 saves its callee-saved d8-d15).
+
+So ``-mcpu=x86-64-v3``, ``-mcpu=znver3`` and ``-mcpu=skylake-avx512 -mattr=-avx512f`` all get
+what LLVM would emit for them. Results are cached per (triple, cpu, features); a probe costs a
+few milliseconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+from ..errors import TargetError
+
+_DTYPE_BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64, "int8": 8, "uint8": 8,
+               "int16": 16, "uint16": 16, "int32": 32, "uint32": 32, "int64": 64, "uint64": 64}
+
+
+@dataclass(frozen=True)
+class CPUFacts:
+    """The vector unit of one CPU target.
+
+    ``float_bits`` / ``int32_bits`` / ``int16_bits``: widest vector register LLVM uses for float,
+    32-bit and 16/8-bit integer adds (32 when only scalars); ``has_fma``; ``vector_registers``;
+    ``features``: ISA extensions found (x86: sse2 avx avx2 fma avx512f avx512bw; ARM: neon fma);
+    ``triple``/``cpu``/``llvm_features``: what LLVM compiles for.
+    """
+
+    triple: str
+    cpu: str
+    llvm_features: str
+    arch: str
+    float_bits: int
+    int32_bits: int
+    int16_bits: int
+    has_fma: bool
+    vector_registers: int
+    features: frozenset
+
+    def lanes(self, dtype="float32") -> int:
+        """Elements of ``dtype`` (a name or a DType) in one vector register (1 without SIMD)."""
+        name = str(dtype)
+        bits = _DTYPE_BITS.get(name)
+        if bits is None:
+            raise TargetError(f"cpu_facts: no vector width known for dtype {name!r}; "
+                              f"use one of {', '.join(_DTYPE_BITS)}")
+        if name.startswith(("float", "bfloat")) and bits >= 32:
+            width = self.float_bits
+        elif bits >= 32:
+            width = self.int32_bits
+        else:
+            width = self.int16_bits
+        return max(1, width // bits)
+
+    @property
+    def vector_bits(self) -> int:
+        return self.float_bits
+
+
+def cpu_facts(target=None) -> CPUFacts:
+    """Facts of ``target`` (a Target or a string; default: the current target, else this machine).
+
+    A GPU target answers for its host (or this machine): the host code is what runs on the CPU.
+
+    >>> cpu_facts("llvm -mcpu=haswell").lanes("float32")
+    8
+    """
+    from .target import Target
+
+    if target is None:
+        target = Target.current(allow_none=True)
+    if isinstance(target, str):
+        target = Target(target)
+    if target is not None and target.kind.name not in ("llvm", "c"):
+        target = target.host
+    if target is None:
+        target = Target("llvm")
+    from ..codegen.llvm_target import target_info  # lazily: it loads llvmlite
+
+    info = target_info(target)
+    return _probe(info.triple, info.cpu, info.features)
+
+
+def host_cpu() -> tuple[str, str]:
+    """(LLVM's name for this machine's CPU, its feature string)."""
+    from ..codegen.llvm_target import _host
+
+    _, cpu, features = _host()
+    return cpu, features
+
+
+# ---------------------------------------------------------------------------------------------
+_WIDTH_IR = """
+define void @w_f32(ptr %p) {
+  %q = getelementptr i8, ptr %p, i64 64
+  %a = load <16 x float>, ptr %p, align 4
+  %b = load <16 x float>, ptr %q, align 4
+  %r = fadd <16 x float> %a, %b
+  store <16 x float> %r, ptr %p, align 4
+  ret void
+}
+define void @w_i32(ptr %p) {
+  %q = getelementptr i8, ptr %p, i64 64
+  %a = load <16 x i32>, ptr %p, align 4
+  %b = load <16 x i32>, ptr %q, align 4
+  %r = add <16 x i32> %a, %b
+  store <16 x i32> %r, ptr %p, align 4
+  ret void
+}
+define void @w_i16(ptr %p) {
+  %q = getelementptr i8, ptr %p, i64 64
+  %a = load <32 x i16>, ptr %p, align 2
+  %b = load <32 x i16>, ptr %q, align 2
+  %r = add <32 x i16> %a, %b
+  store <32 x i16> %r, ptr %p, align 2
+  ret void
+}
+declare <4 x float> @llvm.fma.v4f32(<4 x float>, <4 x float>, <4 x float>)
+define void @fma(ptr %p) {
+  %q = getelementptr i8, ptr %p, i64 16
+  %s = getelementptr i8, ptr %p, i64 32
+  %a = load <4 x float>, ptr %p, align 4
+  %b = load <4 x float>, ptr %q, align 4
+  %c = load <4 x float>, ptr %s, align 4
+  %r = call <4 x float> @llvm.fma.v4f32(<4 x float> %a, <4 x float> %b, <4 x float> %c)
+  store <4 x float> %r, ptr %p, align 4
+  ret void
+}
+"""
+
+# The destination (last) register of the add: x86 AT&T syntax, AArch64, ARMv7 NEON/VFP.
+_ADD_X86 = re.compile(r"^\s*v?(?:addps|paddd|paddw)\b.*%([xyz])mm\d+\s*$", re.M)
+_ADD_A64 = re.compile(r"^\s*(?:fadd|add)\s+(v\d+\.\d+[shb]|[sqdwxh]\d+)", re.M)
+_ADD_ARM = re.compile(r"^\s*v?add(?:\.[a-z]+\d+)?\s+([qds])\d+", re.M)
+
+
+def _width(asm: str, arch: str, bits_if_scalar: int) -> int:
+    if arch == "x86_64" or arch.startswith("i") and arch.endswith("86"):
+        regs = set(_ADD_X86.findall(asm))
+        return 512 if "z" in regs else 256 if "y" in regs else 128 if "x" in regs else bits_if_scalar
+    if arch == "aarch64":
+        regs = _ADD_A64.findall(asm)
+        return 128 if any(r.startswith(("v", "q")) for r in regs) else bits_if_scalar
+    if arch == "arm":
+        regs = set(_ADD_ARM.findall(asm))
+        return 128 if "q" in regs else 64 if "d" in regs else bits_if_scalar
+    return bits_if_scalar
+
+
+def _functions(asm: str) -> dict:
+    """Assembly text of each probe function, by name."""
+    out, name, lines = {}, None, []
+    for line in asm.splitlines():
+        m = re.match(r"^([A-Za-z_][\w.]*):", line)
+        if m and m.group(1) in ("w_f32", "w_i32", "w_i16", "fma", "live28"):
+            if name:
+                out[name] = "\n".join(lines)
+            name, lines = m.group(1), []
+        elif name:
+            lines.append(line)
+    if name:
+        out[name] = "\n".join(lines)
+    return out
+
+
+def _pressure_ir(vec: str, count: int) -> str:
+    loads = "\n".join(f"  %p{i} = getelementptr {vec}, ptr %p, i64 {i}\n"
+                      f"  %v{i} = load volatile {vec}, ptr %p{i}" for i in range(count))
+    stores = "\n".join(f"  store volatile {vec} %v{i}, ptr %p{count - 1 - i}" for i in range(count))
+    return f"define void @live{count}(ptr %p) {{\n{loads}\n{stores}\n  ret void\n}}\n"
+
+
+def _emit(llvm, tm, text: str) -> str:
+    mod = llvm.parse_assembly(text)
+    mod.verify()
+    return tm.emit_assembly(mod)
+
+
+@functools.lru_cache(maxsize=64)
+def _probe(triple: str, cpu: str, features: str) -> CPUFacts:
+    from ..codegen.llvm_target import _LOCK, _arch, _llvm
+
+    llvm = _llvm()
+    arch = _arch(triple)
+    with _LOCK:
+        # A private machine: verbose assembly (spill comments) must not leak into kiln's own.
+        tm = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features, opt=2,
+                                                                   reloc="pic")
+        tm.set_asm_verbosity(True)
+        body = _functions(_emit(llvm, tm, _WIDTH_IR))
+        float_bits = _width(body["w_f32"], arch, 32)
+        int32_bits = _width(body["w_i32"], arch, 32)
+        int16_bits = _width(body["w_i16"], arch, 16)
+        has_fma = "fmaf" not in body["fma"]
+        vec = f"<{max(1, float_bits // 32)} x float>"
+        live = _functions(_emit(llvm, tm, _pressure_ir(vec, 28)))["live28"]
+    highest = max(_register_numbers(live, arch), default=0)
+    registers = 32 if highest >= 16 else 16 if highest >= 8 else 8
+    return CPUFacts(triple, cpu, features, arch, float_bits, int32_bits, int16_bits, has_fma,
+                    registers, _feature_names(arch, float_bits, int32_bits, int16_bits, has_fma))
+
+
+def _register_numbers(asm: str, arch: str):
+    """Numbers of the vector registers named in ``asm``, in units of one full vector register."""
+    if arch == "aarch64":
+        return [int(n) for n in re.findall(r"\b[qv](\d+)\b", asm)]
+    if arch == "arm":  # q<n> is d<2n>, d<2n+1>
+        return [int(n) for n in re.findall(r"\bq(\d+)\b", asm)] + \
+            [int(n) // 2 for n in re.findall(r"\bd(\d+)\b", asm)]
+    return [int(n) for n in re.findall(r"%[xyz]mm(\d+)", asm)]
+
+
+def _feature_names(arch, float_bits, int32_bits, int16_bits, has_fma) -> frozenset:
+    names = set()
+    if arch == "x86_64" or arch.endswith("86"):
+        names |= {"sse2"} if float_bits >= 128 else set()
+        names |= {"avx"} if float_bits >= 256 else set()
+        names |= {"avx2"} if int32_bits >= 256 else set()
+        names |= {"avx512f"} if float_bits >= 512 else set()
+        names |= {"avx512bw"} if int16_bits >= 512 else set()
+    elif arch in ("aarch64", "arm") and float_bits >= 128:
+        names.add("neon")
+    if has_fma:
+        names.add("fma")
+    return frozenset(names)
