@@ -199,6 +199,14 @@ class RPCSession:
     def device_exist(self, dev) -> bool:
         return bool(self._request(P.OP_DEVICE_EXISTS, [P.Device(dev.device_type, dev.device_id)]))
 
+    def device_attr(self, dev, name: str):
+        """``dev.max_threads_per_block`` and the other Device properties, asked remotely."""
+        query = self.__dict__.get("_attr_query")
+        if query is None:
+            query = self._attr_query = self.get_function("device.attribute")
+        value = query(dev.device_type, dev.device_id, name)
+        return tuple(value) if isinstance(value, list) else value
+
     def device_sync(self, dev) -> None:
         self._request(P.OP_SYNC, [P.Device(dev.device_type, dev.device_id)])
 

@@ -27,8 +27,16 @@ def _workpath(worker, name):
     return files.resolve(worker.workdir, name)
 
 
+def _device_attribute(device_type, device_id, name):
+    """A device property (``remote.cl().max_threads_per_block``); tuples travel as lists."""
+    from ..runtime.device import Device
+    value = Device(int(device_type), int(device_id))._attribute(str(name))
+    return list(value) if isinstance(value, tuple) else value
+
+
 # name -> (callable, needs the worker as first argument)
 SERVER_FUNCTIONS = {
+    "device.attribute": (_device_attribute, False),
     "rpc.echo": (_echo, False),
     "rpc.workpath": (_workpath, True),
     "tvm.rpc.server.workpath": (_workpath, True),
