@@ -4,7 +4,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := lld qemu-user gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross
+APT_PACKAGES := lld qemu-user gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross \
+                pocl-opencl-icd ocl-icd-opencl-dev clinfo
 
 .PHONY: setup system-packages demo test bench clean
 
@@ -12,7 +13,7 @@ system-packages:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	  else echo "note: missing Debian packages:$$missing (run as root to install; cross/qemu tests will skip)"; fi; \
+	  else echo "note: missing Debian packages:$$missing (run as root to install; cross/qemu/OpenCL tests will skip)"; fi; \
 	fi
 
 $(VENV)/.installed: pyproject.toml
