@@ -1,7 +1,7 @@
 """Code generators: one module per target kind, chosen from the BACKENDS table.
 
 ``build(mod, target)`` compiles an IRModule of lowered PrimFuncs and returns a runtime
-Module. Only llvm generates code in this version; the other kinds parse as targets and say so.
+Module. llvm and opencl generate code; the other kinds parse as targets and say so.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ BACKENDS = {
     "llvm": "kiln.codegen.llvm",
     "c": None,
     "cuda": None,
-    "opencl": None,
+    "opencl": "kiln.codegen.opencl",
 }
 
 

@@ -15,13 +15,17 @@ from ..errors import CompileError, InternalError, KilnError
 from ..ir.stmt import PrimFunc
 from .llvm_function import DLTENSOR_TYPE, SUPPORT_IR, emit_prim_func
 from .llvm_ir import ModuleWriter, string_literal
+from .llvm_launch import launch_globals
 from .llvm_pool import pool_ir
 from .llvm_target import assembly_of, compile_ir, target_info
 from .metadata import module_metadata
 
 
-def generate_ir(mod, target) -> tuple[str, dict, object]:
-    """LLVM IR text, metadata and TargetInfo for mod (no LLVM optimization yet)."""
+def generate_ir(mod, target, device_target=None, device_code=None) -> tuple[str, dict, object]:
+    """LLVM IR text, metadata and TargetInfo for mod (no LLVM optimization yet).
+
+    With device_code (GPU modules), mod holds the host functions, which launch kernels through
+    the __kiln_device_launch hook (llvm_launch.py), and the metadata carries the kernels."""
     info = target_info(target)
     funcs = _functions(mod)
     mw = ModuleWriter(info.triple, info.datalayout)
@@ -38,6 +42,11 @@ def generate_ir(mod, target) -> tuple[str, dict, object]:
             raise InternalError(f"LLVM codegen of {symbol!r} failed: {type(err).__name__}: {err}") from err
     _check_names(funcs, mw)
     meta = module_metadata(funcs, target, info.triple)
+    if device_code is not None:
+        meta["target"] = str(device_target)
+        meta["device_type"] = device_target.get_target_device_type()
+        meta["device_code"] = device_code
+        mw.globals.extend(launch_globals())
     blob = json.dumps(meta, separators=(",", ":")).encode() + b"\0"
     mw.globals.append(f"@__kiln_metadata = protected constant [{len(blob)} x i8] "
                       f"{string_literal(blob)}, align 1")
@@ -57,6 +66,18 @@ def build(mod, target):
     out = compile_ir(text, info, names, want_asm=False)
     module = CompiledModule([out.obj], meta, {"ll": out.ll}, triple=info.triple, type_key="llvm")
     # Assembly costs as much as the object itself: make it when someone asks for it.
+    module.sources = LazySources({"ll": out.ll}, {"asm": lambda: assembly_of(out.ll, info)})
+    return module
+
+
+def build_host(mod, host_target, device_target, device_code: dict):
+    """The host side of a GPU module: mod's functions launch the kernels of device_code."""
+    from ..runtime.compiled import CompiledModule
+
+    text, meta, info = generate_ir(mod, host_target, device_target, device_code)
+    names = [f["name"] for f in meta["functions"]]
+    out = compile_ir(text, info, names, want_asm=False)
+    module = CompiledModule([out.obj], meta, {"ll": out.ll}, triple=info.triple, type_key="llvm")
     module.sources = LazySources({"ll": out.ll}, {"asm": lambda: assembly_of(out.ll, info)})
     return module
 

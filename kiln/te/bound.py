@@ -79,12 +79,16 @@ def _roots(stage: Stage) -> list[IterVar]:
     return list(getattr(op, "axis", [])) + list(getattr(op, "reduce_axis", []))
 
 
-def root_intervals(stage: Stage, domains: dict, info: LeafInfo, fixed_upto: IterVar | None) -> dict:
-    """Interval (lo, hi) of each root axis value when leaves up to fixed_upto are fixed."""
+def root_intervals(stage: Stage, domains: dict, info: LeafInfo, fixed_upto: IterVar | None,
+                   relax: frozenset = frozenset()) -> dict:
+    """Interval (lo, hi) of each root axis value when leaves up to fixed_upto are fixed.
+
+    Leaves in relax (ids) range fully even above fixed_upto: the GPU thread axes whose
+    threads share the attached stage's memory (a shared stage serves its whole block)."""
     fixed = True if fixed_upto is not None else False
     leaf_iv: dict = {}
     for iv in stage.leaf_iter_vars:
-        if fixed:
+        if fixed and id(iv) not in relax:
             leaf_iv[id(iv.var)] = (iv.var, iv.var)
             if iv is fixed_upto:
                 fixed = False
@@ -184,7 +188,7 @@ def infer_region(stage: Stage, consumers: list, domains: dict, infos: dict, bodi
             from .lower import attach_leaf
 
             fixed = attach_leaf(cons, stage.attach_ivar)
-        intervals = root_intervals(cons, domains, infos[cons], fixed)
+        intervals = root_intervals(cons, domains, infos[cons], fixed, shared_thread_leaves(cons, stage.scope))
         reader = _Reads(tensors)
         for b in bodies[cons]:
             reader.visit(b)
@@ -209,6 +213,30 @@ def infer_region(stage: Stage, consumers: list, domains: dict, infos: dict, bodi
             hi = simplify(E.Max(hi, x, hi.dtype))
         out[axis] = Range(lo, simplify(hi - lo + 1))
     return out
+
+
+# A stage in memory of scope rank r is shared by the threads of every thread axis of rank >= r,
+# so its region spans those axes (global: all threads; shared: a block's; local: one thread's).
+_SCOPE_RANK = {"global": 0, "shared": 1, "warp": 2, "local": 3}
+
+
+def thread_rank(tag: str) -> int | None:
+    if tag.startswith("blockIdx"):
+        return 0
+    if tag.startswith("threadIdx") or tag.startswith("vthread"):
+        return 1
+    return None
+
+
+def shared_thread_leaves(consumer: Stage, scope: str) -> frozenset:
+    """ids of consumer's leaves bound to thread axes whose threads share memory of scope."""
+    rank = _SCOPE_RANK.get(scope, 0)
+    out = set()
+    for iv, thread in consumer.bindings.items():
+        r = thread_rank(thread.thread_tag)
+        if r is not None and rank <= r:
+            out.add(id(iv))
+    return frozenset(out)
 
 
 def full_domains(stage: Stage) -> dict:

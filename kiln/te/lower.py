@@ -125,6 +125,8 @@ class _Lowering:
     def infer_bounds(self) -> None:
         for st in reversed(self.active):
             if st.attach == Attach.SCOPE:
+                if not st.scope_set:
+                    st.scope = _attached_scope(st)
                 consumers = [c for c in self.active if self._reads(c, st)]
                 if not consumers:
                     raise ScheduleError(f"stage {st.name}: compute_at, but no stage reads it")
@@ -157,7 +159,8 @@ class _Lowering:
                 shape = tuple(self.domains[iv].extent for iv in st.op.axis)
             else:
                 shape = tuple(st.op.outputs[0].shape)
-            bufs = [b if b is not None else Buffer(t.name, Var(t.name, HANDLE_T), t.dtype, shape, scope=st.scope)
+            strides = _aligned_strides(shape, st.aligns) if st.aligns else ()
+            bufs = [b if b is not None else Buffer(t.name, Var(t.name, HANDLE_T), t.dtype, shape, strides, scope=st.scope)
                     for b, t in zip(bufs or [None] * len(st.op.outputs), st.op.outputs)]
             self.buffers[id(st)] = bufs
         return bufs
@@ -203,6 +206,11 @@ class _Lowering:
             for iv, shape_dim in zip(op.axis, op.outputs[0].shape):
                 guards.append(leaf_expr(E.LT(values[id(iv.var)], shape_dim, BOOL_T)))
         body0 = self.bodies[st][0]
+        if isinstance(body0, Reduce) and any(iv in st.bindings for iv in st.leaf_iter_vars
+                                             if iv.iter_type == IterType.COMM_REDUCE):
+            from .cross_thread import cross_thread_reduce
+
+            return cross_thread_reduce(self, st, info, bufs, store_idx, guards, expr, leaf_expr)
         if isinstance(body0, Reduce):
             return self._reduce_nest(st, info, bufs, store_idx, guards, expr, leaf_expr)
         stores = [BufferStore(b, expr(v), store_idx) for b, v in zip(bufs, self.bodies[st])]
@@ -273,7 +281,7 @@ class _Lowering:
         stmt = seq(*stmts, inner)
         for c in reversed(attached):
             for b in self.buffers_of(c):
-                stmt = Allocate(b, (_prod(b.shape),), stmt)
+                stmt = Allocate(b, (_alloc_size(b),), stmt)
         return stmt
 
     def run(self) -> PrimFunc:
@@ -285,8 +293,24 @@ class _Lowering:
             # Outputs that are not arguments need storage, even when a sibling output is one.
             for b in self.buffers_of(st):
                 if id(b) not in params:
-                    body = Allocate(b, (_prod(b.shape),), body)
+                    body = Allocate(b, (_alloc_size(b),), body)
         return PrimFunc(tuple(self.params), body, None, self.buffer_map, {"global_symbol": self.name})
+
+
+def _attached_scope(st: Stage) -> str:
+    """The memory of a stage attached under GPU thread loops (all threads of a block share what
+    is computed under blockIdx only; a stage under threadIdx is each thread's own)."""
+    rank = -1
+    while st.attach == Attach.SCOPE:
+        parent = st.attach_stage
+        leaf = attach_leaf(parent, st.attach_ivar)
+        for iv in parent.leaf_iter_vars[:parent.leaf_iter_vars.index(leaf) + 1]:
+            thread = parent.bindings.get(iv)
+            if thread is not None:
+                tag = thread.thread_tag
+                rank = max(rank, 0 if tag.startswith("blockIdx") else 1)
+        st = parent
+    return {-1: "global", 0: "shared", 1: "local"}[rank]
 
 
 def attach_leaf(parent: Stage, iv: IterVar) -> IterVar:
@@ -324,6 +348,26 @@ def _guard(stmt: Stmt, conds: list) -> Stmt:
     for c in conds[1:]:
         cond = E.And(cond, c, BOOL_T)
     return IfThenElse(likely(cond), stmt)
+
+
+def _alloc_size(b: Buffer) -> PrimExpr:
+    if b.strides:
+        return simplify(b.strides[0] * b.shape[0])
+    return _prod(b.shape)
+
+
+def _aligned_strides(shape, aligns: dict) -> tuple:
+    """Row-major strides where the stride of each aligned axis is padded to factor*k + offset."""
+    strides = [None] * len(shape)
+    stride = const(1, shape[-1].dtype) if shape else const(1)
+    for d in range(len(shape) - 1, -1, -1):
+        if d in aligns:
+            factor, offset = aligns[d]
+            stride = simplify(stride + (offset - E.FloorMod(stride, factor, stride.dtype)) % factor) \
+                if not isinstance(stride, E.IntImm) else const(stride.value + (offset - stride.value % factor) % factor, stride.dtype)
+        strides[d] = stride
+        stride = simplify(stride * shape[d])
+    return tuple(strides)
 
 
 def _prod(shape) -> PrimExpr:

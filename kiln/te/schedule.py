@@ -14,6 +14,9 @@ from kiln.ir.functor import substitute
 from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor, compute
 
 
+_THREAD_TAGS = {f"{k}.{d}" for k in ("blockIdx", "threadIdx") for d in "xyz"}
+
+
 class Split:
     """parent = outer * factor + inner (factor given) or outer has nparts iterations."""
 
@@ -50,6 +53,8 @@ class Stage:
         self.attach_stage: Stage | None = None
         self.attach_ivar: IterVar | None = None
         self.scope = "global"
+        self.aligns: dict[int, tuple[int, int]] = {}  # axis position -> (factor, offset)
+        self.scope_set = False  # an unset scope of a stage attached under GPU threads is inferred
         self._reset_axes()
 
     def _reset_axes(self) -> None:
@@ -168,6 +173,14 @@ class Stage:
         self._check_leaf(iv, "bind")
         if not isinstance(thread_ivar, IterVar) or not thread_ivar.thread_tag:
             raise ScheduleError(f"stage {self.name}: bind axis {iv.var.name} to a te.thread_axis(...)")
+        tag = thread_ivar.thread_tag
+        if tag not in _THREAD_TAGS and not tag.startswith("vthread"):
+            raise ScheduleError(f"stage {self.name}: unknown thread tag {tag!r}; use blockIdx.x|y|z, "
+                                "threadIdx.x|y|z or vthread")
+        for other, t in self.bindings.items():
+            if t.thread_tag == tag and other is not iv and not tag.startswith("vthread"):
+                raise ScheduleError(f"stage {self.name}: axes {other.var.name} and {iv.var.name} are both "
+                                    f"bound to {tag}; fuse them first or bind one to another thread axis")
         self.bindings[iv] = thread_ivar
 
     def pragma(self, iv: IterVar, pragma_type: str, pragma_value=None) -> None:
@@ -175,10 +188,21 @@ class Stage:
         self.pragmas.setdefault(iv, {})[pragma_type] = pragma_value
 
     def set_scope(self, scope: str) -> None:
+        if scope not in ("global", "shared", "local", "warp"):
+            raise ScheduleError(f"stage {self.name}: unknown storage scope {scope!r}; use global, shared or local")
         self.scope = scope
+        self.scope_set = True
 
     def storage_align(self, axis, factor, offset) -> None:
-        del axis, factor, offset  # Alignment padding is a GPU bank-conflict trick; CPU ignores it.
+        """Pad the row stride of axis so that stride % factor == offset (avoids shared-memory
+        bank conflicts when threads of a warp read down a column)."""
+        if not isinstance(self.op, ComputeOp) or axis not in self.op.axis:
+            raise ScheduleError(f"stage {self.name}: storage_align needs one of the stage's original axes (op.axis)")
+        factor, offset = int(factor), int(offset)
+        if factor <= 0 or not 0 <= offset < factor:
+            raise ScheduleError(f"stage {self.name}: storage_align needs factor > 0 and 0 <= offset < factor, "
+                                f"got factor={factor} offset={offset}")
+        self.aligns[list(self.op.axis).index(axis)] = (factor, offset)
 
     def double_buffer(self) -> None:
         pass
@@ -245,7 +269,7 @@ class Schedule:
         readers = [r.op if isinstance(r, Tensor) else r for r in (readers if isinstance(readers, (list, tuple)) else [readers])]
         cache = compute(tensor.shape, lambda *i: tensor(*i), name=f"{tensor.name}.{scope}")
         cache_stage = Stage(cache.op, self)
-        cache_stage.scope = scope
+        cache_stage.set_scope(scope)
         first = min((self.stages.index(self[r]) for r in readers), default=len(self.stages))
         self._add(cache_stage, self.stages[first] if first < len(self.stages) else None)
         for r in readers:
@@ -268,7 +292,7 @@ class Schedule:
         copy_body = [cache_op.outputs[i](*[iv.var for iv in axis]) for i in range(len(op.body))]
         copy_op = ComputeOp(op.name, op.tag, op.attrs, axis, copy_body)
         cache_stage = Stage(cache_op, self)
-        cache_stage.scope = scope
+        cache_stage.set_scope(scope)
         self._add(cache_stage, stage)
         stage.op = copy_op
         stage._reset_axes()

@@ -1,4 +1,8 @@
-"""Unroll loops marked UNROLLED, and small inner loops under ``pragma("auto_unroll_max_step", n)``."""
+"""Unroll loops marked UNROLLED, and small inner loops under ``pragma("auto_unroll_max_step", n)``.
+
+Under ``pragma("unroll_explicit", False)`` the loops stay loops of kind UNROLLED: the code
+generator asks its compiler to unroll them (``#pragma unroll`` in GPU source, LLVM metadata).
+"""
 
 from __future__ import annotations
 
@@ -32,18 +36,24 @@ class _Unroll(Mutator):
     def __init__(self):
         super().__init__()
         self.auto_max = 0
+        self.explicit = True
 
     def visit_For(self, op):
-        saved = self.auto_max
+        saved = self.auto_max, self.explicit
         step = op.annotations.get("pragma_auto_unroll_max_step")
         if step is not None:
             self.auto_max = int(step)
+        explicit = op.annotations.get("pragma_unroll_explicit")
+        if explicit is not None:
+            self.explicit = bool(int(explicit))
         body = self.visit(op.body)
-        self.auto_max = saved
+        self.auto_max, self.explicit = saved
         const_loop = isinstance(op.extent, E.IntImm) and isinstance(op.min, E.IntImm)
         want = op.kind == ForKind.UNROLLED or (
             self.auto_max and op.kind == ForKind.SERIAL and const_loop and _steps(op) <= self.auto_max
         )
+        if want and const_loop and op.extent.value <= MAX_UNROLL and not self.explicit:
+            return replace(op, kind=ForKind.UNROLLED, body=body)
         if want and const_loop and op.extent.value <= MAX_UNROLL:
             lo = op.min.value
             return seq(*[substitute(body, {op.loop_var: E.const(lo + i, op.loop_var.dtype)}) for i in range(op.extent.value)])

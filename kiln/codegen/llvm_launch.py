@@ -1,0 +1,77 @@
+"""Kernel launches in GPU host functions: ``tir.kiln_launch`` as a call of ``__kiln_device_launch``.
+
+``tir.kiln_launch(kernel_id, gx, gy, gz, bx, by, bz, dyn_shared_bytes, *args)`` (made by
+split_host_device) becomes, per docs/abi.md "GPU modules"::
+
+    int32_t rc = __kiln_device_launch(__kiln_device_ctx, kernel_id, values, type_codes, n, launch, dyn);
+
+with buffer arguments as KILN_HANDLE (3, the DLTensor's data: the device buffer handle),
+integers as KILN_INT (0) and floats as KILN_FLOAT (2). An empty grid (some extent <= 0, e.g.
+n = 0) launches nothing. A NULL hook means nobody loaded the device code: the function fails
+with a message saying so. A non-zero rc is returned as is.
+"""
+
+from __future__ import annotations
+
+from ..ir.dtype import DType, INT64
+
+_F64 = DType("float", 64)
+NOT_LOADED = ("device code not loaded: load the module with tvm.runtime.load_module (or build it) "
+              "before calling")
+
+
+def launch_globals() -> list[str]:
+    """The two hook globals the device-module loader writes after dlopen."""
+    return ["@__kiln_device_launch = protected global ptr null, align 8",
+            "@__kiln_device_ctx = protected global ptr null, align 8"]
+
+
+def emit_launch(cg, e) -> str:
+    fw = cg.fw
+    kid = e.args[0].value
+    extents = e.args[1:7]
+    dyn = e.args[7]
+    args = e.args[8:]
+    n = len(args)
+    values = fw.alloca("i64", max(n, 1), 8)
+    codes = fw.alloca("i32", max(n, 1), 4)
+    launch = fw.alloca("i64", 6, 8)
+    for k, a in enumerate(args):
+        slot = fw.emit(f"getelementptr inbounds i64, ptr {values}, i64 {k}", "p")
+        v = cg.expr(a)
+        if a.dtype.is_handle:
+            fw.emit_void(f"store ptr {v}, ptr {slot}, align 8")
+            code = 3
+        elif a.dtype.is_float:
+            fw.emit_void(f"store double {cg.cast(v, a.dtype, _F64)}, ptr {slot}, align 8")
+            code = 2
+        else:
+            fw.emit_void(f"store i64 {cg.cast(v, a.dtype, INT64)}, ptr {slot}, align 8")
+            code = 0
+        cp = fw.emit(f"getelementptr inbounds i32, ptr {codes}, i64 {k}", "p")
+        fw.emit_void(f"store i32 {code}, ptr {cp}, align 4")
+    empty = None
+    for k, x in enumerate(extents):
+        v = cg.cast(cg.expr(x), x.dtype, INT64)
+        slot = fw.emit(f"getelementptr inbounds i64, ptr {launch}, i64 {k}", "p")
+        fw.emit_void(f"store i64 {v}, ptr {slot}, align 8")
+        bad = fw.emit(f"icmp sle i64 {v}, 0")
+        empty = bad if empty is None else fw.emit(f"or i1 {empty}, {bad}")
+    go, done = fw.label("launch"), fw.label("launched")
+    fw.cond_br(empty, done, go)
+    fw.start_block(go)
+    hook = fw.emit("load ptr, ptr @__kiln_device_launch, align 8")
+    missing = fw.emit(f"icmp eq ptr {hook}, null")
+    cg.fail_if(missing, NOT_LOADED)
+    ctx = fw.emit("load ptr, ptr @__kiln_device_ctx, align 8")
+    dyn_v = cg.cast(cg.expr(dyn), dyn.dtype, INT64)
+    rc = fw.emit(f"call i32 {hook}(ptr {ctx}, i32 {kid}, ptr {values}, ptr {codes}, i32 {n}, ptr {launch}, i64 {dyn_v})")
+    failed = fw.emit(f"icmp ne i32 {rc}, 0")
+    bad, ok = fw.label("launch.fail"), fw.label("launch.ok")
+    fw.cond_br(failed, bad, ok)
+    fw.start_block(bad)
+    fw.ret(rc)
+    fw.start_block(ok)
+    fw.br(done)
+    fw.start_block(done)
+    return "0"

@@ -1,0 +1,111 @@
+"""Insert barriers into a GPU kernel where threads share memory.
+
+A block's threads see each other's writes to shared memory only after a barrier. In each
+statement sequence, a barrier goes before a statement that reads a shared buffer written by
+an earlier statement since the last barrier (read after write), and before a statement that
+writes a shared buffer read since the last barrier (write after read). In a loop whose body
+writes a shared buffer that it also reads, a barrier ends the body, so the next iteration's
+writes wait for this iteration's reads (the loop of a shared-memory tiled matmul).
+
+Barriers only go into sequences outside conditionals: every thread must reach every barrier.
+Statements that already hold barriers (cross-thread reductions) end with one, so they clear
+the pending state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kiln.ir import expr as E
+from kiln.ir.functor import Mutator, Visitor
+from kiln.ir.stmt import Evaluate, For, IfThenElse, PrimFunc, SeqStmt, seq
+
+BARRIER_OP = "tir.tvm_storage_sync"
+
+
+def barrier():
+    return Evaluate(E.Call(E.const(0).dtype, BARRIER_OP, (E.StringImm("shared"),)))
+
+
+def is_barrier(s) -> bool:
+    return isinstance(s, Evaluate) and isinstance(s.value, E.Call) and s.value.op == BARRIER_OP
+
+
+class _Access(Visitor):
+    """Shared buffers (by data Var id) read and written by a statement; whether it syncs."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads: set = set()
+        self.writes: set = set()
+        self.syncs = False
+
+    def visit_BufferLoad(self, op):
+        if op.buffer.scope == "shared":
+            self.reads.add(id(op.buffer.data))
+        self.generic_visit(op)
+
+    def visit_BufferStore(self, op):
+        if op.buffer.scope == "shared":
+            self.writes.add(id(op.buffer.data))
+        self.generic_visit(op)
+
+    def visit_Evaluate(self, op):
+        if is_barrier(op):
+            self.syncs = True
+        self.generic_visit(op)
+
+
+def access(s) -> _Access:
+    a = _Access()
+    a.visit(s)
+    return a
+
+
+def _ends_with_barrier(s) -> bool:
+    while True:
+        if is_barrier(s):
+            return True
+        if isinstance(s, SeqStmt):
+            s = s.seq[-1]
+        elif hasattr(s, "body") and not isinstance(s, (For, IfThenElse)):
+            s = s.body
+        else:
+            return False
+
+
+class _Sync(Mutator):
+    def visit_IfThenElse(self, op):
+        return op  # no barrier may go where only some threads are
+
+    def visit_For(self, op):
+        body = self.visit(op.body)
+        a = access(body)
+        if a.reads & a.writes and not _ends_with_barrier(body):
+            body = seq(body, barrier())
+        return op if body is op.body else replace(op, body=body)
+
+    def visit_SeqStmt(self, op):
+        out = []
+        written: set = set()
+        read: set = set()
+        for s in op.seq:
+            if is_barrier(s):
+                written, read = set(), set()
+                out.append(s)
+                continue
+            a = access(s)
+            if (a.reads & written) or (a.writes & read):
+                out.append(barrier())
+                written, read = set(), set()
+            out.append(self.visit(s))
+            if a.syncs and _ends_with_barrier(s):
+                written, read = set(), set()
+            else:
+                written |= a.writes
+                read |= a.reads
+        return seq(*out)
+
+
+def insert_barriers(kernel: PrimFunc) -> PrimFunc:
+    return replace(kernel, body=_Sync().visit(kernel.body))
