@@ -13,6 +13,7 @@ import sys
 COMMANDS = {
     "rpc": ("kiln.exec.rpc_cli", "run RPC services: server, tracker, proxy, query"),
     "config": ("kiln.exec.config_cli", "list the environment settings kiln reads"),
+    "cache": ("kiln.exec.cache_cli", "show (info) or empty (clear) the build cache of relay.build"),
     "tune": ("kiln.exec.tune_cli", "summarize a tuning log; plot best GFLOPS vs trials (--plot)"),
 }
 

@@ -31,6 +31,30 @@ def _str(name: str, default: str = "", *aliases: str) -> str:
     return default
 
 
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _size(name: str, default: int) -> int:
+    """Bytes, as ``1073741824``, ``500M`` or ``2G`` (powers of 1024)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    text = raw.lower().removesuffix("b").removesuffix("i")
+    unit = text[-1:] if text[-1:] in _UNITS and not text[-1:].isdigit() else ""
+    try:
+        value = float(text[:-1] if unit else text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise ValueError(f"environment variable {name}={raw!r} must be a size such as 500M or 2G")
+    return int(value * _UNITS[unit])
+
+
+def _cache_home() -> str:
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                        "kiln")
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     debug: int = 0
@@ -40,7 +64,9 @@ class Config:
     rpc_token: str = ""
     """KILN_RPC_TOKEN: shared secret for RPC servers, trackers and proxies."""
     cache_dir: str = ""
-    """KILN_CACHE_DIR: where kiln keeps build caches (default ~/.cache/kiln)."""
+    """KILN_CACHE_DIR: where relay.build keeps compiled kernels (default ~/.cache/kiln; "off" disables)."""
+    cache_size: int = 1 << 30
+    """KILN_CACHE_SIZE: the build cache's size bound, e.g. 500M or 2G (default 1G)."""
     cc: str = ""
     """KILN_CC (or CC): the host C compiler used to link shared objects (default: cc)."""
     ndk_cc: str = ""
@@ -56,7 +82,8 @@ def _from_env() -> Config:
         debug=_int("KILN_DEBUG", 0),
         num_threads=_int("KILN_NUM_THREADS", 0, "TVM_NUM_THREADS"),
         rpc_token=_str("KILN_RPC_TOKEN"),
-        cache_dir=_str("KILN_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "kiln")),
+        cache_dir=os.environ.get("KILN_CACHE_DIR", _cache_home()),
+        cache_size=_size("KILN_CACHE_SIZE", 1 << 30),
         cc=_str("KILN_CC", "", "CC"),
         ndk_cc=_str("TVM_NDK_CC"),
         test_targets=_str("KILN_TEST_TARGETS", "llvm"),
@@ -85,10 +112,17 @@ def override(**changes):
 
 
 def describe() -> list[tuple[str, str, str]]:
-    """(field, value, doc) for ``kiln config``."""
+    """(field, value, doc) for ``kiln config``; the docs are the field docstrings above."""
+    import ast
+    import inspect
+
+    docs: dict[str, str] = {}
+    try:
+        body = ast.parse(inspect.getsource(Config)).body[0].body
+    except (OSError, TypeError):  # no source (frozen app): values without docs
+        body = []
+    for stmt, nxt in zip(body, body[1:]):
+        if isinstance(stmt, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[stmt.target.id] = str(nxt.value.value)
     cfg = get()
-    docs = {}
-    # Field docstrings are not kept by dataclasses; keep them here from the source order.
-    for field in dataclasses.fields(Config):
-        docs[field.name] = ""
-    return [(f.name, repr(getattr(cfg, f.name)), docs[f.name]) for f in dataclasses.fields(Config)]
+    return [(f.name, repr(getattr(cfg, f.name)), docs.get(f.name, "")) for f in dataclasses.fields(Config)]

@@ -8,11 +8,19 @@ cross-compiled with aarch64-linux-gnu-gcc (skips when that compiler is missing).
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
+import tempfile
 
 import pytest
+
+# The suite never reads or fills the user's build cache (kiln/cache.py): it gets a fresh one,
+# shared by its tests (and the processes they start) and removed at the end.
+_CACHE_DIR = tempfile.mkdtemp(prefix="kiln-test-cache-")
+os.environ["KILN_CACHE_DIR"] = _CACHE_DIR
+atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 
 sys.path.insert(0, os.path.dirname(__file__))  # makes tests/helpers importable as `helpers`
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 
 def add_arguments(parser) -> None:
     del parser
@@ -13,7 +11,6 @@ def run(args) -> int:
     del args
     from kiln import config
 
-    cfg = config.get()
-    for field in dataclasses.fields(cfg):
-        print(f"{field.name:14s} {getattr(cfg, field.name)!r}")
+    for name, value, doc in config.describe():
+        print(f"{name:14s} {value:34s} {doc}".rstrip())
     return 0

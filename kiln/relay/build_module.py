@@ -95,6 +95,7 @@ def build(ir_mod, target=None, target_host=None, params=None, mod_name: str = "d
     lowered = time.perf_counter()
     lib = compiler.build()
     done = time.perf_counter()
-    logger.info("relay.build %s: optimize %.2f s, lower %d kernels %.2f s, codegen %.2f s", mod_name,
+    logger.info("relay.build %s: optimize %.2f s, graph of %d kernels %.2f s, lower + codegen (or build "
+                "cache) %.2f s", mod_name,
                 optimized - start, len(compiler.lowered), lowered - optimized, done - lowered)
     return GraphExecutorFactoryModule(opt_mod, tgt, graph_json, lib, graph_params, mod_name)

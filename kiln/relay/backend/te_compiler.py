@@ -10,16 +10,20 @@ named like ``tvmgen_default_fused_nn_conv2d_add_nn_relu``.
 Identical functions (same ops, attrs, types and scalar constants; same weight transform) are
 lowered once: the cache maps a structural key of the function to its kernel, so the 2nd..nth
 identical ResNet block reuse the first one's kernel.
+
+Lowering waits until ``build``: when the build cache (build_cache.py) holds the module of
+these kernels, nothing is lowered at all.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kiln import te
+from kiln.cache import Uncacheable
 from kiln.errors import CompileError, KilnError
 from kiln.ir.expr import const
 
@@ -27,7 +31,7 @@ from ..expr import Call, Constant, Function, Tuple, TupleGetItem, Var
 from ..op.registry import OpDef, OpPattern
 from ..ty import TupleType
 from ..visitor import post_order
-from . import dispatch
+from . import build_cache, dispatch
 from .op_impl import CPU_PACKAGES, SCHEDULES, ComputeCtx, WeightTransform, get_impl, schedule_key
 
 
@@ -36,7 +40,7 @@ class LoweredFunc:
     """One kernel: its symbol, its TIR, and how its constant inputs must be transformed."""
 
     name: str
-    prim_func: object
+    prim_func: object  # None until TECompiler.build lowers it
     transforms: tuple  # WeightTransform per transformed parameter
     num_outputs: int
 
@@ -68,6 +72,8 @@ class TECompiler:
         self.cache: dict = {}
         self.lowered: list[LoweredFunc] = []
         self._taken: set[str] = set()
+        self._plans: dict[str, tuple] = {}  # kernel name -> what _lower_te needs
+        self._parts: list | None = []  # build_cache.kernel_part of each kernel; None: uncacheable
 
     # -- one function --------------------------------------------------------------------------
     def lower(self, func: Function, const_params: frozenset = frozenset()) -> LoweredFunc:
@@ -86,22 +92,34 @@ class TECompiler:
         hit = self.cache.get(key)
         if hit is not None:
             return hit
-        names = [c.op.name for c in calls]
-        name = self._unique(self.prefix + _sanitize("_".join(names)))
-        try:
-            with self.target:
-                prim = self._lower_te(func, calls, anchor, cfg, transform, name)
-        except KilnError as err:
-            raise type(err)(f"{name} (ops {', '.join(names)}): {err}") from err
-        except Exception as err:  # a compute or schedule bug must still say which fused op it was
-            raise CompileError(f"{name} (ops {', '.join(names)}): lowering failed: "
-                               f"{type(err).__name__}: {err}") from err
+        name = self._unique(self.prefix + _sanitize("_".join(c.op.name for c in calls)))
         out_type = func.body.checked_type
-        lowered = LoweredFunc(name, prim, (transform,) if transform else (),
+        lowered = LoweredFunc(name, None, (transform,) if transform else (),
                               len(out_type.fields) if isinstance(out_type, TupleType) else 1)
+        self._plans[name] = (func, calls, anchor, cfg, transform)
+        if self._parts is not None:
+            try:
+                self._parts.append(build_cache.kernel_part(name, key[0], transform, cfg))
+            except Uncacheable:
+                self._parts = None
         self.cache[key] = lowered
         self.lowered.append(lowered)
         return lowered
+
+    def _lower_all(self) -> None:
+        for i, lowered in enumerate(self.lowered):
+            if lowered.prim_func is not None:
+                continue
+            func, calls, anchor, cfg, transform = self._plans.pop(lowered.name)
+            name, ops = lowered.name, ", ".join(c.op.name for c in calls)
+            try:
+                with self.target:
+                    prim = self._lower_te(func, calls, anchor, cfg, transform, name)
+            except KilnError as err:
+                raise type(err)(f"{name} (ops {ops}): {err}") from err
+            except Exception as err:  # a compute or schedule bug must still say which fused op it was
+                raise CompileError(f"{name} (ops {ops}): lowering failed: {type(err).__name__}: {err}") from err
+            self.lowered[i] = replace(lowered, prim_func=prim)
 
     def _weight_transform(self, func, anchor, const_params, cfg) -> WeightTransform | None:
         impl = get_impl(anchor.op.name)
@@ -170,8 +188,17 @@ class TECompiler:
 
         if not self.lowered:
             return None
+        key = build_cache.module_key(self.target, self._parts)
+        names = [f.name for f in self.lowered]
+        module = build_cache.load(key, names, self.target) if key else None
+        if module is not None:
+            return module
+        self._lower_all()
         mod = IRModule({f.name: f.prim_func for f in self.lowered})
-        return codegen.build(lower(mod), self.target)
+        module = codegen.build(lower(mod), self.target)
+        if key:
+            build_cache.store(key, module)
+        return module
 
 
 def _scalar(node: Constant):
@@ -246,10 +273,14 @@ def structural_key(func: Function) -> tuple:
         elif isinstance(node, TupleGetItem):
             item = ("get", index[node.tuple_value], node.index)
         else:
-            item = (type(node).__name__, id(node))
+            item = (type(node).__name__, _ById(id(node)))
         index[node] = len(items)
         items.append(item)
     return tuple(items)
+
+
+class _ById(int):
+    """An object's id in a key: unique within this process, so never written to the build cache."""
 
 
 def _type_key(ty):
