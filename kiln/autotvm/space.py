@@ -125,7 +125,8 @@ class ConfigSpace(_ConfigBase):
             want = self.default_values.get(name, _MISSING)
             if want is _MISSING:
                 return None
-            values = [getattr(knob.entity(i), "val", _MISSING) for i in range(len(knob))]
+            # a split's value is its size list ([-1, ...], as the space enumerates it)
+            values = [getattr(e, "val", getattr(e, "size", _MISSING)) for e in map(knob.entity, range(len(knob)))]
             # type-strict, so that True does not match 1
             hits = [i for i, v in enumerate(values) if type(v) is type(want) and v == want]
             if not hits:

@@ -40,9 +40,12 @@ def _target(target, target_host):
         target = Target.current(allow_none=True) or "llvm"
     tgt = Target(target, host=target_host) if target_host is not None else (
         target if isinstance(target, Target) else Target(target))
-    if tgt.kind.name != "llvm":
+    if tgt.kind.name not in ("llvm", "opencl"):
         raise CompileError(f"relay.build: target {tgt} is not supported yet; the graph compiler generates CPU "
-                           "code (target 'llvm', with -mtriple for ARM boards)")
+                           "code (target 'llvm', with -mtriple for ARM boards) and OpenCL ('opencl', "
+                           "'opencl -device=mali', with a host target)")
+    if tgt.kind.name != "llvm" and tgt.host is None:
+        tgt = Target(tgt, host="llvm")  # the graph's host code: the kernels' launchers
     return tgt
 
 

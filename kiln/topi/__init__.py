@@ -2,10 +2,11 @@
 
 Computes: ``topi.nn.conv2d_nchw``, ``topi.nn.dense``, ``topi.add``, ``topi.sum``, ``topi.reshape``...
 Schedules: ``topi.generic.schedule_injective(outs)`` and the fast CPU ones in ``topi.x86`` and
-``topi.arm_cpu`` (each takes an optional config mapping of knobs; see docs/topi.md).
+``topi.arm_cpu``; GPU ones in ``topi.gpu`` (every GPU target) and ``topi.mali`` (each takes an
+optional config mapping of knobs; see docs/topi.md).
 """
 
-from . import arm_cpu, cpu, generic, image, nn, testing, utils, x86  # noqa: F401
+from . import arm_cpu, cpu, generic, gpu, image, mali, nn, testing, utils, x86  # noqa: F401
 from .broadcast import (  # noqa: F401
     add, bitwise_and, bitwise_or, bitwise_xor, broadcast_shape, broadcast_to, divide, equal, floor_divide,
     floor_mod, greater, greater_equal, less, less_equal, logical_and, logical_or, logical_xor, maximum, minimum,

@@ -8,10 +8,13 @@ kiln.topi). Importing this package registers them:
 - ``conv2d_nchw``, ``depthwise_conv2d_nchw``, ``conv2d_nhwc``, ``dense_nopack``, ``batch_matmul``,
   each ``.x86`` and ``.arm_cpu``: kiln.topi's CPU operators with topi's knobs (what
   ``extract_from_program`` returns for nn.conv2d / nn.dense / nn.batch_matmul).
+- the same ops ``.gpu`` and ``.mali`` (topi_gpu.py): kiln.topi's GPU kernels with TVM's GPU
+  knobs (``tile_f``, ``tile_y``, ``tile_x``, ``tile_rc``, ...), for OpenCL targets.
 """
 
 from .conv2d import conv2d_nchw  # noqa: F401
 from .matmul import matmul  # noqa: F401
 from .topi_cpu import ARM_CPU, X86  # noqa: F401
+from .topi_gpu import GPU, MALI  # noqa: F401
 
 topi_conv2d_nchw, topi_dense = X86["conv2d_nchw"], X86["dense"]

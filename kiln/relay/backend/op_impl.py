@@ -421,6 +421,21 @@ SCHEDULES: dict[str, dict[str, Callable]] = {
 
 CPU_PACKAGES = {"x86": topi.x86, "arm_cpu": topi.arm_cpu}
 
+# GPU targets (key "gpu"; "mali" with -device=mali): topi.gpu's schedules, topi.mali's where
+# Mali differs. The blocked-layout keys never occur for them (AlterOpLayout is x86-only).
+GPU_PACKAGES = {"gpu": topi.gpu, "mali": topi.mali}
+_GPU_SCHEDULE_NAMES = {
+    "injective": "schedule_injective", "reduce": "schedule_reduce", "pool": "schedule_pool",
+    "adaptive_pool": "schedule_adaptive_pool", "softmax": "schedule_softmax", "layer_norm": "schedule_layer_norm",
+    "conv2d_nchw": "schedule_conv2d_nchw", "conv2d_nhwc": "schedule_conv2d_nhwc",
+    "conv2d_transpose_nchw": "schedule_conv2d_transpose_nchw", "dense": "schedule_dense",
+    "batch_matmul": "schedule_batch_matmul", "generic": "default_schedule",
+}
+for _key, _name in _GPU_SCHEDULE_NAMES.items():
+    for _family, _pkg in GPU_PACKAGES.items():
+        SCHEDULES[_key][_family] = getattr(_pkg, _name)
+PACKAGES = {**CPU_PACKAGES, **GPU_PACKAGES}
+
 
 def get_impl(op_name: str) -> OpImpl:
     impl = OP_IMPLS.get(op_name)

@@ -32,7 +32,7 @@ from ..op.registry import OpDef, OpPattern
 from ..ty import TupleType
 from ..visitor import post_order
 from . import build_cache, dispatch
-from .op_impl import CPU_PACKAGES, SCHEDULES, ComputeCtx, WeightTransform, get_impl, schedule_key
+from .op_impl import GPU_PACKAGES, PACKAGES, SCHEDULES, ComputeCtx, WeightTransform, get_impl, schedule_key
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,11 @@ class LoweredFunc:
 
 
 def target_family(target) -> str:
-    """"arm_cpu" for ARM targets (by key or triple), else "x86" (the generic CPU schedules)."""
+    """"arm_cpu" for ARM targets (by key or triple), "gpu" for GPU targets ("mali" for
+    ``opencl -device=mali``), else "x86" (the generic CPU schedules)."""
+    keys = getattr(target, "keys", ()) or ()
+    if "gpu" in keys:
+        return "mali" if "mali" in keys else "gpu"
     triple = (getattr(target, "mtriple", "") or "").lower()
     if "arm_cpu" in target.keys or triple.startswith(("aarch64", "arm64", "arm", "thumb")):
         return "arm_cpu"
@@ -123,7 +127,7 @@ class TECompiler:
 
     def _weight_transform(self, func, anchor, const_params, cfg) -> WeightTransform | None:
         impl = get_impl(anchor.op.name)
-        if impl.prepack is None or not const_params:
+        if impl.prepack is None or not const_params or self.family in GPU_PACKAGES:  # CPU weight layouts
             return None
         spec = impl.prepack(anchor.attrs, [a.checked_type for a in anchor.args], cfg)
         if spec is None:
@@ -146,7 +150,7 @@ class TECompiler:
             shape = transform.shape if transform and transform.index == i else tuple(int(d) for d in ty.shape)
             value[p] = te.placeholder(shape, name=f"p{i}", dtype=str(ty.dtype))
             inputs.append(value[p])
-        pkg = CPU_PACKAGES[self.family]
+        pkg = PACKAGES[self.family]
         for node in post_order(func.body):
             if node in value:
                 continue

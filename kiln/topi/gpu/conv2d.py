@@ -1,0 +1,151 @@
+"""conv2d NCHW on GPUs: direct convolution with shared-memory tiles and register blocking.
+
+Each work-group computes a block of output (channels x rows x columns); each work-item a
+``fi x yi x xi`` register tile of it (knobs ``tile_f``, ``tile_y``, ``tile_x``: four levels each,
+block / virtual thread / thread / inner, TVM's names). The reduction over input channels and
+the window runs in steps of ``tile_rc`` (and ``tile_ry`` / ``tile_rx``): per step, the work-group
+copies the input patch and the weights it needs into shared memory (all work-items together,
+neighbouring work-items on neighbouring addresses), waits at a barrier, and every work-item
+accumulates its register tile from shared memory. ``auto_unroll_max_step`` / ``unroll_explicit``
+unroll the inner loops.
+
+Grouped and depthwise convolutions use ``depthwise_conv2d.py`` (no channel reduction to share).
+"""
+
+from __future__ import annotations
+
+from kiln import te
+
+from ..nn.conv2d import conv2d_nchw as _conv2d_nchw, conv2d_shape
+from ..utils import const_shape, knob
+from .common import as_list, block, inline_injective, max_threads, thread, unroll_pragmas
+from .tiling import cooperative_fetch, divisor, resolve, split_levels
+
+TAG = "conv2d_nchw"
+KNOBS = ("tile_f", "tile_y", "tile_x", "tile_rc", "tile_ry", "tile_rx", "auto_unroll_max_step", "unroll_explicit")
+
+
+def shape_of(data, kernel, strides, padding, dilation, groups=1):
+    return conv2d_shape("conv2d", const_shape(data), const_shape(kernel), strides, padding, dilation, groups)
+
+
+def default_config(p, threads: int | None = None) -> dict:
+    """Untuned tiles: up to 4 output channels x 2 columns per work-item, a work-group of at most
+    ``threads`` work-items spread over channels, rows and columns, 8 input channels per step."""
+    threads = threads or max_threads()
+    f, h, w = p.out_channel, p.out_height, p.out_width
+    xi = 2 if w % 2 == 0 and w >= 16 else 1
+    tx = divisor(w // xi, 16)
+    ty = divisor(h, max(1, 64 // tx))
+    fi = divisor(f, 4)
+    tf = divisor(f // fi, max(1, min(threads, 256) // (tx * ty)))
+    icg = p.in_channel // p.groups
+    rci = divisor(icg, 8)
+    return {
+        "tile_f": [f // (tf * fi), 1, tf, fi],
+        "tile_y": [h // ty, 1, ty, 1],
+        "tile_x": [w // (tx * xi), 1, tx, xi],
+        "tile_rc": [icg // rci, rci],
+        "tile_ry": [p.kernel_h, 1],
+        "tile_rx": [p.kernel_w, 1],
+        "auto_unroll_max_step": 512,
+        "unroll_explicit": True,
+    }
+
+
+def config_for(p, cfg=None) -> dict:
+    """The knobs the kernel uses: cfg's where it sets them, else the defaults; tiles exact."""
+    conf = default_config(p)
+    conf.update({k: knob(cfg, k, v) for k, v in conf.items()})
+    totals = {"tile_f": p.out_channel, "tile_y": p.out_height, "tile_x": p.out_width,
+              "tile_rc": p.in_channel // p.groups, "tile_ry": p.kernel_h, "tile_rx": p.kernel_w}
+    for k, n in totals.items():
+        conf[k] = resolve(conf[k], n, k)
+    return conf
+
+
+def conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=None, groups=1, cfg=None, out_channels=None):
+    """topi.nn.conv2d_nchw, recording the GPU tiles it will be scheduled with."""
+    del out_channels
+    out = _conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype, groups)
+    p = shape_of(data, kernel, strides, padding, dilation, groups)
+    out.op.attrs["gpu_config"] = config_for(p, cfg) if groups == 1 else None
+    out.op.attrs["gpu_shape"] = p
+    return out
+
+
+def find(out, tag: str):
+    """The stage tagged ``tag`` feeding ``out`` (out itself, or under an elementwise epilogue)."""
+    stack, seen = [out], set()
+    while stack:
+        t = stack.pop()
+        if id(t.op) in seen:
+            continue
+        seen.add(id(t.op))
+        if getattr(t.op, "tag", "") == tag:
+            return t
+        stack.extend(getattr(t.op, "input_tensors", []))
+    raise ValueError(f"no {tag} stage under {out.name}")
+
+
+def schedule_conv2d_nchw(outs, cfg=None):
+    """Schedule conv2d_nchw (and the elementwise ops after it) with its recorded or given tiles."""
+    outs = as_list(outs)
+    out = outs[0]
+    conv = find(out, TAG)
+    p = conv.op.attrs.get("gpu_shape")
+    if p is None or p.groups != 1:
+        from .depthwise_conv2d import schedule_depthwise_conv2d_nchw
+        return schedule_depthwise_conv2d_nchw(outs, cfg)
+    conf = config_for(p, cfg) if cfg is not None else conv.op.attrs.get("gpu_config") or config_for(p)
+    s = te.create_schedule([o.op for o in outs])
+    inline_injective(s, outs)
+    schedule_direct(s, conv, out, conf)
+    return s
+
+
+def schedule_direct(s, conv, out, conf) -> None:
+    padded, kernel = conv.op.input_tensors
+    if conv.op is out.op:
+        local = s.cache_write(conv, "local")
+        output = conv
+    else:
+        s[conv].set_scope("local")
+        local, output = conv, out
+    aa = s.cache_read(padded, "shared", [local])
+    ww = s.cache_read(kernel, "shared", [local])
+    if "pad" in getattr(padded.op, "tag", "") and s[padded].attach.value != "inline":
+        s[padded].compute_inline()
+
+    st = s[output]
+    n, f, y, x = st.op.axis
+    bf, vf, tf, fi = split_levels(st, f, conf["tile_f"])
+    by, vy, ty, yi = split_levels(st, y, conf["tile_y"])
+    bx, vx, tx, xi = split_levels(st, x, conf["tile_x"])
+    bf = st.fuse(n, bf)
+    st.reorder(bf, by, bx, vf, vy, vx, tf, ty, tx, fi, yi, xi)
+    st.bind(bf, block("z"))
+    st.bind(by, block("y"))
+    st.bind(bx, block("x"))
+    for v, size in ((vf, conf["tile_f"][1]), (vy, conf["tile_y"][1]), (vx, conf["tile_x"][1])):
+        if size > 1:
+            st.bind(v, te.thread_axis("vthread"))
+    st.bind(tf, thread("z"))
+    st.bind(ty, thread("y"))
+    st.bind(tx, thread("x"))
+    unroll_pragmas(st, bf, conf)
+
+    lt = s[local]
+    lt.compute_at(st, tx)
+    _, lf, ly, lx = lt.op.axis
+    rc, ry, rx = lt.op.reduce_axis
+    rco, rci = split_levels(lt, rc, conf["tile_rc"])
+    ryo, ryi = split_levels(lt, ry, conf["tile_ry"])
+    rxo, rxi = split_levels(lt, rx, conf["tile_rx"])
+    lt.reorder(rco, ryo, rxo, rci, ryi, rxi, lf, ly, lx)
+    s[aa].compute_at(lt, rxo)
+    s[ww].compute_at(lt, rxo)
+    threads = [("threadIdx.z", conf["tile_f"][2]), ("threadIdx.y", conf["tile_y"][2]),
+               ("threadIdx.x", conf["tile_x"][2])]
+    cooperative_fetch(s, aa, threads)
+    cooperative_fetch(s, ww, threads)

@@ -1,0 +1,185 @@
+"""dense, matmul and batch_matmul on GPUs: block tiles in shared memory, register tiles per
+work-item.
+
+A work-group computes a ``BM x BN`` block of the output (``tile_y`` for rows, ``tile_x`` for
+columns: block / virtual thread / thread / inner, TVM's names), each work-item an ``yi x xi``
+register tile. The reduction runs in steps of ``tile_k[1]``: per step the group copies a
+``BM x BK`` slab of A and a ``BK x BN`` slab of B into shared memory (fetches spread over all
+work-items, ``vec`` contiguous elements each: float4 loads), waits at a barrier, and each
+work-item multiplies its rows of A by its columns of B from registers. 128 x 128 blocks with 8 x 8
+per work-item (256 work-items) is the default for large products. ``auto_unroll_max_step`` /
+``unroll_explicit`` unroll the register tile.
+
+Products with few rows (a batch-1 fully connected layer) have too little reuse for tiles: one
+work-item per output element (``schedule_per_item``).
+"""
+
+from __future__ import annotations
+
+from kiln import te
+
+from ..nn.batch_matmul import batch_matmul as _batch_matmul
+from ..nn.dense import add_bias, dense as _dense, matmul as _matmul
+from ..utils import const_int, knob
+from .common import as_list, block, inline_injective, max_threads, schedule_per_item, thread, unroll_pragmas
+from .tiling import cooperative_fetch, divisor, resolve, split_levels
+
+TAGS = ("dense", "matmul", "batch_matmul")
+KNOBS = ("tile_y", "tile_x", "tile_k", "vec", "auto_unroll_max_step", "unroll_explicit")
+SMALL_M = 16
+
+
+def _axis_tiles(n: int, threads: int, inner: int = 8) -> list[int]:
+    i = next((v for v in (inner, 4, 2) if v <= inner and n % v == 0 and n // v >= 2), 1)
+    t = divisor(n // i, threads)
+    return [n // (t * i), 1, t, i]
+
+
+def default_config(m: int, n: int, k: int, threads: int | None = None) -> dict:
+    """Untuned tiles: 16 x 16 work-items of 8 x 8 outputs where the sizes allow."""
+    threads = threads or max_threads()
+    side = 16 if threads >= 256 else 8
+    ty = _axis_tiles(m, side)
+    tx = _axis_tiles(n, max(1, threads // ty[2]) if ty[2] < side else side)
+    ki = divisor(k, 8)
+    vec = 4 if ki % 4 == 0 and k % 4 == 0 and n % 4 == 0 else 1
+    return {"tile_y": ty, "tile_x": tx, "tile_k": [k // ki, ki], "vec": vec,
+            "auto_unroll_max_step": 512, "unroll_explicit": True}
+
+
+def config_for(m: int, n: int, k: int, cfg=None) -> dict:
+    conf = default_config(m, n, k)
+    conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
+    for key, total in (("tile_y", m), ("tile_x", n), ("tile_k", k)):
+        conf[key] = resolve(conf[key], total, key)
+    return conf
+
+
+def _record(out, m, n, k, cfg):
+    out.op.attrs["gpu_config"] = config_for(m, n, k, cfg)
+    return out
+
+
+def dense(data, weight, bias=None, out_dtype=None, cfg=None):
+    """topi.nn.dense (weight N x K), recording its GPU tiles."""
+    out = _dense(data, weight, None, out_dtype)
+    m, k = (const_int(d) for d in data.shape)
+    return add_bias(_record(out, m, const_int(weight.shape[0]), k, cfg), bias, 1)
+
+
+def matmul(a, b, bias=None, out_dtype=None, transpose_a=False, transpose_b=False, cfg=None):
+    out = _matmul(a, b, None, out_dtype, transpose_a, transpose_b)
+    m, n = (const_int(d) for d in out.shape)
+    k = const_int(a.shape[0 if transpose_a else 1])
+    return add_bias(_record(out, m, n, k, cfg), bias, 1)
+
+
+def batch_matmul(a, b, oshape=None, out_dtype=None, transpose_a=False, transpose_b=True, cfg=None):
+    out = _batch_matmul(a, b, oshape, out_dtype, transpose_a, transpose_b)
+    _, m, n = (const_int(d) for d in out.shape)
+    k = const_int(a.shape[1 if transpose_a else 2])
+    return _record(out, m, n, k, cfg)
+
+
+def _find(out):
+    stack, seen = [out], set()
+    while stack:
+        t = stack.pop()
+        if id(t.op) in seen:
+            continue
+        seen.add(id(t.op))
+        if getattr(t.op, "tag", "") in TAGS and t.op.reduce_axis:
+            return t
+        stack.extend(getattr(t.op, "input_tensors", []))
+    raise ValueError(f"no dense / matmul stage under {out.name}")
+
+
+def schedule_dense(outs, cfg=None):
+    """Schedule dense / matmul / batch_matmul (with an elementwise epilogue)."""
+    outs = as_list(outs)
+    out = outs[0]
+    mm = _find(out)
+    *_, m, n = (const_int(d) for d in mm.shape)
+    k = const_int(mm.op.reduce_axis[0].dom.extent)
+    if cfg is None and m < SMALL_M and "gpu_config" not in mm.op.attrs:
+        return schedule_per_item(outs)
+    conf = config_for(m, n, k, cfg) if cfg is not None else mm.op.attrs.get("gpu_config") or config_for(m, n, k)
+    if cfg is None and m < SMALL_M:
+        return schedule_per_item(outs)
+    s = te.create_schedule([o.op for o in outs])
+    inline_injective(s, outs)
+    schedule_tiled(s, mm, out, conf, shared=True)
+    return s
+
+
+schedule_matmul = schedule_dense
+schedule_batch_matmul = schedule_dense
+
+
+def schedule_tiled(s, mm, out, conf, shared: bool = True, vector: bool = False) -> None:
+    """The block / register tiling above. ``shared=False`` (Mali: local memory is ordinary
+    memory there) reads A and B straight into registers; ``vector`` makes the register tile's
+    columns one vector (float4)."""
+    a, b = mm.op.input_tensors[:2]
+    if mm.op is out.op:
+        local = s.cache_write(mm, "local")
+        output = mm
+    else:
+        s[mm].set_scope("local")
+        local, output = mm, out
+    st = s[output]
+    *batch, y, x = st.op.axis
+    by, vy, ty, yi = split_levels(st, y, conf["tile_y"])
+    bx, vx, tx, xi = split_levels(st, x, conf["tile_x"])
+    st.reorder(*batch, by, bx, vy, vx, ty, tx, yi, xi)
+    if batch:
+        bz = st.fuse(*batch) if len(batch) > 1 else batch[0]
+        st.bind(bz, block("z"))
+    st.bind(by, block("y"))
+    st.bind(bx, block("x"))
+    for v, size in ((vy, conf["tile_y"][1]), (vx, conf["tile_x"][1])):
+        if size > 1:
+            st.bind(v, te.thread_axis("vthread"))
+    st.bind(ty, thread("y"))
+    st.bind(tx, thread("x"))
+    unroll_pragmas(st, by, conf)
+    if vector and conf["tile_x"][3] in (2, 4, 8, 16):
+        st.vectorize(xi)
+
+    lt = s[local]
+    lt.compute_at(st, tx)
+    *_, ly, lx = lt.op.axis
+    (rk,) = lt.op.reduce_axis
+    ko, ki = split_levels(lt, rk, conf["tile_k"])
+    lt.reorder(ko, ki, ly, lx)
+    if vector and conf["tile_x"][3] in (2, 4, 8, 16):
+        lt.vectorize(lx)
+    if not shared:
+        return
+    aa = s.cache_read(a, "shared", [local])
+    bb = s.cache_read(b, "shared", [local])
+    al = s.cache_read(aa, "local", [local])
+    bl = s.cache_read(bb, "local", [local])
+    s[aa].compute_at(lt, ko)
+    s[bb].compute_at(lt, ko)
+    s[al].compute_at(lt, ki)
+    s[bl].compute_at(lt, ki)
+    threads = [("threadIdx.y", conf["tile_y"][2]), ("threadIdx.x", conf["tile_x"][2])]
+    for cache in (aa, bb):
+        _fetch(s, cache, threads, int(conf.get("vec", 1)))
+
+
+def _fetch(s, cache, threads, vec: int) -> None:
+    st = s[cache]
+    inner = const_int(st.op.axis[-1].dom.extent)
+    if vec > 1 and inner % vec == 0:
+        axes = list(st.op.axis)
+        fused = st.fuse(*axes) if len(axes) > 1 else axes[0]
+        fused, v = st.split(fused, factor=vec)
+        for tag, count in reversed(threads):
+            if count > 1:
+                fused, t = st.split(fused, factor=count)
+                st.bind(t, te.thread_axis(tag))
+        st.vectorize(v)
+        return
+    cooperative_fetch(s, cache, threads)

@@ -1,0 +1,111 @@
+"""Depthwise and grouped conv2d NCHW on GPUs: register tiles, no shared memory.
+
+A depthwise output channel reads one input channel, so there is no reduction over channels
+whose operands a work-group could share; each work-item computes a ``fi x yi x xi`` tile of
+outputs (knobs ``tile_f``, ``tile_y``, ``tile_x``: block / virtual thread / thread / inner) with
+the window loops innermost and unrolled, reading the input through the cache.
+"""
+
+from __future__ import annotations
+
+from kiln import te
+
+from ..nn.conv2d import conv2d_nchw as _conv2d_nchw
+from ..nn.depthwise_conv2d import depthwise_conv2d_nchw as _depthwise_conv2d_nchw
+from ..utils import knob
+from .common import as_list, block, inline_injective, max_threads, thread, unroll_pragmas
+from .conv2d import find, shape_of
+from .tiling import divisor, resolve, split_levels
+
+TAGS = ("depthwise_conv2d_nchw", "conv2d_nchw")
+KNOBS = ("tile_f", "tile_y", "tile_x", "auto_unroll_max_step", "unroll_explicit")
+
+
+def default_config(f: int, h: int, w: int, threads: int | None = None) -> dict:
+    threads = threads or max_threads()
+    xi = 2 if w % 2 == 0 and w >= 8 else 1
+    tx = divisor(w // xi, 32)
+    ty = divisor(h, max(1, 128 // tx))
+    tf = divisor(f, max(1, min(threads, 256) // (tx * ty)))
+    return {"tile_f": [f // tf, 1, tf, 1], "tile_y": [h // ty, 1, ty, 1], "tile_x": [w // (tx * xi), 1, tx, xi],
+            "auto_unroll_max_step": 512, "unroll_explicit": True}
+
+
+def config_for(f: int, h: int, w: int, cfg=None) -> dict:
+    conf = default_config(f, h, w)
+    conf.update({k: knob(cfg, k, v) for k, v in conf.items()})
+    for k, n in (("tile_f", f), ("tile_y", h), ("tile_x", w)):
+        conf[k] = resolve(conf[k], n, k)
+    return conf
+
+
+def depthwise_conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=None, cfg=None):
+    """topi.nn.depthwise_conv2d_nchw (kernel C x M x KH x KW), recording its GPU tiles."""
+    out = _depthwise_conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype)
+    _, f, h, w = (int(getattr(d, "value", d)) for d in out.shape)
+    out.op.attrs["gpu_config"] = config_for(f, h, w, cfg)
+    return out
+
+
+def group_conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=None, groups=1, cfg=None):
+    """conv2d with groups > 1 (depthwise when groups == channels), OIHW kernel."""
+    out = _conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype, groups)
+    out.op.attrs["gpu_shape"] = shape_of(data, kernel, strides, padding, dilation, groups)
+    _, f, h, w = (int(getattr(d, "value", d)) for d in out.shape)
+    out.op.attrs["gpu_config"] = config_for(f, h, w, cfg)
+    return out
+
+
+def schedule_depthwise_conv2d_nchw(outs, cfg=None):
+    outs = as_list(outs)
+    out = outs[0]
+    conv = None
+    for tag in TAGS:
+        try:
+            conv = find(out, tag)
+            break
+        except ValueError:
+            continue
+    if conv is None:
+        raise ValueError(f"schedule_depthwise_conv2d_nchw: no convolution under {out.name}")
+    _, f, h, w = (int(getattr(d, "value", d)) for d in conv.shape)
+    conf = config_for(f, h, w, cfg) if cfg is not None else conv.op.attrs.get("gpu_config") or config_for(f, h, w)
+    s = te.create_schedule([o.op for o in outs])
+    inline_injective(s, outs)
+    schedule_register_tiled(s, conv, out, conf)
+    return s
+
+
+def schedule_register_tiled(s, conv, out, conf, vector: bool = False) -> None:
+    """Output tiles per work-item accumulated in registers; the input read straight from global
+    memory. ``vector``: the innermost column tile becomes one vector (Mali, float4)."""
+    if conv.op is out.op:
+        local = s.cache_write(conv, "local")
+        output = conv
+    else:
+        s[conv].set_scope("local")
+        local, output = conv, out
+    st = s[output]
+    n, f, y, x = st.op.axis
+    bf, vf, tf, fi = split_levels(st, f, conf["tile_f"])
+    by, vy, ty, yi = split_levels(st, y, conf["tile_y"])
+    bx, vx, tx, xi = split_levels(st, x, conf["tile_x"])
+    bf = st.fuse(n, bf)
+    st.reorder(bf, by, bx, vf, vy, vx, tf, ty, tx, fi, yi, xi)
+    st.bind(bf, block("z"))
+    st.bind(by, block("y"))
+    st.bind(bx, block("x"))
+    for v, size in ((vf, conf["tile_f"][1]), (vy, conf["tile_y"][1]), (vx, conf["tile_x"][1])):
+        if size > 1:
+            st.bind(v, te.thread_axis("vthread"))
+    st.bind(tf, thread("z"))
+    st.bind(ty, thread("y"))
+    st.bind(tx, thread("x"))
+    unroll_pragmas(st, bf, conf)
+    lt = s[local]
+    lt.compute_at(st, tx)
+    _, lf, ly, lx = lt.op.axis
+    lt.reorder(*lt.op.reduce_axis, lf, ly, lx)
+    if vector and conf["tile_x"][3] in (2, 4, 8, 16):
+        lt.vectorize(lx)
+        st.vectorize(xi)

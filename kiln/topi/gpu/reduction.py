@@ -1,0 +1,143 @@
+"""Reductions on GPUs: sums / maxima, softmax and layer norm.
+
+Two shapes of work:
+
+- many outputs, short reductions (pooling-like, a row sum of a wide matrix): one work-item per
+  output, the reduction serial inside it (``schedule_per_item``);
+- few outputs, long reductions (a row softmax, layer norm of a hidden vector, a global sum):
+  one work-group per output row, the reduction split across its work-items and combined by a
+  cross-work-item (tree) reduction; the row's other stages are computed in the same work-group,
+  so the row is read from global memory a bounded number of times and the op is one kernel.
+"""
+
+from __future__ import annotations
+
+from kiln import te
+from kiln.te.tensor import ComputeOp
+
+from .common import as_list, block, inline_injective, max_threads, producers, schedule_per_item, thread
+
+# Below this many outputs a serial reduction per work-item leaves the device idle.
+_FEW_OUTPUTS = 4096
+_MIN_REDUCE = 64
+
+
+def _size(axes) -> int:
+    n = 1
+    for a in axes:
+        n *= int(a.dom.extent.value) if hasattr(a.dom.extent, "value") else int(a.dom.extent)
+    return n
+
+
+def _row_threads(n: int, limit: int) -> int:
+    """Work-items splitting a reduction of n: the largest divisor of n up to limit (no ragged
+    tail, so the tree reduction needs no guard); 0 when n has no useful divisor."""
+    for d in range(min(n, limit), 15, -1):
+        if n % d == 0:
+            return d
+    return 0
+
+
+def _cross_thread(st, nthreads: int) -> None:
+    """Split st's reduction across the threadIdx.x of the enclosing work-group."""
+    k = st.fuse(*st.op.reduce_axis) if len(st.op.reduce_axis) > 1 else st.op.reduce_axis[0]
+    _, ki = st.split(k, factor=nthreads)
+    st.bind(ki, thread("x"))
+
+
+def schedule_reduce(outs, cfg=None):
+    """sum / max / min / mean / argmax... with any epilogue of elementwise ops."""
+    outs = as_list(outs)
+    out = outs[0]
+    red = _the_reduction(out)
+    if len(outs) != 1 or red is None:
+        return schedule_per_item(outs, cfg)
+    n_out = _size(out.op.axis) if out.op.axis else 1
+    n_red = _size(red.op.reduce_axis)
+    nthreads = _row_threads(n_red, max_threads())
+    if n_out >= _FEW_OUTPUTS or n_red < _MIN_REDUCE or not nthreads or not red.op.axis:
+        return schedule_per_item(outs, cfg)
+    s = te.create_schedule([out.op])
+    inline_injective(s, outs)
+    st = s[out]
+    fused = st.fuse(*st.op.axis) if len(st.op.axis) > 1 else st.op.axis[0]
+    st.bind(fused, block("x"))
+    if red.op is not out.op:
+        s[red].compute_at(st, fused)
+        s[red].set_scope("local")
+        _cross_thread(s[red], nthreads)
+    else:
+        _cross_thread(st, nthreads)
+    return s
+
+
+def _the_reduction(out):
+    """The single reduction stage of a reduce-then-elementwise chain, or None."""
+    if out.op.reduce_axis:
+        return out
+    found = [t for t in producers(out) if isinstance(t.op, ComputeOp) and t.op.reduce_axis]
+    return found[0] if len(found) == 1 and found[0].op.axis else None
+
+
+def _rows(outs, tag: str, row_axes: int):
+    """Row schedule: out's first ``row_axes`` axes are rows (one work-group each), the rest one
+    row split across the work-items; every reduction of the row is a cross-thread reduction
+    computed in the row's work-group. None when the shape does not suit (caller falls back)."""
+    outs = as_list(outs)
+    out = outs[0]
+    if len(outs) != 1 or out.op.tag != tag or row_axes < 1:
+        return None
+    axes = list(out.op.axis)
+    rows, cols = axes[:row_axes], axes[row_axes:]
+    if not cols:
+        return None
+    reds = [t for t in producers(out) if isinstance(t.op, ComputeOp) and t.op.reduce_axis]
+    n_row = _size(cols)
+    nthreads = _row_threads(n_row, max_threads())
+    if not nthreads or _size(rows) >= 4 * _FEW_OUTPUTS or n_row < _MIN_REDUCE:
+        return None
+    for r in reds:
+        if _size(r.op.reduce_axis) != n_row:
+            return None
+    s = te.create_schedule([out.op])
+    inline_injective(s, outs)
+    st = s[out]
+    row = st.fuse(*rows) if len(rows) > 1 else rows[0]
+    col = st.fuse(*cols) if len(cols) > 1 else cols[0]
+    st.bind(row, block("x"))
+    _, ci = st.split(col, factor=nthreads)
+    st.bind(ci, thread("x"))
+    for r in reds:
+        s[r].compute_at(st, row)
+        s[r].set_scope("local")
+        _cross_thread(s[r], nthreads)
+    return s
+
+
+def schedule_softmax(outs, cfg=None):
+    """softmax / log_softmax (topi.nn) over the last axis: a work-group per row."""
+    outs = as_list(outs)
+    out = outs[0]
+    axis = out.op.attrs.get("axis") if hasattr(out.op, "attrs") else None
+    tag = out.op.tag if out.op.tag in ("softmax_output", "log_softmax_output") else None
+    ndim = len(out.shape)
+    s = None
+    if tag and axis == ndim - 1 and ndim > 1:
+        s = _rows(outs, tag, ndim - 1)
+    return s if s is not None else schedule_per_item(outs, cfg)
+
+
+def schedule_layer_norm(outs, cfg=None):
+    """topi.nn.layer_norm over trailing axes: a work-group per row (mean and variance as two
+    cross-thread reductions in the group, then the normalized row)."""
+    outs = as_list(outs)
+    out = outs[0]
+    reds = [t for t in producers(out) if isinstance(t.op, ComputeOp) and t.op.reduce_axis]
+    s = None
+    if out.op.tag == "layer_norm_output" and reds:
+        kept = [k for k, d in enumerate(reds[0].shape) if int(getattr(d, "value", d)) != 1 or
+                k < len(out.shape) - len(reds[0].op.reduce_axis)]
+        row_axes = len(out.shape) - len(reds[0].op.reduce_axis)
+        if kept == list(range(row_axes)):
+            s = _rows(outs, "layer_norm_output", row_axes)
+    return s if s is not None else schedule_per_item(outs, cfg)

@@ -1,0 +1,100 @@
+"""conv2d NCHW (direct, shared memory) and depthwise conv2d on OpenCL against numpy."""
+
+import numpy as np
+import pytest
+from gpu_runner import TARGETS, TOL, package, rand, run
+
+from kiln.topi.testing import conv2d_nchw_python, depthwise_conv2d_nchw_python
+
+pytestmark = pytest.mark.opencl
+
+CONV = [  # (N, C, H, W, F, K, stride, pad)
+    (1, 16, 14, 14, 32, 3, 1, 1),
+    (1, 3, 32, 32, 16, 7, 2, 3),   # a stem: 3 channels, stride 2, 7x7
+    (2, 8, 9, 9, 12, 1, 1, 0),     # odd sizes, 1x1, batch 2
+    (1, 24, 8, 8, 20, 3, 2, 1),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("shape", CONV, ids=[f"{c[1]}x{c[2]}-{c[4]}k{c[5]}s{c[6]}" for c in CONV])
+def test_conv2d_nchw(target, shape):
+    n, c, h, w, f, k, s, p = shape
+    rng = np.random.default_rng(0)
+    x, wt = rand(rng, n, c, h, w), rand(rng, f, c, k, k)
+    pkg = package(target)
+    got = run(target, lambda a, b: pkg.conv2d_nchw(a, b, s, p, 1, "float32"), pkg.schedule_conv2d_nchw, [x, wt])
+    np.testing.assert_allclose(got, conv2d_nchw_python(x, wt, s, p), **TOL)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_conv2d_bias_relu_epilogue(target):
+    """The elementwise ops after a conv (relay's fused conv + bias + relu) run in its kernel."""
+    from kiln import te, topi
+
+    rng = np.random.default_rng(1)
+    x, wt, b = rand(rng, 1, 8, 12, 12), rand(rng, 16, 8, 3, 3), rand(rng, 16)
+    pkg = package(target)
+
+    def make(a, w, bias):
+        conv = pkg.conv2d_nchw(a, w, 1, 1, 1, "float32")
+        return topi.nn.relu(te.compute(conv.shape, lambda n, f, y, xx: conv[n, f, y, xx] + bias[f], tag="broadcast"))
+
+    got = run(target, make, pkg.schedule_conv2d_nchw, [x, wt, b])
+    want = np.maximum(conv2d_nchw_python(x, wt, 1, 1) + b[None, :, None, None], 0)
+    np.testing.assert_allclose(got, want, **TOL)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_conv2d_tuned_config(target):
+    """A config with virtual threads and several channel steps (what a tuner may pick)."""
+    rng = np.random.default_rng(2)
+    x, wt = rand(rng, 1, 16, 8, 8), rand(rng, 16, 16, 3, 3)
+    pkg = package(target)
+    cfg = {"tile_f": [-1, 2, 4, 2], "tile_y": [-1, 1, 4, 2], "tile_x": [-1, 1, 8, 1], "tile_rc": [-1, 4],
+           "tile_ry": [-1, 3], "tile_rx": [-1, 1], "auto_unroll_max_step": 0, "unroll_explicit": 0}
+    got = run(target, lambda a, b: pkg.conv2d_nchw(a, b, 1, 1, 1, "float32", cfg=cfg), pkg.schedule_conv2d_nchw,
+              [x, wt])
+    np.testing.assert_allclose(got, conv2d_nchw_python(x, wt, 1, 1), **TOL)
+
+
+DEPTHWISE = [  # (C, H, W, K, stride, pad)
+    (16, 14, 14, 3, 1, 1),
+    (8, 15, 15, 3, 2, 1),
+    (32, 7, 7, 5, 1, 2),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("shape", DEPTHWISE, ids=[f"{d[0]}x{d[1]}k{d[3]}s{d[4]}" for d in DEPTHWISE])
+def test_depthwise_conv2d_as_grouped(target, shape):
+    """relay's depthwise conv: conv2d with groups == channels, OIHW kernel (C, 1, K, K)."""
+    c, h, w, k, s, p = shape
+    rng = np.random.default_rng(3)
+    x, wt = rand(rng, 1, c, h, w), rand(rng, c, 1, k, k)
+    pkg = package(target)
+    got = run(target, lambda a, b: pkg.conv2d_nchw(a, b, s, p, 1, "float32", groups=c), pkg.schedule_conv2d_nchw,
+              [x, wt])
+    want = depthwise_conv2d_nchw_python(x, wt.reshape(c, 1, k, k), s, p)
+    np.testing.assert_allclose(got, want, **TOL)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_depthwise_conv2d_nchw(target):
+    """topi's depthwise compute (kernel C x multiplier x K x K)."""
+    rng = np.random.default_rng(4)
+    x, wt = rand(rng, 1, 8, 10, 10), rand(rng, 8, 1, 3, 3)
+    pkg = package(target)
+    got = run(target, lambda a, b: pkg.depthwise_conv2d_nchw(a, b, 1, 1, 1, "float32"),
+              pkg.schedule_depthwise_conv2d_nchw, [x, wt])
+    np.testing.assert_allclose(got, depthwise_conv2d_nchw_python(x, wt, 1, 1), **TOL)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_grouped_conv2d(target):
+    rng = np.random.default_rng(5)
+    x, wt = rand(rng, 1, 8, 9, 9), rand(rng, 12, 2, 3, 3)
+    pkg = package(target)
+    got = run(target, lambda a, b: pkg.conv2d_nchw(a, b, 1, 1, 1, "float32", groups=4), pkg.schedule_conv2d_nchw,
+              [x, wt])
+    np.testing.assert_allclose(got, conv2d_nchw_python(x, wt, 1, 1, groups=4), **TOL)
