@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = {
     "ir", "te", "tir", "target", "codegen", "runtime", "contrib", "rpc", "exec", "relay",
-    "topi", "autotvm", "driver", "micro", "transform", "testing", "nd", "errors", "config",
+    "topi", "autotvm", "driver", "micro", "transform", "testing", "nd", "errors", "config", "script",
 }
 
 # name -> (module, attribute)

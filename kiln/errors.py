@@ -34,3 +34,14 @@ class TuningError(KilnError):
 
 class InternalError(KilnError):
     """A bug in kiln. Please report it with the output of KILN_DEBUG=1."""
+
+
+class ScriptError(KilnError):
+    """TVMScript that cannot be parsed into TIR: the message names the line, column and offending text."""
+
+    def __init__(self, message: str, lineno: int = 0, col: int = 0, source_line: str = "", filename: str = "<script>"):
+        self.message, self.lineno, self.col, self.source_line, self.filename = message, lineno, col, source_line, filename
+        head = f"line {lineno}, col {col}: {message}" if lineno else message
+        if source_line:
+            head += f"\n    {source_line.rstrip()}\n    {' ' * max(col - 1, 0)}^"
+        super().__init__(head)

@@ -1,18 +1,66 @@
-"""Readable text for TIR, in the style of TVMScript (``T.`` prefixes, Python-like loops)."""
+"""TIR as TVMScript text: what ``print(tvm.lower(...))`` shows and what ``kiln.script`` parses back.
+
+The printer writes a shorthand only where the parser rebuilds the very same node from it
+(``T.exp(x)`` for a call whose dtype is x's, ``A[i]`` for a load of A's dtype, a bare ``3`` for
+an int32 constant); anything else gets an explicit form (``T.call_intrin("int32", "tir.f", x)``,
+``A.vload([i], "float32x4")``). So printing then parsing gives a structurally equal function.
+"""
 
 from __future__ import annotations
+
+import keyword
+import math
+import re
 
 from . import expr as E
 from . import stmt as S
 
+# Python precedence, loosest first; comparisons never chain (both sides bind tighter).
+_OR, _AND, _NOT, _CMP, _ADD, _MUL, _UNARY, _ATOM = range(1, 9)
 _BINARY = {
-    E.Add: ("+", 4), E.Sub: ("-", 4), E.Mul: ("*", 5), E.Div: ("/", 5), E.FloorDiv: ("//", 5),
-    E.FloorMod: ("%", 5), E.EQ: ("==", 2), E.NE: ("!=", 2), E.LT: ("<", 2), E.LE: ("<=", 2),
-    E.GT: (">", 2), E.GE: (">=", 2), E.And: ("and", 1), E.Or: ("or", 0),
+    E.Add: ("+", _ADD), E.Sub: ("-", _ADD), E.Mul: ("*", _MUL), E.Div: ("/", _MUL),
+    E.FloorDiv: ("//", _MUL), E.FloorMod: ("%", _MUL), E.EQ: ("==", _CMP), E.NE: ("!=", _CMP),
+    E.LT: ("<", _CMP), E.LE: ("<=", _CMP), E.GT: (">", _CMP), E.GE: (">=", _CMP),
+    E.And: ("and", _AND), E.Or: ("or", _OR),
 }
 _FUNCS = {E.Mod: "T.truncmod", E.Min: "T.min", E.Max: "T.max"}
-_KIND = {S.ForKind.SERIAL: "serial", S.ForKind.PARALLEL: "parallel", S.ForKind.VECTORIZED: "vectorized",
-         S.ForKind.UNROLLED: "unroll", S.ForKind.THREAD_BINDING: "thread_binding"}
+KIND_NAMES = {S.ForKind.SERIAL: "serial", S.ForKind.PARALLEL: "parallel", S.ForKind.VECTORIZED: "vectorized",
+              S.ForKind.UNROLLED: "unroll", S.ForKind.THREAD_BINDING: "thread_binding"}
+
+# Intrinsics written ``T.<name>(args)``: the parser gives the call the dtype shorthand_dtype says.
+BOOL_INTRINSICS = {"isnan", "isinf", "isfinite", "likely"}
+INTRINSICS = {
+    "exp", "exp2", "exp10", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "tanh", "erf", "sin", "cos",
+    "tan", "asin", "acos", "atan", "sinh", "cosh", "floor", "ceil", "trunc", "nearbyint", "fabs", "pow",
+    "fmod", "popcount", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
+    "shift_right", "if_then_else", "sigmoid", "atan2", "hypot", "copysign", "round",
+} | BOOL_INTRINSICS
+
+
+def shorthand_dtype(name: str, args: tuple):
+    """The dtype the parser gives ``T.<name>(*args)``; None when it cannot tell."""
+    if name in BOOL_INTRINSICS:
+        return E.BOOL_T
+    if name == "if_then_else":
+        return args[1].dtype if len(args) == 3 else None
+    first = next((a for a in args if isinstance(a, E.PrimExpr) and not isinstance(a, E.StringImm)), None)
+    return first.dtype if first is not None else None
+
+
+def load_dtype(buffer, indices: tuple):
+    """The dtype of ``buffer[indices]``: the buffer's, widened to the lanes of a vector index."""
+    lanes = max((getattr(getattr(i, "dtype", None), "lanes", 1) for i in indices), default=1)
+    return buffer.dtype.with_lanes(lanes) if lanes > 1 else buffer.dtype
+
+
+def identifier(name: str) -> str:
+    """A Python identifier close to name (``j.outer`` -> ``j_outer``)."""
+    text = re.sub(r"\W", "_", name or "v")
+    if not text or text[0].isdigit():
+        text = "v_" + text
+    if keyword.iskeyword(text) or text in ("T", "I"):
+        text += "_"
+    return text
 
 
 class _Printer:
@@ -20,17 +68,25 @@ class _Printer:
         self.lines: list[str] = []
         self.names: dict[int, str] = {}
         self.used: set[str] = set()
+        self.data_owner: dict[int, object] = {}  # id(data var) -> the buffer printed as its owner
+        self.aliases: dict[int, list] = {}  # id(data var) -> other buffers over the same data
+
+    def fresh(self, base: str) -> str:
+        base = identifier(base)
+        candidate, i = base, 1
+        while candidate in self.used:
+            candidate = f"{base}_{i}"
+            i += 1
+        self.used.add(candidate)
+        return candidate
 
     def name(self, v) -> str:
         key = id(v)
         if key not in self.names:
-            base = getattr(v, "name", "v") or "v"
-            candidate, i = base, 1
-            while candidate in self.used:
-                candidate = f"{base}_{i}"
-                i += 1
-            self.used.add(candidate)
-            self.names[key] = candidate
+            owner = self.data_owner.get(key)
+            if owner is not None and owner is not v:
+                return f"{self.name(owner)}.data"
+            self.names[key] = self.fresh(getattr(v, "name", "v"))
         return self.names[key]
 
     # Expressions ------------------------------------------------------------------------
@@ -41,19 +97,25 @@ class _Printer:
         if t is E.IntImm:
             if e.dtype.is_bool:
                 return "T.bool(True)" if e.value else "T.bool(False)"
-            return str(e.value) if e.dtype.bits == 32 and e.dtype.kind == "int" else f"T.{e.dtype}({e.value})"
+            if e.dtype == E.INT32:
+                text = str(e.value)
+                return f"({text})" if e.value < 0 and prec > _UNARY else text
+            return f"T.{e.dtype}({e.value})"
         if t is E.FloatImm:
-            return f"T.{e.dtype}({e.value!r})"
+            v = e.value
+            return f"T.{e.dtype}({v!r})" if math.isfinite(v) else f"T.{e.dtype}(\"{v!r}\")"
         if t is E.StringImm:
-            return repr(e.value)
+            return _string(e.value)
         if t in _BINARY:
             op, p = _BINARY[t]
-            text = f"{self.expr(e.a, p)} {op} {self.expr(e.b, p + 1)}"
+            left = p + 1 if p == _CMP else p
+            text = f"{self.expr(e.a, left)} {op} {self.expr(e.b, p + 1)}"
             return f"({text})" if p < prec else text
         if t in _FUNCS:
             return f"{_FUNCS[t]}({self.expr(e.a)}, {self.expr(e.b)})"
         if t is E.Not:
-            return f"not {self.expr(e.a, 6)}"
+            text = f"not {self.expr(e.a, _NOT)}"
+            return f"({text})" if _NOT < prec else text
         if t is E.Cast:
             return f"T.Cast(\"{e.dtype}\", {self.expr(e.value)})"
         if t is E.Select:
@@ -65,11 +127,12 @@ class _Printer:
         if t is E.Let:
             return f"T.Let({self.expr(e.body)}, where={{{self.name(e.var)}: {self.expr(e.value)}}})"
         if t is E.Call:
-            name = e.op[4:] if e.op.startswith("tir.") else e.op
-            args = ", ".join(self.expr(a) for a in e.args)
-            return f"T.{name}({args})" if e.op.startswith("tir.") else f"T.call_extern(\"{e.dtype}\", \"{name}\", {args})"
+            return self.call(e)
         if t is E.BufferLoad:
-            return f"{self.buffer_name(e.buffer)}[{', '.join(self.expr(i) for i in e.indices)}]"
+            idx = ", ".join(self.expr(i) for i in e.indices)
+            if e.dtype != load_dtype(e.buffer, e.indices):
+                return f"{self.buffer_name(e.buffer)}.vload([{idx}], \"{e.dtype}\")"
+            return f"{self.buffer_name(e.buffer)}[{idx}]"
         if t is E.ProducerLoad:
             return f"{e.producer.name}[{', '.join(self.expr(i) for i in e.indices)}]"
         if t is E.Reduce:
@@ -79,11 +142,61 @@ class _Printer:
         if t is E.Range:
             return f"T.Range({self.expr(e.min)}, {self.expr(e.extent)})"
         if t is E.IterVar:
-            return f"T.iter_var({self.name(e.var)}, {self.expr(e.dom) if e.dom else None}, {e.thread_tag!r})"
+            dom = f"T.Range({self.expr(e.dom.min)}, {self.expr(e.dom.extent)})" if e.dom is not None else "None"
+            return f"T.iter_var({self.name(e.var)}, {dom}, {e.iter_type}, {e.thread_tag!r})"
         return f"<{t.__name__}>"
 
+    def call(self, e) -> str:
+        args = [self.expr(a) for a in e.args]
+        if e.op.startswith("tir."):
+            name = e.op[4:]
+            if name == "reinterpret" and len(e.args) == 1:
+                return f"T.reinterpret(\"{e.dtype}\", {args[0]})"
+            if name in INTRINSICS and shorthand_dtype(name, e.args) == e.dtype:
+                return f"T.{name}({', '.join(args)})"
+            return f"T.call_intrin(\"{e.dtype}\", \"{e.op}\"{''.join(', ' + a for a in args)})"
+        return f"T.call_extern(\"{e.dtype}\", \"{e.op}\"{''.join(', ' + a for a in args)})"
+
+    def value(self, v) -> str:
+        """An attribute or annotation value: IR constants keep their dtype, Python values stay Python."""
+        if isinstance(v, E.IntImm) and not v.dtype.is_bool:
+            return f"T.{v.dtype}({v.value})"
+        if isinstance(v, (E.PrimExpr, E.IterVar, E.Range)):
+            return self.expr(v)
+        if isinstance(v, S.Buffer):
+            return self.buffer_name(v)
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{self.value(k)}: {self.value(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, list):
+            return "[" + ", ".join(self.value(x) for x in v) + "]"
+        if isinstance(v, tuple):
+            return "(" + "".join(self.value(x) + ", " for x in v) + ")"
+        if isinstance(v, str):
+            return _string(v)
+        return repr(v)
+
     def buffer_name(self, buf) -> str:
-        return self.name(buf.data) if buf.data is not None else buf.name
+        return self.name(buf)
+
+    def buffer_args(self, b, data: str | None = None) -> str:
+        shape = "".join(self.expr(x) + ", " for x in b.shape).rstrip(" ")
+        text = f"({shape[:-1] if len(b.shape) > 1 else shape}), \"{b.dtype}\""
+        if data is not None:
+            text += f", data={data}"
+        if b.strides:
+            text += ", strides=(" + "".join(self.expr(x) + ", " for x in b.strides) + ")"
+        if b.elem_offset is not None:
+            text += f", elem_offset={self.expr(b.elem_offset)}"
+        if b.scope != "global":
+            text += f", scope=\"{b.scope}\""
+        if b.offset_factor:
+            text += f", offset_factor={b.offset_factor}"
+        return text
+
+    def declare_aliases(self, owner, d: int) -> None:
+        for alias in self.aliases.pop(id(owner.data), []):
+            if alias is not owner:
+                self.emit(d, f"{self.name(alias)} = T.Buffer({self.buffer_args(alias, self.name(owner) + '.data')})")
 
     # Statements ------------------------------------------------------------------------
     def emit(self, depth: int, text: str) -> None:
@@ -95,18 +208,7 @@ class _Printer:
             for item in s.seq:
                 self.stmt(item, d)
         elif t is S.For:
-            kind = _KIND[s.kind]
-            if s.kind == S.ForKind.THREAD_BINDING and s.thread_binding is not None:
-                head = f"for {self.name(s.loop_var)} in T.thread_binding({self.expr(s.extent)}, thread=\"{s.thread_binding.thread_tag}\"):"
-            elif isinstance(s.min, E.IntImm) and s.min.value == 0:
-                head = f"for {self.name(s.loop_var)} in T.{kind}({self.expr(s.extent)}):"
-            else:
-                end = s.min.value + s.extent.value if isinstance(s.min, E.IntImm) and isinstance(s.extent, E.IntImm) else None
-                stop = str(end) if end is not None else self.expr(s.min + s.extent)
-                head = f"for {self.name(s.loop_var)} in T.{kind}({self.expr(s.min)}, {stop}):"
-            self.emit(d, head)
-            for key, value in s.annotations.items():
-                self.emit(d + 1, f"# {key} = {value}")
+            self.emit(d, f"for {self.name(s.loop_var)} in {self.loop_head(s)}:")
             self.stmt(s.body, d + 1)
         elif t is S.BufferStore:
             idx = ", ".join(self.expr(i) for i in s.indices)
@@ -114,15 +216,20 @@ class _Printer:
         elif t is S.Allocate:
             b = s.buffer
             ext = ", ".join(self.expr(x) for x in s.extents)
-            self.emit(d, f"{self.buffer_name(b)} = T.allocate([{ext}], \"{b.dtype}\", \"{b.scope}\")")
+            self.data_owner[id(b.data)] = b
+            extra = ""
+            if not _same_shape(b.shape, s.extents):
+                extra += ", shape=(" + "".join(self.expr(x) + ", " for x in b.shape) + ")"
+            if s.condition is not None:
+                extra += f", condition={self.expr(s.condition)}"
+            self.emit(d, f"{self.name(b)} = T.allocate([{ext}], \"{b.dtype}\", \"{b.scope}\"{extra})")
+            self.declare_aliases(b, d)
             self.stmt(s.body, d)
         elif t is S.LetStmt:
             self.emit(d, f"{self.name(s.var)}: T.{s.var.dtype} = {self.expr(s.value)}")
             self.stmt(s.body, d)
         elif t is S.AttrStmt:
-            target = self.expr(s.node) if isinstance(s.node, (E.PrimExpr, E.IterVar)) else repr(s.node)
-            self.emit(d, f"T.attr({target}, \"{s.attr_key}\", {self.expr(s.value)})")
-            self.stmt(s.body, d)
+            self.attr_stmt(s, d)
         elif t is S.AssertStmt:
             self.emit(d, f"assert {self.expr(s.condition)}, {self.expr(s.message)}")
             self.stmt(s.body, d)
@@ -140,30 +247,169 @@ class _Printer:
         else:
             self.emit(d, f"<{t.__name__}>")
 
+    def loop_head(self, s) -> str:
+        kind = KIND_NAMES[s.kind]
+        zero = isinstance(s.min, E.IntImm) and s.min.value == 0 and s.min.dtype == s.loop_var.dtype
+        if zero and s.extent.dtype == s.loop_var.dtype:
+            args = [self.expr(s.extent)]
+        else:
+            args = [self.expr(s.min), f"extent={self.expr(s.extent)}"]
+        iv = s.thread_binding
+        if iv is not None:
+            args.append(f"thread=\"{iv.thread_tag}\"")
+            if iv.dom is not None:
+                args.append(f"dom=T.Range({self.expr(iv.dom.min)}, {self.expr(iv.dom.extent)})")
+        if s.annotations:
+            args.append(f"annotations={self.value(dict(s.annotations))}")
+        return f"T.{kind}({', '.join(args)})"
+
+    def attr_stmt(self, s, d: int) -> None:
+        node = s.node
+        if isinstance(node, E.IterVar) and s.attr_key == "thread_extent" and id(node.var) not in self.names:
+            dom = ""
+            if node.dom is not None:
+                dom = f", dom=T.Range({self.expr(node.dom.min)}, {self.expr(node.dom.extent)})"
+            self.emit(d, f"{self.name(node.var)} = T.launch_thread(\"{node.thread_tag}\", {self.value(s.value)}{dom})")
+        else:
+            self.emit(d, f"T.attr({self.value(node)}, \"{s.attr_key}\", {self.value(s.value)})")
+        self.stmt(s.body, d)
+
     def func(self, f: S.PrimFunc, name: str, d: int = 0) -> None:
-        params = []
+        info = _scan(f)
+        for buf in f.buffer_map.values():
+            self.data_owner.setdefault(id(buf.data), buf)
+        for buffers in info.by_data.values():
+            owner = self.data_owner.get(id(buffers[0].data))
+            rest = [b for b in buffers if b is not owner]
+            if rest:
+                self.aliases[id(buffers[0].data)] = rest
+        params, matches = [], []
         for p in f.params:
             buf = f.buffer_map.get(p)
-            if buf is not None:
-                self.names[id(buf.data)] = self.name(buf.data) if id(buf.data) in self.names else self._claim(buf.name, buf.data)
-                shape = ", ".join(self.expr(x) for x in buf.shape)
-                params.append(f"{self.name(buf.data)}: T.Buffer(({shape}{',' if len(buf.shape) == 1 else ''}), \"{buf.dtype}\")")
+            if buf is not None and buf.data is not p and _simple(buf):
+                # The handle itself is never written in the body: the buffer takes the name.
+                params.append(f"{self.name(buf)}: T.Buffer({self.buffer_args(buf)})")
+                continue
+            self.names[id(p)] = pname = self.fresh(p.name)
+            if buf is None:
+                params.append(f"{pname}: T.{p.dtype}")
             else:
-                params.append(f"{self.name(p)}: T.{p.dtype}")
+                params.append(f"{pname}: T.handle")
+                matches.append((pname, buf, buf.data is p))
         self.emit(d, "@T.prim_func")
-        self.emit(d, f"def {name}({', '.join(params)}):")
-        attrs = {k: v for k, v in f.attrs.items()}
-        if attrs:
-            self.emit(d + 1, f"T.func_attr({attrs!r})")
+        self.emit(d, f"def {identifier(name)}({', '.join(params)}):")
+        if f.attrs:
+            self.emit(d + 1, f"T.func_attr({self.value(dict(f.attrs))})")
+        defined = info.defined | {id(p) for p in f.params} | {id(b.data) for b in f.buffer_map.values()}
+        for v in info.vars:
+            if id(v) not in defined and id(v) not in info.by_data:
+                self.emit(d + 1, f"{self.name(v)} = T.{v.dtype}()")
+        for pname, buf, data_is_param in matches:
+            args = self.buffer_args(buf, pname if data_is_param else None)
+            self.emit(d + 1, f"{self.name(buf)} = T.match_buffer({pname}, {args})")
+        for buf in f.buffer_map.values():
+            self.declare_aliases(buf, d + 1)
+        for key, buffers in list(info.by_data.items()):
+            if key in defined:
+                continue
+            # A buffer over data that no parameter or allocation provides: declared free.
+            first = buffers[0]
+            self.data_owner[key] = first
+            self.aliases[key] = buffers[1:]
+            self.emit(d + 1, f"{self.name(first)} = T.Buffer({self.buffer_args(first)})")
+            self.declare_aliases(first, d + 1)
         self.stmt(f.body, d + 1)
 
-    def _claim(self, base: str, v) -> str:
-        candidate, i = base, 1
-        while candidate in self.used:
-            candidate = f"{base}_{i}"
-            i += 1
-        self.used.add(candidate)
-        return candidate
+
+def _string(text: str) -> str:
+    out = repr(text)
+    return out if out.startswith('"') else '"' + out[1:-1].replace('"', '\\"').replace("\\'", "'") + '"'
+
+
+def _same_shape(shape, extents) -> bool:
+    from .structural import structural_equal
+
+    return len(shape) == len(extents) and all(structural_equal(a, b) for a, b in zip(shape, extents))
+
+
+def _simple(buf) -> bool:
+    """Whether ``name: T.Buffer(...)`` in the signature describes buf (constant shape, no free vars)."""
+    return all(isinstance(x, E.IntImm) for x in buf.shape) and not any(
+        not isinstance(x, E.IntImm) for x in buf.strides) and (buf.elem_offset is None or isinstance(buf.elem_offset, E.IntImm))
+
+
+class _Scan:
+    """Vars (in order of appearance), the ones bound inside the function, and buffers by data var."""
+
+    def __init__(self):
+        self.vars: list = []
+        self.seen: set = set()
+        self.defined: set = set()
+        self.allocated: set = set()
+        self.by_data: dict[int, list] = {}
+        self.buffers: set = set()
+
+    def var(self, v) -> None:
+        if id(v) not in self.seen:
+            self.seen.add(id(v))
+            self.vars.append(v)
+
+    def buffer(self, b) -> None:
+        if id(b) in self.buffers:
+            return
+        self.buffers.add(id(b))
+        self.by_data.setdefault(id(b.data), []).append(b)
+        for x in (*b.shape, *b.strides, b.elem_offset):
+            if x is not None:
+                self.walk(x)
+
+    def walk(self, node) -> None:
+        import dataclasses
+
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, E.Var):
+                self.var(n)
+                continue
+            if isinstance(n, S.Buffer):
+                self.buffer(n)
+                continue
+            if isinstance(n, (list, tuple)):
+                stack.extend(reversed(n))
+                continue
+            if isinstance(n, dict):
+                stack.extend(reversed(list(n.values())))
+                continue
+            if not dataclasses.is_dataclass(n):
+                continue
+            if isinstance(n, S.For):
+                self.defined.add(id(n.loop_var))
+            elif isinstance(n, (S.LetStmt, E.Let)):
+                self.defined.add(id(n.var))
+            elif isinstance(n, S.Allocate):
+                self.defined.add(id(n.buffer.data))
+                self.allocated.add(id(n.buffer.data))
+            elif isinstance(n, S.AttrStmt) and isinstance(n.node, E.IterVar) and n.attr_key == "thread_extent":
+                self.defined.add(id(n.node.var))
+            children = []
+            for f in dataclasses.fields(n):
+                if f.name in ("combiner", "producer", "type_annotation", "dtype"):
+                    continue
+                if isinstance(n, S.For) and f.name == "thread_binding":
+                    continue
+                children.append(getattr(n, f.name))
+            stack.extend(reversed(children))
+
+
+def _scan(f: S.PrimFunc) -> _Scan:
+    scan = _Scan()
+    for p in f.params:
+        buf = f.buffer_map.get(p)
+        if buf is not None:
+            scan.buffer(buf)
+    scan.walk(f.body)
+    return scan
 
 
 def to_text(node) -> str:
@@ -173,7 +419,7 @@ def to_text(node) -> str:
     elif isinstance(node, S.Stmt):
         p.stmt(node, 0)
     elif isinstance(node, S.Buffer):
-        return f"T.Buffer({node.name}, {tuple(p.expr(s) for s in node.shape)}, \"{node.dtype}\")"
+        return f"T.Buffer({p.buffer_args(node)})"
     else:
         return p.expr(node)
     return "\n".join(p.lines)

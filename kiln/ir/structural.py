@@ -12,7 +12,15 @@ import enum
 
 from .dtype import DType
 from .expr import IterVar, Node, Var
-from .stmt import Buffer
+from .module import IRModule
+from .stmt import Buffer, For, PrimFunc, SeqStmt
+
+
+def _flat_seq(node) -> list:
+    out = []
+    for s in node.seq:
+        out.extend(_flat_seq(s) if isinstance(s, SeqStmt) else [s])
+    return out
 
 
 def _key(node, vars_: dict | None, buffers: dict):
@@ -32,9 +40,25 @@ def _key(node, vars_: dict | None, buffers: dict):
         return tuple(_key(x, vars_, buffers) for x in node)
     if isinstance(node, dict):
         return tuple(sorted((str(k), _key(v, vars_, buffers)) for k, v in node.items()))
+    if isinstance(node, IRModule):
+        return ("IRModule", tuple((name, _key(f, vars_, buffers)) for name, f in sorted(node.items())))
+    if isinstance(node, SeqStmt):
+        # Nesting of statement sequences carries no meaning: compare the flat list.
+        flat = _flat_seq(node)
+        return _key(flat[0], vars_, buffers) if len(flat) == 1 else ("SeqStmt", _key(tuple(flat), vars_, buffers))
+    if isinstance(node, PrimFunc):
+        # Buffers in parameter order (the dict's own order is how it happened to be built).
+        return ("PrimFunc", _key(node.params, vars_, buffers), _key(node.body, vars_, buffers),
+                tuple(_key(node.buffer_map.get(p), vars_, buffers) for p in node.params),
+                _key(node.attrs, vars_, buffers))
     if dataclasses.is_dataclass(node):
         parts = [type(node).__name__]
         for f in dataclasses.fields(node):
+            if f.name == "thread_binding" and isinstance(node, For) and node.thread_binding is not None:
+                # The loop variable is the thread index; the binding's own Var is never read.
+                iv = node.thread_binding
+                parts.append(("binding", iv.thread_tag, iv.iter_type, _key(iv.dom, vars_, buffers)))
+                continue
             if f.name in ("combiner", "producer", "type_annotation"):
                 value = getattr(node, f.name)
                 parts.append(getattr(value, "name", id(value)))
