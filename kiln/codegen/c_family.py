@@ -191,7 +191,7 @@ class CStylePrinter:
         self.stmt(s.body)  # kernels cannot report; the host checked what it could
 
     def stmt_IfThenElse(self, s) -> None:
-        self.emit(f"if ({self.expr(s.condition)}) {{")
+        self.emit(f"if {_parens(self.expr(s.condition))} {{")
         self._block(s.then_case)
         if s.else_case is not None:
             self.emit("} else {")
@@ -488,6 +488,19 @@ class CStylePrinter:
         if name in ("call_extern", "call_pure_extern") and args and isinstance(args[0], E.StringImm):
             return f"{args[0].value}({', '.join(self.expr(a) for a in args[1:])})"
         raise CompileError(f"{self.func_name}: no GPU spelling for call {e.op!r}")
+
+
+def _parens(text: str) -> str:
+    """text in exactly one pair of parentheses (compilers warn about `if ((a == b))`)."""
+    if text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for k, c in enumerate(text):
+            depth += c == "("
+            depth -= c == ")"
+            if depth == 0 and k < len(text) - 1:
+                return f"({text})"
+        return text
+    return f"({text})"
 
 
 def _const_size(op, func_name: str) -> int:

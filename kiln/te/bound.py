@@ -189,12 +189,15 @@ def infer_region(stage: Stage, consumers: list, domains: dict, infos: dict, bodi
 
             fixed = attach_leaf(cons, stage.attach_ivar)
         intervals = root_intervals(cons, domains, infos[cons], fixed, shared_thread_leaves(cons, stage.scope))
+        outer = _outer_relaxed(cons, stage.scope, infos) if fixed is not None else {}
         reader = _Reads(tensors)
         for b in bodies[cons]:
             reader.visit(b)
         for load in reader.found:
             for d, idx in enumerate(load.indices):
                 lo, hi = eval_interval(idx, intervals)
+                if outer and lo is not None and hi is not None:
+                    lo, hi = eval_interval(lo, outer)[0], eval_interval(hi, outer)[1]
                 if lo is None or hi is None:
                     lo, hi = const(0, idx.dtype), simplify(stage.op.outputs[0].shape[d] - 1)
                 lows[d].append(lo)
@@ -237,6 +240,23 @@ def shared_thread_leaves(consumer: Stage, scope: str) -> frozenset:
         if r is not None and rank <= r:
             out.add(id(iv))
     return frozenset(out)
+
+
+def _outer_relaxed(stage: Stage, scope: str, infos: dict) -> dict:
+    """Intervals of the thread loops above stage's own attach point that share memory of scope:
+    a shared stage attached under a per-thread stage still serves the whole block."""
+    from .lower import attach_leaf
+
+    out: dict = {}
+    while stage.attach == Attach.SCOPE and stage.attach_stage in infos:
+        parent = stage.attach_stage
+        leaf = attach_leaf(parent, stage.attach_ivar)
+        relax = shared_thread_leaves(parent, scope)
+        for iv in parent.leaf_iter_vars[:parent.leaf_iter_vars.index(leaf) + 1]:
+            if id(iv) in relax:
+                out[id(iv.var)] = (const(0, iv.var.dtype), simplify(infos[parent].extents[iv] - 1))
+        stage = parent
+    return out
 
 
 def full_domains(stage: Stage) -> dict:

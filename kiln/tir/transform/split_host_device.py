@@ -123,7 +123,7 @@ class _Threads(Mutator):
     def visit_For(self, op):
         body = self.visit(op.body)
         if op.kind != ForKind.THREAD_BINDING:
-            return body if body is op.body else replace(op, body=body)
+            return op if body is op.body else replace(op, body=body)
         tag = _tag(op)
         if tag.startswith("vthread"):
             return replace(op, kind=ForKind.UNROLLED, thread_binding=None, body=body)

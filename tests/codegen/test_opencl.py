@@ -1,0 +1,304 @@
+"""OpenCL backend end to end: schedules bound to GPU threads, built for 'opencl', run on the
+machine's OpenCL device (PoCL in CI) through tvm.cl(0) arrays, compared with numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import te
+from kiln.errors import CompileError
+
+pytestmark = pytest.mark.opencl
+
+
+def _dev():
+    return tvm.cl(0)
+
+
+def _add_one(n, factor=64):
+    A = te.placeholder((n,), name="A")
+    B = te.compute(A.shape, lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=factor)
+    s[B].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B].bind(xi, te.thread_axis("threadIdx.x"))
+    return s, A, B
+
+
+def _run(f, arrays, out_shape, out_dtype="float32"):
+    dev = _dev()
+    args = [tvm.nd.array(a, dev) for a in arrays]
+    out = tvm.nd.empty(out_shape, out_dtype, dev)
+    f(*args, out)
+    return out.numpy()
+
+
+@pytest.mark.parametrize("n", [1, 64, 1000, 1025])
+def test_add_one_blocks_and_threads(n):
+    s, A, B = _add_one(n)
+    f = tvm.build(s, [A, B], target="opencl", name="add_one")
+    a = np.random.rand(n).astype("float32")
+    np.testing.assert_array_equal(_run(f, [a], (n,)), a + 1)
+
+
+def test_add_one_symbolic_n_runs_every_size():
+    s, A, B = _add_one(te.var("n"))
+    f = tvm.build(s, [A, B], target="opencl", name="add_one")
+    src = f.imported_modules[0].get_source()
+    assert "__kernel void add_one_kernel0(__global float* restrict A, __global float* restrict B, int n)" in src
+    assert "get_group_id(0)" in src and "get_local_id(0)" in src
+    for n in (0, 1, 63, 64, 200):
+        a = np.random.rand(n).astype("float32")
+        np.testing.assert_array_equal(_run(f, [a], (n,)), a + 1)
+
+
+def test_device_module_and_metadata():
+    s, A, B = _add_one(100)
+    f = tvm.build(s, [A, B], target=tvm.target.Target("opencl", host="llvm"), name="add_one")
+    dev_mods = [m for m in f.imported_modules if m.type_key == "opencl"]
+    assert len(dev_mods) == 1
+    meta = f.metadata
+    assert meta["device_type"] == 4
+    code = meta["device_code"]
+    assert code["type_key"] == "opencl" and code["source"] == dev_mods[0].get_source()
+    assert code["kernels"] == [{"name": "add_one_kernel0", "thread_tags": ["blockIdx.x", "threadIdx.x"],
+                                "params": [{"name": "A", "kind": "buffer", "dtype": "float32"},
+                                           {"name": "B", "kind": "buffer", "dtype": "float32"}]}]
+    assert "__kiln_device_launch" in f.get_source("ll")
+
+
+def _matmul_schedule(M, N, K, tile=32, th=8, kt=8):
+    A = te.placeholder((M, K), name="A")
+    B = te.placeholder((K, N), name="B")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    AA = s.cache_read(A, "shared", [C])
+    BB = s.cache_read(B, "shared", [C])
+    CL = s.cache_write(C, "local")
+    bx, by = te.thread_axis("blockIdx.x"), te.thread_axis("blockIdx.y")
+    tx, ty = te.thread_axis("threadIdx.x"), te.thread_axis("threadIdx.y")
+    i, j = s[C].op.axis
+    io, ii = s[C].split(i, factor=tile)
+    jo, ji = s[C].split(j, factor=tile)
+    tyo, ii = s[C].split(ii, nparts=th)
+    txo, ji = s[C].split(ji, nparts=th)
+    s[C].reorder(io, jo, tyo, txo, ii, ji)
+    s[C].bind(io, by)
+    s[C].bind(jo, bx)
+    s[C].bind(tyo, ty)
+    s[C].bind(txo, tx)
+    s[CL].compute_at(s[C], txo)
+    ko, ki = s[CL].split(CL.op.reduce_axis[0], factor=kt)
+    ci, cj = s[CL].op.axis
+    s[CL].reorder(ko, ki, ci, cj)
+    s[CL].unroll(ci)
+    s[CL].vectorize(cj)
+    for X in (AA, BB):
+        s[X].compute_at(s[CL], ko)
+        fused = s[X].fuse(*s[X].op.axis)
+        _, fi = s[X].split(fused, factor=th * th)
+        t1, t2 = s[X].split(fi, factor=th)
+        s[X].bind(t1, ty)
+        s[X].bind(t2, tx)
+    return s, [A, B, C]
+
+
+@pytest.mark.parametrize("shape", [(128, 128, 128), (100, 70, 45)])
+def test_matmul_shared_memory_tiling(shape):
+    M, N, K = shape
+    s, args = _matmul_schedule(M, N, K)
+    f = tvm.build(s, args, target="opencl", name="mm")
+    src = f.imported_modules[0].get_source()
+    assert "__local float A_shared[256];" in src and "__local float B_shared[256];" in src
+    assert src.count("barrier(CLK_LOCAL_MEM_FENCE);") == 2
+    assert "float C_local[16];" in src  # cache_write("local"): private registers
+    a = np.random.rand(M, K).astype("float32")
+    b = np.random.rand(K, N).astype("float32")
+    np.testing.assert_allclose(_run(f, [a, b], (M, N)), a @ b, rtol=1e-5)
+
+
+def test_storage_align_pads_shared_rows():
+    M = N = K = 64
+    s, args = _matmul_schedule(M, N, K)
+    AA = [st for st in s.stages if st.name == "A.shared"][0]
+    AA.storage_align(AA.op.axis[0], 32, 1)  # rows of 8 floats padded to a stride of 33
+    f = tvm.build(s, args, target="opencl", name="mm")
+    assert "__local float A_shared[1056];" in f.imported_modules[0].get_source()
+    a = np.random.rand(M, K).astype("float32")
+    b = np.random.rand(K, N).astype("float32")
+    np.testing.assert_allclose(_run(f, [a, b], (M, N)), a @ b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("m,threads", [(300, 64), (1000, 128), (50, 24)])
+def test_row_sum_cross_thread_reduction(m, threads):
+    n = 37
+    A = te.placeholder((n, m), name="A")
+    k = te.reduce_axis((0, m), name="k")
+    B = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    _, ki = s[B].split(k, factor=threads)
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[B].bind(ki, te.thread_axis("threadIdx.x"))
+    f = tvm.build(s, [A, B], target="opencl", name="rowsum")
+    assert "__local float B_red_shared" in f.imported_modules[0].get_source()
+    a = np.random.rand(n, m).astype("float32")
+    np.testing.assert_allclose(_run(f, [a], (n,)), a.sum(1), rtol=1e-5)
+
+
+def test_row_max_several_rows_per_block():
+    n, m = 30, 200
+    A = te.placeholder((n, m), name="A")
+    k = te.reduce_axis((0, m), name="k")
+    B = te.compute((n,), lambda i: te.max(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], factor=4)
+    _, ki = s[B].split(k, factor=32)
+    s[B].bind(io, te.thread_axis("blockIdx.x"))
+    s[B].bind(ii, te.thread_axis("threadIdx.y"))
+    s[B].bind(ki, te.thread_axis("threadIdx.x"))
+    f = tvm.build(s, [A, B], target="opencl", name="rowmax")
+    a = np.random.randn(n, m).astype("float32")
+    np.testing.assert_array_equal(_run(f, [a], (n,)), a.max(1))
+
+
+def test_softmax_one_kernel():
+    n, m = 10, 1000
+    A = te.placeholder((n, m), name="A")
+    k1, k2 = te.reduce_axis((0, m), name="k1"), te.reduce_axis((0, m), name="k2")
+    mx = te.compute((n,), lambda i: te.max(A[i, k1], axis=k1), name="mx")
+    es = te.compute((n,), lambda i: te.sum(te.exp(A[i, k2] - mx[i]), axis=k2), name="es")
+    out = te.compute((n, m), lambda i, j: te.exp(A[i, j] - mx[i]) / es[i], name="out")
+    s = te.create_schedule(out.op)
+    tx = te.thread_axis("threadIdx.x")
+    i, j = out.op.axis
+    s[out].bind(i, te.thread_axis("blockIdx.x"))
+    _, ji = s[out].split(j, factor=128)
+    s[out].bind(ji, tx)
+    for X in (mx, es):
+        s[X].compute_at(s[out], i)  # under blockIdx only: the row's max and sum live in shared memory
+        _, ki = s[X].split(X.op.reduce_axis[0], factor=128)
+        s[X].bind(ki, tx)
+    f = tvm.build(s, [A, out], target="opencl", name="softmax")
+    src = f.imported_modules[0].get_source()
+    assert src.count("__kernel") == 1 and "__local float mx[1];" in src
+    a = np.random.randn(n, m).astype("float32")
+    e = np.exp(a - a.max(1, keepdims=True))
+    np.testing.assert_allclose(_run(f, [a], (n, m)), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_vectorized_float4_loads_and_stores():
+    n = 1024
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0 + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=4)
+    bo, ti = s[B].split(xo, factor=64)
+    s[B].bind(bo, te.thread_axis("blockIdx.x"))
+    s[B].bind(ti, te.thread_axis("threadIdx.x"))
+    s[B].vectorize(xi)
+    f = tvm.build(s, [A, B], target="opencl", name="scale")
+    src = f.imported_modules[0].get_source()
+    # Offsets are multiples of 4 floats of an argument buffer: aligned float4 accesses.
+    assert "(__global float4*)(A + " in src and "(__global float4*)(B + " in src
+    a = np.random.rand(n).astype("float32")
+    np.testing.assert_allclose(_run(f, [a], (n,)), a * 2 + 1, rtol=1e-6)
+
+
+def test_unaligned_vector_access_uses_vload():
+    n = 1024
+    A = te.placeholder((n + 1,), name="A")
+    B = te.compute((n,), lambda i: A[i + 1], name="B")
+    s = te.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=4)
+    bo, ti = s[B].split(xo, factor=64)
+    s[B].bind(bo, te.thread_axis("blockIdx.x"))
+    s[B].bind(ti, te.thread_axis("threadIdx.x"))
+    s[B].vectorize(xi)
+    f = tvm.build(s, [A, B], target="opencl", name="shift")
+    src = f.imported_modules[0].get_source()
+    assert "vload4(0, A + " in src  # offset 4k + 1: no float4 alignment
+    a = np.random.rand(n + 1).astype("float32")
+    np.testing.assert_array_equal(_run(f, [a], (n,)), a[1:])
+
+
+def test_unroll_pragmas():
+    n = 4096
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
+    for explicit, expect in ((True, "#pragma unroll"), (False, "#pragma unroll")):
+        s = te.create_schedule(B.op)
+        xo, xi = s[B].split(B.op.axis[0], factor=8)
+        bo, ti = s[B].split(xo, factor=64)
+        s[B].bind(bo, te.thread_axis("blockIdx.x"))
+        s[B].bind(ti, te.thread_axis("threadIdx.x"))
+        s[B].pragma(bo, "auto_unroll_max_step", 16)
+        s[B].pragma(bo, "unroll_explicit", explicit)
+        f = tvm.build(s, [A, B], target="opencl", name="inc")
+        src = f.imported_modules[0].get_source()
+        assert (expect in src) != explicit  # explicit: unrolled in TIR; else left to the OpenCL compiler
+        assert ("for (int i_inner" in src) != explicit
+        a = np.random.rand(n).astype("float32")
+        np.testing.assert_array_equal(_run(f, [a], (n,)), a + 1)
+
+
+def test_export_so_and_tar_carry_the_kernels(tmp_path):
+    s, A, B = _add_one(te.var("n"))
+    f = tvm.build(s, [A, B], target="opencl", name="add_one")
+    a = np.random.rand(77).astype("float32")
+    for name in ("lib.so", "lib.tar"):
+        path = str(tmp_path / name)
+        f.export_library(path)
+        g = tvm.runtime.load_module(path)
+        assert [m.type_key for m in g.imported_modules] == ["opencl"]
+        assert "add_one_kernel0" in g.imported_modules[0].get_source()
+        np.testing.assert_array_equal(_run(g, [a], (77,)), a + 1)
+
+
+def test_cross_host_builds_aarch64():
+    s, A, B = _add_one(1000)
+    f = tvm.build(s, [A, B], target=tvm.target.Target("opencl", host="llvm -mtriple=aarch64-linux-gnu"),
+                  name="add_one")
+    assert f.triple.startswith("aarch64")
+    assert "get_group_id(0)" in f.imported_modules[0].get_source()
+
+
+# Errors ------------------------------------------------------------------------------------
+
+
+def test_unbound_loop_is_an_error():
+    A = te.placeholder((100,), name="A")
+    B = te.compute(A.shape, lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    with pytest.raises(CompileError, match=r"stage B: loop axes i write global memory but are not bound to "
+                                           r"GPU threads. Did you forget to bind\?"):
+        tvm.build(s, [A, B], target="opencl")
+
+
+def test_too_many_threads_per_block():
+    s, A, B = _add_one(4096, factor=512)
+    with pytest.raises(CompileError, match=r"512 threads per block \(threadIdx.x=512\) exceed the target's limit "
+                                           r"of 256.*-max_num_threads"):
+        tvm.build(s, [A, B], target="opencl", name="add_one")
+    f = tvm.build(s, [A, B], target="opencl -max_num_threads=512", name="add_one")
+    assert "reqd_work_group_size(512, 1, 1)" in f.imported_modules[0].get_source()
+
+
+def test_too_much_shared_memory():
+    s, args = _matmul_schedule(512, 512, 512, tile=64, th=8, kt=128)
+    with pytest.raises(CompileError, match=r"65536 bytes of shared memory exceed the target's 49152 bytes per block"):
+        tvm.build(s, args, target="opencl", name="mm")
+
+
+def test_shared_stage_outside_kernel_is_an_error():
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    s.cache_read(A, "shared", [B])
+    xo, xi = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B].bind(xi, te.thread_axis("threadIdx.x"))
+    with pytest.raises(CompileError, match="stage A.shared lives in shared memory but is computed outside every GPU kernel"):
+        tvm.build(s, [A, B], target="opencl")
