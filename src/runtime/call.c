@@ -140,6 +140,11 @@ static int prepare(const KilnFunction* f, const KilnValue* args, const int32_t* 
 }
 
 static int kernel_failed(const KilnFunction* f, int32_t rc) {
+  if (f->module->device && kiln_opencl_module_take_failure(f->module->device)) {
+    char why[900]; /* copied: the message buffer cannot be both source and destination */
+    snprintf(why, sizeof(why), "%s", kiln_last_error());
+    return kiln_error("%s: %s", f->name, why);
+  }
   const char* msg = f->module->last_error;
   if (!msg || !*msg) return kiln_error("%s: returned %d without a message", f->name, rc);
   size_t n = strlen(f->name);
@@ -162,10 +167,21 @@ static double now_seconds(void) {
 
 /* Seconds for n calls, or a negative value when the kernel failed. */
 static double run(KilnFunction* f, const KilnValue* packed, int32_t n, long long calls) {
+  KilnCLModule* device = f->module->device;
+  if (device) kiln_opencl_timing_begin(device);
   double start = now_seconds();
   for (long long i = 0; i < calls; i++) {
     int32_t rc = f->kernel(packed, f->codes, n);
-    if (rc) { kernel_failed(f, rc); return -1; }
+    if (rc) {
+      if (device) kiln_opencl_timing_end(device);
+      kernel_failed(f, rc);
+      return -1;
+    }
+  }
+  if (device) {
+    /* GPU modules are timed on the device: first kernel start to last kernel end. */
+    double on_device = kiln_opencl_timing_end(device);
+    if (on_device >= 0) return on_device;
   }
   return now_seconds() - start;
 }

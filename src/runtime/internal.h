@@ -44,6 +44,27 @@ int kiln_link_objects(const char* dir, int num_objects, const char* output);
 /* ---- module.c --------------------------------------------------------------------------- */
 int kiln_module_load_so(const char* path, KilnModule** out);
 
+/* ---- opencl.c: device memory for arrays on OpenCL devices (data is a cl_mem) -------------- */
+int kiln_opencl_alloc(int32_t device_id, size_t nbytes, void** out);
+void kiln_opencl_free(void* mem);
+int kiln_opencl_write(const DLTensor* t, uint64_t offset, const void* data, size_t n);
+int kiln_opencl_read(const DLTensor* t, uint64_t offset, void* data, size_t n);
+int kiln_opencl_copy(const DLTensor* from, DLTensor* to, size_t n); /* either side on OpenCL */
+int kiln_opencl_sync(int32_t device_id);
+int kiln_opencl_attr(int32_t device_id, const char* name, int64_t* ints, int* count, char* text, size_t size);
+
+/* ---- opencl_module.c: the device half of GPU modules ------------------------------------- */
+typedef struct KilnCLModule KilnCLModule;
+/* From the metadata's device_code; *out stays NULL for a module without device code. */
+int kiln_opencl_module_create(const char* json, size_t len, const char* label, KilnCLModule** out);
+void kiln_opencl_module_free(KilnCLModule* m);
+/* Point the library's __kiln_device_launch / __kiln_device_ctx at this module. */
+int kiln_opencl_module_attach(KilnCLModule* m, void* hook_slot, void* ctx_slot);
+/* Whether the last launch failed (its message is kiln_last_error); clears the flag. */
+int kiln_opencl_module_take_failure(KilnCLModule* m);
+void kiln_opencl_timing_begin(KilnCLModule* m);
+double kiln_opencl_timing_end(KilnCLModule* m); /* device seconds, or -1 if nothing ran */
+
 #endif
 
 /* ---- module internals shared by module.c and call.c ------------------------------------- */
@@ -78,6 +99,7 @@ struct KilnModule {
   KilnFunction* functions;
   const char* last_error;   /* the module's __kiln_last_error buffer */
   int32_t* num_threads;     /* the module's __kiln_num_threads */
+  struct KilnCLModule* device;  /* the kernels of a GPU module (NULL for CPU modules) */
 };
 
 /* Parse the metadata JSON into mod (functions, entry, device type). */

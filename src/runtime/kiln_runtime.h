@@ -59,7 +59,8 @@ KILN_API int kiln_set_alloc_alignment(size_t bytes);
 KILN_API int kiln_dtype_parse(const char* name, size_t len, DLDataType* out);
 KILN_API int kiln_dtype_format(DLDataType dtype, char* buf, size_t size);
 
-/* A compact row-major array; free it with kiln_ndarray_free. Only CPU devices exist here. */
+/* A compact row-major array; free it with kiln_ndarray_free. On an OpenCL device (type 4)
+ * `data` is the cl_mem handle and the bytes are reached with kiln_ndarray_read/write/copy. */
 KILN_API int kiln_ndarray_alloc(const int64_t* shape, int32_t ndim, DLDataType dtype, DLDevice device,
                        DLTensor** out);
 KILN_API void kiln_ndarray_free(DLTensor* array);
@@ -104,6 +105,19 @@ KILN_API int kiln_func_call(KilnFunction* func, const KilnValue* args, const int
  * seconds per call of each round into costs[0..repeat). Arguments are checked once. */
 KILN_API int kiln_func_time(KilnFunction* func, const KilnValue* args, const int32_t* type_codes,
                    int32_t num_args, int number, int repeat, double min_repeat_ms, double* costs);
+
+/* ---- devices ---------------------------------------------------------------------------- */
+/* 1 if the device is present: the CPU always; OpenCL devices when libOpenCL.so.1 loads (at run
+ * time, with dlopen) and its first platform with devices has this one. Never fails. */
+KILN_API int kiln_device_exist(DLDevice device);
+/* Wait for everything queued on the device. */
+KILN_API int kiln_device_sync(DLDevice device);
+/* A device property by TVM's name (max_threads_per_block, max_shared_memory_per_block,
+ * warp_size, multi_processor_count, max_thread_dimensions, device_name, compute_version,
+ * max_clock_rate, image_support): numbers go to ints[0..*count) (*count <= 3), text to `text`
+ * (*count = 0). Fails for an absent device or an unknown name. */
+KILN_API int kiln_device_attr(DLDevice device, const char* name, int64_t ints[3], int* count,
+                              char* text, size_t size);
 
 /* ---- this machine ---------------------------------------------------------------------- */
 /* "aarch64", "armv7", "x86_64", ... as kiln names the architecture this runtime was built for. */

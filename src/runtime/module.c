@@ -113,6 +113,17 @@ int kiln_module_load_so(const char* path, KilnModule** out) {
     goto fail;
   }
   if (kiln_metadata_read(mod, meta, strlen(meta), base_name(path))) goto fail;
+  if (kiln_opencl_module_create(meta, strlen(meta), base_name(path), &mod->device)) goto fail;
+  if (mod->device) {
+    void* hook = dlsym(mod->lib, "__kiln_device_launch");
+    void* ctx = dlsym(mod->lib, "__kiln_device_ctx");
+    if (!hook || !ctx) {
+      kiln_error("%s: its metadata carries device code but it does not define __kiln_device_launch "
+                 "and __kiln_device_ctx; rebuild it with this kiln version", base_name(path));
+      goto fail;
+    }
+    kiln_opencl_module_attach(mod->device, hook, ctx);
+  }
   mod->last_error = dlsym(mod->lib, "__kiln_last_error");
   mod->num_threads = dlsym(mod->lib, "__kiln_num_threads");
   for (int i = 0; i < mod->num_functions; i++) {
@@ -203,6 +214,7 @@ int kiln_module_load(const char* path, KilnModule** out) {
 void kiln_module_free(KilnModule* mod) {
   if (!mod) return;
   kiln_metadata_free(mod);
+  kiln_opencl_module_free(mod->device);
   if (mod->lib) dlclose(mod->lib);
   free(mod->path);
   free(mod);

@@ -33,10 +33,35 @@ static int need(Reply* r, uint32_t n, uint32_t want, const char* op) {
 }
 
 /* ---- functions the server offers without a module (worker.py's SERVER_FUNCTIONS) -------- */
-enum { FN_ECHO, FN_WORKPATH, FN_GETPID, FN_SLEEP };
+enum { FN_ECHO, FN_WORKPATH, FN_GETPID, FN_SLEEP, FN_DEVICE_ATTR };
 static const struct { const char* name; int id; } builtins[] = {
     {"rpc.echo", FN_ECHO}, {"rpc.workpath", FN_WORKPATH}, {"tvm.rpc.server.workpath", FN_WORKPATH},
-    {"rpc.getpid", FN_GETPID}, {"rpc.sleep", FN_SLEEP}};
+    {"rpc.getpid", FN_GETPID}, {"rpc.sleep", FN_SLEEP}, {"device.attribute", FN_DEVICE_ATTR}};
+
+/* device.attribute(device_type, device_id, name): remote.cl().max_threads_per_block. */
+static int device_attribute(const KVal* a, uint32_t n, Reply* r) {
+  int64_t type, id;
+  if (n != 3 || kv_int(&a[0], &type) || kv_int(&a[1], &id) || a[2].tag != T_STR || a[2].len > 63)
+    return fail_with(r, "TypeError", "device.attribute takes (device_type, device_id, name)");
+  char name[64];
+  snprintf(name, sizeof(name), "%.*s", (int)a[2].len, (const char*)a[2].ptr);
+  DLDevice dev = {(int32_t)type, (int32_t)id};
+  if (!kiln_device_exist(dev)) {
+    wb_none(&r->body); /* as the Python runtime: an absent device has no attributes */
+    return 0;
+  }
+  int64_t ints[3];
+  int count = 0;
+  char text[256] = "";
+  if (kiln_device_attr(dev, name, ints, &count, text, sizeof(text))) return fail_with(r, "AttributeError", NULL);
+  if (count == 0) wb_str(&r->body, text);
+  else if (count == 1) wb_int(&r->body, ints[0]);
+  else {
+    wb_list(&r->body, (uint32_t)count);
+    for (int i = 0; i < count; i++) wb_int(&r->body, ints[i]);
+  }
+  return 0;
+}
 
 static int call_builtin(Session* s, int id, const KVal* a, uint32_t n, Reply* r) {
   switch (id) {
@@ -55,6 +80,8 @@ static int call_builtin(Session* s, int id, const KVal* a, uint32_t n, Reply* r)
     case FN_GETPID:
       wb_int(&r->body, getpid());
       return 0;
+    case FN_DEVICE_ATTR:
+      return device_attribute(a, n, r);
     default: {
       double secs;
       if (n != 1 || kv_number(&a[0], &secs) || secs < 0 || secs > 86400)
@@ -151,12 +178,14 @@ static int op_listdir(Session* s, const KVal* a, uint32_t n, Reply* r) { return 
 static int op_device_exists(Session* s, const KVal* a, uint32_t n, Reply* r) {
   if (need(r, n, 1, "device_exists")) return -1;
   if (a[0].tag != T_DEVICE) return fail_with(r, "TypeError", "device_exists takes a device");
-  wb_int(&r->body, a[0].dev_type == KILN_DEVICE_CPU); /* the C runtime drives the CPU only */
+  wb_int(&r->body, kiln_device_exist((DLDevice){a[0].dev_type, a[0].dev_id}));
   return 0;
 }
 
 static int op_sync(Session* s, const KVal* a, uint32_t n, Reply* r) {
-  wb_none(&r->body); /* CPU kernels have finished when their call returns */
+  if (n >= 1 && a[0].tag == T_DEVICE && kiln_device_sync((DLDevice){a[0].dev_type, a[0].dev_id}))
+    return fail_with(r, "KilnError", NULL);
+  wb_none(&r->body);
   return 0;
 }
 

@@ -57,6 +57,18 @@ int op_copy_out(Session* s, const KVal* a, uint32_t n, Reply* r) {
   if (off > total || len > total - off)
     return fail_with(r, "ValueError", "byte range [%llu, %llu) is outside the array's %zu bytes",
                      (unsigned long long)off, (unsigned long long)(off + len), total);
+  if (t->device.device_type != KILN_DEVICE_CPU) { /* device memory: read it to the host first */
+    void* host = malloc(len ? (size_t)len : 1);
+    if (!host) return fail_with(r, "MemoryError", "out of memory reading %llu bytes", (unsigned long long)len);
+    if (kiln_ndarray_read(t, off, host, (size_t)len)) {
+      free(host);
+      return fail_with(r, "KilnError", NULL);
+    }
+    wb_bytes_header(&r->body, (uint32_t)len);
+    r->tail = r->owned_tail = host;
+    r->tail_len = (size_t)len;
+    return 0;
+  }
   /* Zero copy: the reply is sent straight from the array's memory. */
   wb_bytes_header(&r->body, (uint32_t)len);
   r->tail = (const char*)t->data + t->byte_offset + off;
@@ -146,8 +158,9 @@ int op_time_eval(Session* s, const KVal* a, uint32_t n, Reply* r) {
   if (n < 6 || a[1].tag != T_STR || a[2].tag != T_DEVICE || kv_int(&a[3], &number) || kv_int(&a[4], &repeat) ||
       kv_number(&a[5], &min_ms))
     return fail_with(r, "TypeError", "time_evaluator takes [module, name, device, number, repeat, min_repeat_ms, args...]");
-  if (a[2].dev_type != KILN_DEVICE_CPU)
-    return fail_with(r, "KilnError", "device type %d is not available in the kiln C runtime", a[2].dev_type);
+  if (!kiln_device_exist((DLDevice){a[2].dev_type, a[2].dev_id}))
+    return fail_with(r, "KilnError", "device type %d index %d is not available on this device", a[2].dev_type,
+                     a[2].dev_id);
   if (number < 1 || number > (1 << 30) || repeat < 1 || repeat > 10000)
     return fail_with(r, "ValueError", "time_evaluator: number=%lld and repeat=%lld must be >= 1",
                      (long long)number, (long long)repeat);

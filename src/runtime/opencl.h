@@ -1,0 +1,93 @@
+/* The OpenCL API as the runtime uses it, loaded with dlopen at run time (opencl.c).
+ *
+ * No OpenCL header or library is needed to build the runtime: a board without OpenCL runs the
+ * same binary and simply has no OpenCL devices. Only the calls and constants kiln needs are
+ * declared here, with the types of the OpenCL 1.2 specification.
+ */
+#ifndef KILN_OPENCL_H_
+#define KILN_OPENCL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int32_t cl_int;
+typedef uint32_t cl_uint;
+typedef uint64_t cl_ulong;
+typedef cl_ulong cl_bitfield;
+typedef struct _cl_platform_id* cl_platform_id;
+typedef struct _cl_device_id* cl_device_id;
+typedef struct _cl_context* cl_context;
+typedef struct _cl_command_queue* cl_command_queue;
+typedef struct _cl_mem* cl_mem;
+typedef struct _cl_program* cl_program;
+typedef struct _cl_kernel* cl_kernel;
+typedef struct _cl_event* cl_event;
+
+#define CL_SUCCESS 0
+#define CL_DEVICE_TYPE_ALL 0xFFFFFFFFu
+#define CL_PLATFORM_NAME 0x0902
+#define CL_DEVICE_MAX_COMPUTE_UNITS 0x1002
+#define CL_DEVICE_MAX_WORK_GROUP_SIZE 0x1004
+#define CL_DEVICE_MAX_WORK_ITEM_SIZES 0x1005
+#define CL_DEVICE_MAX_CLOCK_FREQUENCY 0x100C
+#define CL_DEVICE_IMAGE_SUPPORT 0x1016
+#define CL_DEVICE_LOCAL_MEM_SIZE 0x1023
+#define CL_DEVICE_NAME 0x102B
+#define CL_DEVICE_VERSION 0x102F
+#define CL_MEM_READ_WRITE 1u
+#define CL_QUEUE_PROFILING_ENABLE 2u
+#define CL_MEM_CONTEXT 0x1106
+#define CL_PROGRAM_BUILD_LOG 0x1183
+#define CL_PROFILING_COMMAND_START 0x1282
+#define CL_PROFILING_COMMAND_END 0x1283
+
+/* The entry points, filled by kiln_opencl_load(). */
+typedef struct {
+  cl_int (*GetPlatformIDs)(cl_uint, cl_platform_id*, cl_uint*);
+  cl_int (*GetPlatformInfo)(cl_platform_id, cl_uint, size_t, void*, size_t*);
+  cl_int (*GetDeviceIDs)(cl_platform_id, cl_bitfield, cl_uint, cl_device_id*, cl_uint*);
+  cl_int (*GetDeviceInfo)(cl_device_id, cl_uint, size_t, void*, size_t*);
+  cl_context (*CreateContext)(const intptr_t*, cl_uint, const cl_device_id*, void*, void*, cl_int*);
+  cl_command_queue (*CreateCommandQueue)(cl_context, cl_device_id, cl_bitfield, cl_int*);
+  cl_mem (*CreateBuffer)(cl_context, cl_bitfield, size_t, void*, cl_int*);
+  cl_int (*ReleaseMemObject)(cl_mem);
+  cl_int (*GetMemObjectInfo)(cl_mem, cl_uint, size_t, void*, size_t*);
+  cl_int (*EnqueueWriteBuffer)(cl_command_queue, cl_mem, cl_uint, size_t, size_t, const void*, cl_uint,
+                               const cl_event*, cl_event*);
+  cl_int (*EnqueueReadBuffer)(cl_command_queue, cl_mem, cl_uint, size_t, size_t, void*, cl_uint,
+                              const cl_event*, cl_event*);
+  cl_int (*EnqueueCopyBuffer)(cl_command_queue, cl_mem, cl_mem, size_t, size_t, size_t, cl_uint,
+                              const cl_event*, cl_event*);
+  cl_int (*Finish)(cl_command_queue);
+  cl_program (*CreateProgramWithSource)(cl_context, cl_uint, const char**, const size_t*, cl_int*);
+  cl_int (*BuildProgram)(cl_program, cl_uint, const cl_device_id*, const char*, void*, void*);
+  cl_int (*GetProgramBuildInfo)(cl_program, cl_device_id, cl_uint, size_t, void*, size_t*);
+  cl_int (*ReleaseProgram)(cl_program);
+  cl_kernel (*CreateKernel)(cl_program, const char*, cl_int*);
+  cl_int (*ReleaseKernel)(cl_kernel);
+  cl_int (*SetKernelArg)(cl_kernel, cl_uint, size_t, const void*);
+  cl_int (*EnqueueNDRangeKernel)(cl_command_queue, cl_kernel, cl_uint, const size_t*, const size_t*,
+                                 const size_t*, cl_uint, const cl_event*, cl_event*);
+  cl_int (*GetEventProfilingInfo)(cl_event, cl_uint, size_t, void*, size_t*);
+  cl_int (*ReleaseEvent)(cl_event);
+} KilnCL;
+
+#define KILN_CL_MAX_DEVICES 16
+
+typedef struct {
+  cl_device_id id;
+  cl_context context;        /* one per device, made on first use */
+  cl_command_queue queue;    /* in order, profiling enabled */
+} KilnCLDevice;
+
+/* The loaded API and the devices of the chosen platform; NULL when this machine has no OpenCL
+ * (no libOpenCL, no platform, or no device). Never fails otherwise. */
+const KilnCL* kiln_opencl_api(int* num_devices);
+/* Device `id` with its context and queue created; -1 with kiln_last_error if absent. */
+int kiln_opencl_device(int32_t id, KilnCLDevice** out);
+/* The device whose context owns `mem`, or -1. */
+int32_t kiln_opencl_device_of(cl_mem mem);
+/* "clBuildProgram failed (-11: CL_BUILD_PROGRAM_FAILURE)"-style text for an error code. */
+const char* kiln_opencl_error_name(cl_int code);
+
+#endif

@@ -1,0 +1,257 @@
+/* The OpenCL part of GPU modules: the kernels from the metadata's device_code, built once per
+ * device on first launch, and the __kiln_device_launch hook the host code calls (docs/abi.md,
+ * "GPU modules").
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "opencl.h"
+
+enum { PARAM_BUFFER, PARAM_SCALAR };
+
+typedef struct {
+  char* name;
+  int num_params;
+  int* kinds;            /* PARAM_* */
+  DLDataType* dtypes;    /* scalars */
+} CLKernelInfo;
+
+struct KilnCLModule {
+  char* source;
+  int num_kernels;
+  CLKernelInfo* kernels;
+  cl_program programs[KILN_CL_MAX_DEVICES];
+  cl_kernel* built[KILN_CL_MAX_DEVICES];   /* one cl_kernel per kernels entry, per device */
+  int failed;                              /* the last launch failed; the message is kiln_last_error */
+  int recording;                           /* timing: keep the first and last launch events */
+  cl_event first, last;
+  int32_t event_device;                    /* where the recorded kernels ran */
+};
+
+static int read_kernel(CLKernelInfo* k, const JsonNode* node, const char* label) {
+  const char* name = json_string(json_get(node, "name"));
+  const JsonNode* params = json_get(node, "params");
+  if (!name || !params || params->type != JSON_ARRAY || params->count > 1024)
+    return kiln_error("%s: a device_code kernel lacks 'name' or 'params'", label);
+  if (!(k->name = strdup(name))) return kiln_error("out of memory");
+  k->num_params = (int)params->count;
+  k->kinds = calloc(params->count + 1, sizeof(int));
+  k->dtypes = calloc(params->count + 1, sizeof(DLDataType));
+  if (!k->kinds || !k->dtypes) return kiln_error("out of memory");
+  int i = 0;
+  for (const JsonNode* p = params->child; p; p = p->next, i++) {
+    const char* kind = json_string(json_get(p, "kind"));
+    const char* dtype = json_string(json_get(p, "dtype"));
+    if (kind && !strcmp(kind, "buffer")) {
+      k->kinds[i] = PARAM_BUFFER;
+      continue;
+    }
+    k->kinds[i] = PARAM_SCALAR;
+    if (!kind || strcmp(kind, "scalar") != 0 || !dtype || kiln_dtype_parse(dtype, strlen(dtype), &k->dtypes[i]))
+      return kiln_error("%s: kernel %s has a parameter that is neither a buffer nor a scalar of a known dtype",
+                        label, name);
+  }
+  return 0;
+}
+
+int kiln_opencl_module_create(const char* json, size_t len, const char* label, KilnCLModule** out) {
+  *out = NULL;
+  JsonNode* root = json_parse(json, len);
+  if (!root) return -1;
+  int rc = -1;
+  KilnCLModule* m = NULL;
+  const JsonNode* code = json_get(root, "device_code");
+  if (!code || code->type != JSON_OBJECT) { rc = 0; goto done; } /* a CPU module */
+  const char* type = json_string(json_get(code, "type_key"));
+  const char* source = json_string(json_get(code, "source"));
+  const JsonNode* kernels = json_get(code, "kernels");
+  if (!type || strcmp(type, "opencl") != 0) {
+    kiln_error("%s carries '%s' device code, which this runtime cannot run (it runs 'opencl'); rebuild "
+               "for a target this device supports", label, type ? type : "?");
+    goto done;
+  }
+  if (!source || !kernels || kernels->type != JSON_ARRAY || kernels->count > 65536) {
+    kiln_error("%s: its device_code lacks 'source' or 'kernels'; rebuild it", label);
+    goto done;
+  }
+  if (!(m = calloc(1, sizeof(*m))) || !(m->source = strdup(source)) ||
+      !(m->kernels = calloc(kernels->count + 1, sizeof(CLKernelInfo)))) {
+    kiln_error("out of memory");
+    goto done;
+  }
+  for (const JsonNode* k = kernels->child; k; k = k->next)
+    if (read_kernel(&m->kernels[m->num_kernels++], k, label)) goto done;
+  *out = m;
+  m = NULL;
+  rc = 0;
+done:
+  kiln_opencl_module_free(m);
+  json_free(root);
+  return rc;
+}
+
+void kiln_opencl_module_free(KilnCLModule* m) {
+  if (!m) return;
+  const KilnCL* cl = kiln_opencl_api(NULL);
+  for (int d = 0; d < KILN_CL_MAX_DEVICES; d++) {
+    for (int k = 0; m->built[d] && k < m->num_kernels; k++)
+      if (m->built[d][k] && cl) cl->ReleaseKernel(m->built[d][k]);
+    free(m->built[d]);
+    if (m->programs[d] && cl) cl->ReleaseProgram(m->programs[d]);
+  }
+  for (int k = 0; k < m->num_kernels; k++) {
+    free(m->kernels[k].name);
+    free(m->kernels[k].kinds);
+    free(m->kernels[k].dtypes);
+  }
+  if (cl && m->first) cl->ReleaseEvent(m->first);
+  if (cl && m->last) cl->ReleaseEvent(m->last);
+  free(m->kernels);
+  free(m->source);
+  free(m);
+}
+
+/* Build the program for device `dev` (once) and create every kernel of it. */
+static int build(KilnCLModule* m, int32_t dev, KilnCLDevice* d) {
+  const KilnCL* cl = kiln_opencl_api(NULL);
+  cl_int err;
+  const char* src = m->source;
+  cl_program prog = cl->CreateProgramWithSource(d->context, 1, &src, NULL, &err);
+  if (!prog) return kiln_error("opencl: cannot create the program (%d: %s)", err, kiln_opencl_error_name(err));
+  if ((err = cl->BuildProgram(prog, 1, &d->id, "", NULL, NULL)) != CL_SUCCESS) {
+    char log[4096] = "";
+    cl->GetProgramBuildInfo(prog, d->id, CL_PROGRAM_BUILD_LOG, sizeof(log) - 1, log, NULL);
+    cl->ReleaseProgram(prog);
+    return kiln_error("OpenCL program does not build on opencl(%d) (%d: %s):\n%.3000s", dev, err,
+                      kiln_opencl_error_name(err), log);
+  }
+  cl_kernel* ks = calloc((size_t)m->num_kernels + 1, sizeof(cl_kernel));
+  if (!ks) { cl->ReleaseProgram(prog); return kiln_error("out of memory"); }
+  for (int k = 0; k < m->num_kernels; k++) {
+    if (!(ks[k] = cl->CreateKernel(prog, m->kernels[k].name, &err))) {
+      for (int j = 0; j < k; j++) cl->ReleaseKernel(ks[j]);
+      free(ks);
+      cl->ReleaseProgram(prog);
+      return kiln_error("opencl: the program has no kernel '%s' (%d: %s); rebuild the module",
+                        m->kernels[k].name, err, kiln_opencl_error_name(err));
+    }
+  }
+  m->programs[dev] = prog;
+  m->built[dev] = ks;
+  return 0;
+}
+
+/* A scalar argument in the width the kernel declares. */
+static cl_int set_scalar(const KilnCL* cl, cl_kernel k, cl_uint i, DLDataType t, KilnValue v, int32_t code) {
+  double f = code == KILN_FLOAT ? v.v_float64 : (double)v.v_int64;
+  int64_t n = code == KILN_FLOAT ? (int64_t)v.v_float64 : v.v_int64;
+  if (t.code == KILN_DL_FLOAT) {
+    if (t.bits == 64) return cl->SetKernelArg(k, i, 8, &f);
+    if (t.bits == 32) { float x = (float)f; return cl->SetKernelArg(k, i, 4, &x); }
+    return -51; /* half scalars have no portable host type */
+  }
+  switch (t.bits) {
+    case 8: { int8_t x = (int8_t)n; return cl->SetKernelArg(k, i, 1, &x); }
+    case 16: { int16_t x = (int16_t)n; return cl->SetKernelArg(k, i, 2, &x); }
+    case 32: { int32_t x = (int32_t)n; return cl->SetKernelArg(k, i, 4, &x); }
+    default: return cl->SetKernelArg(k, i, 8, &n);
+  }
+}
+
+static int32_t launch(KilnCLModule* m, int32_t kid, const KilnValue* args, const int32_t* codes, int32_t n,
+                      const int64_t* dims) {
+  if (kid < 0 || kid >= m->num_kernels)
+    return kiln_error("opencl module has %d kernels; kernel id %d is out of range (rebuild)", m->num_kernels, kid);
+  const CLKernelInfo* info = &m->kernels[kid];
+  if (n != info->num_params)
+    return kiln_error("%s takes %d arguments, the host code passed %d: rebuild the module", info->name,
+                      info->num_params, n);
+  int32_t dev = 0; /* the device the first buffer lives on */
+  for (int i = 0; i < n; i++) {
+    if (info->kinds[i] != PARAM_BUFFER) continue;
+    if ((dev = kiln_opencl_device_of((cl_mem)args[i].v_handle)) < 0)
+      return kiln_error("%s: argument %d is not an OpenCL buffer of this runtime", info->name, i);
+    break;
+  }
+  KilnCLDevice* d;
+  if (kiln_opencl_device(dev, &d)) return -1;
+  if (!m->built[dev] && build(m, dev, d)) return -1;
+  const KilnCL* cl = kiln_opencl_api(NULL);
+  cl_kernel k = m->built[dev][kid];
+  for (int i = 0; i < n; i++) {
+    cl_int err = info->kinds[i] == PARAM_BUFFER ? cl->SetKernelArg(k, (cl_uint)i, sizeof(cl_mem), &args[i].v_handle)
+                                                : set_scalar(cl, k, (cl_uint)i, info->dtypes[i], args[i], codes[i]);
+    if (err) return kiln_error("%s: setting argument %d failed (%d: %s)", info->name, i, err, kiln_opencl_error_name(err));
+  }
+  size_t global[3], local[3];
+  cl_uint work_dims = 1;
+  for (int i = 0; i < 3; i++) {
+    if (dims[i] < 0 || dims[3 + i] < 1) return kiln_error("%s: bad launch extents", info->name);
+    local[i] = (size_t)dims[3 + i];
+    global[i] = (size_t)dims[i] * local[i];
+    if (global[i] == 0) return 0; /* an empty grid: nothing to run */
+    if (global[i] != 1 || local[i] != 1) work_dims = (cl_uint)i + 1;
+  }
+  cl_event ev = NULL;
+  cl_int err = cl->EnqueueNDRangeKernel(d->queue, k, work_dims, NULL, global, local, 0, NULL,
+                                        m->recording ? &ev : NULL);
+  if (err)
+    return kiln_error("%s: launch of %zux%zux%zu blocks of %zux%zux%zu failed (%d: %s)", info->name,
+                      (size_t)dims[0], (size_t)dims[1], (size_t)dims[2], local[0], local[1], local[2], err,
+                      kiln_opencl_error_name(err));
+  if (ev) m->event_device = dev;
+  if (ev && !m->first) m->first = ev;
+  else if (ev) {
+    if (m->last) cl->ReleaseEvent(m->last);
+    m->last = ev;
+  }
+  return 0;
+}
+
+/* The hook (KilnDeviceLaunch in docs/abi.md): ctx is the KilnCLModule. */
+static int32_t device_launch(void* ctx, int32_t kernel_id, const KilnValue* args, const int32_t* codes,
+                             int32_t num_args, const int64_t* dims, int64_t dyn_shared_bytes) {
+  KilnCLModule* m = ctx;
+  int32_t rc = dyn_shared_bytes
+                   ? kiln_error("dynamic shared memory is not supported by the OpenCL runtime yet")
+                   : launch(m, kernel_id, args, codes, num_args, dims);
+  if (rc) m->failed = 1;
+  return rc;
+}
+
+int kiln_opencl_module_attach(KilnCLModule* m, void* hook_slot, void* ctx_slot) {
+  *(void**)ctx_slot = m;
+  *(int32_t (**)(void*, int32_t, const KilnValue*, const int32_t*, int32_t, const int64_t*, int64_t))hook_slot =
+      device_launch;
+  return 0;
+}
+
+int kiln_opencl_module_take_failure(KilnCLModule* m) {
+  int failed = m->failed;
+  m->failed = 0;
+  return failed;
+}
+
+void kiln_opencl_timing_begin(KilnCLModule* m) {
+  const KilnCL* cl = kiln_opencl_api(NULL);
+  if (cl && m->first) cl->ReleaseEvent(m->first);
+  if (cl && m->last) cl->ReleaseEvent(m->last);
+  m->first = m->last = NULL;
+  m->recording = 1;
+}
+
+/* Seconds from the start of the first kernel since timing_begin to the end of the last, after
+ * waiting for them; -1 when no kernel ran (the caller keeps its wall-clock time). */
+double kiln_opencl_timing_end(KilnCLModule* m) {
+  m->recording = 0;
+  const KilnCL* cl = kiln_opencl_api(NULL);
+  if (!cl || !m->first || kiln_opencl_sync(m->event_device)) return -1;
+  cl_ulong start = 0, end = 0;
+  cl_event last = m->last ? m->last : m->first;
+  if (cl->GetEventProfilingInfo(m->first, CL_PROFILING_COMMAND_START, sizeof(start), &start, NULL) ||
+      cl->GetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof(end), &end, NULL) || end < start)
+    return -1;
+  return (double)(end - start) * 1e-9;
+}
