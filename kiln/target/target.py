@@ -29,8 +29,21 @@ KINDS = {
 }
 # Keys every target of a kind has, after any -device/-keys given by the user.
 _DEFAULT_KEYS = {"llvm": ("cpu",), "c": ("cpu",), "cuda": ("cuda", "gpu"), "opencl": ("opencl", "gpu")}
-_GPU_DEFAULTS = {"cuda": {"max_num_threads": 1024, "thread_warp_size": 32},
-                 "opencl": {"max_num_threads": 256, "thread_warp_size": 1}}
+_GPU_DEFAULTS = {"cuda": {"max_num_threads": 1024, "thread_warp_size": 32,
+                          "max_shared_memory_per_block": 48 * 1024},
+                 "opencl": {"max_num_threads": 256, "thread_warp_size": 1,
+                            "max_shared_memory_per_block": 48 * 1024}}
+# Mobile GPUs: OpenCL local memory is 32 KiB on Mali (Midgard/Bifrost/Valhall) and Adreno.
+_DEVICE_DEFAULTS = {"mali": {"max_shared_memory_per_block": 32 * 1024},
+                    "adreno": {"max_shared_memory_per_block": 32 * 1024}}
+
+
+def _defaults(kind: str, attrs: dict) -> dict:
+    """Limits a GPU target has unless its options say otherwise (the kernels are checked against them)."""
+    out = dict(_GPU_DEFAULTS.get(kind, {}))
+    if kind == "opencl":
+        out.update(_DEVICE_DEFAULTS.get(attrs.get("device", ""), {}))
+    return out
 # Option spellings TVM users write, mapped to ours.
 _ALIASES = {"target": "mtriple", "num_cores": "num-cores"}
 
@@ -102,7 +115,7 @@ class Target:
             attrs[name] = _convert(table[name], value, name, text)
         if kind == "cuda" and "arch" not in attrs and "mcpu" in attrs:
             attrs["arch"] = attrs.pop("mcpu")
-        for key, value in _GPU_DEFAULTS.get(kind, {}).items():
+        for key, value in _defaults(kind, attrs).items():
             attrs.setdefault(key, value)
         self.kind = TargetKind(kind)
         host = attrs.pop("host", None)
@@ -158,7 +171,7 @@ class Target:
         for name, value in self.attrs.items():
             if name == "keys" and tuple(value) == implied:
                 continue
-            if _GPU_DEFAULTS.get(self.kind.name, {}).get(name) == value:
+            if _defaults(self.kind.name, self.attrs).get(name) == value:
                 continue
             parts.append(_format(name, value))
         text = " ".join(parts)
