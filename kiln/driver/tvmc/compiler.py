@@ -1,0 +1,158 @@
+"""``tvmc compile``: a model -> one package ``.tar`` holding ``mod.so`` (kernels), ``mod.json``
+(graph) and ``mod.params`` (weights), the three files 002's devices load.
+
+>>> package = tvmc.compile(model, target="llvm", tuning_records="resnet.log", package_path="resnet.tar")
+
+``cross`` links ``mod.so`` with that compiler (002: the NDK's clang); without it, a target for
+another triple links with ld.lld (no cross toolchain needed). ``dump_code`` writes the
+requested sources next to the package (``<package>.relay``, ``.ll``, ``.asm``, ``.cl``).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import tarfile
+import time
+import tempfile
+
+from .common import TVMCException, require_file
+from .model import TVMCModel, atomic_path
+from .target import target_from_cli
+from .transform import apply_graph_transforms
+
+logger = logging.getLogger("kiln.tvmc")
+
+DUMP_FORMATS = {"relay": "relay", "ll": "ll", "llvm": "ll", "asm": "asm", "s": "asm", "cl": "cl",
+                "opencl": "cl", "json": "json"}
+
+
+class TVMCPackage:
+    """A compiled package: ``package_path``, ``graph`` (JSON text), ``params`` (bytes),
+    ``lib_name`` and ``lib_path`` (``mod.so`` extracted to a temporary folder)."""
+
+    def __init__(self, package_path: str, project_dir: str | None = None):
+        self.package_path = require_file(package_path, "package", "compile one first: tvmc compile MODEL -o PKG.tar")
+        self._dir = project_dir or tempfile.mkdtemp(prefix="kiln-tvmc-pkg-")
+        try:
+            with tarfile.open(self.package_path) as tar:
+                names = set(tar.getnames())
+                missing = {"mod.so", "mod.json", "mod.params"} - names
+                if missing:
+                    raise TVMCException(f"{package_path!r} is not a tvmc package (it lacks {sorted(missing)}); "
+                                        "make one with tvmc compile")
+                tar.extractall(self._dir, filter="data")
+        except tarfile.TarError as err:
+            raise TVMCException(f"{package_path!r} is not a tvmc package .tar ({err}); make one with "
+                                "tvmc compile") from None
+        self.lib_name = "mod.so"
+        self.lib_path = os.path.join(self._dir, "mod.so")
+        with open(os.path.join(self._dir, "mod.json")) as f:
+            self.graph = f.read()
+        with open(os.path.join(self._dir, "mod.params"), "rb") as f:
+            self.params = f.read()
+
+    def __repr__(self) -> str:
+        return f"TVMCPackage({self.package_path})"
+
+
+def _fcompile(cross: str | None, cross_options: str | None):
+    if not cross:
+        return None
+    import shlex
+    import shutil
+
+    from kiln.contrib import cc
+    if shutil.which(cross) is None and not os.path.isfile(cross):
+        raise TVMCException(f"--cross-compiler {cross!r} is not an executable; give the path of the device's "
+                            "C compiler (e.g. aarch64-linux-gnu-gcc or the NDK's aarch64-linux-android28-clang)")
+    return cc.cross_compiler(cross, options=shlex.split(cross_options or ""))
+
+
+def _dump(lib, mod, package_path: str, formats) -> dict:
+    """Write each requested source to ``<package_path>.<fmt>``; returns {fmt: text}."""
+    out = {}
+    for fmt in formats:
+        key = DUMP_FORMATS.get(fmt.strip().lower())
+        if key is None:
+            raise TVMCException(f"--dump-code {fmt!r}: use some of {', '.join(sorted(set(DUMP_FORMATS)))}")
+        if key == "relay":
+            text = str(mod)
+        elif key == "json":
+            text = lib.get_graph_json()
+        else:
+            modules = [lib.get_lib(), *getattr(lib.get_lib(), "imported_modules", [])]
+            found = [m.get_source(key) for m in modules if key in getattr(m, "sources", {})]
+            if not found:
+                raise TVMCException(f"--dump-code {fmt}: the compiled module has no {fmt} source "
+                                    "(OpenCL sources exist for opencl targets only)")
+            text = "\n".join(found)
+        out[fmt] = text
+    return out
+
+
+def compile_model(tvmc_model: TVMCModel, target: str, opt_level: int = 3, target_host: str | None = None,
+                  tuning_records: str | None = None, package_path: str | None = None, cross: str | None = None,
+                  cross_options: str | None = None, desired_layout: str | None = None, dump_code=None,
+                  mixed_precision: bool = False, mixed_precision_ops=None,
+                  mixed_precision_calculation_type: str = "float16", mixed_precision_acc_type: str = "float32",
+                  pass_context_configs: dict | None = None, disabled_pass=None, target_options: dict | None = None,
+                  mod_name: str = "default") -> TVMCPackage:
+    """Compile ``tvmc_model`` for ``target`` into ``package_path`` (default ``module.tar``)."""
+    from kiln import autotvm, relay
+    from kiln import transform as pass_infra
+
+    if isinstance(tvmc_model, (str, os.PathLike)):
+        from .model import load
+        tvmc_model = load(tvmc_model)
+    tgt = target_from_cli(target, target_host, target_options)
+    if tuning_records:
+        require_file(tuning_records, "tuning records", "tune first (tvmc tune -o LOG) or check the path")
+    if isinstance(dump_code, str):
+        dump_code = [f for f in dump_code.split(",") if f.strip()]
+    package_path = os.fspath(package_path or "module.tar")
+    fcompile = _fcompile(cross, cross_options)
+    if not (0 <= int(opt_level) <= 3):
+        raise TVMCException(f"--opt-level {opt_level}: use 0, 1, 2 or 3")
+
+    mod = apply_graph_transforms(tvmc_model.mod, {
+        "mixed_precision": mixed_precision, "mixed_precision_ops": mixed_precision_ops,
+        "mixed_precision_calculation_type": mixed_precision_calculation_type,
+        "mixed_precision_acc_type": mixed_precision_acc_type, "desired_layout": desired_layout},
+        params=tvmc_model.params)
+    ctx = pass_infra.PassContext(opt_level=int(opt_level), config=pass_context_configs or {},
+                                 disabled_pass=disabled_pass or [])
+    with ctx:
+        if tuning_records:
+            with autotvm.apply_history_best(tuning_records):
+                lib = relay.build(mod, target=tgt, mod_name=mod_name)
+        else:
+            lib = relay.build(mod, target=tgt, mod_name=mod_name)
+    export_package(lib, package_path, fcompile)
+    if dump_code:
+        for fmt, text in _dump(lib, mod, package_path, dump_code).items():
+            with atomic_path(f"{package_path}.{fmt}") as tmp, open(tmp, "w") as f:
+                f.write(text)
+    return TVMCPackage(package_path)
+
+
+def export_package(lib, package_path: str, fcompile=None) -> None:
+    """Write ``mod.so`` + ``mod.json`` + ``mod.params`` of ``relay.build``'s result into one .tar."""
+    from kiln.contrib.utils import tempdir
+
+    if lib.get_lib() is None:
+        raise TVMCException("the model has no kernels (it only forwards its inputs); nothing to package")
+    with tempdir() as work:
+        so = work.relpath("mod.so")
+        if fcompile is not None:
+            lib.get_lib().export_library(so, fcompile)
+        else:
+            lib.get_lib().export_library(so)
+        members = {"mod.json": lib.get_graph_json().encode(), "mod.params": lib.save_params()}
+        with atomic_path(package_path) as tmp, tarfile.open(tmp, "w") as tar:
+            tar.add(so, arcname="mod.so")
+            for name, data in members.items():
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+                tar.addfile(info, io.BytesIO(data))
