@@ -1,7 +1,6 @@
 """Kernels written as lowered TIR, compiled by the LLVM backend and run against numpy."""
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -28,17 +27,18 @@ def test_add_one_symbolic_three_sizes():
         np.testing.assert_array_equal(b.numpy(), a + 1)
 
 
-def test_add_one_builds_fast():
+def test_warm_build_sets_nothing_up_again():
+    """What keeps a warm build of add_one within its 50 ms goal (timed by bench/build.py, not
+    here: a busy machine would make a wall-clock threshold fail) is that LLVM's target
+    machine and pass tuning are made once per target, not once per build."""
+    from kiln.codegen import llvm_target
+
     f, _ = add_one_func()
-    build(f)  # warm: target machine and LLVM initialization are cached
-    best = min(_timed(lambda: build(f)) for _ in range(3))
-    assert best < 0.05, f"add_one took {best * 1e3:.1f} ms to build"
-
-
-def _timed(fn):
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
+    build(f)
+    made = (llvm_target.target_machine.cache_info().misses, llvm_target._tuning.cache_info().misses)
+    for _ in range(3):
+        build(f)
+    assert (llvm_target.target_machine.cache_info().misses, llvm_target._tuning.cache_info().misses) == made
 
 
 def test_metadata_json():
