@@ -266,12 +266,14 @@ _SPECIAL = {
     "bitwise_not": _bitwise_not, "shift_left": _bitwise("shl"), "shift_right": _shift_right,
     "popcount": _popcount, "clz": _clz, "fma": _fma, "reinterpret": _reinterpret,
     "likely": _likely, "if_then_else": _if_then_else, "fabs": _abs,
-    "kiln_launch": lambda cg, e: _launch(cg, e),
+    "kiln_launch": lambda cg, e: _launch("emit_launch", cg, e),
+    "kiln_device_alloc": lambda cg, e: _launch("emit_alloc", cg, e),
+    "kiln_device_free": lambda cg, e: _launch("emit_free", cg, e),
 }
 
 
-def _launch(cg, e):
-    from .llvm_launch import emit_launch
+def _launch(name, cg, e):
+    from . import llvm_launch
 
-    return emit_launch(cg, e)
+    return getattr(llvm_launch, name)(cg, e)
 

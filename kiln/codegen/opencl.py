@@ -83,6 +83,7 @@ def kernel_entry(kernel: PrimFunc) -> dict:
 
 def lower_device(mod, target) -> tuple[IRModule, list[PrimFunc]]:
     """(host IRModule, kernels) of a lowered module for a GPU target: the GPU passes in order."""
+    from ..tir.transform.device_workspace import device_workspace
     from ..tir.transform.split_host_device import split_host_device
     from ..tir.transform.thread_sync import insert_barriers
     from ..tir.transform.verify_gpu import check_kernel_limits, verify_thread_binding
@@ -95,21 +96,8 @@ def lower_device(mod, target) -> tuple[IRModule, list[PrimFunc]]:
         host, ks = split_host_device(func, len(kernels))
         for k in ks:
             kernels.append(check_kernel_limits(insert_barriers(k), target))
-        _check_host(host)
-        hosts[key] = host
+        hosts[key] = device_workspace(host)
     return IRModule(hosts), kernels
-
-
-def _check_host(host: PrimFunc) -> None:
-    from ..ir.functor import Visitor
-
-    class _Alloc(Visitor):
-        def visit_Allocate(self, op):
-            raise CompileError(f"{host.attrs.get('global_symbol')}: tensor {op.buffer.name} would live in device "
-                               "memory between two kernels, which this version cannot allocate; compute_inline "
-                               "it, or compute_at it inside the kernel that reads it (scope 'shared'/'local')")
-
-    _Alloc().visit(host.body)
 
 
 def build(mod, target):

@@ -57,6 +57,9 @@ def install_launch_hook(lib: ctypes.CDLL, device_module, library_name: str) -> N
             floats = (ctypes.c_double * n).from_address(args) if n else ()
             types = (ctypes.c_int32 * n).from_address(codes) if n else ()
             values = [floats[i] if types[i] == _KILN_FLOAT else ints[i] for i in range(n)]
+            if kernel_id < 0:
+                _workspace(int(kernel_id), values)
+                return 0
             extents = (ctypes.c_int64 * 6).from_address(dims)
             device_module.launch(int(kernel_id), values, tuple(extents[0:3]), tuple(extents[3:6]),
                                  int(dyn_shared))
@@ -68,6 +71,26 @@ def install_launch_hook(lib: ctypes.CDLL, device_module, library_name: str) -> N
     callback = LaunchHook(launch)
     ctypes.c_void_p.from_address(address).value = ctypes.cast(callback, ctypes.c_void_p).value
     _hooks[address] = callback
+
+
+# Device workspace of running host functions (tensors between kernels), by handle. The host code
+# asks through the launch hook: kernel id -1 = allocate [nbytes, address of the handle slot, a
+# buffer on the wanted device], -2 = free [handle] (docs/abi.md "GPU modules").
+_workspaces: dict[int, object] = {}
+
+
+def _workspace(kind: int, values: list) -> None:
+    from .devices.opencl import API
+
+    if kind == -1:
+        nbytes, slot, like = values
+        handle, owner = API.alloc(int(nbytes), API.device_of(int(like)) or 0 if like else 0)
+        _workspaces[handle] = owner
+        ctypes.c_void_p.from_address(int(slot)).value = handle
+    elif kind == -2:
+        _workspaces.pop(int(values[0]), None)
+    else:
+        raise KilnError(f"device hook: unknown request {kind} (host code newer than this runtime?)")
 
 
 def take_error() -> BaseException | None:

@@ -302,3 +302,20 @@ def test_shared_stage_outside_kernel_is_an_error():
     s[B].bind(xi, te.thread_axis("threadIdx.x"))
     with pytest.raises(CompileError, match="stage A.shared lives in shared memory but is computed outside every GPU kernel"):
         tvm.build(s, [A, B], target="opencl")
+
+
+def test_two_kernels_share_a_device_workspace():
+    n = 1000
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((n,), lambda i: B[n - 1 - i] + 1.0, name="C")  # reads another block's B: two kernels
+    s = te.create_schedule(C.op)
+    for X in (B, C):
+        xo, xi = s[X].split(X.op.axis[0], factor=64)
+        s[X].bind(xo, te.thread_axis("blockIdx.x"))
+        s[X].bind(xi, te.thread_axis("threadIdx.x"))
+    f = tvm.build(s, [A, C], target="opencl", name="two")
+    assert [k["name"] for k in f.metadata["device_code"]["kernels"]] == ["two_kernel0", "two_kernel1"]
+    a = np.random.rand(n).astype("float32")
+    for _ in range(3):  # the workspace is made and released on every call
+        np.testing.assert_allclose(_run(f, [a], (n,)), (a * 2)[::-1] + 1, rtol=1e-6)

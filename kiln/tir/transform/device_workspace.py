@@ -1,0 +1,41 @@
+"""Global-memory tensors between kernels: device workspace allocated by the host function.
+
+After split_host_device, an Allocate left in a GPU host function holds a tensor one kernel
+writes and a later kernel reads (a multi-kernel schedule such as Winograd's transforms). Host
+memory would not do: it becomes ``data = tir.kiln_device_alloc(nbytes, like)`` before the
+kernels and ``tir.kiln_device_free(data)`` after them, which the host code generator turns into
+calls of the device-launch hook (llvm_launch.py); ``like`` is a buffer argument of the function,
+so the workspace is made on the device the call's tensors live on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kiln.ir import expr as E
+from kiln.ir.dtype import HANDLE_T, INT32, INT64
+from kiln.ir.functor import Mutator
+from kiln.ir.stmt import Evaluate, LetStmt, PrimFunc, seq
+
+ALLOC_OP = "tir.kiln_device_alloc"
+FREE_OP = "tir.kiln_device_free"
+
+
+class _Workspace(Mutator):
+    def __init__(self, like):
+        super().__init__()
+        self.like = like
+
+    def visit_Allocate(self, op):
+        body = self.visit(op.body)
+        nbytes = E.const(op.buffer.dtype.bits * op.buffer.dtype.lanes // 8, INT64)
+        for x in op.extents:
+            nbytes = nbytes * E.cast(x, INT64)
+        alloc = E.Call(HANDLE_T, ALLOC_OP, (nbytes, self.like))
+        return LetStmt(op.buffer.data, alloc, seq(body, Evaluate(E.Call(INT32, FREE_OP, (op.buffer.data,)))))
+
+
+def device_workspace(host: PrimFunc) -> PrimFunc:
+    bufs = list(host.buffer_map.values())
+    like = bufs[0].data if bufs else E.const(0, INT64)
+    return replace(host, body=_Workspace(like).visit(host.body))
