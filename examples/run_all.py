@@ -7,9 +7,23 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 EXAMPLES = ["onnx_resnet18_rpc.py", "cross_compilation_and_rpc.py", "matmul_schedule.py"]
+# Run when this machine has an OpenCL device (PoCL counts: make setup installs it as root).
+OPENCL_EXAMPLES = ["opencl_rpc.py", "opencl_c_rpc.py"]
+
+
+def _has_opencl() -> bool:
+    try:
+        import pyopencl  # noqa: F401
+    except ImportError:
+        return False
+    import kiln as tvm
+    return tvm.cl(0).exist
 
 if __name__ == "__main__":
-    for name in EXAMPLES:
+    names = EXAMPLES + (OPENCL_EXAMPLES if _has_opencl() else [])
+    if len(names) == len(EXAMPLES):
+        print(f"(skipping {', '.join(OPENCL_EXAMPLES)}: no OpenCL device; install pocl-opencl-icd and pyopencl)")
+    for name in names:
         print(f"== {name}")
         start = time.perf_counter()
         runpy.run_path(str(HERE / name), run_name="__main__")

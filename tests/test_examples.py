@@ -18,3 +18,14 @@ def test_example_runs(name, capsys):
         assert "matches onnxruntime" in out and "top-5 classes" in out and "latency on the server" in out
     else:
         assert "matches numpy" in out
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("name", ["opencl_rpc.py", "opencl_c_rpc.py"])
+def test_opencl_example_runs(name, capsys):
+    """000's run_opencl through a local Python server, and through the C kiln_rpc server."""
+    runpy.run_path(str(EXAMPLES / name), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "OpenCL test passed" in out
+    if name == "opencl_c_rpc.py":
+        assert "secs/op on the device" in out and "threads per block" in out
