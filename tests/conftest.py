@@ -62,3 +62,20 @@ def _opencl_missing() -> str:
         return ("needs an OpenCL device: no OpenCL platform found (apt-get install pocl-opencl-icd "
                 "ocl-icd-opencl-dev; check with clinfo)")
     return ""
+
+
+# KILN_ROUNDTRIP=1: every PrimFunc tvm.lower/tvm.build produce is printed as TVMScript, parsed
+# back and compared (kiln/script/roundtrip.py); the counts go to KILN_ROUNDTRIP_REPORT if set.
+if os.environ.get("KILN_ROUNDTRIP") == "1":
+    from kiln.script import roundtrip as _roundtrip
+
+    _roundtrip.install()
+
+    def pytest_terminal_summary(terminalreporter):
+        counts = dict(_roundtrip.counts)
+        terminalreporter.write_line(f"TVMScript round trips: {counts}")
+        if os.environ.get("KILN_ROUNDTRIP_REPORT"):
+            import json
+
+            with open(os.environ["KILN_ROUNDTRIP_REPORT"], "w") as f:
+                json.dump(counts, f)

@@ -29,18 +29,21 @@ KIND_NAMES = {S.ForKind.SERIAL: "serial", S.ForKind.PARALLEL: "parallel", S.ForK
 
 # Intrinsics written ``T.<name>(args)``: the parser gives the call the dtype shorthand_dtype says.
 BOOL_INTRINSICS = {"isnan", "isinf", "isfinite", "likely"}
+INT32_INTRINSICS = {"tvm_storage_sync"}
 INTRINSICS = {
     "exp", "exp2", "exp10", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "tanh", "erf", "sin", "cos",
     "tan", "asin", "acos", "atan", "sinh", "cosh", "floor", "ceil", "trunc", "nearbyint", "fabs", "pow",
     "fmod", "popcount", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
     "shift_right", "if_then_else", "sigmoid", "atan2", "hypot", "copysign", "round",
-} | BOOL_INTRINSICS
+} | BOOL_INTRINSICS | INT32_INTRINSICS
 
 
 def shorthand_dtype(name: str, args: tuple):
     """The dtype the parser gives ``T.<name>(*args)``; None when it cannot tell."""
     if name in BOOL_INTRINSICS:
         return E.BOOL_T
+    if name in INT32_INTRINSICS:
+        return E.INT32
     if name == "if_then_else":
         return args[1].dtype if len(args) == 3 else None
     first = next((a for a in args if isinstance(a, E.PrimExpr) and not isinstance(a, E.StringImm)), None)
@@ -202,11 +205,13 @@ class _Printer:
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
 
-    def stmt(self, s, d: int) -> None:
+    def stmt(self, s, d: int, last: bool = True) -> None:
+        """Print s at depth d; last says nothing follows it in its printed block."""
         t = type(s)
         if t is S.SeqStmt:
-            for item in s.seq:
-                self.stmt(item, d)
+            items = _flat(s)
+            for i, item in enumerate(items):
+                self.stmt(item, d, last and i == len(items) - 1)
         elif t is S.For:
             self.emit(d, f"for {self.name(s.loop_var)} in {self.loop_head(s)}:")
             self.stmt(s.body, d + 1)
@@ -222,17 +227,18 @@ class _Printer:
                 extra += ", shape=(" + "".join(self.expr(x) + ", " for x in b.shape) + ")"
             if s.condition is not None:
                 extra += f", condition={self.expr(s.condition)}"
-            self.emit(d, f"{self.name(b)} = T.allocate([{ext}], \"{b.dtype}\", \"{b.scope}\"{extra})")
-            self.declare_aliases(b, d)
-            self.stmt(s.body, d)
+            call = f"T.allocate([{ext}], \"{b.dtype}\", \"{b.scope}\"{extra})"
+            self.binder(s, d, last, f"{self.name(b)} = {call}", f"with {call} as {self.name(b)}:", b)
         elif t is S.LetStmt:
-            self.emit(d, f"{self.name(s.var)}: T.{s.var.dtype} = {self.expr(s.value)}")
-            self.stmt(s.body, d)
+            value = self.expr(s.value)
+            name = self.name(s.var)
+            self.binder(s, d, last, f"{name}: T.{s.var.dtype} = {value}",
+                        f"with T.LetStmt({value}, \"{s.var.dtype}\") as {name}:")
         elif t is S.AttrStmt:
-            self.attr_stmt(s, d)
+            self.attr_stmt(s, d, last)
         elif t is S.AssertStmt:
-            self.emit(d, f"assert {self.expr(s.condition)}, {self.expr(s.message)}")
-            self.stmt(s.body, d)
+            cond, msg = self.expr(s.condition), self.expr(s.message)
+            self.binder(s, d, last, f"assert {cond}, {msg}", f"with T.Assert({cond}, {msg}):")
         elif t is S.IfThenElse:
             self.emit(d, f"if {self.expr(s.condition)}:")
             self.stmt(s.then_case, d + 1)
@@ -246,6 +252,14 @@ class _Printer:
             self.emit(d, f"T.evaluate({self.expr(s.value)})")
         else:
             self.emit(d, f"<{t.__name__}>")
+
+    def binder(self, s, d: int, last: bool, concise: str, scoped: str, buffer=None) -> None:
+        """A statement whose body is the rest of its block when it ends one, a ``with`` block otherwise."""
+        inner = d if last else d + 1
+        self.emit(d, concise if last else scoped)
+        if buffer is not None:
+            self.declare_aliases(buffer, inner)
+        self.stmt(s.body, inner, True)
 
     def loop_head(self, s) -> str:
         kind = KIND_NAMES[s.kind]
@@ -263,16 +277,18 @@ class _Printer:
             args.append(f"annotations={self.value(dict(s.annotations))}")
         return f"T.{kind}({', '.join(args)})"
 
-    def attr_stmt(self, s, d: int) -> None:
+    def attr_stmt(self, s, d: int, last: bool) -> None:
         node = s.node
         if isinstance(node, E.IterVar) and s.attr_key == "thread_extent" and id(node.var) not in self.names:
             dom = ""
             if node.dom is not None:
                 dom = f", dom=T.Range({self.expr(node.dom.min)}, {self.expr(node.dom.extent)})"
-            self.emit(d, f"{self.name(node.var)} = T.launch_thread(\"{node.thread_tag}\", {self.value(s.value)}{dom})")
+            call = f"T.launch_thread(\"{node.thread_tag}\", {self.value(s.value)}{dom})"
+            name = self.name(node.var)
+            self.binder(s, d, last, f"{name} = {call}", f"with {call} as {name}:")
         else:
-            self.emit(d, f"T.attr({self.value(node)}, \"{s.attr_key}\", {self.value(s.value)})")
-        self.stmt(s.body, d)
+            call = f"T.attr({self.value(node)}, \"{s.attr_key}\", {self.value(s.value)})"
+            self.binder(s, d, last, call, f"with {call}:")
 
     def func(self, f: S.PrimFunc, name: str, d: int = 0) -> None:
         info = _scan(f)
@@ -298,12 +314,12 @@ class _Printer:
                 matches.append((pname, buf, buf.data is p))
         self.emit(d, "@T.prim_func")
         self.emit(d, f"def {identifier(name)}({', '.join(params)}):")
-        if f.attrs:
-            self.emit(d + 1, f"T.func_attr({self.value(dict(f.attrs))})")
         defined = info.defined | {id(p) for p in f.params} | {id(b.data) for b in f.buffer_map.values()}
         for v in info.vars:
             if id(v) not in defined and id(v) not in info.by_data:
                 self.emit(d + 1, f"{self.name(v)} = T.{v.dtype}()")
+        if f.attrs:
+            self.emit(d + 1, f"T.func_attr({self.value(dict(f.attrs))})")
         for pname, buf, data_is_param in matches:
             args = self.buffer_args(buf, pname if data_is_param else None)
             self.emit(d + 1, f"{self.name(buf)} = T.match_buffer({pname}, {args})")
@@ -319,6 +335,13 @@ class _Printer:
             self.emit(d + 1, f"{self.name(first)} = T.Buffer({self.buffer_args(first)})")
             self.declare_aliases(first, d + 1)
         self.stmt(f.body, d + 1)
+
+
+def _flat(s) -> list:
+    out = []
+    for item in s.seq:
+        out.extend(_flat(item) if isinstance(item, S.SeqStmt) else [item])
+    return out
 
 
 def _string(text: str) -> str:
@@ -409,6 +432,7 @@ def _scan(f: S.PrimFunc) -> _Scan:
         if buf is not None:
             scan.buffer(buf)
     scan.walk(f.body)
+    scan.walk(f.attrs)
     return scan
 
 

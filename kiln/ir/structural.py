@@ -11,9 +11,15 @@ import dataclasses
 import enum
 
 from .dtype import DType
-from .expr import IterVar, Node, Var
+from .expr import IterVar, Let, Node, Var
 from .module import IRModule
-from .stmt import Buffer, For, PrimFunc, SeqStmt
+from .stmt import Buffer, For, LetStmt, PrimFunc, SeqStmt
+
+
+def _fresh(vars_: dict) -> int:
+    n = vars_.get("#", 0)
+    vars_["#"] = n + 1
+    return n
 
 
 def _flat_seq(node) -> list:
@@ -27,7 +33,9 @@ def _key(node, vars_: dict | None, buffers: dict):
     if isinstance(node, Var):
         if vars_ is None:
             return ("var", id(node))
-        return ("var", vars_.setdefault(id(node), len(vars_)), str(node.dtype))
+        if id(node) not in vars_:
+            vars_[id(node)] = _fresh(vars_)
+        return ("var", vars_[id(node)], str(node.dtype))
     if isinstance(node, Buffer):
         # A buffer is identified by its data variable; its shape and dtype matter too.
         if id(node) not in buffers:
@@ -51,6 +59,11 @@ def _key(node, vars_: dict | None, buffers: dict):
         return ("PrimFunc", _key(node.params, vars_, buffers), _key(node.body, vars_, buffers),
                 tuple(_key(node.buffer_map.get(p), vars_, buffers) for p in node.params),
                 _key(node.attrs, vars_, buffers))
+    if vars_ is not None and isinstance(node, (For, LetStmt, Let)):
+        # A binding defines its variable afresh: one Var object reused by two sibling loops
+        # equals two distinct Vars, as in TVM (variables are matched at their definitions).
+        var = node.loop_var if isinstance(node, For) else node.var
+        vars_[id(var)] = _fresh(vars_)
     if dataclasses.is_dataclass(node):
         parts = [type(node).__name__]
         for f in dataclasses.fields(node):

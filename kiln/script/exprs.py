@@ -29,7 +29,7 @@ _TWO = {"max": E.Max, "min": E.Min, "truncmod": E.Mod, "truncdiv": E.Div, "floor
 STATEMENT_NAMES = {
     "prim_func", "Buffer", "handle", "match_buffer", "func_attr", "grid", "serial", "parallel", "vectorized",
     "unroll", "thread_binding", "allocate", "alloc_buffer", "launch_thread", "attr", "evaluate", "block",
-    "init", "reads", "writes", "where", "axis", "block_attr",
+    "init", "reads", "writes", "where", "axis", "block_attr", "LetStmt", "Assert",
 }
 EXPR_NAMES = {
     "Cast", "Select", "Ramp", "Broadcast", "Let", "call_intrin", "call_extern", "call_pure_extern",

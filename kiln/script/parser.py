@@ -450,8 +450,11 @@ class Parser(ExprParser):
                 raise self.error(node, "T.init() is only valid inside a T.block")
             self.blocks[-1].init = _resolve(self.scoped(node.body))
             return None
+        if name in ("allocate", "LetStmt", "launch_thread", "attr", "Assert"):
+            return self.with_binder(name, node, call)
         if name != "block":
-            raise self.error(call, f"{self.text(call.func)}: expected T.block or T.init")
+            raise self.error(call, f"{self.text(call.func)}: expected T.block, T.init, T.allocate, T.LetStmt, "
+                                   "T.launch_thread, T.attr or T.Assert")
         block = _Block()
         self.blocks.append(block)
         try:
@@ -463,6 +466,27 @@ class Parser(ExprParser):
         if block.init is None:
             return body
         return _PendingInit(block.init, body, block.reduce_ids, block.spatial_ids)
+
+    def with_binder(self, name: str, node, call):
+        """``with T.allocate(...) as A:`` and friends: the binding holds for the indented body only."""
+        target = node.items[0].optional_vars
+        if name in ("allocate", "LetStmt", "launch_thread") and not isinstance(target, ast.Name):
+            raise self.error(call, f"{self.text(call)}: write `with T.{name}(...) as name:`")
+        if name == "allocate":
+            alloc = self.allocate(target.id, call, "allocate")
+            body = _resolve(self.scoped(node.body, {target.id: alloc.buf}))
+            return Allocate(alloc.buf, alloc.extents, body, alloc.cond)
+        if name == "LetStmt":
+            value = self.expr(call.args[0])
+            dt = self.dtype_arg(call.args[1]) if len(call.args) > 1 else value.dtype
+            var = E.Var(target.id, dt)
+            return LetStmt(var, value, _resolve(self.scoped(node.body, {var.name: var})))
+        if name == "launch_thread":
+            return self.launch_thread(target.id, call, node.body)
+        if name == "attr":
+            return self.attr(call, node.body)
+        msg = self.expr(call.args[1]) if len(call.args) > 1 else E.StringImm("assertion failed")
+        return AssertStmt(self.expr(call.args[0]), msg, _resolve(self.scoped(node.body)))
 
     def axis(self, target, call, name):
         if not self.blocks:
