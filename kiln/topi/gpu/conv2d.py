@@ -133,7 +133,8 @@ def schedule_direct(s, conv, out, conf) -> None:
     st.bind(tf, thread("z"))
     st.bind(ty, thread("y"))
     st.bind(tx, thread("x"))
-    unroll_pragmas(st, bf, conf)
+    # Unroll the register tile (inner reduction and write-back), not the shared-memory fetches.
+    unroll_pragmas(st, fi, conf)
 
     lt = s[local]
     lt.compute_at(st, tx)
@@ -143,6 +144,7 @@ def schedule_direct(s, conv, out, conf) -> None:
     ryo, ryi = split_levels(lt, ry, conf["tile_ry"])
     rxo, rxi = split_levels(lt, rx, conf["tile_rx"])
     lt.reorder(rco, ryo, rxo, rci, ryi, rxi, lf, ly, lx)
+    unroll_pragmas(lt, rci, conf)
     s[aa].compute_at(lt, rxo)
     s[ww].compute_at(lt, rxo)
     threads = [("threadIdx.z", conf["tile_f"][2]), ("threadIdx.y", conf["tile_y"][2]),

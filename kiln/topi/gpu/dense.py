@@ -142,7 +142,8 @@ def schedule_tiled(s, mm, out, conf, shared: bool = True, vector: bool = False) 
             st.bind(v, te.thread_axis("vthread"))
     st.bind(ty, thread("y"))
     st.bind(tx, thread("x"))
-    unroll_pragmas(st, by, conf)
+    # Unroll the register tile (inner reduction and write-back), not the shared-memory fetches.
+    unroll_pragmas(st, yi, conf)
     if vector and conf["tile_x"][3] in (2, 4, 8, 16):
         st.vectorize(xi)
 
@@ -152,18 +153,17 @@ def schedule_tiled(s, mm, out, conf, shared: bool = True, vector: bool = False) 
     (rk,) = lt.op.reduce_axis
     ko, ki = split_levels(lt, rk, conf["tile_k"])
     lt.reorder(ko, ki, ly, lx)
+    unroll_pragmas(lt, ki, conf)
     if vector and conf["tile_x"][3] in (2, 4, 8, 16):
         lt.vectorize(lx)
     if not shared:
         return
+    # The register tile reads the shared slabs directly: with the tile unrolled, the OpenCL
+    # compiler keeps each loaded value in a register for the yi (or xi) products that use it.
     aa = s.cache_read(a, "shared", [local])
     bb = s.cache_read(b, "shared", [local])
-    al = s.cache_read(aa, "local", [local])
-    bl = s.cache_read(bb, "local", [local])
     s[aa].compute_at(lt, ko)
     s[bb].compute_at(lt, ko)
-    s[al].compute_at(lt, ki)
-    s[bl].compute_at(lt, ki)
     threads = [("threadIdx.y", conf["tile_y"][2]), ("threadIdx.x", conf["tile_x"][2])]
     for cache in (aa, bb):
         _fetch(s, cache, threads, int(conf.get("vec", 1)))

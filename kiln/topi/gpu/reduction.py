@@ -101,6 +101,9 @@ def _rows(outs, tag: str, row_axes: int):
             return None
     s = te.create_schedule([out.op])
     inline_injective(s, outs)
+    for t in producers(out):  # the row's elementwise stages (softmax's exp) are recomputed where read
+        if isinstance(t.op, ComputeOp) and not t.op.reduce_axis and s[t].attach.value == "root":
+            s[t].compute_inline()
     st = s[out]
     row = st.fuse(*rows) if len(rows) > 1 else rows[0]
     col = st.fuse(*cols) if len(cols) > 1 else cols[0]
@@ -135,9 +138,8 @@ def schedule_layer_norm(outs, cfg=None):
     reds = [t for t in producers(out) if isinstance(t.op, ComputeOp) and t.op.reduce_axis]
     s = None
     if out.op.tag == "layer_norm_output" and reds:
-        kept = [k for k, d in enumerate(reds[0].shape) if int(getattr(d, "value", d)) != 1 or
-                k < len(out.shape) - len(reds[0].op.reduce_axis)]
+        # the rows are the leading axes when the reduced ones are trailing (kept as size 1)
         row_axes = len(out.shape) - len(reds[0].op.reduce_axis)
-        if kept == list(range(row_axes)):
+        if all(int(getattr(d, "value", d)) == 1 for d in reds[0].shape[row_axes:]):
             s = _rows(outs, "layer_norm_output", row_axes)
     return s if s is not None else schedule_per_item(outs, cfg)
