@@ -50,15 +50,18 @@ def test_time_evaluator_measures_on_the_device(board, tracker, cross_modules, rn
         func = remote.load_module(os.path.basename(files["so"]))
         arrays = [tvm.nd.array(x, remote.cpu()) for x in inputs(rng)]
         echo = remote.get_function("rpc.echo")
-        start = time.perf_counter()
-        for _ in range(20):
+        trips = []
+        for _ in range(21):
+            start = time.perf_counter()
             echo(0)
-        round_trip = (time.perf_counter() - start) / 20
-        res = func.time_evaluator(func.entry_name, remote.cpu(), number=50, repeat=3)(*arrays)
-    assert len(res.results) == 3 and all(r > 0 for r in res.results)
+            trips.append(time.perf_counter() - start)
+        res = func.time_evaluator(func.entry_name, remote.cpu(), number=50, repeat=5)(*arrays)
+    assert len(res.results) == 5 and all(r > 0 for r in res.results)
     # The network is not in the figure: one emulated add_one of 1024 floats costs far less
-    # than one round trip to the board.
-    assert res.mean < round_trip, (res, round_trip)
+    # than one round trip to the board. Each side's typical figure (the least disturbed
+    # repeat, the median trip), so that one preemption on a busy machine cannot decide it.
+    print(f"add_one on the board {min(res.results) * 1e6:.1f} us, round trip {np.median(trips) * 1e6:.1f} us")
+    assert min(res.results) < np.median(trips), (res, sorted(trips))
 
 
 def test_crashing_kernel_ends_only_its_session(board, tracker, runtime_builds, tmp_path):
