@@ -210,11 +210,29 @@ static int32_t launch(KilnCLModule* m, int32_t kid, const KilnValue* args, const
   return 0;
 }
 
+/* Device workspace for tensors between kernels: kernel id -1 = allocate [nbytes, void** slot,
+ * a buffer on the wanted device or NULL], -2 = free [handle]. A buffer freed while kernels that
+ * use it are queued lives until they finish (clReleaseMemObject defers the deletion). */
+static int32_t workspace(int32_t kind, const KilnValue* args, int32_t n) {
+  if (kind == -1 && n == 3) {
+    int32_t dev = args[2].v_handle ? kiln_opencl_device_of((cl_mem)args[2].v_handle) : 0;
+    if (kiln_opencl_alloc(dev < 0 ? 0 : dev, (size_t)args[0].v_int64, (void**)args[1].v_handle)) return -1;
+    return 0;
+  }
+  if (kind == -2 && n == 1) {
+    kiln_opencl_free(args[0].v_handle);
+    return 0;
+  }
+  return kiln_error("device hook: unknown request %d with %d arguments (host code newer than this runtime?)",
+                    kind, n);
+}
+
 /* The hook (KilnDeviceLaunch in docs/abi.md): ctx is the KilnCLModule. */
 static int32_t device_launch(void* ctx, int32_t kernel_id, const KilnValue* args, const int32_t* codes,
                              int32_t num_args, const int64_t* dims, int64_t dyn_shared_bytes) {
   KilnCLModule* m = ctx;
-  int32_t rc = dyn_shared_bytes
+  int32_t rc = kernel_id < 0 ? workspace(kernel_id, args, num_args)
+               : dyn_shared_bytes
                    ? kiln_error("dynamic shared memory is not supported by the OpenCL runtime yet")
                    : launch(m, kernel_id, args, codes, num_args, dims);
   if (rc) m->failed = 1;

@@ -130,3 +130,27 @@ def test_aarch64_board_without_opencl_starts_and_says_so(tmp_path):
         remote.close()
     finally:
         board.stop()
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("ext", ["so", "tar"])
+def test_c_server_runs_built_modules(c_server, tmp_path, ext):
+    """tvm.build output (two kernels, device workspace, symbolic size, float scalar) on kiln_rpc."""
+    path = str(tmp_path / f"two.{ext}")
+    opencl_fixture.built_two_kernels().export_library(path)
+    remote = _connect(c_server.port)
+    remote.upload(path)
+    func = remote.load_module(f"two.{ext}")
+    dev = remote.cl()
+    for n in (1000, 65, 1):
+        x = np.random.uniform(size=n).astype("float32")
+        c = tvm.nd.empty((n,), "float32", dev)
+        for _ in range(3):  # the workspace is allocated and released on every call
+            func(tvm.nd.array(x, dev), c, -0.5)
+        np.testing.assert_allclose(c.numpy(), opencl_fixture.two_kernels_reference(x, -0.5), rtol=1e-6)
+    a = tvm.nd.array(np.ones(4096, "float32"), dev)
+    c = tvm.nd.empty((4096,), "float32", dev)
+    res = func.time_evaluator("two", dev, number=3, repeat=2)(a, c, 2.0)
+    assert len(res.results) == 2 and all(0 < r < 1 for r in res.results)
+    np.testing.assert_array_equal(c.numpy(), np.full(4096, 3, "float32"))
+    remote.close()

@@ -74,3 +74,24 @@ def test_remote_gpu_module(rpc_server, gpu_module_files, ext):
     with pytest.raises(Exception, match=r"argument 'A' is on cpu\(0\)"):
         func(tvm.nd.array(np.ones(n, "float32"), remote.cpu()), b)
     remote.close()
+
+
+@pytest.mark.parametrize("ext", ["so", "tar"])
+def test_remote_built_module(rpc_server, tmp_path, ext):
+    """tvm.build output (two kernels, workspace, symbolic size, float scalar) on the server."""
+    path = str(tmp_path / f"two.{ext}")
+    opencl_fixture.built_two_kernels().export_library(path)
+    remote = _connect(rpc_server.port)
+    remote.upload(path)
+    func = remote.load_module(f"two.{ext}")
+    dev = remote.cl()
+    for n in (1000, 65):
+        x = np.random.uniform(size=n).astype("float32")
+        c = tvm.nd.empty((n,), "float32", dev)
+        func(tvm.nd.array(x, dev), c, 1.5)
+        np.testing.assert_allclose(c.numpy(), opencl_fixture.two_kernels_reference(x, 1.5), rtol=1e-6)
+    a = tvm.nd.array(np.ones(4096, "float32"), dev)
+    c = tvm.nd.empty((4096,), "float32", dev)
+    res = func.time_evaluator("two", dev, number=3, repeat=2)(a, c, 2.0)
+    assert len(res.results) == 2 and all(0 < r < 1 for r in res.results)
+    remote.close()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import numpy as np
+
 from helpers import c_kernels
 
 OPENCL_SOURCE = r"""
@@ -96,3 +98,28 @@ def module(cc: str = "cc"):
     objects = [c_kernels.compile_object(c_kernels.symbols_source(meta), cc),
                c_kernels.compile_object(HOST_SOURCE, cc)]
     return CompiledModule(objects, json.loads(json.dumps(meta)), {"c": HOST_SOURCE}, triple, type_key="c")
+
+
+# -- modules from the real compiler (tvm.build with target "opencl") ---------------------------
+def built_two_kernels(host: str = "llvm"):
+    """``two(A: float32[n], C: float32[n], alpha: float32)``: C = reverse(A * alpha) + 1.
+
+    Two kernels with a workspace tensor between them (B: each block of C reads another block's
+    B), a symbolic size and a float scalar: every part of the launch path."""
+    import kiln as tvm
+    from kiln import te
+    n = te.var("n")
+    alpha = te.var("alpha", dtype="float32")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * alpha, name="B")
+    C = te.compute((n,), lambda i: B[n - 1 - i] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    for X in (B, C):
+        xo, xi = s[X].split(X.op.axis[0], factor=64)
+        s[X].bind(xo, te.thread_axis("blockIdx.x"))
+        s[X].bind(xi, te.thread_axis("threadIdx.x"))
+    return tvm.build(s, [A, C, alpha], target=tvm.target.Target("opencl", host=host), name="two")
+
+
+def two_kernels_reference(a, alpha):
+    return (a * np.float32(alpha))[::-1] + np.float32(1)
