@@ -53,9 +53,21 @@ _FLOAT_MATH = ("exp", "exp2", "exp10", "log", "log2", "log10", "sqrt", "rsqrt", 
                "fmod", "hypot", "copysign", "fma", "lgamma", "tgamma", "nextafter", "fdim")
 
 
+_RESERVED = set("""auto break case char const continue default do double else enum extern float for goto if
+inline int long register restrict return short signed sizeof static struct switch typedef union unsigned
+void volatile while bool half uchar ushort uint ulong kernel global local constant private read_only
+write_only read_write image2d_t image3d_t sampler_t event_t true false select min max exp log sqrt
+fabs fmin fmax pow floor ceil mad dot cross vload vstore barrier get_group_id get_local_id
+get_global_id threadIdx blockIdx blockDim gridDim __shared__ __device__ __global__""".split())
+
+
 def _ident(name: str) -> str:
     out = re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
-    return "v_" + out if out[0].isdigit() else out
+    if out[0].isdigit():
+        out = "v_" + out
+    if out in _RESERVED or out.startswith("__") or re.fullmatch(r"(float|int|char|short|long|uchar|ushort|uint|ulong|double|half)\d+", out):
+        out += "_"
+    return out
 
 
 class CStylePrinter:
@@ -93,6 +105,10 @@ class CStylePrinter:
             self.needs.add(self.lang.extensions[key])
         return t
 
+    def storage_type(self, dt: DType) -> str:
+        """Element type of a buffer in memory: bools are bytes (kernels may not point to bool)."""
+        return self.scalar_type(DType("uint", 8)) if dt.is_bool else self.scalar_type(dt)
+
     def type(self, dt: DType) -> str:
         t = self.scalar_type(dt.element_of() if dt.lanes > 1 else dt)
         if dt.lanes == 1:
@@ -117,7 +133,7 @@ class CStylePrinter:
         for p in func.params:
             buf = func.buffer_map.get(p)
             if buf is not None:
-                params.append(self.lang.buffer_param.format(type=self.scalar_type(buf.dtype), name=self.name(p)))
+                params.append(self.lang.buffer_param.format(type=self.storage_type(buf.dtype), name=self.name(p)))
                 self.aligned[id(p)] = 1 << 30  # a buffer argument's base is aligned for any vector
             else:
                 if not (p.dtype.is_int or p.dtype.is_uint or p.dtype.is_float):
@@ -128,7 +144,7 @@ class CStylePrinter:
         shared = self._hoist_shared(func.body)
         body_start = len(self.lines)
         for buf, n in shared:
-            self.emit(f"{self.lang.shared_decl}{self.scalar_type(buf.dtype)} {self.name(buf.data)}[{n}];")
+            self.emit(f"{self.lang.shared_decl}{self.storage_type(buf.dtype)} {self.name(buf.data)}[{n}];")
             self.aligned[id(buf.data)] = 16
         self.stmt(func.body)
         body = self.lines[body_start:]
@@ -234,7 +250,7 @@ class CStylePrinter:
             raise CompileError(f"{self.func_name}: buffer {s.buffer.name} of scope {scope} cannot be allocated "
                                "inside a kernel; give the stage scope 'local' or 'shared'")
         n = _const_size(s, self.func_name)
-        self.emit(f"{self.scalar_type(s.buffer.dtype)} {self.name(s.buffer.data)}[{n}];")
+        self.emit(f"{self.storage_type(s.buffer.dtype)} {self.name(s.buffer.data)}[{n}];")
         self.aligned[id(s.buffer.data)] = 1  # private arrays: no vector alignment promised
         self.stmt(s.body)
 
@@ -245,8 +261,14 @@ class CStylePrinter:
         lanes = s.value.dtype.lanes
         ptr = self.name(buf.data)
         if lanes == 1:
-            self.emit(f"{ptr}[{self.index(idx, buf)}] = {self.expr(s.value)};")
+            value = self.expr(s.value)
+            if buf.dtype.is_bool:
+                value = f"(({self.storage_type(buf.dtype)}){value})"
+            self.emit(f"{ptr}[{self.index(idx, buf)}] = {value};")
             return
+        if buf.dtype.is_bool:
+            raise CompileError(f"{self.func_name}: vector stores of bool buffer {buf.name} are not supported; "
+                               "do not vectorize this loop")
         base = _contiguous(idx)
         if base is not None:
             if self._aligned(buf, base, lanes):
@@ -442,7 +464,12 @@ class CStylePrinter:
         ptr = self.name(buf.data)
         lanes = e.dtype.lanes
         if lanes == 1:
+            if buf.dtype.is_bool:
+                return f"({ptr}[{self.index(idx, buf)}] != 0)"
             return f"{ptr}[{self.index(idx, buf)}]"
+        if buf.dtype.is_bool:
+            raise CompileError(f"{self.func_name}: vector loads of bool buffer {buf.name} are not supported; "
+                               "do not vectorize this loop")
         base = _contiguous(idx)
         if base is not None:
             if self._aligned(buf, base, lanes):

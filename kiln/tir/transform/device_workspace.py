@@ -16,6 +16,7 @@ from kiln.ir import expr as E
 from kiln.ir.dtype import HANDLE_T, INT32, INT64
 from kiln.ir.functor import Mutator
 from kiln.ir.stmt import Evaluate, LetStmt, PrimFunc, seq
+from kiln.tir.simplify import simplify
 
 ALLOC_OP = "tir.kiln_device_alloc"
 FREE_OP = "tir.kiln_device_free"
@@ -31,7 +32,7 @@ class _Workspace(Mutator):
         nbytes = E.const(op.buffer.dtype.bits * op.buffer.dtype.lanes // 8, INT64)
         for x in op.extents:
             nbytes = nbytes * E.cast(x, INT64)
-        alloc = E.Call(HANDLE_T, ALLOC_OP, (nbytes, self.like))
+        alloc = E.Call(HANDLE_T, ALLOC_OP, (simplify(nbytes), self.like))
         return LetStmt(op.buffer.data, alloc, seq(body, Evaluate(E.Call(INT32, FREE_OP, (op.buffer.data,)))))
 
 
