@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).parent
-EXAMPLES = ["onnx_resnet18_rpc.py", "cross_compilation_and_rpc.py", "matmul_schedule.py"]
+EXAMPLES = ["onnx_resnet18_rpc.py", "cross_compilation_and_rpc.py", "matmul_schedule.py", "tvmc_python_api.py"]
 # Run when this machine has an OpenCL device (PoCL counts: make setup installs it as root).
 OPENCL_EXAMPLES = ["opencl_rpc.py", "opencl_c_rpc.py"]
 

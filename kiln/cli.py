@@ -15,6 +15,7 @@ COMMANDS = {
     "config": ("kiln.exec.config_cli", "list the environment settings kiln reads"),
     "cache": ("kiln.exec.cache_cli", "show (info) or empty (clear) the build cache of relay.build"),
     "tune": ("kiln.exec.tune_cli", "summarize a tuning log; plot best GFLOPS vs trials (--plot)"),
+    "tvmc": ("kiln.driver.tvmc.main", "compile, tune and run models (TVM's tvmc: tvmc compile/tune/run)"),
 }
 
 

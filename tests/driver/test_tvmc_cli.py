@@ -39,7 +39,7 @@ def test_tune_compile_run_over_the_tracker(tmp_path, small_onnx, fleet):
 
     # 1. tune (002's command, with a CPU target and few trials)
     first = tvmc("tune", "--target=llvm", model, "-o", str(prior), "--early-stopping", "0", "--repeat", "2",
-                 "--rpc-key", KEY, "--rpc-tracker", tracker, "--trials", "3", "--tuner", "random", cwd=tmp_path)
+                 "--rpc-key", KEY, "--rpc-tracker", tracker, "--trials", "3", "--tuner", "random", "--timeout", "60", "--parallel", "2", cwd=tmp_path)
     assert "[Task  1/" in first.stdout and "Progress: (3/3)" in first.stdout and "Done." in first.stdout
     measured = _records(prior)
     tasks = {json.dumps(r["input"][1:3]) for r in measured}
@@ -49,7 +49,7 @@ def test_tune_compile_run_over_the_tracker(tmp_path, small_onnx, fleet):
     # 2. resume from the prior records: their configs are not measured again
     second = tvmc("tune", "--target=llvm", model, "-o", str(log), "--early-stopping", "0", "--repeat", "2",
                   "--rpc-key", KEY, "--rpc-tracker", tracker, "--trials", "5", "--tuning-records", str(prior),
-                  "--tuner", "xgb", cwd=tmp_path)
+                  "--tuner", "xgb", "--timeout", "60", "--parallel", "2", cwd=tmp_path)
     assert "Progress: (2/2)" in second.stdout
     rows = _records(log)
     configs = [(json.dumps(r["input"][1:3]), r["config"]["index"]) for r in rows]
