@@ -12,6 +12,9 @@ from kiln.ir.module import IRModule
 from kiln.ir.stmt import PrimFunc
 
 from .flatten import flatten_buffers
+from .split_host_device import split_host_device
+from .thread_sync import insert_barriers
+from .verify_gpu import verify_thread_binding
 from .loop_partition import partition_loops
 from .simplify_stmt import simplify_func
 from .unroll import unroll_loops
@@ -28,6 +31,16 @@ PIPELINE = [
     ("tir.UnrollLoop", unroll_loops),
     ("tir.Simplify", simplify_func),
 ]
+
+
+# After PIPELINE, a GPU target's build (kiln/codegen/opencl.py lower_device) runs these, in order:
+#   verify_thread_binding (every global write under blockIdx/threadIdx loops)
+#   split_host_device     (host PrimFunc launching kernel PrimFuncs; attrs in its docstring)
+#   insert_barriers       (each kernel: barriers where threads share memory)
+#   check_kernel_limits   (each kernel: threads per block, shared bytes against the target)
+#   device_workspace      (host: tensors between kernels allocated on the device)
+GPU_PIPELINE = ["tir.VerifyThreadBinding", "tir.SplitHostDevice", "tir.ThreadSync", "tir.VerifyGPULimits",
+                "tir.DeviceWorkspace"]
 
 
 def run_pipeline(func: PrimFunc) -> PrimFunc:
@@ -69,5 +82,39 @@ Simplify = prim_func_pass(simplify_func, "tir.Simplify")
 LoopPartition = prim_func_pass(partition_loops, "tir.LoopPartition")
 VectorizeLoop = prim_func_pass(vectorize_loops, "tir.VectorizeLoop")
 UnrollLoop = prim_func_pass(unroll_loops, "tir.UnrollLoop")
+
+VerifyThreadBinding = prim_func_pass(verify_thread_binding, "tir.VerifyThreadBinding")
+ThreadSync = prim_func_pass(insert_barriers, "tir.ThreadSync")
+
+
+def SplitHostDevice():  # noqa: N802 - the seed's name
+    """A module pass: each function becomes its host function plus its kernels (by symbol)."""
+
+    def run(mod: IRModule) -> IRModule:
+        out, count = {}, 0
+        for key, func in mod.items():
+            if not isinstance(func, PrimFunc):
+                out[key] = func
+                continue
+            host, kernels = split_host_device(func, count)
+            count += len(kernels)
+            out[key] = host
+            for k in kernels:
+                out[k.attrs["global_symbol"]] = k
+        return mod.with_functions(out)
+
+    return _FnPass(run, "tir.SplitHostDevice")
+
+
+class _FnPass:
+    def __init__(self, fn, name):
+        self.fn, self.name = fn, name
+
+    def __call__(self, mod):
+        return self.fn(mod)
+
+    def __repr__(self) -> str:
+        return f"Pass({self.name})"
+
 
 _ = replace
