@@ -82,6 +82,7 @@ class CStylePrinter:
         self.analyzer = Analyzer()
         self.needs: set = set()  # helper functions / extensions used
         self.aligned: dict = {}  # id(buffer data) -> alignment in elements known for its base
+        self.promote = False  # print int32 index arithmetic in 64 bits (huge buffers)
 
     # Names and types -------------------------------------------------------------------------
     def name(self, v: E.Var) -> str:
@@ -308,9 +309,11 @@ class CStylePrinter:
 
     def expr_Var(self, e) -> str:
         if id(e) in self.thread_vars:
-            return self.thread_vars[id(e)]
+            return f"((long){self.thread_vars[id(e)]})" if self.promote else self.thread_vars[id(e)]
         if id(e) not in self.names:
             raise CompileError(f"{self.func_name}: variable {e.name} is used but not defined in the kernel")
+        if self.promote and e.dtype.is_int and e.dtype.bits == 32:
+            return f"((long){self.names[id(e)]})"
         return self.names[id(e)]
 
     expr_SizeVar = expr_Var
@@ -318,7 +321,7 @@ class CStylePrinter:
     def expr_IntImm(self, e) -> str:
         if e.dtype.is_bool:
             return "1" if e.value else "0"
-        if e.dtype.bits == 64:
+        if e.dtype.bits == 64 or (self.promote and e.dtype.is_int and e.dtype.bits == 32):
             return f"{e.value}{self.lang.int64_suffix}"
         if e.dtype.is_uint:
             return f"{e.value}u"

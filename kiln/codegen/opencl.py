@@ -50,12 +50,16 @@ class OpenCLPrinter(CStylePrinter):
         return ""
 
     def index(self, e, buf) -> str:
-        # Indices of int32 type are computed in int; a buffer of 2**31 elements or more needs long.
+        # int32 index arithmetic overflows in buffers of 2**31 elements or more: compute it in long.
         n = buf.shape[0] if buf.shape else None
-        if e.dtype.bits == 32 and n is not None and (not hasattr(n, "value") or n.value >= 2 ** 31):
-            if hasattr(n, "value") or n.dtype.bits == 64:
-                return f"((long){self.expr(e)})"
-        return self.expr(e)
+        big = n is not None and (n.value >= 2 ** 31 if hasattr(n, "value") else n.dtype.bits == 64)
+        if not big or e.dtype.bits != 32 or self.promote:
+            return self.expr(e)
+        self.promote = True
+        try:
+            return self.expr(e)
+        finally:
+            self.promote = False
 
 
 def kernel_source(kernels: list[PrimFunc]) -> str:

@@ -319,3 +319,18 @@ def test_two_kernels_share_a_device_workspace():
     a = np.random.rand(n).astype("float32")
     for _ in range(3):  # the workspace is made and released on every call
         np.testing.assert_allclose(_run(f, [a], (n,)), (a * 2)[::-1] + 1, rtol=1e-6)
+
+
+def test_huge_buffer_indices_are_computed_in_long():
+    # 2**31 + 64 bytes: int32 index arithmetic would overflow; the source must use long (not run).
+    n = 2 ** 31 + 64
+    A = te.placeholder((n,), name="A", dtype="int8")
+    B = te.compute((n,), lambda i: A[i] + tvm.tir.const(1, "int8"), name="B")
+    s = te.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=64)
+    s[B].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B].bind(xi, te.thread_axis("threadIdx.x"))
+    src = tvm.build(s, [A, B], target="opencl", name="big").imported_modules[0].get_source()
+    assert "long i_outer = ((long)((int)get_group_id(0)));" in src
+    assert "B[((i_outer * 64L) + i_inner)]" in src
+    assert "if" not in src.split("{", 1)[1]  # the launch covers the 2**25 + 1 blocks exactly: no guard

@@ -130,7 +130,9 @@ class _Threads(Mutator):
         idx = self.idx_vars[tag]
         ext = simplify(op.extent)
         full = self.extents[tag]
-        if not structural_equal(ext, full):
+        same = (ext.value == full.value) if isinstance(ext, E.IntImm) and isinstance(full, E.IntImm) \
+            else structural_equal(ext, full)
+        if not same:
             body = IfThenElse(E.LT(idx, E.cast(ext, INT32), BOOL_T), body)
         value = idx if op.loop_var.dtype == INT32 else E.cast(idx, op.loop_var.dtype)
         return LetStmt(op.loop_var, value, body)
