@@ -113,6 +113,8 @@ class GraphExecutor(Module):
         import time
 
         self.run()  # every kernel warm once, inputs in place
+        sync = getattr(self.device, "sync", lambda: None)  # GPU launches return before the kernel ends
+        sync()
         rows = []
         for (cfunc, args, codes, n, _), (nid, name, _, _) in zip(self._prepared(), self.kernels):
             times = []
@@ -120,6 +122,7 @@ class GraphExecutor(Module):
                 start = time.perf_counter()
                 for _ in range(max(1, int(number))):
                     cfunc(args, codes, n)
+                sync()
                 times.append((time.perf_counter() - start) / max(1, int(number)))
             rows.append({"node": nid, "name": name, "ms": sorted(times)[len(times) // 2] * 1e3})
         return json.dumps(rows)
