@@ -225,7 +225,9 @@ class Worker:
             # Zero-copy: the reply is sent straight from the array's memory.
             buf = (ctypes.c_char * nbytes).from_address(arr._address() + offset)
             return memoryview(buf).cast("B")
-        import numpy as np
+        api = _device_api(arr)
+        if hasattr(api, "read_bytes"):  # only the requested chunk leaves the device
+            return memoryview(api.read_bytes(arr._address(), offset, nbytes, arr.device.device_id))
         return memoryview(arr.numpy()).cast("B")[offset:offset + nbytes]
 
     def _write(self, arr, offset, data):
@@ -236,7 +238,10 @@ class Worker:
                            if data.readonly else (ctypes.c_char * data.nbytes).from_buffer(data),
                            data.nbytes)
             return
-        import numpy as np
+        api = _device_api(arr)
+        if hasattr(api, "write_bytes"):  # the chunk goes straight to its place on the device
+            api.write_bytes(arr._address(), offset, data, arr.device.device_id)
+            return
         host = arr.numpy()
         memoryview(host).cast("B")[offset:offset + data.nbytes] = data
         arr.copyfrom(host)
@@ -258,6 +263,11 @@ class Worker:
 
     def sync(self, device):
         self.from_wire(device).sync()
+
+
+def _device_api(arr):
+    from ..runtime import devices
+    return devices.get_api(arr.device.device_type)
 
 
 def _check_range(arr, offset, nbytes):

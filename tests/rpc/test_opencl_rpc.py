@@ -54,6 +54,9 @@ def test_remote_cl_arrays_and_attributes(rpc_server):
     b = tvm.nd.empty((5, 7), "float32", dev)
     b.copyfrom(a)
     np.testing.assert_array_equal(b.numpy(), x)
+    big = np.random.default_rng(1).uniform(size=(5 << 20,)).astype("float32")  # > one 16 MiB chunk
+    c = tvm.nd.array(big, dev)
+    np.testing.assert_array_equal(c.numpy(), big)
     dev.sync()
     remote.close()
 

@@ -154,6 +154,21 @@ class OpenCLDeviceAPI:
         if dst.nbytes:
             _cl().enqueue_copy(self.queue(device_id), dst, self.buffer(src), is_blocking=True)
 
+    def write_bytes(self, dst: int, offset: int, data, device_id: int = 0) -> None:
+        """Bytes into part of a buffer (RPC uploads arrive in chunks)."""
+        view = memoryview(data).cast("B")
+        if view.nbytes:
+            _cl().enqueue_copy(self.queue(device_id), self.buffer(dst), np.frombuffer(view, np.uint8),
+                               dst_offset=int(offset), is_blocking=True)
+
+    def read_bytes(self, src: int, offset: int, nbytes: int, device_id: int = 0) -> np.ndarray:
+        """Part of a buffer, as uint8 host memory."""
+        out = np.empty(int(nbytes), np.uint8)
+        if nbytes:
+            _cl().enqueue_copy(self.queue(device_id), out, self.buffer(src), src_offset=int(offset),
+                               is_blocking=True)
+        return out
+
     def copy_between(self, dst: int, src: int, nbytes: int, device_id: int = 0) -> None:
         """Copy ``nbytes`` from one buffer to another of the same device, on the device."""
         if nbytes:
