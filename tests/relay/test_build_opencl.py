@@ -1,0 +1,112 @@
+"""Whole models on OpenCL (PoCL in CI): the ONNX ResNet-18, MobileNetV2 and BERT-like block built
+for ``opencl`` and ``opencl -device=mali`` with an LLVM host, run by the graph executor on
+``tvm.cl(0)`` locally and on an RPC server's ``remote.cl(0)``, against onnxruntime (rtol/atol 1e-4).
+
+PoCL runs kernels on the CPU, so the default suite uses the models at 32 x 32 pixels and 10
+classes (every operator and fusion of the full models, a fraction of the work); the 224 x 224
+versions are marked slow.
+"""
+
+import functools
+import os
+import sys
+
+import numpy as np
+import pytest
+from onnx_models import bert_block, mobilenet_v2, resnet18, run_ort
+
+import kiln as tvm
+from kiln import relay, rpc
+from kiln.contrib import graph_executor
+
+HERE = os.path.dirname(__file__)
+sys.path.insert(0, os.path.join(HERE, "..", "rpc"))
+import rpc_services as svc  # noqa: E402
+
+pytestmark = pytest.mark.opencl
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+SMALL = {
+    "resnet18": lambda: resnet18(image=32, classes=10),
+    "mobilenet_v2": lambda: mobilenet_v2(image=32, classes=10),
+    "bert_block": bert_block,
+}
+FULL = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}
+TARGETS = ["opencl", "opencl -device=mali"]
+
+
+@functools.cache
+def built(name: str, target: str, full: bool = False):
+    model, inputs = (FULL if full else SMALL)[name]()
+    mod, params = relay.frontend.from_onnx(model)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=tvm.target.Target(target, host="llvm"), params=params)
+    return model, inputs, lib, run_ort(model, inputs)
+
+
+def check(module, inputs, expected):
+    module.set_input(**inputs)
+    module.run()
+    assert module.get_num_outputs() == len(expected)
+    for i, want in enumerate(expected):
+        np.testing.assert_allclose(module.get_output(i).numpy(), want, **TOL)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["gpu", "mali"])
+@pytest.mark.parametrize("name", list(SMALL))
+def test_model_matches_onnxruntime(name, target):
+    _, inputs, lib, expected = built(name, target)
+    check(graph_executor.GraphModule(lib["default"](tvm.cl(0))), inputs, expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS, ids=["gpu", "mali"])
+@pytest.mark.parametrize("name", list(FULL))
+def test_full_size_model_matches_onnxruntime(name, target):
+    _, inputs, lib, expected = built(name, target, full=True)
+    check(graph_executor.GraphModule(lib["default"](tvm.cl(0))), inputs, expected)
+
+
+def test_kernels_are_opencl_and_graph_lives_on_the_device():
+    _, inputs, lib, _ = built("resnet18", "opencl")
+    dev_mods = [m for m in lib.get_lib().imported_modules if m.type_key == "opencl"]
+    assert len(dev_mods) == 1
+    src = dev_mods[0].get_source()
+    assert "__kernel" in src and "barrier(CLK_LOCAL_MEM_FENCE)" in src  # the shared-memory conv
+    g = graph_executor.GraphModule(lib["default"](tvm.cl(0)))
+    g.set_input(**inputs)
+    assert g.get_output(0).device.device_type == tvm.cl(0).device_type
+
+
+def test_mali_kernels_use_vectors_and_no_shared_memory():
+    lib = built("resnet18", "opencl -device=mali")[2]
+    src = [m for m in lib.get_lib().imported_modules if m.type_key == "opencl"][0].get_source()
+    assert "float4" in src
+    conv = [k for k in src.split("__kernel") if "conv2d" in k.split("(")[0]]
+    assert conv and not any("__local" in k for k in conv)
+
+
+@pytest.fixture(scope="module")
+def remote():
+    server = svc.server()
+    session = rpc.connect(svc.HOST, server.port)
+    yield session
+    session.close()
+    server.stop()
+
+
+# Each model and each target once through RPC (.so and .tar); the local tests cover the rest.
+@pytest.mark.parametrize("name, ext, target", [("resnet18", "tar", "opencl"),
+                                               ("mobilenet_v2", "so", "opencl -device=mali"),
+                                               ("bert_block", "so", "opencl")])
+def test_model_runs_on_remote_cl(remote, name, ext, target, tmp_path):
+    _, inputs, lib, expected = built(name, target)
+    path = str(tmp_path / f"{name}.{ext}")
+    lib.export_library(path)
+    remote.upload(path)
+    rlib = remote.load_module(os.path.basename(path))
+    dev = remote.cl(0)
+    module = graph_executor.GraphModule(rlib["default"](dev))
+    check(module, {k: tvm.nd.array(v) for k, v in inputs.items()}, expected)
+    timer = module.module.time_evaluator("run", dev, number=1, repeat=2)
+    assert len(timer().results) == 2
