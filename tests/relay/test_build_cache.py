@@ -1,6 +1,7 @@
 """relay.build through the build cache (kiln/relay/backend/build_cache.py): a hit skips lowering
 and still computes the reference's result; a changed config, target or graph is a miss; a
-damaged entry is rebuilt; another process finds the entry this one wrote."""
+damaged entry is rebuilt; another process finds the entry this one wrote; two processes
+building the same model at once both succeed."""
 
 import json
 import os
@@ -131,18 +132,39 @@ def test_damaged_entry_is_rebuilt(cache_dir, lowering):
     assert len(lowering) == 3 and path.read_bytes() == data
 
 
-def test_another_process_hits_the_entry(cache_dir, tmp_path):
-    """The key is the same in a fresh interpreter (its own string-hash seed): a real rebuild hit."""
-    build()
+def _builder(folder, seed: int, hit_only: bool) -> subprocess.Popen:
+    """A fresh interpreter (its own string-hash seed) that builds and runs the net; with
+    ``hit_only`` it fails if any kernel is lowered."""
     code = textwrap.dedent(f"""
         import json
         from kiln.relay.backend.te_compiler import TECompiler
         import test_build_cache as t
-        TECompiler._lower_te = lambda *a: (_ for _ in ()).throw(AssertionError("lowered on a hit"))
+        if {hit_only}:
+            TECompiler._lower_te = lambda *a: (_ for _ in ()).throw(AssertionError("lowered on a hit"))
         print(json.dumps(t.run(t.build()).tolist()))
     """)
-    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path), "PYTHONHASHSEED": "99",
+    env = {**os.environ, "KILN_CACHE_DIR": str(folder), "PYTHONHASHSEED": str(seed),
            "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
-    np.testing.assert_allclose(np.array(json.loads(out.stdout)), WANT, rtol=1e-4, atol=1e-4)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def _result(proc) -> np.ndarray:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    return np.array(json.loads(out))
+
+
+def test_another_process_hits_the_entry(cache_dir, tmp_path):
+    build()
+    np.testing.assert_allclose(_result(_builder(tmp_path, 99, hit_only=True)), WANT, rtol=1e-4, atol=1e-4)
+
+
+def test_two_processes_building_the_same_model(cache_dir, tmp_path):
+    """Both start on an empty cache, so both lower and write the same entry at about the same
+    time: both builds work and one whole entry is left, which a third build hits."""
+    procs = [_builder(tmp_path, seed, hit_only=False) for seed in (1, 2)]
+    for proc in procs:
+        np.testing.assert_allclose(_result(proc), WANT, rtol=1e-4, atol=1e-4)
+    assert len(entries(cache_dir)) == 1
+    np.testing.assert_allclose(_result(_builder(tmp_path, 3, hit_only=True)), WANT, rtol=1e-4, atol=1e-4)
