@@ -102,7 +102,8 @@ def test_c_server_runs_gpu_modules(c_server, ext, tmp_path):
 def test_c_server_without_opencl_says_so(kiln_rpc_binary):
     # An ICD loader with an empty vendor list is a machine without OpenCL.
     with tempfile.TemporaryDirectory() as empty:
-        board = _start(kiln_rpc_binary, env={"OCL_ICD_VENDORS": empty, "OPENCL_VENDOR_PATH": empty})
+        board = _start(kiln_rpc_binary, env={"OCL_ICD_VENDORS": empty, "OPENCL_VENDOR_PATH": empty,
+                                                   "OCL_ICD_FILENAMES": ""})
         try:
             remote = _connect(board.port)
             assert remote.cpu().exist
