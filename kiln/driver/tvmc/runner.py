@@ -175,9 +175,14 @@ def _executor(package: TVMCPackage, session, device: str):
             raise TVMCException(f"cannot load {package.package_path}'s mod.so here ({err}); a package built "
                                 "for another device runs there: pass --rpc-key/--rpc-tracker or --hostname/--port") from None
     else:
+        from .remote_graph import KernelByKernel, server_has_graph_executor
         dev = _device(session, device)
         session.upload(package.lib_path, "mod.so")
         lib = session.load_module("mod.so")
+        if not server_has_graph_executor(session):  # the C server of a board: tvmc walks the graph
+            module = KernelByKernel(package.graph, lib, dev)
+            module.load_params(package.params)
+            return module, dev
     module = graph_executor.create(package.graph, lib, dev)
     module.load_params(package.params)
     return module, dev
@@ -206,12 +211,25 @@ def run_module(tvmc_package, device: str = "cpu", hostname: str | None = None, p
         if benchmark and end_to_end:
             times = _end_to_end(module, values, number, repeat)
         elif benchmark:
-            times = list(module.module.time_evaluator("run", dev, number=number, repeat=repeat)().results)
-        rows = json.loads(module["profile"](number, 3)) if profile else None
+            times = _device_times(module, dev, number, repeat)
+        rows = _profile(module, number) if profile else None
         return TVMCResult(outputs, times, rows)
     finally:
         if session is not None:
             session.close()
+
+
+def _device_times(module, dev, number: int, repeat: int) -> list:
+    """Seconds per run, one per repeat, measured where the model runs."""
+    if hasattr(module, "run_times"):
+        return module.run_times(number, repeat)
+    return list(module.module.time_evaluator("run", dev, number=number, repeat=repeat)().results)
+
+
+def _profile(module, number: int) -> list:
+    if hasattr(module, "profile"):
+        return module.profile(number, 3)
+    return json.loads(module["profile"](number, 3))
 
 
 def _end_to_end(module, values: dict, number: int, repeat: int) -> list:
