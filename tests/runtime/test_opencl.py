@@ -108,7 +108,7 @@ def test_dlpack_export_of_device_array_is_refused_clearly():
     assert a.__dlpack_device__() == (4, 0)
     with pytest.raises(BufferError, match=r"lives on opencl\(0\).*use arr.numpy\(\)"):
         a.__dlpack__()
-    with pytest.raises((BufferError, RuntimeError, ValueError, TypeError)):
+    with pytest.raises(BufferError, match=r"lives on opencl\(0\)"):
         np.from_dlpack(a)
     # A consumer that asks for a host copy gets one.
     capsule_owner = tvm.nd.from_dlpack(_HostCopy(a))
