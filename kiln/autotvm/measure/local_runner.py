@@ -1,4 +1,5 @@
-"""LocalRunner: time candidates on this machine's CPU, in a separate process.
+"""LocalRunner: time candidates on this machine (its CPU, or its OpenCL device for an OpenCL
+task), in a separate process.
 
 The timing process loads each candidate's shared object, fills its arguments with the same
 deterministic pseudo-random data every time (fill.py), and runs ``time_evaluator``. A candidate
@@ -24,15 +25,15 @@ def time_candidate(state: dict, job):
     from .fill import fill_values
 
     # Inputs are made once per argument list and kept: every candidate of a task sees the same.
-    key = tuple((shape, dtype) for shape, dtype, _ in arg_info)
+    dev = tvm.device(opts.get("device_type", 1), 0)  # the task target's device (cl(0) for OpenCL)
+    key = (dev.device_type,) + tuple((shape, dtype) for shape, dtype, _ in arg_info)
     if state.get("key") != key:
-        dev = tvm.cpu(0)
         state["key"] = key
         state["arrays"] = [tvm.nd.array(fill_values(shape, dtype, seed=i), dev)
                            for i, (shape, dtype, _) in enumerate(arg_info)]
     arrays = state["arrays"]
     mod = tvm.runtime.load_module(filename)
-    timer = mod.time_evaluator(mod.entry_name, tvm.cpu(0), number=opts["number"],
+    timer = mod.time_evaluator(mod.entry_name, dev, number=opts["number"],
                                repeat=opts["repeat"], min_repeat_ms=opts["min_repeat_ms"],
                                f_preproc="cache_flush_cpu_non_first_arg" if opts["flush"] else "")
     costs = timer(*arrays).results
@@ -69,8 +70,10 @@ class LocalRunner(Runner):
     def set_task(self, task, builder=None) -> None:
         super().set_task(task, builder)
         self.close()
+        target = getattr(task, "target", None)
+        self.opts["device_type"] = target.get_target_device_type() if target is not None else 1
         self._reference = Reference(task, builder) if self.check_correctness else None
-        self._pool = ForkPool(1, {})
+        self._pool = ForkPool(1, {}, "fork" if self.opts["device_type"] == 1 else "spawn")
 
     def _expected(self, ref):
         """The untuned kernel's outputs, timed once in the same process as the candidates."""

@@ -73,8 +73,10 @@ class ForkPool:
     ``func(state, arg)``. ``state`` reaches the processes by fork, not by pickling, so it may
     hold closures (cross-linking functions) and unregistered templates."""
 
-    def __init__(self, n_workers: int, state=None):
-        self._ctx = multiprocessing.get_context("fork")
+    def __init__(self, n_workers: int, state=None, start_method: str = "fork"):
+        # "spawn" for jobs that use an OpenCL device: a process forked from one whose OpenCL
+        # runtime has started (PoCL's threads) hangs at its first OpenCL call.
+        self._ctx = multiprocessing.get_context(start_method)
         self._owner = os.getpid()
         self._state = state
         self._workers = [_Worker(self._ctx, state) for _ in range(max(1, n_workers))]
