@@ -158,3 +158,11 @@ def test_module_errors():
         mod.launch(0, [a._tensor.data], (1, 1, 1), (1, 1, 1))
     with pytest.raises(KilnError, match="dtype 'float8'"):
         OpenCLModule("", [{"name": "k", "params": [{"name": "x", "kind": "scalar", "dtype": "float8"}]}])
+
+
+def test_launch_with_too_many_threads_per_block_says_so():
+    mod = OpenCLModule(SCALE_SOURCE, SCALE_KERNELS)
+    limit = tvm.cl(0).max_threads_per_block
+    a = tvm.nd.empty((4,), "float32", tvm.cl(0))
+    with pytest.raises(KilnError, match=rf"scale_add: launch of \(1, 1, 1\) blocks .* allows {limit} per block"):
+        mod.launch(0, [a._tensor.data, a._tensor.data, 1.0, 4], (1, 1, 1), (limit * 2, 1, 1))

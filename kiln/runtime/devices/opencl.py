@@ -302,14 +302,29 @@ class OpenCLModule:
                    default=1)
         if any(g == 0 for g in global_size[:dims]):
             return None  # an empty grid (a zero-sized tensor): nothing to run
-        event = _cl().enqueue_nd_range_kernel(API.queue(device_id), kernel, global_size[:dims],
-                                              local[:dims])
+        cl = _cl()
+        try:
+            event = cl.enqueue_nd_range_kernel(API.queue(device_id), kernel, global_size[:dims],
+                                               local[:dims])
+        except cl.Error as err:
+            raise KilnError(_launch_failure(self.kernels[kernel_id]["name"], grid, local, device_id,
+                                            err)) from None
         if self.events is not None:
             self.events.append(event)
         return event
 
     def __repr__(self) -> str:
         return f"OpenCLModule(kernels=[{', '.join(self.function_names())}])"
+
+
+def _launch_failure(name: str, grid, block, device_id: int, err) -> str:
+    text = f"{name}: launch of {tuple(int(g) for g in grid)} blocks of {block} threads failed: {err}"
+    threads = block[0] * block[1] * block[2]
+    limit = API.attribute(device_id, "max_threads_per_block")
+    if threads > limit:
+        text += (f". The block has {threads} threads; opencl({device_id}) allows {limit} per block: "
+                 "split the thread axes by smaller factors")
+    return text
 
 
 def _cast(kernel: dict, param: dict):
