@@ -124,10 +124,23 @@ def test_aarch64_board_without_opencl_starts_and_says_so(tmp_path):
     if missing:
         pytest.skip(f"aarch64 board {missing}")
     binary = os.path.join(boards.build_runtime(str(tmp_path / "aarch64"), arch.cross), "kiln_rpc")
+    # Document 000's OpenCL module, host code for the board: it loads there (the kernels are
+    # parsed and the launch hook installed without touching OpenCL); arrays on cl(0) cannot exist.
+    lib_so, lib_tar = str(tmp_path / "lib_cl.so"), str(tmp_path / "lib_cl.tar")
+    host = "llvm -mtriple=aarch64-linux-gnu"
+    cl_module = opencl_fixture.built_two_kernels(host=host)
+    cl_module.export_library(lib_so)
+    cl_module.export_library(lib_tar)
     board = boards.start_board(binary, arch)
     try:
         remote = _connect(board.port)
         assert remote.cpu().exist and not remote.cl(0).exist
+        for path in (lib_so, lib_tar):
+            remote.upload(path)
+            func = remote.load_module(os.path.basename(path))
+            assert func.entry_name == "two"
+        with pytest.raises(Exception, match=r"opencl\(0\) does not exist: this machine has 0 OpenCL"):
+            tvm.nd.empty((4,), "float32", remote.cl(0))
         remote.close()
     finally:
         board.stop()
