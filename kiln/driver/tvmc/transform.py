@@ -37,9 +37,9 @@ def mixed_precision_overrides(ops) -> dict:
 
 
 def apply_graph_transforms(mod, args: dict, params: dict | None = None):
-    """``mod`` with the transforms ``args`` asks for (keys: KEYS). With ``params``, they are bound
-    and batch norms folded into the weights first (in float32), so a float16 model keeps
-    one conversion of each weight instead of casts around the folded scales."""
+    """``mod`` with the transforms ``args`` asks for (keys: KEYS). ``params`` are bound first.
+    Before a float16 conversion, batch norms are folded into the constant weights (in float32),
+    so each weight is rounded to float16 once and no scale is left between a conv and its cast."""
     from kiln import transform as pass_infra
     from kiln.relay import transform
 
@@ -49,6 +49,7 @@ def apply_graph_transforms(mod, args: dict, params: dict | None = None):
     args = args or {}
     if params:
         mod = transform.BindParams(params)(mod)
+    if params or args.get("mixed_precision"):
         with pass_infra.PassContext(opt_level=3):
             mod = pass_infra.Sequential([transform.SimplifyInference(), transform.FoldConstant(),
                                          transform.FoldScaleAxis(), transform.FoldConstant()])(transform.InferType()(mod))
