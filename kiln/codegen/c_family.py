@@ -43,10 +43,13 @@ class Lang:
     float_suffix: dict = field(default_factory=lambda: {16: "h", 32: "f", 64: ""})
     int64_suffix: str = "L"
     unroll_pragma: str = "#pragma unroll"
+    align: str = " __attribute__((aligned({n})))"  # after an array declarator
+    reinterpret: str = "as_{t}({x})"  # same bits seen as another type
     preamble: str = ""
     extensions: dict = field(default_factory=dict)  # (kind, bits) -> pragma needed to use the type
 
 
+ALIGN = 64  # bytes: shared and private arrays are declared so aligned (any vector up to float16)
 _FLOAT_MATH = ("exp", "exp2", "exp10", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tan",
                "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "floor", "ceil",
                "trunc", "round", "fabs", "erf", "erfc", "log1p", "expm1", "cbrt", "pow", "atan2",
@@ -145,8 +148,8 @@ class CStylePrinter:
         shared = self._hoist_shared(func.body)
         body_start = len(self.lines)
         for buf, n in shared:
-            self.emit(f"{self.lang.shared_decl}{self.storage_type(buf.dtype)} {self.name(buf.data)}[{n}];")
-            self.aligned[id(buf.data)] = 16
+            self.emit(f"{self.lang.shared_decl}{self.storage_type(buf.dtype)} {self.name(buf.data)}[{n}]{self.lang.align.format(n=ALIGN)};")
+            self.aligned[id(buf.data)] = ALIGN
         self.stmt(func.body)
         body = self.lines[body_start:]
         sig = f"{self.lang.kernel_prefix} void {self.func_name}({', '.join(params)})"
@@ -251,8 +254,8 @@ class CStylePrinter:
             raise CompileError(f"{self.func_name}: buffer {s.buffer.name} of scope {scope} cannot be allocated "
                                "inside a kernel; give the stage scope 'local' or 'shared'")
         n = _const_size(s, self.func_name)
-        self.emit(f"{self.storage_type(s.buffer.dtype)} {self.name(s.buffer.data)}[{n}];")
-        self.aligned[id(s.buffer.data)] = 1  # private arrays: no vector alignment promised
+        self.emit(f"{self.storage_type(s.buffer.dtype)} {self.name(s.buffer.data)}[{n}]{self.lang.align.format(n=ALIGN)};")
+        self.aligned[id(s.buffer.data)] = ALIGN
         self.stmt(s.body)
 
     def stmt_BufferStore(self, s) -> None:
@@ -292,8 +295,7 @@ class CStylePrinter:
 
     def _aligned(self, buf, base, lanes: int) -> bool:
         """Whether base (elements) is a multiple of lanes and the buffer's start is vector aligned."""
-        if self.aligned.get(id(buf.data), 1) < lanes * buf.dtype.bits // 8 and \
-                self.aligned.get(id(buf.data), 1) < (1 << 30):
+        if self.aligned.get(id(buf.data), 1) < lanes * buf.dtype.bits // 8:
             return False
         return _multiple_of(base, lanes, self.analyzer)
 
@@ -499,8 +501,16 @@ class CStylePrinter:
             return f"({one} / ({one} + exp(-{x})))"
         if name in ("isnan", "isinf", "isfinite"):
             return f"{name}({self.expr(args[0])})"
-        if name in ("nearbyint", "rint"):
-            return f"rint({self.expr(args[0])})"
+        if name in ("nearbyint", "rint", "round"):
+            return f"rint({self.expr(args[0])})"  # TIR rounds half to even, as rint does
+        if name == "reinterpret":
+            src, dst = args[0].dtype, e.dtype
+            if src.bits * src.lanes != dst.bits * dst.lanes:
+                raise CompileError(f"{self.func_name}: reinterpret {src} as {dst}: sizes differ")
+            return self.lang.reinterpret.format(t=self.type(dst), x=self.expr(args[0]))
+        if name == "clz":
+            return f"clz({self.expr(args[0])})"
+
         if name in ("bitwise_and", "bitwise_or", "bitwise_xor", "shift_left", "shift_right"):
             op = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "shift_left": "<<", "shift_right": ">>"}[name]
             return f"({self.expr(args[0])} {op} {self.expr(args[1])})"
@@ -559,6 +569,8 @@ def _multiple_of(e, k: int, analyzer) -> bool:
             _multiple_of(e.a, k, analyzer) or _multiple_of(e.b, k, analyzer)
     if isinstance(e, (E.Add, E.Sub)):
         return _multiple_of(e.a, k, analyzer) and _multiple_of(e.b, k, analyzer)
+    if isinstance(e, E.FloorMod) and isinstance(e.b, E.IntImm) and e.b.value % k == 0:
+        return _multiple_of(e.a, k, analyzer)
     return False
 
 

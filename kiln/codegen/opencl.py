@@ -30,7 +30,7 @@ OPENCL = Lang(
     thread_index={**{f"blockIdx.{d}": f"((int)get_group_id({k}))" for k, d in enumerate("xyz")},
                   **{f"threadIdx.{d}": f"((int)get_local_id({k}))" for k, d in enumerate("xyz")}},
     types=_TYPES,
-    math={"round": "round", "fabs": "fabs"},
+    math={"fabs": "fabs"},
     extensions={("float", 64): "#pragma OPENCL EXTENSION cl_khr_fp64 : enable",
                 ("float", 16): "#pragma OPENCL EXTENSION cl_khr_fp16 : enable"},
 )

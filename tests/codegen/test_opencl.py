@@ -112,9 +112,9 @@ def test_matmul_shared_memory_tiling(shape):
     s, args = _matmul_schedule(M, N, K)
     f = tvm.build(s, args, target="opencl", name="mm")
     src = f.imported_modules[0].get_source()
-    assert "__local float A_shared[256];" in src and "__local float B_shared[256];" in src
+    assert "__local float A_shared[256] __attribute__((aligned(64)));" in src and "__local float B_shared[256]" in src
     assert src.count("barrier(CLK_LOCAL_MEM_FENCE);") == 2
-    assert "float C_local[16];" in src  # cache_write("local"): private registers
+    assert "float C_local[16] __attribute__((aligned(64)));" in src  # cache_write("local"): private registers
     a = np.random.rand(M, K).astype("float32")
     b = np.random.rand(K, N).astype("float32")
     np.testing.assert_allclose(_run(f, [a, b], (M, N)), a @ b, rtol=1e-5)
@@ -126,7 +126,7 @@ def test_storage_align_pads_shared_rows():
     AA = [st for st in s.stages if st.name == "A.shared"][0]
     AA.storage_align(AA.op.axis[0], 32, 1)  # rows of 8 floats padded to a stride of 33
     f = tvm.build(s, args, target="opencl", name="mm")
-    assert "__local float A_shared[1056];" in f.imported_modules[0].get_source()
+    assert "__local float A_shared[1056]" in f.imported_modules[0].get_source()
     a = np.random.rand(M, K).astype("float32")
     b = np.random.rand(K, N).astype("float32")
     np.testing.assert_allclose(_run(f, [a, b], (M, N)), a @ b, rtol=1e-5)
@@ -183,7 +183,7 @@ def test_softmax_one_kernel():
         s[X].bind(ki, tx)
     f = tvm.build(s, [A, out], target="opencl", name="softmax")
     src = f.imported_modules[0].get_source()
-    assert src.count("__kernel") == 1 and "__local float mx[1];" in src
+    assert src.count("__kernel") == 1 and "__local float mx[1]" in src
     a = np.random.randn(n, m).astype("float32")
     e = np.exp(a - a.max(1, keepdims=True))
     np.testing.assert_allclose(_run(f, [a], (n, m)), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
@@ -334,3 +334,52 @@ def test_huge_buffer_indices_are_computed_in_long():
     assert "long i_outer = ((long)((int)get_group_id(0)));" in src
     assert "B[((i_outer * 64L) + i_inner)]" in src
     assert "if" not in src.split("{", 1)[1]  # the launch covers the 2**25 + 1 blocks exactly: no guard
+
+
+def _elementwise(fcompute, shapes_dtypes, out_dtype, n=256):
+    ins = [te.placeholder((n,), name=f"x{k}", dtype=dt) for k, dt in enumerate(shapes_dtypes)]
+    out = te.compute((n,), lambda i: fcompute(*[x[i] for x in ins]), name="out")
+    s = te.create_schedule(out.op)
+    xo, xi = s[out].split(out.op.axis[0], factor=64)
+    s[out].bind(xo, te.thread_axis("blockIdx.x"))
+    s[out].bind(xi, te.thread_axis("threadIdx.x"))
+    return tvm.build(s, ins + [out], target="opencl", name="ew")
+
+
+def test_float_math_matches_numpy():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.1, 4, 256).astype("float32")
+    y = rng.uniform(-3, 3, 256).astype("float32")
+    cases = [
+        (lambda a, b: te.exp(b) + te.log(a) * te.sqrt(a), lambda a, b: np.exp(b) + np.log(a) * np.sqrt(a)),
+        (lambda a, b: te.tanh(b) - te.sigmoid(b), lambda a, b: np.tanh(b) - 1 / (1 + np.exp(-b))),
+        (lambda a, b: te.power(a, b) + te.abs(b), lambda a, b: a ** b + np.abs(b)),
+        (lambda a, b: te.round(b * 2) + te.floor(b) + te.ceil(b), lambda a, b: np.round(b * 2) + np.floor(b) + np.ceil(b)),
+        (lambda a, b: te.max(a, b) - te.min(a, b), lambda a, b: np.maximum(a, b) - np.minimum(a, b)),
+        (lambda a, b: te.if_then_else(b > 0, a, -a), lambda a, b: np.where(b > 0, a, -a)),
+        (lambda a, b: te.rsqrt(a) + te.erf(b), None),
+    ]
+    from math import erf
+    for fc, ref in cases:
+        f = _elementwise(fc, ["float32", "float32"], "float32")
+        got = _run(f, [x, y], (256,))
+        want = ref(x, y) if ref else 1 / np.sqrt(x) + np.array([erf(v) for v in y], "float32")
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
+def test_integer_division_and_casts_match_numpy():
+    rng = np.random.default_rng(1)
+    a = rng.integers(-1000, 1000, 256).astype("int32")
+    b = rng.integers(1, 7, 256).astype("int32") * rng.choice([-1, 1], 256).astype("int32")
+    for fc, ref in [
+        (lambda p, q: te.floordiv(p, q) * 100 + te.floormod(p, q), lambda p, q: (p // q) * 100 + p % q),
+        (lambda p, q: te.truncdiv(p, q) * 100 + te.truncmod(p, q),
+         lambda p, q: np.trunc(p / q).astype("int32") * 100 + np.fmod(p, q)),
+    ]:
+        f = _elementwise(fc, ["int32", "int32"], "int32")
+        np.testing.assert_array_equal(_run(f, [a, b], (256,), "int32"), ref(a, b))
+    f = _elementwise(lambda p, q: (p.astype("int64") * 3000000).astype("int64") + q.astype("int64"),
+                     ["int32", "int32"], "int64")
+    np.testing.assert_array_equal(_run(f, [a, b], (256,), "int64"), a.astype("int64") * 3000000 + b)
+    f = _elementwise(lambda p, q: tvm.tir.reinterpret("int32", p.astype("float32")), ["int32", "int32"], "int32")
+    np.testing.assert_array_equal(_run(f, [a, b], (256,), "int32"), a.astype("float32").view("int32"))

@@ -56,6 +56,14 @@ class _Vectorizer(Mutator):
         t = type(op)
         la, lb = _lanes_of(a), _lanes_of(b)
         n = max(la, lb)
+        # A lane-invariant operand is its scalar: Broadcast(x) op Broadcast(y) is Broadcast(x op y),
+        # and Ramp + Broadcast(x) a Ramp, so contiguous accesses stay Ramps.
+        if isinstance(a, Broadcast) and (lb == 1 or isinstance(b, (Ramp, Broadcast))):
+            a, la = a.value, 1
+        if isinstance(b, Broadcast) and (la == 1 or isinstance(a, Ramp)):
+            b, lb = b.value, 1
+        if la == 1 and lb == 1:
+            return Broadcast(simplify(t(a, b, op.dtype.element_of())), n, op.dtype.element_of().with_lanes(n))
         if t in (E.Add, E.Sub) and (isinstance(a, Ramp) or isinstance(b, Ramp)):
             if isinstance(a, Ramp) and lb == 1:
                 return Ramp(simplify(t(a.base, b, b.dtype)), a.stride, n, a.dtype)
@@ -74,7 +82,10 @@ class _Vectorizer(Mutator):
 
                 mod = simplify(E.FloorMod(base, b, base.dtype))
                 lo, hi = Analyzer().const_bound(mod)
-                if isinstance(mod, E.IntImm) or hi + stride.value * (n - 1) < c:
+                span = stride.value * n
+                # base a multiple of the ramp's span, and the span dividing c: never crosses a block.
+                aligned = span > 0 and c % span == 0 and _multiple_of(base, span)
+                if isinstance(mod, E.IntImm) or hi + stride.value * (n - 1) < c or aligned:
                     if t is E.FloorDiv:
                         return Broadcast(simplify(E.FloorDiv(base, b, base.dtype)), n, a.dtype)
                     return Ramp(mod, stride, n, a.dtype)
@@ -212,3 +223,15 @@ def vectorize_loops(func: PrimFunc) -> PrimFunc:
 
 
 _ = (Visitor, Evaluate)
+
+
+def _multiple_of(e, k: int) -> bool:
+    """Whether the integer expression e is provably a multiple of k (sums and products of terms)."""
+    if isinstance(e, E.IntImm):
+        return e.value % k == 0
+    if isinstance(e, E.Mul):
+        return any(isinstance(x, E.IntImm) and x.value % k == 0 for x in (e.a, e.b)) or \
+            _multiple_of(e.a, k) or _multiple_of(e.b, k)
+    if isinstance(e, (E.Add, E.Sub)):
+        return _multiple_of(e.a, k) and _multiple_of(e.b, k)
+    return False
