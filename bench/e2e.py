@@ -6,10 +6,14 @@ onnxruntime (all graph optimizations). Both use the same number of threads; thei
 interleave so machine noise hits both alike (with a pause between them, so neither measures
 while the other's threads still spin); each figure is the median over rounds of the mean of
 ``--number`` runs. Also prints ResNet-18's compile time (relay.build: passes, lowering,
-LLVM). Outputs are checked against each other before timing.
+LLVM). Outputs are checked against each other before timing: a disagreement is printed as
+MISMATCH, the model's verdict says so, and the run exits with status 1.
 
     python bench/e2e.py [--threads 2] [--rounds 7] [--number 10] [--models resnet18,mobilenet_v2]
-                        [--tune-dir logs/ [--tune-trials 16]]
+                        [--target "llvm -mcpu=znver3"] [--tune-dir logs/ [--tune-trials 16]]
+
+``--target`` compiles kiln's side for another CPU than this one (e.g. AVX2 code on an AVX-512
+host: ``llvm -mcpu=znver3``); the default ``llvm`` is this machine.
 
 With ``--tune-dir`` a *tuned* column is added: each model's conv2d and dense tasks (extracted as
 in docs/autotvm.md) are tuned with XGBTuner for ``--tune-trials`` trials each and the best
@@ -40,7 +44,7 @@ from timing import interleaved  # noqa: E402
 MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}
 
 
-def tune_log(name: str, model, tune_dir: str, trials: int) -> str:
+def tune_log(name: str, model, tune_dir: str, trials: int, target: str = "llvm") -> str:
     """DIR/<name>.log: the best config of each conv2d/dense task, tuned now unless already there."""
     from kiln import autotvm, relay
     from kiln.autotvm.tuner import XGBTuner
@@ -51,7 +55,7 @@ def tune_log(name: str, model, tune_dir: str, trials: int) -> str:
         return log
     os.makedirs(tune_dir, exist_ok=True)
     mod, params = relay.frontend.from_onnx(model)
-    tasks = autotvm.task.extract_from_program(mod["main"], target="llvm", params=params,
+    tasks = autotvm.task.extract_from_program(mod["main"], target=target, params=params,
                                               ops=(relay.op.get("nn.conv2d"), relay.op.get("nn.dense")))
     option = autotvm.measure_option(
         builder=autotvm.LocalBuilder(n_parallel=os.cpu_count()),
@@ -76,7 +80,7 @@ def tune_log(name: str, model, tune_dir: str, trials: int) -> str:
     return log
 
 
-def build_kiln(model, threads: int, log: str | None = None):
+def build_kiln(model, threads: int, log: str | None = None, target: str = "llvm"):
     import contextlib
 
     import kiln as tvm
@@ -90,7 +94,7 @@ def build_kiln(model, threads: int, log: str | None = None):
         tuned = autotvm.apply_history_best(log)
     start = time.perf_counter()
     with tuned, tvm.transform.PassContext(opt_level=3):
-        lib = relay.build(mod, target="llvm", params=params)
+        lib = relay.build(mod, target=target, params=params)
     compile_s = time.perf_counter() - start
     with config.override(num_threads=threads):  # read when the kernel library is loaded
         m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
@@ -107,29 +111,39 @@ def ort_session(model, threads: int):
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def _checked(name: str, m, inputs, want) -> float:
+def _checked(name: str, m, inputs, want) -> tuple[float, bool]:
+    """(max abs difference, whether kiln's output matches onnxruntime's)."""
     m.set_input(**inputs)
     m.run()
-    err = float(np.abs(m.get_output(0).numpy() - want).max())
-    if not np.allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4):
-        print(f"WARNING {name}: kiln and onnxruntime disagree (max abs diff {err:.2e})")
-    return err
+    got = m.get_output(0).numpy()
+    if got.shape != want.shape:
+        print(f"MISMATCH {name}: kiln's output has shape {got.shape}, onnxruntime's {want.shape}")
+        return float("inf"), False
+    err = float(np.abs(got - want).max())
+    ok = bool(np.allclose(got, want, rtol=1e-4, atol=1e-4))
+    if not ok:
+        print(f"MISMATCH {name}: kiln and onnxruntime disagree (max abs diff {err:.2e}); "
+              "its timings below measure wrong code")
+    return err, ok
 
 
-def bench_model(name: str, threads: int, rounds: int, number: int, tune_dir=None, trials: int = 16) -> dict:
+def bench_model(name: str, threads: int, rounds: int, number: int, tune_dir=None, trials: int = 16,
+                target: str = "llvm") -> dict:
     model, inputs = MODELS[name]()
-    log = tune_log(name, model, tune_dir, trials) if tune_dir else None
-    m, compile_s = build_kiln(model, threads)
+    log = tune_log(name, model, tune_dir, trials, target) if tune_dir else None
+    m, compile_s = build_kiln(model, threads, target=target)
     sess = ort_session(model, threads)
     want = sess.run(None, inputs)[0]
-    err = _checked(name, m, inputs, want)
+    err, ok = _checked(name, m, inputs, want)
     runs = {"kiln": m.module["run"], "ort": lambda: sess.run(None, inputs)}
+    tuned_ok = True
     if log:
-        tuned, _ = build_kiln(model, threads, log)
-        err = max(err, _checked(f"{name} (tuned)", tuned, inputs, want))
+        tuned, _ = build_kiln(model, threads, log, target)
+        tuned_err, tuned_ok = _checked(f"{name} (tuned)", tuned, inputs, want)
+        err = max(err, tuned_err)
         runs["tuned"] = tuned.module["run"]
     times = interleaved(runs, rounds, number)
-    out = {"compile_s": compile_s, "err": err}
+    out = {"compile_s": compile_s, "err": err, "ok": ok, "tuned_ok": tuned_ok}
     for k, t in times.items():
         out[f"{k}_ms"], out[f"{k}_min"] = 1e3 * statistics.median(t), 1e3 * min(t)
     return out
@@ -141,28 +155,40 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--number", type=int, default=10)
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--target", default="llvm", help="kiln's target (default: this machine)")
     ap.add_argument("--tune-dir", default=None, help="tune (or reuse logs in) this directory; adds the tuned column")
     ap.add_argument("--tune-trials", type=int, default=16, help="trials per task when tuning")
     args = ap.parse_args()
+    from kiln.target.cpu_facts import cpu_facts
+
+    facts = cpu_facts(args.target)
     print(f"batch 1, fp32, {args.threads} threads for both, median of {args.rounds} rounds x {args.number} runs "
-          f"({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
+          f"({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}); kiln target {args.target!r}: "
+          f"{facts.cpu}, {facts.lanes()} float lanes, {facts.vector_registers} vector registers")
     print(f"{'model':<14}{'kiln ms':>10}{'ort ms':>10}{'kiln/ort':>10}  {'(min: kiln / ort)':<22}{'compile s':>10}")
     results = {}
     for name in args.models.split(","):
         r = results[name] = bench_model(name, args.threads, args.rounds, args.number, args.tune_dir,
-                                        args.tune_trials)
+                                        args.tune_trials, args.target)
         ratio = r["kiln_ms"] / r["ort_ms"]
         verdict = "ok" if ratio <= 1.5 else "over the 1.5x goal"
+        if not r["ok"]:
+            verdict = "MISMATCH: kiln's output is wrong"
         print(f"{name:<14}{r['kiln_ms']:>10.2f}{r['ort_ms']:>10.2f}{ratio:>9.2f}x  "
               f"({r['kiln_min']:.2f} / {r['ort_min']:.2f}){'':<8}{r['compile_s']:>10.1f}   {verdict}")
         if "tuned_ms" in r:
             tr = r["tuned_ms"] / r["ort_ms"]
             print(f"{'  tuned':<14}{r['tuned_ms']:>10.2f}{r['ort_ms']:>10.2f}{tr:>9.2f}x  "
                   f"({r['tuned_min']:.2f} / {r['ort_min']:.2f}){'':<18}   "
-                  f"{'ok' if tr <= 1.0 else 'over'} the 1.0x tuned goal; untuned/tuned {r['kiln_ms'] / r['tuned_ms']:.2f}x")
+                  f"{'ok' if tr <= 1.0 else 'over'} the 1.0x tuned goal; untuned/tuned {r['kiln_ms'] / r['tuned_ms']:.2f}x"
+                  f"{'' if r['tuned_ok'] else '   MISMATCH: the tuned output is wrong'}")
     if "resnet18" in results:
         c = results["resnet18"]["compile_s"]
         print(f"ResNet-18 compile time: {c:.1f} s ({'ok' if c < 60 else 'over'} the 60 s goal)")
+    wrong = [name for name, r in results.items() if not (r["ok"] and r["tuned_ok"])]
+    if wrong:
+        print(f"MISMATCH: kiln's output disagrees with onnxruntime's for {', '.join(wrong)}")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

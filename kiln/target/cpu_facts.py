@@ -87,11 +87,15 @@ def cpu_facts(target=None) -> CPUFacts:
         target = Target(target)
     if target is not None and target.kind.name not in ("llvm", "c"):
         target = target.host
-    if target is None:
-        target = Target("llvm")
-    from ..codegen.llvm_target import target_info  # lazily: it loads llvmlite
+    return _facts_of(str(target) if target is not None else "llvm")
 
-    info = target_info(target)
+
+@functools.lru_cache(maxsize=64)
+def _facts_of(text: str) -> CPUFacts:
+    from ..codegen.llvm_target import target_info  # lazily: it loads llvmlite
+    from .target import Target
+
+    info = target_info(Target(text))
     return _probe(info.triple, info.cpu, info.features)
 
 
@@ -165,7 +169,7 @@ def _functions(asm: str) -> dict:
     """Assembly text of each probe function, by name."""
     out, name, lines = {}, None, []
     for line in asm.splitlines():
-        m = re.match(r"^([A-Za-z_][\w.]*):", line)
+        m = re.match(r"^_?([A-Za-z_][\w.]*):", line)  # Mach-O prefixes an underscore
         if m and m.group(1) in ("w_f32", "w_i32", "w_i16", "fma", "live28"):
             if name:
                 out[name] = "\n".join(lines)
@@ -185,9 +189,13 @@ def _pressure_ir(vec: str, count: int) -> str:
 
 
 def _emit(llvm, tm, text: str) -> str:
-    mod = llvm.parse_assembly(text)
-    mod.verify()
-    return tm.emit_assembly(mod)
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        return tm.emit_assembly(mod)
+    except RuntimeError as err:
+        raise TargetError(f"cpu_facts: LLVM cannot compile a vector probe for this target: {err}. "
+                          "Check -mtriple/-mcpu/-mattr") from None
 
 
 @functools.lru_cache(maxsize=64)

@@ -86,7 +86,14 @@ def test_depthwise_nchwc_rejects_bad_kernels():
                                         te.placeholder((32, 1, 3, 3), name="kernel"), 1, 1, 1)
 
 
-def test_default_config_places_padding():
-    assert default_config(56, 16, 3, 1)["pad_at"] == "root"
-    assert default_config(28, 16, 3, 2)["pad_at"] == "tile"
-    assert default_config(7, 16, 3, 1) == {"tile_ow": 7, "unroll_kh": True, "pad_at": "tile"}
+@pytest.mark.parametrize("cpu, tile_ow", [("skylake-avx512", 7), ("znver4", 7), ("haswell", 4), ("znver3", 4),
+                                         ("x86-64-v2", 2)])
+def test_default_config_places_padding(cpu, tile_ow):
+    # A 16-channel block is one AVX-512 vector (7 pixels fit), two AVX2 vectors (4 pixels of
+    # 2 accumulators in 16 registers) or four SSE vectors.
+    from kiln.target import Target
+
+    with Target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}"):
+        assert default_config(56, 16, 3, 1)["pad_at"] == "root"
+        assert default_config(28, 16, 3, 2)["pad_at"] == "tile"
+        assert default_config(7, 16, 3, 1) == {"tile_ow": tile_ow, "unroll_kh": True, "pad_at": "tile"}

@@ -24,7 +24,7 @@ from kiln.ir.expr import const
 from ..nn.conv2d import Conv2DShape, conv2d_shape
 from ..nn.pad import pad
 from ..utils import check_ndim, const_int, const_shape, divisor_at_most, knob, with_default
-from ..cpu import vector_lanes, vector_registers
+from ..cpu import accumulator_rows, vector_lanes, vector_registers
 from .injective import tile_root
 
 TAG = "conv2d_nchw_blocked"
@@ -34,15 +34,16 @@ def default_config(p: Conv2DShape) -> dict:
     """Heuristic knobs: one or two vectors of channels per block, registers nearly all accumulators."""
     lanes, regs = vector_lanes(), vector_registers()
     ocg = p.out_channel // p.groups
-    # Small late-layer images have too few pixels for a long tile: take two vectors of channels.
-    # (NEON's 4 lanes are too narrow for one vector to carry the tile.)
-    wide = p.out_width <= 14 or lanes <= 4
+    # Rows shorter than a one-vector tile (late layers: 14 pixels with AVX-512's 24 accumulators,
+    # 7 with AVX2's 14) have too few pixels for it: take two vectors of channels. (NEON's 4 lanes
+    # are too narrow for one vector to carry the tile.)
+    wide = p.out_width < accumulator_rows(1, regs) or lanes <= 4
     oc_bn = 2 * lanes if ocg % (2 * lanes) == 0 and wide else lanes
     if ocg % oc_bn:
         oc_bn = divisor_at_most(ocg, lanes, prefer=(lanes, lanes // 2)) if p.groups > 1 else lanes
     vectors_per_pixel = max(1, oc_bn // lanes)
     # Leave room for the kernel vectors and a broadcast: 28 accumulators of 2 vectors spill.
-    accumulators = (regs - 8) // vectors_per_pixel
+    accumulators = accumulator_rows(vectors_per_pixel, regs)
     tile_ow = divisor_at_most(p.out_width, accumulators, prefer=(14, 16, 8, 7, 12, 6))
     if tile_ow < 4 and p.out_width > 4:
         tile_ow = min(p.out_width, accumulators)  # a tail is cheaper than a 1-wide tile

@@ -29,7 +29,7 @@ from kiln import te, tir
 from ..nn.conv2d import conv2d_shape
 from ..nn.pad import pad
 from ..utils import const_int, const_shape, divisor_at_most, knob, with_default
-from ..cpu import vector_lanes, vector_registers
+from ..cpu import accumulator_rows, vector_lanes, vector_registers
 from .conv2d import find_tagged
 from .conv2d_nchwc import out_block
 from .injective import tile_root
@@ -61,9 +61,10 @@ def default_config(p) -> dict:
     bn = direct_default(p)["oc_bn"]
     per_tile = max(1, bn // lanes)
     tiles_w = -(-p.out_width // 2)
-    tile_p = divisor_at_most(tiles_w, max(1, (regs - 6) // per_tile), prefer=(14, 7, 8, 4))
+    rows = accumulator_rows(per_tile, regs, spare=6)
+    tile_p = divisor_at_most(tiles_w, rows, prefer=(14, 7, 8, 4))
     if tile_p < 4 and tiles_w > 4:
-        tile_p = min(tiles_w, (regs - 6) // per_tile)
+        tile_p = min(tiles_w, rows)
     return {"oc_bn": bn, "tile_p": tile_p}
 
 
