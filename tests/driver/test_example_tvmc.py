@@ -9,7 +9,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tvmc_python_api.py
 
 
 def test_tvmc_python_api_example(capsys, monkeypatch):
-    monkeypatch.setattr(sys, "argv", [str(EXAMPLE), "--trials", "3"])
+    monkeypatch.setattr(sys, "argv", [str(EXAMPLE), "--trials", "2"])
     runpy.run_path(str(EXAMPLE), run_name="__main__")
     out = capsys.readouterr().out
     assert "[Task  3/ 3]" in out and "Execution time summary:" in out
