@@ -8,7 +8,8 @@ Both commands run as a user types them (subprocesses of ``python -m kiln.driver.
 run's outputs are checked against onnxruntime before its time is quoted (MISMATCH and exit
 status 1 otherwise). onnxruntime is timed after a pause and one untimed call, as
 bench/timing.py does, with ``--repeat`` rounds of ``--number`` runs: tvmc's table is the same
-shape (mean over repeats of the per-run mean of ``number`` runs).
+shape (mean over repeats of the per-run mean of ``number`` runs). relay.build's cache is off
+(KILN_CACHE_DIR=off) so the compile time is a cold one.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def resnet50(image: int = 224, classes: int = 1000, seed: int = 0):
 
 
 def tvmc(*args, threads: int) -> tuple[subprocess.CompletedProcess, float]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), KILN_NUM_THREADS=str(threads))
+    # The build cache off: the compile time is a cold compile, as on a fresh machine.
+    env = dict(os.environ, PYTHONPATH=str(ROOT), KILN_NUM_THREADS=str(threads), KILN_CACHE_DIR="off")
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "kiln.driver.tvmc", *args], capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
@@ -83,6 +85,7 @@ def main() -> int:
     onnx.save(model, work / "resnet50.onnx")
     np.savez(work / "in.npz", **inputs)
     want = run_ort(model, inputs)[0]
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"ResNet-50-like ONNX model: {(work / 'resnet50.onnx').stat().st_size / 1e6:.0f} MB, input "
           f"{list(inputs['data'].shape)}, {args.threads} threads")
 
