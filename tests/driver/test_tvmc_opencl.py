@@ -43,3 +43,23 @@ def test_compile_and_run_on_opencl(tmp_path, small_onnx, fleet, target):
                "--outputs", str(tmp_path / "remote.npz"))
     assert "Execution time summary:" in out.stdout
     np.testing.assert_allclose(np.load(tmp_path / "remote.npz")["output_0"], want[0], rtol=1e-4, atol=1e-4)
+
+
+def test_tune_compile_run_opencl_locally(tmp_path, small_onnx):
+    """tvmc tune on the local OpenCL device (the .gpu templates), then compile with the records."""
+    import json
+    model, inputs, want = small_onnx
+    log = tmp_path / "cl.log"
+    out = tvmc("tune", "--target", "opencl, llvm", model, "-o", str(log), "--trials", "1", "--tuner", "random",
+               "--timeout", "60", "--parallel", "2")
+    assert "Done." in out.stdout
+    rows = [json.loads(line) for line in open(log)]
+    assert rows and all(r["input"][0].startswith("opencl") and r["input"][1].endswith(".gpu") for r in rows)
+    assert any(r["result"][1] == 0 for r in rows)
+    package = tmp_path / "cl.tar"
+    done = tvmc("compile", "--target", "opencl, llvm", "--tuning-records", str(log), "-o", str(package), model)
+    assert "Cannot find config" not in done.stderr
+    np.savez(tmp_path / "in.npz", **inputs)
+    tvmc("run", "--device", "cl", str(package), "--inputs", str(tmp_path / "in.npz"), "--outputs",
+         str(tmp_path / "out.npz"))
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["output_0"], want[0], rtol=1e-4, atol=1e-4)
