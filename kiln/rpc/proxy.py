@@ -139,6 +139,9 @@ class Proxy:
                 aio.close_writer(writer)
                 return
             try:
+                # _take cancelled the idle watch's read(1); let the cancellation land first, or
+                # the reader still counts it as waiting and the next read raises (Python 3.12).
+                await asyncio.wait([conn.watch])
                 timeout = hello.get("session_timeout", 0)
                 aio.write_message(conn.writer, {"op": "session", "session_timeout": timeout})
                 await conn.writer.drain()
