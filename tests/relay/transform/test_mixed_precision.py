@@ -146,3 +146,48 @@ def test_resnet18_float16_top5_and_error(acc):
     print(f"ResNet-18 float16 (acc {acc}): max relative error {rel:.2e}")
     assert rel <= 1e-2
     assert rel > 0  # it really ran in float16
+
+
+@pytest.mark.parametrize("target, native", [
+    ("llvm -mtriple=aarch64-linux-gnu -mattr=+fullfp16", r"\b(fmul|fadd|fmla)\s+v\d+\.8h"),   # ARMv8.2 FP16
+    ("llvm -mcpu=sapphirerapids", r"\bv(mul|add|fmadd\w*)ph\b"),                             # AVX512-FP16
+    ("llvm -mtriple=aarch64-linux-gnu", None),
+    ("llvm -mcpu=haswell", None),
+    ("llvm -mcpu=znver3", None),
+])
+def test_float16_kernels_are_native_where_the_cpu_computes_in_float16(target, native):
+    """float16 kernels: half arithmetic where the CPU has it, else float32 arithmetic between
+    vector conversions (F16C vcvtph2ps/vcvtps2ph on x86, fcvtl/fcvtn on AArch64)."""
+    import re
+
+    from kiln import te
+    n = 1024
+    a, b = te.placeholder((n,), "float16", name="A"), te.placeholder((n,), "float16", name="B")
+    c = te.compute((n,), lambda i: a[i] * b[i] + a[i], name="C")
+    s = te.create_schedule(c.op)
+    _, inner = s[c].split(c.op.axis[0], factor=8)
+    s[c].vectorize(inner)
+    asm = tvm.build(s, [a, b, c], target=target).get_source("asm")
+    if native:
+        assert re.search(native, asm), asm[:2000]
+    else:
+        convert = r"vcvtph2ps" if "aarch64" not in target else r"\bfcvtl\b"
+        assert re.search(convert, asm)
+        assert not re.search(r"\b(fmul|fadd|fmla)\s+v\d+\.8h|\bv(mul|add|fmadd\w*)ph\b", asm)
+
+
+def test_float16_kernel_values():
+    from kiln import te
+    n = 1000
+    a, b = te.placeholder((n,), "float16", name="A"), te.placeholder((n,), "float16", name="B")
+    c = te.compute((n,), lambda i: a[i] * b[i] + a[i], name="C")
+    s = te.create_schedule(c.op)
+    _, inner = s[c].split(c.op.axis[0], factor=8)
+    s[c].vectorize(inner)
+    f = tvm.build(s, [a, b, c], target="llvm")
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(n).astype("float16"), rng.standard_normal(n).astype("float16")
+    out = tvm.nd.empty((n,), "float16")
+    f(tvm.nd.array(x), tvm.nd.array(y), out)
+    want = (x.astype("float32") * y.astype("float32") + x.astype("float32"))
+    np.testing.assert_allclose(out.numpy().astype("float32"), want, rtol=2e-3, atol=2e-3)
