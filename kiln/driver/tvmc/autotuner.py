@@ -82,11 +82,16 @@ def tune_model(tvmc_model: TVMCModel, target: str, tuning_records: str | None = 
                tuner: str = "xgb", target_host: str | None = None, desired_layout: str | None = None,
                mixed_precision: bool = False, mixed_precision_ops=None,
                mixed_precision_calculation_type: str = "float16", mixed_precision_acc_type: str = "float32",
-               target_options: dict | None = None, progress=None) -> str:
+               target_options: dict | None = None, progress=None, enable_autoscheduler: bool = False,
+               additional_target_options: dict | None = None) -> str:
     """Tune every task of ``tvmc_model``; returns the log path (``tuning_records``, default
-    ``<model>.log``). ``progress``: a stream for the progress line (default stdout)."""
+    ``<model>.log``). ``hostname``/``port`` are the tracker's when ``rpc_key`` is given.
+    ``progress``: a stream for the progress line (default stdout)."""
     from kiln import autotvm
 
+    if enable_autoscheduler:
+        raise TVMCException("enable_autoscheduler: kiln tunes with AutoTVM templates only; leave it False")
+    target_options = target_options or additional_target_options
     if isinstance(tvmc_model, (str, os.PathLike)):
         from .model import load
         tvmc_model = load(tvmc_model)

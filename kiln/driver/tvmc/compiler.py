@@ -98,8 +98,15 @@ def compile_model(tvmc_model: TVMCModel, target: str, opt_level: int = 3, target
                   mixed_precision: bool = False, mixed_precision_ops=None,
                   mixed_precision_calculation_type: str = "float16", mixed_precision_acc_type: str = "float32",
                   pass_context_configs: dict | None = None, disabled_pass=None, target_options: dict | None = None,
-                  mod_name: str = "default") -> TVMCPackage:
-    """Compile ``tvmc_model`` for ``target`` into ``package_path`` (default ``module.tar``)."""
+                  mod_name: str = "default", additional_target_options: dict | None = None,
+                  output_format: str = "so") -> TVMCPackage:
+    """Compile ``tvmc_model`` for ``target`` into ``package_path`` (default ``module.tar``).
+
+    ``target_options`` (TVM's ``additional_target_options``): ``{"llvm": {"mtriple": ...}}``."""
+    if output_format != "so":
+        raise TVMCException(f"output_format {output_format!r}: kiln packages are mod.so + mod.json + mod.params "
+                            "('so'); Model Library Format is not supported")
+    target_options = target_options or additional_target_options
     from kiln import autotvm, relay
     from kiln import transform as pass_infra
 
