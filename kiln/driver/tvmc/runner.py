@@ -33,6 +33,10 @@ class TVMCResult:
         self.times = list(times or [])
         self.profile = profile
 
+    def __str__(self) -> str:
+        lines = [f"{name}: shape {list(np.shape(v))} {np.asarray(v).dtype}" for name, v in self.outputs.items()]
+        return "\n".join(lines + [self.format_times()])
+
     def format_times(self) -> str:
         if not self.times:
             return "Execution time summary: not measured"
