@@ -69,6 +69,7 @@ T_TENSOR, T_DEVICE, T_ARRAY_REF, T_MODULE_REF, T_FUNC_REF = 8, 9, 10, 11, 12
 _yield = getattr(os, "sched_yield", lambda: None)
 
 _U8 = struct.Struct("<B")
+_OPCODES = [bytes((op,)) for op in range(256)]
 _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
 _F64 = struct.Struct("<d")
@@ -213,15 +214,20 @@ def _tensor_header(dtype, shape, device) -> bytes:
 
 def pack_message(opcode: int, value, hook=None) -> list:
     """The buffers of one frame: length, opcode and encoded value."""
-    parts = [b""]
-    parts.append(_U8.pack(opcode))
-    encode(value, parts, hook)
-    length = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in parts)
+    return _pack(opcode, value, hook)[0]
+
+
+def _pack(opcode: int, value, hook) -> tuple[list, int]:
+    """(pack_message's buffers, the frame's body length)."""
+    parts = [b"", _OPCODES[opcode] if 0 <= opcode < 256 else _U8.pack(opcode)]
+    _encode(value, parts, hook, 0)
+    # Every part is bytes or a byte-format memoryview (_encode casts), so len() is its size.
+    length = sum(map(len, parts))
     if length > MAX_FRAME:
         raise ProtocolError(f"message of {length} bytes exceeds the {MAX_FRAME}-byte frame limit; "
                             "send large data in chunks")
     parts[0] = _U32.pack(length)
-    return parts
+    return parts, length
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,7 +415,14 @@ class Channel:
             raise ConnectionLost(f"connection lost while sending: {e}") from None
 
     def send(self, opcode: int, value, hook=None) -> None:
-        self.send_parts(pack_message(opcode, value, hook))
+        parts, length = _pack(opcode, value, hook)
+        if length <= 65532:  # a small frame (most calls): one write of one joined buffer
+            try:
+                self.sock.sendall(b"".join(parts))
+            except (BrokenPipeError, ConnectionResetError) as e:
+                raise ConnectionLost(f"connection lost while sending: {e}") from None
+            return
+        self.send_parts(parts)
 
     def _fill(self, need: int) -> None:
         """Ensure at least ``need`` buffered bytes (need <= buffer size)."""

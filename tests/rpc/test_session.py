@@ -213,20 +213,40 @@ def test_reading_a_freed_array_reports_the_remote_error_and_the_session_goes_on(
     np.testing.assert_array_equal(a.numpy(), np.arange(4, dtype="float32"))
 
 
-def _count_frames(remote):
-    """Wrap the session's channel: every frame it sends (by opcode) and every reply it reads."""
-    ch, sent, replies = remote._ch, [], []
-    send_parts, recv = ch.send_parts, ch.recv
+class _Tap:
+    """Stands in for a session's socket and keeps a copy of every byte sent and received."""
 
-    def counting_send(parts):
-        sent.append(bytes(parts[1])[0])  # parts: length, opcode, value...
-        return send_parts(parts)
+    def __init__(self, sock):
+        self._sock, self.sent, self.received = sock, bytearray(), bytearray()
 
-    def counting_recv():
-        replies.append(1)
-        return recv()
-    ch.send_parts, ch.recv = counting_send, counting_recv
-    return sent, replies
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+    def sendall(self, data):
+        self.sent += data
+        return self._sock.sendall(data)
+
+    def sendmsg(self, buffers, *args):
+        n = self._sock.sendmsg(buffers, *args)
+        self.sent += b"".join(bytes(b) for b in buffers)[:n]
+        return n
+
+    def recv_into(self, buf, nbytes=0, flags=0):
+        n = self._sock.recv_into(buf, nbytes, flags)
+        self.received += bytes(memoryview(buf)[:n])
+        return n
+
+
+def _opcodes(stream: bytes) -> list:
+    """The opcode of every frame in a byte stream (u32 length, then the body)."""
+    import struct
+    ops, pos = [], 0
+    while pos < len(stream):
+        (length,) = struct.unpack_from("<I", stream, pos)
+        ops.append(stream[pos + 4])
+        pos += 4 + length
+    assert pos == len(stream), "a frame was cut"
+    return ops
 
 
 def test_calling_a_module_directly_costs_one_round_trip(remote, kernel_files):
@@ -239,12 +259,12 @@ def test_calling_a_module_directly_costs_one_round_trip(remote, kernel_files):
     a = tvm.nd.array(np.arange(16, dtype="float32"), dev)
     b = tvm.nd.empty((16,), "float32", dev)
     func(a, b)  # the first call looks the entry up
-    sent, replies = _count_frames(remote)
+    tap = remote._ch.sock = _Tap(remote._ch.sock)
     for i in range(5):
         func(a, b)
     by_name = func["add_one"]
     by_name(a, b)
-    assert [op for op in sent if op != P.OP_FREE] == [P.OP_CALL] * 6, sent
-    assert len(replies) == 6
+    assert [op for op in _opcodes(tap.sent) if op != P.OP_FREE] == [P.OP_CALL] * 6, _opcodes(tap.sent)
+    assert _opcodes(tap.received) == [P.OP_RETURN] * 6
     np.testing.assert_equal(b.numpy(), np.arange(16) + 1)  # and the calls did run
     assert func.entry_name == "add_one"
