@@ -332,7 +332,9 @@ class RemoteFunction:
         return P.Ref(P.T_FUNC_REF, self._id)
 
     def __call__(self, *args):
-        return self._session._request(P.OP_CALL, [self._id, *args])
+        # Remote arrays go in already encoded (the codec's fast path), not through the hook.
+        return self._session._request(P.OP_CALL, [self._id, *[
+            a._ref() if type(a) is RemoteNDArray else a for a in args]])
 
     def __del__(self):
         try:
