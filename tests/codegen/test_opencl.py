@@ -257,12 +257,23 @@ def test_export_so_and_tar_carry_the_kernels(tmp_path):
         np.testing.assert_array_equal(_run(g, [a], (77,)), a + 1)
 
 
-def test_cross_host_builds_aarch64():
+def test_cross_host_exports_carry_the_kernels(tmp_path):
+    import json
+    import tarfile
+
     s, A, B = _add_one(1000)
-    f = tvm.build(s, [A, B], target=tvm.target.Target("opencl", host="llvm -mtriple=aarch64-linux-gnu"),
+    f = tvm.build(s, [A, B], target=tvm.target.Target("opencl -device=mali", host="llvm -mtriple=aarch64-linux-gnu"),
                   name="add_one")
     assert f.triple.startswith("aarch64")
     assert "get_group_id(0)" in f.imported_modules[0].get_source()
+    f.export_library(str(tmp_path / "lib.so"))  # linked by ld.lld for the board
+    head = (tmp_path / "lib.so").read_bytes()
+    assert b"add_one_kernel0" in head and b"__kiln_device_launch" in head
+    f.export_library(str(tmp_path / "lib.tar"))
+    with tarfile.open(tmp_path / "lib.tar") as tar:
+        meta = json.load(tar.extractfile("metadata.json"))
+    assert meta["device_type"] == 4 and meta["target"] == "opencl -device=mali"
+    assert meta["device_code"]["source"] == f.imported_modules[0].get_source()
 
 
 # Errors ------------------------------------------------------------------------------------
@@ -290,6 +301,11 @@ def test_too_much_shared_memory():
     s, args = _matmul_schedule(512, 512, 512, tile=64, th=8, kt=128)
     with pytest.raises(CompileError, match=r"65536 bytes of shared memory exceed the target's 49152 bytes per block"):
         tvm.build(s, args, target="opencl", name="mm")
+    s, args = _matmul_schedule(512, 512, 512, tile=64, th=8, kt=64)  # 32 KiB: fits a desktop GPU
+    tvm.build(s, args, target="opencl", name="mm")
+    s, args = _matmul_schedule(512, 512, 512, tile=64, th=8, kt=96)  # 48 KiB: too much for Mali's 32 KiB
+    with pytest.raises(CompileError, match=r"49152 bytes of shared memory exceed the target's 32768 bytes"):
+        tvm.build(s, args, target="opencl -device=mali", name="mm")
 
 
 def test_shared_stage_outside_kernel_is_an_error():
