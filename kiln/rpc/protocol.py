@@ -235,7 +235,9 @@ def _pack(opcode: int, value, hook) -> tuple[list, int]:
 
 _U64 = struct.Struct("<Q")
 _SHAPES = [struct.Struct(f"<{n}q") for n in range(65)]
-_META_CACHE: dict[bytes, tuple] = {}
+# Decoded array references by their bytes. A Ref is never changed after it is made, so one
+# object can stand for every occurrence.
+_REF_CACHE: dict[bytes, "Ref"] = {}
 
 
 class _Reader:
@@ -283,27 +285,30 @@ class _Reader:
             raise ProtocolError(f"tensor shape {shape} has a negative dimension")
         return dtype, shape, self.device()
 
-    def cached_array_meta(self):
-        """array_meta, remembered by its bytes: the same array is passed on every call."""
+    def array_ref(self) -> "Ref":
+        """An array reference (after its tag), remembered by its bytes: a kernel call passes the
+        same arrays every time, and building the Ref again cost more than the call's dispatch."""
         buf, start = self.buf, self.pos
+        key = None
         try:
-            (dlen,) = _U32.unpack_from(buf, start)
-            (ndim,) = _U32.unpack_from(buf, start + 4 + dlen)
+            (dlen,) = _U32.unpack_from(buf, start + 8)
+            (ndim,) = _U32.unpack_from(buf, start + 12 + dlen)
+            end = start + 24 + dlen + 8 * ndim
+            if ndim <= 64 and end <= len(buf):
+                key = bytes(buf[start:end])
+                ref = _REF_CACHE.get(key)
+                if ref is not None:
+                    self.pos = end
+                    return ref
         except struct.error:
-            return self.array_meta()  # truncated: let the checked path report it
-        end = start + 8 + dlen + 8 * ndim + 8
-        if ndim > 64 or end > len(buf):
-            return self.array_meta()
-        key = bytes(buf[start:end])
-        meta = _META_CACHE.get(key)
-        if meta is None:
-            meta = self.array_meta()
-            if len(_META_CACHE) >= 4096:
-                _META_CACHE.clear()
-            _META_CACHE[key] = meta
-        else:
-            self.pos = end
-        return meta
+            pass  # truncated: the checked reads below report it
+        obj_id = _U64.unpack_from(buf, self._need(8))[0]
+        ref = Ref(T_ARRAY_REF, obj_id, *self.array_meta())
+        if key is not None:
+            if len(_REF_CACHE) >= 4096:
+                _REF_CACHE.clear()
+            _REF_CACHE[key] = ref
+        return ref
 
     def value(self, depth: int = 0):
         if depth > _MAX_DEPTH:
@@ -311,6 +316,8 @@ class _Reader:
         tag = self.buf[self._need(1)]
         if tag == T_INT:
             return _I64.unpack_from(self.buf, self._need(8))[0]
+        if tag == T_ARRAY_REF:  # before the rest: every kernel call carries several
+            return self.array_ref()
         if tag == T_NONE:
             return None
         if tag == T_FLOAT:
@@ -343,11 +350,8 @@ class _Reader:
         if tag == T_TENSOR:
             dtype, shape, dev = self.array_meta()
             return Tensor(dtype, shape, dev, self.take(self.u32()))
-        if tag in (T_ARRAY_REF, T_MODULE_REF, T_FUNC_REF):
-            obj_id = _U64.unpack_from(self.buf, self._need(8))[0]
-            if tag == T_ARRAY_REF:
-                return Ref(tag, obj_id, *self.cached_array_meta())
-            return Ref(tag, obj_id)
+        if tag in (T_MODULE_REF, T_FUNC_REF):
+            return Ref(tag, _U64.unpack_from(self.buf, self._need(8))[0])
         raise ProtocolError(f"unknown value tag {tag} at offset {self.pos - 1}")
 
 

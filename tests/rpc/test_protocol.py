@@ -66,6 +66,24 @@ def test_tensor_and_refs_round_trip():
     assert dev == P.Device(4, 2)
 
 
+@given(st.integers(0, (1 << 64) - 1), st.sampled_from(["float32", "int8", "bfloat16"]),
+       st.lists(st.integers(0, 1 << 40), max_size=6), st.data())
+@settings(max_examples=100)
+def test_array_refs_decode_the_same_the_second_time_and_truncated_ones_fail(obj_id, dtype, shape, data):
+    """Array references are remembered by their bytes (a call passes the same arrays every
+    time): a repeat decodes to the same values, and a cut one is still an error after its whole
+    form was seen."""
+    ref = P.Ref(P.T_ARRAY_REF, obj_id, dtype, shape, P.Device(1, 0))
+    body = b"".join(bytes(p) for p in P.pack_message(P.OP_CALL, [ref, 5]))[4:]
+    for _ in range(2):
+        _, (got, five) = P.unpack_message(memoryview(body))
+        assert (got.tag, got.id, got.dtype, got.shape, got.device, five) == \
+            (P.T_ARRAY_REF, obj_id, dtype, tuple(shape), P.Device(1, 0), 5)
+    cut = data.draw(st.integers(1, len(body) - 1))
+    with pytest.raises(P.ProtocolError):
+        P.unpack_message(memoryview(body[:cut]))
+
+
 def test_oversized_frame_is_rejected_without_reading_it():
     a, b = socket.socketpair()
     a.sendall(struct.pack("<I", P.MAX_FRAME + 1))
