@@ -171,7 +171,11 @@ class Worker:
     # -- handlers ------------------------------------------------------------------------------
     def call(self, func_ref, *args):
         func = self._get(func_ref, "function")
-        return func(*[self.from_wire(a) for a in args])
+        objects = self.objects
+        # Kernel calls pass arrays by reference: look those up directly (from_wire's checks and
+        # error text are for everything else, and for ids that do not exist).
+        return func(*[objects[a.id] if type(a) is P.Ref and a.id in objects else self.from_wire(a)
+                      for a in args])
 
     def get_function(self, module_ref, name):
         if module_ref:
