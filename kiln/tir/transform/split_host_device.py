@@ -133,9 +133,26 @@ class _Threads(Mutator):
         same = (ext.value == full.value) if isinstance(ext, E.IntImm) and isinstance(full, E.IntImm) \
             else structural_equal(ext, full)
         if not same:
+            if _has_barrier(body):
+                raise CompileError(f"{self.symbol}: a loop bound to {tag} runs {ext} threads where the kernel "
+                                   f"launches {full}, and it waits at a barrier that the other threads "
+                                   f"would not reach; bind it with the kernel's extent ({full})")
             body = IfThenElse(E.LT(idx, E.cast(ext, INT32), BOOL_T), body)
         value = idx if op.loop_var.dtype == INT32 else E.cast(idx, op.loop_var.dtype)
         return LetStmt(op.loop_var, value, body)
+
+
+def _has_barrier(stmt) -> bool:
+    found = []
+
+    class _Find(Visitor):
+        def visit_Call(self, op):
+            if op.op == "tir.tvm_storage_sync":
+                found.append(op)
+            self.generic_visit(op)
+
+    _Find().visit(stmt)
+    return bool(found)
 
 
 def _free(body, thread_vars: set):

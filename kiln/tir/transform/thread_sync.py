@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kiln.errors import CompileError
 from kiln.ir import expr as E
 from kiln.ir.functor import Mutator, Visitor
 from kiln.ir.stmt import Evaluate, For, IfThenElse, PrimFunc, SeqStmt, seq
@@ -75,8 +76,19 @@ def _ends_with_barrier(s) -> bool:
 
 
 class _Sync(Mutator):
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+
     def visit_IfThenElse(self, op):
-        return op  # no barrier may go where only some threads are
+        # No barrier may go where only some threads are: if one is needed there, the schedule
+        # has threads of one block sharing memory under a condition that depends on the thread.
+        for branch in (op.then_case, op.else_case):
+            if branch is not None and self.visit(branch) is not branch:
+                raise CompileError(f"{self.name}: shared memory is written and read under a condition "
+                                   f"({op.condition}), where a barrier cannot go (not every thread reaches "
+                                   "it); bind the stages that share memory to the same thread extents")
+        return op
 
     def visit_For(self, op):
         body = self.visit(op.body)
@@ -108,4 +120,4 @@ class _Sync(Mutator):
 
 
 def insert_barriers(kernel: PrimFunc) -> PrimFunc:
-    return replace(kernel, body=_Sync().visit(kernel.body))
+    return replace(kernel, body=_Sync(kernel.attrs.get("global_symbol", "kernel")).visit(kernel.body))

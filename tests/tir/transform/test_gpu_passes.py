@@ -171,3 +171,26 @@ def test_workspace_between_kernels():
     (alloc,) = _calls(host.body, "tir.kiln_device_alloc")
     assert alloc.args[0].value == n * 4
     assert len(_calls(host.body, "tir.kiln_device_free")) == 1
+
+
+def test_shared_memory_under_a_thread_condition_is_an_error():
+    # B runs 16 threads on threadIdx.x where the shared stage's fetch, attached inside B's thread
+    # loop, runs 32: the fetch and the reads after it sit under "threadIdx.x < 16", where the
+    # barrier between them cannot go.
+    M = 64
+    A = te.placeholder((M, M), name="A")
+    B = te.compute((M, M), lambda i, j: A[i, j] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    AA = s.cache_read(A, "shared", [B])
+    io, ii = s[B].split(B.op.axis[0], factor=16)
+    s[B].bind(io, te.thread_axis("blockIdx.x"))
+    s[B].bind(ii, te.thread_axis("threadIdx.x"))
+    ji, jj = s[B].split(B.op.axis[1], factor=8)
+    s[AA].compute_at(s[B], ji)
+    fused = s[AA].fuse(*s[AA].op.axis)
+    _, t = s[AA].split(fused, factor=32)
+    s[AA].bind(t, te.thread_axis("threadIdx.x"))
+    _, (k,) = split_host_device(_lowered(s, [A, B]))
+    assert k.attrs["thread_extent"]["threadIdx.x"].value == 32
+    with pytest.raises(CompileError, match="shared memory is written and read under a condition"):
+        insert_barriers(k)
