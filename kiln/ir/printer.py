@@ -132,7 +132,7 @@ class _Printer:
         if t is E.Call:
             return self.call(e)
         if t is E.BufferLoad:
-            idx = ", ".join(self.expr(i) for i in e.indices)
+            idx = ", ".join(self.expr(i) for i in e.indices) or "()"
             if e.dtype != load_dtype(e.buffer, e.indices):
                 return f"{self.buffer_name(e.buffer)}.vload([{idx}], \"{e.dtype}\")"
             return f"{self.buffer_name(e.buffer)}[{idx}]"
@@ -216,7 +216,7 @@ class _Printer:
             self.emit(d, f"for {self.name(s.loop_var)} in {self.loop_head(s)}:")
             self.stmt(s.body, d + 1)
         elif t is S.BufferStore:
-            idx = ", ".join(self.expr(i) for i in s.indices)
+            idx = ", ".join(self.expr(i) for i in s.indices) or "()"
             self.emit(d, f"{self.buffer_name(s.buffer)}[{idx}] = {self.expr(s.value)}")
         elif t is S.Allocate:
             b = s.buffer

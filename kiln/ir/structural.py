@@ -13,7 +13,7 @@ import enum
 from .dtype import DType
 from .expr import IterVar, Let, Node, Var
 from .module import IRModule
-from .stmt import Buffer, For, LetStmt, PrimFunc, SeqStmt
+from .stmt import Allocate, Buffer, For, LetStmt, PrimFunc, SeqStmt
 
 
 def _fresh(vars_: dict) -> int:
@@ -38,10 +38,12 @@ def _key(node, vars_: dict | None, buffers: dict):
         return ("var", vars_[id(node)], str(node.dtype))
     if isinstance(node, Buffer):
         # A buffer is identified by its data variable; its shape and dtype matter too.
-        if id(node) not in buffers:
-            buffers[id(node)] = ("buffer", _key(node.data, vars_, buffers), str(node.dtype),
-                                 tuple(_key(s, vars_, buffers) for s in node.shape), node.scope)
-        return buffers[id(node)]
+        if vars_ is None and id(node) in buffers:
+            return buffers[id(node)]
+        key = ("buffer", _key(node.data, vars_, buffers), str(node.dtype),
+               tuple(_key(s, vars_, buffers) for s in node.shape), node.scope)
+        buffers[id(node)] = key
+        return key
     if isinstance(node, (DType, str, int, float, bool, type(None), enum.Enum)):
         return node if not isinstance(node, DType) else str(node)
     if isinstance(node, (tuple, list)):
@@ -64,6 +66,8 @@ def _key(node, vars_: dict | None, buffers: dict):
         # equals two distinct Vars, as in TVM (variables are matched at their definitions).
         var = node.loop_var if isinstance(node, For) else node.var
         vars_[id(var)] = _fresh(vars_)
+    if vars_ is not None and isinstance(node, Allocate):
+        vars_[id(node.buffer.data)] = _fresh(vars_)
     if dataclasses.is_dataclass(node):
         parts = [type(node).__name__]
         for f in dataclasses.fields(node):

@@ -29,9 +29,24 @@ def check(func: PrimFunc, stage: str = "") -> PrimFunc:
     except Exception as exc:  # noqa: BLE001 - reported with the text that failed
         raise AssertionError(f"round trip ({stage}): the printed function does not parse: {exc}\n{text}") from None
     if not structural_equal(func, back):
-        raise AssertionError(f"round trip ({stage}): parsed function differs\n--- printed\n{text}\n--- reprinted\n{back.script()}")
+        raise AssertionError(f"round trip ({stage}): parsed function differs at {first_difference(func, back)}\n"
+                             f"--- printed\n{text}\n--- reprinted\n{back.script()}")
     counts[stage] += 1
     return back
+
+
+def first_difference(a, b) -> str:
+    """Where the structural keys of a and b first differ (for error messages)."""
+    from kiln.ir.structural import _key
+
+    def walk(x, y, depth):
+        if isinstance(x, tuple) and isinstance(y, tuple) and len(x) == len(y):
+            for p, q in zip(x, y):
+                if p != q:
+                    return walk(p, q, depth + 1)
+        return f"depth {depth}: {str(x)[:400]} vs {str(y)[:400]}"
+
+    return walk(_key(a, {}, {}), _key(b, {}, {}), 0)
 
 
 def check_module(mod, stage: str) -> None:
