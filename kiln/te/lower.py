@@ -269,6 +269,15 @@ class _Lowering:
         for key, value in st.pragmas.get(iv, {}).items():
             annotations["pragma_" + key] = value
         if binding is not None:
+            dom = binding.dom
+            if dom is not None and isinstance(dom.extent, E.IntImm) and isinstance(ext, E.IntImm) \
+                    and dom.extent.value != ext.value:
+                # te.thread_axis((0, 64), "threadIdx.x") fixes the launch: a shorter loop is guarded.
+                if dom.extent.value < ext.value:
+                    raise ScheduleError(f"stage {st.name}: axis {iv.var.name} has {ext.value} iterations but is "
+                                        f"bound to {binding.thread_tag} of extent {dom.extent.value}")
+                body = IfThenElse(likely(E.LT(iv.var, E.cast(ext, iv.var.dtype), BOOL_T)), body)
+                ext = E.cast(dom.extent, iv.var.dtype) if dom.extent.dtype != iv.var.dtype else dom.extent
             return For(iv.var, const(0, iv.var.dtype), ext, ForKind.THREAD_BINDING, body, binding, annotations)
         return For(iv.var, const(0, iv.var.dtype), ext, kind, body, None, annotations)
 

@@ -197,7 +197,9 @@ def thread_axis(dom=None, tag: str = "", name: str = "", span=None) -> IterVar:
     if not tag:
         raise ValueError("thread_axis needs a tag such as 'blockIdx.x' or 'threadIdx.x'")
     if isinstance(dom, (list, tuple)):
-        dom = Range(convert(dom[0]), convert(dom[1]) - convert(dom[0]))
+        from kiln.tir.simplify import simplify
+
+        dom = Range(convert(dom[0]), simplify(convert(dom[1]) - convert(dom[0])))
     return IterVar(dom, Var(name or tag), IterType.THREAD_INDEX, tag)
 
 

@@ -399,3 +399,17 @@ def test_integer_division_and_casts_match_numpy():
     np.testing.assert_array_equal(_run(f, [a, b], (256,), "int64"), a.astype("int64") * 3000000 + b)
     f = _elementwise(lambda p, q: tvm.tir.reinterpret("int32", p.astype("float32")), ["int32", "int32"], "int32")
     np.testing.assert_array_equal(_run(f, [a, b], (256,), "int32"), a.astype("float32").view("int32"))
+
+
+def test_thread_axis_with_a_domain_fixes_the_block():
+    n = 1000
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 3.0, name="B")
+    s = te.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=50)
+    s[B].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B].bind(xi, te.thread_axis((0, 64), "threadIdx.x"))  # 64 work-items, 50 of them busy
+    f = tvm.build(s, [A, B], target="opencl", name="scale")
+    assert "reqd_work_group_size(64, 1, 1)" in f.imported_modules[0].get_source()
+    a = np.random.rand(n).astype("float32")
+    np.testing.assert_allclose(_run(f, [a], (n,)), a * 3, rtol=1e-6)
