@@ -88,6 +88,7 @@ def kernel_entry(kernel: PrimFunc) -> dict:
 def lower_device(mod, target) -> tuple[IRModule, list[PrimFunc]]:
     """(host IRModule, kernels) of a lowered module for a GPU target: the GPU passes in order."""
     from ..tir.transform.device_workspace import device_workspace
+    from ..tir.transform.inject_virtual_thread import inject_virtual_threads
     from ..tir.transform.split_host_device import split_host_device
     from ..tir.transform.thread_sync import insert_barriers
     from ..tir.transform.verify_gpu import check_kernel_limits, verify_thread_binding
@@ -96,7 +97,7 @@ def lower_device(mod, target) -> tuple[IRModule, list[PrimFunc]]:
     for key, func in mod.items():
         if not isinstance(func, PrimFunc):
             raise CompileError(f"function {key!r} is a {type(func).__name__}, not a lowered PrimFunc")
-        func = verify_thread_binding(func)
+        func = inject_virtual_threads(verify_thread_binding(func))
         host, ks = split_host_device(func, len(kernels))
         for k in ks:
             kernels.append(check_kernel_limits(insert_barriers(k), target))

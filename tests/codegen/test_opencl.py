@@ -413,3 +413,61 @@ def test_thread_axis_with_a_domain_fixes_the_block():
     assert "reqd_work_group_size(64, 1, 1)" in f.imported_modules[0].get_source()
     a = np.random.rand(n).astype("float32")
     np.testing.assert_allclose(_run(f, [a], (n,)), a * 3, rtol=1e-6)
+
+
+def test_virtual_threads_share_the_fetch_and_own_their_tiles():
+    M = 128
+    A = te.placeholder((M, M), name="A")
+    B = te.placeholder((M, M), name="B")
+    k = te.reduce_axis((0, M), name="k")
+    C = te.compute((M, M), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    AA, BB = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
+    CL = s.cache_write(C, "local")
+    bi, ii = s[C].split(C.op.axis[0], factor=64)
+    bj, jj = s[C].split(C.op.axis[1], factor=64)
+    vi, ii = s[C].split(ii, nparts=2)
+    vj, jj = s[C].split(jj, nparts=2)
+    ti, ii = s[C].split(ii, nparts=8)
+    tj, jj = s[C].split(jj, nparts=8)
+    s[C].reorder(bi, bj, vi, vj, ti, tj, ii, jj)
+    s[C].bind(bi, te.thread_axis("blockIdx.y"))
+    s[C].bind(bj, te.thread_axis("blockIdx.x"))
+    s[C].bind(vi, te.thread_axis("vthread"))
+    s[C].bind(vj, te.thread_axis("vthread"))
+    s[C].bind(ti, te.thread_axis("threadIdx.y"))
+    s[C].bind(tj, te.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], tj)
+    ko, _ = s[CL].split(CL.op.reduce_axis[0], factor=8)
+    s[CL].reorder(ko, *[iv for iv in s[CL].leaf_iter_vars if iv is not ko])
+    for X in (AA, BB):
+        s[X].compute_at(s[CL], ko)
+        fused = s[X].fuse(*s[X].op.axis)
+        _, fi = s[X].split(fused, factor=64)
+        t1, t2 = s[X].split(fi, factor=8)
+        s[X].bind(t1, te.thread_axis("threadIdx.y"))
+        s[X].bind(t2, te.thread_axis("threadIdx.x"))
+    f = tvm.build(s, [A, B, C], target="opencl", name="vmm")
+    src = f.imported_modules[0].get_source()
+    # 2x2 virtual threads: one 64x8 fetch of each tile per k step, four 4x4 register tiles per thread
+    assert "__local float A_shared[512]" in src and "float C_local[64]" in src
+    assert src.count("A_shared[(((i0_i1_fused_outer * 64)") == 1
+    a = np.random.rand(M, M).astype("float32")
+    b = np.random.rand(M, M).astype("float32")
+    np.testing.assert_allclose(_run(f, [a, b], (M, M)), a @ b, rtol=1e-5)
+
+
+def test_vthread_elementwise_and_bool_output():
+    n = 1000
+    A = te.placeholder((n, 3), name="A")
+    C = te.compute((n,), lambda i: (A[i, 0] + A[i, 1] * 2.0) > A[i, 2], name="C")
+    s = te.create_schedule(C.op)
+    bo, rest = s[C].split(C.op.axis[0], factor=128)
+    vt, tx = s[C].split(rest, nparts=2)
+    s[C].bind(bo, te.thread_axis("blockIdx.x"))
+    s[C].bind(vt, te.thread_axis("vthread"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    f = tvm.build(s, [A, C], target="opencl", name="vt")
+    assert "__global uchar* restrict C" in f.imported_modules[0].get_source()
+    a = np.random.rand(n, 3).astype("float32")
+    np.testing.assert_array_equal(_run(f, [a], (n,), "bool"), (a[:, 0] + a[:, 1] * 2) > a[:, 2])

@@ -35,11 +35,12 @@ PIPELINE = [
 
 # After PIPELINE, a GPU target's build (kiln/codegen/opencl.py lower_device) runs these, in order:
 #   verify_thread_binding (every global write under blockIdx/threadIdx loops)
+#   inject_virtual_threads (vthread loops pushed down: shared work once, private tiles per vthread)
 #   split_host_device     (host PrimFunc launching kernel PrimFuncs; attrs in its docstring)
 #   insert_barriers       (each kernel: barriers where threads share memory)
 #   check_kernel_limits   (each kernel: threads per block, shared bytes against the target)
 #   device_workspace      (host: tensors between kernels allocated on the device)
-GPU_PIPELINE = ["tir.VerifyThreadBinding", "tir.SplitHostDevice", "tir.ThreadSync", "tir.VerifyGPULimits",
+GPU_PIPELINE = ["tir.VerifyThreadBinding", "tir.InjectVirtualThread", "tir.SplitHostDevice", "tir.ThreadSync", "tir.VerifyGPULimits",
                 "tir.DeviceWorkspace"]
 
 
