@@ -121,3 +121,31 @@ def test_a_tuned_config_reaches_the_gpu_kernel(tmp_path):
     # tile_* are [block, vthread, thread, inner]: 8 (x) x 2 (y) x 2 (f) work-items per group; the
     # untuned tiles would give (8, 8, 4)
     assert "reqd_work_group_size(8, 2, 2)" in src.split("nn_conv2d_nn_relu_kernel0")[0]
+
+
+@pytest.mark.opencl
+def test_rpc_runner_measures_on_the_servers_opencl_device():
+    """Candidates timed through a tracker on a server's cl(0); a bad launch is an error there too."""
+    import rpc_services
+
+    tracker = rpc_services.tracker()
+    server = rpc_services.server("--tracker", f"127.0.0.1:{tracker.port}", "--key", "gpu-test")
+    try:
+        conv = next(t for t in _tasks("opencl") if t.name.startswith("conv2d"))
+        space = conv.config_space
+        configs = [space.get(space.default_index()),
+                   _config(space, tile_f=[1, 16, 1], tile_y=[1, 8, 1], tile_x=[1, 8, 1])]
+        option = autotvm.measure_option(
+            builder=autotvm.LocalBuilder(n_parallel=2, timeout=60),
+            runner=autotvm.RPCRunner("gpu-test", "127.0.0.1", tracker.port, number=2, repeat=1, timeout=60,
+                                     cooldown_interval=0, check_correctness=True))
+        batch = create_measure_batch(conv, option)
+        try:
+            results = batch([MeasureInput(conv.target, conv, c) for c in configs])
+        finally:
+            batch.close()
+        assert results[0].error_no == 0 and all(c > 0 for c in results[0].costs), results
+        assert results[1].error_no != 0, results
+    finally:
+        server.stop()
+        tracker.stop()

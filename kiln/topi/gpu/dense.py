@@ -116,10 +116,11 @@ schedule_matmul = schedule_dense
 schedule_batch_matmul = schedule_dense
 
 
-def schedule_tiled(s, mm, out, conf, shared: bool = True, vector: bool = False) -> None:
+def schedule_tiled(s, mm, out, conf, shared: bool = True, vector: bool = True) -> None:
     """The block / register tiling above. ``shared=False`` (Mali: local memory is ordinary
-    memory there) reads A and B straight into registers; ``vector`` makes the register tile's
-    columns one vector (float4)."""
+    memory there) reads A and B straight into registers; ``vector`` makes each row of the
+    register tile one vector (``xi`` of 2, 4, 8 or 16 lanes): one vector load of B's slab per
+    row of k, one vector FMA per row of the tile, one vector store per output row."""
     a, b = mm.op.input_tensors[:2]
     if mm.op is out.op:
         local = s.cache_write(mm, "local")
@@ -154,6 +155,9 @@ def schedule_tiled(s, mm, out, conf, shared: bool = True, vector: bool = False) 
     ko, ki = split_levels(lt, rk, conf["tile_k"])
     lt.reorder(ko, ki, ly, lx)
     unroll_pragmas(lt, ki, conf)
+    if knob(conf, "auto_unroll_max_step", 512):
+        lt.unroll(ki)
+        lt.unroll(ly)
     if vector and conf["tile_x"][3] in (2, 4, 8, 16):
         lt.vectorize(lx)
     if not shared:
