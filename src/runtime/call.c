@@ -159,6 +159,18 @@ int kiln_func_call(KilnFunction* f, const KilnValue* args, const int32_t* codes,
   return rc ? kernel_failed(f, rc) : 0;
 }
 
+/* For callers that call one function many times with the same arguments (the graph
+ * executor): check once here, then call with kiln_func_call_prepared. */
+int kiln_func_check(KilnFunction* f, const KilnValue* args, const int32_t* codes, int32_t n) {
+  KilnValue packed[MAX_ARGS];
+  return prepare(f, args, codes, n, packed);
+}
+
+int kiln_func_call_prepared(KilnFunction* f, const KilnValue* args, int32_t n) {
+  int32_t rc = f->kernel(args, f->codes, n);
+  return rc ? kernel_failed(f, rc) : 0;
+}
+
 static double now_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -102,6 +102,19 @@ struct KilnModule {
   struct KilnCLModule* device;  /* the kernels of a GPU module (NULL for CPU modules) */
 };
 
+/* call.c: check arguments once (array arguments only need no conversion), then call many times. */
+int kiln_func_check(KilnFunction* f, const KilnValue* args, const int32_t* codes, int32_t n);
+int kiln_func_call_prepared(KilnFunction* f, const KilnValue* args, int32_t n);
+
+/* tar.c: extract the regular members named names[0..n) (exact names, "./" prefixes ignored) into
+ * dir by those names; found[i] is set to 1 for each one present. */
+int kiln_untar_named(const char* tar_path, const char* dir, const char* const* names, int n, int* found);
+
+/* graph.c, for graph_package.c */
+struct KilnGraph;
+void kiln_graph_mark_param(struct KilnGraph* g, int input);
+void kiln_graph_take_module(struct KilnGraph* g);
+
 /* Parse the metadata JSON into mod (functions, entry, device type). */
 int kiln_metadata_read(KilnModule* mod, const char* json, size_t len, const char* label);
 void kiln_metadata_free(KilnModule* mod);

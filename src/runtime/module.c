@@ -1,4 +1,5 @@
 /* Loading module files: .so through dlopen, .tar by relinking its objects first. */
+#define _GNU_SOURCE /* RTLD_NODELETE */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -98,7 +99,9 @@ int kiln_module_load_so(const char* path, KilnModule** out) {
   }
   /* RTLD_LOCAL: two modules may both define add_one; RTLD_NOW: a missing libc symbol fails
    * here with a message, not in the middle of a call. */
-  mod->lib = dlopen(target, RTLD_NOW | RTLD_LOCAL);
+  /* RTLD_NODELETE: the module's thread pool (docs/abi.md) keeps its workers alive inside the
+   * library, so unmapping it in kiln_module_free would pull code from under them. */
+  mod->lib = dlopen(target, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   free(target);
   if (!mod->lib) {
     kiln_error("cannot load %s: %s", base_name(path), dlerror());

@@ -130,3 +130,48 @@ int kiln_untar_module(const char* tar_path, const char* dir, int* num_objects) {
   *num_objects = n;
   return 0;
 }
+
+int kiln_untar_named(const char* tar_path, const char* dir, const char* const* names, int n, int* found) {
+  const char* base = strrchr(tar_path, '/');
+  base = base ? base + 1 : tar_path;
+  FILE* in = fopen(tar_path, "rb");
+  if (!in) return kiln_error("cannot open %s", tar_path);
+  unsigned char h[BLOCK];
+  char name[300];
+  int rc = 0, members = 0;
+  for (int i = 0; i < n; i++) found[i] = 0;
+  while (fread(h, 1, BLOCK, in) == BLOCK) {
+    int zero = 1;
+    for (int i = 0; i < BLOCK && zero; i++) zero = h[i] == 0;
+    if (zero) break;
+    unsigned long long size;
+    if (!checksum_ok(h) || parse_octal(h + 124, 12, &size) || size > MAX_MEMBER) {
+      rc = kiln_error("%s is not a valid tar archive (bad header after %d members)", base, members);
+      break;
+    }
+    members++;
+    member_name(h, name, sizeof(name));
+    int which = -1;
+    for (int i = 0; i < n && which < 0; i++)
+      if (strcmp(name, names[i]) == 0) which = i;
+    if (which >= 0 && found[which]) {
+      rc = kiln_error("%s holds %s twice", base, name);
+      break;
+    }
+    if (which >= 0) {
+      char type = (char)h[156];
+      if (type != '0' && type != '\0') {
+        rc = kiln_error("%s: member %s is a link or special file; expected a regular file", base, name);
+        break;
+      }
+      if (copy_member(in, size, dir, name)) { rc = -1; break; }
+      found[which] = 1;
+    } else if (fseek(in, (long)((size + BLOCK - 1) / BLOCK * BLOCK), SEEK_CUR) != 0) {
+      rc = kiln_error("%s: truncated archive", base);
+      break;
+    }
+  }
+  if (!rc && members == 0) rc = kiln_error("%s is not a tar archive (no members)", base);
+  fclose(in);
+  return rc;
+}
