@@ -86,6 +86,7 @@ class CStylePrinter:
         self.needs: set = set()  # helper functions / extensions used
         self.aligned: dict = {}  # id(buffer data) -> alignment in elements known for its base
         self.promote = False  # print int32 index arithmetic in 64 bits (huge buffers)
+        self.declared: set = set()  # ids of Vars declared so far in the kernel
 
     # Names and types -------------------------------------------------------------------------
     def name(self, v: E.Var) -> str:
@@ -171,10 +172,11 @@ class CStylePrinter:
                 self.generic_visit(op)
 
         _Find().visit(body)
-        out = []
-        for op in found:
-            n = _const_size(op, self.func_name)
-            out.append((op.buffer, n))
+        out, seen = [], set()
+        for op in found:  # an unrolled loop holds copies of one allocation: declare it once
+            if id(op.buffer.data) not in seen:
+                seen.add(id(op.buffer.data))
+                out.append((op.buffer, _const_size(op, self.func_name)))
         return out
 
     # Statements ---------------------------------------------------------------------------------
@@ -197,12 +199,29 @@ class CStylePrinter:
             return
         self.emit(self.expr(v) + ";")
 
+    def declare(self, v) -> tuple:
+        """A C name for a declaration of v. Unrolling copies statements with their Vars, so one
+        Var may be declared again in the same C scope: each later declaration gets a fresh name
+        for its extent (restore() puts the old one back)."""
+        old = self.names.get(id(v))
+        if id(v) in self.declared:
+            del self.names[id(v)]
+        self.declared.add(id(v))
+        return self.name(v), old
+
+    def restore(self, v, old) -> None:
+        if old is not None:
+            self.names[id(v)] = old
+
     def stmt_LetStmt(self, s) -> None:
-        self.emit(f"{self.type(s.var.dtype)} {self.name(s.var)} = {self.expr(s.value)};")
+        value = self.expr(s.value)
+        name, old = self.declare(s.var)
+        self.emit(f"{self.type(s.var.dtype)} {name} = {value};")
         if s.var.dtype.is_int:
             lo, hi = self.analyzer.const_bound(s.value)
             self.analyzer.bind_bounds(s.var, lo, hi)
         self.stmt(s.body)
+        self.restore(s.var, old)
 
     def stmt_AttrStmt(self, s) -> None:
         self.stmt(s.body)
@@ -254,9 +273,11 @@ class CStylePrinter:
             raise CompileError(f"{self.func_name}: buffer {s.buffer.name} of scope {scope} cannot be allocated "
                                "inside a kernel; give the stage scope 'local' or 'shared'")
         n = _const_size(s, self.func_name)
-        self.emit(f"{self.storage_type(s.buffer.dtype)} {self.name(s.buffer.data)}[{n}]{self.lang.align.format(n=ALIGN)};")
+        name, old = self.declare(s.buffer.data)
+        self.emit(f"{self.storage_type(s.buffer.dtype)} {name}[{n}]{self.lang.align.format(n=ALIGN)};")
         self.aligned[id(s.buffer.data)] = ALIGN
         self.stmt(s.body)
+        self.restore(s.buffer.data, old)
 
     def stmt_BufferStore(self, s) -> None:
         buf, idx = s.buffer, s.indices[0]

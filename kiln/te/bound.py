@@ -189,7 +189,7 @@ def infer_region(stage: Stage, consumers: list, domains: dict, infos: dict, bodi
 
             fixed = attach_leaf(cons, stage.attach_ivar)
         intervals = root_intervals(cons, domains, infos[cons], fixed, shared_thread_leaves(cons, stage.scope))
-        outer = _outer_relaxed(cons, stage.scope, infos) if fixed is not None else {}
+        outer = _path_relaxed(cons, stage, infos)
         reader = _Reads(tensors)
         for b in bodies[cons]:
             reader.visit(b)
@@ -242,20 +242,39 @@ def shared_thread_leaves(consumer: Stage, scope: str) -> frozenset:
     return frozenset(out)
 
 
-def _outer_relaxed(stage: Stage, scope: str, infos: dict) -> dict:
-    """Intervals of the thread loops above stage's own attach point that share memory of scope:
-    a shared stage attached under a per-thread stage still serves the whole block."""
+def _path_relaxed(cons: Stage, stage: Stage, infos: dict) -> dict:
+    """Intervals of the loops on cons's attach path that stage's region must span.
+
+    cons's region is written in the loop variables of the stages it is attached under. Those
+    loops that run inside stage's attach point (a local cache read from a shared one, attached
+    deeper) range fully; those outside it stay fixed, except the GPU thread loops whose threads
+    share stage's memory (a shared stage serves its whole block)."""
     from .lower import attach_leaf
 
+    if stage.attach != Attach.SCOPE:
+        return {}
+    target = stage.attach_stage
+    target_leaf = attach_leaf(target, stage.attach_ivar)
     out: dict = {}
-    while stage.attach == Attach.SCOPE and stage.attach_stage in infos:
-        parent = stage.attach_stage
-        leaf = attach_leaf(parent, stage.attach_ivar)
-        relax = shared_thread_leaves(parent, scope)
-        for iv in parent.leaf_iter_vars[:parent.leaf_iter_vars.index(leaf) + 1]:
-            if id(iv) in relax:
+    reached = cons is target
+    p = cons
+    while p.attach == Attach.SCOPE and p.attach_stage in infos:
+        parent = p.attach_stage
+        leaf = attach_leaf(parent, p.attach_ivar)
+        path = parent.leaf_iter_vars[:parent.leaf_iter_vars.index(leaf) + 1]
+        threads = shared_thread_leaves(parent, stage.scope)
+        if reached:
+            first_inside = len(path)  # above stage's attach point: only shared thread loops
+        elif parent is target:
+            first_inside = parent.leaf_iter_vars.index(target_leaf) + 1
+        else:
+            first_inside = 0  # a stage between cons and stage's attach point: all its loops
+        for k, iv in enumerate(path):
+            if k >= first_inside or id(iv) in threads:
                 out[id(iv.var)] = (const(0, iv.var.dtype), simplify(infos[parent].extents[iv] - 1))
-        stage = parent
+        if parent is target:
+            reached = True
+        p = parent
     return out
 
 

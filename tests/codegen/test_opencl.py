@@ -471,3 +471,85 @@ def test_vthread_elementwise_and_bool_output():
     assert "__global uchar* restrict C" in f.imported_modules[0].get_source()
     a = np.random.rand(n, 3).astype("float32")
     np.testing.assert_array_equal(_run(f, [a], (n,), "bool"), (a[:, 0] + a[:, 1] * 2) > a[:, 2])
+
+
+def test_matmul_with_local_caches_of_shared_tiles():
+    # The classic schedule: A -> A.shared (per block, at ko) -> A.shared.local (per thread, at ki).
+    M = 128
+    A = te.placeholder((M, M), name="A")
+    B = te.placeholder((M, M), name="B")
+    k = te.reduce_axis((0, M), name="k")
+    C = te.compute((M, M), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    CL = s.cache_write(C, "local")
+    AA, BB = s.cache_read(A, "shared", [CL]), s.cache_read(B, "shared", [CL])
+    AL, BL = s.cache_read(AA, "local", [CL]), s.cache_read(BB, "local", [CL])
+    tx, ty = te.thread_axis("threadIdx.x"), te.thread_axis("threadIdx.y")
+    io, ii = s[C].split(C.op.axis[0], factor=32)
+    jo, ji = s[C].split(C.op.axis[1], factor=32)
+    tyo, ii = s[C].split(ii, nparts=8)
+    txo, ji = s[C].split(ji, nparts=8)
+    s[C].reorder(io, jo, tyo, txo, ii, ji)
+    s[C].bind(io, te.thread_axis("blockIdx.y"))
+    s[C].bind(jo, te.thread_axis("blockIdx.x"))
+    s[C].bind(tyo, ty)
+    s[C].bind(txo, tx)
+    s[CL].compute_at(s[C], txo)
+    ko, ki = s[CL].split(CL.op.reduce_axis[0], factor=8)
+    s[CL].reorder(ko, ki, *s[CL].op.axis)
+    s[AL].compute_at(s[CL], ki)
+    s[BL].compute_at(s[CL], ki)
+    for X in (AA, BB):
+        s[X].compute_at(s[CL], ko)
+        fused = s[X].fuse(*s[X].op.axis)
+        _, fi = s[X].split(fused, factor=64)
+        t1, t2 = s[X].split(fi, factor=8)
+        s[X].bind(t1, ty)
+        s[X].bind(t2, tx)
+    s[CL].pragma(ko, "auto_unroll_max_step", 512)  # the fetch copies share one C scope
+    f = tvm.build(s, [A, B, C], target="opencl", name="mm")
+    src = f.imported_modules[0].get_source()
+    assert "__local float A_shared[256]" in src and "float A_shared_local[4]" in src
+    a = np.random.rand(M, M).astype("float32")
+    b = np.random.rand(M, M).astype("float32")
+    np.testing.assert_allclose(_run(f, [a, b], (M, M)), a @ b, rtol=1e-5)
+
+
+def test_many_functions_in_one_module():
+    from kiln.ir.module import IRModule
+
+    funcs = {}
+    for name, scale in (("double", 2.0), ("triple", 3.0)):
+        A = te.placeholder((100,), name="A")
+        B = te.compute((100,), lambda i: A[i] * scale, name="B")
+        s = te.create_schedule(B.op)
+        xo, xi = s[B].split(B.op.axis[0], factor=32)
+        s[B].bind(xo, te.thread_axis("blockIdx.x"))
+        s[B].bind(xi, te.thread_axis("threadIdx.x"))
+        funcs.update(tvm.lower(s, [A, B], name=name).items())
+    f = tvm.codegen.build(IRModule(funcs), tvm.target.Target("opencl", host="llvm"))
+    assert sorted(f.function_names()) == ["double", "triple"]
+    assert [k["name"] for k in f.metadata["device_code"]["kernels"]] == ["double_kernel0", "triple_kernel0"]
+    a = np.random.rand(100).astype("float32")
+    dev = _dev()
+    for name, scale in (("double", 2), ("triple", 3)):
+        out = tvm.nd.empty((100,), "float32", dev)
+        f[name](tvm.nd.array(a, dev), out)
+        np.testing.assert_allclose(out.numpy(), a * scale, rtol=1e-6)
+
+
+def test_reduction_computed_per_thread_in_private_memory():
+    n, m = 300, 20
+    A = te.placeholder((n, m), name="A")
+    k = te.reduce_axis((0, m), name="k")
+    R = te.compute((n,), lambda i: te.sum(A[i, k] * A[i, k], axis=k), name="R")
+    B = te.compute((n,), lambda i: te.sqrt(R[i]), name="B")
+    s = te.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=64)
+    s[B].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B].bind(xi, te.thread_axis("threadIdx.x"))
+    s[R].compute_at(s[B], xi)  # under threadIdx: a private accumulator
+    f = tvm.build(s, [A, B], target="opencl", name="norm")
+    assert "float R[1]" in f.imported_modules[0].get_source()
+    a = np.random.rand(n, m).astype("float32")
+    np.testing.assert_allclose(_run(f, [a], (n,)), np.sqrt((a * a).sum(1)), rtol=1e-5)

@@ -22,6 +22,9 @@ def _steps(stmt) -> int:
     class _Count(Visitor):
         def visit_For(self, op):
             nonlocal total
+            if op.kind == ForKind.THREAD_BINDING:  # GPU threads run it in parallel, not in steps
+                self.visit(op.body)
+                return
             if isinstance(op.extent, E.IntImm):
                 total *= max(op.extent.value, 1)
             else:
