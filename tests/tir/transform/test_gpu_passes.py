@@ -194,3 +194,57 @@ def test_shared_memory_under_a_thread_condition_is_an_error():
     assert k.attrs["thread_extent"]["threadIdx.x"].value == 32
     with pytest.raises(CompileError, match="shared memory is written and read under a condition"):
         insert_barriers(k)
+
+
+def test_virtual_threads_are_interleaved():
+    from kiln.tir.transform.inject_virtual_thread import inject_virtual_threads
+
+    M = 64
+    A = te.placeholder((M, M), name="A")
+    B = te.placeholder((M, M), name="B")
+    k = te.reduce_axis((0, M), name="k")
+    C = te.compute((M, M), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    AA = s.cache_read(A, "shared", [C])
+    CL = s.cache_write(C, "local")
+    bi, ii = s[C].split(C.op.axis[0], factor=32)
+    vi, ii = s[C].split(ii, nparts=2)
+    ti, ii = s[C].split(ii, nparts=16)
+    s[C].reorder(bi, vi, ti, ii, C.op.axis[1])
+    s[C].bind(bi, te.thread_axis("blockIdx.x"))
+    s[C].bind(vi, te.thread_axis("vthread"))
+    s[C].bind(ti, te.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], ti)
+    ko, _ = s[CL].split(CL.op.reduce_axis[0], factor=8)
+    s[CL].reorder(ko, *[iv for iv in s[CL].leaf_iter_vars if iv is not ko])
+    s[AA].compute_at(s[CL], ko)
+    fused = s[AA].fuse(*s[AA].op.axis)
+    _, t = s[AA].split(fused, factor=16)
+    s[AA].bind(t, te.thread_axis("threadIdx.x"))
+    func = inject_virtual_threads(_lowered(s, [A, B, C]))
+
+    class _Check(Visitor):
+        def __init__(self):
+            super().__init__()
+            self.vthread_loops, self.allocs, self.fetches = 0, {}, 0
+
+        def visit_For(self, op):
+            if op.kind == ForKind.THREAD_BINDING and op.thread_binding.thread_tag == "vthread":
+                self.vthread_loops += 1
+            self.generic_visit(op)
+
+        def visit_Allocate(self, op):
+            self.allocs[op.buffer.name] = str(op.extents[0])
+            self.generic_visit(op)
+
+        def visit_BufferStore(self, op):
+            if op.buffer.name.startswith("A.shared"):
+                self.fetches += 1
+            self.generic_visit(op)
+
+    c = _Check()
+    c.visit(func.body)
+    assert c.vthread_loops == 0
+    # the tile of A the block needs (32 rows x 8) fetched by one statement; a private C tile per vthread
+    assert c.allocs["A.shared"] == "256" and c.fetches == 1, c.allocs
+    assert c.allocs["C.local"] == "128"
