@@ -115,6 +115,8 @@ class CStylePrinter:
         return self.scalar_type(DType("uint", 8)) if dt.is_bool else self.scalar_type(dt)
 
     def type(self, dt: DType) -> str:
+        if dt.lanes > 1 and dt.is_bool:
+            dt = DType("int", 32, dt.lanes)  # what vector comparisons of 32-bit values give
         t = self.scalar_type(dt.element_of() if dt.lanes > 1 else dt)
         if dt.lanes == 1:
             return t
@@ -377,6 +379,10 @@ class CStylePrinter:
         if dst.lanes > 1:
             if src.lanes == 1:
                 return self.lang.vector_literal.format(vt=self.type(dst), args=self.expr(E.cast(e.value, dst.element_of())))
+            if src.is_bool:  # -1/0 lanes -> 1/0
+                return self.lang.vector_cast.format(vt=self.type(dst), x=f"(-{self.expr(e.value)})")
+            if dst.is_bool:
+                return f"({self.expr(e.value)} != {self.lang.vector_literal.format(vt=self.type(src), args='0')})"
             return self.lang.vector_cast.format(vt=self.type(dst), x=self.expr(e.value))
         return f"(({self.type(dst)}){self.expr(e.value)})"
 
@@ -458,9 +464,18 @@ class CStylePrinter:
         return self.select(e.condition, e.true_value, e.false_value)
 
     def select(self, c, t, f) -> str:
-        if t.dtype.lanes > 1:
-            return f"select({self.expr(f)}, {self.expr(t)}, {self.expr(c)})"
-        return f"({self.expr(c)} ? {self.expr(t)} : {self.expr(f)})"
+        lanes = t.dtype.lanes
+        if lanes > 1 and c.dtype.lanes > 1:
+            # Vector conditions are OpenCL's -1/0 integer vectors of the compared type's width:
+            # select() needs them as wide as the values; otherwise choose lane by lane.
+            if t.dtype.bits == 32 and not isinstance(c, E.Broadcast):
+                return f"select({self.expr(f)}, {self.expr(t)}, {self.expr(c)})"
+            tv, fv, cv = self.expr(t), self.expr(f), self.expr(c)
+            lane = self.lang.lane
+            parts = ", ".join(f"({lane.format(x=cv, k=k)} ? {lane.format(x=tv, k=k)} : {lane.format(x=fv, k=k)})"
+                              for k in range(lanes))
+            return self.lang.vector_literal.format(vt=self.type(t.dtype), args=parts)
+        return f"({self.expr(c)} ? {self.expr(t)} : {self.expr(f)})"  # a scalar condition picks whole vectors
 
     def expr_Ramp(self, e):
         base = self.expr(e.base)
@@ -470,6 +485,8 @@ class CStylePrinter:
         return f"({self.lang.vector_literal.format(vt=vt, args=base)} + {self.lang.vector_literal.format(vt=vt, args=offs)})"
 
     def expr_Broadcast(self, e):
+        if e.dtype.is_bool:  # true is -1 in every lane, as vector comparisons give it
+            return f"(-{self.lang.vector_literal.format(vt=self.type(e.dtype), args=self.expr(e.value))})"
         return self.lang.vector_literal.format(vt=self.type(e.dtype), args=self.expr(e.value))
 
     def expr_Let(self, e):

@@ -553,3 +553,20 @@ def test_reduction_computed_per_thread_in_private_memory():
     assert "float R[1]" in f.imported_modules[0].get_source()
     a = np.random.rand(n, m).astype("float32")
     np.testing.assert_allclose(_run(f, [a], (n,)), np.sqrt((a * a).sum(1)), rtol=1e-5)
+
+
+def test_vectorized_comparisons_cast_to_one_and_zero():
+    # OpenCL's vector comparisons give -1 for true: a cast to float must still give 1.0.
+    n = 1024
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: (A[i] > 0.5).astype("float32") * 2.0 + te.max(A[i], 0.0), name="C")
+    s = te.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=4)
+    bo, ti = s[C].split(xo, factor=64)
+    s[C].bind(bo, te.thread_axis("blockIdx.x"))
+    s[C].bind(ti, te.thread_axis("threadIdx.x"))
+    s[C].vectorize(xi)
+    f = tvm.build(s, [A, C], target="opencl", name="cond")
+    assert "convert_float4(" in f.imported_modules[0].get_source()
+    a = np.random.randn(n).astype("float32")
+    np.testing.assert_allclose(_run(f, [a], (n,)), (a > 0.5) * 2.0 + np.maximum(a, 0), rtol=1e-6)
