@@ -1,4 +1,6 @@
-"""``relay.frontend``: importers from model formats. Only ONNX for now."""
+"""``relay.frontend``: importers from model formats (ONNX, Keras .h5, TFLite, TorchScript).
+
+Each framework package is imported only when a model is imported."""
 
 
 def from_onnx(model, shape=None, dtype="float32", opset=None, freeze_params=True, convert_config=None):
@@ -11,4 +13,14 @@ def from_onnx(model, shape=None, dtype="float32", opset=None, freeze_params=True
     return _from_onnx(model, shape=shape, dtype=dtype, opset=opset, freeze_params=freeze_params)
 
 
-__all__ = ["from_onnx"]
+def from_pytorch(script_module, input_infos, custom_convert_map=None, default_dtype="float32"):
+    """Import a traced TorchScript module; returns ``(mod, params)``.
+
+    See kiln.relay.frontend.pytorch.from_pytorch.
+    """
+    from .pytorch import from_pytorch as _from_pytorch
+
+    return _from_pytorch(script_module, input_infos, custom_convert_map, default_dtype)
+
+
+__all__ = ["from_onnx", "from_pytorch"]

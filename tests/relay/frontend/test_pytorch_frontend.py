@@ -1,0 +1,170 @@
+"""from_pytorch on traced modules vs torch's own output: a ResNet-18 written in plain torch
+(reference executor and relay.build, 1e-4) and small modules for the common ops."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the PyTorch frontend tests need torch (pip install 'kiln[frontends]')")
+nn = torch.nn
+F = torch.nn.functional
+
+from frontend_run import run_built, run_reference  # noqa: E402
+
+import kiln as tvm  # noqa: E402
+from kiln import relay  # noqa: E402
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+# torch 2.9+ marks TorchScript deprecated; tracing is still the API 002 and TVM users call.
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        identity = x if self.down is None else self.down(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        out += identity
+        return self.relu(out)
+
+
+class ResNet18(nn.Module):
+    def __init__(self, classes=1000, width=64):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        layers, cin = [], width
+        for i, cout in enumerate([width, width * 2, width * 4, width * 8]):
+            layers += [BasicBlock(cin, cout, 1 if i == 0 else 2), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.avgpool(self.layers(x))
+        return self.fc(torch.flatten(x, 1))
+
+
+def _randomize_bn(model, seed=0):
+    """Non-trivial running statistics, so batch norm is really tested."""
+    g = torch.Generator().manual_seed(seed)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.copy_(torch.rand(m.num_features, generator=g) * 0.2 - 0.1)
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) * 0.5 + 0.75)
+            m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.bias.data.copy_(torch.rand(m.num_features, generator=g) * 0.2 - 0.1)
+    return model
+
+
+def _import(model, x, name="input"):
+    model = model.eval()
+    with torch.no_grad():
+        traced = torch.jit.trace(model, x)
+        want = model(x)
+    mod, params = relay.frontend.from_pytorch(traced, [(name, tuple(x.shape))])
+    wants = [w.numpy() for w in want] if isinstance(want, tuple) else [want.numpy()]
+    return mod, params, {name: x.numpy()}, wants
+
+
+def _check(got, wants, tol=TOL):
+    assert len(got) == len(wants)
+    for g, w in zip(got, wants):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, **tol)
+
+
+def test_resnet18_matches_torch():
+    torch.manual_seed(0)
+    mod, params, inputs, want = _import(_randomize_bn(ResNet18()), torch.rand(1, 3, 224, 224))
+    assert mod["main"].checked_type.ret_type == relay.TensorType((1, 1000), "float32")
+    _check(run_reference(mod, params, inputs), want)
+
+
+def test_resnet18_built_for_llvm_matches_torch():
+    torch.manual_seed(1)
+    mod, params, inputs, want = _import(_randomize_bn(ResNet18(classes=10, width=16)), torch.rand(2, 3, 64, 64))
+    _check(run_built(mod, params, inputs), want)
+
+
+class CommonOps(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+        self.w = nn.Parameter(torch.rand(8, 6))
+
+    def forward(self, x):                        # x: (2, 4, 8)
+        h = self.norm(self.proj(x))
+        a = torch.matmul(h, h.transpose(1, 2))   # batched matmul (2, 4, 4)
+        a = torch.softmax(a / 3.0, dim=-1)
+        h = torch.matmul(a, h)                   # (2, 4, 8)
+        g = F.gelu(h) + torch.sigmoid(h) * torch.tanh(h)
+        c = torch.cat([g, h], dim=2)             # (2, 4, 16)
+        c = c.view(c.size(0), 4, 4, 4).permute(0, 2, 1, 3).reshape(2, -1, 8)
+        m = c.mean(dim=1, keepdim=True) - c.mean(1, True)[:, :, :1]
+        return torch.matmul(c + m, self.w), torch.sigmoid(c).mean(-1)
+
+
+def test_common_ops_match_torch():
+    torch.manual_seed(2)
+    mod, params, inputs, want = _import(CommonOps(), torch.rand(2, 4, 8))
+    _check(run_reference(mod, params, inputs), want)
+    _check(run_built(mod, params, inputs), want)
+
+
+class Activations(nn.Module):
+    def forward(self, x):
+        y = F.relu6(x * 4) + F.hardtanh(x, -0.5, 0.5) + F.leaky_relu(x, 0.1) + F.silu(x) + F.hardswish(x)
+        y = y + F.gelu(x, approximate="tanh") - torch.clamp(x, min=0.1) + F.avg_pool2d(x, 3, 1, 1)
+        return F.max_pool2d(y, 2, ceil_mode=True).flatten(1)
+
+
+def test_activations_and_pools_match_torch():
+    torch.manual_seed(3)
+    mod, params, inputs, want = _import(Activations(), torch.randn(1, 2, 7, 7))
+    _check(run_reference(mod, params, inputs), want)
+
+
+def test_saved_archive_loads_by_path(tmp_path):
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5)).eval()
+    x = torch.rand(1, 3, 8, 8)
+    path = tmp_path / "m.pt"
+    torch.jit.trace(model, x).save(str(path))
+    mod, params = relay.frontend.from_pytorch(str(path), {"input": [1, 3, 8, 8]})
+    _check(run_reference(mod, params, {"input": x.numpy()}), [model(x).detach().numpy()])
+
+
+def test_errors_name_the_problem(tmp_path):
+    traced = torch.jit.trace(nn.Sequential(nn.Conv2d(3, 4, 3)).eval(), torch.rand(1, 3, 8, 8))
+    with pytest.raises(tvm.KilnError, match=r"takes 1 input\(s\) but input_infos names 2"):
+        relay.frontend.from_pytorch(traced, [("a", (1, 3, 8, 8)), ("b", (1, 3, 8, 8))])
+    with pytest.raises(tvm.KilnError, match="carry no input shapes"):
+        relay.frontend.from_pytorch(traced, [])
+    with pytest.raises(tvm.KilnError, match="takes a TorchScript module, got Linear"):
+        relay.frontend.from_pytorch(nn.Linear(2, 2), [("x", (1, 2))])
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(tvm.KilnError, match="is not a TorchScript archive"):
+        relay.frontend.from_pytorch(str(bad), [("x", (1, 2))])
+
+    class Odd(nn.Module):
+        def forward(self, x):
+            return torch.cumsum(x, 0)
+    with pytest.raises(tvm.KilnError, match=r"unsupported op\(s\): aten::cumsum \(x1\).*docs/frontends.md"):
+        relay.frontend.from_pytorch(torch.jit.trace(Odd(), torch.rand(3)), [("x", (3,))])
