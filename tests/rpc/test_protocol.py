@@ -108,6 +108,23 @@ def test_large_frames_stream_through_channel():
     assert op == P.OP_RETURN and bytes(out) == payload
 
 
+def test_a_polling_reader_gives_the_core_away_between_polls(monkeypatch):
+    """While it polls for a reply, a reader yields the core on every empty poll: on a 2-core
+    machine the peer that must answer may need that very core (bench/rpc.py measures the
+    effect). Once the poll window is over it sleeps in recv, so the frame still arrives."""
+    import threading
+    yields = []
+    monkeypatch.setattr(P, "_yield", lambda: yields.append(1))
+    a, b = socket.socketpair()
+    reader = P.Channel(b, spin=0.05)
+    sender = threading.Timer(0.2, lambda: P.Channel(a).send(P.OP_RETURN, [1, "x"]))
+    sender.start()
+    op, value = reader.recv_message()
+    sender.join()
+    assert (op, value) == (P.OP_RETURN, [1, "x"])
+    assert yields  # how many depends on how much of the 50 ms window this thread ran
+
+
 def test_hmac_proof_depends_on_token_and_nonces():
     hello = {"nonce": memoryview(b"c" * 16), "role": P.ROLE_CLIENT}
     proof = {"proof": memoryview(P._proof("secret", b"s" * 16, b"c" * 16, P.ROLE_CLIENT))}
