@@ -141,7 +141,8 @@ class CStylePrinter(ExprPrinter):
                     raise CompileError(f"{self.func_name}: kernel parameter {p.name} of type {p.dtype} cannot be passed")
                 params.append(f"{self.type(p.dtype)} {self.name(p)}")
                 if p.dtype.is_int:
-                    self.analyzer.bind_bounds(p, 0 if isinstance(p, E.SizeVar) else -math.inf, math.inf)
+                    dim = isinstance(p, E.SizeVar) or id(p) in func.attrs.get("shape_vars", ())
+                    self.analyzer.bind_bounds(p, 0 if dim else -math.inf, math.inf)
         shared = self._hoist_shared(func.body)
         body_start = len(self.lines)
         for buf, n in shared:

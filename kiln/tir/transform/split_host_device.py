@@ -12,7 +12,8 @@ Kernel PrimFunc: params are the data handles of the global buffers it touches (b
 gives each one's Buffer) then the scalar Vars it reads; attrs are ``global_symbol``
 ("<func>_kernel<k>"), ``calling_conv`` "kernel", ``kernel_id`` (index in the module),
 ``thread_extent`` ({tag: extent PrimExpr}, blockIdx.* then threadIdx.*), ``thread_tags``,
-``thread_vars`` ({tag: the Var standing for that index}) and ``host_symbol``.
+``thread_vars`` ({tag: the Var standing for that index}), ``shape_vars`` (ids of the scalar
+params that are tensor dimensions, hence >= 0) and ``host_symbol``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ def split_host_device(func: PrimFunc, first_kernel_id: int = 0) -> tuple[PrimFun
     splitter = _Splitter(symbol, first_kernel_id)
     # Kernel buffer parameters follow the function's argument order (then its other buffers).
     splitter.order = {id(b.data): k for k, b in enumerate(func.buffer_map.values())}
+    # Vars that are dimensions of the function's tensors are never negative (the printer uses
+    # plain / and % on them).
+    splitter.shape_vars = {id(d) for b in func.buffer_map.values() for d in b.shape if isinstance(d, E.Var)}
     body = splitter.visit(func.body)
     host = replace(func, body=body, attrs={**func.attrs, "kiln.kernels": [k.attrs["global_symbol"] for k in splitter.kernels]})
     return host, splitter.kernels
@@ -56,6 +60,8 @@ class _Splitter(Mutator):
         self.symbol = symbol
         self.first_id = first_id
         self.kernels: list[PrimFunc] = []
+        self.order: dict = {}
+        self.shape_vars: set = set()
 
     def visit_For(self, op):
         if is_thread_loop(op):
@@ -79,6 +85,7 @@ class _Splitter(Mutator):
             "global_symbol": name, "calling_conv": "kernel", "kernel_id": kid, "host_symbol": self.symbol,
             "thread_extent": {t: extents[t] for t in tags}, "thread_tags": tags,
             "thread_vars": {t: idx_vars[t] for t in tags},
+            "shape_vars": frozenset(id(v) for v in scalars if id(v) in self.shape_vars),
         })
         self.kernels.append(kernel)
         one = E.const(1)
