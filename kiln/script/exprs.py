@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import types
 
 from kiln.errors import ScriptError
 from kiln.ir import expr as E
@@ -85,8 +86,17 @@ class ExprParser:
         while isinstance(node, ast.Attribute):
             parts.append(node.attr)
             node = node.value
-        if isinstance(node, ast.Name) and node.id in self.t_aliases and parts:
-            return ".".join(reversed(parts))
+        if not isinstance(node, ast.Name) or not parts:
+            return None
+        parts.reverse()
+        if node.id in self.t_aliases and not any(node.id in s for s in self.scopes):
+            return ".".join(parts)
+        # A path through Python modules, such as tvm.script.tir.Buffer.
+        obj = self.outer.get(node.id)
+        while isinstance(obj, types.ModuleType) and parts:
+            if obj.__name__ == "kiln.script.tir":
+                return ".".join(parts)
+            obj = getattr(obj, parts.pop(0), None)
         return None
 
     def unknown_t(self, node, name: str):

@@ -382,7 +382,8 @@ class Parser(ExprParser):
             if len(targets) != 1:
                 raise self.error(node.target, f"T.{name} binds one loop variable")
             loops = [self.loop_range(name, it)]
-        vars_ = [E.Var(t.id, ext.dtype) for t, (_, _, ext, _, _) in zip(targets, loops)]
+        # The loop variable has the dtype of an explicit start, else of the extent.
+        vars_ = [E.Var(t.id, (lo if lo is not None else ext).dtype) for t, (_, lo, ext, _, _) in zip(targets, loops)]
         body = self.scoped(node.body, {v.name: v for v in vars_})
         for var, (kind, lo, ext, binding, ann) in reversed(list(zip(vars_, loops))):
             lo = lo if lo is not None else E.const(0, var.dtype)
