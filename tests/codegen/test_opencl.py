@@ -570,3 +570,22 @@ def test_vectorized_comparisons_cast_to_one_and_zero():
     assert "convert_float4(" in f.imported_modules[0].get_source()
     a = np.random.randn(n).astype("float32")
     np.testing.assert_allclose(_run(f, [a], (n,)), (a > 0.5) * 2.0 + np.maximum(a, 0), rtol=1e-6)
+
+
+def test_scalar_arguments_reach_the_kernel():
+    n = te.var("n")
+    alpha = te.var("alpha", "float32")
+    shift = te.var("shift", "int64")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * alpha + shift.astype("float32"), name="B")
+    s = te.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B].bind(xi, te.thread_axis("threadIdx.x"))
+    f = tvm.build(s, [A, alpha, shift, B], target="opencl", name="axpb")
+    assert "float alpha, long shift" in f.imported_modules[0].get_source()
+    dev = _dev()
+    a = np.random.rand(70).astype("float32")
+    out = tvm.nd.empty((70,), "float32", dev)
+    f(tvm.nd.array(a, dev), 1.5, 3, out)
+    np.testing.assert_allclose(out.numpy(), a * 1.5 + 3, rtol=1e-6)
