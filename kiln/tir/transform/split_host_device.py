@@ -24,7 +24,7 @@ from kiln.errors import CompileError
 from kiln.ir import expr as E
 from kiln.ir.dtype import BOOL_T, INT32
 from kiln.ir.functor import Mutator, Visitor
-from kiln.ir.stmt import Allocate, Evaluate, For, ForKind, IfThenElse, LetStmt, PrimFunc
+from kiln.ir.stmt import Evaluate, For, ForKind, IfThenElse, LetStmt, PrimFunc
 from kiln.ir.structural import structural_equal
 from kiln.tir.simplify import simplify
 
@@ -90,7 +90,7 @@ class _Splitter(Mutator):
         self.kernels.append(kernel)
         one = E.const(1)
         launch = [extents.get(t, one) for t in TAG_ORDER]
-        args = (E.const(kid), *[E.cast(x, INT32) if x.dtype != INT32 else x for x in launch], E.const(0),
+        args = (E.const(kid), *launch, E.const(0),
                 *[b.data for b in bufs], *scalars)
         return Evaluate(E.Call(INT32, LAUNCH_OP, args))
 
@@ -212,5 +212,3 @@ def _free(body, thread_vars: set):
                and id(v) not in thread_vars and not v.dtype.is_handle]
     return bufs, scalars
 
-
-_ = Allocate
