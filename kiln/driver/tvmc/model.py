@@ -57,6 +57,8 @@ def _import(fe: Frontend, path: str, shape_dict: dict | None):
                             f"not exist in this kiln); convert {os.path.basename(path)} to ONNX and pass the .onnx file")
     if fe.name == "onnx":
         return _load_onnx(path, shape_dict)
+    if fe.name == "keras":  # channels-last inputs, as the Keras model (and TVM's tvmc) has them
+        return frontend.from_keras(path, shape_dict or None, layout="NHWC")
     return getattr(frontend, fe.function)(path, shape_dict)
 
 

@@ -23,4 +23,14 @@ def from_pytorch(script_module, input_infos, custom_convert_map=None, default_dt
     return _from_pytorch(script_module, input_infos, custom_convert_map, default_dtype)
 
 
-__all__ = ["from_onnx", "from_pytorch"]
+def from_keras(model, shape=None, layout="NCHW"):
+    """Import a Keras ``.h5`` model (path or h5py.File); returns ``(mod, params)``.
+
+    See kiln.relay.frontend.keras.from_keras.
+    """
+    from .keras import from_keras as _from_keras
+
+    return _from_keras(model, shape, layout)
+
+
+__all__ = ["from_onnx", "from_pytorch", "from_keras"]

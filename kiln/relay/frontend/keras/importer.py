@@ -1,0 +1,252 @@
+"""Read a Keras ``.h5`` file (``model.save("x.h5")``) and build the relay function.
+
+The file holds the model's architecture as JSON in the root attribute ``model_config`` and
+the weights under ``model_weights/<layer>/`` (their order in the layer's ``weight_names``
+attribute). Both the Keras 2 and the Keras 3 spellings of layer connections are read.
+
+The graph is built channels-last, as Keras computes it (conv2d ``NHWC``/``HWIO``, pooling
+``NHWC``). ``layout="NCHW"`` (TVM's default for ``from_keras``) declares the 4-d inputs as
+NCHW and transposes them to NHWC at the start; 4-d outputs are transposed back to NCHW.
+``layout="NHWC"`` (what tvmc uses) keeps the inputs and outputs as Keras has them. Weights
+become Constants, so ``params`` is empty.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from kiln.errors import KilnError
+
+from ...expr import Function, Tuple, var
+from ...op import transform as tf
+from ...transform.infer_type import infer
+
+
+class ImportError_(KilnError):
+    """The Keras model cannot be imported as written."""
+
+
+class Ctx:
+    """What a converter sees: the layer's class, name and config, its weights by short name."""
+
+    def __init__(self, layer: dict, weights: dict):
+        self.cls = layer["class_name"]
+        self.config = layer.get("config", {})
+        self.name = self.config.get("name", layer.get("name", "?"))
+        self.weights = weights
+
+    def fail(self, msg: str):
+        raise ImportError_(f"from_keras: layer {self.name!r} ({self.cls}): {msg}")
+
+    def weight(self, key: str, required: bool = True):
+        if key in self.weights:
+            return self.weights[key]
+        if required:
+            self.fail(f"the file has no weight {key!r} for it (found {sorted(self.weights) or 'none'})")
+        return None
+
+    def shape_of(self, expr) -> tuple:
+        return tuple(infer(expr).checked_type.shape)
+
+    def dtype_of(self, expr) -> str:
+        return infer(expr).checked_type.dtype
+
+    def channels_last(self):
+        if self.config.get("data_format", "channels_last") != "channels_last":
+            self.fail("data_format='channels_first' is not supported; save the model channels_last")
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _read_weights(group, layer_names) -> dict:
+    """{layer name: {short weight name: array}}; 'conv1/kernel:0' is stored as 'kernel'."""
+    out = {}
+    for lname in layer_names:
+        if lname not in group:
+            continue
+        g = group[lname]
+        names = [_text(n) for n in g.attrs.get("weight_names", [])]
+        weights = {}
+        for full in names:
+            short = full.split("/")[-1].split(":")[0]
+            weights[short] = np.asarray(g[full])
+        out[lname] = weights
+    return out
+
+
+def _inbound(layer: dict) -> list:
+    """[(layer name, node index, tensor index)] feeding ``layer`` (its first call)."""
+    nodes = layer.get("inbound_nodes") or []
+    if not nodes:
+        return []
+    node = nodes[0]
+    if isinstance(node, dict):  # Keras 3: {"args": [keras tensors or lists of them], "kwargs": {}}
+        found = []
+
+        def walk(v):
+            if isinstance(v, dict) and v.get("class_name") == "__keras_tensor__":
+                found.append(tuple(v["config"]["keras_history"]))
+            elif isinstance(v, (list, tuple)):
+                for item in v:
+                    walk(item)
+        walk(node.get("args", []))
+        return found
+    return [tuple(entry[:3]) for entry in node]
+
+
+class _Importer:
+    def __init__(self, config: dict, weights: dict, shape: dict, layout: str, converters: dict):
+        self.config = config
+        self.weights = weights
+        self.shape = dict(shape or {})
+        self.layout = layout
+        self.converters = converters
+        self.tensors: dict = {}
+        self.inputs: list = []
+
+    def layers(self) -> list:
+        cfg = self.config.get("config", {})
+        layers = cfg["layers"] if isinstance(cfg, dict) else cfg
+        if self.config.get("class_name") == "Sequential":
+            return _chain(layers, cfg.get("build_input_shape") if isinstance(cfg, dict) else None)
+        return layers
+
+    def check_supported(self, layers):
+        missing = {}
+        for layer in layers:
+            if layer["class_name"] not in self.converters and layer["class_name"] != "InputLayer":
+                missing.setdefault(layer["class_name"], []).append(layer.get("name") or layer["config"].get("name"))
+        if missing:
+            listed = "\n".join(f"  {k}: {', '.join(v)}" for k, v in sorted(missing.items()))
+            raise ImportError_(f"from_keras: the model uses {len(missing)} unsupported layer type(s):\n{listed}\n"
+                               "Supported layers are listed in docs/frontends.md "
+                               "(kiln.relay.frontend.keras.CONVERTERS).")
+
+    def input_var(self, layer):
+        cfg = layer["config"]
+        name = cfg.get("name", layer.get("name"))
+        if name in self.shape:
+            dims = tuple(int(d) for d in self.shape[name])
+            nhwc = _to_nhwc(dims) if self.layout == "NCHW" and len(dims) == 4 else dims
+        else:
+            declared = cfg.get("batch_input_shape") or cfg.get("batch_shape")
+            if declared is None or any(d is None for d in declared[1:]):
+                raise ImportError_(f"from_keras: input {name!r} has shape {declared}; pass "
+                                   f"shape={{{name!r}: (...)}} with every dimension")
+            nhwc = tuple(1 if d is None else int(d) for d in declared)
+            dims = _to_nchw(nhwc) if self.layout == "NCHW" and len(nhwc) == 4 else nhwc
+        v = var(name, shape=dims, dtype=cfg.get("dtype") if isinstance(cfg.get("dtype"), str) else "float32")
+        self.inputs.append(v)
+        return tf.transpose(v, (0, 2, 3, 1)) if self.layout == "NCHW" and len(dims) == 4 else v
+
+    def run(self) -> Function:
+        layers = self.layers()
+        self.check_supported(layers)
+        for layer in layers:
+            name = layer.get("name") or layer["config"]["name"]
+            if layer["class_name"] == "InputLayer":
+                self.tensors[name] = self.input_var(layer)
+                continue
+            ins = [self.tensors[src] for src, _node, _idx in _inbound(layer)]
+            ctx = Ctx(layer, self.weights.get(name, {}))
+            try:
+                self.tensors[name] = self.converters[layer["class_name"]](ctx, ins)
+            except ImportError_:
+                raise
+            except (KilnError, ValueError, TypeError, KeyError) as e:
+                raise ImportError_(f"from_keras: layer {name!r} ({layer['class_name']}): {e}") from e
+        outs = [self.output(self.tensors[o[0]]) for o in self.output_layers(layers)]
+        return Function(self.inputs, outs[0] if len(outs) == 1 else Tuple(outs))
+
+    def output(self, expr):
+        if self.layout == "NCHW" and len(infer(expr).checked_type.shape) == 4:
+            return tf.transpose(expr, (0, 3, 1, 2))
+        return expr
+
+    def output_layers(self, layers):
+        cfg = self.config.get("config", {})
+        outs = cfg.get("output_layers") if isinstance(cfg, dict) else None
+        if not outs:
+            return [[layers[-1].get("name") or layers[-1]["config"]["name"]]]
+        return [outs] if isinstance(outs[0], str) else outs
+
+
+def _chain(layers, build_shape):
+    """A Sequential model as a functional one: each layer reads the one before it."""
+    out, prev = [], None
+    for layer in layers:
+        layer = dict(layer)
+        cfg = layer["config"]
+        name = cfg["name"]
+        if layer["class_name"] != "InputLayer" and prev is None:
+            shape = cfg.get("batch_input_shape") or cfg.get("batch_shape") or build_shape
+            out.append({"class_name": "InputLayer", "name": f"{name}_input",
+                        "config": {"name": f"{name}_input", "batch_input_shape": shape}})
+            prev = f"{name}_input"
+        layer["name"] = name
+        layer["inbound_nodes"] = [[[prev, 0, 0, {}]]] if prev else []
+        out.append(layer)
+        prev = name
+    return out
+
+
+def _to_nchw(shape):
+    return (shape[0], shape[3], shape[1], shape[2])
+
+
+def _to_nhwc(shape):
+    return (shape[0], shape[2], shape[3], shape[1])
+
+
+def _open(model):
+    try:
+        import h5py
+    except ImportError:
+        raise ImportError_("from_keras needs h5py to read .h5 files: pip install h5py") from None
+    if isinstance(model, h5py.File):
+        return model, False
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        try:
+            return h5py.File(path, "r"), True
+        except OSError as err:
+            raise ImportError_(f"from_keras: {path!r} is not a readable HDF5 file ({err}); save the model with "
+                               "model.save('model.h5')") from None
+    raise ImportError_(f"from_keras takes the path of an .h5 file or an h5py.File, got {type(model).__name__} "
+                       "(save a keras.Model with model.save('model.h5') first)")
+
+
+def from_keras(model, shape=None, layout="NCHW"):
+    """Import a Keras ``.h5`` model (a path or an open ``h5py.File``) as ``(IRModule, params)``.
+
+    ``shape``: ``{input name: shape}`` in ``layout`` (needed when the model's own input shape
+    has unknown dimensions other than the batch). ``layout``: "NCHW" (inputs and 4-d outputs
+    NCHW, as TVM's from_keras) or "NHWC" (as the Keras model; tvmc uses this).
+
+    >>> mod, params = relay.frontend.from_keras("resnet50.h5", {"input_1": (1, 224, 224, 3)}, layout="NHWC")
+    """
+    from kiln.ir.module import IRModule
+
+    from . import CONVERTERS
+    if layout not in ("NCHW", "NHWC"):
+        raise ImportError_(f"from_keras: layout={layout!r}; use 'NCHW' or 'NHWC'")
+    f, owned = _open(model)
+    try:
+        if "model_config" not in f.attrs:
+            raise ImportError_(f"from_keras: {f.filename!r} has no model_config attribute (a weights-only file?); "
+                               "save the whole model with model.save('model.h5')")
+        config = json.loads(_text(f.attrs["model_config"]))
+        group = f["model_weights"] if "model_weights" in f else f
+        names = [_text(n) for n in group.attrs.get("layer_names", list(group.keys()))]
+        weights = _read_weights(group, names)
+    finally:
+        if owned:
+            f.close()
+    func = _Importer(config, weights, shape, layout, CONVERTERS).run()
+    infer(func)
+    return IRModule({"main": func}), {}

@@ -1,0 +1,184 @@
+"""from_keras on .h5 files written here with h5py in the layout Keras saves (no Keras or
+TensorFlow installs cheaply beside kiln), checked against an independent numpy implementation
+of the layers in keras_h5.py (rtol/atol 1e-4): a ResNet-like and a MobileNetV2-like model."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("h5py", reason="the Keras frontend reads .h5 files with h5py (pip install h5py)")
+
+import keras_h5 as K  # noqa: E402
+from frontend_run import run_built, run_reference  # noqa: E402
+
+import kiln as tvm  # noqa: E402
+from kiln import relay  # noqa: E402
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+def _conv(g, rng, name, src, cin, cout, k, stride=1, padding="same", bias=True, act="linear"):
+    kernel = (rng.standard_normal((k, k, cin, cout)) / np.sqrt(k * k * cin)).astype("float32")
+    weights = [("kernel", kernel)] + ([("bias", rng.standard_normal(cout).astype("float32") * 0.1)] if bias else [])
+    cfg = dict(filters=cout, kernel_size=[k, k], strides=[stride, stride], padding=padding,
+               data_format="channels_last", dilation_rate=[1, 1], activation=act, use_bias=bias)
+    return g.add("Conv2D", name, src, weights, **cfg), (kernel, weights[1][1] if bias else None, cfg)
+
+
+def _bn(g, rng, name, src, c):
+    w = [("gamma", rng.uniform(0.5, 1.5, c)), ("beta", rng.uniform(-0.1, 0.1, c)),
+         ("moving_mean", rng.uniform(-0.1, 0.1, c)), ("moving_variance", rng.uniform(0.5, 1.5, c))]
+    w = [(n, v.astype("float32")) for n, v in w]
+    return g.add("BatchNormalization", name, src, w, axis=[3], epsilon=1.001e-5, center=True, scale=True), \
+        [v for _, v in w]
+
+
+def resnet_like(path, seed=0, image=32, classes=10):
+    """ZeroPadding -> 7x7/2 conv -> BN -> relu -> pad + 3x3/2 max pool -> two residual blocks
+    (one downsampling with a 1x1 conv) -> global average pool -> dense softmax. Returns the
+    numpy forward function."""
+    rng = np.random.default_rng(seed)
+    g = K.Graph((image, image, 3))
+    ops = []
+    x = g.add("ZeroPadding2D", "pad1", "input_1", padding=[[3, 3], [3, 3]], data_format="channels_last")
+    x, c1 = _conv(g, rng, "conv1", x, 3, 8, 7, 2, "valid")
+    x, b1 = _bn(g, rng, "bn1", x, 8)
+    x = g.add("Activation", "relu1", x, activation="relu")
+    x = g.add("ZeroPadding2D", "pad2", x, padding=[[1, 1], [1, 1]], data_format="channels_last")
+    x = g.add("MaxPooling2D", "pool1", x, pool_size=[3, 3], strides=[2, 2], padding="valid",
+              data_format="channels_last")
+    ops += [("pad", 3), ("conv", c1), ("bn", b1), ("relu",), ("pad", 1), ("maxpool", dict(pool_size=(3, 3),
+                                                                                           strides=(2, 2)))]
+    blocks = []
+    cin = 8
+    for i, (cout, stride) in enumerate([(8, 1), (16, 2)]):
+        p = f"b{i}"
+        y, ca = _conv(g, rng, p + "_conv_a", x, cin, cout, 3, stride, bias=False)
+        y, ba = _bn(g, rng, p + "_bn_a", y, cout)
+        y = g.add("ReLU", p + "_relu_a", y)
+        y, cb = _conv(g, rng, p + "_conv_b", y, cout, cout, 3)
+        y, bb = _bn(g, rng, p + "_bn_b", y, cout)
+        short, cs = (x, None)
+        if stride != 1 or cin != cout:
+            short, cs = _conv(g, rng, p + "_short", x, cin, cout, 1, stride, "valid")
+        x = g.add("Add", p + "_add", [y, short])
+        x = g.add("Activation", p + "_out", x, activation="relu")
+        blocks.append((ca, ba, cb, bb, cs))
+        cin = cout
+    x = g.add("GlobalAveragePooling2D", "gap", x, data_format="channels_last")
+    dk = rng.standard_normal((cin, classes)).astype("float32") * 0.3
+    db = rng.standard_normal(classes).astype("float32") * 0.1
+    x = g.add("Dense", "fc", x, [("kernel", dk), ("bias", db)], units=classes, activation="softmax", use_bias=True)
+    g.save(path, x)
+
+    def forward(inp):
+        h = np.pad(inp.astype("float64"), ((0, 0), (3, 3), (3, 3), (0, 0)))
+        h = K.conv2d(h, *c1)
+        h = np.maximum(K.batch_norm(h, *b1, 1.001e-5), 0)
+        h = K.pool(np.pad(h, ((0, 0), (1, 1), (1, 1), (0, 0))), dict(pool_size=(3, 3), strides=(2, 2)), "max")
+        for ca, ba, cb, bb, cs in blocks:
+            y = np.maximum(K.batch_norm(K.conv2d(h, *ca), *ba, 1.001e-5), 0)
+            y = K.batch_norm(K.conv2d(y, *cb), *bb, 1.001e-5)
+            h = np.maximum(y + (K.conv2d(h, *cs) if cs else h), 0)
+        return K.softmax(h.mean(axis=(1, 2)) @ dk + db)
+    return forward
+
+
+def mobilenet_like(path, seed=1, image=16):
+    """MobileNetV2 pieces: conv/BN/ReLU6 stem, an inverted residual (1x1 expand, depthwise 3x3,
+    1x1 project, Add), a strided depthwise block, Concatenate, 'same' average pooling, Reshape,
+    Flatten, Dropout, Dense and a Softmax layer."""
+    rng = np.random.default_rng(seed)
+    g = K.Graph((image, image, 3), name="images")
+    x, c0 = _conv(g, rng, "stem", "images", 3, 8, 3, 2, bias=False)
+    x, b0 = _bn(g, rng, "stem_bn", x, 8)
+    x = g.add("ReLU", "stem_relu", x, max_value=6.0)
+    e, c1 = _conv(g, rng, "expand", x, 8, 16, 1, bias=False)
+    e = g.add("ReLU", "expand_relu", e, max_value=6.0)
+    dwk = rng.standard_normal((3, 3, 16, 1)).astype("float32") * 0.3
+    dwb = rng.standard_normal(16).astype("float32") * 0.1
+    e = g.add("DepthwiseConv2D", "dw", e, [("depthwise_kernel", dwk), ("bias", dwb)], kernel_size=[3, 3],
+              strides=[1, 1], padding="same", depth_multiplier=1, data_format="channels_last",
+              dilation_rate=[1, 1], activation="relu6", use_bias=True)
+    p, c2 = _conv(g, rng, "project", e, 16, 8, 1, bias=False)
+    p, b2 = _bn(g, rng, "project_bn", p, 8)
+    x = g.add("Add", "res_add", [x, p])
+    dwk2 = rng.standard_normal((3, 3, 8, 2)).astype("float32") * 0.3
+    d2 = g.add("DepthwiseConv2D", "dw2", x, [("depthwise_kernel", dwk2)], kernel_size=[3, 3], strides=[2, 2],
+               padding="same", depth_multiplier=2, data_format="channels_last", dilation_rate=[1, 1],
+               activation="linear", use_bias=False)
+    a = g.add("AveragePooling2D", "avg", x, pool_size=[3, 3], strides=[2, 2], padding="same",
+              data_format="channels_last")
+    x = g.add("Concatenate", "cat", [d2, a], axis=-1)                        # (4, 4, 24)
+    x = g.add("Reshape", "reshape", x, target_shape=[16, 24])
+    x = g.add("Flatten", "flat", x, data_format="channels_last")
+    x = g.add("Dropout", "drop", x, rate=0.2)
+    dk = rng.standard_normal((384, 5)).astype("float32") * 0.1
+    x = g.add("Dense", "logits", x, [("kernel", dk)], units=5, activation="linear", use_bias=False)
+    x = g.add("Softmax", "prob", x, axis=-1)
+    g.save(path, x)
+
+    def forward(inp):
+        h = np.clip(K.batch_norm(K.conv2d(inp.astype("float64"), *c0), *b0, 1.001e-5), 0, 6)
+        y = np.clip(K.conv2d(h, *c1), 0, 6)
+        y = np.clip(K.depthwise(y, dwk, dwb, dict(padding="same")), 0, 6)
+        h = h + K.batch_norm(K.conv2d(y, *c2), *b2, 1.001e-5)
+        d = K.depthwise(h, dwk2, None, dict(padding="same", strides=(2, 2)))
+        a = K.pool(h, dict(pool_size=(3, 3), strides=(2, 2), padding="same"), "avg")
+        flat = np.concatenate([d, a], axis=-1).reshape(inp.shape[0], -1)
+        return K.softmax(flat @ dk)
+    return forward
+
+
+def test_resnet_like_matches_numpy_keras(tmp_path):
+    forward = resnet_like(tmp_path / "resnet.h5")
+    x = np.random.default_rng(5).random((2, 32, 32, 3), dtype="float32")
+    mod, params = relay.frontend.from_keras(str(tmp_path / "resnet.h5"), {"input_1": x.shape}, layout="NHWC")
+    want = forward(x)
+    np.testing.assert_allclose(run_reference(mod, params, {"input_1": x})[0], want, **TOL)
+    np.testing.assert_allclose(run_built(mod, params, {"input_1": x})[0], want, **TOL)
+
+
+def test_nchw_layout_takes_nchw_input(tmp_path):
+    forward = resnet_like(tmp_path / "resnet.h5", seed=3)
+    x = np.random.default_rng(6).random((1, 32, 32, 3), dtype="float32")
+    mod, params = relay.frontend.from_keras(str(tmp_path / "resnet.h5"))  # TVM's default: NCHW, shape from the file
+    (inp,) = mod["main"].params
+    assert inp.checked_type.shape == (1, 3, 32, 32)
+    got = run_reference(mod, params, {"input_1": x.transpose(0, 3, 1, 2).copy()})[0]
+    np.testing.assert_allclose(got, forward(x), **TOL)
+
+
+def test_mobilenet_like_matches_numpy_keras(tmp_path):
+    forward = mobilenet_like(tmp_path / "mobilenet.h5")
+    x = np.random.default_rng(7).standard_normal((1, 16, 16, 3)).astype("float32")
+    mod, params = relay.frontend.from_keras(str(tmp_path / "mobilenet.h5"), layout="NHWC")
+    want = forward(x)
+    np.testing.assert_allclose(run_reference(mod, params, {"images": x})[0], want, **TOL)
+    np.testing.assert_allclose(run_built(mod, params, {"images": x})[0], want, **TOL)
+
+
+def test_errors_name_the_problem(tmp_path):
+    import h5py
+    with pytest.raises(tvm.KilnError, match="is not a readable HDF5 file"):
+        (tmp_path / "x.h5").write_bytes(b"nope")
+        relay.frontend.from_keras(str(tmp_path / "x.h5"))
+    with h5py.File(tmp_path / "w.h5", "w") as f:
+        f.attrs["layer_names"] = []
+    with pytest.raises(tvm.KilnError, match="no model_config attribute"):
+        relay.frontend.from_keras(str(tmp_path / "w.h5"))
+    g = K.Graph((4, 4, 3))
+    g.add("Conv3D", "c3", "input_1")
+    g.add("LSTM", "l", "c3")
+    g.save(tmp_path / "u.h5", "l")
+    with pytest.raises(tvm.KilnError, match=r"2 unsupported layer type\(s\):\n  Conv3D: c3\n  LSTM: l"):
+        relay.frontend.from_keras(str(tmp_path / "u.h5"))
+    g = K.Graph((None, None, 3))
+    g.add("Activation", "a", "input_1", activation="relu")
+    g.save(tmp_path / "d.h5", "a")
+    with pytest.raises(tvm.KilnError, match=r"input 'input_1' has shape \[None, None, None, 3\]; pass shape="):
+        relay.frontend.from_keras(str(tmp_path / "d.h5"))
+    g = K.Graph((4, 4, 3))
+    g.add("Activation", "a", "input_1", activation="mish")
+    g.save(tmp_path / "m.h5", "a")
+    with pytest.raises(tvm.KilnError, match=r"layer 'a' \(Activation\): activation 'mish' is not supported"):
+        relay.frontend.from_keras(str(tmp_path / "m.h5"))
