@@ -20,6 +20,7 @@ from kiln.topi.nn.softmax import log_softmax, softmax  # noqa: F401
 
 from .common import schedule_per_item
 from .conv2d import conv2d_nchw as _conv2d_nchw_direct, schedule_conv2d_nchw  # noqa: F401
+from .conv2d_winograd import conv2d_nchw_winograd, schedule_conv2d_nchw_winograd  # noqa: F401
 from .dense import (  # noqa: F401
     batch_matmul as _batch_matmul, dense as _dense, matmul, schedule_batch_matmul, schedule_dense, schedule_matmul,
 )

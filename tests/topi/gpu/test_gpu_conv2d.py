@@ -98,3 +98,28 @@ def test_grouped_conv2d(target):
     got = run(target, lambda a, b: pkg.conv2d_nchw(a, b, 1, 1, 1, "float32", groups=4), pkg.schedule_conv2d_nchw,
               [x, wt])
     np.testing.assert_allclose(got, conv2d_nchw_python(x, wt, 1, 1, groups=4), **TOL)
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 14, 14, 32), (2, 8, 7, 7, 12), (1, 4, 9, 6, 8)],
+                         ids=["16x14-32", "batch2-odd", "rect"])
+def test_conv2d_winograd(shape):
+    """Winograd F(2x2, 3x3): four kernels in one function (transforms, 16 tiled products, inverse)."""
+    from kiln import topi
+
+    n, c, h, w, k = shape
+    rng = np.random.default_rng(6)
+    x, wt = rand(rng, n, c, h, w), rand(rng, k, c, 3, 3)
+    got = run("opencl", lambda a, b: topi.gpu.conv2d_nchw_winograd(a, b, 1, 1, 1, "float32"),
+              topi.gpu.schedule_conv2d_nchw_winograd, [x, wt])
+    np.testing.assert_allclose(got, conv2d_nchw_python(x, wt, 1, 1), rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_winograd_with_epilogue_and_tiles():
+    from kiln import topi
+
+    rng = np.random.default_rng(7)
+    x, wt = rand(rng, 1, 8, 8, 8), rand(rng, 16, 8, 3, 3)
+    cfg = {"tile_y": [-1, 1, 4, 4], "tile_x": [-1, 1, 4, 4], "tile_k": [-1, 4], "vec": 1}
+    got = run("opencl", lambda a, b: topi.nn.relu(topi.gpu.conv2d_nchw_winograd(a, b, 1, 1, 1, "float32", cfg=cfg)),
+              topi.gpu.schedule_conv2d_nchw_winograd, [x, wt])
+    np.testing.assert_allclose(got, np.maximum(conv2d_nchw_python(x, wt, 1, 1), 0), rtol=1e-4, atol=1e-4)
