@@ -6,6 +6,8 @@ The register tile (``--mr`` rows x ``--nr`` columns) defaults to what the target
 registers hold (kiln.topi.cpu): 4x64 with AVX-512's 32 registers, 4x16 with AVX2's 16.
 ``--target`` asks for other code, e.g. AVX2 on an AVX-512 host:
     python bench/matmul.py [--size 1024] [--repeat 15] [--target "llvm -mcpu=znver3"]
+numpy keeps its own kernels (AVX-512 on an AVX-512 host); ``OPENBLAS_CORETYPE=Haswell`` in the
+environment makes it run AVX2 code too, which compares like with like.
 """
 
 import argparse
