@@ -73,6 +73,7 @@ class _Printer:
         self.used: set[str] = set()
         self.data_owner: dict[int, object] = {}  # id(data var) -> the buffer printed as its owner
         self.aliases: dict[int, list] = {}  # id(data var) -> other buffers over the same data
+        self.var_by_id: dict[int, object] = {}
 
     def fresh(self, base: str) -> str:
         base = identifier(base)
@@ -174,6 +175,12 @@ class _Printer:
             return "[" + ", ".join(self.value(x) for x in v) + "]"
         if isinstance(v, tuple):
             return "(" + "".join(self.value(x) + ", " for x in v) + ")"
+        if isinstance(v, (set, frozenset)):
+            var_ids = [self.var_by_id.get(x) for x in v if isinstance(x, int)]
+            if v and len(var_ids) == len(v) and all(x is not None for x in var_ids):
+                # A set of Var identities (id(v)): written as the Vars, parsed back to their ids.
+                return "T.var_ids(" + ", ".join(sorted(self.name(x) for x in var_ids)) + ")"
+            return "frozenset({" + ", ".join(sorted(self.value(x) for x in v)) + "})" if v else "frozenset()"
         if isinstance(v, str):
             return _string(v)
         return repr(v)
@@ -292,6 +299,7 @@ class _Printer:
 
     def func(self, f: S.PrimFunc, name: str, d: int = 0) -> None:
         info = _scan(f)
+        self.var_by_id = {id(v): v for v in info.vars}
         for buf in f.buffer_map.values():
             self.data_owner.setdefault(id(buf.data), buf)
         for buffers in info.by_data.values():

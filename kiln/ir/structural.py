@@ -46,6 +46,14 @@ def _key(node, vars_: dict | None, buffers: dict):
         return key
     if isinstance(node, (DType, str, int, float, bool, type(None), enum.Enum)):
         return node if not isinstance(node, DType) else str(node)
+    if isinstance(node, (set, frozenset)):
+        # Sets of Var identities (id(v)) compare as the Vars they name.
+        def item(x):
+            if vars_ is not None and isinstance(x, int) and x in vars_:
+                return ("var", vars_[x])
+            return _key(x, vars_, buffers)
+
+        return ("set", tuple(sorted((item(x) for x in node), key=repr)))
     if isinstance(node, (tuple, list)):
         return tuple(_key(x, vars_, buffers) for x in node)
     if isinstance(node, dict):

@@ -34,7 +34,7 @@ STATEMENT_NAMES = {
 }
 EXPR_NAMES = {
     "Cast", "Select", "Ramp", "Broadcast", "Let", "call_intrin", "call_extern", "call_pure_extern",
-    "reinterpret", "Range", "abs", "cast", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+    "reinterpret", "Range", "abs", "cast", "var_ids", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
     "uint32", "uint64", "float16", "float32", "float64",
 } | set(_TWO) | INTRINSICS
 
@@ -76,6 +76,8 @@ class ExprParser:
             return {"True": True, "False": False, "None": None}[node.id]
         if node.id == "range":
             return _Builtin("serial")
+        if node.id in ("frozenset", "set"):
+            return frozenset
         known = [n for s in self.scopes for n in s]
         hint = difflib.get_close_matches(node.id, known, 1)
         raise self.error(node, f"{node.id}: unknown name" + (f" (did you mean {hint[0]}?)" if hint else ""))
@@ -272,6 +274,8 @@ class ExprParser:
             return E.BufferLoad(func.buffer, tuple(self.to_expr(i, node) for i in args[0]), self.dtype_arg(node.args[1]))
         if isinstance(func, _DTypeName):
             return self.dtype_call(func.dtype, node)
+        if func is frozenset:
+            return frozenset(*self._args(node))
         if not isinstance(func, _Builtin):
             raise self.error(node, f"{self.text(node.func)}: not a function TVMScript can call")
         handler = getattr(self, "call_" + func.name.replace(".", "_"), None)
@@ -374,6 +378,16 @@ class ExprParser:
     def call_Range(self, node):
         lo, ext = self._args(node, 2, "min, extent")
         return E.Range(self.to_expr(lo, node), self.to_expr(ext, node))
+
+    def call_var_ids(self, node):
+        """``T.var_ids(n, m)``: the set of the Vars' identities (an attribute kiln's passes keep)."""
+        values = self._args(node)
+        if not all(isinstance(v, E.Var) for v in values):
+            raise self.error(node, f"{self.text(node)}: T.var_ids takes variables")
+        return frozenset(id(v) for v in values)
+
+    def ev_Set(self, node):
+        return frozenset(self.ev(e) for e in node.elts)
 
     def call_abs(self, node):
         from kiln.tir.op import abs as _abs

@@ -145,10 +145,16 @@ def test_printed_kernel_edited_and_rebuilt():
     """The docs/tvmscript.md workflow: print a lowered kernel, edit the text, parse and build it."""
     from kiln import te
 
-    A = te.placeholder((8,), name="A")
-    B = te.compute((8,), lambda i: A[i] + 1.0, name="B")
-    text = tvm.lower(te.create_schedule(B.op), [A, B], name="main").script()
-    assert "B[i] = A[i] + T.float32(1.0)" in text
-    edited = text.replace("A[i] + T.float32(1.0)", "A[i] * T.float32(3.0)")
-    _, b = _run(tvm.script.from_source(edited), [np.arange(8, dtype="float32"), np.zeros(8, "float32")])
-    np.testing.assert_allclose(b, np.arange(8) * 3.0)
+    A = te.placeholder((1024,), name="A")
+    B = te.compute((1024,), lambda i: A[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=8)
+    s[B].parallel(xo)
+    s[B].vectorize(xi)
+    text = tvm.lower(s, [A, B], name="main").script()
+    old = "A[T.Ramp(i_outer * 8, 1, 8)] * T.Broadcast(T.float32(2.0), 8)"
+    assert old in text
+    edited = text.replace(old, "T.max(A[T.Ramp(i_outer * 8, 1, 8)], T.Broadcast(T.float32(0.0), 8))")
+    a = np.random.default_rng(3).standard_normal(1024).astype("float32")
+    _, b = _run(tvm.script.from_source(edited), [a, np.zeros(1024, "float32")])
+    np.testing.assert_array_equal(b, np.maximum(a, 0))
