@@ -159,10 +159,12 @@ class Parser(ExprParser):
     # Statements --------------------------------------------------------------------------
     def stmts(self, nodes: list, top: bool = False):
         out = []
+        header = top  # still in the function's leading declarations (attrs, match_buffer, vars)
         for k, node in enumerate(nodes):
             rest = nodes[k + 1:]
-            s = self.stmt(node, rest, top and all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
-                                                  or self._is_header(n) for n in nodes[:k]))
+            s = self.stmt(node, rest, header)
+            header = header and (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                                 or self._is_header(node))
             if isinstance(s, _Bound):
                 out.append(s.stmt)
                 break
@@ -319,8 +321,6 @@ class Parser(ExprParser):
     def allocate(self, name, call, kind):
         if kind == "alloc_buffer":
             buf = self.make_buffer(name, call)
-            scope_kw = {k.arg: k.value for k in call.keywords}
-            del scope_kw
             n = None
             for d in buf.shape:
                 n = d if n is None else n * d
