@@ -1,0 +1,100 @@
+"""from_tflite on MobileNet-like flatbuffers written here (tflite_builder.py) vs TFLite's own
+kernels run by the ai-edge-litert interpreter: float within 1e-4, int8 within one
+quantization step (reference executor and relay.build for llvm)."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tflite", reason="the TFLite frontend needs the tflite package (pip install tflite)")
+pytest.importorskip("ai_edge_litert", reason="TFLite reference outputs need ai-edge-litert (pip install ai-edge-litert)")
+
+import tflite_builder as TB  # noqa: E402
+from frontend_run import run_built, run_reference  # noqa: E402
+
+import kiln as tvm  # noqa: E402
+from kiln import relay  # noqa: E402
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+pytestmark = pytest.mark.filterwarnings("ignore:Warning. Enabling `experimental_preserve_all_tensors")
+
+
+def _inputs(seed, n=1):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((1, 16, 16, 3)).astype("float32") for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def int8_model():
+    return TB.mobilenet_like(TB.calibrate(TB.mobilenet_like(), _inputs(0, 8)))
+
+
+def test_float_mobilenet_like_matches_tflite():
+    model = TB.mobilenet_like()
+    mod, params = relay.frontend.from_tflite(model)
+    assert mod["main"].params[0].checked_type == relay.TensorType((1, 16, 16, 3), "float32")
+    (x,) = _inputs(1)
+    want = TB.run_tflite(model, {"input": x})
+    for got in (run_reference(mod, params, {"input": x}), run_built(mod, params, {"input": x})):
+        assert len(got) == 2
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, **TOL)
+
+
+def _check_int8(got, want, prob_scale=1 / 256):
+    logits, prob = got
+    assert logits.dtype == np.int8 and prob.dtype == np.float32
+    assert np.abs(logits.astype(int) - want[0].astype(int)).max() <= 1  # one quantization step
+    assert np.abs(prob - want[1]).max() <= prob_scale + 1e-6
+    assert np.argmax(logits) == np.argmax(want[0])
+
+
+def test_int8_mobilenet_like_within_one_step_of_tflite(int8_model):
+    mod, params = relay.frontend.from_tflite(int8_model)
+    for x in _inputs(100, 6):
+        _check_int8(run_reference(mod, params, {"input": x}), TB.run_tflite(int8_model, {"input": x}))
+
+
+def test_int8_mobilenet_like_built_for_llvm(int8_model, tmp_path):
+    path = tmp_path / "mobilenet_int8.tflite"
+    path.write_bytes(int8_model)
+    mod, params = relay.frontend.from_tflite(str(path))  # by path too
+    (x,) = _inputs(200)
+    _check_int8(run_built(mod, params, {"input": x}), TB.run_tflite(int8_model, {"input": x}))
+
+
+def test_int8_graph_input_and_output_keep_their_dtype():
+    """A model that takes and returns int8 (no QUANTIZE/DEQUANTIZE): the relay function does too."""
+    m = TB.FlatModel()
+    q = ([0.05], [3], 0)
+    x = m.tensor("x", (1, 4, 4, 2), "int8", quant=q)
+    w = m.tensor("w", (3, 1, 1, 2), "int8", np.array([[[[20, -7]]], [[[5, 9]]], [[[-30, 2]]]]),
+                 ([0.01, 0.02, 0.03], [0, 0, 0], 0))
+    b = m.tensor("b", (3,), "int32", np.array([40, -80, 10]), ([0.0005, 0.001, 0.0015], [0, 0, 0], 0))
+    y = m.tensor("y", (1, 4, 4, 3), "int8", quant=([0.02], [-5], 0))
+    m.op("CONV_2D", [x, w, b], [y], "Conv2DOptions", Padding=TB.VALID, StrideW=1, StrideH=1,
+         FusedActivationFunction=TB.RELU, DilationWFactor=1, DilationHFactor=1)
+    model = m.finish([x], [y])
+    mod, params = relay.frontend.from_tflite(model)
+    assert mod["main"].params[0].checked_type.dtype == "int8"
+    xv = np.random.default_rng(3).integers(-128, 128, (1, 4, 4, 2)).astype("int8")
+    got = run_reference(mod, params, {"x": xv})[0]
+    want = TB.run_tflite(model, {"x": xv})[0]
+    assert got.dtype == np.int8
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+
+
+def test_errors_name_the_problem(tmp_path):
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(b"\x00" * 32)
+    with pytest.raises(tvm.KilnError, match="is not a TFLite flatbuffer"):
+        relay.frontend.from_tflite(str(bad))
+    with pytest.raises(tvm.KilnError, match=r"shape_dict names 'data', but the model's inputs are \['input'\]"):
+        relay.frontend.from_tflite(TB.mobilenet_like(), {"data": (1, 16, 16, 3)})
+    m = TB.FlatModel()
+    x = m.tensor("x", (1, 4))
+    y = m.tensor("y", (1, 4))
+    z = m.tensor("z", (1, 4))
+    m.op("CUMSUM", [x], [y])
+    m.op("FLOOR", [y], [z])
+    with pytest.raises(tvm.KilnError, match=r"2 unsupported operator\(s\): CUMSUM \(x1\), FLOOR \(x1\)"):
+        relay.frontend.from_tflite(m.finish([x], [z]))
