@@ -55,6 +55,12 @@ def schedule_reduce(outs, cfg=None):
     n_out = _size(out.op.axis) if out.op.axis else 1
     n_red = _size(red.op.reduce_axis)
     nthreads = _row_threads(n_red, max_threads())
+    if not red.op.axis and red.op is out.op:
+        # a reduction to a scalar: one work-group, the whole reduction across its work-items
+        s = te.create_schedule([out.op])
+        inline_injective(s, outs)
+        _cross_thread(s[out], nthreads or min(n_red, max_threads()))
+        return s
     if n_out >= _FEW_OUTPUTS or n_red < _MIN_REDUCE or not nthreads or not red.op.axis:
         return schedule_per_item(outs, cfg)
     s = te.create_schedule([out.op])

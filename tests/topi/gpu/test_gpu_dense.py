@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from gpu_runner import TARGETS, TOL, package, rand, run
+from gpu_runner import TARGETS, package, rand, run
 
 from kiln import topi
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from gpu_runner import TARGETS, TOL, package, rand, run
 
-from kiln import te, topi
+from kiln import topi
 from kiln.topi.testing import layer_norm_python, log_softmax_python, pool2d_python, softmax_python
 
 pytestmark = pytest.mark.opencl
@@ -43,7 +43,7 @@ def test_layer_norm(target, shape):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("case", ["row_sum_wide", "row_max_long", "global_sum", "mean_relu"])
+@pytest.mark.parametrize("case", ["row_sum_wide", "row_max_long", "global_sum", "scalar_sum", "mean_relu"])
 def test_reduce(target, case):
     rng = np.random.default_rng(3)
     pkg = package(target)
@@ -59,6 +59,10 @@ def test_reduce(target, case):
         x = rand(rng, 64, 32)
         got = run(target, lambda a: topi.sum(a, (0, 1), keepdims=True), pkg.schedule_reduce, [x])
         want = x.sum(keepdims=True)
+    elif case == "scalar_sum":  # a 0-d output: the whole reduction in one work-group
+        x = rand(rng, 64, 37)
+        got = run(target, lambda a: topi.sum(a), pkg.schedule_reduce, [x])
+        want = x.sum()
     else:
         x = rand(rng, 4, 512)
         got = run(target, lambda a: topi.nn.relu(topi.mean(a, 1)), pkg.schedule_reduce, [x])
