@@ -324,6 +324,10 @@ const char* kiln_graph_kernel_name(const KilnGraph* g, int k) {
   return k >= 0 && k < g->num_kernels ? g->kernels[k].func->name : NULL;
 }
 
+int kiln_graph_kernel_node(const KilnGraph* g, int k) {
+  return k >= 0 && k < g->num_kernels ? g->kernels[k].node : -1;
+}
+
 int kiln_graph_run_kernel(KilnGraph* g, int k) {
   if (k < 0 || k >= g->num_kernels) return kiln_error("kernel %d out of range; the graph has %d", k, g->num_kernels);
   Kernel* kern = &g->kernels[k];

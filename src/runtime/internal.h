@@ -114,6 +114,8 @@ int kiln_untar_named(const char* tar_path, const char* dir, const char* const* n
 struct KilnGraph;
 void kiln_graph_mark_param(struct KilnGraph* g, int input);
 void kiln_graph_take_module(struct KilnGraph* g);
+/* The graph node of kernel k (rpc/session_graph.c's profile rows). */
+int kiln_graph_kernel_node(const struct KilnGraph* g, int k);
 
 /* Parse the metadata JSON into mod (functions, entry, device type). */
 int kiln_metadata_read(KilnModule* mod, const char* json, size_t len, const char* label);

@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 
+#include "../kiln_graph.h"
 #include "rpc.h"
 
 #define MAX_IDS (1u << 24)
@@ -62,7 +63,9 @@ int obj_keep_module(ObjTable* t, KilnModule* m) {
 
 void obj_table_clear(ObjTable* t) {
   for (uint64_t i = 1; i < t->next && i < t->cap; i++) obj_free(t, i);
+  for (size_t i = 0; i < t->ngraphs; i++) kiln_graph_free(t->graphs[i]); /* before the modules they call */
   for (size_t i = 0; i < t->nmodules; i++) kiln_module_free(t->modules[i]);
+  free(t->graphs);
   free(t->slots);
   free(t->modules);
   *t = (ObjTable){0};

@@ -122,9 +122,16 @@ int files_list(const char* root, WBuf* out);   /* encodes a list of relative nam
 int files_remove_tree(const char* path);
 
 /* ---- objects.c: the session's object table ---------------------------------------------- */
-enum { OBJ_ARRAY = 1, OBJ_MODULE, OBJ_FUNC, OBJ_BUILTIN };
+enum { OBJ_ARRAY = 1, OBJ_MODULE, OBJ_FUNC, OBJ_BUILTIN, OBJ_GRAPH };
 typedef struct { int kind; void* ptr; int builtin; } Obj;
-typedef struct { Obj* slots; uint64_t cap, next; KilnModule** modules; size_t nmodules; } ObjTable;
+typedef struct {
+  Obj* slots;
+  uint64_t cap, next;
+  KilnModule** modules;
+  size_t nmodules;
+  void** graphs;   /* graph executors (KilnGraph*), freed when the session ends */
+  size_t ngraphs;
+} ObjTable;
 uint64_t obj_store(ObjTable* t, int kind, void* ptr, int builtin); /* 0 on failure */
 Obj* obj_get(ObjTable* t, const KVal* ref_or_id, int kind, const char* what);
 void obj_free(ObjTable* t, uint64_t id);
@@ -153,6 +160,15 @@ int op_copy_out(Session* s, const KVal* a, uint32_t n, Reply* r);
 int op_call_kernel(Session* s, KilnFunction* f, const KVal* a, uint32_t n, Reply* r);
 int op_time_eval(Session* s, const KVal* a, uint32_t n, Reply* r);
 int fail_with(Reply* r, const char* type, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- session_graph.c: the graph executor as a remote module ---------------------------------- */
+#define FN_GRAPH_BASE 100  /* builtin ids of the executor's functions: FN_GRAPH_BASE + method */
+struct KilnGraph;
+Obj* graph_obj(Session* s, const KVal* ref);  /* the executor `ref` names, or NULL (no error set) */
+int graph_create(Session* s, const KVal* a, uint32_t n, Reply* r);
+int graph_get_function(Session* s, Obj* o, const char* name, Reply* r);
+int graph_call(Session* s, struct KilnGraph* g, int method, const KVal* a, uint32_t n, Reply* r);
+int graph_time(struct KilnGraph* g, const char* name, int64_t number, int64_t repeat, double min_ms, Reply* r);
 
 /* ---- tracker.c ---------------------------------------------------------------------------- */
 typedef struct Server Server;

@@ -33,10 +33,11 @@ static int need(Reply* r, uint32_t n, uint32_t want, const char* op) {
 }
 
 /* ---- functions the server offers without a module (worker.py's SERVER_FUNCTIONS) -------- */
-enum { FN_ECHO, FN_WORKPATH, FN_GETPID, FN_SLEEP, FN_DEVICE_ATTR };
+enum { FN_ECHO, FN_WORKPATH, FN_GETPID, FN_SLEEP, FN_DEVICE_ATTR, FN_GRAPH_CREATE };
 static const struct { const char* name; int id; } builtins[] = {
     {"rpc.echo", FN_ECHO}, {"rpc.workpath", FN_WORKPATH}, {"tvm.rpc.server.workpath", FN_WORKPATH},
-    {"rpc.getpid", FN_GETPID}, {"rpc.sleep", FN_SLEEP}, {"device.attribute", FN_DEVICE_ATTR}};
+    {"rpc.getpid", FN_GETPID}, {"rpc.sleep", FN_SLEEP}, {"device.attribute", FN_DEVICE_ATTR},
+    {"tvm.graph_executor.create", FN_GRAPH_CREATE}};
 
 /* device.attribute(device_type, device_id, name): remote.cl().max_threads_per_block. */
 static int device_attribute(const KVal* a, uint32_t n, Reply* r) {
@@ -63,8 +64,12 @@ static int device_attribute(const KVal* a, uint32_t n, Reply* r) {
   return 0;
 }
 
-static int call_builtin(Session* s, int id, const KVal* a, uint32_t n, Reply* r) {
+static int call_builtin(Session* s, Obj* o, const KVal* a, uint32_t n, Reply* r) {
+  int id = o->builtin;
+  if (id >= FN_GRAPH_BASE) return graph_call(s, o->ptr, id, a, n, r);
   switch (id) {
+    case FN_GRAPH_CREATE:
+      return graph_create(s, a, n, r);
     case FN_ECHO:
       /* The values go back exactly as they came: their encoded bytes are copied. */
       if (n != 1) wb_list(&r->body, n);
@@ -99,7 +104,7 @@ static int op_call(Session* s, const KVal* a, uint32_t n, Reply* r) {
   if (need(r, n, 1, "call")) return -1;
   Obj* o = obj_get(&s->objs, &a[0], OBJ_FUNC, "function");
   if (!o) return fail_with(r, "KeyError", NULL);
-  if (o->kind == OBJ_BUILTIN) return call_builtin(s, o->builtin, a + 1, n - 1, r);
+  if (o->kind == OBJ_BUILTIN) return call_builtin(s, o, a + 1, n - 1, r);
   return op_call_kernel(s, o->ptr, a + 1, n - 1, r);
 }
 
@@ -120,6 +125,8 @@ static int op_get_function(Session* s, const KVal* a, uint32_t n, Reply* r) {
     wb_none(&r->body); /* the client raises "the server has no function named ..." */
     return 0;
   }
+  Obj* graph = graph_obj(s, &a[0]);
+  if (graph) return graph_get_function(s, graph, name, r);
   Obj* o = obj_get(&s->objs, &a[0], OBJ_MODULE, NULL);
   if (!o) return fail_with(r, "KeyError", NULL);
   KilnFunction* f;
@@ -191,6 +198,14 @@ static int op_sync(Session* s, const KVal* a, uint32_t n, Reply* r) {
 
 static int op_module_info(Session* s, const KVal* a, uint32_t n, Reply* r) {
   if (need(r, n, 1, "module_info")) return -1;
+  if (graph_obj(s, &a[0])) {
+    wb_dict(&r->body, 2);
+    wb_str(&r->body, "entry_name");
+    wb_str(&r->body, "run");
+    wb_str(&r->body, "type_key");
+    wb_str(&r->body, "GraphExecutor");
+    return 0;
+  }
   Obj* o = obj_get(&s->objs, &a[0], OBJ_MODULE, NULL);
   if (!o) return fail_with(r, "KeyError", NULL);
   wb_dict(&r->body, 2);

@@ -164,10 +164,12 @@ int op_time_eval(Session* s, const KVal* a, uint32_t n, Reply* r) {
   if (number < 1 || number > (1 << 30) || repeat < 1 || repeat > 10000)
     return fail_with(r, "ValueError", "time_evaluator: number=%lld and repeat=%lld must be >= 1",
                      (long long)number, (long long)repeat);
-  Obj* o = obj_get(&s->objs, &a[0], OBJ_MODULE, NULL);
-  if (!o) return fail_with(r, "KeyError", NULL);
   char name[256];
   snprintf(name, sizeof(name), "%.*s", (int)(a[1].len < 255 ? a[1].len : 255), (const char*)a[1].ptr);
+  Obj* graph = graph_obj(s, &a[0]);
+  if (graph) return graph_time(graph->ptr, name, number, repeat, min_ms, r);
+  Obj* o = obj_get(&s->objs, &a[0], OBJ_MODULE, NULL);
+  if (!o) return fail_with(r, "KeyError", NULL);
   KilnFunction* f;
   if (kiln_module_get_function(o->ptr, name, &f)) return fail_with(r, "AttributeError", NULL);
   Packed p;

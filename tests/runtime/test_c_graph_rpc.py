@@ -1,0 +1,85 @@
+"""The C graph executor behind kiln_rpc (src/runtime/rpc/session_graph.c): graph_executor.create on a
+library loaded in a C server session runs the model there, as against the Python server, and
+`tvmc run` uses it (outputs, time_evaluator, per-kernel profile)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import rpc
+from kiln.contrib import graph_executor
+from kiln.driver import tvmc
+from kiln.driver.tvmc.compiler import export_package
+
+HERE = os.path.dirname(__file__)
+sys.path.insert(0, os.path.join(HERE, "..", "crossdev"))
+import boards  # noqa: E402
+
+from test_c_graph import make_runtime, python_outputs, two_output_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    build = make_runtime(str(tmp_path_factory.mktemp("c-graph-rpc")))
+    board = boards.start_board(os.path.join(build, "kiln_rpc"), None)
+    yield board
+    board.stop()
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    lib, inputs = two_output_model()
+    path = tmp_path_factory.mktemp("pkg") / "two.tar"
+    export_package(lib, str(path))
+    return tvmc.TVMCPackage(str(path)), inputs
+
+
+def test_remote_executor_on_the_c_server(server, package, tmp_path):
+    pkg, inputs = package
+    want = python_outputs(pkg.package_path, inputs, tmp_path)
+    remote = rpc.connect("127.0.0.1", server.port)
+    try:
+        remote.upload(pkg.lib_path, "mod.so")
+        lib = remote.load_module("mod.so")
+        m = graph_executor.create(pkg.graph, lib, remote.cpu())
+        m.load_params(pkg.params)
+        assert m.get_num_outputs() == 3 and m.get_num_inputs() == 3
+        assert m.get_input_index("y") == 1 and m.get_input_index("nope") == -1
+        m.set_input("x", inputs["x"])
+        m.set_input(1, tvm.nd.array(inputs["y"], remote.cpu()))  # an array already on the server
+        m.run()
+        for i, w in enumerate(want):
+            np.testing.assert_array_equal(m.get_output(i).numpy(), w)
+        np.testing.assert_array_equal(m.get_input("x").numpy(), inputs["x"])
+        times = m.module.time_evaluator("run", remote.cpu(), number=2, repeat=3)().results
+        assert len(times) == 3 and all(t > 0 for t in times)
+        with pytest.raises(Exception, match=r"input 'x' is float32\[1, 4, 8, 8\]; got float32\[4, 8, 8\]"):
+            m.set_input("x", inputs["x"][0])
+        with pytest.raises(Exception, match="no input 'data'; inputs: x, y, p0"):
+            m.set_input("data", inputs["x"])
+        with pytest.raises(Exception, match="index out of range"):
+            m.get_output(3)
+        graph = json.loads(pkg.graph)
+        next(n for n in graph["nodes"] if n["op"] == "tvm_op")["attrs"]["func_name"] = "tvmgen_default_nope"
+        with pytest.raises(Exception, match="the library has no kernel 'tvmgen_default_nope'"):
+            graph_executor.create(json.dumps(graph), lib, remote.cpu())
+    finally:
+        remote.close()
+
+
+def test_tvmc_run_against_the_c_server(server, package, tmp_path):
+    pkg, inputs = package
+    want = python_outputs(pkg.package_path, inputs, tmp_path)
+    result = tvmc.run(pkg, device="cpu", hostname="127.0.0.1", port=server.port, inputs=inputs, repeat=2, number=2,
+                      profile=True)
+    for i, w in enumerate(want):
+        np.testing.assert_array_equal(result.outputs[f"output_{i}"], w)
+    assert len(result.times) == 2 and all(t > 0 for t in result.times)
+    names = {row["name"] for row in result.profile}
+    assert "tvmgen_default_fused_nn_conv2d_nn_relu" in names and all(row["ms"] >= 0 for row in result.profile)
