@@ -67,17 +67,19 @@ def test_frontend_registry_plugs_in_by_extension(tmp_path, small_onnx, monkeypat
     from kiln.relay import frontend
     h5 = tmp_path / "resnet50.h5"
     h5.write_bytes(b"\0")
+    monkeypatch.delattr(frontend, "from_keras")
     with pytest.raises(TVMCException, match="keras models are not supported yet"):
         tvmc.load(str(h5))
     onnx_model = tvmc.load(small_onnx[0])
     seen = {}
 
-    def from_keras(path, shape_dict):
-        seen["args"] = (path, shape_dict)
+    def from_keras(path, shape_dict, **options):
+        seen["args"] = (path, shape_dict, options)
         return onnx_model.mod, onnx_model.params
     monkeypatch.setattr(frontend, "from_keras", from_keras, raising=False)
     model = tvmc.load(str(h5), shape_dict={"input_1": [1, 224, 224, 3]})
-    assert model.model_format == "keras" and seen["args"] == (str(h5), {"input_1": [1, 224, 224, 3]})
+    assert model.model_format == "keras"
+    assert seen["args"] == (str(h5), {"input_1": [1, 224, 224, 3]}, {"layout": "NHWC"})
 
 
 def test_apply_graph_transforms_as_002_calls_it(small_onnx):

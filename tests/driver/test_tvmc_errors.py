@@ -41,9 +41,9 @@ def test_unknown_extension_and_unsupported_formats(tmp_path):
     _one_line_error(tvmc("compile", "--target", "llvm", str(weird), check=False), "--model-format", ".xyz")
     h5 = tmp_path / "resnet50.h5"
     h5.write_bytes(b"\0")
-    _one_line_error(tvmc("compile", "--target", "llvm", str(h5), check=False), "keras models are not supported yet")
+    _one_line_error(tvmc("compile", "--target", "llvm", str(h5), check=False), "is not a readable HDF5 file")
     _one_line_error(tvmc("compile", "--target", "llvm", "--model-format", "tflite", str(weird), check=False),
-                    "tflite models are not supported yet")
+                    "is not a TFLite flatbuffer")
     garbage = tmp_path / "garbage.onnx"
     garbage.write_bytes(b"this is not protobuf")
     _one_line_error(tvmc("compile", "--target", "llvm", str(garbage), check=False), "not a readable ONNX model")

@@ -26,6 +26,7 @@ class Frontend:
     extensions: tuple
     function: str        # name in kiln.relay.frontend: f(path, shape_dict) -> (mod, params)
     needs: str           # what to install for it
+    options: tuple = ()  # (keyword, value) pairs tvmc passes to the function
 
     def available(self) -> bool:
         from kiln.relay import frontend
@@ -34,7 +35,8 @@ class Frontend:
 
 FRONTENDS = {
     "onnx": Frontend("onnx", (".onnx",), "from_onnx", "pip install onnx"),
-    "keras": Frontend("keras", (".h5", ".keras"), "from_keras", "pip install h5py"),
+    # channels-last inputs, as the Keras model (and TVM's tvmc) has them
+    "keras": Frontend("keras", (".h5", ".keras"), "from_keras", "pip install h5py", (("layout", "NHWC"),)),
     "tflite": Frontend("tflite", (".tflite",), "from_tflite", "pip install tflite"),
     "pytorch": Frontend("pytorch", (".pt", ".pth"), "from_pytorch", "pip install torch"),
 }
@@ -57,9 +59,7 @@ def _import(fe: Frontend, path: str, shape_dict: dict | None):
                             f"not exist in this kiln); convert {os.path.basename(path)} to ONNX and pass the .onnx file")
     if fe.name == "onnx":
         return _load_onnx(path, shape_dict)
-    if fe.name == "keras":  # channels-last inputs, as the Keras model (and TVM's tvmc) has them
-        return frontend.from_keras(path, shape_dict or None, layout="NHWC")
-    return getattr(frontend, fe.function)(path, shape_dict)
+    return getattr(frontend, fe.function)(path, shape_dict, **dict(fe.options))
 
 
 def _load_onnx(path: str, shape_dict: dict | None):

@@ -147,6 +147,10 @@ class _Importer:
     def run(self) -> Function:
         layers = self.layers()
         self.check_supported(layers)
+        known = [layer.get("name") or layer["config"]["name"] for layer in layers if layer["class_name"] == "InputLayer"]
+        unknown = [n for n in self.shape if n not in known]
+        if unknown:
+            raise ImportError_(f"from_keras: shape names {unknown}, but the model's inputs are {known}")
         for layer in layers:
             name = layer.get("name") or layer["config"]["name"]
             if layer["class_name"] == "InputLayer":

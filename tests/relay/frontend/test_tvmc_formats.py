@@ -1,0 +1,51 @@
+"""tvmc picks the frontend by extension: .h5 (Keras, channels-last), .tflite and .pt models load,
+compile for llvm and run with outputs equal to their framework's."""
+
+import numpy as np
+import pytest
+
+from kiln.driver import tvmc
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+def _compile_run(path, tmp_path, inputs, shape_dict=None):
+    model = tvmc.load(str(path), shape_dict=shape_dict)
+    package = tvmc.compile(model, target="llvm", package_path=str(tmp_path / "p.tar"))
+    result = tvmc.run(package, device="cpu", inputs=inputs, benchmark=False)
+    return model, [result.outputs[f"output_{i}"] for i in range(len(result.outputs))]
+
+
+def test_keras_h5(tmp_path):
+    pytest.importorskip("h5py", reason="needs h5py")
+    from test_keras_frontend import resnet_like
+    forward = resnet_like(tmp_path / "resnet.h5", seed=9, image=16)
+    x = np.random.default_rng(1).random((1, 16, 16, 3), dtype="float32")
+    model, (got,) = _compile_run(tmp_path / "resnet.h5", tmp_path, {"input_1": x})
+    assert model.model_format == "keras"
+    np.testing.assert_allclose(got, forward(x), **TOL)
+
+
+def test_tflite(tmp_path):
+    pytest.importorskip("tflite", reason="needs tflite")
+    pytest.importorskip("ai_edge_litert", reason="needs ai-edge-litert")
+    import tflite_builder as TB
+    path = tmp_path / "mobilenet.tflite"
+    path.write_bytes(TB.mobilenet_like(seed=4))
+    x = np.random.default_rng(2).standard_normal((1, 16, 16, 3)).astype("float32")
+    model, got = _compile_run(path, tmp_path, {"input": x})
+    assert model.model_format == "tflite"
+    for g, w in zip(got, TB.run_tflite(path.read_bytes(), {"input": x})):
+        np.testing.assert_allclose(g, w, **TOL)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+def test_torchscript_pt(tmp_path):
+    torch = pytest.importorskip("torch", reason="needs torch (pip install 'kiln[frontends]')")
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3)).eval()
+    x = torch.rand(1, 3, 8, 8)
+    torch.jit.trace(net, x).save(str(tmp_path / "net.pt"))
+    model, (got,) = _compile_run(tmp_path / "net.pt", tmp_path, {"input": x.numpy()}, {"input": [1, 3, 8, 8]})
+    assert model.model_format == "pytorch"
+    np.testing.assert_allclose(got, net(x).detach().numpy(), **TOL)
