@@ -45,11 +45,15 @@ def c_kernels_aarch64():
 
 
 def pytest_runtest_setup(item):
-    """``@pytest.mark.opencl`` tests skip, saying why, on a machine without an OpenCL device."""
+    """``@pytest.mark.opencl`` / ``gpu`` tests skip, saying why, without an OpenCL device / NVIDIA GPU."""
     if item.get_closest_marker("opencl") is not None:
         reason = _opencl_missing()
         if reason:
             pytest.skip(reason)
+    if item.get_closest_marker("gpu") is not None:
+        from kiln.runtime.devices.cuda import API
+        if not API.exist(0):
+            pytest.skip("needs an NVIDIA GPU (cuda driver) and cuda-python (pip install -e '.[cuda]')")
 
 
 def _opencl_missing() -> str:

@@ -1,7 +1,7 @@
 """Code generators: one module per target kind, chosen from the BACKENDS table.
 
 ``build(mod, target)`` compiles an IRModule of lowered PrimFuncs and returns a runtime
-Module. llvm and opencl generate code; the other kinds parse as targets and say so.
+Module. llvm, opencl and cuda generate code; the other kinds parse as targets and say so.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from ..errors import TargetError
 BACKENDS = {
     "llvm": "kiln.codegen.llvm",
     "c": None,
-    "cuda": None,
+    "cuda": "kiln.codegen.cuda",
     "opencl": "kiln.codegen.opencl",
 }
 

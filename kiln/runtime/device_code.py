@@ -38,8 +38,11 @@ def device_modules(metadata: dict) -> list:
     if kind == "opencl":
         from .devices.opencl import OpenCLModule
         return [OpenCLModule(code.get("source", ""), list(code.get("kernels", [])))]
+    if kind == "cuda":
+        from .devices.cuda import CUDAModule
+        return [CUDAModule(dict(code))]
     raise KilnError(f"the module carries {kind!r} device code, which this runtime cannot run "
-                    "(it runs 'opencl'); rebuild for a target this device supports")
+                    "(it runs 'opencl' and 'cuda'); rebuild for a target this device supports")
 
 
 def install_launch_hook(lib: ctypes.CDLL, device_module, library_name: str) -> None:
@@ -58,7 +61,7 @@ def install_launch_hook(lib: ctypes.CDLL, device_module, library_name: str) -> N
             types = (ctypes.c_int32 * n).from_address(codes) if n else ()
             values = [floats[i] if types[i] == _KILN_FLOAT else ints[i] for i in range(n)]
             if kernel_id < 0:
-                _workspace(int(kernel_id), values)
+                _workspace(int(kernel_id), values, getattr(device_module, "device_api", None))
                 return 0
             extents = (ctypes.c_int64 * 6).from_address(dims)
             device_module.launch(int(kernel_id), values, tuple(extents[0:3]), tuple(extents[3:6]),
@@ -79,8 +82,9 @@ def install_launch_hook(lib: ctypes.CDLL, device_module, library_name: str) -> N
 _workspaces: dict[int, object] = {}
 
 
-def _workspace(kind: int, values: list) -> None:
-    from .devices.opencl import API
+def _workspace(kind: int, values: list, API=None) -> None:
+    if API is None:  # OpenCL modules; CUDA modules name their device API
+        from .devices.opencl import API
 
     if kind == -1:
         nbytes, slot, like = values
@@ -89,6 +93,15 @@ def _workspace(kind: int, values: list) -> None:
         ctypes.c_void_p.from_address(int(slot)).value = handle
     elif kind == -2:
         _workspaces.pop(int(values[0]), None)
+    elif kind == -3:  # an RGBA image for a texture-scoped tensor (docs/adreno.md)
+        width, height, bits, slot, like = values
+        if not hasattr(API, "alloc_image"):
+            raise KilnError("device hook: this device has no images (texture scopes need OpenCL)")
+        device_id = API.device_of(int(like)) or 0 if like else 0
+        handle, owner = API.alloc_image(int(width), int(height), "float16" if bits == 16 else "float32",
+                                        device_id)
+        _workspaces[handle] = owner
+        ctypes.c_void_p.from_address(int(slot)).value = handle
     else:
         raise KilnError(f"device hook: unknown request {kind} (host code newer than this runtime?)")
 

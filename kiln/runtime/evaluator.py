@@ -133,6 +133,14 @@ def _on_device(run, dev, device_modules):
     """Time ``run(n)`` on the device: from the start of its first kernel to the end of its last
     (profiling events), so host-side launch overhead is not counted. Falls back to wall-clock
     time between two queue syncs when no kernel was launched."""
+    if getattr(dev, "device_type", 0) == 2 and getattr(dev, "session", None) is None:
+        from .devices.cuda import API  # CUDA: events recorded around the calls on the device
+
+        def run_on_cuda(n: int) -> float:
+            API.sync(dev.device_id)
+            return API.elapsed(lambda: run(n), dev.device_id)
+        return run_on_cuda
+
     def run_on_device(n: int) -> float:
         dev.sync()
         for m in device_modules:

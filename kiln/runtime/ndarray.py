@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from . import devices
-from .device import CPU, Device, cpu, device
+from .device import CPU, CUDA, Device, cpu, device
 from .dlpack import DTYPES, DLTensor, dtype_from_dl, dtype_name, export_capsule, import_capsule
 
 
@@ -126,6 +126,13 @@ class NDArray:
 
     # -- DLPack ----------------------------------------------------------------------------
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        if self.device.device_type == CUDA and self.device.session is None and not copy and (
+                dl_device is None or tuple(dl_device)[0] == CUDA):
+            # Zero-copy to torch/cupy: the same primary context. Our work runs on the legacy
+            # default stream; finish it so a consumer on any stream sees the results.
+            self.device.sync()
+            versioned = max_version is not None and tuple(max_version) >= (1, 0)
+            return export_capsule(self._tensor, self, versioned)
         if self.device.device_type != CPU:
             if dl_device is not None and tuple(dl_device)[0] == CPU and copy is not False:
                 return array(self.numpy()).__dlpack__(max_version=max_version)

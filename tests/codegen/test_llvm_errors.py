@@ -15,10 +15,15 @@ def _simple():
     return func("simple", [A], loop(i, 4, store(A, i, const(1.0))))
 
 
-@pytest.mark.parametrize("kind", ["c", "cuda"])
+@pytest.mark.parametrize("kind", ["c"])
 def test_other_kinds_not_built_yet(kind):
     with pytest.raises(TargetError, match=f"target '{kind}' is not built yet in this version of kiln; use 'llvm'"):
         codegen.build(module(_simple()), kind)
+
+
+def test_cuda_needs_bound_loops():
+    with pytest.raises(CompileError, match="simple: stage A: loop axes i write global memory but are not bound"):
+        codegen.build(module(_simple()), "cuda")
 
 
 def test_opencl_needs_bound_loops():

@@ -248,7 +248,7 @@ def test_build_config_alias_and_function_input():
 def test_unsupported_target_and_disabled_fusion():
     mod, params = tiny_net()
     with pytest.raises(CompileError, match="not supported yet"):
-        relay.build(mod, target="cuda", params=params)
+        relay.build(mod, target="c", params=params)
     with pytest.raises(CompileError, match="executor aot"):
         relay.build(mod, target="llvm", params=params, executor="aot")
     with tvm.transform.PassContext(opt_level=3, disabled_pass=["FuseOps"]):

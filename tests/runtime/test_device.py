@@ -40,9 +40,20 @@ def test_unknown_device_name():
 
 
 def test_device_kind_not_in_build():
-    dev = tvm.cuda(0)
+    dev = tvm.device("vulkan", 0)
     assert dev.exist is False
-    with pytest.raises(KilnError, match="device 'cuda' is not available in this build"):
+    with pytest.raises(KilnError, match="device 'vulkan' is not available in this build"):
         dev.sync()
-    with pytest.raises(KilnError, match="device 'cuda' is not available in this build"):
+    with pytest.raises(KilnError, match="device 'vulkan' is not available in this build"):
+        tvm.nd.empty((2,), "float32", dev)
+
+
+def test_cuda_device_absent_says_so():
+    from kiln.runtime.devices.cuda import API
+    if API.exist(0):
+        pytest.skip("this machine has a CUDA device")
+    dev = tvm.cuda(0)
+    assert dev.exist is False and dev.max_threads_per_block is None
+    dev.sync()  # nothing was ever queued there
+    with pytest.raises(KilnError, match=r"cuda\(0\) does not exist: this machine has 0 CUDA device"):
         tvm.nd.empty((2,), "float32", dev)

@@ -1,0 +1,384 @@
+"""The CUDA backend: lowered GPU PrimFuncs -> an LLVM host module carrying CUDA C kernels.
+
+The same GPU passes as OpenCL (``opencl.lower_device``), then the shared C-family printer with
+CUDA's spellings (``extern "C" __global__``, ``__launch_bounds__``, ``__shared__``,
+``__syncthreads()``). Where CUDA C differs in structure rather than in words:
+
+- Vector types (float4, ...) are plain structs with no arithmetic, so vector expressions are
+  printed lane by lane; a stride-1 load or store whose start is provably aligned still moves
+  the whole vector at once (one 16-byte access), other vector accesses go lane by lane.
+- Shared memory above 48 KiB cannot be declared statically: such a kernel takes all its shared
+  arrays from one dynamic ``extern __shared__`` buffer, sized by the kernel entry's
+  ``shared_bytes`` (the runtime raises the function's dynamic shared-memory limit for it).
+- ``half`` comes from a small header of our own (below): NVRTC's pip wheel carries no
+  ``cuda_fp16.h``. Arithmetic on halves is done in float and rounded when stored.
+
+The kernels are compiled with NVRTC (``cuda.bindings.nvrtc``, no GPU needed) to PTX for the
+target's arch; the PTX travels in the module's metadata beside the source. The runtime
+(kiln/runtime/devices/cuda.py) compiles the source for the exact device when NVRTC is there,
+else loads the PTX.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ..errors import CompileError
+from ..ir import expr as E
+from ..ir.dtype import DType
+from ..ir.functor import substitute
+from ..runtime.module import Module
+from .c_family import ALIGN, CStylePrinter, Lang, _const_size
+from .c_family_expr import _contiguous
+
+DEFAULT_ARCH = "sm_80"  # when the target names none and no GPU is present (runs on sm_80 and newer)
+STATIC_SHARED_LIMIT = 48 * 1024  # larger shared memory must be dynamic
+
+_TYPES = {("float", 16): "half", ("float", 32): "float", ("float", 64): "double",
+          ("int", 8): "signed char", ("int", 16): "short", ("int", 32): "int", ("int", 64): "long long",
+          ("uint", 8): "unsigned char", ("uint", 16): "unsigned short", ("uint", 32): "unsigned int",
+          ("uint", 64): "unsigned long long", ("bool", 1): "bool"}
+# CUDA's built-in vector structs: (kind, bits) -> name stem; lanes 2..4.
+_VECTOR = {("float", 32): "float", ("float", 64): "double", ("int", 8): "char", ("int", 16): "short",
+           ("int", 32): "int", ("int", 64): "longlong", ("uint", 8): "uchar", ("uint", 16): "ushort",
+           ("uint", 32): "uint", ("uint", 64): "ulonglong"}
+
+PREAMBLE = r"""// kiln CUDA kernels
+struct __align__(2) half {
+  unsigned short x;
+  __device__ __forceinline__ half() {}
+  __device__ __forceinline__ half(float f) { asm("cvt.rn.f16.f32 %0, %1;" : "=h"(x) : "f"(f)); }
+  __device__ __forceinline__ half(double f) : half((float)f) {}
+  __device__ __forceinline__ half(int v) : half((float)v) {}
+  __device__ __forceinline__ operator float() const { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x)); return f; }
+};
+struct __align__(4) half2 { half x, y; };
+template <class T, class F> __device__ __forceinline__ T kiln_bitcast(F f) {
+  static_assert(sizeof(T) == sizeof(F), "reinterpret needs equal sizes");
+  T t; memcpy(&t, &f, sizeof(T)); return t;
+}
+"""
+
+CUDA = Lang(
+    kernel_prefix='extern "C" __global__',
+    buffer_param="{type}* __restrict__ {name}",
+    global_qual="",
+    shared_decl="__shared__ ",
+    barrier="__syncthreads();",
+    thread_index={**{f"blockIdx.{d}": f"((int)blockIdx.{d})" for d in "xyz"},
+                  **{f"threadIdx.{d}": f"((int)threadIdx.{d})" for d in "xyz"}},
+    types=_TYPES,
+    vector_type="{t}{n}",
+    vector_literal="make_{vt}({args})",
+    lane="({x}).{k}",
+    math={"fabs": "fabs"},
+    infinity="__int_as_float(0x7f800000)",
+    nan="__int_as_float(0x7fc00000)",
+    float_suffix={16: "f", 32: "f", 64: ""},
+    int64_suffix="LL",
+    reinterpret="kiln_bitcast<{t}>({x})",
+)
+
+_LANE_OP = "kiln.cuda_vector_lane"  # lane k of an aligned vector load (printed as a struct member)
+
+
+class CUDAPrinter(CStylePrinter):
+    def __init__(self):
+        super().__init__(CUDA)
+        self.vector_lanes: dict = {}  # id(vector Var) -> its lane Vars
+        self.shared_bytes = 0  # dynamic shared memory the kernel needs at launch
+
+    # Kernels ----------------------------------------------------------------------------------
+    def print_kernel(self, func) -> str:
+        self.dyn_decls: list[str] = []
+        text = super().print_kernel(func)
+        if self.dyn_decls:  # after the opening line of the kernel body
+            head, _, rest = text.partition(" {\n")
+            text = head + " {\n" + "".join(f"  {d}\n" for d in self.dyn_decls) + rest
+        ext = func.attrs.get("thread_extent", {})
+        dims = [ext.get(f"threadIdx.{d}") for d in "xyz"]
+        if all(d is None or isinstance(d, E.IntImm) for d in dims):
+            n = 1
+            for d in dims:
+                n *= d.value if d is not None else 1
+            # The block size is fixed: the compiler may then use more registers per thread.
+            text = text.replace(f" void {self.func_name}(", f" void __launch_bounds__({n}) {self.func_name}(", 1)
+        return text
+
+    def _hoist_shared(self, body) -> list:
+        shared = super()._hoist_shared(body)
+        total = sum(_padded(n * self.storage_bits(b.dtype) // 8) for b, n in shared)
+        if total <= STATIC_SHARED_LIMIT:
+            return shared
+        # Too big for static declarations: carve every shared array out of the dynamic buffer.
+        self.dyn_decls.append(f"extern __shared__ __align__({ALIGN}) unsigned char kiln_dyn_shared[];")
+        offset = 0
+        for buf, n in shared:
+            t = self.storage_type(buf.dtype)
+            self.dyn_decls.append(f"{t}* {self.name(buf.data)} = ({t}*)(kiln_dyn_shared + {offset});")
+            self.aligned[id(buf.data)] = ALIGN
+            offset += _padded(n * self.storage_bits(buf.dtype) // 8)
+        self.shared_bytes = offset
+        return []
+
+    def storage_bits(self, dt: DType) -> int:
+        return 8 if dt.is_bool else dt.bits
+
+    # Vectors: lane by lane, whole-vector memory accesses where aligned --------------------------
+    def vector_type(self, dt: DType) -> str | None:
+        stem = _VECTOR.get((dt.kind, dt.bits))
+        if stem is None or dt.lanes not in (2, 3, 4) or dt.lanes * dt.bits > 128:
+            return None
+        return f"{stem}{dt.lanes}"
+
+    def expr(self, e) -> str:
+        if e.dtype.lanes > 1:
+            raise CompileError(f"{self.func_name}: a vector value ({e.dtype}) is used where CUDA needs "
+                               "a scalar; do not vectorize this loop")
+        return super().expr(e)
+
+    def lane(self, e, k: int):
+        """Lane k of vector expression e, as a scalar expression."""
+        if e.dtype.lanes == 1:
+            return e
+        el = e.dtype.element_of()
+        if isinstance(e, E.Ramp):
+            if isinstance(e.stride, E.IntImm):
+                return E.Add(e.base, E.const(k * e.stride.value, e.stride.dtype), e.base.dtype) if k else e.base
+            return E.Add(e.base, E.Mul(e.stride, E.const(k, e.stride.dtype), e.stride.dtype), e.base.dtype)
+        if isinstance(e, E.Broadcast):
+            return e.value
+        if isinstance(e, E.BinaryOp):
+            return type(e)(self.lane(e.a, k), self.lane(e.b, k), el)
+        if isinstance(e, E.Not):
+            return E.Not(self.lane(e.a, k))
+        if isinstance(e, E.Cast):
+            return E.Cast(el, self.lane(e.value, k))
+        if isinstance(e, E.Select):
+            return E.Select(self.lane(e.condition, k), self.lane(e.true_value, k), self.lane(e.false_value, k), el)
+        if isinstance(e, E.Let):
+            return self.lane(substitute(e.body, {e.var: e.value}), k)
+        if isinstance(e, E.Var):
+            lanes = self.vector_lanes.get(id(e))
+            if lanes is None:
+                raise CompileError(f"{self.func_name}: vector variable {e.name} is used but not defined")
+            return lanes[k]
+        if isinstance(e, E.Call):
+            return E.Call(el, e.op, tuple(self.lane(a, k) if isinstance(a, E.PrimExpr) else a for a in e.args))
+        if isinstance(e, E.BufferLoad):
+            idx = e.indices[0]
+            base = _contiguous(idx)
+            if base is not None and self.vector_type(e.dtype) and self._aligned(e.buffer, base, e.dtype.lanes):
+                return E.Call(el, _LANE_OP, (e, E.const(k)))
+            return E.BufferLoad(e.buffer, (self.lane(idx, k),), el)
+        raise CompileError(f"{self.func_name}: cannot print vector {type(e).__name__} ({e}) for CUDA")
+
+    def expr_Call(self, e):
+        if e.op == _LANE_OP:
+            load, k = e.args
+            base = _contiguous(load.indices[0])
+            vt = self.vector_type(load.dtype)
+            ptr = f"({self.name(load.buffer.data)} + {self.index(base, load.buffer)})"
+            return f"((const {vt}*){ptr})->{'xyzw'[k.value]}"
+        name = e.op[4:] if e.op.startswith("tir.") else e.op
+        if name == "clz":
+            return f"{'__clzll' if e.args[0].dtype.bits == 64 else '__clz'}({self.expr(e.args[0])})"
+        if name == "popcount":
+            return f"{'__popcll' if e.args[0].dtype.bits == 64 else '__popc'}({self.expr(e.args[0])})"
+        if name in ("isnan", "isinf", "isfinite") and e.args[0].dtype.bits == 16:
+            return f"{name}((float){self.expr(e.args[0])})"
+        return super().expr_Call(e)
+
+    def stmt_LetStmt(self, s) -> None:
+        if s.var.dtype.lanes == 1:
+            return super().stmt_LetStmt(s)
+        el = s.var.dtype.element_of()
+        lanes = [E.Var(f"{s.var.name}_{k}", el) for k in range(s.var.dtype.lanes)]
+        values = [self.expr(self.lane(s.value, k)) for k in range(len(lanes))]
+        for v, text in zip(lanes, values):
+            self.emit(f"{self.type(el)} {self.name(v)} = {text};")
+        self.vector_lanes[id(s.var)] = lanes
+        self.stmt(s.body)
+
+    def stmt_BufferStore(self, s) -> None:
+        lanes = s.value.dtype.lanes
+        if lanes == 1:
+            return super().stmt_BufferStore(s)
+        buf, idx = s.buffer, s.indices[0]
+        if buf.dtype.is_bool:
+            raise CompileError(f"{self.func_name}: vector stores of bool buffer {buf.name} are not supported; "
+                               "do not vectorize this loop")
+        values = [self.expr(self.lane(s.value, k)) for k in range(lanes)]
+        ptr = self.name(buf.data)
+        base = _contiguous(idx)
+        vt = self.vector_type(s.value.dtype)
+        if base is not None and vt and self._aligned(buf, base, lanes):
+            self.emit(f"*(({vt}*)({ptr} + {self.index(base, buf)})) = make_{vt}({', '.join(values)});")
+            return
+        for k, v in enumerate(values):
+            self.emit(f"{ptr}[{self.index(self.lane(idx, k), buf)}] = {v};")
+
+
+def _padded(nbytes: int) -> int:
+    return (nbytes + ALIGN - 1) // ALIGN * ALIGN
+
+
+def kernel_source(kernels) -> tuple[str, list[int]]:
+    """(CUDA C of the kernels, dynamic shared bytes of each kernel)."""
+    parts, shared = [], []
+    for k in kernels:
+        p = CUDAPrinter()
+        parts.append(p.print_kernel(k))
+        shared.append(p.shared_bytes)
+    return PREAMBLE + "\n" + "\n".join(parts), shared
+
+
+# NVRTC ---------------------------------------------------------------------------------------------
+
+def nvrtc():
+    """cuda.bindings.nvrtc, or a CompileError saying how to install it."""
+    try:
+        from cuda.bindings import nvrtc as mod
+    except ImportError:
+        raise CompileError("compiling CUDA needs NVRTC: pip install 'kiln[cuda]' "
+                           "(cuda-bindings and nvidia-cuda-nvrtc)") from None
+    return mod
+
+
+def have_nvrtc() -> bool:
+    try:
+        nvrtc().nvrtcVersion()
+    except Exception:  # noqa: BLE001 - no module, or the library cannot be found
+        return False
+    return True
+
+
+def _ok(err, what: str) -> None:
+    if int(err) != 0:
+        raise CompileError(f"NVRTC {what} failed: {getattr(err, 'name', err)}")
+
+
+@functools.lru_cache(maxsize=64)
+def compile_source(source: str, arch: str, fmt: str = "ptx", name: str = "kiln_kernels.cu") -> bytes:
+    """The kernels compiled by NVRTC for arch ("sm_90"): PTX text, or a cubin with fmt="cubin"."""
+    if fmt not in ("ptx", "cubin"):
+        raise CompileError(f"NVRTC makes 'ptx' or 'cubin', not {fmt!r}")
+    lib = nvrtc()
+    arch = normalize_arch(arch)
+    err, prog = lib.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
+    _ok(err, "create program")
+    try:
+        # PTX for a virtual arch (compute_XX) runs on that arch and newer; a cubin is for one chip.
+        gpu = arch.replace("sm_", "compute_") if fmt == "ptx" else arch
+        # No --use_fast_math: division and sqrt stay IEEE-exact, as the CPU backends compute them.
+        opts = [f"--gpu-architecture={gpu}".encode(), b"--std=c++17", b"-default-device"]
+        (err,) = lib.nvrtcCompileProgram(prog, len(opts), opts)
+        if int(err) != 0:
+            size = lib.nvrtcGetProgramLogSize(prog)[1]
+            log = b" " * size
+            lib.nvrtcGetProgramLog(prog, log)
+            text = log.decode(errors="replace").rstrip("\x00").strip()
+            raise CompileError(f"NVRTC could not compile the CUDA kernels for {arch}:\n{text}")
+        get_size, get = ((lib.nvrtcGetPTXSize, lib.nvrtcGetPTX) if fmt == "ptx"
+                         else (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN))
+        err, size = get_size(prog)
+        _ok(err, f"{fmt} size")
+        out = b" " * size
+        _ok(get(prog, out)[0], f"get {fmt}")
+        return bytes(out)
+    finally:
+        lib.nvrtcDestroyProgram(prog)
+
+
+def normalize_arch(arch: str) -> str:
+    """"sm_90", "90", "9.0", "compute_90" -> "sm_90"."""
+    text = str(arch).strip().lower()
+    for prefix in ("sm_", "compute_"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    if "." in text:
+        major, _, minor = text.partition(".")
+        text = major + minor
+    if not text[:-1].isdigit() and not text.isdigit():
+        raise CompileError(f"CUDA arch {arch!r} is not like 'sm_90'")
+    return "sm_" + text
+
+
+def default_arch() -> str:
+    """The arch of CUDA device 0 when this machine has one, else DEFAULT_ARCH."""
+    try:
+        from ..runtime.devices.cuda import API
+        if API.exist(0):
+            return "sm_" + API.attribute(0, "compute_version").replace(".", "")
+    except Exception:  # noqa: BLE001 - no driver, no cuda-python: build for the default
+        pass
+    return DEFAULT_ARCH
+
+
+# Build -----------------------------------------------------------------------------------------
+
+def build(mod, target):
+    """Host CompiledModule (LLVM, for target.host or 'llvm') importing a CUDA module."""
+    from ..target import Target
+    from .llvm import build_host
+    from .opencl import kernel_entry, lower_device
+
+    target = target if isinstance(target, Target) else Target(target)
+    host_mod, kernels = lower_device(mod, target)
+    source, shared = kernel_source(kernels)
+    arch = normalize_arch(target.arch) if target.arch else default_arch()
+    entries = []
+    for k, nbytes in zip(kernels, shared):
+        entry = kernel_entry(k)
+        if nbytes:
+            entry["shared_bytes"] = nbytes
+        entries.append(entry)
+    device_code = {"type_key": "cuda", "source": source, "arch": arch, "kernels": entries}
+    if have_nvrtc():  # compile errors show at build time; the PTX runs where NVRTC is absent
+        device_code["ptx"] = compile_source(source, arch, "ptx").rstrip(b"\x00").decode()
+    host_target = target.host if target.host is not None else Target("llvm")
+    module = build_host(host_mod, host_target, target, device_code)
+    module.sources["cu"] = source
+    module.imported_modules = [device_module(device_code)]
+    return module
+
+
+def device_module(device_code: dict) -> Module:
+    """The runtime's CUDAModule when cuda-python imports, else a source-only module."""
+    try:
+        from ..runtime.devices.cuda import CUDAModule
+    except ImportError:
+        return CUDASourceModule(device_code)
+    return CUDAModule(device_code)
+
+
+class CUDASourceModule(Module):
+    """CUDA kernels as text (``get_source()``, ``get_source("ptx")``); running them is the runtime's job."""
+
+    type_key = "cuda"
+
+    def __init__(self, device_code: dict):
+        super().__init__()
+        self.device_code = device_code
+        self.kernels = list(device_code["kernels"])
+
+    def function_names(self) -> list[str]:
+        return [k["name"] for k in self.kernels]
+
+    def get_source(self, fmt: str = "") -> str:
+        return source_of(self.device_code, fmt)
+
+    def __repr__(self) -> str:
+        return f"CUDASourceModule({', '.join(self.function_names())})"
+
+
+def source_of(device_code: dict, fmt: str = "") -> str:
+    """The CUDA C ("", "cu", "cuda") or PTX ("ptx") of a module's device code."""
+    if fmt in ("", "cu", "cuda"):
+        return device_code["source"]
+    if fmt == "ptx":
+        if "ptx" not in device_code:
+            device_code["ptx"] = compile_source(device_code["source"], device_code.get("arch", DEFAULT_ARCH),
+                                                "ptx").rstrip(b"\x00").decode()
+        return device_code["ptx"]
+    raise CompileError(f"a cuda module has its source as 'cu' or 'ptx', not {fmt!r}")

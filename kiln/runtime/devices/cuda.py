@@ -1,0 +1,335 @@
+"""CUDA devices through the driver API of cuda-python (``cuda.bindings.driver``).
+
+Device ``i`` is CUDA ordinal ``i``; its context is the device's primary context, the one the
+CUDA runtime (and so torch and cupy) uses too, which makes device pointers valid in both and
+lets DLPack hand them over without copies. Every launch, copy and timing event goes to the
+legacy default stream, so work is ordered with torch's and cupy's default streams as well.
+An array's data is its ``CUdeviceptr`` (an int, device-side address: offsets are plain adds).
+
+cuda-python is imported on first use: the runtime (and ``tvm.cuda(0).exist``) works without it
+and without a driver.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+
+from ...errors import KilnError
+
+_INSTALL = "pip install 'kiln[cuda]' (cuda-bindings, nvidia-cuda-nvrtc) and an NVIDIA driver"
+
+
+def _drv():
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        raise KilnError(f"CUDA needs cuda-python: {_INSTALL}") from None
+    return driver
+
+
+def _check(result, what: str):
+    """The values a driver call returned after its CUresult; a KilnError naming the failure."""
+    err, rest = result[0], result[1:]
+    if int(err) != 0:
+        drv = _drv()
+        text = drv.cuGetErrorString(err)
+        detail = text[1].decode() if int(text[0]) == 0 and text[1] else getattr(err, "name", str(err))
+        raise KilnError(f"CUDA {what} failed: {getattr(err, 'name', err)}: {detail}")
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else rest
+
+
+class _Allocation:
+    """Owner of one device allocation (NDArray._owner): freed when the last reference goes."""
+
+    __slots__ = ("ptr", "device_id", "__weakref__")
+
+    def __init__(self, ptr: int, device_id: int):
+        self.ptr = ptr
+        self.device_id = device_id
+
+    def __del__(self):
+        API._owners.pop(self.ptr, None)
+        try:
+            API.activate(self.device_id)
+            _drv().cuMemFree(self.ptr)
+        except Exception:  # noqa: BLE001 - interpreter shutdown or a dead context: nothing to do
+            pass
+
+
+class CUDADeviceAPI:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._count: int | None = None
+        self._contexts: dict[int, object] = {}
+        self._current = threading.local()
+        self._owners: dict[int, int] = {}  # ptr -> device id, for the arrays kiln allocated
+
+    # -- devices -------------------------------------------------------------------------------
+    def count(self) -> int:
+        if self._count is None:
+            try:
+                drv = _drv()
+                _check(drv.cuInit(0), "cuInit")
+                self._count = int(_check(drv.cuDeviceGetCount(), "cuDeviceGetCount"))
+            except Exception:  # noqa: BLE001 - no cuda-python, no libcuda, no GPU: no devices
+                self._count = 0
+        return self._count
+
+    def exist(self, device_id: int) -> bool:
+        return 0 <= device_id < self.count()
+
+    def _device(self, device_id: int):
+        if not self.exist(device_id):
+            raise KilnError(f"cuda({device_id}) does not exist: this machine has {self.count()} CUDA "
+                            f"device(s)" + ("" if self.count() else f" (needs an NVIDIA GPU: {_INSTALL})"))
+        return _check(_drv().cuDeviceGet(device_id), "cuDeviceGet")
+
+    def context(self, device_id: int = 0):
+        ctx = self._contexts.get(device_id)
+        if ctx is None:
+            with self._lock:
+                ctx = self._contexts.get(device_id)
+                if ctx is None:
+                    dev = self._device(device_id)
+                    ctx = self._contexts[device_id] = _check(_drv().cuDevicePrimaryCtxRetain(dev),
+                                                             "cuDevicePrimaryCtxRetain")
+        return ctx
+
+    def activate(self, device_id: int = 0) -> None:
+        """Make the device's primary context current in this thread."""
+        if getattr(self._current, "device", None) != device_id:
+            _check(_drv().cuCtxSetCurrent(self.context(device_id)), "cuCtxSetCurrent")
+            self._current.device = device_id
+
+    def attribute(self, device_id: int, name: str):
+        if name == "exist":
+            return self.exist(device_id)
+        drv = _drv()
+        dev = self._device(device_id)
+        A = drv.CUdevice_attribute
+
+        def get(attr):
+            return int(_check(drv.cuDeviceGetAttribute(attr, dev), f"cuDeviceGetAttribute({attr.name})"))
+
+        if name == "max_threads_per_block":
+            return get(A.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+        if name == "max_shared_memory_per_block":
+            return get(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)
+        if name == "max_shared_memory_per_block_optin":
+            return get(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        if name == "warp_size":
+            return get(A.CU_DEVICE_ATTRIBUTE_WARP_SIZE)
+        if name == "max_thread_dimensions":
+            return (get(A.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X), get(A.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
+                    get(A.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z))
+        if name == "multi_processor_count":
+            return get(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        if name == "compute_version":
+            return (f"{get(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)}."
+                    f"{get(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)}")
+        if name == "max_clock_rate":
+            return get(A.CU_DEVICE_ATTRIBUTE_CLOCK_RATE)  # kHz
+        if name == "device_name":
+            raw = _check(drv.cuDeviceGetName(256, dev), "cuDeviceGetName")
+            return bytes(raw).split(b"\0")[0].decode().strip()
+        raise AttributeError(f"CUDA devices have no attribute {name!r}")
+
+    # -- memory ---------------------------------------------------------------------------------
+    def alloc(self, nbytes: int, device_id: int = 0) -> tuple[int, _Allocation]:
+        self.activate(device_id)
+        ptr = int(_check(_drv().cuMemAlloc(max(int(nbytes), 1)), f"cuMemAlloc of {nbytes} bytes"))
+        owner = _Allocation(ptr, device_id)
+        self._owners[ptr] = device_id
+        return ptr, owner
+
+    def device_of(self, ptr: int) -> int | None:
+        """The device a pointer lives on (also for memory torch or cupy allocated)."""
+        got = self._owners.get(ptr)
+        if got is not None:
+            return got
+        drv = _drv()
+        try:
+            result = drv.cuPointerGetAttribute(
+                drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+            return int(result[1]) if int(result[0]) == 0 else None
+        except Exception:  # noqa: BLE001 - not a device pointer
+            return None
+
+    def copy_from_host(self, dst: int, src: np.ndarray, device_id: int = 0) -> None:
+        if src.nbytes:
+            self.activate(device_id)
+            src = np.ascontiguousarray(src)
+            _check(_drv().cuMemcpyHtoD(dst, src.ctypes.data, src.nbytes), "cuMemcpyHtoD")
+
+    def copy_to_host(self, dst: np.ndarray, src: int, device_id: int = 0) -> None:
+        if dst.nbytes:
+            self.activate(device_id)
+            _check(_drv().cuMemcpyDtoH(dst.ctypes.data, src, dst.nbytes), "cuMemcpyDtoH")
+
+    def write_bytes(self, dst: int, offset: int, data, device_id: int = 0) -> None:
+        view = np.frombuffer(memoryview(data).cast("B"), np.uint8)
+        self.copy_from_host(int(dst) + int(offset), view, device_id)
+
+    def read_bytes(self, src: int, offset: int, nbytes: int, device_id: int = 0) -> np.ndarray:
+        out = np.empty(int(nbytes), np.uint8)
+        self.copy_to_host(out, int(src) + int(offset), device_id)
+        return out
+
+    def copy_between(self, dst: int, src: int, nbytes: int, device_id: int = 0) -> None:
+        if nbytes:
+            self.activate(device_id)
+            _check(_drv().cuMemcpyDtoD(dst, src, int(nbytes)), "cuMemcpyDtoD")
+
+    def sync(self, device_id: int = 0) -> None:
+        if device_id in self._contexts:
+            self.activate(device_id)
+            _check(_drv().cuCtxSynchronize(), "cuCtxSynchronize (a kernel may have faulted)")
+
+    # -- timing ---------------------------------------------------------------------------------
+    def elapsed(self, work, device_id: int = 0) -> float:
+        """Seconds the device spent between the start and the end of ``work()`` (CUDA events)."""
+        drv = _drv()
+        self.activate(device_id)
+        start = _check(drv.cuEventCreate(0), "cuEventCreate")
+        end = _check(drv.cuEventCreate(0), "cuEventCreate")
+        try:
+            _check(drv.cuEventRecord(start, 0), "cuEventRecord")
+            work()
+            self.activate(device_id)
+            _check(drv.cuEventRecord(end, 0), "cuEventRecord")
+            _check(drv.cuEventSynchronize(end), "cuEventSynchronize (a kernel may have faulted)")
+            return float(_check(drv.cuEventElapsedTime(start, end), "cuEventElapsedTime")) * 1e-3
+        finally:
+            drv.cuEventDestroy(start)
+            drv.cuEventDestroy(end)
+
+
+API = CUDADeviceAPI()
+
+
+# -- device modules -------------------------------------------------------------------------------
+_SCALARS = {"int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_int32,
+            "int64": ctypes.c_int64, "uint8": ctypes.c_uint8, "uint16": ctypes.c_uint16,
+            "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64, "bool": ctypes.c_int8,
+            "float32": ctypes.c_float, "float64": ctypes.c_double}
+_STATIC_SHARED = 48 * 1024
+
+
+class CUDAModule:
+    """The CUDA half of a GPU module (docs/abi.md "GPU modules", docs/cuda.md).
+
+    ``device_code``: ``{"type_key": "cuda", "source", "arch", "ptx"?, "kernels": [...]}``. The
+    module is loaded once per device context on the first launch there: a cubin compiled by
+    NVRTC for that device's arch when NVRTC is installed, else the PTX (JIT by the driver).
+    """
+
+    type_key = "cuda"
+
+    def __init__(self, device_code: dict):
+        if not isinstance(device_code, dict) or "kernels" not in device_code:
+            raise TypeError("CUDAModule(device_code: dict with 'source' and 'kernels')")
+        self.device_code = device_code
+        self.kernels = list(device_code["kernels"])
+        self.imported_modules: list = []
+        self.device_api = API
+        self._loaded: dict[int, tuple] = {}  # device id -> (CUmodule, [CUfunction], {fid: shared set})
+        self._lock = threading.Lock()
+        self._casts = [[_cast(k, p) for p in k.get("params", [])] for k in self.kernels]
+
+    def get_source(self, fmt: str = "") -> str:
+        from ...codegen.cuda import source_of
+        return source_of(self.device_code, fmt)
+
+    def function_names(self) -> list[str]:
+        return [k["name"] for k in self.kernels]
+
+    def _get_function(self, name: str):
+        return None  # kernels are launched by the host functions
+
+    def get_function(self, name: str, query_imports: bool = False):
+        raise AttributeError(f"the cuda module's kernels ({', '.join(self.function_names())}) are "
+                             "launched by the host module's functions; call those")
+
+    def image_for(self, device_id: int) -> bytes:
+        """What cuModuleLoadData gets: a cubin for the device's arch, else the PTX."""
+        arch = "sm_" + API.attribute(device_id, "compute_version").replace(".", "")
+        from ...codegen import cuda as codegen
+        if codegen.have_nvrtc():
+            try:
+                return codegen.compile_source(self.device_code["source"], arch, "cubin")
+            except KilnError:
+                if "ptx" not in self.device_code:
+                    raise
+        if "ptx" not in self.device_code:
+            raise KilnError(f"this CUDA module carries no PTX and NVRTC is missing: {_INSTALL}")
+        return self.device_code["ptx"].encode() + b"\0"
+
+    def load(self, device_id: int = 0) -> tuple:
+        got = self._loaded.get(device_id)
+        if got is None:
+            with self._lock:
+                got = self._loaded.get(device_id)
+                if got is None:
+                    drv = _drv()
+                    API.activate(device_id)
+                    module = _check(drv.cuModuleLoadData(self.image_for(device_id)), "cuModuleLoadData")
+                    funcs = [_check(drv.cuModuleGetFunction(module, k["name"].encode()),
+                                    f"cuModuleGetFunction({k['name']})") for k in self.kernels]
+                    got = self._loaded[device_id] = (module, funcs, {})
+        return got
+
+    def launch(self, kernel_id: int, values: list, grid, block, dyn_shared_bytes: int = 0,
+               device_id: int | None = None):
+        if not 0 <= kernel_id < len(self.kernels):
+            raise KilnError(f"cuda module has {len(self.kernels)} kernels; kernel id {kernel_id} "
+                            "is out of range (host and device code do not match: rebuild)")
+        casts = self._casts[kernel_id]
+        entry = self.kernels[kernel_id]
+        if len(values) != len(casts):
+            raise KilnError(f"{entry['name']} takes {len(casts)} arguments, the host code passed "
+                            f"{len(values)}: rebuild the module")
+        if device_id is None:
+            device_id = next((d for c, v in zip(casts, values)
+                              if c is None and (d := API.device_of(int(v))) is not None), 0)
+        grid = tuple(int(g) for g in grid)
+        block = tuple(int(b) for b in block)
+        if any(g == 0 for g in grid):
+            return None  # an empty grid (a zero-sized tensor): nothing to run
+        _, funcs, raised = self.load(device_id)
+        func = funcs[kernel_id]
+        drv = _drv()
+        shared = max(int(dyn_shared_bytes), int(entry.get("shared_bytes", 0)))
+        if shared > _STATIC_SHARED and kernel_id not in raised:
+            _check(drv.cuFuncSetAttribute(
+                func, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
+                f"{entry['name']}: raising its dynamic shared memory to {shared} bytes "
+                f"(cuda({device_id}) allows {API.attribute(device_id, 'max_shared_memory_per_block_optin')})")
+            raised[kernel_id] = shared
+        holders = [ctypes.c_uint64(int(v)) if c is None else c(v) for c, v in zip(casts, values)]
+        params = (ctypes.c_void_p * max(len(holders), 1))(*[ctypes.addressof(h) for h in holders])
+        API.activate(device_id)
+        result = drv.cuLaunchKernel(func, *grid, *block, shared, 0, ctypes.addressof(params), 0)
+        if int(result[0]) != 0:
+            threads = block[0] * block[1] * block[2]
+            _check(result, f"launch of {entry['name']} on {grid} blocks of {block} ({threads} threads, "
+                           f"{shared} bytes of dynamic shared memory) on cuda({device_id})")
+        return None
+
+    def __repr__(self) -> str:
+        return f"CUDAModule(kernels=[{', '.join(self.function_names())}])"
+
+
+def _cast(kernel: dict, param: dict):
+    """None for a buffer (passed as its device pointer), else the ctypes type of a scalar."""
+    if param.get("kind") == "buffer":
+        return None
+    dtype = param.get("dtype", "")
+    if dtype not in _SCALARS:
+        raise KilnError(f"{kernel.get('name')}: parameter {param.get('name')!r} has dtype {dtype!r}, "
+                        "which the CUDA runtime cannot pass")
+    return _SCALARS[dtype]
