@@ -83,3 +83,19 @@ def test_tvmc_run_against_the_c_server(server, package, tmp_path):
     assert len(result.times) == 2 and all(t > 0 for t in result.times)
     names = {row["name"] for row in result.profile}
     assert "tvmgen_default_fused_nn_conv2d_nn_relu" in names and all(row["ms"] >= 0 for row in result.profile)
+
+
+@pytest.mark.opencl
+def test_remote_executor_on_an_opencl_device_of_the_c_server(server, tmp_path):
+    if not tvm.cl(0).exist:
+        pytest.skip("no OpenCL device (apt-get install -y pocl-opencl-icd)")
+    lib, inputs = two_output_model(target="opencl", target_host="llvm", argmax=False)
+    export_package(lib, str(tmp_path / "cl.tar"))
+    cpu_lib, _ = two_output_model(argmax=False)
+    export_package(cpu_lib, str(tmp_path / "cpu.tar"))
+    want = python_outputs(str(tmp_path / "cpu.tar"), inputs, tmp_path)
+    result = tvmc.run(str(tmp_path / "cl.tar"), device="cl", hostname="127.0.0.1", port=server.port, inputs=inputs,
+                      repeat=2, number=1)
+    for i, w in enumerate(want):
+        np.testing.assert_allclose(result.outputs[f"output_{i}"], w, rtol=1e-5, atol=1e-5)
+    assert len(result.times) == 2
