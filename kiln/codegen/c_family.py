@@ -134,7 +134,7 @@ class CStylePrinter(ExprPrinter):
         for p in func.params:
             buf = func.buffer_map.get(p)
             if buf is not None:
-                params.append(self.lang.buffer_param.format(type=self.storage_type(buf.dtype), name=self.name(p)))
+                params.append(self.buffer_param(buf))
                 self.aligned[id(p)] = 1 << 30  # a buffer argument's base is aligned for any vector
             else:
                 if not (p.dtype.is_int or p.dtype.is_uint or p.dtype.is_float):
@@ -156,6 +156,10 @@ class CStylePrinter(ExprPrinter):
 
     def _kernel_attrs(self, func) -> str:
         return ""
+
+    def buffer_param(self, buf) -> str:
+        """A buffer parameter's declaration (a texture printer makes some of them images)."""
+        return self.lang.buffer_param.format(type=self.storage_type(buf.dtype), name=self.name(buf.data))
 
     def _hoist_shared(self, body) -> list:
         from ..ir.functor import Visitor

@@ -269,6 +269,7 @@ _SPECIAL = {
     "kiln_launch": lambda cg, e: _launch("emit_launch", cg, e),
     "kiln_device_alloc": lambda cg, e: _launch("emit_alloc", cg, e),
     "kiln_device_free": lambda cg, e: _launch("emit_free", cg, e),
+    "kiln_device_alloc_texture": lambda cg, e: _launch("emit_alloc_texture", cg, e),
 }
 
 

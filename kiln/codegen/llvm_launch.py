@@ -31,6 +31,7 @@ def launch_globals() -> list[str]:
 
 
 ALLOC_ID, FREE_ID = -1, -2  # hook "kernel ids" of the workspace requests
+ALLOC_TEXTURE_ID = -3  # an image for a texture-scoped tensor (docs/adreno.md)
 
 
 def _call_hook(cg, kid: int, args: list, codes: list, extents=None) -> None:
@@ -70,6 +71,19 @@ def emit_alloc(cg, e) -> str:
     out = fw.alloca("ptr", 1, 8)
     fw.emit_void(f"store ptr null, ptr {out}, align 8")
     _call_hook(cg, ALLOC_ID, [("i64", nbytes), ("ptr", out), ("ptr", like_v)], [0, 3, 3])
+    return fw.emit(f"load ptr, ptr {out}, align 8")
+
+
+def emit_alloc_texture(cg, e) -> str:
+    """Texture workspace: hook(kernel_id=-3, [width, height, element bits, &handle, like]) makes an
+    RGBA image of width x height texels (CL_FLOAT for 32 bits, CL_HALF_FLOAT for 16)."""
+    fw = cg.fw
+    dims = [cg.cast(cg.expr(a), a.dtype, INT64) for a in e.args[:3]]
+    like = e.args[3]
+    like_v = cg.expr(like) if like.dtype.is_handle else "null"
+    out = fw.alloca("ptr", 1, 8)
+    fw.emit_void(f"store ptr null, ptr {out}, align 8")
+    _call_hook(cg, ALLOC_TEXTURE_ID, [("i64", d) for d in dims] + [("ptr", out), ("ptr", like_v)], [0, 0, 0, 3, 3])
     return fw.emit(f"load ptr, ptr {out}, align 8")
 
 

@@ -10,6 +10,8 @@ calls ``__kiln_device_launch`` for every kernel launch. pyopencl is never import
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import CompileError
 from ..ir.module import IRModule
 from ..ir.stmt import PrimFunc
@@ -64,9 +66,12 @@ class OpenCLPrinter(CStylePrinter):
 
 def kernel_source(kernels: list[PrimFunc]) -> str:
     """OpenCL C of the kernels, one translation unit."""
+    from .opencl_texture import TexturePrinter
+
     parts, needs = [], set()
     for k in kernels:
-        p = OpenCLPrinter()
+        # Kernels touching texture-scoped tensors (attr "texture") take images for them.
+        p = TexturePrinter() if k.attrs.get("texture") else OpenCLPrinter()
         parts.append(p.print_kernel(k))
         needs |= p.needs
     head = "".join(n + "\n" for n in sorted(needs))
@@ -90,6 +95,7 @@ def lower_device(mod, target) -> tuple[IRModule, list[PrimFunc]]:
     from ..tir.transform.device_workspace import device_workspace
     from ..tir.transform.inject_virtual_thread import inject_virtual_threads
     from ..tir.transform.split_host_device import split_host_device
+    from ..tir.transform.texture import DEFAULT_LIMIT, texture_layouts
     from ..tir.transform.thread_sync import insert_barriers
     from ..tir.transform.verify_gpu import check_kernel_limits, verify_thread_binding
 
@@ -98,11 +104,20 @@ def lower_device(mod, target) -> tuple[IRModule, list[PrimFunc]]:
         if not isinstance(func, PrimFunc):
             raise CompileError(f"function {key!r} is a {type(func).__name__}, not a lowered PrimFunc")
         func = inject_virtual_threads(verify_thread_binding(func))
+        textures = texture_layouts(func, target.attrs.get("texture_spatial_limit") or DEFAULT_LIMIT)
         host, ks = split_host_device(func, len(kernels))
+        if textures:  # image layouts of texture-scoped tensors, for the printer and the workspace
+            ks = [_with_textures(k, textures) for k in ks]
+            host = replace(host, attrs={**host.attrs, "texture": textures})
         for k in ks:
             kernels.append(check_kernel_limits(insert_barriers(k), target))
         hosts[key] = device_workspace(host)
     return IRModule(hosts), kernels
+
+
+def _with_textures(kernel: PrimFunc, textures: dict) -> PrimFunc:
+    mine = {key: t for key, t in textures.items() if any(id(p) == key for p in kernel.params)}
+    return replace(kernel, attrs={**kernel.attrs, "texture": mine}) if mine else kernel
 
 
 def build(mod, target):

@@ -153,14 +153,23 @@ class NDArray:
         return f"<kiln.NDArray shape={self.shape}, dtype={self.dtype}, {self.device}>\n{body}"
 
 
-def empty(shape, dtype="float32", dev: Device | None = None) -> NDArray:
-    """An uninitialized array: ``tvm.nd.empty((2, 3), "int32", tvm.cpu())``."""
+def empty(shape, dtype="float32", dev: Device | None = None, mem_scope: str | None = None) -> NDArray:
+    """An uninitialized array: ``tvm.nd.empty((2, 3), "int32", tvm.cpu())``.
+
+    ``mem_scope="global.texture"`` (or ``-nhwc`` / ``-weight``) on an OpenCL device makes an RGBA
+    image holding a 5-D tensor whose innermost dimension is 4 (docs/adreno.md).
+    """
     dev = cpu(0) if dev is None else dev
     if dev.session is not None:
         return dev.session.nd_empty(shape, dtype, dev)
     shape = _check_shape(shape)
     dtype = dtype_name(dtype)
     api = devices.get_api(dev.device_type)
+    if mem_scope not in (None, "global"):
+        if not hasattr(api, "alloc_texture"):
+            raise ValueError(f"mem_scope {mem_scope!r}: {dev} has no textures (OpenCL devices do)")
+        data, owner = api.alloc_texture(shape, dtype, mem_scope, dev.device_id)
+        return NDArray(data, shape, dtype, dev, owner)
     nbytes = math.prod(shape) * DTYPES[dtype][1] // 8
     data, owner = api.alloc(nbytes, dev.device_id)
     return NDArray(data, shape, dtype, dev, owner)

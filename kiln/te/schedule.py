@@ -188,8 +188,11 @@ class Stage:
         self.pragmas.setdefault(iv, {})[pragma_type] = pragma_value
 
     def set_scope(self, scope: str) -> None:
-        if scope not in ("global", "shared", "local", "warp"):
-            raise ScheduleError(f"stage {self.name}: unknown storage scope {scope!r}; use global, shared or local")
+        # global.texture*: an RGBA image (5-D tensors, innermost 4; kiln/tir/transform/texture.py)
+        if scope not in ("global", "shared", "local", "warp", "global.texture", "global.texture-nhwc",
+                         "global.texture-weight"):
+            raise ScheduleError(f"stage {self.name}: unknown storage scope {scope!r}; use global, shared, local "
+                                "or global.texture[-nhwc|-weight]")
         self.scope = scope
         self.scope_set = True
 

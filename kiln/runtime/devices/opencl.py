@@ -32,11 +32,12 @@ def _cl():
 class _Allocation:
     """Owner of one buffer (NDArray._owner); its handle leaves the table when it is freed."""
 
-    __slots__ = ("buffer", "device_id", "__weakref__")
+    __slots__ = ("buffer", "device_id", "image", "__weakref__")
 
-    def __init__(self, buffer, device_id: int):
+    def __init__(self, buffer, device_id: int, image=None):
         self.buffer = buffer
         self.device_id = device_id
+        self.image = image  # (width, height) of an RGBA image (texture scopes), None for buffers
 
 
 class OpenCLDeviceAPI:
@@ -131,6 +132,51 @@ class OpenCLDeviceAPI:
         self._buffers[handle] = weakref.ref(owner, lambda _, h=handle: self._buffers.pop(h, None))
         return handle, owner
 
+    def alloc_image(self, width: int, height: int, dtype: str = "float32",
+                    device_id: int = 0) -> tuple[int, _Allocation]:
+        """An RGBA image of width x height texels (CL_FLOAT / CL_HALF_FLOAT) for a texture tensor.
+
+        The limit is the device's own (CL_DEVICE_IMAGE2D_MAX_WIDTH / HEIGHT), asked every time.
+        """
+        cl = _cl()
+        if not self.attribute(device_id, "image_support"):
+            raise KilnError(f"opencl({device_id}) ({self.attribute(device_id, 'device_name')}) has no image "
+                            "support; build for plain 'opencl' (buffers) instead of texture scopes")
+        max_w, max_h = self.attribute(device_id, "max_image2d")
+        if not (0 < width <= max_w and 0 < height <= max_h):
+            raise KilnError(f"a texture of {width} x {height} texels does not fit opencl({device_id})'s "
+                            f"images (at most {max_w} x {max_h}): build with -texture_spatial_limit="
+                            f"{min(max_w, max_h)} so the compiler folds the tensor differently, or keep "
+                            "it in scope 'global'")
+        kind = cl.channel_type.HALF_FLOAT if dtype == "float16" else cl.channel_type.FLOAT
+        fmt = cl.ImageFormat(cl.channel_order.RGBA, kind)
+        make = getattr(cl, "create_image", cl.Image)  # newer pyopencl deprecates the Image constructor
+        img = make(self.context(device_id), cl.mem_flags.READ_WRITE, fmt, shape=(int(width), int(height)))
+        owner = _Allocation(img, device_id, (int(width), int(height)))
+        handle = img.int_ptr
+        self._buffers[handle] = weakref.ref(owner, lambda _, h=handle: self._buffers.pop(h, None))
+        return handle, owner
+
+    def alloc_texture(self, shape, dtype: str, scope: str, device_id: int = 0) -> tuple[int, _Allocation]:
+        """An image for a 5-D tensor (innermost 4) in texture ``scope``, folded as the compiler
+        folds it (kiln/tir/transform/texture.py) unless that does not fit this device."""
+        if scope not in _TEXTURE_SPLITS:
+            raise ValueError(f"unknown mem_scope {scope!r}: use global, {', '.join(_TEXTURE_SPLITS)}")
+        if len(shape) != 5 or shape[4] != 4 or dtype not in ("float32", "float16"):
+            raise ValueError(f"mem_scope {scope} holds float32/float16 5-D tensors whose innermost dimension "
+                             f"is 4 (NCHW4c ...), got {dtype}{tuple(shape)}")
+        max_w, max_h = self.attribute(device_id, "max_image2d")
+        splits = [_TEXTURE_SPLITS[scope]] + [k for k in (3, 2, 1, 4) if k != _TEXTURE_SPLITS[scope]]
+        fits = [(_prod(shape[k:4]), _prod(shape[:k])) for k in splits]
+        width, height = next(((w, h) for w, h in fits if w <= max_w and h <= max_h), fits[0])
+        return self.alloc_image(width, height, dtype, device_id)
+
+    def image_of(self, handle: int):
+        """(width, height) when ``handle`` is an image from alloc_image, else None."""
+        ref = self._buffers.get(handle)
+        owner = ref() if ref is not None else None
+        return owner.image if owner is not None else None
+
     def buffer(self, handle: int):
         """The pyopencl Buffer behind a handle from ``alloc`` (or any live cl_mem)."""
         ref = self._buffers.get(handle)
@@ -147,10 +193,20 @@ class OpenCLDeviceAPI:
         return owner.device_id if owner is not None else None
 
     def copy_from_host(self, dst: int, src: np.ndarray, device_id: int = 0) -> None:
+        image = self.image_of(dst)
+        if image is not None:  # texels in row-major order are the tensor's bytes
+            _cl().enqueue_copy(self.queue(device_id), self.buffer(dst), np.ascontiguousarray(src),
+                               origin=(0, 0), region=image, is_blocking=True)
+            return
         if src.nbytes:
             _cl().enqueue_copy(self.queue(device_id), self.buffer(dst), src, is_blocking=True)
 
     def copy_to_host(self, dst: np.ndarray, src: int, device_id: int = 0) -> None:
+        image = self.image_of(src)
+        if image is not None:
+            _cl().enqueue_copy(self.queue(device_id), dst, self.buffer(src), origin=(0, 0), region=image,
+                               is_blocking=True)
+            return
         if dst.nbytes:
             _cl().enqueue_copy(self.queue(device_id), dst, self.buffer(src), is_blocking=True)
 
@@ -170,7 +226,18 @@ class OpenCLDeviceAPI:
         return out
 
     def copy_between(self, dst: int, src: int, nbytes: int, device_id: int = 0) -> None:
-        """Copy ``nbytes`` from one buffer to another of the same device, on the device."""
+        """Copy ``nbytes`` from one buffer (or image) to another of the same device, on the device."""
+        dst_img, src_img = self.image_of(dst), self.image_of(src)
+        if dst_img is not None or src_img is not None:  # image <-> buffer / image (texture scopes)
+            cl, q = _cl(), self.queue(device_id)
+            if dst_img is not None and src_img is not None:
+                cl.enqueue_copy(q, self.buffer(dst), self.buffer(src), src_origin=(0, 0), dest_origin=(0, 0),
+                                region=dst_img)
+            elif dst_img is not None:
+                cl.enqueue_copy(q, self.buffer(dst), self.buffer(src), offset=0, origin=(0, 0), region=dst_img)
+            else:
+                cl.enqueue_copy(q, self.buffer(dst), self.buffer(src), origin=(0, 0), region=src_img, offset=0)
+            return
         if nbytes:
             _cl().enqueue_copy(self.queue(device_id), self.buffer(dst), self.buffer(src),
                                byte_count=int(nbytes))
@@ -178,6 +245,17 @@ class OpenCLDeviceAPI:
     def sync(self, device_id: int = 0) -> None:
         if device_id in self._queues:
             self._queues[device_id].finish()
+
+
+# Texture scope -> leading dimensions folded into the image height (kiln/tir/transform/texture.py).
+_TEXTURE_SPLITS = {"global.texture": 3, "global.texture-nhwc": 2, "global.texture-weight": 1}
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= int(x)
+    return out
 
 
 def _find_devices() -> list:

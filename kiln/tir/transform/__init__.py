@@ -17,10 +17,12 @@ from .thread_sync import insert_barriers
 from .verify_gpu import verify_thread_binding
 from .loop_partition import partition_loops
 from .simplify_stmt import simplify_func
+from .texture import note_textures
 from .unroll import unroll_loops
 from .vectorize import vectorize_loops
 
 PIPELINE = [
+    ("tir.NoteTextures", note_textures),  # texture tensors' shapes, for the OpenCL texture printer
     ("tir.StorageFlatten", flatten_buffers),
     ("tir.Simplify", simplify_func),
     ("tir.LoopPartition", partition_loops),

@@ -20,15 +20,22 @@ from kiln.tir.simplify import simplify
 
 ALLOC_OP = "tir.kiln_device_alloc"
 FREE_OP = "tir.kiln_device_free"
+ALLOC_TEXTURE_OP = "tir.kiln_device_alloc_texture"  # (width, height, element bits, like)
 
 
 class _Workspace(Mutator):
-    def __init__(self, like):
+    def __init__(self, like, textures=None):
         super().__init__()
         self.like = like
+        self.textures = textures or {}
 
     def visit_Allocate(self, op):
         body = self.visit(op.body)
+        layout = self.textures.get(id(op.buffer.data))
+        if layout is not None:  # a texture-scoped tensor: an RGBA image (tir/transform/texture.py)
+            alloc = E.Call(HANDLE_T, ALLOC_TEXTURE_OP, (E.const(layout.width, INT64), E.const(layout.height, INT64),
+                                                        E.const(op.buffer.dtype.bits, INT64), self.like))
+            return LetStmt(op.buffer.data, alloc, seq(body, Evaluate(E.Call(INT32, FREE_OP, (op.buffer.data,)))))
         nbytes = E.const(op.buffer.dtype.bits * op.buffer.dtype.lanes // 8, INT64)
         for x in op.extents:
             nbytes = nbytes * E.cast(x, INT64)
@@ -39,4 +46,4 @@ class _Workspace(Mutator):
 def device_workspace(host: PrimFunc) -> PrimFunc:
     bufs = list(host.buffer_map.values())
     like = bufs[0].data if bufs else E.const(0, INT64)
-    return replace(host, body=_Workspace(like).visit(host.body))
+    return replace(host, body=_Workspace(like, host.attrs.get("texture")).visit(host.body))
