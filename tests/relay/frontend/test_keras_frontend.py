@@ -1,6 +1,7 @@
-"""from_keras on .h5 files written here with h5py in the layout Keras saves (no Keras or
-TensorFlow installs cheaply beside kiln), checked against an independent numpy implementation
-of the layers in keras_h5.py (rtol/atol 1e-4): a ResNet-like and a MobileNetV2-like model."""
+"""from_keras on .h5 files: ones written here with h5py in the layout Keras 2 saves, checked
+against an independent numpy implementation of the layers (keras_h5.py), and, where Keras 3
+and torch are installed (the `frontends` extra), one saved by Keras itself and checked against
+its predict(); rtol/atol 1e-4. TensorFlow is never needed."""
 
 import numpy as np
 import pytest
@@ -182,3 +183,53 @@ def test_errors_name_the_problem(tmp_path):
     g.save(tmp_path / "m.h5", "a")
     with pytest.raises(tvm.KilnError, match=r"layer 'a' \(Activation\): activation 'mish' is not supported"):
         relay.frontend.from_keras(str(tmp_path / "m.h5"))
+
+
+def _real_keras():
+    """Keras 3 on its torch backend, when both are installed (the `frontends` extra plus keras)."""
+    import os
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    pytest.importorskip("torch", reason="real-Keras checks run Keras 3 on its torch backend (pip install torch)")
+    return pytest.importorskip("keras", reason="real-Keras checks need keras (pip install keras)")
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_h5_saved_by_keras_matches_keras(tmp_path):
+    """A ResNet/MobileNet-like model built and saved by Keras itself (its legacy .h5 writer, Keras 3
+    spelling of connections and weight names), against Keras' own predict()."""
+    keras = _real_keras()
+    L = keras.layers
+    inp = keras.Input((32, 32, 3), name="image")
+    x = L.ZeroPadding2D(3)(inp)
+    x = L.Conv2D(8, 7, strides=2, use_bias=False)(x)
+    x = L.BatchNormalization(epsilon=1.001e-5)(x)
+    x = L.Activation("relu")(x)
+    x = L.ZeroPadding2D(1)(x)
+    x = L.MaxPooling2D(3, strides=2)(x)
+    y = L.Conv2D(8, 3, padding="same")(x)
+    y = L.BatchNormalization()(y)
+    y = L.ReLU(max_value=6.0)(y)
+    y = L.DepthwiseConv2D(3, padding="same", depth_multiplier=2, activation="relu6")(y)
+    y = L.Conv2D(8, 1)(y)
+    x = L.ReLU()(L.Add()([x, y]))
+    z = L.Conv2D(16, 3, strides=2, padding="same")(x)
+    p = L.AveragePooling2D(2, padding="same")(x)
+    x = L.Concatenate()([z, p])
+    g = L.GlobalAveragePooling2D()(x)
+    f = L.Dropout(0.3)(L.Flatten()(L.Reshape((4, 4, 24))(L.AveragePooling2D(1)(x))))
+    x = L.Concatenate()([g, f])
+    out = L.Softmax()(L.Dense(10)(x))
+    model = keras.Model(inp, out)
+    rng = np.random.default_rng(0)
+    for w in model.weights:
+        kind = w.path.split("/")[-1]
+        value = rng.uniform(0.5, 1.5, w.shape) if kind in ("moving_variance", "gamma") else \
+            rng.standard_normal(w.shape) * (0.1 if kind in ("beta", "moving_mean", "bias") else 0.3)
+        w.assign(value.astype("float32"))
+    path = str(tmp_path / "keras_model.h5")
+    model.save(path)
+    x = rng.random((2, 32, 32, 3)).astype("float32")
+    want = np.asarray(model.predict(x, verbose=0))
+    mod, params = relay.frontend.from_keras(path, {"image": x.shape}, layout="NHWC")
+    np.testing.assert_allclose(run_reference(mod, params, {"image": x})[0], want, **TOL)
+    np.testing.assert_allclose(run_built(mod, params, {"image": x})[0], want, **TOL)

@@ -58,7 +58,7 @@ def _conv2d(ctx, ins):
 def _depthwise_conv2d(ctx, ins):
     x = ins[0]
     _check_4d(ctx, x)
-    kernel = ctx.weight("depthwise_kernel")  # (kh, kw, C, multiplier)
+    kernel = ctx.weight("depthwise_kernel", "kernel")  # (kh, kw, C, multiplier); Keras 3 says "kernel"
     kh, kw, c, mult = kernel.shape
     # one group per input channel: HWIO with I=1 and O = C*multiplier, output c*mult+m as Keras orders it
     weight = const(np.ascontiguousarray(kernel.reshape(kh, kw, 1, c * mult)))

@@ -41,12 +41,12 @@ class Ctx:
     def fail(self, msg: str):
         raise ImportError_(f"from_keras: layer {self.name!r} ({self.cls}): {msg}")
 
-    def weight(self, key: str, required: bool = True):
-        if key in self.weights:
-            return self.weights[key]
-        if required:
-            self.fail(f"the file has no weight {key!r} for it (found {sorted(self.weights) or 'none'})")
-        return None
+    def weight(self, *keys: str):
+        """The first of ``keys`` the file has (Keras versions name some weights differently)."""
+        for key in keys:
+            if key in self.weights:
+                return self.weights[key]
+        self.fail(f"the file has no weight {keys[0]!r} for it (found {sorted(self.weights) or 'none'})")
 
     def shape_of(self, expr) -> tuple:
         return tuple(infer(expr).checked_type.shape)
