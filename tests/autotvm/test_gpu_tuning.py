@@ -66,7 +66,7 @@ def test_local_runner_times_on_the_device_and_records_bad_launches(target):
     too_many = _config(space, tile_f=[1, 16, 1], tile_y=[1, 8, 1], tile_x=[1, 8, 1])
     option = autotvm.measure_option(
         builder=autotvm.LocalBuilder(n_parallel=2, timeout=60),
-        runner=autotvm.LocalRunner(number=2, repeat=1, timeout=30, cooldown_interval=0, check_correctness=True))
+        runner=autotvm.LocalRunner(number=2, repeat=1, timeout=60, cooldown_interval=0, check_correctness=True))
     batch = create_measure_batch(conv, option)
     try:
         results = batch([MeasureInput(conv.target, conv, c) for c in good + [too_many]])
@@ -91,7 +91,7 @@ def test_tuning_a_dense_task_and_building_with_the_best(tmp_path):
     (task,) = autotvm.task.extract_from_program(mod["main"], target=target, params={})
     log = str(tmp_path / "dense.log")
     option = autotvm.measure_option(builder=autotvm.LocalBuilder(n_parallel=2),
-                                    runner=autotvm.LocalRunner(number=2, repeat=1, cooldown_interval=0))
+                                    runner=autotvm.LocalRunner(number=2, repeat=1, timeout=60, cooldown_interval=0))
     tuner = RandomTuner(task)
     tuner.tune(n_trial=6, measure_option=option, callbacks=[autotvm.callback.log_to_file(log)])
     rows = list(record.load_from_file(log))
@@ -149,3 +149,26 @@ def test_rpc_runner_measures_on_the_servers_opencl_device():
     finally:
         server.stop()
         tracker.stop()
+
+
+@pytest.mark.opencl
+def test_a_candidate_with_too_much_shared_memory_is_an_error():
+    target = tvm.target.Target("opencl", host="llvm")
+    x = relay.var("x", shape=(128, 128), dtype="float32")
+    w = relay.var("w", shape=(128, 128), dtype="float32")
+    mod = tvm.IRModule.from_expr(relay.Function([x, w], relay.nn.dense(x, w)))
+    (task,) = autotvm.task.extract_from_program(mod["main"], target=target, params={})
+    space = task.config_space
+    # 128 x 64 slabs of A and B: 64 KiB of shared memory, over the 48 KiB a work-group gets
+    big = next(space.get(i) for i in range(len(space))
+               if space.get(i)["tile_y"].size[1:] == [1, 16, 8] and space.get(i)["tile_x"].size[1:] == [1, 16, 8]
+               and space.get(i)["tile_k"].size[1:] == [64] and space.get(i)["vec"].val == 4)
+    option = autotvm.measure_option(builder=autotvm.LocalBuilder(n_parallel=2),
+                                    runner=autotvm.LocalRunner(number=1, repeat=1, timeout=60, cooldown_interval=0))
+    batch = create_measure_batch(task, option)
+    try:
+        ok, bad = batch([MeasureInput(target, task, space.get(space.default_index())), MeasureInput(target, task, big)])
+    finally:
+        batch.close()
+    assert ok.error_no == 0, ok
+    assert bad.error_no != 0 and "shared memory" in str(bad.costs[0]), bad
