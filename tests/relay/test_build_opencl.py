@@ -110,3 +110,36 @@ def test_model_runs_on_remote_cl(remote, name, ext, target, tmp_path):
     check(module, {k: tvm.nd.array(v) for k, v in inputs.items()}, expected)
     timer = module.module.time_evaluator("run", dev, number=1, repeat=2)
     assert len(timer().results) == 2
+
+
+def _ops_net():
+    """Ops the three models do not use: conv2d_transpose, resize, adaptive pooling, log_softmax,
+    layer_norm, batch_matmul, grouped conv, argmax, concatenate."""
+    x = relay.var("data", shape=(1, 8, 6, 6), dtype="float32")
+    y = relay.nn.conv2d_transpose(x, relay.const(np.random.default_rng(0).standard_normal((8, 4, 3, 3)).astype("float32")),
+                                  strides=(2, 2), padding=(1, 1), output_padding=(1, 1))
+    y = relay.image.resize2d(y, (10, 10), method="linear")
+    g = relay.nn.conv2d(y, relay.const(np.random.default_rng(1).standard_normal((8, 2, 3, 3)).astype("float32")),
+                        padding=(1, 1), groups=2)
+    pooled = relay.nn.adaptive_avg_pool2d(g, output_size=(2, 2))
+    flat = relay.reshape(pooled, (1, 8, 4))
+    ln = relay.nn.layer_norm(flat, relay.const(np.ones(4, "float32")), relay.const(np.zeros(4, "float32")))
+    bm = relay.nn.batch_matmul(ln, ln)  # (1, 8, 8)
+    sm = relay.nn.log_softmax(bm, axis=-1)
+    am = relay.cast(relay.argmax(sm, axis=-1), "float32")
+    out = relay.concatenate([relay.reshape(sm, (64,)), relay.reshape(am, (8,))], axis=0)
+    return tvm.IRModule.from_expr(relay.Function([x], out))
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["gpu", "mali"])
+def test_more_ops_match_the_reference_executor(target):
+    from kiln.relay import reference
+
+    mod = _ops_net()
+    x = np.random.default_rng(2).standard_normal((1, 8, 6, 6)).astype("float32")
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=tvm.target.Target(target, host="llvm"))
+    g = graph_executor.GraphModule(lib["default"](tvm.cl(0)))
+    g.set_input(data=x)
+    g.run()
+    np.testing.assert_allclose(g.get_output(0).numpy(), reference.run(mod, {"data": x}), **TOL)
