@@ -19,7 +19,7 @@ system-packages:
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,cuda]'
 	touch $@
 
 setup: system-packages $(VENV)/.installed

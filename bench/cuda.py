@@ -1,0 +1,60 @@
+"""CUDA: fp32 matmul and ResNet-18 batch 1, kiln against torch measured in the same run.
+
+- matmul N x N x N (default 4096): kiln's untuned default GPU dense schedule (topi.gpu) and kiln
+  "tuned" (the best of the hand-picked points of its tuning space in bench/opencl.py), against
+  cuBLAS through torch with TF32 off.
+- ResNet-18 batch 1 (224 x 224, the ONNX model of tests/relay/onnx_models.py) built by
+  relay.build for "cuda", against torch eager (the same architecture, cuDNN, TF32 off); kiln's
+  output is checked against onnxruntime's.
+
+Both sides are timed with CUDA events (kiln: time_evaluator on tvm.cuda(0); torch:
+torch.cuda.Event); medians of ``--repeat`` repeats. The measuring code is bench/opencl.py's,
+run with the CUDA target and device.
+
+    python bench/cuda.py                 # on an NVIDIA GPU with torch
+    python bench/cuda.py --size 1024 --skip resnet
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+import kiln as tvm
+
+
+def _shared():
+    spec = importlib.util.spec_from_file_location("kiln_bench_gpu", Path(__file__).with_name("opencl.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", type=int, default=4096, help="matmul N")
+    p.add_argument("--image", type=int, default=224, help="ResNet-18 input size")
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--target", default="cuda", help='kiln target, e.g. "cuda -arch=sm_90"')
+    p.add_argument("--skip", choices=["matmul", "resnet"], action="append", default=[])
+    args = p.parse_args()
+    gpu = _shared()
+    dev = tvm.cuda(0)
+    if not dev.exist:
+        raise SystemExit("bench/cuda.py: no CUDA device (needs an NVIDIA GPU, its driver and "
+                         "pip install 'kiln[cuda]')")
+    torch = gpu.cuda_torch()
+    if torch is None:
+        raise SystemExit("bench/cuda.py: the reference is torch with CUDA; install torch")
+    target = tvm.target.Target(args.target, host="llvm")
+    print(f"device: {dev.device_name} (sm_{dev.compute_version.replace('.', '')})  |  "
+          f"target: {target}  |  reference: torch {torch.__version__}, TF32 off")
+    if "matmul" not in args.skip:
+        gpu.bench_matmul(args.size, target, dev, args.repeat, torch)
+    if "resnet" not in args.skip:
+        gpu.bench_resnet18(args.image, target, dev, args.repeat, torch)
+
+
+if __name__ == "__main__":
+    main()
