@@ -233,3 +233,26 @@ def test_h5_saved_by_keras_matches_keras(tmp_path):
     mod, params = relay.frontend.from_keras(path, {"image": x.shape}, layout="NHWC")
     np.testing.assert_allclose(run_reference(mod, params, {"image": x})[0], want, **TOL)
     np.testing.assert_allclose(run_built(mod, params, {"image": x})[0], want, **TOL)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_keras_archive_matches_keras(tmp_path):
+    """The Keras 3 native format (.keras zip: config.json + positional weights) loads too."""
+    keras = _real_keras()
+    L = keras.layers
+    inp = keras.Input((12, 12, 3), name="x")
+    y = L.Conv2D(6, 3, strides=2, padding="same", activation="relu")(inp)
+    y = L.BatchNormalization(scale=False)(y)
+    y = L.DepthwiseConv2D(3, padding="same", depth_multiplier=2)(y)
+    y = L.GlobalAveragePooling2D()(y)
+    model = keras.Model(inp, L.Dense(4, activation="softmax")(y))
+    rng = np.random.default_rng(1)
+    for w in model.weights:
+        kind = w.path.split("/")[-1]
+        value = rng.uniform(0.5, 1.5, w.shape) if kind == "moving_variance" else rng.standard_normal(w.shape) * 0.3
+        w.assign(value.astype("float32"))
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    x = rng.random((1, 12, 12, 3)).astype("float32")
+    mod, params = relay.frontend.from_keras(path, layout="NHWC")
+    np.testing.assert_allclose(run_reference(mod, params, {"x": x})[0], np.asarray(model.predict(x, verbose=0)), **TOL)

@@ -1,4 +1,5 @@
-"""Read a Keras ``.h5`` file (``model.save("x.h5")``) and build the relay function.
+"""Read a Keras ``.h5`` file (``model.save("x.h5")``) and build the relay function
+(``.keras`` archives are read by archive.py into the same config and weights).
 
 The file holds the model's architecture as JSON in the root attribute ``model_config`` and
 the weights under ``model_weights/<layer>/`` (their order in the layer's ``weight_names``
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 
 import numpy as np
 
@@ -23,6 +25,7 @@ from kiln.errors import KilnError
 from ...expr import Function, Tuple, var
 from ...op import transform as tf
 from ...transform.infer_type import infer
+from .archive import read_archive
 
 
 class ImportError_(KilnError):
@@ -207,6 +210,10 @@ def _to_nhwc(shape):
     return (shape[0], shape[2], shape[3], shape[1])
 
 
+def _fail(msg: str):
+    raise ImportError_(f"from_keras: {msg}")
+
+
 def _open(model):
     try:
         import h5py
@@ -226,7 +233,8 @@ def _open(model):
 
 
 def from_keras(model, shape=None, layout="NCHW"):
-    """Import a Keras ``.h5`` model (a path or an open ``h5py.File``) as ``(IRModule, params)``.
+    """Import a Keras model as ``(IRModule, params)``: an ``.h5`` file (a path or an open
+    ``h5py.File``) or a Keras 3 ``.keras`` archive (a path).
 
     ``shape``: ``{input name: shape}`` in ``layout`` (needed when the model's own input shape
     has unknown dimensions other than the batch). ``layout``: "NCHW" (inputs and 4-d outputs
@@ -239,6 +247,11 @@ def from_keras(model, shape=None, layout="NCHW"):
     from . import CONVERTERS
     if layout not in ("NCHW", "NHWC"):
         raise ImportError_(f"from_keras: layout={layout!r}; use 'NCHW' or 'NHWC'")
+    if isinstance(model, (str, os.PathLike)) and zipfile.is_zipfile(os.fspath(model)):
+        config, weights = read_archive(os.fspath(model), lambda msg: _fail(msg))
+        func = _Importer(config, weights, shape, layout, CONVERTERS).run()
+        infer(func)
+        return IRModule({"main": func}), {}
     f, owned = _open(model)
     try:
         if "model_config" not in f.attrs:
