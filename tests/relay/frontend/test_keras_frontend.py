@@ -256,3 +256,32 @@ def test_keras_archive_matches_keras(tmp_path):
     x = rng.random((1, 12, 12, 3)).astype("float32")
     mod, params = relay.frontend.from_keras(path, layout="NHWC")
     np.testing.assert_allclose(run_reference(mod, params, {"x": x})[0], np.asarray(model.predict(x, verbose=0)), **TOL)
+
+
+def test_sequential_model(tmp_path):
+    """A Sequential model (Keras 2 layout: layers chained, the first carries batch_input_shape)."""
+    import json
+
+    import h5py
+    rng = np.random.default_rng(4)
+    k1, b1 = rng.standard_normal((48, 6)).astype("float32"), rng.standard_normal(6).astype("float32")
+    k2 = rng.standard_normal((6, 3)).astype("float32")
+    layers = [{"class_name": "Flatten", "config": {"name": "flat", "batch_input_shape": [None, 4, 4, 3]}},
+              {"class_name": "Dense", "config": {"name": "d1", "units": 6, "activation": "tanh", "use_bias": True}},
+              {"class_name": "Dense", "config": {"name": "d2", "units": 3, "activation": "sigmoid",
+                                                 "use_bias": False}}]
+    weights = {"flat": [], "d1": [("kernel", k1), ("bias", b1)], "d2": [("kernel", k2)]}
+    with h5py.File(tmp_path / "seq.h5", "w") as f:
+        f.attrs["model_config"] = json.dumps({"class_name": "Sequential",
+                                              "config": {"name": "seq", "layers": layers}}).encode()
+        g = f.create_group("model_weights")
+        g.attrs["layer_names"] = [n.encode() for n in weights]
+        for n, pairs in weights.items():
+            lg = g.create_group(n)
+            lg.attrs["weight_names"] = [f"{n}/{w}:0".encode() for w, _ in pairs]
+            for w, v in pairs:
+                lg.create_dataset(f"{n}/{w}:0", data=v)
+    x = rng.random((1, 4, 4, 3)).astype("float32")
+    mod, params = relay.frontend.from_keras(str(tmp_path / "seq.h5"), layout="NHWC")
+    want = 1 / (1 + np.exp(-(np.tanh(x.reshape(1, -1).astype("float64") @ k1 + b1) @ k2)))
+    np.testing.assert_allclose(run_reference(mod, params, {"flat_input": x})[0], want, **TOL)

@@ -98,3 +98,35 @@ def test_errors_name_the_problem(tmp_path):
     m.op("FLOOR", [y], [z])
     with pytest.raises(tvm.KilnError, match=r"2 unsupported operator\(s\): CUMSUM \(x1\), FLOOR \(x1\)"):
         relay.frontend.from_tflite(m.finish([x], [z]))
+
+
+def test_uint8_model_within_one_step():
+    """The older uint8 scheme: asymmetric uint8 activations and weights (non-zero weight zero
+    points), per-tensor scales; CONV_2D + AVERAGE_POOL_2D + RESHAPE + FULLY_CONNECTED + SOFTMAX."""
+    rng = np.random.default_rng(8)
+    m = TB.FlatModel()
+    x = m.tensor("x", (1, 6, 6, 2), "uint8", quant=([1 / 255], [0], 0))
+    w = m.tensor("w", (4, 3, 3, 2), "uint8", rng.integers(0, 256, (4, 3, 3, 2)), ([0.004], [131], 0))
+    b = m.tensor("b", (4,), "int32", rng.integers(-200, 200, 4), ([0.004 / 255], [0], 0))
+    c = m.tensor("c", (1, 6, 6, 4), "uint8", quant=([0.02], [120], 0))
+    m.op("CONV_2D", [x, w, b], [c], "Conv2DOptions", Padding=TB.SAME, StrideW=1, StrideH=1,
+         FusedActivationFunction=TB.NONE, DilationWFactor=1, DilationHFactor=1)
+    p = m.tensor("p", (1, 3, 3, 4), "uint8", quant=([0.02], [120], 0))
+    m.op("AVERAGE_POOL_2D", [c], [p], "Pool2DOptions", Padding=TB.VALID, StrideW=2, StrideH=2, FilterWidth=2,
+         FilterHeight=2, FusedActivationFunction=TB.NONE)
+    s = m.tensor("s", (2,), "int32", np.array([1, 36]))
+    r = m.tensor("r", (1, 36), "uint8", quant=([0.02], [120], 0))
+    m.op("RESHAPE", [p, s], [r])
+    fw = m.tensor("fw", (5, 36), "uint8", rng.integers(0, 256, (5, 36)), ([0.01], [127], 0))
+    f = m.tensor("f", (1, 5), "uint8", quant=([0.05], [128], 0))
+    m.op("FULLY_CONNECTED", [r, fw, -1], [f], "FullyConnectedOptions", FusedActivationFunction=TB.NONE)
+    y = m.tensor("y", (1, 5), "uint8", quant=([1 / 256], [0], 0))
+    m.op("SOFTMAX", [f], [y], "SoftmaxOptions", Beta=1.0)
+    model = m.finish([x], [f, y])
+    mod, params = relay.frontend.from_tflite(model)
+    for seed in range(4):
+        xv = np.random.default_rng(seed).integers(0, 256, (1, 6, 6, 2)).astype("uint8")
+        want = TB.run_tflite(model, {"x": xv})
+        for got, w in zip(run_reference(mod, params, {"x": xv}), want):
+            assert got.dtype == np.uint8
+            assert np.abs(got.astype(int) - w.astype(int)).max() <= 1
