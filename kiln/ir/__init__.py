@@ -14,3 +14,4 @@ from .stmt import (
     LetStmt, PrimFunc, SeqStmt, Stmt, While, decl_buffer, seq,
 )
 from .structural import assert_structural_equal, structural_equal, structural_hash
+from .op_attr import get_op_attr, register_op_attr

@@ -94,9 +94,13 @@ def build(ir_mod, target=None, target_host=None, params=None, mod_name: str = "d
     optimized = time.perf_counter()
     func = opt_mod["main"]
     compiler = TECompiler(tgt, mod_name)
-    graph_json, graph_params = GraphCodegen(compiler).codegen(func)
+    codegen = GraphCodegen(compiler)
+    graph_json, graph_params = codegen.codegen(func)
     lowered = time.perf_counter()
     lib = compiler.build()
+    if codegen.external:  # offloaded functions travel in the library as JSON (docs/byoc.md)
+        from .backend.contrib import attach_external
+        lib = attach_external(lib, codegen.external, tgt, mod_name)
     done = time.perf_counter()
     logger.info("relay.build %s: optimize %.2f s, graph of %d kernels %.2f s, lower + codegen (or build "
                 "cache) %.2f s", mod_name,

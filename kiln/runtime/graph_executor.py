@@ -75,7 +75,7 @@ class GraphExecutor(Module):
                                 "the graph executor runs 'tvm_op' nodes")
             name = node.get("attrs", {}).get("func_name", node["name"])
             try:
-                func = self.lib.get_function(name)
+                func = self.lib.get_function(name, query_imports=True)  # offloaded: json_runtime.py
             except AttributeError:
                 raise KilnError(f"graph node {nid}: the library has no kernel {name!r}; was the graph JSON "
                                 "built together with this library?") from None

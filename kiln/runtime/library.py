@@ -49,6 +49,10 @@ class LibraryModule(Module):
             self.imported_modules = list(device_modules)
             device_code.install_launch_hook(self._lib, self.imported_modules[0],
                                             os.path.basename(self.path))
+        # Subgraphs offloaded to external compilers (json_runtime.py), unless the caller passed them.
+        from .json_runtime import read_symbol
+        have = {getattr(m, "symbol", None) for m in self.imported_modules}
+        self.imported_modules += [m for m in read_symbol(self._lib) if m.symbol not in have]
         # A library exported by relay.build also carries its graph: lib["default"](dev).
         from .graph_factory import read_embedded
         embedded = read_embedded(self, _symbol_address)

@@ -40,6 +40,7 @@ class GraphCodegen:
         self.params: dict[str, np.ndarray] = {}
         self._param_of: dict = {}  # (id(constant), transform key) -> entry
         self._used_names: set[str] = set()
+        self.external: list = []  # ExternalFunctions of the offloaded calls (backend/contrib)
 
     def codegen(self, func: Function) -> tuple[str, dict]:
         """(graph JSON text, {param name: numpy array})."""
@@ -100,6 +101,8 @@ class GraphCodegen:
 
     def _kernel(self, call: Call, entries) -> list:
         func = call.op
+        if func.attrs and func.attrs.get("Compiler"):
+            return self._external(call, entries)
         if not (func.attrs and func.attrs.get("Primitive")):
             raise CompileError("graph codegen: main calls a non-primitive function; inline it (or run FuseOps)")
         const_params = frozenset(i for i, a in enumerate(call.args) if isinstance(a, Constant))
@@ -115,6 +118,25 @@ class GraphCodegen:
         out_types = list(out_type.fields) if isinstance(out_type, TupleType) else [out_type]
         self._add_node({"op": "tvm_op", "name": lowered.name,
                         "attrs": {"func_name": lowered.name, "flatten_data": "0",
+                                  "num_inputs": str(len(inputs)), "num_outputs": str(len(out_types))},
+                        "inputs": inputs}, out_types)
+        nid = len(self.nodes) - 1
+        return [[nid, i, 0] for i in range(len(out_types))]
+
+    def _external(self, call: Call, entries) -> list:
+        """A function offloaded to an external compiler: its codegen writes the JSON the runtime
+        module runs; the node names the function's symbol, and the constants the codegen lifted
+        out come after the call's arguments as parameters (docs/byoc.md)."""
+        from .contrib import get_codegen
+
+        ext = get_codegen(str(call.op.attrs["Compiler"]))(call.op)
+        self.external.append(ext)
+        inputs = [e for a in call.args for e in self._get(a, entries)]
+        inputs += [self._constant(c, None) for c in ext.constants]
+        out_type = call.op.body.checked_type
+        out_types = list(out_type.fields) if isinstance(out_type, TupleType) else [out_type]
+        self._add_node({"op": "tvm_op", "name": ext.symbol,
+                        "attrs": {"func_name": ext.symbol, "flatten_data": "0", "compiler": ext.compiler,
                                   "num_inputs": str(len(inputs)), "num_outputs": str(len(out_types))},
                         "inputs": inputs}, out_types)
         nid = len(self.nodes) - 1

@@ -11,6 +11,7 @@ from kiln.transform import FunctionPass, ModulePass, PassContext, PassInfo, Sequ
 
 from ..expr import Function
 from .alter_layout import alter_op_layout
+from .annotate_target import annotate_target
 from .bind import bind_params_by_name
 from .convert_layout import convert_layout
 from .dead_code import dead_code_elimination
@@ -18,6 +19,9 @@ from .fold_constant import fold_constant
 from .fold_scale_axis import fold_scale_axis
 from .fuse_ops import fuse_ops, partition
 from .infer_type import infer, infer_type
+from .merge_compiler_regions import merge_compiler_regions
+from .merge_composite import merge_composite
+from .partition_graph import partition_graph
 from .mixed_precision import to_mixed_precision
 from .simplify_inference import simplify_inference
 
@@ -106,6 +110,38 @@ def BindParams(params: dict):  # noqa: N802
     return ModulePass(run, PassInfo(0, "BindParams"))
 
 
+def MergeComposite(pattern_table):  # noqa: N802
+    """Wrap each match of ``(name, pattern[, check])`` in a function with ``Composite=name``
+    (merge_composite.py); entries are tried in table order."""
+    return _function_pass(lambda f: merge_composite(f, pattern_table), "MergeComposite", 0)
+
+
+def AnnotateTarget(targets, include_non_call_ops: bool = True):  # noqa: N802
+    """Mark the ops (and composites) each external compiler in ``targets`` supports
+    (annotate_target.py)."""
+    del include_non_call_ops
+    return _function_pass(lambda f: annotate_target(f, targets), "AnnotateTarget", 0)
+
+
+def MergeCompilerRegions():  # noqa: N802
+    """Join neighbouring regions of one compiler where that makes no cycle."""
+    return _function_pass(merge_compiler_regions, "MergeCompilerRegions", 0)
+
+
+def PartitionGraph(mod_name: str = "default"):  # noqa: N802
+    """Outline each region into a function ``tvmgen_<mod_name>_<compiler>_main_<n>`` with
+    ``Compiler=<compiler>``, called from main and added to the module (partition_graph.py)."""
+    def run(mod, ctx):
+        start = sum(1 for name in mod if name.startswith(f"tvmgen_{mod_name}_"))
+        main, functions = partition_graph(infer(mod["main"]), mod_name, start)
+        out = {name: f for name, f in mod.items()}
+        out["main"] = infer(main)
+        for name, f in functions.items():
+            out[name] = infer(f)
+        return mod.with_functions(out)
+    return ModulePass(run, PassInfo(0, "PartitionGraph"))
+
+
 def optimize_sequence() -> Sequential:
     """The passes relay.build runs before lowering, in order (each gated by its opt level)."""
     return Sequential([SimplifyInference(), FoldConstant(), FoldScaleAxis(), FoldConstant(), AlterOpLayout(),
@@ -115,4 +151,6 @@ def optimize_sequence() -> Sequential:
 __all__ = ["InferType", "AlterOpLayout", "alter_op_layout", "FoldConstant", "SimplifyInference", "FoldScaleAxis", "DeadCodeElimination",
            "ConvertLayout", "FuseOps", "BindParams", "Sequential", "PassContext", "optimize_sequence",
            "bind_params_by_name", "fold_constant", "simplify_inference", "fold_scale_axis", "fuse_ops", "partition",
-           "convert_layout", "dead_code_elimination", "infer", "infer_type", "ToMixedPrecision", "to_mixed_precision"]
+           "convert_layout", "dead_code_elimination", "infer", "infer_type", "ToMixedPrecision", "to_mixed_precision",
+           "MergeComposite", "AnnotateTarget", "MergeCompilerRegions", "PartitionGraph", "merge_composite",
+           "annotate_target", "merge_compiler_regions", "partition_graph"]

@@ -1,0 +1,65 @@
+"""External codegens (bring your own codegen): ``relay.ext.<compiler>`` by name.
+
+A codegen turns one partitioned function (``attrs["Compiler"] == name``) into an
+``ExternalFunction``: the JSON the runtime module of that compiler runs, plus the constants
+lifted out of the function, which the graph passes in as parameters (so weights travel in the
+parameter blob like every other weight). One literal table, no registration on import.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from kiln.errors import CompileError
+
+# compiler name -> "module:function" of its codegen.
+CODEGENS = {
+    "dnnl": "kiln.relay.backend.contrib.dnnl:dnnl_codegen",
+    "clml": "kiln.relay.backend.contrib.clml:clml_codegen",
+}
+
+
+def get_codegen(name: str):
+    """The codegen ``relay.ext.<name>``: ``codegen(func) -> ExternalFunction``."""
+    spec = CODEGENS.get(name)
+    if spec is None:
+        raise CompileError(f"no external codegen 'relay.ext.{name}'; kiln has {sorted(CODEGENS)}")
+    module, attr = spec.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def register_codegen(name: str, spec):
+    """Add a codegen: ``spec`` is a callable or ``"module:function"``."""
+    if callable(spec):
+        key = f"_registered_{name}"
+        globals()[key] = spec
+        spec = f"{__name__}:{key}"
+    CODEGENS[name] = spec
+
+
+def attach_external(lib, external: list, target, mod_name: str = "default"):
+    """``lib`` plus the offloaded functions: a CompiledModule whose objects include the
+    ``__kiln_external_modules`` data symbol (so .so/.tar exports carry the JSON) and whose
+    ``imported_modules`` hold one JSONRuntimeModule per function."""
+    from kiln.runtime.compiled import CompiledModule
+    from kiln.runtime.json_runtime import SYMBOL, JSONRuntimeModule, to_library
+
+    from ..graph_object import data_object
+
+    if lib is None:  # every op was offloaded: a one-kernel host library still carries the JSON
+        lib = _empty_host_module(target, mod_name)
+    modules = [JSONRuntimeModule(e.compiler, e.symbol, e.source) for e in external]
+    extra = data_object(lib.objects[0], [(SYMBOL, to_library(modules).encode() + b"\0", 8)])
+    out = CompiledModule(lib.objects + [extra], lib.metadata, lib.sources, lib.triple, lib.type_key)
+    out.imported_modules = list(lib.imported_modules) + modules
+    return out
+
+
+def _empty_host_module(target, mod_name: str):
+    import kiln
+    from kiln import te
+
+    a = te.placeholder((1,), name="a")
+    b = te.compute((1,), lambda i: a[i], name="b")
+    host = target.host if getattr(target, "host", None) is not None else target
+    return kiln.build(te.create_schedule(b.op), [a, b], target=host, name=f"tvmgen_{mod_name}__external_host")

@@ -1,0 +1,288 @@
+"""JSON runtime modules: run the subgraphs a library offloads to an external compiler.
+
+``relay.build`` of a partitioned model links one extra data symbol into the library:
+
+    __kiln_external_modules   NUL-terminated JSON list of {"type_key", "symbol", "source"}
+
+(``source`` is the JSON graph, kiln/relay/backend/contrib/json_graph.py). Every loader (the
+CompiledModule ``relay.build`` returns, a ``.so``/``.tar`` from ``load_module``, an RPC server)
+turns each entry into a ``JSONRuntimeModule`` among ``imported_modules``: its ``type_key`` is
+the compiler ("dnnl") and ``get_source()`` the JSON. The graph JSON names the function by its
+symbol, and the graph executor finds it there (``get_function(name, query_imports=True)``).
+
+The oneDNN executor calls a small C++ shim (src/contrib/dnnl_json_runtime.cc) compiled on
+first use against the system's oneDNN headers (Debian: ``libdnnl-dev``) and cached.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import KilnError
+from .module import Module
+
+SYMBOL = "__kiln_external_modules"
+INSTALL_HINT = ("oneDNN is not installed: install Debian's libdnnl-dev (apt-get install -y libdnnl-dev; "
+                "'make system-packages' does it) and a C++ compiler")
+
+
+class JSONRuntimeModule(Module):
+    """One offloaded function: ``type_key`` names its compiler, ``get_source()`` is its JSON."""
+
+    def __init__(self, type_key: str, symbol: str, source: str):
+        super().__init__()
+        self.type_key = type_key
+        self.symbol = symbol
+        self.source = source
+        self._graph = None
+
+    @property
+    def graph(self) -> dict:
+        if self._graph is None:
+            self._graph = json.loads(self.source)
+        return self._graph
+
+    @property
+    def entry_name(self) -> str:
+        return self.symbol
+
+    def function_names(self) -> list[str]:
+        return [self.symbol]
+
+    def get_source(self, fmt: str = "") -> str:
+        return self.source
+
+    def _get_function(self, name: str):
+        if name != self.symbol:
+            return None
+        executor = EXECUTORS.get(self.type_key)
+        if executor is None:
+            raise KilnError(f"{self.symbol}: this runtime cannot run '{self.type_key}' subgraphs "
+                            f"(it runs {sorted(EXECUTORS)})")
+        return JSONFunction(self.symbol, executor(self.graph))
+
+    def __repr__(self) -> str:
+        return f"JSONRuntimeModule({self.type_key}, {self.symbol}, {len(self.graph['nodes'])} nodes)"
+
+
+class JSONFunction:
+    """The graph executor's view of an offloaded function: ``f(*inputs, *constants, *outputs)``
+    and ``prepare`` (a callable taking the executor's (args, codes, n) and returning 0 or -1)."""
+
+    def __init__(self, name: str, executor):
+        self.name = name
+        self.executor = executor
+        self._error = None
+
+    def __call__(self, *arrays) -> None:
+        self.executor.bind(arrays)()
+
+    def prepare(self, *arrays):
+        run = self.executor.bind(arrays)
+
+        def call(_args, _codes, _n):
+            try:
+                run()
+                return 0
+            except Exception as err:  # noqa: BLE001 - re-raised by _raise in the caller
+                self._error = err
+                return -1
+
+        return call, None, None, 0, arrays
+
+    def _raise(self, rc: int):
+        err, self._error = self._error, None
+        raise KilnError(f"{self.name}: {err}" if err else f"{self.name} returned {rc}")
+
+
+def from_library(text: str) -> list[JSONRuntimeModule]:
+    return [JSONRuntimeModule(e["type_key"], e["symbol"], e["source"]) for e in json.loads(text)]
+
+
+def to_library(modules) -> str:
+    return json.dumps([{"type_key": m.type_key, "symbol": m.symbol, "source": m.source} for m in modules])
+
+
+def read_symbol(lib: ctypes.CDLL) -> list[JSONRuntimeModule]:
+    """The modules a loaded library carries (none when it has no ``__kiln_external_modules``)."""
+    try:
+        address = ctypes.addressof(ctypes.c_char.in_dll(lib, SYMBOL))
+    except ValueError:
+        return []
+    return from_library(ctypes.string_at(address).decode())
+
+
+# -- oneDNN ---------------------------------------------------------------------------------------
+_shim = None
+
+
+def dnnl_shim() -> ctypes.CDLL:
+    """The compiled shim (built once per source version into the kiln cache directory)."""
+    global _shim
+    if _shim is not None:
+        return _shim
+    src = Path(__file__).resolve().parents[2] / "src" / "contrib" / "dnnl_json_runtime.cc"
+    if not src.is_file():
+        raise KilnError(f"the oneDNN runtime shim {src} is missing; run kiln from its source tree")
+    text = src.read_bytes()
+    cache = os.environ.get("KILN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kiln")
+    if cache in ("off", ""):
+        cache = tempfile.gettempdir()
+    os.makedirs(cache, exist_ok=True)
+    so = os.path.join(cache, f"kiln-dnnl-{hashlib.sha256(text).hexdigest()[:16]}.so")
+    if not os.path.exists(so):
+        if not any(os.path.exists(os.path.join(d, "dnnl.hpp")) for d in ("/usr/include", "/usr/local/include")):
+            raise KilnError(INSTALL_HINT)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
+        os.close(fd)
+        try:
+            proc = subprocess.run(["c++", "-O2", "-std=c++17", "-shared", "-fPIC", str(src), "-o", tmp, "-ldnnl"],
+                                  capture_output=True, text=True)
+            if proc.returncode:
+                raise KilnError(f"{INSTALL_HINT}. Compiling {src.name} failed:\n{proc.stderr[-2000:]}")
+            os.replace(tmp, so)
+        except FileNotFoundError:
+            raise KilnError(INSTALL_HINT) from None
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    lib = ctypes.CDLL(so)
+    vp, i64p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)
+    lib.kd_last_error.restype = ctypes.c_char_p
+    for name, args in (("kd_conv2d_create", [i64p, ctypes.c_int, ctypes.c_char_p, ctypes.c_float, ctypes.c_float]),
+                       ("kd_dense_create", [ctypes.c_int64] * 3 + [ctypes.c_int, ctypes.c_char_p, ctypes.c_float,
+                                                                   ctypes.c_float]),
+                       ("kd_pool2d_create", [i64p, ctypes.c_int]),
+                       ("kd_eltwise_create", [ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_float]),
+                       ("kd_binary_create", [ctypes.c_int, i64p, i64p, ctypes.c_int])):
+        getattr(lib, name).restype = vp
+        getattr(lib, name).argtypes = args
+    lib.kd_layer_exec.argtypes = [vp] * 6
+    lib.kd_simple_exec.argtypes = [vp] * 4
+    lib.kd_layer_free.argtypes = lib.kd_simple_free.argtypes = [vp]
+    _shim = lib
+    return lib
+
+
+def dnnl_available() -> str | None:
+    """None when oneDNN runs here, else the reason it does not."""
+    try:
+        dnnl_shim()
+        return None
+    except KilnError as err:
+        return str(err)
+
+
+def _dims(values) -> ctypes.Array:
+    return (ctypes.c_int64 * len(values))(*[int(v) for v in values])
+
+
+_ELTWISE = {"relu": 0, "sigmoid": 1, "tanh": 2, "clip": 3, "exp": 4, "sqrt": 5, "abs": 6, "gelu": 7}
+_BINARY = {"add": 0, "mul": 1, "sub": 2, "max": 3, "min": 4, "div": 5}
+_POOL = {"max": 0, "avg_pad": 1, "avg": 2}
+
+
+class DNNLExecutor:
+    """Creates one oneDNN primitive per JSON node (at load) and runs them in order."""
+
+    def __init__(self, graph: dict):
+        self.lib = dnnl_shim()
+        self.graph = graph
+        self.n_in = len(graph["inputs"]) + len(graph["constants"])
+        self.ops = []  # (exec function, handle, entry ids...)
+        self._buffers = {}
+        outputs = set(graph["outputs"])
+        for k, node in enumerate(graph["nodes"]):
+            entry = self.n_in + k
+            if entry not in outputs:
+                self._buffers[entry] = np.empty(int(np.prod(node["shape"])) + 16, "float32")
+            self.ops.append(self._create(node, entry))
+
+    def _create(self, node: dict, entry: int):
+        lib, a, ins = self.lib, node["attrs"], node["inputs"]
+        if node["dtype"] != "float32":
+            raise KilnError(f"{node['name']}: oneDNN runs float32 here, not {node['dtype']}")
+        kind = node["kind"]
+        if kind in ("conv2d", "dense"):
+            shapes = {i: self._shape(i) for i in ins}
+            post = a["post"].encode()
+            if kind == "conv2d":
+                n, c, h, w = shapes[ins[0]]
+                o = shapes[ins[1]][0]
+                oh, ow = node["shape"][2:]
+                pt, pl, pb, pr = a["padding"]
+                dims = [n, c, h, w, o, *a["kernel"], oh, ow, *a["strides"], pt, pl, pb, pr, *a["dilation"], a["groups"]]
+                handle = lib.kd_conv2d_create(_dims(dims), int(a["bias"]), post, 0.0, 0.0)
+            else:
+                (m, k_), units = shapes[ins[0]], shapes[ins[1]][0]
+                handle = lib.kd_dense_create(m, k_, units, int(a["bias"]), post, 0.0, 0.0)
+            self._check(handle, node)
+            bias = ins[2] if a["bias"] else None
+            addend = ins[-1] if "s" in a["post"] else None
+            return (lib.kd_layer_exec, handle, ins[0], ins[1], bias, addend, entry)
+        if kind == "pool2d":
+            n, c, h, w = self._shape(ins[0])
+            oh, ow = node["shape"][2:]
+            dims = [n, c, h, w, oh, ow, *a["pool_size"], *a["strides"], *a["padding"]]
+            handle = lib.kd_pool2d_create(_dims(dims), _POOL[a["alg"]])
+        elif kind == "eltwise":
+            handle = lib.kd_eltwise_create(int(np.prod(node["shape"])), _ELTWISE[a["alg"]], a["alpha"], a["beta"])
+        elif kind == "binary":
+            out = node["shape"]
+            handle = lib.kd_binary_create(len(out), _dims(out), _dims(a["b_shape"]), _BINARY[a["alg"]])
+        else:
+            raise KilnError(f"{node['name']}: the oneDNN runtime has no node kind {kind!r}")
+        self._check(handle, node)
+        return (lib.kd_simple_exec, handle, ins[0], ins[1] if len(ins) > 1 else None, entry)
+
+    def _shape(self, entry: int) -> list:
+        g = self.graph
+        if entry < len(g["inputs"]):
+            return g["inputs"][entry]["shape"]
+        if entry < self.n_in:
+            return g["constants"][entry - len(g["inputs"])]["shape"]
+        return g["nodes"][entry - self.n_in]["shape"]
+
+    def _check(self, handle, node) -> None:
+        if not handle:
+            raise KilnError(f"oneDNN cannot run {node['name']} {node['attrs']}: "
+                            f"{self.lib.kd_last_error().decode()}")
+
+    def bind(self, arrays):
+        """A function running the graph on ``arrays`` (inputs, constants, outputs: NDArrays)."""
+        n_out = len(self.graph["outputs"])
+        if len(arrays) != self.n_in + n_out:
+            raise KilnError(f"{self.graph['symbol']} takes {self.n_in + n_out} tensors, got {len(arrays)}")
+        ptr = {i: _address(a) for i, a in enumerate(arrays[:self.n_in])}
+        ptr.update({e: b.ctypes.data for e, b in self._buffers.items()})
+        for e, a in zip(self.graph["outputs"], arrays[self.n_in:]):
+            ptr[e] = _address(a)
+        calls = [(op[0], op[1], *[ptr.get(e) if e is not None else None for e in op[2:]]) for op in self.ops]
+        lib = self.lib
+
+        def run():
+            for fn, *args in calls:
+                if fn(*args):
+                    raise KilnError(lib.kd_last_error().decode())
+        return run
+
+    def __del__(self):
+        for op in getattr(self, "ops", []):
+            (self.lib.kd_layer_free if op[0] is self.lib.kd_layer_exec else self.lib.kd_simple_free)(op[1])
+
+
+def _address(array) -> int:
+    if hasattr(array, "_address"):
+        return array._address()
+    return np.ascontiguousarray(array).ctypes.data
+
+
+EXECUTORS = {"dnnl": DNNLExecutor}
