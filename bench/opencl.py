@@ -209,28 +209,37 @@ def torch_resnet18(torch, classes: int):
     return nn.Sequential(*layers).eval()
 
 
-def bench_resnet18(image: int, target, dev, repeat: int, torch) -> None:
+def build_resnet18(model, target, winograd: bool):
+    from kiln import relay
+
+    mod, params = relay.frontend.from_onnx(model)
+    config = {"relay.backend.gpu_winograd": True} if winograd else {}
+    with tvm.transform.PassContext(opt_level=3, config=config):
+        return relay.build(mod, target=target, params=params)
+
+
+def bench_resnet18(image: int, target, dev, repeat: int, torch, winograd: bool = False) -> None:
     from onnx_models import resnet18, run_ort
 
-    from kiln import relay
     from kiln.contrib import graph_executor
 
     classes = 1000 if image >= 224 else 10
     model, inputs = resnet18(image=image, classes=classes)
-    mod, params = relay.frontend.from_onnx(model)
-    start = time.perf_counter()
-    with tvm.transform.PassContext(opt_level=3):
-        lib = relay.build(mod, target=target, params=params)
-    build_s = time.perf_counter() - start
-    g = graph_executor.GraphModule(lib["default"](dev))
-    g.set_input(**inputs)
-    g.run()
     want = run_ort(model, inputs)[0]
-    err = float(np.abs(g.get_output(0).numpy() - want).max())
-    if not np.allclose(g.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4):
-        raise SystemExit(f"ResNet-18: kiln's output differs from onnxruntime's (max abs err {err:.2e})")
-    timer = g.module.time_evaluator("run", dev, number=1 if image >= 224 else 3, repeat=repeat)
-    t_kiln = _median_ms(timer().results)
+    kiln_ms, err = {}, 0.0
+    for wino in ([False, True] if winograd else [False]):
+        start = time.perf_counter()
+        lib = build_resnet18(model, target, wino)
+        build_s = time.perf_counter() - start
+        g = graph_executor.GraphModule(lib["default"](dev))
+        g.set_input(**inputs)
+        g.run()
+        got = g.get_output(0).numpy()
+        err = max(err, float(np.abs(got - want).max()))
+        if not np.allclose(got, want, rtol=1e-4, atol=1e-4):
+            raise SystemExit(f"ResNet-18: kiln's output differs from onnxruntime's (max abs err {err:.2e})")
+        timer = g.module.time_evaluator("run", dev, number=1 if image >= 224 else 3, repeat=repeat)
+        kiln_ms["kiln, Winograd 3x3" if wino else "kiln"] = _median_ms(timer().results)
 
     x = inputs["data"]
     if torch is not None:
@@ -247,7 +256,8 @@ def bench_resnet18(image: int, target, dev, repeat: int, torch) -> None:
         t_ref = time_cpu(lambda: sess.run(None, inputs), repeat, 3)
     print(f"ResNet-18 batch 1, {image}x{image} (build {build_s:.1f} s; max abs err vs onnxruntime {err:.1e})")
     print(f"  {ref_name:28s} {t_ref:9.3f} ms")
-    print(f"  {'kiln':28s} {t_kiln:9.3f} ms  kiln/ref {t_kiln / t_ref:.2f}x")
+    for name, t_kiln in kiln_ms.items():
+        print(f"  {name:28s} {t_kiln:9.3f} ms  kiln/ref {t_kiln / t_ref:.2f}x")
 
 
 def main() -> None:
@@ -258,6 +268,7 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=None)
     p.add_argument("--target", default="opencl", help='kiln target: "opencl" or "opencl -device=mali"')
     p.add_argument("--skip", choices=["matmul", "resnet"], action="append", default=[])
+    p.add_argument("--winograd", action="store_true", help="also time ResNet-18 with its 3x3 convs by Winograd")
     args = p.parse_args()
     n = args.size or (256 if args.small else 4096)
     image = args.image or (32 if args.small else 224)
@@ -272,7 +283,7 @@ def main() -> None:
     if "matmul" not in args.skip:
         bench_matmul(n, target, dev, repeat, torch)
     if "resnet" not in args.skip:
-        bench_resnet18(image, target, dev, repeat, torch)
+        bench_resnet18(image, target, dev, repeat, torch, args.winograd)
 
 
 if __name__ == "__main__":

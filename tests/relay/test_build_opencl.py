@@ -143,3 +143,14 @@ def test_more_ops_match_the_reference_executor(target):
     g.set_input(data=x)
     g.run()
     np.testing.assert_allclose(g.get_output(0).numpy(), reference.run(mod, {"data": x}), **TOL)
+
+
+def test_resnet18_with_gpu_winograd():
+    """The 3x3 stride-1 convs by Winograd (PassContext config relay.backend.gpu_winograd)."""
+    model, inputs = SMALL["resnet18"]()
+    mod, params = relay.frontend.from_onnx(model)
+    with tvm.transform.PassContext(opt_level=3, config={"relay.backend.gpu_winograd": True}):
+        lib = relay.build(mod, target=tvm.target.Target("opencl", host="llvm"), params=params)
+    src = [m for m in lib.get_lib().imported_modules if m.type_key == "opencl"][0].get_source()
+    assert "winograd" in src
+    check(graph_executor.GraphModule(lib["default"](tvm.cl(0))), inputs, run_ort(model, inputs))

@@ -263,12 +263,25 @@ def _conv2d(a, x, t, ctx):
             return ctx.topi.conv2d_nchw(data, kernel, *args, out_dtype, a.groups, cfg=ctx.cfg,
                                         out_channels=_shape(t)[1])
         kernel = _to_layout(kernel, a.kernel_layout, "OIHW", "nn.conv2d")
+        if ctx.topi is topi.gpu and _gpu_winograd(a, kernel):
+            return topi.gpu.conv2d_nchw_winograd(data, kernel, *args, out_dtype)
         return ctx.topi.conv2d_nchw(data, kernel, *args, out_dtype, a.groups, cfg=ctx.cfg)
     if a.data_layout == "NHWC":
         kernel = _to_layout(kernel, a.kernel_layout, "HWIO", "nn.conv2d")
         return ctx.topi.conv2d_nhwc(data, kernel, *args, out_dtype, a.groups, cfg=ctx.cfg)
     raise CompileError(f"nn.conv2d: data_layout {a.data_layout!r} has no compute; use NCHW or NHWC "
                        "(relay.transform.ConvertLayout converts a model)")
+
+
+def _gpu_winograd(a, kernel) -> bool:
+    """GPU 3x3 stride-1 convs by Winograd, when asked: ``PassContext(config={"relay.backend.
+    gpu_winograd": True})`` (the direct kernel is the default; docs/topi.md)."""
+    from kiln.topi.x86.conv2d_winograd import applies_to
+    from kiln.transform import PassContext
+
+    if not PassContext.current().config.get("relay.backend.gpu_winograd", False):
+        return False
+    return applies_to(tuple(int(d) for d in kernel.shape[2:]), a.strides, a.dilation, a.groups)
 
 
 def _conv2d_prepack(a, types, cfg):
@@ -334,7 +347,9 @@ def _pool(kind):
 
 
 def _global_pool(kind):
-    return OpImpl(lambda a, x, t, ctx: topi.nn.global_pool(x[0], kind, a.layout), "pool")
+    # A package may read the input its own way (topi.adreno: through a texture).
+    return OpImpl(lambda a, x, t, ctx: getattr(ctx.topi, "global_pool", topi.nn.global_pool)(x[0], kind, a.layout),
+                  "pool")
 
 
 _UNARY = {
@@ -423,7 +438,7 @@ CPU_PACKAGES = {"x86": topi.x86, "arm_cpu": topi.arm_cpu}
 
 # GPU targets (key "gpu"; "mali" with -device=mali): topi.gpu's schedules, topi.mali's where
 # Mali differs. The blocked-layout keys never occur for them (AlterOpLayout is x86-only).
-GPU_PACKAGES = {"gpu": topi.gpu, "mali": topi.mali}
+GPU_PACKAGES = {"gpu": topi.gpu, "mali": topi.mali, "adreno": topi.adreno}  # adreno: textures (docs/adreno.md)
 _GPU_SCHEDULE_NAMES = {
     "injective": "schedule_injective", "reduce": "schedule_reduce", "pool": "schedule_pool",
     "adaptive_pool": "schedule_adaptive_pool", "softmax": "schedule_softmax", "layer_norm": "schedule_layer_norm",

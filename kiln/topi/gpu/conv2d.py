@@ -92,7 +92,11 @@ def schedule_conv2d_nchw(outs, cfg=None):
     """Schedule conv2d_nchw (and the elementwise ops after it) with its recorded or given tiles."""
     outs = as_list(outs)
     out = outs[0]
-    conv = find(out, TAG)
+    try:
+        conv = find(out, TAG)
+    except ValueError:
+        from .conv2d_winograd import schedule_conv2d_nchw_winograd  # made by conv2d_nchw_winograd
+        return schedule_conv2d_nchw_winograd(outs, cfg)
     p = conv.op.attrs.get("gpu_shape")
     if p is None or p.groups != 1:
         from .depthwise_conv2d import schedule_depthwise_conv2d_nchw
