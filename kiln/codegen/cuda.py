@@ -30,6 +30,7 @@ from ..ir.functor import substitute
 from ..runtime.module import Module
 from .c_family import ALIGN, CStylePrinter, Lang, _const_size
 from .c_family_expr import _contiguous
+from .cuda_warp import SHFL_OP, warp_reductions
 
 DEFAULT_ARCH = "sm_80"  # when the target names none and no GPU is present (runs on sm_80 and newer)
 STATIC_SHARED_LIMIT = 48 * 1024  # larger shared memory must be dynamic
@@ -174,6 +175,9 @@ class CUDAPrinter(CStylePrinter):
         raise CompileError(f"{self.func_name}: cannot print vector {type(e).__name__} ({e}) for CUDA")
 
     def expr_Call(self, e):
+        if e.op == SHFL_OP:
+            v, delta, width, mask = e.args
+            return f"__shfl_down_sync({mask.value:#x}u, {self.expr(v)}, {delta.value}, {width.value})"
         if e.op == _LANE_OP:
             load, k = e.args
             base = _contiguous(load.indices[0])
@@ -325,6 +329,7 @@ def build(mod, target):
 
     target = target if isinstance(target, Target) else Target(target)
     host_mod, kernels = lower_device(mod, target)
+    kernels = [warp_reductions(k) for k in kernels]
     source, shared = kernel_source(kernels)
     arch = normalize_arch(target.arch) if target.arch else default_arch()
     entries = []

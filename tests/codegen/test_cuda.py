@@ -165,6 +165,46 @@ def test_shared_memory_above_48k_is_dynamic():
     assert "__shared__ float A_shared[" not in src
 
 
+def _rowsum(threads, rows_per_block=1, n=64, m=1000, combine="sum"):
+    A = te.placeholder((n, m), name="A")
+    k = te.reduce_axis((0, m), name="k")
+    reducer = te.sum if combine == "sum" else te.max
+    B = te.compute((n,), lambda i: reducer(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(k, factor=threads)
+    if rows_per_block > 1:
+        bo, bi = s[B].split(B.op.axis[0], factor=rows_per_block)
+        s[B].bind(bo, te.thread_axis("blockIdx.x"))
+        s[B].bind(bi, te.thread_axis("threadIdx.y"))
+    else:
+        s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[B].bind(ki, te.thread_axis("threadIdx.x"))
+    return tvm.build(s, [A, B], target="cuda", name="rowsum")
+
+
+@pytest.mark.parametrize("threads, rows, shuffles", [
+    (32, 1, ["16, 32)", "1, 32)"]),          # one warp: no shared-memory level left
+    (128, 1, ["16, 32)", "1, 32)"]),         # tree for strides 64 and 32, then one warp
+    (8, 4, ["4, 8)", "1, 8)"]),              # four groups of 8 lanes in one warp
+    (4, 2, ["0xffu", "2, 4)"]),              # an 8-thread block: a partial warp, masked
+    (48, 1, []),                             # not a power of two: the tree only
+])
+def test_cross_thread_reductions_end_in_warp_shuffles(threads, rows, shuffles):
+    src, ptx = kernels(_rowsum(threads, rows))
+    body = src.split("rowsum_kernel0", 1)[1]
+    for text in shuffles:
+        assert text in body
+    assert ("__shfl_down_sync(" in body) == bool(shuffles)
+    assert ("shfl.sync.down" in ptx) == bool(shuffles)
+    if threads == 128:
+        assert "(k_inner + 64)" in body and "(k_inner + 32)" in body and "(k_inner + 16)" not in body
+
+
+def test_max_reduction_shuffles():
+    src, _ = kernels(_rowsum(64, combine="max"))
+    assert "fmax(" in src and "__shfl_down_sync(" in src
+
+
 def test_cross_thread_reduction_compiles():
     n, m = 64, 256
     A = te.placeholder((n, m), name="A")

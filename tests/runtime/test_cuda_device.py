@@ -155,20 +155,30 @@ def test_dynamic_shared_memory_above_48k():
     np.testing.assert_array_equal(out.numpy(), np.stack([x[::-1] * (r + 1) for r in range(rows)]))
 
 
-def test_cross_thread_row_sums():
+@pytest.mark.parametrize("combine", ["sum", "max"])
+@pytest.mark.parametrize("threads, rows", [(64, 1), (32, 1), (128, 1), (8, 4), (4, 2), (48, 1), (256, 1)])
+def test_cross_thread_reductions(threads, rows, combine):
+    """Shared-memory tree, warp shuffles (one warp, several groups per warp, a partial warp) and both."""
     n, m = 64, 1000
     A = te.placeholder((n, m), name="A")
     k = te.reduce_axis((0, m), name="k")
-    B = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    reducer = te.sum if combine == "sum" else te.max
+    B = te.compute((n,), lambda i: reducer(A[i, k], axis=k), name="B")
     s = te.create_schedule(B.op)
-    ko, ki = s[B].split(k, factor=64)
-    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    ko, ki = s[B].split(k, factor=threads)
+    if rows > 1:
+        bo, bi = s[B].split(B.op.axis[0], factor=rows)
+        s[B].bind(bo, te.thread_axis("blockIdx.x"))
+        s[B].bind(bi, te.thread_axis("threadIdx.y"))
+    else:
+        s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
     s[B].bind(ki, te.thread_axis("threadIdx.x"))
     f = tvm.build(s, [A, B], target="cuda", name="rowsum")
-    a = np.random.rand(n, m).astype("float32")
+    a = np.random.default_rng(threads).standard_normal((n, m)).astype("float32")
     b = tvm.nd.empty((n,), "float32", _dev())
     f(tvm.nd.array(a, _dev()), b)
-    np.testing.assert_allclose(b.numpy(), a.sum(axis=1), rtol=1e-5)
+    want = a.sum(axis=1, dtype=np.float64) if combine == "sum" else a.max(axis=1)
+    np.testing.assert_allclose(b.numpy(), want, rtol=1e-5, atol=1e-4)
 
 
 def _two_kernels():
