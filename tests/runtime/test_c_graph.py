@@ -158,6 +158,26 @@ def test_npz_of_every_dtype_round_trips_through_a_copy_model(build, tmp_path):
             np.testing.assert_array_equal(got[f"output_{k}"], value)
 
 
+def test_deflate_block_kinds(build, tmp_path):
+    """savez_compressed of incompressible bytes (stored blocks), long runs (length-258 matches) and a
+    tiny array (fixed Huffman codes) read back exactly."""
+    rng = np.random.default_rng(2)
+    inputs = {"noise": rng.integers(0, 256, 300_000).astype("uint8"),
+              "zeros": np.zeros((512, 512), "float32"),
+              "tiny": np.array([1, -2, 3], "int8")}
+    inputs["zeros"][7, 9] = 1.5
+    vars_ = [relay.var(k, shape=v.shape, dtype=str(v.dtype)) for k, v in inputs.items()]
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(tvm.IRModule.from_expr(relay.Function(vars_, relay.Tuple([relay.copy(v) for v in vars_]))),
+                          target="llvm")
+    export_package(lib, str(tmp_path / "copy.tar"))
+    np.savez_compressed(tmp_path / "in.npz", **inputs)
+    kiln_run(build, "--package", tmp_path / "copy.tar", "--input", tmp_path / "in.npz", "--output", tmp_path / "o.npz")
+    got = np.load(tmp_path / "o.npz")
+    for k, (name, value) in enumerate(inputs.items()):
+        np.testing.assert_array_equal(got[f"output_{k}"], value, err_msg=name)
+
+
 def test_c_api_example(build, two_package, tmp_path):
     package, _ = two_package
     exe = tmp_path / "classify"
