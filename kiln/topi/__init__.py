@@ -6,7 +6,7 @@ Schedules: ``topi.generic.schedule_injective(outs)`` and the fast CPU ones in ``
 optional config mapping of knobs; see docs/topi.md).
 """
 
-from . import arm_cpu, cpu, generic, gpu, image, mali, nn, testing, utils, x86  # noqa: F401
+from . import adreno, arm_cpu, cpu, generic, gpu, image, mali, nn, testing, utils, x86  # noqa: F401
 from .broadcast import (  # noqa: F401
     add, bitwise_and, bitwise_or, bitwise_xor, broadcast_shape, broadcast_to, divide, equal, floor_divide,
     floor_mod, greater, greater_equal, less, less_equal, logical_and, logical_or, logical_xor, maximum, minimum,

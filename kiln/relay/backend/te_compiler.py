@@ -50,7 +50,7 @@ def target_family(target) -> str:
     ``opencl -device=mali``), else "x86" (the generic CPU schedules)."""
     keys = getattr(target, "keys", ()) or ()
     if "gpu" in keys:
-        return "mali" if "mali" in keys else "gpu"
+        return "adreno" if "adreno" in keys else "mali" if "mali" in keys else "gpu"
     triple = (getattr(target, "mtriple", "") or "").lower()
     if "arm_cpu" in target.keys or triple.startswith(("aarch64", "arm64", "arm", "thumb")):
         return "arm_cpu"
