@@ -44,6 +44,11 @@ def _defaults(kind: str, attrs: dict) -> dict:
     if kind == "opencl":
         out.update(_DEVICE_DEFAULTS.get(attrs.get("device", ""), {}))
     return out
+# Target tags naming NVIDIA GPUs: Target("nvidia/nvidia-h100") is Target("cuda -arch=sm_90 -tag=...").
+NVIDIA_TAGS = {"nvidia/nvidia-h100": "sm_90", "nvidia/nvidia-h200": "sm_90", "nvidia/nvidia-a100": "sm_80",
+               "nvidia/nvidia-a10g": "sm_86", "nvidia/nvidia-l4": "sm_89", "nvidia/nvidia-t4": "sm_75",
+               "nvidia/tesla-v100": "sm_70", "nvidia/geforce-rtx-3090": "sm_86",
+               "nvidia/geforce-rtx-4090": "sm_89"}
 # Option spellings TVM users write, mapped to ours.
 _ALIASES = {"target": "mtriple", "num_cores": "num-cores"}
 
@@ -84,6 +89,10 @@ class Target:
             raise TargetError(f"cannot parse target string {text!r}: {err}") from None
         if not parts:
             raise TargetError("empty target string; known kinds: " + ", ".join(KINDS))
+        if parts[0].startswith("nvidia/"):
+            if parts[0] not in NVIDIA_TAGS:
+                raise TargetError(f"unknown target tag {parts[0]!r}; known: {', '.join(sorted(NVIDIA_TAGS))}")
+            parts = ["cuda", f"-arch={NVIDIA_TAGS[parts[0]]}", f"-tag={parts[0]}", *parts[1:]]
         opts: dict = {}
         for part in parts[1:]:
             if not part.startswith("-"):
