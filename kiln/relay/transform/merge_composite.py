@@ -16,6 +16,7 @@ from __future__ import annotations
 from ..dataflow_pattern import ConstantPattern, VarPattern, WildcardPattern, match
 from ..expr import Call, Constant, Function, If, Let, RelayExpr, Tuple, TupleGetItem, Var, var
 from ..visitor import children, post_order
+from .infer_type import infer
 
 
 def merge_composite(func: Function, pattern_table) -> Function:
@@ -28,6 +29,7 @@ def merge_composite(func: Function, pattern_table) -> Function:
 
 
 def _merge_one(body, name: str, pattern, check):
+    infer(body)  # checks read types, and the previous pattern's rewrite made new nodes
     order = post_order(body)
     users: dict = {}
     for node in order:

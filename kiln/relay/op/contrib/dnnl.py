@@ -142,8 +142,11 @@ def bias_vector(layer: Call, bias: Call):
     return None
 
 
-def _layer_check(root: Call) -> bool:
+def _layer_check(root: Call, want_bias: bool, want_sum: bool) -> bool:
     layer, bias, addend, _ = _layer_parts(root)
+    # add(conv, constant) matches the residual pattern too; it is a bias, which another entry takes
+    if (bias is not None) != want_bias or (addend is not None) != want_sum:
+        return False
     ok = conv2d_ok(layer) if layer.op.name == "nn.conv2d" else dense_ok(layer)
     if not ok:
         return False
@@ -159,7 +162,8 @@ def pattern_table():
         for bias, residual, relu in ((1, 1, 1), (1, 1, 0), (0, 1, 1), (1, 0, 1), (1, 0, 0), (0, 0, 1)):
             name = f"{COMPILER}.{short}" + ("_bias" if bias else "") + ("_sum" if residual else "") + \
                 ("_relu" if relu else "")
-            table.append((name, _layer(op, bias, residual, relu), _layer_check))
+            check = lambda root, b=bool(bias), r=bool(residual): _layer_check(root, b, r)  # noqa: E731
+            table.append((name, _layer(op, bias, residual, relu), check))
     return table
 
 
