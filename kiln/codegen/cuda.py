@@ -51,6 +51,9 @@ struct __align__(2) half {
   __device__ __forceinline__ half(float f) { asm("cvt.rn.f16.f32 %0, %1;" : "=h"(x) : "f"(f)); }
   __device__ __forceinline__ half(double f) : half((float)f) {}
   __device__ __forceinline__ half(int v) : half((float)v) {}
+  __device__ __forceinline__ half(unsigned int v) : half((float)v) {}
+  __device__ __forceinline__ half(long long v) : half((float)v) {}
+  __device__ __forceinline__ half(unsigned long long v) : half((float)v) {}
   __device__ __forceinline__ operator float() const { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x)); return f; }
 };
 struct __align__(4) half2 { half x, y; };
