@@ -6,7 +6,8 @@
  * library by the nodes' func_name and checked against the library's metadata once, when the
  * executor is created; kiln_graph_run is then a loop of direct calls.
  *
- * Like the rest of the runtime, calls return 0 on success and -1 on failure, with the reason in
+ * An executor is used by one thread at a time (its arrays are its state); run several executors
+ * over one loaded module for concurrency. Like the rest of the runtime, calls return 0 on success and -1 on failure, with the reason in
  * kiln_last_error(). Described in docs/c-runtime.md ("Graph executor and kiln_run").
  */
 #ifndef KILN_GRAPH_H_

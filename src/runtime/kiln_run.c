@@ -1,7 +1,9 @@
 /* kiln_run: run a tvmc package on this device without Python (002's `rtvm`).
  *
  *   kiln_run --package x.tar [--input in.npz] [--output out.npz] [--dump-time] [--repeat N]
- *            [--device cpu|cl] [--device-id N] [--threads N] [--profile]
+ *            [--device cpu|cl] [--device-id N] [--threads N] [--profile] [--dump-meta]
+ *
+ * TVM's rtvm spellings also work: --model for --package, --device opencl.
  *
  * Exit status: 0 on success, 2 for bad command-line input (missing or malformed files, unknown
  * inputs), 1 when loading or running the model fails.
@@ -16,12 +18,12 @@
 
 static const char USAGE[] =
     "usage: kiln_run --package PKG.tar [--input IN.npz] [--output OUT.npz] [--dump-time] [--repeat N]\n"
-    "                [--device cpu|cl] [--device-id N] [--threads N] [--profile]\n"
+    "                [--device cpu|cl] [--device-id N] [--threads N] [--profile] [--dump-meta]\n"
     "\n"
     "Runs a package written by `tvmc compile` (mod.so + mod.json + mod.params) with the C graph\n"
     "executor, without Python.\n"
     "\n"
-    "  --package PKG.tar  the tvmc package\n"
+    "  --package PKG.tar  the tvmc package (also --model, rtvm's name)\n"
     "  --input IN.npz     one array per model input, named after it (numpy.savez or savez_compressed);\n"
     "                     without it every input is zeros\n"
     "  --output OUT.npz   write the outputs as output_0, output_1, ... (numpy.load reads it)\n"
@@ -30,7 +32,8 @@ static const char USAGE[] =
     "  --device cpu|cl    where to run (cl: the OpenCL device, for packages built for 'opencl, llvm')\n"
     "  --device-id N      which device of that kind (default 0)\n"
     "  --threads N        threads for the kernels' parallel loops (default: $KILN_NUM_THREADS, else one per core)\n"
-    "  --profile          also time every kernel alone (mean of N calls) and print them, slowest first\n";
+    "  --profile          also time every kernel alone (mean of N calls) and print them, slowest first\n"
+    "  --dump-meta        print the model's inputs, outputs (names, dtypes, shapes) and kernel count\n";
 
 static double now_ms(void) {
   struct timespec ts;
@@ -146,6 +149,23 @@ static int profile(KilnGraph* g, int number, DLDevice dev) {
   return 0;
 }
 
+static void dump_meta(const KilnGraph* g) {
+  char desc[300];
+  int params = 0;
+  printf("inputs:\n");
+  for (int i = 0; i < kiln_graph_num_inputs(g); i++) {
+    if (kiln_graph_input_is_param(g, i)) { params++; continue; }
+    describe(kiln_graph_input(g, i), desc, sizeof(desc));
+    printf("  %s: %s\n", kiln_graph_input_name(g, i), desc);
+  }
+  printf("outputs:\n");
+  for (int i = 0; i < kiln_graph_num_outputs(g); i++) {
+    describe(kiln_graph_output(g, i), desc, sizeof(desc));
+    printf("  output_%d: %s\n", i, desc);
+  }
+  printf("parameters: %d\nkernels: %d\n", params, kiln_graph_num_kernels(g));
+}
+
 static int parse_int(const char* flag, const char* text, int lo, int* out) {
   char* end;
   long v = strtol(text, &end, 10);
@@ -159,25 +179,35 @@ static int parse_int(const char* flag, const char* text, int lo, int* out) {
 
 int main(int argc, char** argv) {
   const char *package = NULL, *input = NULL, *output = NULL, *device = "cpu";
-  int dump_time = 0, repeat = 1, device_id = 0, threads = -1, want_profile = 0;
+  int dump_time = 0, repeat = 1, device_id = 0, threads = -1, want_profile = 0, want_meta = 0;
   for (int i = 1; i < argc; i++) {
+    /* "--flag value" and "--flag=value" (rtvm's spelling) */
+    char flag[64];
     const char* a = argv[i];
+    const char* eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (eq && (size_t)(eq - a) < sizeof(flag)) {
+      snprintf(flag, sizeof(flag), "%.*s", (int)(eq - a), a);
+      a = flag;
+      v = eq + 1;
+    }
+    if (strcmp(a, "--model") == 0) a = "--package";
     int takes = strcmp(a, "--package") == 0 || strcmp(a, "--input") == 0 || strcmp(a, "--output") == 0 ||
                 strcmp(a, "--repeat") == 0 || strcmp(a, "--device") == 0 || strcmp(a, "--device-id") == 0 ||
                 strcmp(a, "--threads") == 0;
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { fputs(USAGE, stdout); return 0; }
-    if (strcmp(a, "--dump-time") == 0) { dump_time = 1; continue; }
-    if (strcmp(a, "--profile") == 0) { want_profile = 1; continue; }
+    if (!eq && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) { fputs(USAGE, stdout); return 0; }
+    if (!eq && strcmp(a, "--dump-time") == 0) { dump_time = 1; continue; }
+    if (!eq && strcmp(a, "--profile") == 0) { want_profile = 1; continue; }
+    if (!eq && strcmp(a, "--dump-meta") == 0) { want_meta = 1; continue; }
     if (!takes) {
-      fprintf(stderr, "kiln_run: error: unknown argument %s; see kiln_run --help\n", a);
+      fprintf(stderr, "kiln_run: error: unknown argument %s; see kiln_run --help\n", argv[i]);
       return 2;
     }
     if (!v) {
       fprintf(stderr, "kiln_run: error: %s needs a value; see kiln_run --help\n", a);
       return 2;
     }
-    i++;
+    if (!eq) i++;
     if (strcmp(a, "--package") == 0) package = v;
     else if (strcmp(a, "--input") == 0) input = v;
     else if (strcmp(a, "--output") == 0) output = v;
@@ -207,6 +237,7 @@ int main(int argc, char** argv) {
   KilnGraph* g;
   if (kiln_graph_load_package(package, dev, &g)) return fail_runtime(2);
   double t_load = now_ms() - t0;
+  if (want_meta) dump_meta(g);
 
   t0 = now_ms();
   int rc = input ? set_inputs(g, input) : 0;

@@ -113,6 +113,13 @@ def test_two_inputs_three_outputs_equal_the_python_executor(build, two_package, 
         np.testing.assert_array_equal(got[f"output_{i}"], w)
     # and the Python executor itself against numpy, for the elementwise output
     np.testing.assert_allclose(want[1], inputs["x"] + 2 * inputs["y"], rtol=1e-6)
+    # rtvm's spellings: --model=..., --flag=value; --dump-meta lists what the model takes and gives
+    meta = kiln_run(build, f"--model={package}", "--dump-meta", f"--input={tmp_path / 'in.npz'}", "--repeat=2",
+                    "--output", tmp_path / "out2.npz").stdout
+    assert meta.splitlines()[:8] == ["inputs:", "  x: float32[1, 4, 8, 8]", "  y: float32[1, 4, 8, 8]", "outputs:",
+                                     "  output_0: float32[1, 6, 8, 8]", "  output_1: float32[1, 4, 8, 8]",
+                                     "  output_2: int32[1]", "parameters: 1"]
+    np.testing.assert_array_equal(np.load(tmp_path / "out2.npz")["output_0"], want[0])
 
 
 def test_convnet_package_matches_python_and_onnxruntime(build, tmp_path):
