@@ -40,9 +40,9 @@ for cross in "$@"; do
   name=$(echo "${cross%-}" | sed 's/^$/host/')
   make -s -C "$ROOT/src/runtime" CROSS="$cross" OUT="$STAGE/build/$name" >/dev/null
   mkdir -p "$STAGE/kiln_runtime/$name"
-  cp "$STAGE/build/$name/kiln_rpc" "$STAGE/build/$name/libkiln_runtime.so" \
+  cp "$STAGE/build/$name/kiln_rpc" "$STAGE/build/$name/kiln_run" "$STAGE/build/$name/libkiln_runtime.so" \
      "$STAGE/build/$name/libkiln_runtime.a" "$STAGE/kiln_runtime/$name/"
-  cp "$ROOT/src/runtime/kiln_runtime.h" "$STAGE/kiln_runtime/$name/"
+  cp "$ROOT/src/runtime/kiln_runtime.h" "$ROOT/src/runtime/kiln_graph.h" "$STAGE/kiln_runtime/$name/"
 done
 
 cat > "$STAGE/kiln_runtime/README" <<'README'
@@ -54,6 +54,7 @@ Python (needs Python >= 3.11 and numpy; no compiler packages):
 
 No Python (if this package holds a <triple>/ folder):
   kiln_runtime/<triple>/kiln_rpc --tracker HOST:9190 --key KEY [--cc gcc]
+  kiln_runtime/<triple>/kiln_run --package model.tar --input in.npz --output out.npz --dump-time
 
 See docs/cross-compile.md and docs/c-runtime.md in the kiln repository.
 README
