@@ -101,6 +101,13 @@ def test_resnet18_built_for_llvm_matches_torch():
     _check(run_built(mod, params, inputs), want)
 
 
+@pytest.mark.slow
+def test_full_resnet18_built_for_llvm_matches_torch():
+    torch.manual_seed(5)
+    mod, params, inputs, want = _import(_randomize_bn(ResNet18()), torch.rand(1, 3, 224, 224))
+    _check(run_built(mod, params, inputs), want)
+
+
 class CommonOps(nn.Module):
     def __init__(self):
         super().__init__()

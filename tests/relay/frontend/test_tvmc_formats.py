@@ -49,3 +49,30 @@ def test_torchscript_pt(tmp_path):
     model, (got,) = _compile_run(tmp_path / "net.pt", tmp_path, {"input": x.numpy()}, {"input": [1, 3, 8, 8]})
     assert model.model_format == "pytorch"
     np.testing.assert_allclose(got, net(x).detach().numpy(), **TOL)
+
+
+def test_keras_h5_through_the_command_line(tmp_path):
+    """002's flow with a Keras .h5: tvmc compile, then tvmc run --print-time with inputs/outputs files."""
+    import os
+    import subprocess
+    import sys
+    pytest.importorskip("h5py", reason="needs h5py")
+    from test_keras_frontend import resnet_like
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def tvmc_cli(*args):
+        proc = subprocess.run([sys.executable, "-m", "kiln.driver.tvmc", *args], capture_output=True, text=True,
+                              env=env, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    forward = resnet_like(tmp_path / "resnet50.h5", seed=2, image=16)
+    x = np.random.default_rng(3).random((1, 16, 16, 3), dtype="float32")
+    np.savez(tmp_path / "in.npz", input_1=x)
+    tvmc_cli("compile", "--target", "llvm", "-o", str(tmp_path / "keras-resnet50.tar"), str(tmp_path / "resnet50.h5"))
+    out = tvmc_cli("run", "--device", "cpu", str(tmp_path / "keras-resnet50.tar"), "--inputs", str(tmp_path / "in.npz"),
+                   "--outputs", str(tmp_path / "out.npz"), "--print-time", "--repeat", "2")
+    assert "Execution time summary" in out
+    with np.load(tmp_path / "out.npz") as got:
+        np.testing.assert_allclose(got["output_0"], forward(x), **TOL)
