@@ -14,7 +14,7 @@ import types
 
 from kiln.errors import ScriptError
 from kiln.ir import expr as E
-from kiln.ir.dtype import BOOL_T, HANDLE_T, dtype as _dtype
+from kiln.ir.dtype import BOOL_T, dtype as _dtype
 from kiln.ir.printer import INTRINSICS, load_dtype, shorthand_dtype
 from kiln.ir.stmt import Buffer
 
@@ -416,4 +416,3 @@ class _BufferMethod:
         self.buffer = buffer
 
 
-_ = HANDLE_T
