@@ -1,9 +1,12 @@
-/* Parameter blobs (mod.params) and tvmc packages (.tar of mod.so + mod.json + mod.params).
+/* Parameter blobs (mod.params), tvmc packages (.tar of mod.so + mod.json + mod.params) and
+ * one-file libraries (relay.build(...).export_library("x.so"): the graph and parameters are data
+ * symbols next to the kernels, docs/graph.md "How one file carries the graph").
  *
  * The blob format is kiln/runtime/params.py's (all integers little-endian):
  *   "KILNPRM1", u64 count, then per array: u64 name_len, name, u64 dtype_len, dtype,
  *   u64 ndim, ndim x i64 shape, u64 nbytes, data (C order).
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,10 +98,39 @@ done:
   return rc;
 }
 
+static int load_library(const char* path, DLDevice dev, KilnGraph** out) {
+  KilnModule* lib;
+  if (kiln_module_load(path, &lib)) return -1;
+  const char* json = dlsym(lib->lib, "__kiln_graph_json");
+  const unsigned char* params = dlsym(lib->lib, "__kiln_graph_params");
+  const char* base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  if (!json || !params) {
+    kiln_module_free(lib);
+    return kiln_error("%s carries no graph: export relay.build's result (lib.export_library(\"%s\")), not "
+                      "lib.get_lib(), or pass a tvmc package .tar", base, base);
+  }
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = (n << 8) | params[i];
+  if (kiln_graph_create(json, strlen(json), lib, dev, out)) {
+    kiln_module_free(lib);
+    return -1;
+  }
+  kiln_graph_take_module(*out);
+  if (kiln_graph_load_params(*out, params + 8, (size_t)n)) {
+    kiln_graph_free(*out);
+    *out = NULL;
+    return -1;
+  }
+  return 0;
+}
+
 int kiln_graph_load_package(const char* tar_path, DLDevice dev, KilnGraph** out) {
   *out = NULL;
   if (access(tar_path, R_OK) != 0)
     return kiln_error("package %s does not exist; make one with tvmc compile MODEL -o %s", tar_path, tar_path);
+  size_t len = strlen(tar_path);
+  if (len > 3 && strcmp(tar_path + len - 3, ".so") == 0) return load_library(tar_path, dev, out);
   const char* tmp = getenv("TMPDIR");
   char dir[4096];
   snprintf(dir, sizeof(dir), "%s/kiln-package-XXXXXX", tmp && *tmp ? tmp : "/tmp");

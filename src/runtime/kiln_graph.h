@@ -24,7 +24,9 @@ typedef struct KilnGraph KilnGraph;
 /* A tvmc package (.tar holding mod.so, mod.json, mod.params: `tvmc compile -o x.tar`) on `dev`
  * (CPU, or an OpenCL device for packages compiled with an "opencl, llvm" target), with its
  * parameters loaded. mod.so is extracted into a private directory under $TMPDIR (default /tmp)
- * that is removed again once the library is loaded. The executor owns the module. */
+ * that is removed again once the library is loaded. A path ending in .so is a one-file library
+ * instead (relay.build(...).export_library("x.so"), graph and parameters inside). The executor
+ * owns the module. */
 KILN_API int kiln_graph_load_package(const char* tar_path, DLDevice dev, KilnGraph** out);
 
 /* An executor over a graph JSON text and an already loaded kernel library. `lib` must outlive

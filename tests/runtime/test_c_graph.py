@@ -122,6 +122,24 @@ def test_two_inputs_three_outputs_equal_the_python_executor(build, two_package, 
     np.testing.assert_array_equal(np.load(tmp_path / "out2.npz")["output_0"], want[0])
 
 
+def test_one_file_library(build, tmp_path):
+    """relay.build(...).export_library("x.so") carries graph and parameters: kiln_run runs it as is."""
+    lib, inputs = two_output_model()
+    lib.export_library(str(tmp_path / "deploy.so"))
+    np.savez(tmp_path / "in.npz", **inputs)
+    kiln_run(build, "--package", tmp_path / "deploy.so", "--input", tmp_path / "in.npz", "--output",
+             tmp_path / "out.npz")
+    m = graph_executor.GraphModule(tvm.runtime.load_module(str(tmp_path / "deploy.so"))["default"](tvm.cpu()))
+    m.set_input(**inputs)
+    m.run()
+    got = np.load(tmp_path / "out.npz")
+    for i in range(3):
+        np.testing.assert_array_equal(got[f"output_{i}"], m.get_output(i).numpy())
+    lib.get_lib().export_library(str(tmp_path / "kernels.so"))  # kernels only: no graph
+    result = kiln_run(build, "--package", tmp_path / "kernels.so", check=False)
+    assert result.returncode == 2 and "kernels.so carries no graph" in result.stderr
+
+
 def test_convnet_package_matches_python_and_onnxruntime(build, tmp_path):
     import onnx
     from kiln.driver import tvmc
