@@ -12,6 +12,7 @@ Unsupported ops stay as they are. The first compiler in ``targets`` that accepts
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 from ..expr import Call, Function
@@ -49,6 +50,11 @@ def supported_by(call: Call, targets) -> str | None:
 
 def annotate_target(func: Function, targets) -> Function:
     targets = [targets] if isinstance(targets, str) else list(targets)
+    for t in targets:  # a compiler kiln knows registers its predicates when its module loads
+        try:
+            importlib.import_module(f"kiln.relay.op.contrib.{t}")
+        except ModuleNotFoundError:
+            pass
     new_of: dict = {}
     for node in post_order(func.body):
         if isinstance(node, Call) and (t := supported_by(node, targets)) is not None:
