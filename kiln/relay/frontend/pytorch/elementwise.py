@@ -17,22 +17,22 @@ def _is_expr(v) -> bool:
 
 
 def _operands(ctx, a, b):
-    """Both operands as relay expressions with one dtype: a Python number or an integer scalar
-    tensor takes the float tensor's dtype (torch's promotion for these cases)."""
+    """Both operands as relay expressions of one dtype, promoted as torch does for these cases:
+    a Python number takes the tensor's dtype, int meets float as float, and a 0-d tensor
+    takes the other operand's dtype."""
     if not _is_expr(a):
         a = const(np.asarray(a), ctx.dtype_of(b)) if _is_expr(b) else const(a)
     if not _is_expr(b):
         b = const(np.asarray(b), ctx.dtype_of(a))
     da, db = ctx.dtype_of(a), ctx.dtype_of(b)
-    if da != db:
-        if da.startswith("float") and not db.startswith("float") or ctx.shape_of(b) == () and db.startswith("float") \
-                and not da.startswith("float"):
-            b, a = (tf.cast(b, da), a) if da.startswith("float") else (b, tf.cast(a, db))
-        elif ctx.shape_of(b) == ():
-            b = tf.cast(b, da)
-        else:
-            a = tf.cast(a, db)
-    return a, b
+    if da == db:
+        return a, b
+    fa, fb = da.startswith("float"), db.startswith("float")
+    if fa != fb:
+        return (a, tf.cast(b, da)) if fa else (tf.cast(a, db), b)
+    if ctx.shape_of(b) == ():
+        return a, tf.cast(b, da)
+    return tf.cast(a, db), b
 
 
 def _binary(relay_fn, py_fn):

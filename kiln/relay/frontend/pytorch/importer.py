@@ -31,7 +31,8 @@ class Ctx:
 
     @property
     def where(self) -> str:
-        return f"{self.node.kind()} (output %{self.node.output().debugName() if self.node.outputs() else '?'})"
+        outs = ", ".join(f"%{o.debugName()}" for o in self.node.outputs())
+        return f"{self.node.kind()} (output {outs or '-'})"
 
     def fail(self, msg: str):
         raise ImportError_(f"from_pytorch: {self.where}: {msg}")
@@ -113,14 +114,11 @@ class _Importer:
         self.check_supported()
         for node in self.graph.nodes():
             self.convert(node)
-        outs = [self.values[o.unique()] for o in self.graph.outputs()]
-        body = outs[0] if len(outs) == 1 else Tuple(outs)
-        if isinstance(body, (list, tuple)):
-            body = Tuple([self._as_expr(b) for b in body])
-        return Function(self.inputs, self._as_expr(body))
+        outs = [self._as_expr(self.values[o.unique()]) for o in self.graph.outputs()]
+        return Function(self.inputs, outs[0] if len(outs) == 1 else Tuple(outs))
 
     def _as_expr(self, value):
-        if isinstance(value, (RelayExpr,)):
+        if isinstance(value, RelayExpr):
             return value
         if isinstance(value, (list, tuple)):
             return Tuple([self._as_expr(v) for v in value])
