@@ -75,29 +75,6 @@ int kiln_graph_load_params(KilnGraph* g, const void* blob, size_t len) {
   return 0;
 }
 
-static int read_file(const char* path, char** data, size_t* len) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return kiln_error("cannot open %s", path);
-  int rc = -1;
-  long n;
-  if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-    kiln_error("cannot read %s", path);
-    goto done;
-  }
-  if (!(*data = malloc((size_t)n + 1))) { kiln_error("out of memory reading %s", path); goto done; }
-  if (fread(*data, 1, (size_t)n, f) != (size_t)n) {
-    free(*data);
-    kiln_error("cannot read %s", path);
-    goto done;
-  }
-  (*data)[n] = '\0';
-  *len = (size_t)n;
-  rc = 0;
-done:
-  fclose(f);
-  return rc;
-}
-
 static int load_library(const char* path, DLDevice dev, KilnGraph** out) {
   KilnModule* lib;
   if (kiln_module_load(path, &lib)) return -1;
@@ -139,25 +116,25 @@ int kiln_graph_load_package(const char* tar_path, DLDevice dev, KilnGraph** out)
   char paths[3][4200];
   for (int i = 0; i < 3; i++) snprintf(paths[i], sizeof(paths[i]), "%s/%s", dir, names[i]);
   int found[3];
-  char *json = NULL, *params = NULL;
-  size_t json_len = 0, params_len = 0;
+  /* mod.so must be a file for dlopen; the graph and the weights are read straight into memory. */
+  char* data[3] = {NULL, (char*)1, (char*)1};
+  size_t lens[3] = {0, 0, 0};
   KilnModule* lib = NULL;
   int rc = -1;
   const char* base = strrchr(tar_path, '/');
   base = base ? base + 1 : tar_path;
-  if (kiln_untar_named(tar_path, dir, names, 3, found)) goto done;
+  if (kiln_untar_named(tar_path, dir, names, 3, found, data, lens)) goto done;
   for (int i = 0; i < 3; i++)
     if (!found[i]) {
       kiln_error("%s is not a tvmc package: it lacks %s (packages hold mod.so, mod.json and mod.params; "
                  "make one with tvmc compile)", base, names[i]);
       goto done;
     }
-  if (read_file(paths[1], &json, &json_len) || read_file(paths[2], &params, &params_len)) goto done;
   if (kiln_module_load(paths[0], &lib)) goto done;
-  if (kiln_graph_create(json, json_len, lib, dev, out)) goto done;
+  if (kiln_graph_create(data[1], lens[1], lib, dev, out)) goto done;
   kiln_graph_take_module(*out);
   lib = NULL;
-  if (kiln_graph_load_params(*out, params, params_len)) {
+  if (kiln_graph_load_params(*out, data[2], lens[2])) {
     kiln_graph_free(*out);
     *out = NULL;
     goto done;
@@ -165,8 +142,8 @@ int kiln_graph_load_package(const char* tar_path, DLDevice dev, KilnGraph** out)
   rc = 0;
 done:
   if (lib) kiln_module_free(lib);
-  free(json);
-  free(params);
+  for (int i = 1; i < 3; i++)
+    if (data[i] != (char*)1) free(data[i]);
   /* The loaded library stays mapped after its file is gone. */
   for (int i = 0; i < 3; i++) unlink(paths[i]);
   rmdir(dir);

@@ -65,6 +65,24 @@ int kiln_opencl_module_take_failure(KilnCLModule* m);
 void kiln_opencl_timing_begin(KilnCLModule* m);
 double kiln_opencl_timing_end(KilnCLModule* m); /* device seconds, or -1 if nothing ran */
 
+/* ---- cuda.c: CUDA devices (data is a CUdeviceptr) and the CUDA half of GPU modules ------- */
+int kiln_cuda_device_count(void); /* 0 without libcuda.so.1 or a GPU */
+int kiln_cuda_alloc(int32_t device_id, size_t nbytes, void** out);
+void kiln_cuda_free(void* p);
+int kiln_cuda_write(const DLTensor* t, uint64_t offset, const void* data, size_t n);
+int kiln_cuda_read(const DLTensor* t, uint64_t offset, void* data, size_t n);
+int kiln_cuda_copy(const DLTensor* from, DLTensor* to, size_t n); /* either side on CUDA */
+int kiln_cuda_sync(int32_t device_id);
+int kiln_cuda_attr(int32_t device_id, const char* name, int64_t* ints, int* count, char* text, size_t size);
+typedef struct KilnCudaModule KilnCudaModule;
+/* From the metadata's device_code; *out stays NULL unless it is CUDA device code. */
+int kiln_cuda_module_create(const char* json, size_t len, const char* label, KilnCudaModule** out);
+void kiln_cuda_module_free(KilnCudaModule* m);
+int kiln_cuda_module_attach(KilnCudaModule* m, void* hook_slot, void* ctx_slot);
+int kiln_cuda_module_take_failure(KilnCudaModule* m);
+void kiln_cuda_timing_begin(KilnCudaModule* m);
+double kiln_cuda_timing_end(KilnCudaModule* m);
+
 #endif
 
 /* ---- module internals shared by module.c and call.c ------------------------------------- */
@@ -100,6 +118,7 @@ struct KilnModule {
   const char* last_error;   /* the module's __kiln_last_error buffer */
   int32_t* num_threads;     /* the module's __kiln_num_threads */
   struct KilnCLModule* device;  /* the kernels of a GPU module (NULL for CPU modules) */
+  struct KilnCudaModule* cuda;  /* instead of device, for modules built for 'cuda' */
 };
 
 /* call.c: check arguments once (array arguments only need no conversion), then call many times. */
@@ -107,8 +126,11 @@ int kiln_func_check(KilnFunction* f, const KilnValue* args, const int32_t* codes
 int kiln_func_call_prepared(KilnFunction* f, const KilnValue* args, int32_t n);
 
 /* tar.c: extract the regular members named names[0..n) (exact names, "./" prefixes ignored) into
- * dir by those names; found[i] is set to 1 for each one present. */
-int kiln_untar_named(const char* tar_path, const char* dir, const char* const* names, int n, int* found);
+ * dir by those names; found[i] is set to 1 for each one present. With `data`, a member whose
+ * data[i] is (char*)1 on entry is read into memory instead: data[i] becomes a malloc'd,
+ * NUL-terminated copy and lens[i] its size. */
+int kiln_untar_named(const char* tar_path, const char* dir, const char* const* names, int n, int* found,
+                     char** data, size_t* lens);
 
 /* graph.c, for graph_package.c */
 struct KilnGraph;

@@ -131,7 +131,21 @@ int kiln_untar_module(const char* tar_path, const char* dir, int* num_objects) {
   return 0;
 }
 
-int kiln_untar_named(const char* tar_path, const char* dir, const char* const* names, int n, int* found) {
+static int read_member(FILE* in, unsigned long long size, const char* name, char** out) {
+  char* buf = malloc((size_t)size + 1);
+  if (!buf) return kiln_error("out of memory reading %s", name);
+  if (fread(buf, 1, (size_t)size, in) != size ||
+      fseek(in, (long)((BLOCK - size % BLOCK) % BLOCK), SEEK_CUR) != 0) {
+    free(buf);
+    return kiln_error("archive ends inside member %s", name);
+  }
+  buf[size] = '\0';
+  *out = buf;
+  return 0;
+}
+
+int kiln_untar_named(const char* tar_path, const char* dir, const char* const* names, int n, int* found,
+                     char** data, size_t* lens) {
   const char* base = strrchr(tar_path, '/');
   base = base ? base + 1 : tar_path;
   FILE* in = fopen(tar_path, "rb");
@@ -164,7 +178,13 @@ int kiln_untar_named(const char* tar_path, const char* dir, const char* const* n
         rc = kiln_error("%s: member %s is a link or special file; expected a regular file", base, name);
         break;
       }
-      if (copy_member(in, size, dir, name)) { rc = -1; break; }
+      if (data && data[which]) {
+        if (read_member(in, size, name, &data[which])) { data[which] = NULL; rc = -1; break; }
+        lens[which] = (size_t)size;
+      } else if (copy_member(in, size, dir, name)) {
+        rc = -1;
+        break;
+      }
       found[which] = 1;
     } else if (fseek(in, (long)((size + BLOCK - 1) / BLOCK * BLOCK), SEEK_CUR) != 0) {
       rc = kiln_error("%s: truncated archive", base);
