@@ -71,7 +71,7 @@ def kernel_source(kernels: list[PrimFunc]) -> str:
     parts, needs = [], set()
     for k in kernels:
         # Kernels touching texture-scoped tensors (attr "texture") take images for them.
-        p = TexturePrinter() if k.attrs.get("texture") else OpenCLPrinter()
+        p = TexturePrinter() if k.attrs.get("texture") or k.attrs.get("half_storage") else OpenCLPrinter()
         parts.append(p.print_kernel(k))
         needs |= p.needs
     head = "".join(n + "\n" for n in sorted(needs))
@@ -109,6 +109,8 @@ def lower_device(mod, target) -> tuple[IRModule, list[PrimFunc]]:
         if textures:  # image layouts of texture-scoped tensors, for the printer and the workspace
             ks = [_with_textures(k, textures) for k in ks]
             host = replace(host, attrs={**host.attrs, "texture": textures})
+        if "adreno" in target.keys:  # float16 computed in float (codegen/opencl_half.py)
+            ks = [replace(k, attrs={**k.attrs, "half_storage": True}) for k in ks]
         for k in ks:
             kernels.append(check_kernel_limits(insert_barriers(k), target))
         hosts[key] = device_workspace(host)

@@ -17,6 +17,7 @@ from ..ir import expr as E
 from ..ir.functor import Visitor
 from .c_family_expr import _contiguous, _multiple_of
 from .opencl import OpenCLPrinter
+from .opencl_half import HalfStorage
 
 SAMPLER = ("__constant sampler_t kiln_sampler = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | "
            "CLK_FILTER_NEAREST;")
@@ -24,10 +25,12 @@ LANE_HELPER = ("static inline float kiln_lane4(float4 v, int k) "
                "{ return k == 0 ? v.x : (k == 1 ? v.y : (k == 2 ? v.z : v.w)); }")
 
 
-class TexturePrinter(OpenCLPrinter):
-    """OpenCLPrinter that prints texture-scoped buffers (kernel attr ``texture``) as images."""
+class TexturePrinter(HalfStorage, OpenCLPrinter):
+    """OpenCLPrinter that prints texture-scoped buffers (kernel attr ``texture``) as images, and
+    float16 as half in memory / float in registers when the kernel has attr ``half_storage``."""
 
     def print_kernel(self, func) -> str:
+        self.half_storage = bool(func.attrs.get("half_storage"))
         self.textures = func.attrs.get("texture", {})
         self.written = _written(func.body) if self.textures else set()
         self.read = _read(func.body) if self.textures else set()

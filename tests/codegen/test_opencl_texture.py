@@ -139,3 +139,27 @@ def test_texture_ndarray_round_trip(dtype):
     np.testing.assert_array_equal(t2.numpy(), x)
     with pytest.raises(ValueError, match="innermost dimension is 4"):
         tvm.nd.empty((2, 3), dtype, dev, mem_scope="global.texture")
+
+
+@pytest.mark.opencl
+def test_float16_buffers_compute_in_float_on_adreno():
+    # Half in memory (vload_half / vstore_half), float in registers: runs without cl_khr_fp16.
+    n = 64
+    A = te.placeholder((n,), name="A", dtype="float16")
+    B = te.compute((n,), lambda i: A[i] * A[i] + te.const(1.5, "float16"), name="B")
+    C = te.compute((n,), lambda i: B[i].astype("float32") * 2.0, name="C")
+    s = te.create_schedule([B.op, C.op])
+    for T in (B, C):
+        xo, xi = s[T].split(T.op.axis[0], factor=16)
+        s[T].bind(xo, te.thread_axis("blockIdx.x"))
+        s[T].bind(xi, te.thread_axis("threadIdx.x"))
+    f = tvm.build(s, [A, B, C], target=ADRENO)
+    src = f.imported_modules[0].get_source()
+    assert "vstore_half(" in src and "vload_half(" in src and "cl_khr_fp16" not in src
+    dev = tvm.cl(0)
+    a = np.random.default_rng(4).random(n).astype("float16")
+    b, c = tvm.nd.empty((n,), "float16", dev), tvm.nd.empty((n,), "float32", dev)
+    f(tvm.nd.array(a, dev), b, c)
+    want = a * a + np.float16(1.5)
+    np.testing.assert_allclose(b.numpy(), want, rtol=1e-3)
+    np.testing.assert_allclose(c.numpy(), want.astype("float32") * 2, rtol=1e-3)

@@ -1,0 +1,68 @@
+"""Whole models for ``opencl -device=adreno`` (textures) on the first OpenCL device (PoCL here):
+ONNX ResNet-18 and MobileNetV2 (32 x 32, 10 classes) vs onnxruntime (1e-4), the convolution
+kernels reading images, and texture builds equal to buffer builds."""
+
+import functools
+
+import numpy as np
+import pytest
+from onnx_models import mobilenet_v2, resnet18, run_ort
+
+import kiln as tvm
+from kiln import relay
+from kiln.contrib import graph_executor
+
+pytestmark = pytest.mark.opencl
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+MODELS = {"resnet18": lambda: resnet18(image=32, classes=10),
+          "mobilenet_v2": lambda: mobilenet_v2(image=32, classes=10)}
+ADRENO = "opencl -device=adreno"
+
+
+@functools.cache
+def built(name: str, target: str = ADRENO):
+    model, inputs = MODELS[name]()
+    mod, params = relay.frontend.from_onnx(model)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=tvm.target.Target(target, host="llvm"), params=params)
+    return inputs, lib, run_ort(model, inputs)
+
+
+def outputs(lib, inputs) -> list:
+    g = graph_executor.GraphModule(lib["default"](tvm.cl(0)))
+    g.set_input(**inputs)
+    g.run()
+    return [g.get_output(i).numpy() for i in range(g.get_num_outputs())]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_model_matches_onnxruntime(name):
+    inputs, lib, expected = built(name)
+    got = outputs(lib, inputs)
+    assert len(got) == len(expected)
+    for g, want in zip(got, expected):
+        np.testing.assert_allclose(g, want, **TOL)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_texture_and_buffer_builds_agree(name):
+    inputs, lib, _ = built(name)
+    _, plain, _ = built(name, "opencl")
+    for a, b in zip(outputs(lib, inputs), outputs(plain, inputs)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_kernels_read_images():
+    _, lib, _ = built("mobilenet_v2")
+    dev_mods = [m for m in lib.get_lib().imported_modules if m.type_key == "opencl"]
+    assert len(dev_mods) == 1
+    src = dev_mods[0].get_source()
+    assert src.count("__read_only image2d_t") >= 2 and "__write_only image2d_t" in src
+    assert "read_imagef(" in src and "write_imagef(" in src
+
+
+def test_target_keys():
+    t = tvm.target.Target(ADRENO, host="llvm -mtriple=aarch64-linux-android")
+    assert t.keys[:3] == ("adreno", "opencl", "gpu")
+    assert "aarch64-linux-android" in str(t.host)
