@@ -140,7 +140,8 @@ static int prepare(const KilnFunction* f, const KilnValue* args, const int32_t* 
 }
 
 static int kernel_failed(const KilnFunction* f, int32_t rc) {
-  if (f->module->device && kiln_opencl_module_take_failure(f->module->device)) {
+  if ((f->module->device && kiln_opencl_module_take_failure(f->module->device)) ||
+      (f->module->cuda && kiln_cuda_module_take_failure(f->module->cuda))) {
     char why[900]; /* copied: the message buffer cannot be both source and destination */
     snprintf(why, sizeof(why), "%s", kiln_last_error());
     return kiln_error("%s: %s", f->name, why);
@@ -180,19 +181,22 @@ static double now_seconds(void) {
 /* Seconds for n calls, or a negative value when the kernel failed. */
 static double run(KilnFunction* f, const KilnValue* packed, int32_t n, long long calls) {
   KilnCLModule* device = f->module->device;
+  KilnCudaModule* cuda = f->module->cuda;
   if (device) kiln_opencl_timing_begin(device);
+  if (cuda) kiln_cuda_timing_begin(cuda);
   double start = now_seconds();
   for (long long i = 0; i < calls; i++) {
     int32_t rc = f->kernel(packed, f->codes, n);
     if (rc) {
       if (device) kiln_opencl_timing_end(device);
+      if (cuda) kiln_cuda_timing_end(cuda);
       kernel_failed(f, rc);
       return -1;
     }
   }
-  if (device) {
+  if (device || cuda) {
     /* GPU modules are timed on the device: first kernel start to last kernel end. */
-    double on_device = kiln_opencl_timing_end(device);
+    double on_device = device ? kiln_opencl_timing_end(device) : kiln_cuda_timing_end(cuda);
     if (on_device >= 0) return on_device;
   }
   return now_seconds() - start;

@@ -29,7 +29,7 @@ static const char USAGE[] =
     "  --output OUT.npz   write the outputs as output_0, output_1, ... (numpy.load reads it)\n"
     "  --dump-time        print the load, set-input, per-run and get-output times and the mean run time\n"
     "  --repeat N         run the model N times (default 1)\n"
-    "  --device cpu|cl    where to run (cl: the OpenCL device, for packages built for 'opencl, llvm')\n"
+    "  --device cpu|cl|cuda  where to run (cl / cuda: the GPU, for packages built for 'opencl' / 'cuda')\n"
     "  --device-id N      which device of that kind (default 0)\n"
     "  --threads N        threads for the kernels' parallel loops (default: $KILN_NUM_THREADS, else one per core)\n"
     "  --profile          also time every kernel alone (mean of N calls) and print them, slowest first\n"
@@ -219,11 +219,12 @@ int main(int argc, char** argv) {
   if (!package) return fail(2, "--package is required (a .tar from tvmc compile); see kiln_run --help");
   DLDevice dev = {KILN_DEVICE_CPU, device_id};
   if (strcmp(device, "cl") == 0 || strcmp(device, "opencl") == 0) dev.device_type = KILN_DEVICE_OPENCL;
-  else if (strcmp(device, "cpu") != 0) return fail(2, "--device takes cpu or cl");
+  else if (strcmp(device, "cuda") == 0 || strcmp(device, "gpu") == 0) dev.device_type = KILN_DEVICE_CUDA;
+  else if (strcmp(device, "cpu") != 0) return fail(2, "--device takes cpu, cl or cuda");
   if (!kiln_device_exist(dev)) {
     char msg[200];
     snprintf(msg, sizeof(msg), "--device %s %d: no such device on this machine (OpenCL needs libOpenCL.so.1 and a "
-             "platform with devices)", device, device_id);
+             "platform with devices, CUDA libcuda.so.1 and an NVIDIA GPU)", device, device_id);
     return fail(2, msg);
   }
 

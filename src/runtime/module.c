@@ -116,8 +116,9 @@ int kiln_module_load_so(const char* path, KilnModule** out) {
     goto fail;
   }
   if (kiln_metadata_read(mod, meta, strlen(meta), base_name(path))) goto fail;
-  if (kiln_opencl_module_create(meta, strlen(meta), base_name(path), &mod->device)) goto fail;
-  if (mod->device) {
+  if (kiln_cuda_module_create(meta, strlen(meta), base_name(path), &mod->cuda)) goto fail;
+  if (!mod->cuda && kiln_opencl_module_create(meta, strlen(meta), base_name(path), &mod->device)) goto fail;
+  if (mod->device || mod->cuda) {
     void* hook = dlsym(mod->lib, "__kiln_device_launch");
     void* ctx = dlsym(mod->lib, "__kiln_device_ctx");
     if (!hook || !ctx) {
@@ -125,7 +126,8 @@ int kiln_module_load_so(const char* path, KilnModule** out) {
                  "and __kiln_device_ctx; rebuild it with this kiln version", base_name(path));
       goto fail;
     }
-    kiln_opencl_module_attach(mod->device, hook, ctx);
+    if (mod->cuda) kiln_cuda_module_attach(mod->cuda, hook, ctx);
+    else kiln_opencl_module_attach(mod->device, hook, ctx);
   }
   mod->last_error = dlsym(mod->lib, "__kiln_last_error");
   mod->num_threads = dlsym(mod->lib, "__kiln_num_threads");
@@ -218,6 +220,7 @@ void kiln_module_free(KilnModule* mod) {
   if (!mod) return;
   kiln_metadata_free(mod);
   kiln_opencl_module_free(mod->device);
+  kiln_cuda_module_free(mod->cuda);
   if (mod->lib) dlclose(mod->lib);
   free(mod->path);
   free(mod);

@@ -73,9 +73,10 @@ size_t kiln_ndarray_nbytes(const DLTensor* a) { return checked_nbytes(a->shape, 
 
 int kiln_ndarray_alloc(const int64_t* shape, int32_t ndim, DLDataType dtype, DLDevice device,
                        DLTensor** out) {
-  if (device.device_type != KILN_DEVICE_CPU && device.device_type != KILN_DEVICE_OPENCL)
-    return kiln_error("device type %d is not available in the kiln C runtime (it has the CPU and "
-                      "OpenCL devices)", device.device_type);
+  if (device.device_type != KILN_DEVICE_CPU && device.device_type != KILN_DEVICE_OPENCL &&
+      device.device_type != KILN_DEVICE_CUDA)
+    return kiln_error("device type %d is not available in the kiln C runtime (it has the CPU, "
+                      "OpenCL and CUDA devices)", device.device_type);
   if (ndim < 0 || ndim > 64) return kiln_error("array rank %d is out of range [0, 64]", ndim);
   size_t nbytes = checked_nbytes(shape, ndim, dtype);
   if (nbytes == (size_t)-1) return kiln_error("array shape is negative or too large to allocate");
@@ -84,8 +85,9 @@ int kiln_ndarray_alloc(const int64_t* shape, int32_t ndim, DLDataType dtype, DLD
   if (!t) return kiln_error("out of memory allocating an array header");
   void* data = NULL;
   size_t rounded = (nbytes + alignment - 1) / alignment * alignment;
-  if (device.device_type == KILN_DEVICE_OPENCL) {
-    if (kiln_opencl_alloc(device.device_id, nbytes, &data)) {
+  if (device.device_type == KILN_DEVICE_OPENCL || device.device_type == KILN_DEVICE_CUDA) {
+    if (device.device_type == KILN_DEVICE_OPENCL ? kiln_opencl_alloc(device.device_id, nbytes, &data)
+                                                 : kiln_cuda_alloc(device.device_id, nbytes, &data)) {
       free(t);
       return -1;
     }
@@ -106,6 +108,7 @@ int kiln_ndarray_alloc(const int64_t* shape, int32_t ndim, DLDataType dtype, DLD
 void kiln_ndarray_free(DLTensor* a) {
   if (!a) return;
   if (a->device.device_type == KILN_DEVICE_OPENCL) kiln_opencl_free(a->data);
+  else if (a->device.device_type == KILN_DEVICE_CUDA) kiln_cuda_free(a->data);
   else free(a->data);
   free(a);
 }
@@ -117,6 +120,8 @@ int kiln_ndarray_copy(const DLTensor* from, DLTensor* to) {
     return kiln_error("copy: the arrays differ in shape or dtype");
   if (from->device.device_type == KILN_DEVICE_OPENCL || to->device.device_type == KILN_DEVICE_OPENCL)
     return kiln_opencl_copy(from, to, n);
+  if (from->device.device_type == KILN_DEVICE_CUDA || to->device.device_type == KILN_DEVICE_CUDA)
+    return kiln_cuda_copy(from, to, n);
   memmove((char*)to->data + to->byte_offset, (const char*)from->data + from->byte_offset, n);
   return 0;
 }
@@ -132,6 +137,7 @@ static int check_range(const DLTensor* a, uint64_t offset, size_t nbytes) {
 int kiln_ndarray_write(DLTensor* a, uint64_t offset, const void* data, size_t nbytes) {
   if (check_range(a, offset, nbytes)) return -1;
   if (a->device.device_type == KILN_DEVICE_OPENCL) return kiln_opencl_write(a, offset, data, nbytes);
+  if (a->device.device_type == KILN_DEVICE_CUDA) return kiln_cuda_write(a, offset, data, nbytes);
   if (nbytes) memcpy((char*)a->data + a->byte_offset + offset, data, nbytes);
   return 0;
 }
@@ -139,6 +145,7 @@ int kiln_ndarray_write(DLTensor* a, uint64_t offset, const void* data, size_t nb
 int kiln_ndarray_read(const DLTensor* a, uint64_t offset, void* data, size_t nbytes) {
   if (check_range(a, offset, nbytes)) return -1;
   if (a->device.device_type == KILN_DEVICE_OPENCL) return kiln_opencl_read(a, offset, data, nbytes);
+  if (a->device.device_type == KILN_DEVICE_CUDA) return kiln_cuda_read(a, offset, data, nbytes);
   if (nbytes) memcpy(data, (const char*)a->data + a->byte_offset + offset, nbytes);
   return 0;
 }
@@ -148,15 +155,18 @@ int kiln_device_exist(DLDevice d) {
   if (d.device_type == KILN_DEVICE_CPU) return 1;
   int n = 0;
   if (d.device_type == KILN_DEVICE_OPENCL) return kiln_opencl_api(&n) && d.device_id >= 0 && d.device_id < n;
+  if (d.device_type == KILN_DEVICE_CUDA) return d.device_id >= 0 && d.device_id < kiln_cuda_device_count();
   return 0;
 }
 
 int kiln_device_sync(DLDevice d) {
   if (d.device_type == KILN_DEVICE_OPENCL) return kiln_opencl_sync(d.device_id);
+  if (d.device_type == KILN_DEVICE_CUDA) return kiln_cuda_sync(d.device_id);
   return 0; /* CPU kernels have finished when their call returns */
 }
 
 int kiln_device_attr(DLDevice d, const char* name, int64_t ints[3], int* count, char* text, size_t size) {
   if (d.device_type == KILN_DEVICE_OPENCL) return kiln_opencl_attr(d.device_id, name, ints, count, text, size);
+  if (d.device_type == KILN_DEVICE_CUDA) return kiln_cuda_attr(d.device_id, name, ints, count, text, size);
   return kiln_error("device type %d has no attribute '%s' in the kiln C runtime", d.device_type, name);
 }
