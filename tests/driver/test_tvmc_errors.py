@@ -62,7 +62,9 @@ def test_target_that_does_not_parse(tmp_path, small_onnx):
                     "'llvmm'", "known kinds")
     _one_line_error(tvmc("compile", "--target", "llvm -mtriple", small_onnx[0], check=False), "--target")
     _one_line_error(tvmc("compile", "--target", "opencl, clml, llvm", small_onnx[0], check=False),
-                    "'clml'", "not supported yet")
+                    "'clml'", "OpenCLML SDK")  # partitioned for CLML, which needs Qualcomm's SDK
+    _one_line_error(tvmc("compile", "--target", "cublas, llvm", small_onnx[0], check=False),
+                    "'cublas'", "not supported yet")
     assert not os.listdir(tmp_path)
 
 

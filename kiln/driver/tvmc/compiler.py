@@ -19,7 +19,7 @@ import tempfile
 
 from .common import TVMCException, require_file
 from .model import TVMCModel, atomic_path
-from .target import target_from_cli
+from .target import byoc_from_cli, target_from_cli
 from .transform import apply_graph_transforms
 
 logger = logging.getLogger("kiln.tvmc")
@@ -128,6 +128,10 @@ def compile_model(tvmc_model: TVMCModel, target: str, opt_level: int = 3, target
         "mixed_precision_calculation_type": mixed_precision_calculation_type,
         "mixed_precision_acc_type": mixed_precision_acc_type, "desired_layout": desired_layout},
         params=tvmc_model.params)
+    for name in byoc_from_cli(target):  # "dnnl, llvm": oneDNN takes what it runs, kiln the rest
+        import importlib
+        contrib = importlib.import_module(f"kiln.relay.op.contrib.{name}")
+        mod = getattr(contrib, f"partition_for_{name}")(mod, tvmc_model.params)
     ctx = pass_infra.PassContext(opt_level=int(opt_level), config=pass_context_configs or {},
                                  disabled_pass=disabled_pass or [])
     with ctx:

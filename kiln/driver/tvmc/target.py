@@ -16,8 +16,15 @@ CPU_KINDS = ("llvm", "c")
 GPU_KINDS = ("opencl", "cuda")
 # Options tvmc offers as --target-<kind>-<option>: kind -> option names.
 TARGET_OPTIONS = {"llvm": ("mtriple", "mcpu", "mattr", "mabi"), "opencl": ("device", "model"), "cuda": ("arch",)}
-# BYOC names TVM users write in the list (002: "opencl, clml, llvm"); none is implemented yet.
+# BYOC names TVM users write in the list (002: "opencl, clml, llvm"). PARTITIONED ones are offloaded
+# with relay.op.contrib.<name>.partition_for_<name> (docs/byoc.md); the others are not implemented.
 BYOC = ("clml", "dnnl", "cublas", "cudnn", "ethos-n", "cmsis-nn")
+PARTITIONED = ("dnnl", "clml")
+
+
+def byoc_from_cli(text: str) -> list[str]:
+    """The offload names of a target string, in order: ``"dnnl, llvm"`` -> ``["dnnl"]``."""
+    return [p.split(" ", 1)[0] for p in split_targets(text) if p.split(" ", 1)[0] in PARTITIONED]
 
 
 def split_targets(text: str) -> list[str]:
@@ -54,6 +61,8 @@ def target_from_cli(text: str, target_host: str | None = None, options: dict | N
     cpu, gpu = None, None
     for piece in split_targets(text):
         kind = piece.split(" ", 1)[0]
+        if kind in PARTITIONED:
+            continue  # offloaded by compile_model before relay.build (byoc_from_cli)
         if kind in BYOC:
             raise TVMCException(f"target {kind!r} (a vendor library offload) is not supported yet; drop it "
                                 f"from --target, e.g. --target \"{text.replace(kind + ',', '').strip()}\"")
