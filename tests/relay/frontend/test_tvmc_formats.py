@@ -9,19 +9,21 @@ from kiln.driver import tvmc
 TOL = dict(rtol=1e-4, atol=1e-4)
 
 
-def _compile_run(path, tmp_path, inputs, shape_dict=None):
+def _compile_run(path, tmp_path, inputs, shape_dict=None, desired_layout=None):
     model = tvmc.load(str(path), shape_dict=shape_dict)
-    package = tvmc.compile(model, target="llvm", package_path=str(tmp_path / "p.tar"))
+    package = tvmc.compile(model, target="llvm", package_path=str(tmp_path / "p.tar"), desired_layout=desired_layout)
     result = tvmc.run(package, device="cpu", inputs=inputs, benchmark=False)
     return model, [result.outputs[f"output_{i}"] for i in range(len(result.outputs))]
 
 
-def test_keras_h5(tmp_path):
+@pytest.mark.parametrize("desired_layout", [None, "NCHW"])
+def test_keras_h5(tmp_path, desired_layout):
+    """Keras models load channels-last; --desired-layout NCHW converts the body."""
     pytest.importorskip("h5py", reason="needs h5py")
     from test_keras_frontend import resnet_like
     forward = resnet_like(tmp_path / "resnet.h5", seed=9, image=16)
     x = np.random.default_rng(1).random((1, 16, 16, 3), dtype="float32")
-    model, (got,) = _compile_run(tmp_path / "resnet.h5", tmp_path, {"input_1": x})
+    model, (got,) = _compile_run(tmp_path / "resnet.h5", tmp_path, {"input_1": x}, desired_layout=desired_layout)
     assert model.model_format == "keras"
     np.testing.assert_allclose(got, forward(x), **TOL)
 
