@@ -53,8 +53,8 @@ class _Allocation:
         self.device_id = device_id
 
     def __del__(self):
-        API._owners.pop(self.ptr, None)
         try:
+            API._owners.pop(self.ptr, None)
             API.activate(self.device_id)
             _drv().cuMemFree(self.ptr)
         except Exception:  # noqa: BLE001 - interpreter shutdown or a dead context: nothing to do
@@ -240,6 +240,7 @@ class CUDAModule:
         self._loaded: dict[int, tuple] = {}  # device id -> (CUmodule, [CUfunction], {fid: shared set})
         self._lock = threading.Lock()
         self._casts = [[_cast(k, p) for p in k.get("params", [])] for k in self.kernels]
+        self._prepared: dict = {}  # launch key -> (function, dims, shared bytes, params, device, keep-alive)
 
     def get_source(self, fmt: str = "") -> str:
         from ...codegen.cuda import source_of
@@ -285,6 +286,29 @@ class CUDAModule:
 
     def launch(self, kernel_id: int, values: list, grid, block, dyn_shared_bytes: int = 0,
                device_id: int | None = None):
+        """Run kernel ``kernel_id`` on ``grid`` blocks of ``block`` threads; ``values`` follow its
+        params (device pointers for buffers). The device is the first buffer's (0 without one)."""
+        # A graph runs the same launches again and again: their packed arguments are kept.
+        key = (kernel_id, tuple(values), tuple(grid), tuple(block), dyn_shared_bytes, device_id)
+        ready = self._prepared.get(key)
+        if ready is None:
+            ready = self._prepare(kernel_id, values, grid, block, dyn_shared_bytes, device_id)
+            if ready is None:
+                return None  # an empty grid
+            if len(self._prepared) >= 1024:
+                self._prepared.clear()
+            self._prepared[key] = ready
+        func, dims, shared, params, dev, _ = ready
+        if getattr(API._current, "device", None) != dev:
+            API.activate(dev)
+        result = _drv().cuLaunchKernel(func, *dims, shared, 0, params, 0)
+        if int(result[0]) != 0:
+            entry = self.kernels[kernel_id]
+            _check(result, f"launch of {entry['name']} on {dims[:3]} blocks of {dims[3:]} threads "
+                           f"({shared} bytes of dynamic shared memory) on cuda({dev})")
+        return None
+
+    def _prepare(self, kernel_id, values, grid, block, dyn_shared_bytes, device_id):
         if not 0 <= kernel_id < len(self.kernels):
             raise KilnError(f"cuda module has {len(self.kernels)} kernels; kernel id {kernel_id} "
                             "is out of range (host and device code do not match: rebuild)")
@@ -299,12 +323,13 @@ class CUDAModule:
         grid = tuple(int(g) for g in grid)
         block = tuple(int(b) for b in block)
         if any(g == 0 for g in grid):
-            return None  # an empty grid (a zero-sized tensor): nothing to run
+            return None
         _, funcs, raised = self.load(device_id)
         func = funcs[kernel_id]
         drv = _drv()
         shared = max(int(dyn_shared_bytes), int(entry.get("shared_bytes", 0)))
         if shared > _STATIC_SHARED and kernel_id not in raised:
+            API.activate(device_id)
             _check(drv.cuFuncSetAttribute(
                 func, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
                 f"{entry['name']}: raising its dynamic shared memory to {shared} bytes "
@@ -312,13 +337,7 @@ class CUDAModule:
             raised[kernel_id] = shared
         holders = [ctypes.c_uint64(int(v)) if c is None else c(v) for c, v in zip(casts, values)]
         params = (ctypes.c_void_p * max(len(holders), 1))(*[ctypes.addressof(h) for h in holders])
-        API.activate(device_id)
-        result = drv.cuLaunchKernel(func, *grid, *block, shared, 0, ctypes.addressof(params), 0)
-        if int(result[0]) != 0:
-            threads = block[0] * block[1] * block[2]
-            _check(result, f"launch of {entry['name']} on {grid} blocks of {block} ({threads} threads, "
-                           f"{shared} bytes of dynamic shared memory) on cuda({device_id})")
-        return None
+        return func, grid + block, shared, ctypes.addressof(params), device_id, (holders, params)
 
     def __repr__(self) -> str:
         return f"CUDAModule(kernels=[{', '.join(self.function_names())}])"
