@@ -176,3 +176,33 @@ def test_errors_name_the_problem(tmp_path):
             return torch.cumsum(x, 0)
     with pytest.raises(tvm.KilnError, match=r"unsupported op\(s\): aten::cumsum \(x1\).*docs/frontends.md"):
         relay.frontend.from_pytorch(torch.jit.trace(Odd(), torch.rand(3)), [("x", (3,))])
+
+
+class MoreOps(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1, output_padding=1)
+        self.grouped = nn.Conv2d(4, 4, 3, padding=2, dilation=2, groups=2)
+        self.head = nn.Linear(6, 4)
+
+    def forward(self, x, y):                                  # x: (2, 3, 5, 5), y: (2, 6)
+        u = self.up(x)                                        # (2, 2, 10, 10)
+        g = self.grouped(torch.cat([u, u * 0.5], 1)).amax(dim=(2, 3))   # (2, 4)
+        a, b = torch.chunk(g, 2, dim=1)
+        s = torch.stack([a, b], dim=0).sum(0)                 # (2, 2)
+        h = torch.addmm(self.head.bias, y, self.head.weight.t())          # (2, 4)
+        m = torch.bmm(h.unsqueeze(2), h.unsqueeze(1))                     # (2, 4, 4)
+        z = m.select(1, 2).squeeze() + h.expand(2, 4) - torch.maximum(h, g).pow(2)
+        z = torch.log_softmax(1 - z, dim=-1) + torch.cat([s, s], 1).to(torch.float64).to(torch.float32)
+        return z, torch.minimum(g, h).sum(dim=-1, keepdim=True)
+
+
+def test_more_ops_match_torch():
+    torch.manual_seed(6)
+    model = MoreOps().eval()
+    x, y = torch.rand(2, 3, 5, 5), torch.rand(2, 6)
+    with torch.no_grad():
+        traced = torch.jit.trace(model, (x, y))
+        want = [w.numpy() for w in model(x, y)]
+    mod, params = relay.frontend.from_pytorch(traced, [("x", (2, 3, 5, 5)), ("y", ([2, 6], "float32"))])
+    _check(run_reference(mod, params, {"x": x.numpy(), "y": y.numpy()}), want)
