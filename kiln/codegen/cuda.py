@@ -311,6 +311,7 @@ def normalize_arch(arch: str) -> str:
     return "sm_" + text
 
 
+@functools.lru_cache(maxsize=1)  # also spares forked build workers a driver call
 def default_arch() -> str:
     """The arch of CUDA device 0 when this machine has one, else DEFAULT_ARCH."""
     try:

@@ -13,6 +13,7 @@ and without a driver.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 
 import numpy as np
@@ -65,13 +66,19 @@ class CUDADeviceAPI:
     def __init__(self):
         self._lock = threading.Lock()
         self._count: int | None = None
+        self._pid = os.getpid()
         self._contexts: dict[int, object] = {}
         self._current = threading.local()
         self._owners: dict[int, int] = {}  # ptr -> device id, for the arrays kiln allocated
 
     # -- devices -------------------------------------------------------------------------------
     def count(self) -> int:
+        if self._count is not None and self._pid != os.getpid():
+            # A child forked after CUDA started in its parent must not call the driver (CUDA is
+            # not fork-safe): it sees no devices. Start such workers with "spawn".
+            return 0
         if self._count is None:
+            self._pid = os.getpid()
             try:
                 drv = _drv()
                 _check(drv.cuInit(0), "cuInit")
@@ -102,6 +109,9 @@ class CUDADeviceAPI:
 
     def activate(self, device_id: int = 0) -> None:
         """Make the device's primary context current in this thread."""
+        if self._pid != os.getpid():
+            raise KilnError("CUDA was started in the parent of this forked process and cannot be used "
+                            "here; start workers with multiprocessing's 'spawn' method")
         if getattr(self._current, "device", None) != device_id:
             _check(_drv().cuCtxSetCurrent(self.context(device_id)), "cuCtxSetCurrent")
             self._current.device = device_id
