@@ -130,3 +130,80 @@ def test_uint8_model_within_one_step():
         for got, w in zip(run_reference(mod, params, {"x": xv}), want):
             assert got.dtype == np.uint8
             assert np.abs(got.astype(int) - w.astype(int)).max() <= 1
+
+
+def _misc_ops(q=None):
+    """SUB, MUL (fused RELU), MAXIMUM, MINIMUM, LOGISTIC, TANH, HARD_SWISH, RELU_N1_TO_1, RELU,
+    TRANSPOSE, PADV2, SQUEEZE and FULLY_CONNECTED with keep_num_dims. ``q``: int8 parameters
+    per tensor name ((scale, zero_point)); None builds the float model."""
+    m = TB.FlatModel()
+    rng = np.random.default_rng(11)
+
+    def act(name, shape, fixed=None):
+        if q is None:
+            return m.tensor(name, shape)
+        s, z = fixed or q[name]
+        return m.tensor(name, shape, "int8", quant=([s], [z], 0))
+
+    # TFLite's int8 MAXIMUM/MINIMUM compare the stored integers, so their inputs and output
+    # share one scale (as TFLite's converter writes them): y and both results take x's
+    x = act("x", (1, 2, 3, 4))
+    y = act("y", (1, 2, 3, 4), q and q["x"])
+    names = {}
+    for name, kind, ins, extra, fixed in [
+            ("sub", "SUB", [x, y], dict(options="SubOptions", FusedActivationFunction=TB.NONE), None),
+            ("mul", "MUL", [x, y], dict(options="MulOptions", FusedActivationFunction=TB.RELU), None),
+            ("max", "MAXIMUM", [x, y], {}, q and q["x"]), ("min", "MINIMUM", [x, y], {}, q and q["x"]),
+            ("sig", "LOGISTIC", ["sub"], {}, (1 / 256, -128)), ("tanh", "TANH", ["sub"], {}, (1 / 128, 0)),
+            ("hsw", "HARD_SWISH", ["sub"], {}, None), ("clip1", "RELU_N1_TO_1", ["max"], {}, None),
+            ("relu", "RELU", ["min"], {}, None)]:
+        out = act(name, (1, 2, 3, 4), fixed)
+        m.op(kind, [names.get(i, i) for i in ins], [out], **extra)
+        names[name] = out
+    total = act("total", (1, 2, 3, 4))
+    acc = names["sig"]
+    for k in ("tanh", "hsw", "clip1", "relu", "mul"):
+        part = act(f"acc_{k}", (1, 2, 3, 4)) if k != "mul" else total
+        m.op("ADD", [acc, names[k]], [part], "AddOptions", FusedActivationFunction=TB.NONE)
+        acc = part
+    perm = m.tensor("perm", (4,), "int32", np.array([0, 3, 1, 2]))
+    tr = act("tr", (1, 4, 2, 3), q and q["total"])
+    m.op("TRANSPOSE", [total, perm], [tr])
+    pads = m.tensor("pads", (4, 2), "int32", np.array([[0, 0], [0, 0], [1, 0], [0, 2]]))
+    pad_value = m.tensor("pad_value", (), "float32", np.array(0.25)) if q is None else \
+        m.tensor("pad_value", (), "int8", np.array(round(0.25 / q["total"][0]) + q["total"][1]), ([q["total"][0]], [q["total"][1]], 0))
+    pd = act("pd", (1, 4, 3, 5), q and q["total"])
+    m.op("PADV2", [tr, pads, pad_value], [pd])
+    w = rng.standard_normal((3, 5)).astype("float32") * 0.5
+    if q is None:
+        wt = m.tensor("w", (3, 5), data=w)
+    else:
+        ws = np.abs(w).max() / 127
+        wt = m.tensor("w", (3, 5), "int8", np.round(w / ws).astype("int8"), ([ws], [0], 0))
+    fc = act("fc", (1, 4, 3, 3))
+    m.op("FULLY_CONNECTED", [pd, wt, -1], [fc], "FullyConnectedOptions", FusedActivationFunction=TB.NONE,
+         KeepNumDims=True)
+    sq = act("sq", (4, 3, 3), q and q["fc"])
+    m.op("SQUEEZE", [fc], [sq])
+    return m.finish([x, y], [sq])
+
+
+def test_misc_ops_float_and_int8():
+    rng = np.random.default_rng(12)
+    feeds = [{"x": rng.standard_normal((1, 2, 3, 4)).astype("float32") * 2,
+              "y": rng.standard_normal((1, 2, 3, 4)).astype("float32") * 2} for _ in range(4)]
+    model = _misc_ops()
+    mod, params = relay.frontend.from_tflite(model)
+    for feed in feeds:
+        np.testing.assert_allclose(run_reference(mod, params, feed)[0], TB.run_tflite(model, feed)[0], **TOL)
+    # int8: parameters from the ranges of the float model's tensors
+    ranges = TB.calibrate(model, [feed["x"] for feed in feeds], others={"y": [f["y"] for f in feeds]})
+    qmodel = _misc_ops({name: TB._asym(*r) for name, r in ranges.items()})
+    qmod, qparams = relay.frontend.from_tflite(qmodel)
+    for feed in feeds:
+        scale, zero = TB._asym(*ranges["x"])  # x and y share x's parameters
+        qfeed = {k: np.clip(np.round(v / scale) + zero, -128, 127).astype("int8") for k, v in feed.items()}
+        got = run_reference(qmod, qparams, qfeed)[0]
+        want = TB.run_tflite(qmodel, qfeed)[0]
+        assert got.dtype == np.int8
+        assert np.abs(got.astype(int) - want.astype(int)).max() <= 1

@@ -321,8 +321,9 @@ def mobilenet_like(ranges=None, seed=0, image=16, classes=10):
     return net.finish([logits, net.dequantize("prob_float", prob)])
 
 
-def calibrate(model: bytes, inputs) -> dict:
-    """name -> (min, max) of every float tensor over ``inputs``, run by the TFLite interpreter."""
+def calibrate(model: bytes, inputs, others=None) -> dict:
+    """name -> (min, max) of every float tensor over ``inputs`` (fed to the first input; ``others``:
+    {input name: values} for the rest), run by the TFLite interpreter."""
     from ai_edge_litert.interpreter import Interpreter
     import warnings
     with warnings.catch_warnings():
@@ -330,8 +331,11 @@ def calibrate(model: bytes, inputs) -> dict:
         it = Interpreter(model_content=model, experimental_preserve_all_tensors=True)
     it.allocate_tensors()
     ranges = {}
-    for x in inputs:
-        it.set_tensor(it.get_input_details()[0]["index"], x)
+    details = it.get_input_details()
+    for i, x in enumerate(inputs):
+        it.set_tensor(details[0]["index"], x)
+        for d in details[1:]:
+            it.set_tensor(d["index"], others[d["name"]][i])
         it.invoke()
         for d in it.get_tensor_details():
             if d["dtype"] != np.float32:
@@ -342,7 +346,8 @@ def calibrate(model: bytes, inputs) -> dict:
                 continue
             lo, hi = ranges.get(d["name"], (np.inf, -np.inf))
             ranges[d["name"]] = (min(lo, float(v.min())), max(hi, float(v.max())))
-    ranges["input_int8"] = ranges["input"]
+    if "input" in ranges:
+        ranges["input_int8"] = ranges["input"]
     return ranges
 
 
