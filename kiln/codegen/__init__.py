@@ -12,7 +12,7 @@ from ..errors import TargetError
 
 BACKENDS = {
     "llvm": "kiln.codegen.llvm",
-    "c": None,
+    "c": "kiln.codegen.c",
     "cuda": "kiln.codegen.cuda",
     "opencl": "kiln.codegen.opencl",
 }

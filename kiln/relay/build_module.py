@@ -40,11 +40,11 @@ def _target(target, target_host):
         target = Target.current(allow_none=True) or "llvm"
     tgt = Target(target, host=target_host) if target_host is not None else (
         target if isinstance(target, Target) else Target(target))
-    if tgt.kind.name not in ("llvm", "opencl", "cuda"):
+    if tgt.kind.name not in ("llvm", "c", "opencl", "cuda"):
         raise CompileError(f"relay.build: target {tgt} is not supported yet; the graph compiler generates CPU "
-                           "code (target 'llvm', with -mtriple for ARM boards), OpenCL ('opencl', "
+                           "code (target 'llvm', with -mtriple for ARM boards; 'c' for microcontrollers), OpenCL ('opencl', "
                            "'opencl -device=mali', with a host target) and CUDA ('cuda', 'cuda -arch=sm_90')")
-    if tgt.kind.name != "llvm" and tgt.host is None:
+    if tgt.kind.name not in ("llvm", "c") and tgt.host is None:
         tgt = Target(tgt, host="llvm")  # the graph's host code: the kernels' launchers
     return tgt
 

@@ -87,7 +87,20 @@ def cpu_facts(target=None) -> CPUFacts:
         target = Target(target)
     if target is not None and target.kind.name not in ("llvm", "c"):
         target = target.host
+    if target is not None and target.kind.name == "c":
+        return _facts_of(_c_as_llvm(target))
     return _facts_of(str(target) if target is not None else "llvm")
+
+
+def _c_as_llvm(target) -> str:
+    """The LLVM target whose facts a C target has: its -mcpu's board (Cortex-M), else this machine."""
+    mcpu = str(target.attrs.get("mcpu", "") or "")
+    if mcpu.startswith("cortex-m"):
+        arch = {"cortex-m0": "thumbv6m", "cortex-m0plus": "thumbv6m", "cortex-m3": "thumbv7m",
+                "cortex-m55": "thumbv8.1m.main", "cortex-m85": "thumbv8.1m.main",
+                "cortex-m33": "thumbv8m.main"}.get(mcpu, "thumbv7em")
+        return f"llvm -mtriple={arch}-none-eabi -mcpu={mcpu}"
+    return "llvm"
 
 
 @functools.lru_cache(maxsize=64)

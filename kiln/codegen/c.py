@@ -1,0 +1,366 @@
+"""The C backend: lowered PrimFuncs -> one portable C99 translation unit (docs/microtvm.md).
+
+The third table of the C-family printer (c_family.py; OpenCL and CUDA are the others). Each
+PrimFunc becomes two C functions:
+
+    int32_t name_unpacked(float* restrict A, float* restrict B, int32_t n);   /* the loops */
+    int32_t name(const KilnValue* args, const int32_t* type_codes, int32_t num_args);
+
+``name`` is the packed entry of docs/abi.md (DLTensor arguments), so the Python runtime and the
+C runtime call a C module as they call an LLVM one; ``name_unpacked`` is what the AOT executor
+calls with raw pointers. Kernels never call malloc: scratch up to STACK_BYTES lives on the
+stack, larger scratch comes from ``KilnBackendAllocWorkspace``, which the runtime provides (the
+module carries a weak default: a LIFO arena of ``KILN_WORKSPACE_BYTES`` static bytes). Parallel
+loops run serially (microcontrollers have one core); vector stores become loops over lanes
+(c_scalarize.py). ``build`` also compiles the source with the system cc, so the module runs here
+like any other; cross-compiling for a board is the micro project's job (kiln/micro/).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+
+from ..errors import CompileError, KilnError
+from ..ir import expr as E
+from ..ir.stmt import ForKind, PrimFunc
+from .c_family import CStylePrinter, Lang, _const_size
+from .c_scalarize import scalarize
+
+_DL_CODE = {"int": 0, "uint": 1, "float": 2, "bool": 1}
+STACK_BYTES = 1024  # scratch up to this size is a local array: MCU stacks are a few KiB
+WORKSPACE_ALIGN = 16
+
+_TYPES = {("float", 32): "float", ("float", 64): "double",
+          ("int", 8): "int8_t", ("int", 16): "int16_t", ("int", 32): "int32_t", ("int", 64): "int64_t",
+          ("uint", 8): "uint8_t", ("uint", 16): "uint16_t", ("uint", 32): "uint32_t", ("uint", 64): "uint64_t",
+          ("bool", 1): "bool", ("handle", 64): "void*"}
+
+C99 = Lang(
+    kernel_prefix="",
+    buffer_param="{type}* restrict {name}",
+    global_qual="",
+    shared_decl="",
+    barrier="",
+    thread_index={},
+    types=_TYPES,
+    vector_type="",  # no vectors: c_scalarize removes them before printing
+    unroll_pragma="",
+    align=" __attribute__((aligned({n})))",
+    int64_suffix="LL",
+)
+
+PRELUDE = r"""#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+#include <string.h>
+#include <math.h>
+
+#ifndef KILN_ABI_TYPES_DEFINED
+#define KILN_ABI_TYPES_DEFINED
+typedef union { int64_t v_int64; double v_float64; void* v_handle; } KilnValue;
+typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+typedef struct {
+  void* data; DLDevice device; int32_t ndim; DLDataType dtype;
+  int64_t* shape; int64_t* strides; uint64_t byte_offset;
+} DLTensor;
+#endif
+
+#ifndef KILN_WORKSPACE_BYTES
+#define KILN_WORKSPACE_BYTES (64 * 1024)
+#endif
+
+void* KilnBackendAllocWorkspace(int32_t device_type, int32_t device_id, uint64_t nbytes,
+                                int32_t dtype_code_hint, int32_t dtype_bits_hint);
+int32_t KilnBackendFreeWorkspace(int32_t device_type, int32_t device_id, void* ptr);
+
+/* The default workspace: a LIFO arena in static memory (scratch is freed in reverse order of
+   allocation). A runtime that links its own KilnBackendAllocWorkspace replaces it. */
+__attribute__((weak, aligned(16))) uint8_t kiln_workspace_arena[KILN_WORKSPACE_BYTES];
+__attribute__((weak)) size_t kiln_workspace_top = 0;
+
+__attribute__((weak)) void* KilnBackendAllocWorkspace(int32_t device_type, int32_t device_id, uint64_t nbytes,
+                                                      int32_t dtype_code_hint, int32_t dtype_bits_hint) {
+  (void)device_type; (void)device_id; (void)dtype_code_hint; (void)dtype_bits_hint;
+  size_t start = (kiln_workspace_top + 15u) & ~(size_t)15u;
+  if (nbytes > (uint64_t)(KILN_WORKSPACE_BYTES - start)) return NULL;
+  kiln_workspace_top = start + (size_t)nbytes;
+  return kiln_workspace_arena + start;
+}
+
+__attribute__((weak)) int32_t KilnBackendFreeWorkspace(int32_t device_type, int32_t device_id, void* ptr) {
+  (void)device_type; (void)device_id;
+  kiln_workspace_top = (size_t)((uint8_t*)ptr - kiln_workspace_arena);
+  return 0;
+}
+
+static inline int32_t kiln_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
+static inline int32_t kiln_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
+static inline int64_t kiln_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t kiln_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline uint64_t kiln_min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static inline uint64_t kiln_max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+"""
+
+ERROR_DEFS = r"""
+char __kiln_last_error[512];
+int32_t __kiln_num_threads = 1;
+
+static int32_t kiln_fail(const char* msg) {
+  size_t i = 0;
+  for (; msg[i] != 0 && i < sizeof(__kiln_last_error) - 1; ++i) __kiln_last_error[i] = msg[i];
+  __kiln_last_error[i] = 0;
+  return -1;
+}
+"""
+
+
+class CPrinter(CStylePrinter):
+    """One PrimFunc as its unpacked C function and its packed entry."""
+
+    def __init__(self):
+        super().__init__(C99)
+        self.thread_vars = {}
+
+    # Functions ------------------------------------------------------------------------------
+    def print_function(self, symbol: str, func: PrimFunc) -> dict:
+        self.func_name = symbol
+        func = scalarize(func)
+        params, unpack, call = [], [], []
+        shape_vars: list = []
+        for i, p in enumerate(func.params):
+            buf = func.buffer_map.get(p)
+            if buf is not None:
+                t = self.storage_type(buf.dtype)
+                name = self.name(buf.data)
+                params.append(f"{t}* restrict {name}")
+                call.append(name)
+                unpack.append(f"  DLTensor* t{i} = (DLTensor*)args[{i}].v_handle;")
+                unpack.append(f"  {t}* {name} = ({t}*)((char*)t{i}->data + t{i}->byte_offset);")
+                for k, dim in enumerate(buf.shape):
+                    if isinstance(dim, E.Var) and id(dim) not in self.names:
+                        shape_vars.append((dim, f"t{i}->shape[{k}]"))
+                        self.name(dim)
+                self._compact_strides(buf, shape_vars)
+            elif p.dtype.is_handle:
+                name = self.name(p)
+                params.append(f"void* {name}")
+                call.append(name)
+                unpack.append(f"  void* {name} = args[{i}].v_handle;")
+            else:
+                name = self.name(p)
+                t = self.type(p.dtype)
+                params.append(f"{t} {name}")
+                call.append(name)
+                if p.dtype.is_float:
+                    unpack.append(f"  {t} {name} = ({t})(type_codes[{i}] == 0 ? (double)args[{i}].v_int64 : args[{i}].v_float64);")
+                else:
+                    unpack.append(f"  {t} {name} = ({t})(type_codes[{i}] == 2 ? (int64_t)args[{i}].v_float64 : args[{i}].v_int64);")
+        for v, src in shape_vars:
+            t = self.type(v.dtype)
+            name = self.names[id(v)]
+            params.append(f"{t} {name}")
+            call.append(name)
+            if isinstance(src, str):
+                unpack.append(f"  {t} {name} = ({t}){src};")
+        self.lines = []
+        self.indent = 1
+        self.stmt(func.body)
+        proto = f"int32_t {symbol}_unpacked({', '.join(params) or 'void'})"
+        body = "\n".join([proto + " {", *self.lines, "  return 0;", "}"])
+        entry = "\n".join([
+            f"int32_t {symbol}(const KilnValue* args, const int32_t* type_codes, int32_t num_args) {{",
+            "  (void)args; (void)type_codes; (void)num_args;",
+            *unpack,
+            f"  return {symbol}_unpacked({', '.join(call)});",
+            "}"])
+        return {"proto": proto, "body": body, "entry": entry}
+
+    def _compact_strides(self, buf, shape_vars: list) -> None:
+        """Symbolic strides of an argument: the ABI promises compact row-major tensors."""
+        if not buf.strides:
+            return
+        for k in range(len(buf.shape) - 1, -1, -1):
+            s = buf.strides[k]
+            if isinstance(s, E.Var) and id(s) not in self.names:
+                inner = [self.expr(d) for d in buf.shape[k + 1:]]
+                self.name(s)
+                shape_vars.append((s, " * ".join(f"(int64_t){x}" for x in inner) or "1"))
+
+    # Statements -----------------------------------------------------------------------------
+    def stmt_For(self, s) -> None:
+        if s.kind == ForKind.THREAD_BINDING:
+            raise CompileError(f"{self.func_name}: loop {s.loop_var.name} is bound to a GPU thread axis; "
+                               "the C target runs on one CPU core. Remove the bind()")
+        if s.kind in (ForKind.PARALLEL, ForKind.VECTORIZED):
+            from dataclasses import replace
+            s = replace(s, kind=ForKind.SERIAL)  # one core: parallel loops run in order
+        super().stmt_For(s)
+
+    def stmt_AttrStmt(self, s) -> None:
+        if s.attr_key in ("thread_extent", "virtual_thread"):
+            raise CompileError(f"{self.func_name}: loop bound to a GPU thread axis cannot run on the C target; "
+                               "remove the bind()")
+        self.stmt(s.body)
+
+    def stmt_AssertStmt(self, s) -> None:
+        msg = s.message.value if isinstance(s.message, E.StringImm) else str(s.message)
+        self.emit(f"if (!{self.expr(s.condition)}) return kiln_fail({json.dumps(msg[:500])});")
+        self.stmt(s.body)
+
+    def stmt_Allocate(self, s) -> None:
+        buf = s.buffer
+        t = self.storage_type(buf.dtype)
+        elem = max(buf.dtype.bits // 8, 1) * buf.dtype.lanes
+        const = all(isinstance(x, E.IntImm) for x in s.extents)
+        name, old = self.declare(buf.data)
+        if const and _const_size(s, self.func_name) * elem <= STACK_BYTES:
+            self.emit(f"{t} {name}[{max(_const_size(s, self.func_name), 1)}]{self.lang.align.format(n=WORKSPACE_ALIGN)};")
+            self.stmt(s.body)
+        else:
+            count = " * ".join(f"(uint64_t){self.expr(x)}" for x in s.extents) or "1"
+            self.emit(f"{t}* {name} = ({t}*)KilnBackendAllocWorkspace(1, 0, {count} * {elem}u, "
+                      f"{_DL_CODE.get(buf.dtype.kind, 1)}, {buf.dtype.bits});")
+            self.emit(f"if ({name} == NULL) return kiln_fail(\"{self.func_name}: workspace exhausted allocating "
+                      f"{buf.name}; link a larger KilnBackendAllocWorkspace arena (-DKILN_WORKSPACE_BYTES=...)\");")
+            self.stmt(s.body)
+            self.emit(f"KilnBackendFreeWorkspace(1, 0, {name});")
+        self.aligned[id(buf.data)] = WORKSPACE_ALIGN
+        self.restore(buf.data, old)
+
+    # Expressions ----------------------------------------------------------------------------
+    def _minmax(self, e, which: str) -> str:
+        a, b = self.expr(e.a), self.expr(e.b)
+        dt = e.dtype
+        if dt.is_float:
+            return f"{'f' + which}{'f' if dt.bits == 32 else ''}({a}, {b})"
+        fn = {(True, 64): "i64", (False, 64): "u64"}.get((dt.is_int, dt.bits), "i32")
+        if dt.is_uint and dt.bits == 32:
+            fn = "i64"
+        return f"(({self.type(dt)})kiln_{which}_{fn}({a}, {b}))"
+
+    def expr_Min(self, e):
+        return self._minmax(e, "min")
+
+    def expr_Max(self, e):
+        return self._minmax(e, "max")
+
+    def expr_FloorDiv(self, e):
+        if e.dtype.is_float:
+            return f"floor{'f' if e.dtype.bits == 32 else ''}({self.expr(e.a)} / {self.expr(e.b)})"
+        return super().expr_FloorDiv(e)
+
+    def expr_FloorMod(self, e):
+        if e.dtype.is_float:
+            a, b = self.expr(e.a), self.expr(e.b)
+            return f"({a} - floor{'f' if e.dtype.bits == 32 else ''}({a} / {b}) * {b})"
+        return super().expr_FloorMod(e)
+
+    def expr_Mod(self, e):
+        if e.dtype.is_float:
+            return f"fmod{'f' if e.dtype.bits == 32 else ''}({self.expr(e.a)}, {self.expr(e.b)})"
+        return super().expr_Mod(e)
+
+    def expr_Call(self, e):
+        name = e.op[4:] if e.op.startswith("tir.") else e.op
+        f = "f" if e.dtype.is_float and e.dtype.bits == 32 else ""
+        if name in ("abs", "fabs") and e.dtype.is_float:
+            return f"fabs{f}({self.expr(e.args[0])})"
+        if name in ("abs", "fabs"):
+            x = self.expr(e.args[0])
+            return f"(({x}) < 0 ? -({x}) : ({x}))"
+        if name == "sigmoid":
+            x = self.expr(e.args[0])
+            return f"(1.0{f} / (1.0{f} + exp{f}(-{x})))"
+        if name in ("nearbyint", "rint", "round"):
+            return f"rint{f}({self.expr(e.args[0])})"
+        if name == "rsqrt":
+            return f"(1.0{f} / sqrt{f}({self.expr(e.args[0])}))"
+        if name == "exp10":
+            return f"pow{f}(10.0{f}, {self.expr(e.args[0])})"
+        if name == "popcount":
+            return f"__builtin_popcountll((uint64_t){self.expr(e.args[0])})"
+        if name == "clz":
+            return f"__builtin_clzll((uint64_t){self.expr(e.args[0])})"
+        if name == "reinterpret":
+            src = e.args[0]
+            return f"({{ {self.type(src.dtype)} kiln_r_ = {self.expr(src)}; {self.type(e.dtype)} kiln_o_; " \
+                   f"memcpy(&kiln_o_, &kiln_r_, sizeof kiln_o_); kiln_o_; }})"
+        from .c_family_expr import _FLOAT_MATH
+        if name in _FLOAT_MATH and e.dtype.is_float:
+            return f"{name}{f}({', '.join(self.expr(a) for a in e.args)})"
+        return super().expr_Call(e)
+
+
+def _functions(mod) -> list[tuple[str, PrimFunc]]:
+    items = mod.items() if hasattr(mod, "items") else [("main", mod)]
+    funcs = []
+    for key, func in items:
+        if not isinstance(func, PrimFunc):
+            raise CompileError(f"function {key!r} is a {type(func).__name__}, not a lowered PrimFunc; "
+                               "lower it (tvm.lower) before building for c")
+        funcs.append((func.attrs.get("global_symbol", key), func))
+    if not funcs:
+        raise CompileError("the module has no functions to build")
+    return funcs
+
+
+def generate_source(mod, target, with_metadata: bool = True) -> tuple[str, list[dict], dict]:
+    """(C source, [{name, proto, ...}], metadata) of every PrimFunc in mod."""
+    from .metadata import module_metadata
+
+    funcs = _functions(mod)
+    printed = []
+    for symbol, func in funcs:
+        if not symbol.isidentifier() or symbol.startswith("__kiln") or symbol.startswith("kiln_"):
+            raise CompileError(f"function name {symbol!r} is not usable as a C symbol; rename the function")
+        p = CPrinter()
+        printed.append({"name": symbol, **p.print_function(symbol, func)})
+    meta = module_metadata(funcs, target, _host_triple())
+    parts = [f"/* generated by kiln for target {target} */", PRELUDE, ERROR_DEFS]
+    parts += [p["body"] + "\n" for p in printed]
+    parts += [p["entry"] + "\n" for p in printed]
+    if with_metadata:
+        blob = json.dumps(meta, separators=(",", ":"))
+        parts.append(f"const char __kiln_metadata[] = {json.dumps(blob)};\n")
+    return "\n".join(parts), printed, meta
+
+
+def _host_triple() -> str:
+    import llvmlite.binding as llvm
+
+    return llvm.get_process_triple()
+
+
+def compile_object(source: str, options=None, cc: str | None = None) -> bytes:
+    """An ELF object of the C source, compiled by the system cc (position independent)."""
+    from ..contrib.cc import default_cc
+
+    cc = cc or default_cc()
+    with tempfile.TemporaryDirectory(prefix="kiln-c-") as work:
+        src, obj = os.path.join(work, "module.c"), os.path.join(work, "module.o")
+        with open(src, "w") as f:
+            f.write(source)
+        cmd = [cc, "-std=gnu99", "-O2", "-fPIC", "-c", src, "-o", obj, *(options or [])]
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True)
+        except FileNotFoundError:
+            raise KilnError(f"C compiler {cc!r} not found; install gcc (apt-get install gcc) or set CC") from None
+        if out.returncode != 0:
+            raise CompileError(f"cc rejected the generated C ({' '.join(cmd)}):\n{out.stderr[-2000:]}")
+        with open(obj, "rb") as f:
+            return f.read()
+
+
+def build(mod, target):
+    """A CompiledModule whose C source is ``get_source()``; compiled here by cc so it runs here."""
+    from ..runtime.compiled import CompiledModule
+    from ..target import Target
+
+    target = target if isinstance(target, Target) else Target(target)
+    source, _, meta = generate_source(mod, target)
+    obj = compile_object(source)
+    return CompiledModule([obj], meta, {"c": source}, triple=meta["triple"], type_key="c")
