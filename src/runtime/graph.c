@@ -244,6 +244,14 @@ int kiln_graph_create(const char* text, size_t len, KilnModule* lib, DLDevice de
   *out = NULL;
   if (!kiln_device_exist(dev))
     return kiln_error("device (type %d, id %d) does not exist on this machine", dev.device_type, dev.device_id);
+  if (lib->device_type != dev.device_type) {
+    static const char* const kinds[] = {"?", "cpu", "cuda", "?", "cl"};
+    const char* want = lib->device_type >= 1 && lib->device_type <= 4 ? kinds[lib->device_type] : "?";
+    const char* got = dev.device_type >= 1 && dev.device_type <= 4 ? kinds[dev.device_type] : "?";
+    return kiln_error("the library's kernels run on the %s device (type %d), not on %s (type %d); run it there "
+                      "(kiln_run --device %s) or compile for that device", want, lib->device_type, got,
+                      dev.device_type, want);
+  }
   JsonNode* root = json_parse(text, len);
   if (!root) {
     char why[300];

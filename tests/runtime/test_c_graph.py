@@ -373,6 +373,8 @@ def test_opencl_package_on_the_local_device(build, tmp_path):
     np.savez(tmp_path / "in.npz", **inputs)
     kiln_run(build, "--package", tmp_path / "cl.tar", "--device", "cl", "--input", tmp_path / "in.npz", "--output",
              tmp_path / "out.npz", "--dump-time", "--repeat", "2")
+    wrong = kiln_run(build, "--package", tmp_path / "cpu.tar", "--device", "cl", check=False)
+    assert wrong.returncode == 2 and "run on the cpu device (type 1), not on cl (type 4)" in wrong.stderr
     got = np.load(tmp_path / "out.npz")
     want = python_outputs(str(tmp_path / "cpu.tar"), inputs, tmp_path)
     for i, w in enumerate(want):
