@@ -285,3 +285,64 @@ def test_sequential_model(tmp_path):
     mod, params = relay.frontend.from_keras(str(tmp_path / "seq.h5"), layout="NHWC")
     want = 1 / (1 + np.exp(-(np.tanh(x.reshape(1, -1).astype("float64") @ k1 + b1) @ k2)))
     np.testing.assert_allclose(run_reference(mod, params, {"flat_input": x})[0], want, **TOL)
+
+
+_NP_ACTIVATIONS = {
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh, "swish": lambda x: x / (1 + np.exp(-x)),
+    "elu": lambda x: np.where(x > 0, x, np.exp(x) - 1), "exponential": np.exp,
+    "hard_sigmoid": lambda x: np.clip(0.2 * x + 0.5, 0, 1),  # Keras 2's definition
+    "gelu": lambda x: 0.5 * x * (1 + np.vectorize(__import__("math").erf)(x / np.sqrt(2))),
+}
+
+
+def test_activations_merges_and_other_layers(tmp_path):
+    """Every activation name, ReLU's negative_slope/threshold/max_value, LeakyReLU, the merge
+    layers, dilated and grouped Conv2D, GlobalMaxPooling2D and keepdims average pooling."""
+    rng = np.random.default_rng(8)
+    g = K.Graph((6, 6, 4))
+    acts = [g.add("Activation", f"act_{name}", "input_1", activation=name) for name in _NP_ACTIVATIONS]
+    r1 = g.add("ReLU", "relu_leaky", "input_1", negative_slope=0.1, threshold=0.2, max_value=1.5)
+    r2 = g.add("LeakyReLU", "leaky", "input_1", alpha=0.3)
+    merged = g.add("Average", "avg", [g.add("Subtract", "sub", [acts[0], acts[1]]),
+                                      g.add("Multiply", "mul", [acts[2], acts[3]]),
+                                      g.add("Maximum", "max", [acts[4], r1]), g.add("Minimum", "min", [acts[5], r2]),
+                                      acts[6]])
+    kernel = rng.standard_normal((3, 3, 2, 4)).astype("float32") * 0.3
+    conv = g.add("Conv2D", "dil", merged, [("kernel", kernel)], filters=4, kernel_size=[3, 3], strides=[1, 1],
+                 padding="same", dilation_rate=[2, 2], groups=2, activation="linear", use_bias=False)
+    gmp = g.add("GlobalMaxPooling2D", "gmp", conv)
+    gap = g.add("Reshape", "gap_flat", g.add("GlobalAveragePooling2D", "gap", conv, keepdims=True), target_shape=[4])
+    g.save(tmp_path / "acts.h5", g.add("Concatenate", "out", [gmp, gap], axis=-1))
+
+    x = rng.standard_normal((1, 6, 6, 4)).astype("float32")
+    xd = x.astype("float64")
+    a = [f(xd) for f in _NP_ACTIVATIONS.values()]
+    relu1 = np.minimum(np.where(xd >= 0.2, xd, 0.1 * (xd - 0.2)), 1.5)
+    leaky = np.where(xd > 0, xd, 0.3 * xd)
+    m = (a[0] - a[1] + a[2] * a[3] + np.maximum(a[4], relu1) + np.minimum(a[5], leaky) + a[6]) / 5
+    xp = np.pad(m, ((0, 0), (2, 2), (2, 2), (0, 0)))
+    out = np.zeros((1, 6, 6, 4))
+    for grp in range(2):
+        for i in range(3):
+            for j in range(3):
+                win = xp[:, 2 * i:2 * i + 6, 2 * j:2 * j + 6, 2 * grp:2 * grp + 2]
+                out[..., 2 * grp:2 * grp + 2] += win @ kernel[i, j][:, 2 * grp:2 * grp + 2]
+    want = np.concatenate([out.max(axis=(1, 2)), out.mean(axis=(1, 2))], axis=-1)
+    mod, params = relay.frontend.from_keras(str(tmp_path / "acts.h5"), layout="NHWC")
+    np.testing.assert_allclose(run_reference(mod, params, {"input_1": x})[0], want, **TOL)
+    np.testing.assert_allclose(run_built(mod, params, {"input_1": x})[0], want, **TOL)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_keras3_activation_definitions(tmp_path):
+    """Keras 3 changed hard_sigmoid (x/6 + 0.5): a file saved by Keras 3 gets Keras 3's."""
+    keras = _real_keras()
+    inp = keras.Input((5,), name="v")
+    outs = [keras.layers.Activation(a)(inp) for a in ("hard_sigmoid", "gelu", "swish", "elu", "relu6")]
+    model = keras.Model(inp, keras.layers.Concatenate()(outs))
+    path = str(tmp_path / "acts3.h5")
+    model.save(path)
+    x = np.linspace(-4, 4, 10, dtype="float32").reshape(2, 5)
+    mod, params = relay.frontend.from_keras(path, {"v": x.shape}, layout="NHWC")
+    np.testing.assert_allclose(run_reference(mod, params, {"v": x})[0], np.asarray(model.predict(x, verbose=0)),
+                               **TOL)

@@ -31,8 +31,9 @@ def _gelu(ctx, x):
 
 
 def _hard_sigmoid(ctx, x):
-    # Keras 2's hard_sigmoid: clip(0.2 x + 0.5, 0, 1)
-    return tensor.clip(tensor.add(tensor.multiply(x, _c(ctx, x, 0.2)), _c(ctx, x, 0.5)), 0.0, 1.0)
+    # clip(a x + 0.5, 0, 1): a = 0.2 in Keras 2, 1/6 in Keras 3
+    slope = 1 / 6 if ctx.version >= 3 else 0.2
+    return tensor.clip(tensor.add(tensor.multiply(x, _c(ctx, x, slope)), _c(ctx, x, 0.5)), 0.0, 1.0)
 
 
 def _elu(ctx, x):

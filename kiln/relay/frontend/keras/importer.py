@@ -35,7 +35,8 @@ class ImportError_(KilnError):
 class Ctx:
     """What a converter sees: the layer's class, name and config, its weights by short name."""
 
-    def __init__(self, layer: dict, weights: dict):
+    def __init__(self, layer: dict, weights: dict, version: int = 2):
+        self.version = version  # Keras' major version: a few definitions changed in Keras 3
         self.cls = layer["class_name"]
         self.config = layer.get("config", {})
         self.name = self.config.get("name", layer.get("name", "?"))
@@ -103,7 +104,8 @@ def _inbound(layer: dict) -> list:
 
 
 class _Importer:
-    def __init__(self, config: dict, weights: dict, shape: dict, layout: str, converters: dict):
+    def __init__(self, config: dict, weights: dict, shape: dict, layout: str, converters: dict, version: int = 2):
+        self.version = version
         self.config = config
         self.weights = weights
         self.shape = dict(shape or {})
@@ -160,7 +162,7 @@ class _Importer:
                 self.tensors[name] = self.input_var(layer)
                 continue
             ins = [self.tensors[src] for src, _node, _idx in _inbound(layer)]
-            ctx = Ctx(layer, self.weights.get(name, {}))
+            ctx = Ctx(layer, self.weights.get(name, {}), self.version)
             try:
                 self.tensors[name] = self.converters[layer["class_name"]](ctx, ins)
             except ImportError_:
@@ -210,6 +212,13 @@ def _to_nhwc(shape):
     return (shape[0], shape[2], shape[3], shape[1])
 
 
+def _major(version) -> int:
+    try:
+        return int(_text(version).split(".")[0])
+    except ValueError:
+        return 2
+
+
 def _fail(msg: str):
     raise ImportError_(f"from_keras: {msg}")
 
@@ -249,7 +258,7 @@ def from_keras(model, shape=None, layout="NCHW"):
         raise ImportError_(f"from_keras: layout={layout!r}; use 'NCHW' or 'NHWC'")
     if isinstance(model, (str, os.PathLike)) and zipfile.is_zipfile(os.fspath(model)):
         config, weights = read_archive(os.fspath(model), lambda msg: _fail(msg))
-        func = _Importer(config, weights, shape, layout, CONVERTERS).run()
+        func = _Importer(config, weights, shape, layout, CONVERTERS, version=3).run()
         infer(func)
         return IRModule({"main": func}), {}
     f, owned = _open(model)
@@ -261,9 +270,10 @@ def from_keras(model, shape=None, layout="NCHW"):
         group = f["model_weights"] if "model_weights" in f else f
         names = [_text(n) for n in group.attrs.get("layer_names", list(group.keys()))]
         weights = _read_weights(group, names)
+        version = _major(f.attrs.get("keras_version", group.attrs.get("keras_version", "2")))
     finally:
         if owned:
             f.close()
-    func = _Importer(config, weights, shape, layout, CONVERTERS).run()
+    func = _Importer(config, weights, shape, layout, CONVERTERS, version).run()
     infer(func)
     return IRModule({"main": func}), {}
