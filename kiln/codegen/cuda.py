@@ -135,6 +135,13 @@ class CUDAPrinter(CStylePrinter):
             return None
         return f"{stem}{dt.lanes}"
 
+    def chunk(self, dt: DType) -> tuple[int, str] | None:
+        """(lanes, struct) of the pieces an aligned vector of dt is moved in: float8 is two float4."""
+        for c in (dt.lanes, 4, 2):
+            if dt.lanes % c == 0 and (vt := self.vector_type(DType(dt.kind, dt.bits, c))):
+                return c, vt
+        return None
+
     def expr(self, e) -> str:
         if e.dtype.lanes > 1:
             raise CompileError(f"{self.func_name}: a vector value ({e.dtype}) is used where CUDA needs "
@@ -172,7 +179,9 @@ class CUDAPrinter(CStylePrinter):
         if isinstance(e, E.BufferLoad):
             idx = e.indices[0]
             base = _contiguous(idx)
-            if base is not None and self.vector_type(e.dtype) and self._aligned(e.buffer, base, e.dtype.lanes):
+            # Registers (local arrays) stay scalar: a struct access could push them to the stack.
+            if base is not None and e.buffer.scope != "local" and self.chunk(e.dtype) and \
+                    self._aligned(e.buffer, base, e.dtype.lanes):
                 return E.Call(el, _LANE_OP, (e, E.const(k)))
             return E.BufferLoad(e.buffer, (self.lane(idx, k),), el)
         raise CompileError(f"{self.func_name}: cannot print vector {type(e).__name__} ({e}) for CUDA")
@@ -183,10 +192,9 @@ class CUDAPrinter(CStylePrinter):
             return f"__shfl_down_sync({mask.value:#x}u, {self.expr(v)}, {delta.value}, {width.value})"
         if e.op == _LANE_OP:
             load, k = e.args
-            base = _contiguous(load.indices[0])
-            vt = self.vector_type(load.dtype)
-            ptr = f"({self.name(load.buffer.data)} + {self.index(base, load.buffer)})"
-            return f"((const {vt}*){ptr})->{'xyzw'[k.value]}"
+            c, vt = self.chunk(load.dtype)
+            ptr = f"({self.name(load.buffer.data)} + {self.index(_offset(_contiguous(load.indices[0]), k.value // c * c), load.buffer)})"
+            return f"((const {vt}*){ptr})->{'xyzw'[k.value % c]}"
         name = e.op[4:] if e.op.startswith("tir.") else e.op
         if name == "clz":
             return f"{'__clzll' if e.args[0].dtype.bits == 64 else '__clz'}({self.expr(e.args[0])})"
@@ -218,12 +226,19 @@ class CUDAPrinter(CStylePrinter):
         values = [self.expr(self.lane(s.value, k)) for k in range(lanes)]
         ptr = self.name(buf.data)
         base = _contiguous(idx)
-        vt = self.vector_type(s.value.dtype)
-        if base is not None and vt and self._aligned(buf, base, lanes):
-            self.emit(f"*(({vt}*)({ptr} + {self.index(base, buf)})) = make_{vt}({', '.join(values)});")
+        chunk = self.chunk(s.value.dtype)
+        if base is not None and chunk and buf.scope != "local" and self._aligned(buf, base, lanes):
+            c, vt = chunk
+            for off in range(0, lanes, c):
+                at = self.index(_offset(base, off), buf)
+                self.emit(f"*(({vt}*)({ptr} + {at})) = make_{vt}({', '.join(values[off:off + c])});")
             return
         for k, v in enumerate(values):
             self.emit(f"{ptr}[{self.index(self.lane(idx, k), buf)}] = {v};")
+
+
+def _offset(base, off: int):
+    return E.Add(base, E.const(off, base.dtype), base.dtype) if off else base
 
 
 def _padded(nbytes: int) -> int:

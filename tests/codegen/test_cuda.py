@@ -253,3 +253,18 @@ def test_thread_limit_of_the_target():
     s, A, B = add_one(4096, factor=2048)
     with pytest.raises(CompileError, match="1024"):
         tvm.build(s, [A, B], target="cuda", name="too_wide")
+
+
+def test_topi_gpu_matmul_moves_shared_tiles_in_128_bit_pieces():
+    from kiln import topi
+    n = 256
+    a, b = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
+    target = tvm.target.Target("cuda -arch=sm_90", host="llvm")
+    with target:
+        c = topi.gpu.matmul(a, b)
+        s = topi.gpu.schedule_matmul([c])
+    src, ptx = kernels(tvm.build(s, [a, b, c], target=target, name="mm"))
+    assert "((const float4*)(B_shared + " in src  # the float8 register-tile rows, as two float4
+    assert "float4*)(T_matmul_local" not in src  # registers stay scalar
+    assert re.search(r"ld\.shared\.v4\.f32", ptx) and re.search(r"ld\.global(\.nc)?\.v4\.f32", ptx)
+    assert ".local" not in ptx  # no register tile spilled to the stack
