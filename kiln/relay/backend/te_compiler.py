@@ -91,7 +91,8 @@ class TECompiler:
         workload = dispatch.workload_of(anchor.op.name, anchor.attrs, arg_types, self.family) \
             if all(hasattr(t, "shape") for t in arg_types) else None
         cfg = dispatch.select_config(anchor.op.name, workload, self.target)
-        transform = self._weight_transform(func, anchor, const_params, cfg)
+        with self.target:  # the weights' block derives from the target's vector width (topi.cpu)
+            transform = self._weight_transform(func, anchor, const_params, cfg)
         key = (structural_key(func), transform.key + (transform.index,) if transform else None, _cfg_key(cfg))
         hit = self.cache.get(key)
         if hit is not None:
