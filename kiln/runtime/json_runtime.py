@@ -154,6 +154,10 @@ def dnnl_shim() -> ctypes.CDLL:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+    # oneDNN's OpenMP threads otherwise spin between primitives, fighting kiln's own pool (which
+    # spins between its kernels) for the same cores: ResNet-18 on 2 busy cores ran 7x slower.
+    # libgomp reads this once, when the shim loads it.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     lib = ctypes.CDLL(so)
     vp, i64p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)
     lib.kd_last_error.restype = ctypes.c_char_p
