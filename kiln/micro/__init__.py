@@ -1,0 +1,5 @@
+"""microTVM for kiln: C for bare-metal boards, the AOT executor's Model Library Format, and the
+emulated Cortex-M3 board (qemu mps2-an385) projects. See docs/microtvm.md."""
+
+from .model_library_format import export_model_library_format  # noqa: F401
+from .project import get_microtvm_template_projects  # noqa: F401

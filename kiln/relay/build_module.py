@@ -84,9 +84,8 @@ def build(ir_mod, target=None, target_host=None, params=None, mod_name: str = "d
     names the kernels (``tvmgen_<mod_name>_fused_...``) and the factory function (``lib[mod_name]``).
     """
     kind = executor if isinstance(executor, str) or executor is None else getattr(executor, "name", executor)
-    if kind not in (None, "graph"):
-        raise CompileError(f"relay.build: executor {executor} is not supported; kiln has the graph executor")
-    del runtime
+    if kind not in (None, "graph", "aot"):
+        raise CompileError(f"relay.build: executor {executor} is not supported; kiln has the graph and aot executors")
     tgt = _target(target, target_host)
     start = time.perf_counter()
     with tgt:  # target-dependent passes (AlterOpLayout) read it
@@ -105,4 +104,10 @@ def build(ir_mod, target=None, target_host=None, params=None, mod_name: str = "d
     logger.info("relay.build %s: optimize %.2f s, graph of %d kernels %.2f s, lower + codegen (or build "
                 "cache) %.2f s", mod_name,
                 optimized - start, len(compiler.lowered), lowered - optimized, done - lowered)
+    if kind == "aot":  # one C run function over a static arena (backend/aot.py)
+        from .backend.aot import AOTExecutorFactoryModule
+        from .backend.executor import Executor, Runtime
+        executor = executor if isinstance(executor, Executor) else Executor("aot")
+        runtime = runtime if runtime is not None else Runtime("crt")
+        return AOTExecutorFactoryModule(opt_mod, tgt, executor, runtime, graph_json, lib, graph_params, mod_name)
     return GraphExecutorFactoryModule(opt_mod, tgt, graph_json, lib, graph_params, mod_name)

@@ -8,3 +8,5 @@
 - ``graph_object.py``: the ELF object that carries graph + params inside an exported library.
 - ``factory.py``: the module ``relay.build`` returns.
 """
+
+from .executor import Executor, Runtime  # noqa: E402,F401
