@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := lld qemu-user gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross \
-                pocl-opencl-icd ocl-icd-opencl-dev clinfo
+                pocl-opencl-icd ocl-icd-opencl-dev clinfo libdnnl-dev
 
 .PHONY: setup system-packages demo test bench clean
 
