@@ -228,6 +228,7 @@ _SCALARS = {"int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_in
             "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64, "bool": ctypes.c_int8,
             "float32": ctypes.c_float, "float64": ctypes.c_double}
 _STATIC_SHARED = 48 * 1024
+_KILN_FLOAT = 2  # type code of a float scalar in the launch hook's arguments
 
 
 class CUDAModule:
@@ -251,6 +252,7 @@ class CUDAModule:
         self._lock = threading.Lock()
         self._casts = [[_cast(k, p) for p in k.get("params", [])] for k in self.kernels]
         self._prepared: dict = {}  # launch key -> (function, dims, shared bytes, params, device, keep-alive)
+        self._raw: dict = {}  # the same, keyed by the launch hook's raw argument bytes
 
     def get_source(self, fmt: str = "") -> str:
         from ...codegen.cuda import source_of
@@ -317,6 +319,34 @@ class CUDAModule:
             _check(result, f"launch of {entry['name']} on {dims[:3]} blocks of {dims[3:]} threads "
                            f"({shared} bytes of dynamic shared memory) on cuda({dev})")
         return None
+
+    def launch_raw(self, kernel_id: int, args: int, codes: int, num_args: int, dims: int, dyn_shared: int):
+        """The launch hook's call as it comes (addresses of KilnValues, type codes and the six
+        extents): the same launch again costs a dict lookup and cuLaunchKernel."""
+        n = int(num_args)
+        key = (kernel_id, ctypes.string_at(args, 8 * n) if n else b"",
+               ctypes.string_at(codes, 4 * n) if n else b"", ctypes.string_at(dims, 48), dyn_shared)
+        ready = self._raw.get(key, False)
+        if ready is False:
+            types = (ctypes.c_int32 * n).from_address(codes) if n else ()
+            ints = (ctypes.c_int64 * n).from_address(args) if n else ()
+            floats = (ctypes.c_double * n).from_address(args) if n else ()
+            values = [floats[i] if types[i] == _KILN_FLOAT else ints[i] for i in range(n)]
+            extents = (ctypes.c_int64 * 6).from_address(dims)
+            ready = self._prepare(kernel_id, values, tuple(extents[0:3]), tuple(extents[3:6]), int(dyn_shared),
+                                  None)
+            if len(self._raw) >= 1024:
+                self._raw.clear()
+            self._raw[key] = ready
+        if ready is None:
+            return  # an empty grid
+        func, dims6, shared, params, dev, _ = ready
+        if getattr(API._current, "device", None) != dev:
+            API.activate(dev)
+        result = _drv().cuLaunchKernel(func, *dims6, shared, 0, params, 0)
+        if int(result[0]) != 0:
+            _check(result, f"launch of {self.kernels[kernel_id]['name']} on {dims6[:3]} blocks of {dims6[3:]} "
+                           f"threads ({shared} bytes of dynamic shared memory) on cuda({dev})")
 
     def _prepare(self, kernel_id, values, grid, block, dyn_shared_bytes, device_id):
         if not 0 <= kernel_id < len(self.kernels):
