@@ -127,3 +127,40 @@ def test_build_without_onednn_names_the_package(monkeypatch):
     assert any(n.startswith("tvmgen_default_dnnl_main_") for n in part)  # partitioning needs no oneDNN
     with pytest.raises(CompileError, match="libdnnl-dev"):
         relay.build(part, target="llvm")
+
+
+@needs_dnnl
+@pytest.mark.parametrize("isa", ["SSE41", "AVX2"])
+def test_runs_on_older_cpus(isa, tmp_path):
+    """oneDNN picks its kernels at run time; ONEDNN_MAX_CPU_ISA makes it run as on an older CPU
+    (an AVX2-only Zen 3, or SSE4.1), in a fresh process since oneDNN reads it once."""
+    import subprocess
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import numpy as np, kiln as tvm\n"
+        "from kiln import relay\n"
+        "from kiln.contrib import graph_executor\n"
+        "from kiln.relay.op.contrib.dnnl import partition_for_dnnl\n"
+        "rng = np.random.default_rng(0)\n"
+        "x = relay.var('x', shape=(1, 8, 12, 12))\n"
+        "w = rng.standard_normal((16, 8, 3, 3)).astype('float32')\n"
+        "b = rng.standard_normal(16).astype('float32')\n"
+        "y = relay.nn.relu(relay.nn.bias_add(relay.nn.conv2d(x, relay.const(w), padding=(1, 1)), relay.const(b)))\n"
+        "y = relay.nn.max_pool2d(y, (2, 2), (2, 2))\n"
+        "mod = tvm.IRModule.from_expr(relay.Function([x], y))\n"
+        "with tvm.transform.PassContext(opt_level=3):\n"
+        "    lib = relay.build(partition_for_dnnl(mod), target='llvm')\n"
+        "m = graph_executor.GraphModule(lib['default'](tvm.cpu()))\n"
+        "d = rng.standard_normal((1, 8, 12, 12)).astype('float32')\n"
+        "m.set_input('x', d); m.run()\n"
+        "ref = relay.create_executor('debug', mod).evaluate()(d)\n"
+        "ref = ref.numpy() if hasattr(ref, 'numpy') else np.asarray(ref)\n"
+        "np.testing.assert_allclose(m.get_output(0).numpy(), ref, rtol=1e-4, atol=1e-4)\n"
+        "print('ok')\n")
+    env = dict(os.environ, ONEDNN_MAX_CPU_ISA=isa, ONEDNN_VERBOSE="1",
+               PYTHONPATH=os.path.abspath(os.path.join(HERE, "..", "..", "..")))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
+    convs = [line for line in proc.stdout.splitlines() if line.startswith("onednn_verbose,exec,cpu,convolution")]
+    assert convs and not any("avx512" in line for line in convs), convs
