@@ -1,12 +1,25 @@
-"""Project templates: a folder per board that turns a Model Library Format tar into firmware."""
+"""Project templates: a folder per board that turns an AOT model into firmware (docs/microtvm.md).
+
+    project = micro.project.generate_project(micro.get_microtvm_template_projects("qemu-mps2-an385"),
+                                             lib, "build/kws", {"inputs": {"input": x}})
+    project.build()          # arm-none-eabi-gcc for the Cortex-M3
+    result = project.run()   # qemu-system-arm -M mps2-an385 -icount: outputs and board cycles
+"""
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import subprocess
+import tarfile
+
+import numpy as np
 
 from kiln.errors import KilnError
 
 TEMPLATES = ("qemu-mps2-an385",)
+_CPU = {"qemu-mps2-an385": ("cortex-m3", "mps2-an385")}
 
 
 def get_microtvm_template_projects(name: str) -> str:
@@ -14,3 +27,131 @@ def get_microtvm_template_projects(name: str) -> str:
     if name not in TEMPLATES:
         raise KilnError(f"no micro project template {name!r}; templates: {', '.join(TEMPLATES)}")
     return os.path.join(os.path.dirname(__file__), name)
+
+
+def generate_project(template_dir: str, module, project_dir: str, options: dict | None = None):
+    """Copy the template to ``project_dir`` with the model's Model Library Format unpacked in it.
+
+    ``module``: what relay.build returned with the AOT executor, or the path of its MLF tar.
+    ``options``: ``inputs`` ({name: array}, baked into the firmware; zeros when missing),
+    ``cflags`` (extra compiler flags), ``icount_shift`` (qemu -icount shift, default 0)."""
+    from ..model_library_format import export_model_library_format
+
+    options = dict(options or {})
+    template = os.path.basename(os.path.normpath(template_dir))
+    if template not in _CPU:
+        raise KilnError(f"{template_dir} is not a kiln micro project template")
+    if os.path.exists(project_dir):
+        shutil.rmtree(project_dir)
+    shutil.copytree(template_dir, project_dir)
+    mlf = os.path.join(project_dir, "model.tar")
+    if isinstance(module, (str, os.PathLike)):
+        shutil.copyfile(module, mlf)
+    else:
+        export_model_library_format(module, mlf)
+    with tarfile.open(mlf) as tar:
+        tar.extractall(os.path.join(project_dir, "model"), filter="data")
+    import json
+    with open(os.path.join(project_dir, "model", "metadata.json")) as f:
+        meta = json.load(f)
+    if "aot" not in meta["executors"]:
+        raise KilnError("generate_project: the firmware runs the AOT executor; build with "
+                        "executor=Executor('aot', {'interface-api': 'c', 'unpacked-api': True})")
+    _write_io(project_dir, meta["memory"], options.get("inputs", {}))
+    return GeneratedProject(project_dir, template, meta, options)
+
+
+_NP_C = {"float32": "float", "int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t", "int16": "int16_t"}
+
+
+def _write_io(project_dir: str, memory: dict, inputs: dict) -> None:
+    prefix = memory["prefix"]
+    lines = ['#include "inputs.h"', f'#include "{prefix}.h"', '#include "board.h"', ""]
+    for t in memory["inputs"]:
+        arr = np.zeros(t["shape"], t["dtype"]) if t["name"] not in inputs else \
+            np.ascontiguousarray(inputs[t["name"]], dtype=t["dtype"])
+        if list(arr.shape) != t["shape"]:
+            raise KilnError(f"generate_project: input {t['name']} has shape {list(arr.shape)}, the model wants {t['shape']}")
+        words = arr.view(np.uint8).reshape(-1)
+        body = ", ".join(str(int(b)) for b in words)
+        lines.append(f"static uint8_t in_{t['name']}[{t['size_bytes']}] __attribute__((aligned(16))) = {{{body}}};")
+    for t in memory["outputs"]:
+        lines.append(f"static uint8_t out_{t['name']}[{t['size_bytes']}] __attribute__((aligned(16)));")
+    ins = ", ".join(f".{t['name']} = in_{t['name']}" for t in memory["inputs"])
+    outs = ", ".join(f".{t['name']} = out_{t['name']}" for t in memory["outputs"])
+    lines += ["", "int32_t kiln_run_model(void) {",
+              f"  struct {prefix}_inputs in = {{{ins}}};", f"  struct {prefix}_outputs out = {{{outs}}};",
+              f"  return {prefix}_run(&in, &out);", "}", "", "void kiln_print_outputs(void) {"]
+    for t in memory["outputs"]:
+        lines += [f'  uart_puts("KILN-OUTPUT {t["name"]} ");', f"  uart_put_hex(out_{t['name']}, sizeof out_{t['name']});",
+                  "  uart_putc('\\n');"]
+    lines += ["}", ""]
+    with open(os.path.join(project_dir, "inputs.c"), "w") as f:
+        f.write("\n".join(lines))
+    with open(os.path.join(project_dir, "inputs.h"), "w") as f:
+        f.write("#include <stdint.h>\nint32_t kiln_run_model(void);\nvoid kiln_print_outputs(void);\n")
+
+
+class GeneratedProject:
+    """``build()``, ``flash()`` (nothing to do: qemu loads the ELF), ``run()``, ``sizes()``."""
+
+    def __init__(self, project_dir: str, template: str, meta: dict, options: dict):
+        self.dir = project_dir
+        self.template = template
+        self.meta = meta
+        self.options = options
+        self.cpu, self.machine = _CPU[template]
+        self.elf = os.path.join(project_dir, "build", "firmware.elf")
+
+    def build(self) -> str:
+        from ..toolchain import missing_arm_gcc
+
+        if missing_arm_gcc():
+            raise KilnError(missing_arm_gcc())
+        os.makedirs(os.path.dirname(self.elf), exist_ok=True)
+        src = os.path.join(self.dir, "model", "codegen", "host", "src")
+        files = [os.path.join(self.dir, f) for f in ("board.c", "main.c", "inputs.c")]
+        files += sorted(os.path.join(src, f) for f in os.listdir(src))
+        cmd = ["arm-none-eabi-gcc", f"-mcpu={self.cpu}", "-mthumb", "-std=gnu99", "-O2", "-ffunction-sections",
+               "-fdata-sections", "-I", self.dir, "-I", os.path.join(self.dir, "model", "codegen", "host", "include"),
+               *self.options.get("cflags", []), *files, "-nostartfiles", "--specs=nano.specs", "--specs=nosys.specs",
+               "-T", os.path.join(self.dir, "mps2_an385.ld"), "-Wl,--gc-sections", "-lm", "-o", self.elf]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise KilnError(f"firmware build failed ({' '.join(cmd[:3])} ...):\n{out.stderr[-3000:]}")
+        return self.elf
+
+    def flash(self) -> None:
+        if not os.path.exists(self.elf):
+            raise KilnError("flash: build the project first (project.build())")
+
+    def sizes(self) -> dict:
+        """text/data/bss bytes of the firmware (arm-none-eabi-size): flash = text + data, RAM = data + bss."""
+        out = subprocess.run(["arm-none-eabi-size", self.elf], capture_output=True, text=True, check=True)
+        text, data, bss = (int(x) for x in out.stdout.splitlines()[1].split()[:3])
+        return {"text": text, "data": data, "bss": bss, "flash": text + data, "ram": data + bss}
+
+    def run(self, timeout: float = 120.0) -> dict:
+        """Boot the firmware in qemu; ``{"outputs": {name: array}, "cycles": int, "log": str}``."""
+        from ..toolchain import missing_qemu
+
+        if missing_qemu():
+            raise KilnError(missing_qemu())
+        self.flash()
+        cmd = ["qemu-system-arm", "-M", self.machine, "-cpu", self.cpu, "-display", "none", "-monitor", "none",
+               "-serial", "stdio", "-semihosting-config", "enable=on,target=native",
+               "-icount", f"shift={self.options.get('icount_shift', 0)},align=off,sleep=off", "-kernel", self.elf]
+        try:
+            out = subprocess.run(cmd, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise KilnError(f"the board did not finish within {timeout:.0f} s (qemu {self.machine})") from None
+        log = out.stdout.decode(errors="replace")
+        if out.returncode != 0 or "KILN-ERROR" in log:
+            raise KilnError(f"the board exited with {out.returncode}: {log[-2000:]}{out.stderr.decode()[-1000:]}")
+        outputs = {}
+        wanted = {t["name"]: t for t in self.meta["memory"]["outputs"]}
+        for name, hexdata in re.findall(r"KILN-OUTPUT (\w+) ([0-9a-f]*)", log):
+            t = wanted[name]
+            outputs[name] = np.frombuffer(bytes.fromhex(hexdata), t["dtype"]).reshape(t["shape"])
+        cycles = re.search(r"KILN-CYCLES (\d+)", log)
+        return {"outputs": outputs, "cycles": int(cycles.group(1)) if cycles else None, "log": log}
