@@ -5,7 +5,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := lld qemu-user gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross \
-                pocl-opencl-icd ocl-icd-opencl-dev clinfo libdnnl-dev
+                pocl-opencl-icd ocl-icd-opencl-dev clinfo libdnnl-dev \
+                gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm
 
 .PHONY: setup system-packages demo test bench clean
 
