@@ -66,6 +66,7 @@ static int load_library(void) {
       return -1;
     }
   }
+  *(void**)&cl.CreateImage = dlsym(lib, "clCreateImage");
   return 0;
 }
 
@@ -137,6 +138,39 @@ int kiln_opencl_alloc(int32_t device_id, size_t nbytes, void** out) {
   cl_mem mem = cl.CreateBuffer(d->context, CL_MEM_READ_WRITE, nbytes ? nbytes : 1, NULL, &err);
   if (!mem) return kiln_error("opencl(%d): cannot allocate %zu bytes (%d: %s)", device_id, nbytes, err,
                               kiln_opencl_error_name(err));
+  *out = mem;
+  return 0;
+}
+
+int kiln_opencl_alloc_image(int32_t device_id, size_t width, size_t height, int bits, void** out) {
+  KilnCLDevice* d;
+  if (kiln_opencl_device(device_id, &d)) return -1;
+  if (!cl.CreateImage)
+    return kiln_error("opencl(%d): the OpenCL library has no clCreateImage (OpenCL 1.2); texture modules "
+                      "need it: build for plain 'opencl'", device_id);
+  cl_uint images = 0;
+  size_t max_w = 0, max_h = 0;
+  cl.GetDeviceInfo(d->id, CL_DEVICE_IMAGE_SUPPORT, sizeof images, &images, NULL);
+  cl.GetDeviceInfo(d->id, CL_DEVICE_IMAGE2D_MAX_WIDTH, sizeof max_w, &max_w, NULL);
+  cl.GetDeviceInfo(d->id, CL_DEVICE_IMAGE2D_MAX_HEIGHT, sizeof max_h, &max_h, NULL);
+  if (!images)
+    return kiln_error("opencl(%d) has no image support; build for plain 'opencl' instead of texture scopes",
+                      device_id);
+  if (!width || !height || width > max_w || height > max_h)
+    return kiln_error("a texture of %zu x %zu texels does not fit opencl(%d)'s images (at most %zu x %zu): "
+                      "build with -texture_spatial_limit=%zu", width, height, device_id, max_w, max_h,
+                      max_w < max_h ? max_w : max_h);
+  cl_image_format fmt = {CL_RGBA, bits == 16 ? CL_HALF_FLOAT : CL_FLOAT};
+  cl_image_desc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.image_type = CL_MEM_OBJECT_IMAGE2D;
+  desc.image_width = width;
+  desc.image_height = height;
+  cl_int err;
+  cl_mem mem = cl.CreateImage(d->context, CL_MEM_READ_WRITE, &fmt, &desc, NULL, &err);
+  if (!mem)
+    return kiln_error("opencl(%d): cannot create a %zu x %zu image (%d: %s)", device_id, width, height, err,
+                      kiln_opencl_error_name(err));
   *out = mem;
   return 0;
 }

@@ -40,6 +40,25 @@ typedef struct _cl_event* cl_event;
 #define CL_PROGRAM_BUILD_LOG 0x1183
 #define CL_PROFILING_COMMAND_START 0x1282
 #define CL_PROFILING_COMMAND_END 0x1283
+/* Images (texture scopes, docs/adreno.md). */
+#define CL_DEVICE_IMAGE2D_MAX_WIDTH 0x1011
+#define CL_DEVICE_IMAGE2D_MAX_HEIGHT 0x1012
+#define CL_RGBA 0x10B5
+#define CL_HALF_FLOAT 0x10DD
+#define CL_FLOAT 0x10DE
+#define CL_MEM_OBJECT_IMAGE2D 0x10F1
+
+typedef struct {
+  cl_uint image_channel_order;
+  cl_uint image_channel_data_type;
+} cl_image_format;
+
+typedef struct {
+  cl_uint image_type;
+  size_t image_width, image_height, image_depth, image_array_size, image_row_pitch, image_slice_pitch;
+  cl_uint num_mip_levels, num_samples;
+  cl_mem buffer;
+} cl_image_desc;
 
 /* The entry points, filled by kiln_opencl_load(). */
 typedef struct {
@@ -70,6 +89,8 @@ typedef struct {
                                  const size_t*, cl_uint, const cl_event*, cl_event*);
   cl_int (*GetEventProfilingInfo)(cl_event, cl_uint, size_t, void*, size_t*);
   cl_int (*ReleaseEvent)(cl_event);
+  /* OpenCL 1.2; NULL when the library lacks it (then texture modules cannot run). */
+  cl_mem (*CreateImage)(cl_context, cl_bitfield, const cl_image_format*, const cl_image_desc*, void*, cl_int*);
 } KilnCL;
 
 #define KILN_CL_MAX_DEVICES 16
@@ -87,6 +108,9 @@ const KilnCL* kiln_opencl_api(int* num_devices);
 int kiln_opencl_device(int32_t id, KilnCLDevice** out);
 /* The device whose context owns `mem`, or -1. */
 int32_t kiln_opencl_device_of(cl_mem mem);
+/* An RGBA image of width x height texels (CL_FLOAT for bits 32, CL_HALF_FLOAT for 16) on device
+ * `device_id`, checked against the device's image limits; -1 with kiln_last_error otherwise. */
+int kiln_opencl_alloc_image(int32_t device_id, size_t width, size_t height, int bits, void** out);
 /* "clBuildProgram failed (-11: CL_BUILD_PROGRAM_FAILURE)"-style text for an error code. */
 const char* kiln_opencl_error_name(cl_int code);
 

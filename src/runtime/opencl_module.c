@@ -223,6 +223,11 @@ static int32_t workspace(int32_t kind, const KilnValue* args, int32_t n) {
     kiln_opencl_free(args[0].v_handle);
     return 0;
   }
+  if (kind == -3 && n == 5) { /* an image: [width, height, element bits, void** slot, like] (docs/adreno.md) */
+    int32_t dev = args[4].v_handle ? kiln_opencl_device_of((cl_mem)args[4].v_handle) : 0;
+    return kiln_opencl_alloc_image(dev < 0 ? 0 : dev, (size_t)args[0].v_int64, (size_t)args[1].v_int64,
+                                   (int)args[2].v_int64, (void**)args[3].v_handle);
+  }
   return kiln_error("device hook: unknown request %d with %d arguments (host code newer than this runtime?)",
                     kind, n);
 }

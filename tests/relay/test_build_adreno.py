@@ -84,3 +84,27 @@ def test_target_keys():
     t = tvm.target.Target(ADRENO, host="llvm -mtriple=aarch64-linux-android")
     assert t.keys[:3] == ("adreno", "opencl", "gpu")
     assert "aarch64-linux-android" in str(t.host)
+
+
+def test_c_runtime_runs_texture_package(tmp_path):
+    # kiln_run (the C graph executor) makes the images through clCreateImage (hook request -3).
+    import os
+    import subprocess
+
+    from kiln.driver.tvmc.compiler import export_package
+
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    out = str(tmp_path / "crt")
+    made = subprocess.run(["make", "-s", "-j2", "-C", os.path.join(root, "src", "runtime"), f"OUT={out}"],
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stdout + made.stderr
+    inputs, lib, expected = built("mobilenet_v2")
+    export_package(lib, str(tmp_path / "adreno.tar"))
+    np.savez(tmp_path / "in.npz", **inputs)
+    run = subprocess.run([os.path.join(out, "kiln_run"), "--package", str(tmp_path / "adreno.tar"), "--device", "cl",
+                          "--input", str(tmp_path / "in.npz"), "--output", str(tmp_path / "out.npz")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    got = np.load(tmp_path / "out.npz")
+    for i, want in enumerate(expected):
+        np.testing.assert_allclose(got[f"output_{i}"], want, **TOL)
