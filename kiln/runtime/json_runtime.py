@@ -161,12 +161,13 @@ def dnnl_shim() -> ctypes.CDLL:
     lib = ctypes.CDLL(so)
     vp, i64p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)
     lib.kd_last_error.restype = ctypes.c_char_p
-    for name, args in (("kd_conv2d_create", [i64p, ctypes.c_int, ctypes.c_char_p, ctypes.c_float, ctypes.c_float]),
-                       ("kd_dense_create", [ctypes.c_int64] * 3 + [ctypes.c_int, ctypes.c_char_p, ctypes.c_float,
-                                                                   ctypes.c_float]),
-                       ("kd_pool2d_create", [i64p, ctypes.c_int]),
-                       ("kd_eltwise_create", [ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_float]),
-                       ("kd_binary_create", [ctypes.c_int, i64p, i64p, ctypes.c_int])):
+    f32, i32 = ctypes.c_float, ctypes.c_int
+    for name, args in (("kd_conv2d_create", [i64p, i32, ctypes.c_char_p, f32, f32, i32]),
+                       ("kd_dense_create", [ctypes.c_int64] * 3 + [i32, ctypes.c_char_p, f32, f32]),
+                       ("kd_pool2d_create", [i64p, i32, i32]),
+                       ("kd_eltwise_create", [i32, i64p, i32, f32, f32, i32]),
+                       ("kd_binary_create", [i32, i64p, i64p, i32, i32]),
+                       ("kd_reorder_create", [i64p, i32])):
         getattr(lib, name).restype = vp
         getattr(lib, name).argtypes = args
     lib.kd_layer_exec.argtypes = [vp] * 6
@@ -195,7 +196,12 @@ _POOL = {"max": 0, "avg_pad": 1, "avg": 2}
 
 
 class DNNLExecutor:
-    """Creates one oneDNN primitive per JSON node (at load) and runs them in order."""
+    """Creates one oneDNN primitive per JSON node (at load) and runs them in order.
+
+    Values inside the subgraph live in private buffers; 4-d ones computed by convolutions (and
+    the pools, elementwise and binary ops after them) are channels-last, which oneDNN's
+    convolutions run on, so only the subgraph's inputs and outputs change layout. An output
+    computed channels-last is reordered into the caller's NCHW tensor at the end."""
 
     def __init__(self, graph: dict):
         self.lib = dnnl_shim()
@@ -203,12 +209,29 @@ class DNNLExecutor:
         self.n_in = len(graph["inputs"]) + len(graph["constants"])
         self.ops = []  # (exec function, handle, entry ids...)
         self._buffers = {}
-        outputs = set(graph["outputs"])
+        self.nhwc = {}  # entry -> channels-last?
+        outputs = list(graph["outputs"])
+        self.out_entry = {}  # graph output entry -> where the node writes it
         for k, node in enumerate(graph["nodes"]):
             entry = self.n_in + k
-            if entry not in outputs:
+            self.nhwc[entry] = self._layout(node)
+            if entry not in outputs or self.nhwc[entry]:
                 self._buffers[entry] = np.empty(int(np.prod(node["shape"])) + 16, "float32")
             self.ops.append(self._create(node, entry))
+        for k, entry in enumerate(outputs):
+            if self.nhwc.get(entry):  # the caller's tensor is NCHW: one reorder into it
+                handle = self.lib.kd_reorder_create(_dims(self._shape(entry)), 0)
+                self._check(handle, {"name": "reorder", "attrs": {}})
+                self.ops.append((self.lib.kd_simple_exec, handle, entry, None, ("out", k)))
+
+    def _layout(self, node) -> bool:
+        if len(node["shape"]) != 4:
+            return False
+        if node["kind"] == "conv2d":
+            return True
+        if node["kind"] in ("pool2d", "eltwise", "binary"):
+            return self.nhwc.get(node["inputs"][0], False)
+        return False
 
     def _create(self, node: dict, entry: int):
         lib, a, ins = self.lib, node["attrs"], node["inputs"]
@@ -224,7 +247,9 @@ class DNNLExecutor:
                 oh, ow = node["shape"][2:]
                 pt, pl, pb, pr = a["padding"]
                 dims = [n, c, h, w, o, *a["kernel"], oh, ow, *a["strides"], pt, pl, pb, pr, *a["dilation"], a["groups"]]
-                handle = lib.kd_conv2d_create(_dims(dims), int(a["bias"]), post, 0.0, 0.0)
+                flags = (self._nhwc(ins[0]) | 2 * self.nhwc[entry]
+                         | (4 * self._nhwc(ins[-1]) if "s" in a["post"] else 0))
+                handle = lib.kd_conv2d_create(_dims(dims), int(a["bias"]), post, 0.0, 0.0, flags)
             else:
                 (m, k_), units = shapes[ins[0]], shapes[ins[1]][0]
                 handle = lib.kd_dense_create(m, k_, units, int(a["bias"]), post, 0.0, 0.0)
@@ -236,16 +261,23 @@ class DNNLExecutor:
             n, c, h, w = self._shape(ins[0])
             oh, ow = node["shape"][2:]
             dims = [n, c, h, w, oh, ow, *a["pool_size"], *a["strides"], *a["padding"]]
-            handle = lib.kd_pool2d_create(_dims(dims), _POOL[a["alg"]])
+            handle = lib.kd_pool2d_create(_dims(dims), _POOL[a["alg"]], self.nhwc[entry])
         elif kind == "eltwise":
-            handle = lib.kd_eltwise_create(int(np.prod(node["shape"])), _ELTWISE[a["alg"]], a["alpha"], a["beta"])
+            out = node["shape"]
+            handle = lib.kd_eltwise_create(len(out), _dims(out), _ELTWISE[a["alg"]], a["alpha"], a["beta"],
+                                           self.nhwc[entry])
         elif kind == "binary":
             out = node["shape"]
-            handle = lib.kd_binary_create(len(out), _dims(out), _dims(a["b_shape"]), _BINARY[a["alg"]])
+            b_nhwc = self._nhwc(ins[1]) and list(a["b_shape"]) == list(out)
+            handle = lib.kd_binary_create(len(out), _dims(out), _dims(a["b_shape"]), _BINARY[a["alg"]],
+                                          self.nhwc[entry] | 2 * b_nhwc)
         else:
             raise KilnError(f"{node['name']}: the oneDNN runtime has no node kind {kind!r}")
         self._check(handle, node)
         return (lib.kd_simple_exec, handle, ins[0], ins[1] if len(ins) > 1 else None, entry)
+
+    def _nhwc(self, entry: int) -> int:
+        return int(self.nhwc.get(entry, False))
 
     def _shape(self, entry: int) -> list:
         g = self.graph
@@ -266,9 +298,9 @@ class DNNLExecutor:
         if len(arrays) != self.n_in + n_out:
             raise KilnError(f"{self.graph['symbol']} takes {self.n_in + n_out} tensors, got {len(arrays)}")
         ptr = {i: _address(a) for i, a in enumerate(arrays[:self.n_in])}
+        for k, (e, a) in enumerate(zip(self.graph["outputs"], arrays[self.n_in:])):
+            ptr[e] = ptr[("out", k)] = _address(a)
         ptr.update({e: b.ctypes.data for e, b in self._buffers.items()})
-        for e, a in zip(self.graph["outputs"], arrays[self.n_in:]):
-            ptr[e] = _address(a)
         calls = [(op[0], op[1], *[ptr.get(e) if e is not None else None for e in op[2:]]) for op in self.ops]
         lib = self.lib
 

@@ -50,6 +50,12 @@ tag plain_tag(size_t ndim) {
 
 memory::desc plain(const dims& d) { return memory::desc(d, memory::data_type::f32, plain_tag(d.size())); }
 
+// Inside a subgraph, 4-d activations stay channels-last (NHWC, "acdb"): oneDNN's fast
+// convolutions use it, so only the subgraph's inputs and outputs are reordered.
+memory::desc layout(const dims& d, bool nhwc) {
+  return nhwc && d.size() == 4 ? memory::desc(d, memory::data_type::f32, tag::acdb) : plain(d);
+}
+
 // Post-ops from a string: 's' adds the tensor already in dst (a residual add), 'r' relu,
 // 'g' sigmoid (logistic), 't' tanh, 'c' clip (alpha, beta).
 primitive_attr post_ops_attr(const char* post, float alpha, float beta) {
@@ -73,7 +79,7 @@ primitive_attr post_ops_attr(const char* post, float alpha, float beta) {
 // buffers and reorders between them and the caller's plain tensors.
 struct Layer {
   primitive prim;
-  memory::desc src_user, wei_user, dst_user, bias_md;
+  memory::desc src_user, wei_user, dst_user, bias_md, addend_user;
   memory::desc src_md, wei_md, dst_md;
   memory src_mem, wei_mem, dst_mem;  // own buffers when the layout differs from the user's
   bool has_bias = false, has_sum = false;
@@ -109,7 +115,8 @@ int run_layer(Layer* L, void* src, void* wei, void* bias, void* addend, void* ds
   }
   void* dst_p = L->dst_mem ? L->dst_mem.get_data_handle() : dst;
   if (L->has_sum) {
-    if (L->dst_mem) convert(L->dst_user, addend, L->dst_md, dst_p);
+    if (L->dst_mem) convert(L->addend_user, addend, L->dst_md, dst_p);
+    else if (L->addend_user != L->dst_user) convert(L->addend_user, addend, L->dst_user, dst);
     else if (addend != dst) std::memcpy(dst, addend, L->dst_user.get_size());
   }
   std::unordered_map<int, memory> args = {
@@ -155,13 +162,15 @@ int kd_version() {
 }
 
 // d: N C H W  O KH KW  OH OW  sh sw  pt pl pb pr  dh dw  groups (dilation 1 = none).
-void* kd_conv2d_create(const int64_t* d, int has_bias, const char* post, float alpha, float beta) {
+// nhwc bits: 1 src, 2 dst, 4 addend are channels-last.
+void* kd_conv2d_create(const int64_t* d, int has_bias, const char* post, float alpha, float beta, int nhwc) {
   return guard_ptr([&]() -> void* {
     std::unique_ptr<Layer> L(new Layer);
     int64_t N = d[0], C = d[1], H = d[2], W = d[3], O = d[4], KH = d[5], KW = d[6], OH = d[7], OW = d[8];
     int64_t G = d[17];
-    L->src_user = plain({N, C, H, W});
-    L->dst_user = plain({N, O, OH, OW});
+    L->src_user = layout({N, C, H, W}, nhwc & 1);
+    L->dst_user = layout({N, O, OH, OW}, nhwc & 2);
+    L->addend_user = layout({N, O, OH, OW}, nhwc & 4);
     L->wei_user = G == 1 ? plain({O, C, KH, KW})
                          : memory::desc({G, O / G, C / G, KH, KW}, memory::data_type::f32, tag::goihw);
     L->bias_md = plain({O});
@@ -190,6 +199,7 @@ void* kd_dense_create(int64_t M, int64_t K, int64_t N, int has_bias, const char*
     L->src_user = plain({M, K});
     L->wei_user = plain({N, K});
     L->dst_user = plain({M, N});
+    L->addend_user = L->dst_user;
     L->bias_md = plain({N});
     L->has_bias = has_bias;
     L->has_sum = post && std::strchr(post, 's');
@@ -218,11 +228,12 @@ struct Simple {
 };
 
 // d: N C H W OH OW  kh kw  sh sw  pt pl pb pr; alg 0 max, 1 avg with padding counted, 2 avg without.
-void* kd_pool2d_create(const int64_t* d, int alg) {
+// nhwc: the input and output are channels-last.
+void* kd_pool2d_create(const int64_t* d, int alg, int nhwc) {
   return guard_ptr([&]() -> void* {
     std::unique_ptr<Simple> S(new Simple);
-    S->a_md = plain({d[0], d[1], d[2], d[3]});
-    S->dst_md = plain({d[0], d[1], d[4], d[5]});
+    S->a_md = layout({d[0], d[1], d[2], d[3]}, nhwc);
+    S->dst_md = layout({d[0], d[1], d[4], d[5]}, nhwc);
     algorithm a = alg == 0 ? algorithm::pooling_max
                 : alg == 1 ? algorithm::pooling_avg_include_padding
                            : algorithm::pooling_avg_exclude_padding;
@@ -234,7 +245,7 @@ void* kd_pool2d_create(const int64_t* d, int alg) {
 }
 
 // alg: 0 relu, 1 sigmoid, 2 tanh, 3 clip(alpha, beta), 4 exp, 5 sqrt, 6 abs, 7 gelu (erf)
-void* kd_eltwise_create(int64_t n, int alg, float alpha, float beta) {
+void* kd_eltwise_create(int ndim, const int64_t* shape, int alg, float alpha, float beta, int nhwc) {
   return guard_ptr([&]() -> void* {
     static const algorithm algs[] = {algorithm::eltwise_relu, algorithm::eltwise_logistic,
                                      algorithm::eltwise_tanh, algorithm::eltwise_clip,
@@ -242,7 +253,7 @@ void* kd_eltwise_create(int64_t n, int alg, float alpha, float beta) {
                                      algorithm::eltwise_abs, algorithm::eltwise_gelu_erf};
     if (alg < 0 || alg > 7) throw std::runtime_error("unknown eltwise algorithm");
     std::unique_ptr<Simple> S(new Simple);
-    S->a_md = S->dst_md = plain({n});
+    S->a_md = S->dst_md = layout(dims(shape, shape + ndim), nhwc);
     eltwise_forward::desc desc(prop_kind::forward_inference, algs[alg], S->a_md, alpha, beta);
     S->prim = eltwise_forward(eltwise_forward::primitive_desc(desc, eng()));
     return S.release();
@@ -250,18 +261,30 @@ void* kd_eltwise_create(int64_t n, int alg, float alpha, float beta) {
 }
 
 // a has the output's shape; b broadcasts (its dims are the output's or 1). alg: 0 add, 1 mul,
-// 2 sub, 3 max, 4 min, 5 div.
-void* kd_binary_create(int ndim, const int64_t* a_dims, const int64_t* b_dims, int alg) {
+// 2 sub, 3 max, 4 min, 5 div. nhwc bits: 1 a (and the output), 2 b are channels-last.
+void* kd_binary_create(int ndim, const int64_t* a_dims, const int64_t* b_dims, int alg, int nhwc) {
   return guard_ptr([&]() -> void* {
     static const algorithm algs[] = {algorithm::binary_add, algorithm::binary_mul, algorithm::binary_sub,
                                      algorithm::binary_max, algorithm::binary_min, algorithm::binary_div};
     if (alg < 0 || alg > 5) throw std::runtime_error("unknown binary algorithm");
     std::unique_ptr<Simple> S(new Simple);
-    S->a_md = S->dst_md = plain(dims(a_dims, a_dims + ndim));
-    S->b_md = plain(dims(b_dims, b_dims + ndim));
+    S->a_md = S->dst_md = layout(dims(a_dims, a_dims + ndim), nhwc & 1);
+    S->b_md = layout(dims(b_dims, b_dims + ndim), nhwc & 2);
     S->binary = true;
     binary::desc desc(algs[alg], S->a_md, S->b_md, S->dst_md);
     S->prim = binary(binary::primitive_desc(desc, eng()));
+    return S.release();
+  });
+}
+
+// A copy between NCHW and NHWC (to_nhwc: the direction) for a subgraph's 4-d outputs.
+void* kd_reorder_create(const int64_t* shape, int to_nhwc) {
+  return guard_ptr([&]() -> void* {
+    std::unique_ptr<Simple> S(new Simple);
+    dims d(shape, shape + 4);
+    S->a_md = layout(d, !to_nhwc);
+    S->dst_md = layout(d, to_nhwc);
+    S->prim = reorder(reorder::primitive_desc(eng(), S->a_md, eng(), S->dst_md));
     return S.release();
   });
 }

@@ -164,3 +164,26 @@ def test_runs_on_older_cpus(isa, tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
     convs = [line for line in proc.stdout.splitlines() if line.startswith("onednn_verbose,exec,cpu,convolution")]
     assert convs and not any("avx512" in line for line in convs), convs
+
+
+@needs_dnnl
+def test_layouts_mix_inside_a_subgraph():
+    """Convolution outputs stay channels-last inside a subgraph; binary ops mixing them with
+    NCHW graph inputs, elementwise ops and pools on them, and outputs read back in NCHW."""
+    rng = np.random.default_rng(3)
+    x, x2 = relay.var("x", shape=(1, 8, 10, 10)), relay.var("x2", shape=(1, 16, 10, 10))
+    y = relay.nn.conv2d(x, relay.const(rng.standard_normal((16, 8, 3, 3)).astype("float32")), padding=(1, 1))
+    outs = [relay.sigmoid(relay.multiply(y, x2)), relay.subtract(x2, y), relay.nn.max_pool2d(y, (2, 2), (2, 2)),
+            relay.nn.relu(y) * relay.const(np.float32(0.5))]
+    mod = tvm.IRModule.from_expr(relay.Function([x, x2], relay.Tuple(outs)))
+    part = partition_for_dnnl(mod)
+    assert [n for n in part if n.startswith("tvmgen_")] == ["tvmgen_default_dnnl_main_0"]
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(part, target="llvm")
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu()))
+    ins = {"x": rng.standard_normal((1, 8, 10, 10)).astype("float32"),
+           "x2": rng.standard_normal((1, 16, 10, 10)).astype("float32")}
+    got = run(m, ins)
+    want = relay.create_executor("debug", mod).evaluate()(*ins.values())
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, np.asarray(getattr(w, "numpy", lambda: w)()), rtol=1e-4, atol=1e-4)

@@ -59,7 +59,7 @@ def pool_ok(call: Call) -> bool:
 
 
 def eltwise_ok(call: Call) -> bool:
-    return _f32(call, *call.args)
+    return _f32(call, *call.args) and 1 <= len(_shape(call)) <= 6
 
 
 def binary_ok(call: Call) -> bool:
