@@ -1,6 +1,6 @@
 """Tunable GPU operators from kiln.topi: conv2d NCHW, depthwise conv2d NCHW, dense and
 batch_matmul, each registered as ``<op>.gpu`` (every OpenCL device; later CUDA) and
-``<op>.mali`` (``opencl -device=mali``), the names ``extract_from_program`` gives their tasks
+``<op>.mali`` (``opencl -device=mali``) and ``<op>.adreno`` (``opencl -device=adreno``), the names ``extract_from_program`` gives their tasks
 for GPU targets.
 
 The knobs are TVM's: ``tile_f``, ``tile_y``, ``tile_x`` (four levels: block, virtual thread,
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..task import register_topi_compute, register_topi_schedule
 
-FAMILIES = ("gpu", "mali")
+FAMILIES = ("gpu", "mali", "adreno")
 _UNROLL = [0, 512, 1500]
 
 
@@ -61,7 +61,7 @@ def _pkg(family: str):
 
 
 def _conv_defaults(family: str, p) -> dict:
-    if family == "mali":
+    if family in ("mali", "adreno"):  # adreno's texture convs run Mali's register-tiled kernel
         from kiln.topi.mali.conv2d import default_config
     else:
         from kiln.topi.gpu.conv2d import default_config
@@ -115,7 +115,7 @@ def _register(family: str) -> dict:
         cfg.define_split("tile_y", m, num_outputs=4)
         cfg.define_split("tile_x", n, num_outputs=4)
         cfg.define_split("tile_k", k, num_outputs=2)
-        cfg.define_knob("vec", [1, 4] if family == "gpu" else [1])
+        cfg.define_knob("vec", [1] if family == "mali" else [1, 4])
         _unroll_knobs(cfg)
         cfg.define_default(_default(default_config(m, n, k)))
 
@@ -152,3 +152,4 @@ def _register(family: str) -> dict:
 
 GPU = _register("gpu")
 MALI = _register("mali")
+ADRENO = _register("adreno")  # conv2d / depthwise read textures (topi.adreno); dense is topi.gpu's
