@@ -8,7 +8,7 @@ APT_PACKAGES := lld qemu-user gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc
                 pocl-opencl-icd ocl-icd-opencl-dev clinfo libdnnl-dev \
                 gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm
 
-.PHONY: setup system-packages demo test bench clean
+.PHONY: setup system-packages demo test test-heavy bench clean
 
 system-packages:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -29,7 +29,11 @@ demo: setup
 	$(PY) examples/run_all.py
 
 test: setup
-	$(PY) -m pytest -q -x --durations=15 tests
+	$(PY) -m pytest -q -x --durations=15 -m "not heavy" tests
+
+# The tests marked heavy: full-size models on PoCL and whole tuning examples (tens of minutes on 2 cores).
+test-heavy: setup
+	$(PY) -m pytest -q --durations=15 -m heavy tests
 
 bench: setup
 	$(PY) bench/matmul.py && $(PY) bench/build.py && $(PY) bench/import_time.py

@@ -19,9 +19,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-# Minutes on a loaded 2-core machine (PoCL compiles every candidate on the servers): slow.
-# test_gpu_tuning.py covers LocalRunner and RPCRunner on OpenCL in the default suite.
-@pytest.mark.slow
+# Minutes on a loaded 2-core machine (PoCL compiles every candidate on the servers): heavy, run by
+# `make test-heavy`. test_gpu_tuning.py covers LocalRunner and RPCRunner on OpenCL in the default suite.
+@pytest.mark.heavy
 @pytest.mark.opencl
 def test_tune_relay_opencl_example_runs_as_written(tmp_path):
     proc = subprocess.run([sys.executable, EXAMPLE, "--trials", "2", "--image", "32", "--timeout", "60",
