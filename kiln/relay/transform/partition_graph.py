@@ -14,6 +14,8 @@ compilers. The functions are also added to the module under their symbol, for in
 
 from __future__ import annotations
 
+from kiln.errors import CompileError
+
 from ..expr import Call, Constant, Function, Tuple, TupleGetItem, var
 from ..op.contrib.annotation import is_begin, is_end
 from ..visitor import _walk, children
@@ -41,6 +43,7 @@ def partition_graph(func: Function, mod_name: str = "default", start: int = 0) -
                     seen.append(a.args[0])
         inputs_of[r] = seen
 
+    _check_acyclic(regions, groups, inputs_of)
     calls: dict = {}
     functions: dict = {}
 
@@ -83,3 +86,22 @@ def _outline(root, members, inputs, outputs, compiler: str, symbol: str, memo: d
                  {"Primitive": 1, "Compiler": compiler, "global_symbol": symbol, "Inline": 1})
     functions[symbol] = f
     return Call(f, [memo[x] for x in inputs]), list(outputs)
+
+
+def _check_acyclic(regions: Regions, groups: dict, inputs_of: dict) -> None:
+    """Fail, rather than loop, on regions merged by hand into a cycle: a region must not read a
+    value computed from one of its own outputs outside it (MergeCompilerRegions never does this)."""
+    for root, members in groups.items():
+        inside = set(members)
+        seen: set = set()
+        stack = [x for x in inputs_of[root]]
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if node in inside:
+                raise CompileError(f"PartitionGraph: a {regions.compiler[root]} region reads a value computed "
+                                   "from its own output outside it, so it cannot be one function; merge "
+                                   "regions with MergeCompilerRegions, which keeps them acyclic")
+            stack.extend(children(node))

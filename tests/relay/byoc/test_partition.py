@@ -173,3 +173,22 @@ def test_partition_for_dnnl_folds_batch_norm_into_the_convolution():
     got = relay.create_executor("debug", out).evaluate()(data)
     np.testing.assert_allclose(np.asarray(getattr(got, "numpy", lambda: got)()),
                                np.asarray(getattr(ref, "numpy", lambda: ref)()), rtol=1e-4, atol=1e-4)
+
+
+def test_hand_merged_cycle_is_refused_not_looped():
+    import sys
+
+    from kiln.errors import CompileError
+
+    regions = sys.modules["kiln.relay.transform.merge_compiler_regions"]
+    x = relay.var("x", shape=(2, 8))
+    a = relay.nn.relu(x)
+    mod = _mod(relay.add(a, relay.negative(a)), x)
+    real = regions._creates_cycle
+    regions._creates_cycle = lambda *args: False  # a merge that ignores the diamond
+    try:
+        merged = tvm.transform.Sequential([transform.AnnotateTarget(["dnnl"]), transform.MergeCompilerRegions()])(mod)
+    finally:
+        regions._creates_cycle = real
+    with pytest.raises(CompileError, match="its own output"):
+        transform.PartitionGraph()(merged)
