@@ -64,14 +64,27 @@ def unpack_view(packed, axis: int, channels: int, name: str):
     return te.compute(tuple(shape), value, name=name, tag="injective")
 
 
+def textures_enabled() -> bool:
+    """False under PassContext(config={"relay.backend.adreno_textures": False}): the same kernels on
+    buffers (bench/adreno_texture.py compares the two)."""
+    from kiln.transform import PassContext
+
+    return bool(PassContext.current().config.get("relay.backend.adreno_textures", True))
+
+
 def pack_activation(data, name: str = "data"):
-    """NCHW -> NCHW4c in ``global.texture``; returns (packed, NCHW view of it)."""
+    """NCHW -> NCHW4c in ``global.texture``; returns (packed, NCHW view of it), or (None, data)
+    with textures disabled."""
+    if not textures_enabled():
+        return None, data
     packed = pack(data, 1, "global.texture", f"{name}_tex")
     return packed, unpack_view(packed, 1, _dims(data)[1], f"{name}_tex_view")
 
 
 def pack_weight(kernel, name: str = "kernel"):
     """OIHW -> OIHW4o in ``global.texture-weight``; returns (packed, OIHW view of it)."""
+    if not textures_enabled():
+        return None, kernel
     packed = pack(kernel, 0, "global.texture-weight", f"{name}_tex")
     return packed, unpack_view(packed, 0, _dims(kernel)[0], f"{name}_tex_view")
 
