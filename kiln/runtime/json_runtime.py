@@ -321,4 +321,9 @@ def _address(array) -> int:
     return np.ascontiguousarray(array).ctypes.data
 
 
-EXECUTORS = {"dnnl": DNNLExecutor}
+def _cublas(graph):
+    from .json_cublas import CuBLASExecutor
+    return CuBLASExecutor(graph)
+
+
+EXECUTORS = {"dnnl": DNNLExecutor, "cublas": _cublas}

@@ -63,8 +63,8 @@ def test_target_that_does_not_parse(tmp_path, small_onnx):
     _one_line_error(tvmc("compile", "--target", "llvm -mtriple", small_onnx[0], check=False), "--target")
     _one_line_error(tvmc("compile", "--target", "opencl, clml, llvm", small_onnx[0], check=False),
                     "'clml'", "OpenCLML SDK")  # partitioned for CLML, which needs Qualcomm's SDK
-    _one_line_error(tvmc("compile", "--target", "cublas, llvm", small_onnx[0], check=False),
-                    "'cublas'", "not supported yet")
+    _one_line_error(tvmc("compile", "--target", "cudnn, llvm", small_onnx[0], check=False),
+                    "'cudnn'", "not supported yet")
     assert not os.listdir(tmp_path)
 
 

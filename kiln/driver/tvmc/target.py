@@ -19,7 +19,7 @@ TARGET_OPTIONS = {"llvm": ("mtriple", "mcpu", "mattr", "mabi"), "opencl": ("devi
 # BYOC names TVM users write in the list (002: "opencl, clml, llvm"). PARTITIONED ones are offloaded
 # with relay.op.contrib.<name>.partition_for_<name> (docs/byoc.md); the others are not implemented.
 BYOC = ("clml", "dnnl", "cublas", "cudnn", "ethos-n", "cmsis-nn")
-PARTITIONED = ("dnnl", "clml")
+PARTITIONED = ("dnnl", "clml", "cublas")
 
 
 def byoc_from_cli(text: str) -> list[str]:

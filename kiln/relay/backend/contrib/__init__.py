@@ -16,6 +16,7 @@ from kiln.errors import CompileError
 CODEGENS = {
     "dnnl": "kiln.relay.backend.contrib.dnnl:dnnl_codegen",
     "clml": "kiln.relay.backend.contrib.clml:clml_codegen",
+    "cublas": "kiln.relay.backend.contrib.cublas:cublas_codegen",
 }
 
 
