@@ -11,8 +11,11 @@ Both sides are timed with CUDA events (kiln: time_evaluator on tvm.cuda(0); torc
 torch.cuda.Event); medians of ``--repeat`` repeats. The measuring code is bench/opencl.py's,
 run with the CUDA target and device.
 
-    python bench/cuda.py                 # on an NVIDIA GPU with torch
-    python bench/cuda.py --size 1024 --skip resnet
+    python bench/cuda_gpu.py                 # on an NVIDIA GPU with torch
+    python bench/cuda_gpu.py --size 1024 --skip resnet
+
+Not named cuda.py: a script's folder comes first on sys.path, and a bench/cuda.py would stand in
+for cuda-python's ``cuda`` package (tvm.cuda(0) then finds no driver).
 """
 
 from __future__ import annotations
@@ -42,11 +45,11 @@ def main() -> None:
     gpu = _shared()
     dev = tvm.cuda(0)
     if not dev.exist:
-        raise SystemExit("bench/cuda.py: no CUDA device (needs an NVIDIA GPU, its driver and "
+        raise SystemExit("bench/cuda_gpu.py: no CUDA device (needs an NVIDIA GPU, its driver and "
                          "pip install 'kiln[cuda]')")
     torch = gpu.cuda_torch()
     if torch is None:
-        raise SystemExit("bench/cuda.py: the reference is torch with CUDA; install torch")
+        raise SystemExit("bench/cuda_gpu.py: the reference is torch with CUDA; install torch")
     target = tvm.target.Target(args.target, host="llvm")
     print(f"device: {dev.device_name} (sm_{dev.compute_version.replace('.', '')})  |  "
           f"target: {target}  |  reference: torch {torch.__version__}, TF32 off")
