@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ..errors import CompileError
 from ..ir import expr as E
+from ..ir.dtype import DType
 from ..ir.functor import Visitor
 from .c_family_expr import _contiguous, _multiple_of
 from .opencl import OpenCLPrinter
@@ -34,6 +35,8 @@ class TexturePrinter(HalfStorage, OpenCLPrinter):
         self.textures = func.attrs.get("texture", {})
         self.written = _written(func.body) if self.textures else set()
         self.read = _read(func.body) if self.textures else set()
+        self.texels: dict = {}  # (image, x, y) text -> the float4 variable holding that texel
+        self.texel_vars: list = []
         if self.textures:
             self.needs.add(SAMPLER)
         return super().print_kernel(func)
@@ -69,7 +72,7 @@ class TexturePrinter(HalfStorage, OpenCLPrinter):
                 return self._read(img, base, layout)
         if lanes == 1:
             x, y, lane = self._coords(idx, layout.width)
-            texel = f"read_imagef({img}, kiln_sampler, (int2)({self.expr(x)}, {self.expr(y)}))"
+            texel = self._fetch(img, x, y)
             if isinstance(lane, E.IntImm):
                 return f"{texel}.s{lane.value}"
             self.needs.add(LANE_HELPER)
@@ -82,7 +85,31 @@ class TexturePrinter(HalfStorage, OpenCLPrinter):
 
     def _read(self, img: str, base, layout) -> str:
         x, y, _ = self._coords(base, layout.width)
-        return f"read_imagef({img}, kiln_sampler, (int2)({self.expr(x)}, {self.expr(y)}))"
+        return self._fetch(img, x, y)
+
+    def _fetch(self, img: str, x, y) -> str:
+        """A variable holding texel (x, y), read once per straight-line block: a kernel only reads
+        __read_only images, which cannot change under it, and clamped reads out of range are
+        safe, so a read under a condition may move before it. Reusing the texel matters where
+        one work-item takes several lanes of it (4 channels of a tile, 4 reduction steps)."""
+        key = (img, self.expr(x), self.expr(y))
+        name = self.texels.get(key)
+        if name is None:
+            var = E.Var(f"{img}_texel", DType("float", 32, 4))
+            self.texel_vars.append(var)  # alive while printing: names are keyed by id()
+            name = self.name(var)
+            self.emit(f"float4 {name} = read_imagef({img}, kiln_sampler, (int2)({key[1]}, {key[2]}));")
+            self.texels[key] = name
+        return name
+
+    def _block(self, s) -> None:
+        # Texels read inside a nested block are not visible after it; outer ones stay valid.
+        outer = self.texels
+        self.texels = dict(outer)
+        try:
+            super()._block(s)
+        finally:
+            self.texels = outer
 
     def _cast_texel(self, text: str, dtype) -> str:
         if dtype.is_float and dtype.bits == 32:
