@@ -52,7 +52,7 @@ def _merge_one(body, name: str, pattern, check):
                 inner.append(e)
         inner = [e for e in inner if not any(e is x for x in inputs)]
         inner_ids = {id(e) for e in inner}
-        if any(id(e) in {id(t) for t in taken} for e in inner):
+        if any(e in taken for e in inner):
             continue
         leaked = [e for e in inner if e is not root and any(id(u) not in inner_ids for u in users.get(e, []))]
         if leaked:

@@ -187,3 +187,11 @@ def test_layouts_mix_inside_a_subgraph():
     want = relay.create_executor("debug", mod).evaluate()(*ins.values())
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, np.asarray(getattr(w, "numpy", lambda: w)()), rtol=1e-4, atol=1e-4)
+
+
+@needs_dnnl
+def test_aot_executor_refuses_offloaded_functions():
+    x = relay.var("x", shape=(2, 8))
+    part = partition_for_dnnl(tvm.IRModule.from_expr(relay.Function([x], relay.negative(relay.nn.relu(x)))))
+    with pytest.raises(CompileError, match="aot executor cannot call functions offloaded to \\['dnnl'\\]"):
+        relay.build(part, target="llvm", executor="aot")
