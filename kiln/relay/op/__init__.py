@@ -30,4 +30,14 @@ def list_ops() -> list[str]:
     return sorted(OP_TABLE)
 
 
+def __getattr__(name: str):
+    """``relay.op.contrib`` (BYOC support tables) loads on first use."""
+    if name == "contrib":
+        import importlib
+        value = importlib.import_module("kiln.relay.op.contrib")
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'kiln.relay.op' has no attribute {name!r}")
+
+
 __all__ = ["OP_TABLE", "get", "list_ops", "OpDef", "OpPattern", "RelCtx", "REQUIRED"]

@@ -192,3 +192,11 @@ def test_hand_merged_cycle_is_refused_not_looped():
         regions._creates_cycle = real
     with pytest.raises(CompileError, match="its own output"):
         transform.PartitionGraph()(merged)
+
+
+def test_contrib_tables_load_on_attribute_access():
+    assert callable(relay.op.contrib.dnnl.partition_for_dnnl)
+    assert callable(relay.op.contrib.clml.partition_for_clml)
+    assert callable(relay.op.contrib.cublas.partition_for_cublas)
+    with pytest.raises(AttributeError, match="compilers: dnnl"):
+        relay.op.contrib.tensorrt
