@@ -18,8 +18,10 @@ import numpy as np
 
 from kiln.errors import KilnError
 
-TEMPLATES = ("qemu-mps2-an385",)
-_CPU = {"qemu-mps2-an385": ("cortex-m3", "mps2-an385")}
+TEMPLATES = ("host", "qemu-mps2-an385")
+_CPU = {"qemu-mps2-an385": ("cortex-m3", "mps2-an385"), "host": (None, None)}
+CRT_DIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "src", "crt"))
+_CRT_FILES = ("page_allocator.c", "framing.c", "rpc_server.c")
 
 
 def get_microtvm_template_projects(name: str) -> str:
@@ -44,6 +46,8 @@ def generate_project(template_dir: str, module, project_dir: str, options: dict 
     if os.path.exists(project_dir):
         shutil.rmtree(project_dir)
     shutil.copytree(template_dir, project_dir)
+    if not _is_aot(module):  # a C module or graph build: the CRT's RPC server hosts its functions
+        return _generate_crt(project_dir, template, module, options)
     mlf = os.path.join(project_dir, "model.tar")
     if isinstance(module, (str, os.PathLike)):
         shutil.copyfile(module, mlf)
@@ -59,6 +63,80 @@ def generate_project(template_dir: str, module, project_dir: str, options: dict 
                         "executor=Executor('aot', {'interface-api': 'c', 'unpacked-api': True})")
     _write_io(project_dir, meta["memory"], options.get("inputs", {}))
     return GeneratedProject(project_dir, template, meta, options)
+
+
+def _is_aot(module) -> bool:
+    from kiln.relay.backend.aot import AOTExecutorFactoryModule
+    return isinstance(module, (str, os.PathLike, AOTExecutorFactoryModule))
+
+
+def _generate_crt(project_dir: str, template: str, module, options: dict):
+    lib = module.get_lib() if hasattr(module, "get_lib") else module
+    if "c" not in getattr(lib, "sources", {}):
+        raise KilnError("generate_project: the module has no C source; build it with target 'c'")
+    with open(os.path.join(project_dir, "module.c"), "w") as f:
+        f.write(lib.get_source("c"))
+    names = [fn["name"] for fn in lib.metadata["functions"]]
+    table = [f"int32_t {n}(const KilnValue*, const int32_t*, int32_t);" for n in names]
+    table += ["const KilnCrtFunc kiln_crt_system_lib[] = {" + ", ".join(f'{{"{n}", {n}}}' for n in names) + "};",
+              f"const int32_t kiln_crt_system_lib_size = {len(names)};"]
+    with open(os.path.join(project_dir, "syslib.c"), "w") as f:
+        f.write('#include "crt.h"\n' + "\n".join(table) + "\n")
+    return CRTProject(project_dir, template, options)
+
+
+class CRTProject:
+    """Firmware that serves the module's functions over RPC: ``build()``, ``flash()``, ``transport()``."""
+
+    def __init__(self, project_dir: str, template: str, options: dict):
+        self.dir, self.template, self.options = project_dir, template, options
+        self.cpu, self.machine = _CPU[template]
+        self.exe = os.path.join(project_dir, "build", "board.elf" if self.cpu else "board")
+
+    def build(self) -> str:
+        os.makedirs(os.path.dirname(self.exe), exist_ok=True)
+        crt = [os.path.join(CRT_DIR, f) for f in _CRT_FILES]
+        mine = [os.path.join(self.dir, f) for f in ("module.c", "syslib.c")]
+        flags = ["-std=gnu99", "-O2", "-I", CRT_DIR, "-I", self.dir, *self.options.get("cflags", [])]
+        if self.cpu is None:
+            cmd = ["cc", *flags, os.path.join(self.dir, "board.c"), *crt, *mine, "-lm", "-o", self.exe]
+        else:
+            from ..toolchain import missing_arm_gcc
+            if missing_arm_gcc():
+                raise KilnError(missing_arm_gcc())
+            cmd = ["arm-none-eabi-gcc", f"-mcpu={self.cpu}", "-mthumb", "-ffunction-sections", "-fdata-sections",
+                   *flags, os.path.join(self.dir, "board.c"), os.path.join(self.dir, "crt_main.c"), *crt, *mine,
+                   "-nostartfiles", "--specs=nano.specs", "--specs=nosys.specs",
+                   "-T", os.path.join(self.dir, "mps2_an385.ld"), "-Wl,--gc-sections", "-lm", "-o", self.exe]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise KilnError(f"CRT firmware build failed:\n{out.stderr[-3000:]}")
+        return self.exe
+
+    def flash(self) -> None:
+        if not os.path.exists(self.exe):
+            raise KilnError("flash: build the project first (project.build())")
+
+    def transport(self):
+        """A context manager for micro.Session: the board process (host) or qemu over a TCP UART."""
+        from ..session import PipeTransport, SocketTransport
+
+        self.flash()
+        if self.cpu is None:
+            return PipeTransport([self.exe])
+        from ..toolchain import missing_qemu
+        if missing_qemu():
+            raise KilnError(missing_qemu())
+        import socket
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        cmd = ["qemu-system-arm", "-M", self.machine, "-cpu", self.cpu, "-display", "none", "-monitor", "none",
+               "-serial", f"tcp:127.0.0.1:{port}", "-semihosting-config", "enable=on,target=native",
+               "-icount", f"shift={self.options.get('icount_shift', 0)},align=off,sleep=off", "-kernel", self.exe]
+        return SocketTransport(listener, lambda: subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
 
 _NP_C = {"float32": "float", "int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t", "int16": "int16_t"}
