@@ -177,6 +177,12 @@ def dnnl_shim() -> ctypes.CDLL:
     return lib
 
 
+def _omp_set_num_threads(n: int) -> None:
+    fn = getattr(dnnl_shim(), "omp_set_num_threads", None)  # libgomp, which libdnnl links
+    if fn is not None:
+        fn(int(n))
+
+
 def dnnl_available() -> str | None:
     """None when oneDNN runs here, else the reason it does not."""
     try:
@@ -204,8 +210,13 @@ class DNNLExecutor:
     computed channels-last is reordered into the caller's NCHW tensor at the end."""
 
     def __init__(self, graph: dict):
+        from .. import config
+
         self.lib = dnnl_shim()
         self.graph = graph
+        # kiln's thread setting (KILN_NUM_THREADS, config.override) when the module is loaded;
+        # 0 leaves oneDNN to OpenMP (OMP_NUM_THREADS, else one thread per core).
+        self.threads = int(config.get().num_threads)
         self.n_in = len(graph["inputs"]) + len(graph["constants"])
         self.ops = []  # (exec function, handle, entry ids...)
         self._buffers = {}
@@ -303,8 +314,11 @@ class DNNLExecutor:
         ptr.update({e: b.ctypes.data for e, b in self._buffers.items()})
         calls = [(op[0], op[1], *[ptr.get(e) if e is not None else None for e in op[2:]]) for op in self.ops]
         lib = self.lib
+        threads = self.threads
 
         def run():
+            if threads:  # OpenMP's thread count is per calling thread: set it where the run happens
+                _omp_set_num_threads(threads)
             for fn, *args in calls:
                 if fn(*args):
                     raise KilnError(lib.kd_last_error().decode())
