@@ -159,7 +159,7 @@ def pattern_table():
     """(name, pattern, check) for MergeComposite, longest first."""
     table = []
     for op, short in (("nn.conv2d", "conv2d"), ("nn.dense", "dense")):
-        for bias, residual, relu in ((1, 1, 1), (1, 1, 0), (0, 1, 1), (1, 0, 1), (1, 0, 0), (0, 0, 1)):
+        for bias, residual, relu in ((1, 1, 1), (1, 1, 0), (0, 1, 1), (0, 1, 0), (1, 0, 1), (1, 0, 0), (0, 0, 1)):
             name = f"{COMPILER}.{short}" + ("_bias" if bias else "") + ("_sum" if residual else "") + \
                 ("_relu" if relu else "")
             check = lambda root, b=bool(bias), r=bool(residual): _layer_check(root, b, r)  # noqa: E731
