@@ -74,9 +74,24 @@ def _generate_crt(project_dir: str, template: str, module, options: dict):
     lib = module.get_lib() if hasattr(module, "get_lib") else module
     if "c" not in getattr(lib, "sources", {}):
         raise KilnError("generate_project: the module has no C source; build it with target 'c'")
+    return _crt_project(project_dir, template, lib.get_source("c"), [fn["name"] for fn in lib.metadata["functions"]],
+                        options)
+
+
+def generate_crt_project(template_dir: str, source: str, names: list, project_dir: str, options: dict | None = None):
+    """A CRT project over C source (the C target's) whose packed functions ``names`` the host may call."""
+    template = os.path.basename(os.path.normpath(template_dir))
+    if template not in _CPU:
+        raise KilnError(f"{template_dir} is not a kiln micro project template")
+    if os.path.exists(project_dir):
+        shutil.rmtree(project_dir)
+    shutil.copytree(template_dir, project_dir)
+    return _crt_project(project_dir, template, source, names, dict(options or {}))
+
+
+def _crt_project(project_dir: str, template: str, source: str, names: list, options: dict):
     with open(os.path.join(project_dir, "module.c"), "w") as f:
-        f.write(lib.get_source("c"))
-    names = [fn["name"] for fn in lib.metadata["functions"]]
+        f.write(source)
     table = [f"int32_t {n}(const KilnValue*, const int32_t*, int32_t);" for n in names]
     table += ["const KilnCrtFunc kiln_crt_system_lib[] = {" + ", ".join(f'{{"{n}", {n}}}' for n in names) + "};",
               f"const int32_t kiln_crt_system_lib_size = {len(names)};"]
