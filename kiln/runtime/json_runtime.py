@@ -167,7 +167,9 @@ def dnnl_shim() -> ctypes.CDLL:
                        ("kd_pool2d_create", [i64p, i32, i32]),
                        ("kd_eltwise_create", [i32, i64p, i32, f32, f32, i32]),
                        ("kd_binary_create", [i32, i64p, i64p, i32, i32]),
-                       ("kd_reorder_create", [i64p, i32])):
+                       ("kd_reorder_create", [i64p, i32]),
+                       ("kd_softmax_create", [i32, i64p, i32, i32]),
+                       ("kd_matmul_create", [ctypes.c_int64] * 4 + [i32])):
         getattr(lib, name).restype = vp
         getattr(lib, name).argtypes = args
     lib.kd_layer_exec.argtypes = [vp] * 6
@@ -240,7 +242,7 @@ class DNNLExecutor:
             return False
         if node["kind"] == "conv2d":
             return True
-        if node["kind"] in ("pool2d", "eltwise", "binary"):
+        if node["kind"] in ("pool2d", "eltwise", "binary", "softmax"):
             return self.nhwc.get(node["inputs"][0], False)
         return False
 
@@ -282,6 +284,13 @@ class DNNLExecutor:
             b_nhwc = self._nhwc(ins[1]) and list(a["b_shape"]) == list(out)
             handle = lib.kd_binary_create(len(out), _dims(out), _dims(a["b_shape"]), _BINARY[a["alg"]],
                                           self.nhwc[entry] | 2 * b_nhwc)
+        elif kind == "softmax":
+            out = node["shape"]
+            handle = lib.kd_softmax_create(len(out), _dims(out), int(a["axis"]) % len(out), self.nhwc[entry])
+        elif kind == "matmul":
+            batch, m, k_ = self._shape(ins[0])
+            n = node["shape"][2]
+            handle = lib.kd_matmul_create(batch, m, k_, n, int(a["transpose_b"]))
         else:
             raise KilnError(f"{node['name']}: the oneDNN runtime has no node kind {kind!r}")
         self._check(handle, node)

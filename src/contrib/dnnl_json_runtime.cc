@@ -224,7 +224,7 @@ void kd_layer_free(void* h) { delete static_cast<Layer*>(h); }
 struct Simple {
   primitive prim;
   memory::desc a_md, b_md, dst_md;
-  bool binary = false;
+  bool binary = false, matmul = false;
 };
 
 // d: N C H W OH OW  kh kw  sh sw  pt pl pb pr; alg 0 max, 1 avg with padding counted, 2 avg without.
@@ -277,6 +277,33 @@ void* kd_binary_create(int ndim, const int64_t* a_dims, const int64_t* b_dims, i
   });
 }
 
+// softmax over `axis` of a tensor (channels-last when nhwc and 4-d).
+void* kd_softmax_create(int ndim, const int64_t* shape, int axis, int nhwc) {
+  return guard_ptr([&]() -> void* {
+    std::unique_ptr<Simple> S(new Simple);
+    S->a_md = S->dst_md = layout(dims(shape, shape + ndim), nhwc);
+    softmax_forward::desc desc(prop_kind::forward_inference, S->a_md, axis);
+    S->prim = softmax_forward(softmax_forward::primitive_desc(desc, eng()));
+    return S.release();
+  });
+}
+
+// Batched matrix product: a (B, M, K) times b, stored (B, N, K) when transpose_b (relay's
+// batch_matmul default) or (B, K, N), into (B, M, N).
+void* kd_matmul_create(int64_t B, int64_t M, int64_t K, int64_t N, int transpose_b) {
+  return guard_ptr([&]() -> void* {
+    std::unique_ptr<Simple> S(new Simple);
+    S->a_md = plain({B, M, K});
+    S->b_md = transpose_b ? memory::desc({B, K, N}, memory::data_type::f32, dims{N * K, 1, K})
+                          : plain({B, K, N});
+    S->dst_md = plain({B, M, N});
+    S->matmul = true;
+    matmul::desc desc(S->a_md, S->b_md, S->dst_md);
+    S->prim = matmul(matmul::primitive_desc(desc, eng()));
+    return S.release();
+  });
+}
+
 // A copy between NCHW and NHWC (to_nhwc: the direction) for a subgraph's 4-d outputs.
 void* kd_reorder_create(const int64_t* shape, int to_nhwc) {
   return guard_ptr([&]() -> void* {
@@ -296,6 +323,9 @@ int kd_simple_exec(void* h, void* a, void* b, void* dst) {
     if (S->binary) {
       args[DNNL_ARG_SRC_0] = memory(S->a_md, eng(), a);
       args[DNNL_ARG_SRC_1] = memory(S->b_md, eng(), b);
+    } else if (S->matmul) {
+      args[DNNL_ARG_SRC] = memory(S->a_md, eng(), a);
+      args[DNNL_ARG_WEIGHTS] = memory(S->b_md, eng(), b);
     } else {
       args[DNNL_ARG_SRC] = memory(S->a_md, eng(), a);
     }

@@ -28,6 +28,7 @@ def _cases():
     y = relay.var("y", shape=(1, 6, 9, 9))
     r = relay.var("r", shape=(3, 7))
     s = relay.var("s", shape=(1, 5, 9, 9))
+    a, b, c = relay.var("a", shape=(2, 5, 8)), relay.var("b", shape=(2, 6, 8)), relay.var("c", shape=(2, 8, 3))
     return {
         "sigmoid": ([x], relay.sigmoid(x)), "tanh": ([x], relay.tanh(x)), "exp": ([x], relay.exp(x)),
         "abs": ([x], relay.abs(x)), "sqrt": ([x], relay.sqrt(relay.abs(x))),
@@ -43,6 +44,11 @@ def _cases():
         "depthwise_conv_relu": ([x], relay.nn.relu(relay.nn.bias_add(
             relay.nn.conv2d(x, _const(6, 1, 3, 3), padding=(1, 1), groups=6), _const(6)))),
         "dense_relu": ([v], relay.nn.relu(relay.nn.bias_add(relay.nn.dense(v, _const(7, 10)), _const(7)))),
+        "softmax": ([x], relay.nn.softmax(x, axis=1)),
+        "softmax_last": ([v], relay.nn.softmax(v)),
+        "conv_softmax": ([x], relay.nn.softmax(relay.nn.conv2d(x, _const(5, 6, 1, 1)), axis=1)),
+        "batch_matmul": ([a, b], relay.nn.batch_matmul(a, b)),
+        "batch_matmul_nt": ([a, c], relay.nn.batch_matmul(a, c, transpose_b=False)),
         "dense_sum": ([v, r], relay.add(relay.nn.dense(v, _const(7, 10)), r)),
         "conv_sum": ([x, s], relay.add(s, relay.nn.conv2d(x, _const(5, 6, 3, 3), padding=(1, 1)))),
     }

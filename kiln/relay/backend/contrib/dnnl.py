@@ -9,6 +9,8 @@ Node kinds (what kiln/runtime/json_runtime.py's oneDNN executor runs):
 | pool2d | data | alg (max, avg, avg_pad), pool_size, strides, padding |
 | eltwise | data | alg (relu, sigmoid, tanh, clip, exp, sqrt, abs), alpha, beta |
 | binary | a, b (b broadcasts) | alg (add, mul, sub, max, min, div) |
+| softmax | data | axis |
+| matmul | a (B, M, K), b ((B, N, K) or (B, K, N)) | transpose_b |
 
 ``post`` lists what oneDNN fuses after the layer, in order: ``s`` adds ``addend`` (a residual),
 ``r`` applies relu. Biases are stored as one value per output channel.
@@ -51,6 +53,11 @@ def _convert(s: Serializer, call: Call):
             a, b = b, a  # commutative (binary_ok checked): the full-shape operand goes first
         return s.add("binary", name, [s.ref(a), s.ref(b)],
                      {"alg": BINARY[name], "b_shape": _broadcast_shape(b, call)}, call)
+    if name == "nn.softmax":
+        return s.add("softmax", name, [s.ref(call.args[0])], {"axis": int(call.attrs.axis)}, call)
+    if name == "nn.batch_matmul":
+        return s.add("matmul", name, [s.ref(call.args[0]), s.ref(call.args[1])],
+                     {"transpose_b": bool(call.attrs.get("transpose_b", True))}, call)
     raise CompileError(f"{s.symbol}: oneDNN codegen has no rule for {name}")
 
 

@@ -80,6 +80,18 @@ for _name in BINARY:
     register_op_attr(_name, f"target.{COMPILER}", binary_ok)
 for _name in POOLS:
     register_op_attr(_name, f"target.{COMPILER}", pool_ok)
+def softmax_ok(call: Call) -> bool:
+    return _f32(call, *call.args) and 1 <= len(_shape(call)) <= 6
+
+
+def batch_matmul_ok(call: Call) -> bool:
+    a, b = call.args
+    return (_f32(call, a, b) and not call.attrs.get("transpose_a", False) and len(_shape(a)) == 3
+            and len(_shape(b)) == 3 and _shape(a)[0] == _shape(b)[0])
+
+
+register_op_attr("nn.softmax", f"target.{COMPILER}", softmax_ok)
+register_op_attr("nn.batch_matmul", f"target.{COMPILER}", batch_matmul_ok)
 register_op_attr("nn.conv2d", f"target.{COMPILER}", conv2d_ok)
 register_op_attr("nn.dense", f"target.{COMPILER}", dense_ok)
 
