@@ -592,3 +592,17 @@ def test_scalar_arguments_reach_the_kernel():
     out = tvm.nd.empty((70,), "float32", dev)
     f(tvm.nd.array(a, dev), 1.5, 3, out)
     np.testing.assert_allclose(out.numpy(), a * 1.5 + 3, rtol=1e-6)
+
+
+def test_too_many_threads_in_z():
+    # 128 work-items in z fit PoCL but not CUDA or NVIDIA's OpenCL (64): refused at build time
+    n = 256
+    A = te.placeholder((2, n), name="A")
+    B = te.compute((2, n), lambda i, j: A[i, j] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    jo, ji = s[B].split(B.op.axis[1], factor=128)
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[B].bind(jo, te.thread_axis("blockIdx.y"))
+    s[B].bind(ji, te.thread_axis("threadIdx.z"))
+    with pytest.raises(CompileError, match=r"threadIdx.z has 128 threads; GPUs allow at most 64"):
+        tvm.build(s, [A, B], target="opencl", name="add_one_z")

@@ -95,6 +95,10 @@ def shared_bytes(kernel: PrimFunc) -> int:
     return total
 
 
+# Per-dimension work-group limits that CUDA fixes and NVIDIA's OpenCL reports (x, y, z).
+MAX_THREAD_DIMENSIONS = (1024, 1024, 64)
+
+
 def check_kernel_limits(kernel: PrimFunc, target) -> PrimFunc:
     name = kernel.attrs["global_symbol"]
     extents = kernel.attrs["thread_extent"]
@@ -108,6 +112,11 @@ def check_kernel_limits(kernel: PrimFunc, target) -> PrimFunc:
                                "(split the axis by a constant factor before binding it)")
         threads *= ext.value
         desc.append(f"{tag}={ext.value}")
+        dim_limit = MAX_THREAD_DIMENSIONS["xyz".index(tag[-1])]
+        if ext.value > dim_limit:
+            raise CompileError(f"{name}: {tag} has {ext.value} threads; GPUs allow at most {dim_limit} in that "
+                               f"dimension (CUDA and NVIDIA OpenCL: x 1024, y 1024, z 64): bind the larger "
+                               "axis to threadIdx.x or use a smaller split factor")
     if threads > max_threads:
         raise CompileError(f"{name}: {threads} threads per block ({', '.join(desc)}) exceed the target's limit "
                            f"of {max_threads}; bind smaller thread tiles (a smaller split factor) or raise the "

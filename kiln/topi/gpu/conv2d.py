@@ -22,6 +22,7 @@ from .common import as_list, block, inline_injective, max_threads, thread, unrol
 from .tiling import cooperative_fetch, divisor, resolve, split_levels
 
 TAG = "conv2d_nchw"
+MAX_THREADS_Z = 64
 KNOBS = ("tile_f", "tile_y", "tile_x", "tile_rc", "tile_ry", "tile_rx", "auto_unroll_max_step", "unroll_explicit")
 
 
@@ -38,7 +39,8 @@ def default_config(p, threads: int | None = None) -> dict:
     tx = divisor(w // xi, 16)
     ty = divisor(h, max(1, 64 // tx))
     fi = divisor(f, 4)
-    tf = divisor(f // fi, max(1, min(threads, 256) // (tx * ty)))
+    # channels go to threadIdx.z, which CUDA and NVIDIA's OpenCL cap at 64 work-items
+    tf = divisor(f // fi, max(1, min(MAX_THREADS_Z, min(threads, 256) // (tx * ty))))
     icg = p.in_channel // p.groups
     rci = divisor(icg, 8)
     return {

@@ -14,7 +14,7 @@ from ..nn.conv2d import conv2d_nchw as _conv2d_nchw
 from ..nn.depthwise_conv2d import depthwise_conv2d_nchw as _depthwise_conv2d_nchw
 from ..utils import knob
 from .common import as_list, block, inline_injective, max_threads, thread, unroll_pragmas
-from .conv2d import find, shape_of
+from .conv2d import MAX_THREADS_Z, find, shape_of
 from .tiling import divisor, resolve, split_levels
 
 TAGS = ("depthwise_conv2d_nchw", "conv2d_nchw")
@@ -26,7 +26,7 @@ def default_config(f: int, h: int, w: int, threads: int | None = None) -> dict:
     xi = 2 if w % 2 == 0 and w >= 8 else 1
     tx = divisor(w // xi, 32)
     ty = divisor(h, max(1, 128 // tx))
-    tf = divisor(f, max(1, min(threads, 256) // (tx * ty)))
+    tf = divisor(f, max(1, min(MAX_THREADS_Z, min(threads, 256) // (tx * ty))))  # channels: threadIdx.z
     return {"tile_f": [f // tf, 1, tf, 1], "tile_y": [h // ty, 1, ty, 1], "tile_x": [w // (tx * xi), 1, tx, xi],
             "auto_unroll_max_step": 512, "unroll_explicit": True}
 

@@ -25,7 +25,7 @@ def default_config(p, threads: int | None = None) -> dict:
     fi = divisor(f, 4) if p.groups == 1 else 1
     tx = divisor(w // xi, 8)
     ty = divisor(h, max(1, 32 // tx))
-    tf = divisor(f // fi, max(1, threads // (tx * ty)))
+    tf = divisor(f // fi, max(1, min(gpu_conv2d.MAX_THREADS_Z, threads // (tx * ty))))
     icg = p.in_channel // p.groups
     return {"tile_f": [f // (tf * fi), 1, tf, fi], "tile_y": [h // ty, 1, ty, 1],
             "tile_x": [w // (tx * xi), 1, tx, xi], "tile_rc": [icg, 1], "tile_ry": [p.kernel_h, 1],
