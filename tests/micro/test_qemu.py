@@ -61,3 +61,18 @@ def test_wrong_input_shape_and_unknown_template_are_clear_errors(kws_lib, tmp_pa
     with pytest.raises(KilnError, match="shape"):
         micro_project.generate_project(micro.get_microtvm_template_projects("qemu-mps2-an385"), lib,
                                        str(tmp_path / "p"), {"inputs": {"input": np.zeros((1, 10), "float32")}})
+
+
+def test_kws_cnn_on_the_emulated_cortex_m4f_matches_onnxruntime(tmp_path):
+    _need_tools()
+    model, inputs = kws_cnn()
+    mod, params = relay.frontend.from_onnx(model)
+    lib = relay.build(mod, target="c -keys=arm_cpu -mcpu=cortex-m4",
+                      executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}), params=params)
+    project = micro_project.generate_project(micro.get_microtvm_template_projects("qemu-mps2-an386"), lib,
+                                             str(tmp_path / "m4"), {"inputs": inputs})
+    project.build()
+    result = project.run()
+    # Hardware float with fused multiply-adds: a few ulps from onnxruntime's rounding.
+    np.testing.assert_allclose(result["outputs"]["output"], run_ort(model, inputs)[0], rtol=1e-5, atol=1e-6)
+    assert result["cycles"] > 0

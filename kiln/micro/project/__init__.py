@@ -18,8 +18,21 @@ import numpy as np
 
 from kiln.errors import KilnError
 
-TEMPLATES = ("host", "qemu-mps2-an385")
-_CPU = {"qemu-mps2-an385": ("cortex-m3", "mps2-an385"), "host": (None, None)}
+TEMPLATES = ("host", "qemu-mps2-an385", "qemu-mps2-an386")
+_CPU = {"qemu-mps2-an385": ("cortex-m3", "mps2-an385"), "qemu-mps2-an386": ("cortex-m4", "mps2-an386"),
+        "host": (None, None)}
+_BASE = {"qemu-mps2-an386": "qemu-mps2-an385"}  # same board sources, other CPU
+_FLAGS = {"qemu-mps2-an386": ["-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"]}
+
+
+def _copy_template(template_dir: str, template: str, project_dir: str) -> None:
+    if os.path.exists(project_dir):
+        shutil.rmtree(project_dir)
+    if template in _BASE:
+        shutil.copytree(os.path.join(os.path.dirname(os.path.normpath(template_dir)), _BASE[template]), project_dir)
+        shutil.copytree(template_dir, project_dir, dirs_exist_ok=True)
+    else:
+        shutil.copytree(template_dir, project_dir)
 CRT_DIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "src", "crt"))
 _CRT_FILES = ("page_allocator.c", "framing.c", "rpc_server.c")
 
@@ -43,9 +56,7 @@ def generate_project(template_dir: str, module, project_dir: str, options: dict 
     template = os.path.basename(os.path.normpath(template_dir))
     if template not in _CPU:
         raise KilnError(f"{template_dir} is not a kiln micro project template")
-    if os.path.exists(project_dir):
-        shutil.rmtree(project_dir)
-    shutil.copytree(template_dir, project_dir)
+    _copy_template(template_dir, template, project_dir)
     if not _is_aot(module):  # a C module or graph build: the CRT's RPC server hosts its functions
         return _generate_crt(project_dir, template, module, options)
     mlf = os.path.join(project_dir, "model.tar")
@@ -83,9 +94,7 @@ def generate_crt_project(template_dir: str, source: str, names: list, project_di
     template = os.path.basename(os.path.normpath(template_dir))
     if template not in _CPU:
         raise KilnError(f"{template_dir} is not a kiln micro project template")
-    if os.path.exists(project_dir):
-        shutil.rmtree(project_dir)
-    shutil.copytree(template_dir, project_dir)
+    _copy_template(template_dir, template, project_dir)
     return _crt_project(project_dir, template, source, names, dict(options or {}))
 
 
@@ -119,7 +128,8 @@ class CRTProject:
             from ..toolchain import missing_arm_gcc
             if missing_arm_gcc():
                 raise KilnError(missing_arm_gcc())
-            cmd = ["arm-none-eabi-gcc", f"-mcpu={self.cpu}", "-mthumb", "-ffunction-sections", "-fdata-sections",
+            cmd = ["arm-none-eabi-gcc", f"-mcpu={self.cpu}", "-mthumb", *_FLAGS.get(self.template, []),
+                   "-ffunction-sections", "-fdata-sections",
                    *flags, os.path.join(self.dir, "board.c"), os.path.join(self.dir, "crt_main.c"), *crt, *mine,
                    "-nostartfiles", "--specs=nano.specs", "--specs=nosys.specs",
                    "-T", os.path.join(self.dir, "mps2_an385.ld"), "-Wl,--gc-sections", "-lm", "-o", self.exe]
@@ -205,7 +215,8 @@ class GeneratedProject:
         src = os.path.join(self.dir, "model", "codegen", "host", "src")
         files = [os.path.join(self.dir, f) for f in ("board.c", "main.c", "inputs.c")]
         files += sorted(os.path.join(src, f) for f in os.listdir(src))
-        cmd = ["arm-none-eabi-gcc", f"-mcpu={self.cpu}", "-mthumb", "-std=gnu99", "-O2", "-ffunction-sections",
+        cmd = ["arm-none-eabi-gcc", f"-mcpu={self.cpu}", "-mthumb", *_FLAGS.get(self.template, []), "-std=gnu99", "-O2",
+               "-ffunction-sections",
                "-fdata-sections", "-I", self.dir, "-I", os.path.join(self.dir, "model", "codegen", "host", "include"),
                *self.options.get("cflags", []), *files, "-nostartfiles", "--specs=nano.specs", "--specs=nosys.specs",
                "-T", os.path.join(self.dir, "mps2_an385.ld"), "-Wl,--gc-sections", "-lm", "-o", self.elf]

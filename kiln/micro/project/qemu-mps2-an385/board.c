@@ -21,6 +21,11 @@ __attribute__((section(".vectors"), used)) static void (*const vectors[16])(void
     Fault_Handler, Fault_Handler, 0, 0, 0, 0, Fault_Handler, Fault_Handler, 0, Fault_Handler, SysTick_Handler};
 
 void Reset_Handler(void) {
+#if defined(__ARM_FP)
+  /* Cortex-M4F/M7 built with a hard-float ABI: grant access to the FPU (CP10, CP11) first. */
+  *(volatile uint32_t*)0xE000ED88u |= 0xFu << 20;
+  __asm__ volatile("dsb\n\tisb");
+#endif
   uint32_t* src = &__data_load;
   for (uint32_t* dst = &__data_start; dst < &__data_end;) *dst++ = *src++;
   for (uint32_t* dst = &__bss_start; dst < &__bss_end;) *dst++ = 0;
