@@ -21,14 +21,15 @@ ADRENO = "opencl -device=adreno"
 
 
 @functools.cache
-def built(name: str, target: str = ADRENO, accumulation: str | None = None):
-    """(inputs, lib, onnxruntime outputs); with ``accumulation``, converted to float16 first."""
+def built(name: str, target: str = ADRENO, accumulation: str | None = None, textures: bool = True):
+    """(inputs, lib, onnxruntime outputs); with ``accumulation``, converted to float16 first;
+    ``textures=False``: the same kernels on buffers (relay.backend.adreno_textures)."""
     model, inputs = MODELS[name]()
     mod, params = relay.frontend.from_onnx(model)
     if accumulation:
         mod = relay.transform.InferType()(mod)
         mod = relay.transform.ToMixedPrecision("float16", accumulation_dtype=accumulation)(mod)
-    with tvm.transform.PassContext(opt_level=3):
+    with tvm.transform.PassContext(opt_level=3, config={"relay.backend.adreno_textures": textures}):
         lib = relay.build(mod, target=tvm.target.Target(target, host="llvm"), params=params)
     return inputs, lib, run_ort(model, inputs)
 
@@ -52,7 +53,8 @@ def test_model_matches_onnxruntime(name):
 @pytest.mark.parametrize("name", list(MODELS))
 def test_texture_and_buffer_builds_agree(name):
     inputs, lib, _ = built(name)
-    _, plain, _ = built(name, "opencl")
+    _, plain, _ = built(name, textures=False)
+    assert "image2d_t" not in plain.get_lib().imported_modules[0].get_source()
     for a, b in zip(outputs(lib, inputs), outputs(plain, inputs)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
@@ -108,3 +110,30 @@ def test_c_runtime_runs_texture_package(tmp_path):
     got = np.load(tmp_path / "out.npz")
     for i, want in enumerate(expected):
         np.testing.assert_allclose(got[f"output_{i}"], want, **TOL)
+
+
+def test_tvmc_mixed_precision_package_runs_on_textures(tmp_path):
+    # tvmc compile --target "opencl -device=adreno, llvm" --mixed-precision, run by the Python executor.
+    import onnx
+
+    from kiln.driver.tvmc.compiler import compile_model
+    from kiln.driver.tvmc.model import load
+
+    model, inputs = MODELS["mobilenet_v2"]()
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    package = compile_model(load(str(tmp_path / "m.onnx")), "opencl -device=adreno, llvm",
+                            package_path=str(tmp_path / "m.tar"), mixed_precision=True,
+                            mixed_precision_acc_type="float32")
+    import tarfile
+    with tarfile.open(package.package_path) as tar:
+        tar.extractall(tmp_path / "pkg", filter="data")
+    lib = tvm.runtime.load_module(str(tmp_path / "pkg" / "mod.so"))
+    src = [m for m in lib.imported_modules if m.type_key == "opencl"][0].get_source()
+    assert "image2d_t" in src and "vload_half" in src
+    g = graph_executor.create(open(tmp_path / "pkg" / "mod.json").read(), lib, tvm.cl(0))
+    g.load_params(open(tmp_path / "pkg" / "mod.params", "rb").read())
+    g.set_input(**inputs)
+    g.run()
+    got, want = g.get_output(0).numpy(), run_ort(model, inputs)[0]
+    np.testing.assert_array_equal(np.argsort(-got[0])[:5], np.argsort(-want[0])[:5])
+    np.testing.assert_allclose(got, want, rtol=1e-2, atol=3e-2 * np.abs(want).max())

@@ -26,14 +26,30 @@ def conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=None, groups
         return gpu.conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype, groups, cfg=cfg)
     packed, dview = pack_activation(data, data.name)
     _, kview = pack_weight(kernel, kernel.name)
-    icg = const_int(kernel.shape[1])
-    if cfg is None and packed is not None and groups == 1 and icg % 4 == 0:
-        # Channel steps of 4 innermost (unrolled): the four reads of one texel sit side by side
-        # with equal coordinates, so the OpenCL compiler can fetch it once.
-        cfg = {"tile_rc": [-1, 4]}
+    if cfg is None:
+        cfg = _default_config(dview, kview, strides, padding, dilation, groups, packed is not None)
     out = mali.conv2d_nchw(dview, kview, strides, padding, dilation, out_dtype, groups, cfg=cfg)
     out.op.attrs["adreno_texture"] = True
     return out
+
+
+def _default_config(data, kernel, strides, padding, dilation, groups, textures: bool) -> dict:
+    """Mali's default tiles with at most 64 work-items on threadIdx.z (the output channels; the
+    smallest per-dimension limit of common GPUs) and, reading textures, channel steps of 4
+    innermost: the four reads of one texel then sit side by side and the printer fetches it once."""
+    from ..gpu import conv2d as gpu_conv2d
+    from ..mali.conv2d import default_config
+
+    p = gpu_conv2d.shape_of(data, kernel, strides, padding, dilation, groups)
+    conf = default_config(p)
+    blocks, vthreads, threads, inner = conf["tile_f"]
+    if threads > 64:
+        t = max(d for d in range(1, 65) if threads % d == 0)
+        conf["tile_f"] = [blocks * (threads // t), vthreads, t, inner]
+    icg = p.in_channel // p.groups
+    if textures and groups == 1 and icg % 4 == 0:
+        conf["tile_rc"] = [icg // 4, 4]
+    return conf
 
 
 def depthwise_conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=None, cfg=None):
