@@ -87,6 +87,9 @@ def build(ir_mod, target=None, target_host=None, params=None, mod_name: str = "d
     if kind not in (None, "graph", "aot"):
         raise CompileError(f"relay.build: executor {executor} is not supported; kiln has the graph and aot executors")
     tgt = _target(target, target_host)
+    if kind == "aot" and tgt.kind.name != "c":
+        raise CompileError(f"relay.build: executor aot generates C; build with target 'c' "
+                           f"(e.g. 'c -keys=arm_cpu -mcpu=cortex-m4'), not {tgt}")
     start = time.perf_counter()
     with tgt:  # target-dependent passes (AlterOpLayout) read it
         opt_mod, _ = optimize(ir_mod, tgt, params)
