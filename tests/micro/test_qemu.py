@@ -76,3 +76,31 @@ def test_kws_cnn_on_the_emulated_cortex_m4f_matches_onnxruntime(tmp_path):
     # Hardware float with fused multiply-adds: a few ulps from onnxruntime's rounding.
     np.testing.assert_allclose(result["outputs"]["output"], run_ort(model, inputs)[0], rtol=1e-5, atol=1e-6)
     assert result["cycles"] > 0
+
+
+def test_int8_tflite_model_on_the_emulated_board_within_one_step(tmp_path):
+    """kiln's int8 path (TFLite import: int8 tensors carried as their real values, rounded to
+    each tensor's grid) with int8 and float outputs, AOT on the Cortex-M3, vs the TFLite kernels."""
+    _need_tools()
+    pytest.importorskip("tflite", reason="the TFLite frontend needs the tflite package")
+    pytest.importorskip("ai_edge_litert", reason="TFLite reference outputs need ai-edge-litert")
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "relay", "frontend"))
+    import tflite_builder as TB
+
+    rng = np.random.default_rng(0)
+    model = TB.mobilenet_like(TB.calibrate(TB.mobilenet_like(), [rng.standard_normal((1, 16, 16, 3)).astype("float32")
+                                                                  for _ in range(8)]))
+    mod, params = relay.frontend.from_tflite(model)
+    lib = relay.build(mod, target="c -mcpu=cortex-m3",
+                      executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}), params=params)
+    x = np.random.default_rng(100).standard_normal((1, 16, 16, 3)).astype("float32")
+    project = micro_project.generate_project(micro.get_microtvm_template_projects("qemu-mps2-an385"), lib,
+                                             str(tmp_path / "int8"), {"inputs": {"input": x}})
+    project.build()
+    got = project.run()["outputs"]
+    want = TB.run_tflite(model, {"input": x})
+    assert got["output0"].dtype == np.int8
+    assert np.abs(got["output0"].astype(int) - want[0].astype(int)).max() <= 1  # one quantization step
+    assert np.abs(got["output1"] - want[1]).max() <= 1 / 256 + 1e-6
