@@ -58,3 +58,32 @@ class MicroGraphExecutor:
 
 def create_local_graph_executor(graph_json: str, lib, sess) -> MicroGraphExecutor:
     return MicroGraphExecutor(graph_json, lib, sess)
+
+
+class MicroAOTExecutor:
+    """The AOT run function on the board, driven from the host: inputs and outputs in board memory."""
+
+    def __init__(self, sess, module):
+        meta = module.get_executor_config()
+        self.sess = sess
+        self.run_fn = sess.get_system_lib().get_function(f"{meta['prefix']}_run_packed")
+        self.inputs = {t["name"]: sess.empty(t["shape"], t["dtype"]) for t in meta["inputs"]}
+        self.outputs = [sess.empty(t["shape"], t["dtype"]) for t in meta["outputs"]]
+
+    def set_input(self, key=None, value=None, **inputs) -> None:
+        if key is not None:
+            inputs[key] = value
+        for name, v in inputs.items():
+            self.inputs[name].copyfrom(v.numpy() if hasattr(v, "numpy") else np.asarray(v))
+
+    def run(self) -> int:
+        """Runs the model on the board; returns the board ticks it took."""
+        return self.run_fn.call_ticks(*self.inputs.values(), *self.outputs)
+
+    def get_output(self, i: int):
+        return self.outputs[i]
+
+
+def create_local_aot_executor(sess, module) -> MicroAOTExecutor:
+    """``module``: what relay.build returned with the AOT executor (its interface: names, shapes)."""
+    return MicroAOTExecutor(sess, module)

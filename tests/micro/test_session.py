@@ -126,3 +126,25 @@ def test_dropped_and_corrupted_frames_are_retransmitted(tmp_path):
         sess.get_system_lib()["fma1"](da, db, dc)
         np.testing.assert_allclose(dc.numpy(), a * b + 1, rtol=1e-6)
         assert sess.retransmissions > 0
+
+
+@pytest.mark.parametrize("template", ["host", "qemu-mps2-an385"])
+def test_kws_aot_executor_driven_from_the_host_matches_onnxruntime(template, tmp_path):
+    from kiln.relay.backend import Executor
+
+    model, inputs = kws_cnn()
+    mod, params = relay.frontend.from_onnx(model)
+    lib = relay.build(mod, target="c -mcpu=cortex-m3",
+                      executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}), params=params)
+    if template != "host" and (missing_arm_gcc() or missing_qemu()):
+        pytest.skip(missing_arm_gcc() or missing_qemu())
+    project = micro.project.generate_project(micro.get_microtvm_template_projects(template), lib,
+                                             str(tmp_path / template), {"host_driven": True})
+    project.build()
+    with micro.Session(transport_context_manager=project.transport()) as sess:
+        m = micro.create_local_aot_executor(sess, lib)
+        for seed in (0, 1):
+            x = inputs["input"] if seed == 0 else np.random.default_rng(seed).standard_normal((1, 1, 20, 10)).astype("float32")
+            m.set_input("input", x)
+            assert m.run() > 0
+            np.testing.assert_allclose(m.get_output(0).numpy(), run_ort(model, {"input": x})[0], rtol=1e-5, atol=1e-6)

@@ -49,7 +49,9 @@ def generate_project(template_dir: str, module, project_dir: str, options: dict 
 
     ``module``: what relay.build returned with the AOT executor, or the path of its MLF tar.
     ``options``: ``inputs`` ({name: array}, baked into the firmware; zeros when missing),
-    ``cflags`` (extra compiler flags), ``icount_shift`` (qemu -icount shift, default 0)."""
+    ``cflags`` (extra compiler flags), ``icount_shift`` (qemu -icount shift, default 0),
+    ``host_driven`` (AOT only: firmware that serves the model to a micro.Session instead of running
+    it once on baked-in inputs)."""
     from ..model_library_format import export_model_library_format
 
     options = dict(options or {})
@@ -59,6 +61,12 @@ def generate_project(template_dir: str, module, project_dir: str, options: dict 
     _copy_template(template_dir, template, project_dir)
     if not _is_aot(module):  # a C module or graph build: the CRT's RPC server hosts its functions
         return _generate_crt(project_dir, template, module, options)
+    if options.get("host_driven"):  # the AOT model served by the CRT (micro.create_local_aot_executor)
+        for name, text in module.headers.items():
+            with open(os.path.join(project_dir, name), "w") as f:
+                f.write(text)
+        source = "\n".join(module.sources.values())
+        return _crt_project(project_dir, template, source, [f"{module.plan.prefix}_run_packed"], options)
     mlf = os.path.join(project_dir, "model.tar")
     if isinstance(module, (str, os.PathLike)):
         shutil.copyfile(module, mlf)

@@ -187,7 +187,25 @@ int32_t {self.prefix}_run(struct {self.prefix}_inputs* inputs, struct {self.pref
                     f"{self.prefix}_const_{c_ident(src)}"
                 lines.append(f"  memcpy(outputs->{name}, {src_ptr}, {_nbytes(self.shape[eid], self.dtype[eid])});")
         lines += ["  return 0;", "}", ""]
+        lines += self._packed_entry()
         return "\n".join(lines)
+
+    def _packed_entry(self) -> list:
+        """``<prefix>_run_packed(DLTensor inputs..., DLTensor outputs...)``: the run function in the
+        packed ABI, so a host-driven session (the CRT's registry) can call the whole model."""
+        p = self.prefix
+        n = len(self.inputs) + len(self.outputs)
+        out = [f"#ifdef KILN_ABI_TYPES_DEFINED  /* the kernels' file defines the packed ABI types */",
+               f"int32_t {p}_run_packed(const KilnValue* args, const int32_t* type_codes, int32_t num_args) {{",
+               "  (void)type_codes;",
+               f"  if (num_args != {n}) return -1;",
+               f"  struct {p}_inputs in;", f"  struct {p}_outputs out;"]
+        for k, (name, _) in enumerate(self.inputs):
+            out.append(f"  in.{c_ident(name)} = ((DLTensor*)args[{k}].v_handle)->data;")
+        for k, (name, _) in enumerate(self.outputs):
+            out.append(f"  out.{name} = ((DLTensor*)args[{len(self.inputs) + k}].v_handle)->data;")
+        out += [f"  return {p}_run(&in, &out);", "}", "#endif", ""]
+        return out
 
     def metadata(self) -> dict:
         def tensor(n, e):
