@@ -72,18 +72,40 @@ def textures_enabled() -> bool:
     return bool(PassContext.current().config.get("relay.backend.adreno_textures", True))
 
 
+def _fits(t, axis: int, scope: str) -> bool:
+    """Whether t packed along ``axis`` fits an image of the target's -texture_spatial_limit;
+    if not, the operator reads t from its buffer and a warning says so."""
+    import warnings
+
+    from kiln.errors import CompileError
+    from kiln.target import Target
+    from kiln.tir.transform.texture import DEFAULT_LIMIT, texture_layout
+
+    target = Target.current(allow_none=True)
+    limit = (getattr(target, "attrs", None) or {}).get("texture_spatial_limit") or DEFAULT_LIMIT
+    dims = _dims(t)
+    shape = dims[:axis] + [_blocks(dims[axis])] + dims[axis + 1:] + [4]
+    try:
+        texture_layout(shape, str(t.dtype), scope, t.name, limit)
+    except CompileError as err:
+        warnings.warn(f"topi.adreno: {err}; {t.name} is read from its buffer instead", stacklevel=3)
+        return False
+    return True
+
+
 def pack_activation(data, name: str = "data"):
     """NCHW -> NCHW4c in ``global.texture``; returns (packed, NCHW view of it), or (None, data)
-    with textures disabled."""
-    if not textures_enabled():
+    with textures disabled or when it fits no image (a warning says so)."""
+    if not textures_enabled() or not _fits(data, 1, "global.texture"):
         return None, data
     packed = pack(data, 1, "global.texture", f"{name}_tex")
     return packed, unpack_view(packed, 1, _dims(data)[1], f"{name}_tex_view")
 
 
 def pack_weight(kernel, name: str = "kernel"):
-    """OIHW -> OIHW4o in ``global.texture-weight``; returns (packed, OIHW view of it)."""
-    if not textures_enabled():
+    """OIHW -> OIHW4o in ``global.texture-weight``; returns (packed, OIHW view of it), or
+    (None, kernel) as pack_activation."""
+    if not textures_enabled() or not _fits(kernel, 0, "global.texture-weight"):
         return None, kernel
     packed = pack(kernel, 0, "global.texture-weight", f"{name}_tex")
     return packed, unpack_view(packed, 0, _dims(kernel)[0], f"{name}_tex_view")

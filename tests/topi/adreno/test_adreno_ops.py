@@ -79,3 +79,13 @@ def test_global_pool_reads_texture(kind):
     assert "read_imagef" in src
     ref = x.max(axis=(2, 3), keepdims=True) if kind == "max" else x.mean(axis=(2, 3), keepdims=True)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_input_too_large_for_images_stays_in_a_buffer():
+    # -texture_spatial_limit=8: a 16-wide activation fits no fold; the conv reads its buffer and says so.
+    x, w = _rand(1, 4, 16, 16), _rand(4, 4, 1, 1, seed=6)
+    with pytest.warns(UserWarning, match="in0.*fits no 8 x 8 image.*read from its buffer"):
+        got, src = run(lambda d, kk: adreno.conv2d_nchw(d, kk, 1, 0, 1, "float32"), adreno.schedule_conv2d_nchw,
+                       [x, w], target=TARGET + " -texture_spatial_limit=8")
+    assert "in0_tex" not in src and "__read_only image2d_t in1_tex" in src
+    np.testing.assert_allclose(got, conv2d_nchw_python(x, w, 1, 0), rtol=1e-4, atol=1e-4)
