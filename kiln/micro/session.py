@@ -7,7 +7,9 @@
 
 Every request waits ``timeout`` seconds for its reply and is sent again (same sequence number:
 the board answers from its cache, the command never runs twice) up to ``retries`` times; then
-the session fails with "the board stopped answering" instead of hanging.
+the session fails with "the board stopped answering" instead of hanging; a transport that closes
+(the board process or qemu died) fails the request at once. A transport's ``read(timeout)``
+returns b"" when nothing came and raises EOFError when the board is gone.
 """
 
 from __future__ import annotations
@@ -101,7 +103,10 @@ class PipeTransport:
         ready, _, _ = select.select([self.proc.stdout], [], [], max(timeout, 0))
         if not ready:
             return b""
-        return os.read(self.proc.stdout.fileno(), 4096) or b""
+        data = os.read(self.proc.stdout.fileno(), 4096)
+        if not data:
+            raise EOFError("the board process exited")
+        return data
 
     def kill(self) -> None:
         self.proc.kill()
@@ -143,9 +148,12 @@ class SocketTransport:
         if not ready:
             return b""
         try:
-            return self.conn.recv(4096)
-        except OSError:
-            return b""
+            data = self.conn.recv(4096)
+        except OSError as err:
+            raise EOFError(f"the board's UART connection failed: {err}") from None
+        if not data:
+            raise EOFError("the board closed its UART connection")
+        return data
 
     def kill(self) -> None:
         self.proc.kill()
@@ -199,7 +207,10 @@ class Session:
             self.transport.write(frame)
             deadline = time.monotonic() + self.timeout
             while time.monotonic() < deadline:
-                data = self.transport.read(deadline - time.monotonic())
+                try:
+                    data = self.transport.read(deadline - time.monotonic())
+                except EOFError as err:
+                    raise MicroSessionError(f"the board stopped answering: {err} (command {cmd})") from None
                 for sid, payload in self.unframer.feed(data):
                     if sid != self.session_id or len(payload) < 3:
                         continue

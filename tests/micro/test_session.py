@@ -148,3 +148,31 @@ def test_kws_aot_executor_driven_from_the_host_matches_onnxruntime(template, tmp
             m.set_input("input", x)
             assert m.run() > 0
             np.testing.assert_allclose(m.get_output(0).numpy(), run_ort(model, {"input": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_killed_qemu_board_is_a_clear_error(tmp_path):
+    project = _project("qemu-mps2-an385", _fma_module(), tmp_path)
+    with micro.Session(transport_context_manager=project.transport(), timeout=1.0, retries=1) as sess:
+        a = sess.array(np.ones(100, "float32"))
+        sess.transport.kill()
+        start = time.monotonic()
+        with pytest.raises(MicroSessionError, match="stopped answering"):
+            a.numpy()
+        assert time.monotonic() - start < 1.0 * 2 + 2.0
+
+
+def test_a_board_that_hangs_times_out(tmp_path):
+    """A board that stays connected but never answers (stopped with SIGSTOP): timeout, retries, error."""
+    import os
+    import signal
+
+    project = _project("host", _fma_module(), tmp_path)
+    with micro.Session(transport_context_manager=project.transport(), timeout=0.3, retries=2) as sess:
+        os.kill(sess.transport.proc.pid, signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            with pytest.raises(MicroSessionError, match="after 3 tries"):
+                sess.empty((4,), "float32")
+            assert 0.3 * 3 - 0.05 <= time.monotonic() - start < 0.3 * 3 + 2.0
+        finally:
+            os.kill(sess.transport.proc.pid, signal.SIGCONT)
