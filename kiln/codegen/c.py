@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 import subprocess
 import tempfile
 
@@ -200,7 +201,6 @@ class CPrinter(CStylePrinter):
             raise CompileError(f"{self.func_name}: loop {s.loop_var.name} is bound to a GPU thread axis; "
                                "the C target runs on one CPU core. Remove the bind()")
         if s.kind in (ForKind.PARALLEL, ForKind.VECTORIZED):
-            from dataclasses import replace
             s = replace(s, kind=ForKind.SERIAL)  # one core: parallel loops run in order
         super().stmt_For(s)
 
