@@ -59,11 +59,12 @@ def test_texture_and_buffer_builds_agree(name):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("accumulation", ["float32", "float16"])
-def test_float16_model_keeps_top5(accumulation):
+@pytest.mark.parametrize("name,accumulation", [("mobilenet_v2", "float32"), ("mobilenet_v2", "float16"),
+                                               ("resnet18", "float16")])
+def test_float16_model_keeps_top5(name, accumulation):
     # Half images and buffers, float arithmetic (PoCL has no cl_khr_fp16). Against float32
     # onnxruntime the logits move by about 2% of their range, as kiln's CPU float16 build's do.
-    inputs, lib, expected = built("mobilenet_v2", ADRENO, accumulation)
+    inputs, lib, expected = built(name, ADRENO, accumulation)
     src = lib.get_lib().imported_modules[0].get_source()
     assert "vload_half" in src and "image2d_t" in src
     got = outputs(lib, inputs)[0]
