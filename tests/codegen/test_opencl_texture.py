@@ -112,8 +112,7 @@ def test_other_split_when_the_target_limit_is_small():
 @pytest.mark.opencl
 def test_image_larger_than_the_device_allows():
     dev = tvm.cl(0)
-    max_w, max_h = dev_limits = tvm.runtime.devices.opencl.API.attribute(0, "max_image2d")
-    del dev_limits
+    max_w, max_h = tvm.runtime.devices.opencl.API.attribute(0, "max_image2d")
     # The compiler is told a larger limit than the device has: the runtime refuses, saying so.
     shape = (1, 1, max_h + 4, 1, 4)
     f = _scale_through_texture(shape, target=ADRENO + f" -texture_spatial_limit={max_h * 4}")
