@@ -55,9 +55,10 @@ def default_config(p, threads: int | None = None) -> dict:
     }
 
 
-def config_for(p, cfg=None) -> dict:
-    """The knobs the kernel uses: cfg's where it sets them, else the defaults; tiles exact."""
-    conf = default_config(p)
+def config_for(p, cfg=None, defaults=None) -> dict:
+    """The knobs the kernel uses: cfg's where it sets them, else ``defaults(p)`` (this module's
+    untuned tiles unless a flavour such as mali passes its own); tiles exact."""
+    conf = (defaults or default_config)(p)
     conf.update({k: knob(cfg, k, v) for k, v in conf.items()})
     totals = {"tile_f": p.out_channel, "tile_y": p.out_height, "tile_x": p.out_width,
               "tile_rc": p.in_channel // p.groups, "tile_ry": p.kernel_h, "tile_rx": p.kernel_w}

@@ -11,8 +11,7 @@ from ...errors import ScheduleError
 from ..gpu import conv2d as gpu_conv2d
 from ..gpu import depthwise_conv2d as gpu_depthwise
 from ..gpu.common import as_list, inline_injective, max_threads
-from ..gpu.tiling import divisor, resolve
-from ..utils import knob
+from ..gpu.tiling import divisor
 
 KNOBS = ("tile_f", "tile_y", "tile_x", "tile_rc", "tile_ry", "tile_rx", "auto_unroll_max_step", "unroll_explicit")
 
@@ -33,13 +32,7 @@ def default_config(p, threads: int | None = None) -> dict:
 
 
 def config_for(p, cfg=None) -> dict:
-    conf = default_config(p)
-    conf.update({k: knob(cfg, k, v) for k, v in conf.items()})
-    totals = {"tile_f": p.out_channel, "tile_y": p.out_height, "tile_x": p.out_width,
-              "tile_rc": p.in_channel // p.groups, "tile_ry": p.kernel_h, "tile_rx": p.kernel_w}
-    for k, n in totals.items():
-        conf[k] = resolve(conf[k], n, k)
-    return conf
+    return gpu_conv2d.config_for(p, cfg, defaults=default_config)
 
 
 def conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=None, groups=1, cfg=None, out_channels=None):
