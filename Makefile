@@ -29,7 +29,7 @@ demo: setup
 	$(PY) examples/run_all.py
 
 test: setup
-	$(PY) -m pytest -q -x --durations=15 -m "not heavy" tests
+	$(PY) -m pytest -q -x -rs --durations=15 -m "not heavy" tests
 
 # The tests marked heavy: full-size models on PoCL and whole tuning examples (tens of minutes on 2 cores).
 test-heavy: setup
