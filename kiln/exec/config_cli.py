@@ -11,6 +11,8 @@ def run(args) -> int:
     del args
     from kiln import config
 
-    for name, value, doc in config.describe():
-        print(f"{name:14s} {value:34s} {doc}".rstrip())
+    rows = list(config.describe())
+    width = max(len(name) for name, _, _ in rows)
+    for name, value, doc in rows:
+        print(f"{name:{width}s} {value:34s} {doc}".rstrip())
     return 0
