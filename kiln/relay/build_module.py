@@ -98,12 +98,12 @@ def build(ir_mod, target=None, target_host=None, params=None, mod_name: str = "d
     compiler = TECompiler(tgt, mod_name)
     codegen = GraphCodegen(compiler)
     graph_json, graph_params = codegen.codegen(func)
-    lowered = time.perf_counter()
-    lib = compiler.build()
     if codegen.external and kind == "aot":
         raise CompileError(f"relay.build: the aot executor cannot call functions offloaded to "
                            f"{sorted({e.compiler for e in codegen.external})} (they run in the Python JSON "
                            "runtime); build with the graph executor, or without partition_for_<compiler>")
+    lowered = time.perf_counter()
+    lib = compiler.build()
     if codegen.external:  # offloaded functions travel in the library as JSON (docs/byoc.md)
         from .backend.contrib import attach_external
         lib = attach_external(lib, codegen.external, tgt, mod_name)
