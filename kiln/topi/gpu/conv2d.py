@@ -55,6 +55,28 @@ def default_config(p, threads: int | None = None) -> dict:
     }
 
 
+def bind_output_tiles(st, conf):
+    """Split an NCHW output stage's f, y, x by the four-level ``tile_*`` knobs (block, virtual
+    thread, thread, register) and bind them; returns the batch-and-block axis ``bf``, the
+    innermost thread axis ``tx`` and the register tiles ``fi``, ``xi``."""
+    n, f, y, x = st.op.axis
+    bf, vf, tf, fi = split_levels(st, f, conf["tile_f"])
+    by, vy, ty, yi = split_levels(st, y, conf["tile_y"])
+    bx, vx, tx, xi = split_levels(st, x, conf["tile_x"])
+    bf = st.fuse(n, bf)
+    st.reorder(bf, by, bx, vf, vy, vx, tf, ty, tx, fi, yi, xi)
+    st.bind(bf, block("z"))
+    st.bind(by, block("y"))
+    st.bind(bx, block("x"))
+    for v, size in ((vf, conf["tile_f"][1]), (vy, conf["tile_y"][1]), (vx, conf["tile_x"][1])):
+        if size > 1:
+            st.bind(v, te.thread_axis("vthread"))
+    st.bind(tf, thread("z"))
+    st.bind(ty, thread("y"))
+    st.bind(tx, thread("x"))
+    return bf, tx, fi, xi
+
+
 def config_for(p, cfg=None, defaults=None) -> dict:
     """The knobs the kernel uses: cfg's where it sets them, else ``defaults(p)`` (this module's
     untuned tiles unless a flavour such as mali passes its own); tiles exact."""
@@ -125,21 +147,7 @@ def schedule_direct(s, conv, out, conf) -> None:
         s[padded].compute_inline()
 
     st = s[output]
-    n, f, y, x = st.op.axis
-    bf, vf, tf, fi = split_levels(st, f, conf["tile_f"])
-    by, vy, ty, yi = split_levels(st, y, conf["tile_y"])
-    bx, vx, tx, xi = split_levels(st, x, conf["tile_x"])
-    bf = st.fuse(n, bf)
-    st.reorder(bf, by, bx, vf, vy, vx, tf, ty, tx, fi, yi, xi)
-    st.bind(bf, block("z"))
-    st.bind(by, block("y"))
-    st.bind(bx, block("x"))
-    for v, size in ((vf, conf["tile_f"][1]), (vy, conf["tile_y"][1]), (vx, conf["tile_x"][1])):
-        if size > 1:
-            st.bind(v, te.thread_axis("vthread"))
-    st.bind(tf, thread("z"))
-    st.bind(ty, thread("y"))
-    st.bind(tx, thread("x"))
+    _, tx, fi, _ = bind_output_tiles(st, conf)
     # Unroll the register tile (inner reduction and write-back), not the shared-memory fetches.
     unroll_pragmas(st, fi, conf)
 

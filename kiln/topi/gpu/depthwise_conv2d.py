@@ -13,9 +13,9 @@ from kiln import te
 from ..nn.conv2d import conv2d_nchw as _conv2d_nchw
 from ..nn.depthwise_conv2d import depthwise_conv2d_nchw as _depthwise_conv2d_nchw
 from ..utils import knob
-from .common import as_list, block, inline_injective, max_threads, thread, unroll_pragmas
-from .conv2d import MAX_THREADS_Z, find, shape_of
-from .tiling import divisor, resolve, split_levels
+from .common import as_list, inline_injective, max_threads, unroll_pragmas
+from .conv2d import MAX_THREADS_Z, bind_output_tiles, find, shape_of
+from .tiling import divisor, resolve
 
 TAGS = ("depthwise_conv2d_nchw", "conv2d_nchw")
 KNOBS = ("tile_f", "tile_y", "tile_x", "auto_unroll_max_step", "unroll_explicit")
@@ -86,21 +86,7 @@ def schedule_register_tiled(s, conv, out, conf, vector: bool = False) -> None:
         s[conv].set_scope("local")
         local, output = conv, out
     st = s[output]
-    n, f, y, x = st.op.axis
-    bf, vf, tf, fi = split_levels(st, f, conf["tile_f"])
-    by, vy, ty, yi = split_levels(st, y, conf["tile_y"])
-    bx, vx, tx, xi = split_levels(st, x, conf["tile_x"])
-    bf = st.fuse(n, bf)
-    st.reorder(bf, by, bx, vf, vy, vx, tf, ty, tx, fi, yi, xi)
-    st.bind(bf, block("z"))
-    st.bind(by, block("y"))
-    st.bind(bx, block("x"))
-    for v, size in ((vf, conf["tile_f"][1]), (vy, conf["tile_y"][1]), (vx, conf["tile_x"][1])):
-        if size > 1:
-            st.bind(v, te.thread_axis("vthread"))
-    st.bind(tf, thread("z"))
-    st.bind(ty, thread("y"))
-    st.bind(tx, thread("x"))
+    bf, tx, _, xi = bind_output_tiles(st, conf)
     unroll_pragmas(st, bf, conf)
     lt = s[local]
     lt.compute_at(st, tx)
