@@ -237,7 +237,7 @@ int kiln_cuda_attr(int32_t device_id, const char* name, int64_t* ints, int* coun
 }
 
 /* ---- modules ------------------------------------------------------------------------------ */
-enum { PARAM_BUFFER, PARAM_SCALAR };
+enum { PARAM_BUFFER = KILN_KERNEL_BUFFER, PARAM_SCALAR = KILN_KERNEL_SCALAR };
 
 typedef struct {
   char* name;
@@ -260,31 +260,9 @@ struct KilnCudaModule {
 };
 
 static int read_kernel(CUKernelInfo* k, const JsonNode* node, const char* label) {
-  const char* name = json_string(json_get(node, "name"));
-  const JsonNode* params = json_get(node, "params");
   const JsonNode* shared = json_get(node, "shared_bytes");
-  if (!name || !params || params->type != JSON_ARRAY || params->count > 1024)
-    return kiln_error("%s: a device_code kernel lacks 'name' or 'params'", label);
-  if (!(k->name = strdup(name))) return kiln_error("out of memory");
   k->shared_bytes = shared && shared->type == JSON_NUMBER ? (int)shared->number : 0;
-  k->num_params = (int)params->count;
-  k->kinds = calloc(params->count + 1, sizeof(int));
-  k->dtypes = calloc(params->count + 1, sizeof(DLDataType));
-  if (!k->kinds || !k->dtypes) return kiln_error("out of memory");
-  int i = 0;
-  for (const JsonNode* p = params->child; p; p = p->next, i++) {
-    const char* kind = json_string(json_get(p, "kind"));
-    const char* dtype = json_string(json_get(p, "dtype"));
-    if (kind && !strcmp(kind, "buffer")) {
-      k->kinds[i] = PARAM_BUFFER;
-      continue;
-    }
-    k->kinds[i] = PARAM_SCALAR;
-    if (!kind || strcmp(kind, "scalar") != 0 || !dtype || kiln_dtype_parse(dtype, strlen(dtype), &k->dtypes[i]))
-      return kiln_error("%s: kernel %s has a parameter that is neither a buffer nor a scalar of a known dtype",
-                        label, name);
-  }
-  return 0;
+  return kiln_device_kernel_read(node, label, &k->name, &k->num_params, &k->kinds, &k->dtypes);
 }
 
 /* *out = NULL (and 0) when the metadata carries no CUDA device code. */

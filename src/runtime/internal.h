@@ -139,6 +139,12 @@ void kiln_graph_take_module(struct KilnGraph* g);
 /* The graph node of kernel k (rpc/session_graph.c's profile rows). */
 int kiln_graph_kernel_node(const struct KilnGraph* g, int k);
 
+/* One kernel entry of the metadata's device_code: name, parameter kinds and scalar dtypes
+   (arrays allocated here, freed by the caller). */
+enum { KILN_KERNEL_BUFFER, KILN_KERNEL_SCALAR };
+int kiln_device_kernel_read(const JsonNode* node, const char* label, char** name, int* num_params,
+                            int** kinds, DLDataType** dtypes);
+
 /* Parse the metadata JSON into mod (functions, entry, device type). */
 int kiln_metadata_read(KilnModule* mod, const char* json, size_t len, const char* label);
 void kiln_metadata_free(KilnModule* mod);

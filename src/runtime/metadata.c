@@ -135,3 +135,32 @@ void kiln_metadata_free(KilnModule* mod) {
   mod->entry = NULL;
   mod->num_functions = 0;
 }
+
+/* One kernel of the metadata's device_code (docs/abi.md, GPU modules): its name and, per
+   parameter, whether it is a buffer or a scalar of which dtype. The OpenCL and CUDA loaders share it. */
+int kiln_device_kernel_read(const JsonNode* node, const char* label, char** name_out, int* num_params,
+                            int** kinds, DLDataType** dtypes) {
+  const char* name = json_string(json_get(node, "name"));
+  const JsonNode* params = json_get(node, "params");
+  if (!name || !params || params->type != JSON_ARRAY || params->count > 1024)
+    return kiln_error("%s: a device_code kernel lacks 'name' or 'params'", label);
+  if (!(*name_out = strdup(name))) return kiln_error("out of memory");
+  *num_params = (int)params->count;
+  *kinds = calloc(params->count + 1, sizeof(int));
+  *dtypes = calloc(params->count + 1, sizeof(DLDataType));
+  if (!*kinds || !*dtypes) return kiln_error("out of memory");
+  int i = 0;
+  for (const JsonNode* p = params->child; p; p = p->next, i++) {
+    const char* kind = json_string(json_get(p, "kind"));
+    const char* dtype = json_string(json_get(p, "dtype"));
+    if (kind && !strcmp(kind, "buffer")) {
+      (*kinds)[i] = KILN_KERNEL_BUFFER;
+      continue;
+    }
+    (*kinds)[i] = KILN_KERNEL_SCALAR;
+    if (!kind || strcmp(kind, "scalar") != 0 || !dtype || kiln_dtype_parse(dtype, strlen(dtype), &(*dtypes)[i]))
+      return kiln_error("%s: kernel %s has a parameter that is neither a buffer nor a scalar of a known dtype",
+                        label, name);
+  }
+  return 0;
+}
