@@ -148,6 +148,12 @@ class CUDAPrinter(CStylePrinter):
                                "a scalar; do not vectorize this loop")
         return super().expr(e)
 
+    def select(self, c, t, f) -> str:
+        if t.dtype.is_float and t.dtype.bits == 16:
+            # half arithmetic is float: `c ? half : float` would convert either way (ambiguous)
+            return f"({self.expr(c)} ? ((half)({self.expr(t)})) : ((half)({self.expr(f)})))"
+        return super().select(c, t, f)
+
     def lane(self, e, k: int):
         """Lane k of vector expression e, as a scalar expression."""
         if e.dtype.lanes == 1:

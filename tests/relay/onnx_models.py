@@ -1,6 +1,6 @@
 """ONNX models built with onnx.helper and random weights, for the importer and e2e tests.
 
-``resnet18()``, ``mobilenet_v2()`` and ``bert_block()`` return ``(model, inputs)`` where
+``resnet18()``, ``resnet50()``, ``mobilenet_v2()`` and ``bert_block()`` return ``(model, inputs)`` where
 ``inputs`` is ``{name: numpy array}``. ``run_ort(model, inputs)`` runs onnxruntime.
 Reuse from other test folders with ``from relay.onnx_models import resnet18``.
 """
@@ -47,10 +47,10 @@ class GraphBuilder:
             ins.append(self.init("b", (self.rng.standard_normal(cout) * 0.1).astype("float32")))
         return self.op("Conv", ins, kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4, group=group)
 
-    def bn(self, x, c):
+    def bn(self, x, c, gamma: float = 1.0):
         r = self.rng
         return self.op("BatchNormalization", [
-            x, self.init("gamma", r.uniform(0.5, 1.5, c).astype("float32")),
+            x, self.init("gamma", (r.uniform(0.5, 1.5, c) * gamma).astype("float32")),
             self.init("beta", (r.standard_normal(c) * 0.1).astype("float32")),
             self.init("mean", (r.standard_normal(c) * 0.1).astype("float32")),
             self.init("var", r.uniform(0.5, 1.5, c).astype("float32"))], epsilon=1e-5)
@@ -92,11 +92,39 @@ def resnet18(batch: int = 1, image: int = 224, classes: int = 1000, seed: int = 
     return g.model({"data": data.shape}, out), {"data": data}
 
 
-def mobilenet_v2(batch: int = 1, image: int = 224, classes: int = 1000, seed: int = 0):
+def resnet50(batch: int = 1, image: int = 224, classes: int = 1000, seed: int = 0):
+    """ResNet-50 v1.5 (torchvision's layout): bottleneck blocks 1x1 -> 3x3 (stride here) -> 1x1 x4."""
+    g = GraphBuilder(seed)
+    x = g.op("Relu", [g.bn(g.conv("data", 3, 64, 7, 2, 3), 64)])
+    x = g.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, (width, blocks) in enumerate([(64, 3), (128, 4), (256, 6), (512, 3)]):
+        cout = width * 4
+        for block in range(blocks):
+            stride = 2 if stage > 0 and block == 0 else 1
+            y = g.op("Relu", [g.bn(g.conv(x, cin, width, 1, 1, 0), width)])
+            y = g.op("Relu", [g.bn(g.conv(y, width, width, 3, stride), width)])
+            # a small last gamma keeps the residual sum's scale (random weights do not normalize:
+            # at gamma ~1 the sum doubles per block and overflows float16 by the last stage)
+            y = g.bn(g.conv(y, width, cout, 1, 1, 0), cout, gamma=0.3)
+            short = g.bn(g.conv(x, cin, cout, 1, stride, 0), cout) if stride != 1 or cin != cout else x
+            x = g.op("Relu", [g.op("Add", [y, short])])
+            cin = cout
+    x = g.op("Flatten", [g.op("GlobalAveragePool", [x])], axis=1)
+    w = g.weight("fc_w", (classes, cin), scale=np.sqrt(1.0 / cin))
+    b = g.init("fc_b", (g.rng.standard_normal(classes) * 0.1).astype("float32"))
+    out = g.op("Gemm", [x, w, b], transB=1)
+    data = np.random.default_rng(seed + 1).standard_normal((batch, 3, image, image)).astype("float32")
+    return g.model({"data": data.shape}, out), {"data": data}
+
+
+def mobilenet_v2(batch: int = 1, image: int = 224, classes: int = 1000, seed: int = 0, project_gamma: float = 1.0):
+    """MobileNetV2; ``project_gamma`` scales the batch norm after each block's linear 1x1
+    projection (below 1 the random network amplifies rounding less: float16 checks)."""
     g = GraphBuilder(seed)
 
     def cbr(x, cin, cout, k, stride=1, group=1, relu=True):
-        y = g.bn(g.conv(x, cin, cout, k, stride, group=group), cout)
+        y = g.bn(g.conv(x, cin, cout, k, stride, group=group), cout, gamma=1.0 if relu else project_gamma)
         return g.op("Clip", [y, g.init("lo", np.array(0.0, "float32")), g.init("hi", np.array(6.0, "float32"))]) if relu else y
 
     x = cbr("data", 3, 32, 3, 2)

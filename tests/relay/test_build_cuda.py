@@ -6,7 +6,7 @@ import functools
 
 import numpy as np
 import pytest
-from onnx_models import bert_block, mobilenet_v2, resnet18, run_ort
+from onnx_models import bert_block, mobilenet_v2, resnet18, resnet50, run_ort
 
 import kiln as tvm
 from kiln import relay
@@ -20,14 +20,19 @@ MODELS = {
     "resnet18": resnet18,  # 224 x 224, 1000 classes
     "mobilenet_v2": lambda: mobilenet_v2(image=64, classes=10),
     "bert_block": bert_block,
+    "resnet50": lambda: resnet50(image=64),
 }
 
 
 @functools.cache
-def built(name: str):
+def built(name: str, dtype: str = "float32"):
+    """(onnx model, inputs, lib); float16: ToMixedPrecision with float32 sums first."""
     model, inputs = MODELS[name]()
     mod, params = relay.frontend.from_onnx(model)
     with tvm.transform.PassContext(opt_level=3):
+        if dtype == "float16":
+            mod = relay.transform.InferType()(mod)
+            mod = relay.transform.ToMixedPrecision("float16", accumulation_dtype="float32")(mod)
         lib = relay.build(mod, target=tvm.target.Target("cuda", host="llvm"), params=params)
     return model, inputs, lib
 
@@ -52,7 +57,7 @@ def test_resnet18_kernels_compile_to_ptx():
     assert "__syncthreads();" in src and "__shared__" in src  # tiled convolutions / dense
 
 
-@pytest.mark.parametrize("name", ["mobilenet_v2", "bert_block"])
+@pytest.mark.parametrize("name", ["mobilenet_v2", "bert_block", "resnet50"])
 def test_other_models_compile(name):
     _, _, lib = built(name)
     _, dev_mod = _device_module(lib)
@@ -70,3 +75,27 @@ def test_model_matches_onnxruntime_on_the_gpu(name):
     assert module.get_num_outputs() == len(expected)
     for i, want in enumerate(expected):
         np.testing.assert_allclose(module.get_output(i).numpy(), want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_float16_models_compile_to_half_kernels(name):
+    _, _, lib = built(name, "float16")
+    _, dev_mod = _device_module(lib)
+    src = dev_mod.get_source()
+    assert "half* __restrict__" in src  # float16 tensors between the kernels
+    assert ".entry " in dev_mod.get_source("ptx")
+
+
+# random networks amplify rounding; these two keep clear top-5 margins in float16 (docs/cuda.md)
+MODELS["mobilenet_v2_calm"] = lambda: mobilenet_v2(image=64, classes=10, project_gamma=0.5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["mobilenet_v2_calm", "resnet50"])
+def test_float16_model_keeps_top5_on_the_gpu(name):
+    model, inputs, lib = built(name, "float16")
+    module = graph_executor.GraphModule(lib["default"](tvm.cuda(0)))
+    module.set_input(**inputs)
+    module.run()
+    got, want = module.get_output(0).numpy(), run_ort(model, inputs)[0]
+    np.testing.assert_array_equal(np.argsort(-got[0])[:5], np.argsort(-want[0])[:5])

@@ -1,0 +1,172 @@
+"""CUDA whole models: ResNet-50 and MobileNetV2 batch 1 (224 x 224), kiln vs torch eager, one run.
+
+For each model and dtype:
+
+- kiln: the ONNX model of tests/relay/onnx_models.py (random weights) imported by
+  relay.frontend.from_onnx, built by relay.build for ``cuda`` (host llvm) with the shared GPU
+  schedules; float16 is ``ToMixedPrecision("float16", accumulation_dtype="float32")`` of the
+  same graph (float16 tensors, float32 sums, float32 interface). Checked against onnxruntime
+  (CPU) on the float32 model: float32 within 1e-3, float16 the same top-5 classes in order.
+- torch: torchvision's ``resnet50`` / ``mobilenet_v2`` (the same architectures, random weights:
+  only their latency is compared) in eager mode on cuDNN, TF32 off; ``.half()`` for float16.
+
+Both are timed with CUDA events (kiln: ``time_evaluator("run")`` on ``tvm.cuda(0)``; torch:
+``torch.cuda.Event``), ``--number`` calls per repeat, the median over ``--repeat`` repeats. The
+ratio kiln/torch is printed per line (the acceptance is <= 1.0x). ``--profile N`` also prints
+the N slowest kernels of each kiln build (the graph executor's per-kernel ``profile``: wall
+clock per launch, so kernels under ~20 us show the launch cost).
+
+    python bench/cuda_e2e.py                              # on an NVIDIA GPU with torch + torchvision
+    python bench/cuda_e2e.py --models resnet18 --dtypes float32 --profile 15
+
+Not named cuda.py: a script's folder comes first on sys.path (bench/cuda_gpu.py says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "relay"))
+
+import kiln as tvm  # noqa: E402
+from kiln import relay  # noqa: E402
+from kiln.contrib import graph_executor  # noqa: E402
+
+MODELS = ("resnet50", "mobilenet_v2", "resnet18")
+
+
+def onnx_model(name: str):
+    import onnx_models
+
+    if name == "mobilenet_v2":  # 0.5: float16 rounding does not reorder the random network's top-5
+        return onnx_models.mobilenet_v2(project_gamma=0.5)
+    return getattr(onnx_models, name)()
+
+
+def torch_model(torch, name: str):
+    import torchvision
+
+    net = getattr(torchvision.models, name)(weights=None)
+    return net.eval().cuda()
+
+
+def build(model, target, dtype: str):
+    mod, params = relay.frontend.from_onnx(model)
+    with tvm.transform.PassContext(opt_level=3):
+        if dtype == "float16":
+            mod = relay.transform.InferType()(mod)
+            mod = relay.transform.ToMixedPrecision("float16", accumulation_dtype="float32")(mod)
+        return relay.build(mod, target=target, params=params)
+
+
+def check(dtype: str, got: np.ndarray, want: np.ndarray) -> tuple[bool, str]:
+    """(passed, what was compared): float32 within 1e-3 of onnxruntime, float16 its top-5."""
+    if dtype == "float32":
+        err = float(np.abs(got - want).max())
+        ok = bool(np.allclose(got, want, rtol=1e-3, atol=1e-3))
+        return ok, f"max abs err vs onnxruntime {err:.1e}" + ("" if ok else " > 1e-3: WRONG")
+    top_got, top_want = np.argsort(-got[0])[:5].tolist(), np.argsort(-want[0])[:5].tolist()
+    if top_got == top_want:
+        return True, f"top-5 = onnxruntime's {top_want}"
+    return False, f"top-5 {top_got} != onnxruntime's {top_want}: WRONG"
+
+
+def time_torch(torch, fn, repeat: int, number: int) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(number):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / number)
+    return statistics.median(times)
+
+
+def profile(g, top: int) -> None:
+    rows = json.loads(g.module["profile"](20, 5))
+    total = sum(r["ms"] for r in rows)
+    print(f"    sum of kernels {total:.3f} ms over {len(rows)} launches; slowest {top}:")
+    for r in sorted(rows, key=lambda r: -r["ms"])[:top]:
+        print(f"      {r['ms']:.4f} ms  {r['name']}")
+
+
+def bench(name: str, dtype: str, target, dev, torch, args) -> tuple[float, bool]:
+    from onnx_models import run_ort
+
+    model, inputs = onnx_model(name)
+    want = run_ort(model, inputs)[0]
+    start = time.perf_counter()
+    lib = build(model, target, dtype)
+    build_s = time.perf_counter() - start
+    g = graph_executor.GraphModule(lib["default"](dev))
+    g.set_input(**inputs)
+    g.run()
+    ok, verdict = check(dtype, g.get_output(0).numpy(), want)
+    timer = g.module.time_evaluator("run", dev, number=args.number, repeat=args.repeat)
+    kiln_ms = statistics.median(timer().results) * 1e3
+
+    net = torch_model(torch, name)
+    x = torch.from_numpy(inputs["data"]).cuda()
+    if dtype == "float16":
+        net, x = net.half(), x.half()
+    with torch.no_grad():
+        ref_ms = time_torch(torch, lambda: net(x), args.repeat, args.number)
+    ratio = kiln_ms / ref_ms
+    print(f"{name} {dtype}: kiln {kiln_ms:.3f} ms  torch eager {ref_ms:.3f} ms  kiln/torch {ratio:.2f}x  "
+          f"(build {build_s:.1f} s; {verdict})", flush=True)
+    if args.profile:
+        profile(g, args.profile)
+    return ratio, ok
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", choices=MODELS, default=["resnet50", "mobilenet_v2"])
+    p.add_argument("--dtypes", nargs="+", choices=["float32", "float16"], default=["float32", "float16"])
+    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--number", type=int, default=10, help="calls per timed repeat")
+    p.add_argument("--target", default="cuda", help='kiln target, e.g. "cuda -arch=sm_90"')
+    p.add_argument("--profile", type=int, default=0, metavar="N", help="print each build's N slowest kernels")
+    args = p.parse_args()
+    dev = tvm.cuda(0)
+    if not dev.exist:
+        raise SystemExit("bench/cuda_e2e.py: no CUDA device (needs an NVIDIA GPU, its driver and "
+                         "pip install 'kiln[cuda]')")
+    try:
+        import torch
+        import torchvision  # noqa: F401
+    except ImportError:
+        raise SystemExit("bench/cuda_e2e.py: the reference is torch eager: install torch and torchvision") from None
+    if not torch.cuda.is_available():
+        raise SystemExit("bench/cuda_e2e.py: torch sees no CUDA device")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    target = tvm.target.Target(args.target, host="llvm")
+    print(f"device: {dev.device_name} (sm_{dev.compute_version.replace('.', '')})  |  target: {target}  |  "
+          f"reference: torch {torch.__version__} eager, cuDNN, TF32 off  |  median of {args.repeat} x "
+          f"{args.number} calls", flush=True)
+    worst, wrong = 0.0, []
+    for name in args.models:
+        for dtype in args.dtypes:
+            ratio, ok = bench(name, dtype, target, dev, torch, args)
+            worst = max(worst, ratio)
+            wrong += [] if ok else [f"{name} {dtype}"]
+    print(f"worst kiln/torch ratio: {worst:.2f}x")
+    if wrong:
+        raise SystemExit(f"bench/cuda_e2e.py: outputs wrong for {', '.join(wrong)}")
+
+
+if __name__ == "__main__":
+    main()
