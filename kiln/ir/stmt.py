@@ -55,12 +55,33 @@ class Buffer(Node):
     def ndim(self) -> int:
         return len(self.shape)
 
+    def access_ptr(self, access_mask, ptr_type="handle", content_lanes=1, offset=0, extent=None):
+        """A pointer to the buffer's first element (plus offset elements): a ``tir.tvm_access_ptr``
+        call. access_mask is "r", "w", "rw" or 1 (read) | 2 (write); barriers use it."""
+        from .expr import Call, IntImm
 
-def decl_buffer(shape, dtype="float32", name="buffer", data=None, strides=None, elem_offset=None, scope="global") -> Buffer:
-    """A new buffer with its own data handle."""
+        if isinstance(access_mask, str):
+            access_mask = ("r" in access_mask) * 1 | ("w" in access_mask) * 2
+        start = convert(offset) if self.elem_offset is None else self.elem_offset + convert(offset)
+        if extent is None:
+            extent = convert(1)
+            for d in self.shape:
+                extent = extent * d
+        annot = Call(self.dtype, "tir.type_annotation", ())
+        return Call(HANDLE_T, "tir.tvm_access_ptr",
+                    (annot, self.data, start, convert(extent), IntImm(int(access_mask), _dtype("int32"))))
+
+
+def decl_buffer(shape, dtype="float32", name="buffer", data=None, strides=None, elem_offset=None, scope="global",
+                offset_factor=0) -> Buffer:
+    """A new buffer with its own data handle. offset_factor > 0 gives it a symbolic elem_offset
+    (a multiple of offset_factor), as tensor intrinsics' buffers need."""
     shape = tuple(convert(s) for s in (shape if isinstance(shape, (list, tuple)) else [shape]))
     data = data if data is not None else Var(name, HANDLE_T)
-    return Buffer(name, data, _dtype(dtype), shape, tuple(convert(s) for s in strides or ()), elem_offset, scope)
+    if elem_offset is None and offset_factor:
+        elem_offset = Var(f"{name}_elem_offset", shape[0].dtype if shape else _dtype("int32"))
+    return Buffer(name, data, _dtype(dtype), shape, tuple(convert(s) for s in strides or ()),
+                  convert(elem_offset) if elem_offset is not None else None, scope, int(offset_factor))
 
 
 class ForKind(enum.IntEnum):

@@ -205,6 +205,10 @@ class _Lowering:
             # The region may reach past the tensor's shape (a tail of the consumer's split).
             for iv, shape_dim in zip(op.axis, op.outputs[0].shape):
                 guards.append(leaf_expr(E.LT(values[id(iv.var)], shape_dim, BOOL_T)))
+        if st.tensorized is not None:
+            from .tensorize import tensorize_stmt
+
+            return tensorize_stmt(self, st, info, bufs, store_idx, guards)
         body0 = self.bodies[st][0]
         if isinstance(body0, Reduce) and any(iv in st.bindings for iv in st.leaf_iter_vars
                                              if iv.iter_type == IterType.COMM_REDUCE):

@@ -55,6 +55,7 @@ class Stage:
         self.scope = "global"
         self.aligns: dict[int, tuple[int, int]] = {}  # axis position -> (factor, offset)
         self.scope_set = False  # an unset scope of a stage attached under GPU threads is inferred
+        self.tensorized = None  # (axis, TensorIntrin): kiln/te/tensorize.py
         self._reset_axes()
 
     def _reset_axes(self) -> None:
@@ -190,9 +191,9 @@ class Stage:
     def set_scope(self, scope: str) -> None:
         # global.texture*: an RGBA image (5-D tensors, innermost 4; kiln/tir/transform/texture.py)
         if scope not in ("global", "shared", "local", "warp", "global.texture", "global.texture-nhwc",
-                         "global.texture-weight"):
-            raise ScheduleError(f"stage {self.name}: unknown storage scope {scope!r}; use global, shared, local "
-                                "or global.texture[-nhwc|-weight]")
+                         "global.texture-weight", "wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator"):
+            raise ScheduleError(f"stage {self.name}: unknown storage scope {scope!r}; use global, shared, local, "
+                                "global.texture[-nhwc|-weight] or wmma.matrix_a|matrix_b|accumulator")
         self.scope = scope
         self.scope_set = True
 
@@ -206,6 +207,15 @@ class Stage:
             raise ScheduleError(f"stage {self.name}: storage_align needs factor > 0 and 0 <= offset < factor, "
                                 f"got factor={factor} offset={offset}")
         self.aligns[list(self.op.axis).index(axis)] = (factor, offset)
+
+    def tensorize(self, axis: IterVar, intrin) -> None:
+        """Compute the loops from axis inwards with a tensor intrinsic (te.decl_tensor_intrin)."""
+        from .tensor_intrin import TensorIntrin
+
+        self._check_leaf(axis, "tensorize")
+        if not isinstance(intrin, TensorIntrin):
+            raise ScheduleError(f"stage {self.name}: tensorize needs a te.decl_tensor_intrin(...), got {intrin!r}")
+        self.tensorized = (axis, intrin)
 
     def double_buffer(self) -> None:
         pass
