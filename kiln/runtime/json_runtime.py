@@ -349,4 +349,9 @@ def _cublas(graph):
     return CuBLASExecutor(graph)
 
 
-EXECUTORS = {"dnnl": DNNLExecutor, "cublas": _cublas}
+def _cudnn(graph):
+    from .json_cudnn import CuDNNExecutor
+    return CuDNNExecutor(graph)
+
+
+EXECUTORS = {"dnnl": DNNLExecutor, "cublas": _cublas, "cudnn": _cudnn}

@@ -63,8 +63,10 @@ def test_target_that_does_not_parse(tmp_path, small_onnx):
     _one_line_error(tvmc("compile", "--target", "llvm -mtriple", small_onnx[0], check=False), "--target")
     _one_line_error(tvmc("compile", "--target", "opencl, clml, llvm", small_onnx[0], check=False),
                     "'clml'", "OpenCLML SDK")  # partitioned for CLML, which needs Qualcomm's SDK
+    _one_line_error(tvmc("compile", "--target", "ethos-n, llvm", small_onnx[0], check=False),
+                    "'ethos-n'", "not supported yet")
     _one_line_error(tvmc("compile", "--target", "cudnn, llvm", small_onnx[0], check=False),
-                    "'cudnn'", "not supported yet")
+                    "'cudnn'", "add cuda")  # cuDNN's subgraphs run on the CUDA device
     assert not os.listdir(tmp_path)
 
 

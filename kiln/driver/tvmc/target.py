@@ -19,7 +19,8 @@ TARGET_OPTIONS = {"llvm": ("mtriple", "mcpu", "mattr", "mabi"), "opencl": ("devi
 # BYOC names TVM users write in the list (002: "opencl, clml, llvm"). PARTITIONED ones are offloaded
 # with relay.op.contrib.<name>.partition_for_<name> (docs/byoc.md); the others are not implemented.
 BYOC = ("clml", "dnnl", "cublas", "cudnn", "ethos-n", "cmsis-nn")
-PARTITIONED = ("dnnl", "clml", "cublas")
+PARTITIONED = ("dnnl", "clml", "cublas", "cudnn")
+NEEDS_CUDA = ("cublas", "cudnn")  # NVIDIA libraries: their subgraphs run on the CUDA target's device
 
 
 def byoc_from_cli(text: str) -> list[str]:
@@ -59,6 +60,11 @@ def target_from_cli(text: str, target_host: str | None = None, options: dict | N
         raise TVMCException(f"target options for {sorted(unknown)}: tvmc knows --target-<kind>-<option> for "
                             f"{', '.join(TARGET_OPTIONS)}")
     cpu, gpu = None, None
+    kinds = [piece.split(" ", 1)[0] for piece in split_targets(text)]
+    for lib in NEEDS_CUDA:
+        if lib in kinds and "cuda" not in kinds:
+            raise TVMCException(f"target {lib!r} offloads to an NVIDIA library that runs on the CUDA device; add "
+                                f"cuda to the list, e.g. --target \"{lib}, cuda, llvm\"")
     for piece in split_targets(text):
         kind = piece.split(" ", 1)[0]
         if kind in PARTITIONED:

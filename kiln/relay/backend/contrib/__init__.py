@@ -17,6 +17,7 @@ CODEGENS = {
     "dnnl": "kiln.relay.backend.contrib.dnnl:dnnl_codegen",
     "clml": "kiln.relay.backend.contrib.clml:clml_codegen",
     "cublas": "kiln.relay.backend.contrib.cublas:cublas_codegen",
+    "cudnn": "kiln.relay.backend.contrib.cudnn:cudnn_codegen",
 }
 
 

@@ -1,4 +1,5 @@
-"""Per-compiler support tables for bring-your-own-codegen: ``dnnl`` (oneDNN), ``clml``.
+"""Per-compiler support tables for bring-your-own-codegen: ``dnnl`` (oneDNN), ``clml``,
+``cublas``, ``cudnn``.
 
 Each module registers ``"target.<compiler>"`` predicates on the ops it can run and offers
 ``partition_for_<compiler>(mod, params)``. Import the one you use
@@ -7,7 +8,7 @@ Each module registers ``"target.<compiler>"`` predicates on the ops it can run a
 
 import importlib as _importlib
 
-COMPILERS = ("dnnl", "clml", "cublas")
+COMPILERS = ("dnnl", "clml", "cublas", "cudnn")
 
 
 def __getattr__(name: str):

@@ -1,0 +1,117 @@
+"""cuDNN for kiln's CUDA target: convolutions (with bias, residual add and relu), pools, softmax
+and activations offloaded (``"cudnn, cuda, llvm"``).
+
+>>> mod = partition_for_cudnn(mod, params)
+>>> lib = relay.build(mod, target="cuda")      # convolutions in cuDNN, the rest kiln's kernels
+
+cuDNN's legacy API (kiln/runtime/json_cudnn.py) takes NCHW float32 tensors and symmetric
+padding; a layer outside these limits stays on kiln. Batch norms are folded into the
+convolutions before partitioning, as for oneDNN.
+"""
+
+from __future__ import annotations
+
+from kiln.ir.op_attr import register_op_attr
+
+from ...expr import Call
+from ...ty import TensorType
+from .dnnl import _layer, _layer_parts, bias_vector
+
+COMPILER = "cudnn"
+ACTIVATIONS = {"nn.relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh"}
+POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
+
+
+def _f32(*exprs) -> bool:
+    return all(isinstance(e.checked_type, TensorType) and e.checked_type.dtype == "float32" for e in exprs)
+
+
+def _shape(e) -> tuple:
+    return tuple(int(d) for d in e.checked_type.shape)
+
+
+def _symmetric(padding) -> bool:
+    p = [int(v) for v in padding]
+    return len(p) == 4 and p[0] == p[2] and p[1] == p[3]
+
+
+def conv2d_ok(call: Call) -> bool:
+    a = call.attrs
+    data, weight = call.args
+    return (_f32(call, data, weight) and a.data_layout == "NCHW" and a.kernel_layout == "OIHW"
+            and a.get("out_layout", "") in ("", "NCHW") and a.get("out_dtype", "") in ("", "float32")
+            and len(_shape(data)) == 4 and _symmetric(a.padding))
+
+
+def pool_ok(call: Call) -> bool:
+    a = call.attrs
+    if not (_f32(call) and a.get("layout", "NCHW") == "NCHW" and len(_shape(call.args[0])) == 4):
+        return False
+    if call.op.name.startswith("nn.global"):
+        return True
+    dilation = tuple(int(d) for d in (a.get("dilation", (1, 1)) or (1, 1)))
+    return (not a.get("ceil_mode", False) and dilation in ((1, 1), (1,)) and len(tuple(a.pool_size)) == 2
+            and _symmetric(a.padding))
+
+
+def activation_ok(call: Call) -> bool:
+    return _f32(call, *call.args) and 1 <= len(_shape(call)) <= 4
+
+
+def softmax_ok(call: Call) -> bool:
+    """cuDNN's channel softmax: the last axis of a 2-d tensor, or axis 1 of a 4-d one."""
+    if not _f32(call, *call.args):
+        return False
+    rank, axis = len(_shape(call)), int(call.attrs.axis)
+    return (rank == 2 and axis in (1, -1)) or (rank == 4 and axis in (1, -3))
+
+
+for _name in ACTIVATIONS:
+    register_op_attr(_name, f"target.{COMPILER}", activation_ok)
+for _name in POOLS:
+    register_op_attr(_name, f"target.{COMPILER}", pool_ok)
+register_op_attr("nn.softmax", f"target.{COMPILER}", softmax_ok)
+register_op_attr("nn.conv2d", f"target.{COMPILER}", conv2d_ok)
+
+
+def _conv_check(root: Call, want_bias: bool, want_sum: bool) -> bool:
+    layer, bias, addend, _ = _layer_parts(root)
+    # add(conv, constant) matches the residual pattern too; it is a bias, which another entry takes
+    if (bias is not None) != want_bias or (addend is not None) != want_sum or layer.op.name != "nn.conv2d":
+        return False
+    if not conv2d_ok(layer):
+        return False
+    if bias is not None and (bias_vector(layer, bias) is None or _shape(bias) != _shape(layer)):
+        return False
+    return addend is None or (_shape(addend) == _shape(layer) and _f32(addend))
+
+
+def pattern_table():
+    """(name, pattern, check) for MergeComposite, longest first: y = relu(conv(x) + bias + z), the
+    epilogue cudnnConvolutionBiasActivationForward computes (or conv, then adds, without relu)."""
+    table = []
+    for bias, residual, relu in ((1, 1, 1), (1, 1, 0), (0, 1, 1), (0, 1, 0), (1, 0, 1), (1, 0, 0), (0, 0, 1)):
+        name = f"{COMPILER}.conv2d" + ("_bias" if bias else "") + ("_sum" if residual else "") + \
+            ("_relu" if relu else "")
+        check = lambda root, b=bool(bias), r=bool(residual): _conv_check(root, b, r)  # noqa: E731
+        table.append((name, _layer("nn.conv2d", bias, residual, relu), check))
+    return table
+
+
+def partition_for_cudnn(mod, params=None):
+    """Bind ``params``, fold batch norms into the convolutions, then offload what cuDNN runs:
+    MergeComposite, AnnotateTarget(["cudnn"]), MergeCompilerRegions, PartitionGraph."""
+    from kiln.relay import transform
+    from kiln.transform import PassContext, Sequential
+
+    from ...build_module import _as_module
+
+    mod = _as_module(mod)
+    if params:
+        mod = transform.BindParams(params)(mod)
+    seq = Sequential([transform.InferType(), transform.SimplifyInference(), transform.FoldConstant(),
+                      transform.FoldScaleAxis(), transform.FoldConstant(),
+                      transform.MergeComposite(pattern_table()), transform.AnnotateTarget([COMPILER]),
+                      transform.MergeCompilerRegions(), transform.PartitionGraph()])
+    with PassContext(opt_level=3):
+        return seq(mod)
