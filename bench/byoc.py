@@ -8,6 +8,11 @@ pools, dense layers and elementwise ops it supports; kiln the rest), plain ``rel
 timing; timings interleave (bench/timing.py) and each figure is the median over rounds.
 
     python bench/byoc.py [--threads 2] [--rounds 5] [--number 5] [--models resnet18,mobilenet_v2]
+
+With ``--cuda`` it compares on CUDA device 0 instead: ``partition_for_cudnn`` then
+``relay.build(target="cuda")`` (cuDNN runs the convolutions, pools and activations) vs kiln's
+own untuned CUDA kernels vs onnxruntime (its CUDA provider when installed, else its CPU one, said
+in the header); outputs checked against onnxruntime's CPU result (1e-4).
 """
 
 from __future__ import annotations
@@ -25,7 +30,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--number", type=int, default=5)
     ap.add_argument("--models", default="resnet18,mobilenet_v2")
+    ap.add_argument("--cuda", action="store_true", help="cuDNN vs kiln's CUDA kernels on CUDA device 0")
     args = ap.parse_args()
+    if args.cuda:
+        return cuda_main(args)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before oneDNN's OpenMP starts
 
     here = Path(__file__).resolve().parent
@@ -78,6 +86,62 @@ def main() -> None:
         print(f"{name:<14}{ms['dnnl']:>9.2f}{ms['kiln']:>9.2f}{ms['ort']:>9.2f}{ms['dnnl'] / ms['ort']:>9.2f}x"
               f"{ms['kiln'] / ms['ort']:>9.2f}x{ms['dnnl'] / ms['kiln']:>10.2f}x  "
               f"{len(subgraphs)} subgraphs, {nodes} oneDNN nodes")
+    if wrong:
+        sys.exit(f"MISMATCH: {', '.join(wrong)}")
+
+
+def cuda_main(args) -> None:
+    here = Path(__file__).resolve().parent
+    sys.path.insert(0, str(here))
+    sys.path.insert(0, str(here.parent / "tests" / "relay"))
+    import numpy as np
+    import onnxruntime as ort
+    from e2e import MODELS
+    from timing import interleaved
+
+    import kiln as tvm
+    from kiln import relay
+    from kiln.contrib import graph_executor
+    from kiln.relay.op.contrib.cudnn import partition_for_cudnn
+    from kiln.runtime.json_cudnn import cudnn_available, cudnn_library
+
+    problem = cudnn_available()
+    if problem:
+        sys.exit(f"bench/byoc.py --cuda: {problem}")
+    dev = tvm.cuda(0)
+    if not dev.exist:
+        sys.exit("bench/byoc.py --cuda: no CUDA device")
+    provider = "CUDAExecutionProvider" if "CUDAExecutionProvider" in ort.get_available_providers() \
+        else "CPUExecutionProvider"
+    print(f"batch 1, fp32, CUDA device 0, cuDNN {cudnn_library().cudnnGetVersion()}, median of {args.rounds} "
+          f"rounds x {args.number} runs; reference onnxruntime {provider}")
+    print(f"{'model':<14}{'cudnn ms':>10}{'kiln ms':>9}{'ort ms':>9}{'cudnn/kiln':>12}{'cudnn/ort':>11}  offloaded")
+    wrong = []
+    for name in args.models.split(","):
+        model, inputs = MODELS[name]()
+        mod, params = relay.frontend.from_onnx(model)
+        with tvm.transform.PassContext(opt_level=3):
+            lib_cudnn = relay.build(partition_for_cudnn(mod, params), target="cuda")
+            lib_kiln = relay.build(mod, target="cuda", params=params)
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+        sess = ort.InferenceSession(model.SerializeToString(), providers=[provider])
+        sides = {}
+        for label, lib in (("cudnn", lib_cudnn), ("kiln", lib_kiln)):
+            m = graph_executor.GraphModule(lib["default"](dev))
+            for k, v in inputs.items():
+                m.set_input(k, tvm.nd.array(v, dev))
+            m.run()
+            got = m.get_output(0).numpy()
+            if not np.allclose(got, want, rtol=1e-4, atol=1e-4):
+                print(f"MISMATCH {name} ({label}): max abs diff {np.abs(got - want).max():.2e}")
+                wrong.append(f"{name} ({label})")
+            sides[label] = lambda m=m: (m.run(), dev.sync())
+        sides["ort"] = lambda: sess.run(None, inputs)
+        subgraphs = [m for m in lib_cudnn.get_lib().imported_modules if m.type_key == "cudnn"]
+        nodes = sum(len(m.graph["nodes"]) for m in subgraphs)
+        ms = {k: 1e3 * statistics.median(v) for k, v in interleaved(sides, args.rounds, args.number).items()}
+        print(f"{name:<14}{ms['cudnn']:>10.3f}{ms['kiln']:>9.3f}{ms['ort']:>9.3f}{ms['cudnn'] / ms['kiln']:>11.2f}x"
+              f"{ms['cudnn'] / ms['ort']:>10.2f}x  {len(subgraphs)} subgraphs, {nodes} cuDNN nodes")
     if wrong:
         sys.exit(f"MISMATCH: {', '.join(wrong)}")
 
