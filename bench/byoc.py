@@ -136,12 +136,16 @@ def cuda_main(args) -> None:
                 print(f"MISMATCH {name} ({label}): max abs diff {np.abs(got - want).max():.2e}")
                 wrong.append(f"{name} ({label})")
             sides[label] = lambda m=m: (m.run(), dev.sync())
+            if label == "cudnn":  # convolutions with relu whose fused cuDNN call was refused
+                refused = sum(not ok for _, _, f, _ in m.module.kernels
+                              for ok in getattr(getattr(f, "executor", None), "fused_ok", {}).values())
         sides["ort"] = lambda: sess.run(None, inputs)
         subgraphs = [m for m in lib_cudnn.get_lib().imported_modules if m.type_key == "cudnn"]
         nodes = sum(len(m.graph["nodes"]) for m in subgraphs)
         ms = {k: 1e3 * statistics.median(v) for k, v in interleaved(sides, args.rounds, args.number).items()}
         print(f"{name:<14}{ms['cudnn']:>10.3f}{ms['kiln']:>9.3f}{ms['ort']:>9.3f}{ms['cudnn'] / ms['kiln']:>11.2f}x"
-              f"{ms['cudnn'] / ms['ort']:>10.2f}x  {len(subgraphs)} subgraphs, {nodes} cuDNN nodes")
+              f"{ms['cudnn'] / ms['ort']:>10.2f}x  {len(subgraphs)} subgraphs, {nodes} cuDNN nodes, "
+              f"{refused} fused calls refused")
     if wrong:
         sys.exit(f"MISMATCH: {', '.join(wrong)}")
 

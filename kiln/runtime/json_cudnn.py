@@ -30,7 +30,6 @@ _NCHW, _FLOAT, _CROSS_CORRELATION, _FMA_MATH = 0, 0, 1, 3
 _ACT = {"sigmoid": 0, "relu": 1, "tanh": 2}
 _POOL = {"max": 0, "avg_pad": 1, "avg": 2}
 _SOFTMAX_ACCURATE, _SOFTMAX_CHANNEL = 1, 1
-_NOT_SUPPORTED = 9
 # Heuristic picks restricted to the GEMM-like algorithms (implicit precomputed, implicit, explicit):
 # FFT and Winograd trade accuracy for speed, and results must match fp32 references.
 _ALGOS = (1, 0, 2)
@@ -327,11 +326,10 @@ class CuDNNExecutor:
 
         def run() -> None:
             if self.fused_ok.get(entry, True):
-                status = fused()
-                if status == 0:
+                if fused() == 0:
                     return
-                if status != _NOT_SUPPORTED:
-                    _check(lib, status, "cudnnConvolutionBiasActivationForward")
-                self.fused_ok[entry] = False  # this algorithm/shape has no fused kernel: the separate calls
+                # no fused kernel for this algorithm and shape (cuDNN 8 and 9 number "not supported"
+                # differently): the separate calls from now on, which report a real failure themselves
+                self.fused_ok[entry] = False
             separate()
         return run

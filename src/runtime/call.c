@@ -139,7 +139,21 @@ static int prepare(const KilnFunction* f, const KilnValue* args, const int32_t* 
   return 0;
 }
 
+/* A kernel, or the executor of an offloaded subgraph (json_external.c). */
+static int32_t invoke(const KilnFunction* f, const KilnValue* args, int32_t n) {
+  if (f->external) {
+    int32_t threads = f->module->num_threads ? *f->module->num_threads : 0;
+    return f->external->run(f->executor, args, n, threads) ? -1 : 0;
+  }
+  return f->kernel(args, f->codes, n);
+}
+
 static int kernel_failed(const KilnFunction* f, int32_t rc) {
+  if (f->external) { /* the executor's message is in kiln_last_error */
+    char why[900];
+    snprintf(why, sizeof(why), "%s", kiln_last_error());
+    return kiln_error("%s: %s", f->name, why);
+  }
   if ((f->module->device && kiln_opencl_module_take_failure(f->module->device)) ||
       (f->module->cuda && kiln_cuda_module_take_failure(f->module->cuda))) {
     char why[900]; /* copied: the message buffer cannot be both source and destination */
@@ -156,7 +170,7 @@ static int kernel_failed(const KilnFunction* f, int32_t rc) {
 int kiln_func_call(KilnFunction* f, const KilnValue* args, const int32_t* codes, int32_t n) {
   KilnValue packed[MAX_ARGS];
   if (prepare(f, args, codes, n, packed)) return -1;
-  int32_t rc = f->kernel(packed, f->codes, n);
+  int32_t rc = invoke(f, packed, n);
   return rc ? kernel_failed(f, rc) : 0;
 }
 
@@ -168,7 +182,7 @@ int kiln_func_check(KilnFunction* f, const KilnValue* args, const int32_t* codes
 }
 
 int kiln_func_call_prepared(KilnFunction* f, const KilnValue* args, int32_t n) {
-  int32_t rc = f->kernel(args, f->codes, n);
+  int32_t rc = invoke(f, args, n);
   return rc ? kernel_failed(f, rc) : 0;
 }
 
@@ -186,7 +200,7 @@ static double run(KilnFunction* f, const KilnValue* packed, int32_t n, long long
   if (cuda) kiln_cuda_timing_begin(cuda);
   double start = now_seconds();
   for (long long i = 0; i < calls; i++) {
-    int32_t rc = f->kernel(packed, f->codes, n);
+    int32_t rc = invoke(f, packed, n);
     if (rc) {
       if (device) kiln_opencl_timing_end(device);
       if (cuda) kiln_cuda_timing_end(cuda);

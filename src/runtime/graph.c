@@ -209,10 +209,10 @@ static int bind_kernels(KilnGraph* g, const JsonNode* nodes, const int64_t* row_
     Kernel* kern = &g->kernels[k++];
     kern->node = nid;
     const char* offload = json_string(json_get(json_get(n, "attrs"), "compiler"));
-    if (offload)  /* docs/byoc.md: run by the Python runtime's JSON modules */
-      return kiln_error("graph node %d: '%s' is offloaded to %s, which the C runtime cannot run yet; load the "
-                        "library with the Python runtime (tvm.runtime.load_module) or build without "
-                        "partition_for_%s", nid, fname ? fname : "?", offload, offload);
+    /* Offloaded functions are the library's too (json_external.c), unless it lost them. */
+    if (offload && (!fname || kiln_module_get_function(g->lib, fname, &kern->func)))
+      return kiln_error("graph node %d: '%s' is offloaded to %s, but the library carries no such subgraph; was "
+                        "mod.json built together with this mod.so?", nid, fname ? fname : "?", offload);
     if (!fname || kiln_module_get_function(g->lib, fname, &kern->func))
       return kiln_error("graph node %d: the library has no kernel '%s'; was mod.json built together with "
                         "this mod.so?", nid, fname ? fname : "?");

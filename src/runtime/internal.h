@@ -106,6 +106,9 @@ struct KilnFunction {
   ArgSpec* args;
   int32_t* codes;
   KilnModule* module;
+  /* An offloaded subgraph (json_external.c): run by its compiler's executor, not `kernel`. */
+  const struct KilnExternalKind* external;
+  void* executor;
 };
 
 struct KilnModule {
@@ -144,6 +147,21 @@ int kiln_graph_kernel_node(const struct KilnGraph* g, int k);
 enum { KILN_KERNEL_BUFFER, KILN_KERNEL_SCALAR };
 int kiln_device_kernel_read(const JsonNode* node, const char* label, char** name, int* num_params,
                             int** kinds, DLDataType** dtypes);
+
+/* json_external.c: the subgraphs a library offloads to external compilers (docs/byoc.md), read
+ * from its __kiln_external_modules symbol and appended to mod's functions. */
+typedef struct KilnExternalKind {
+  const char* type_key;
+  int (*create)(const JsonNode* graph, const char* label, void** executor);
+  int (*run)(void* executor, const KilnValue* args, int32_t n, int32_t threads);
+  void (*free)(void* executor);
+} KilnExternalKind;
+int kiln_external_load(KilnModule* mod, const char* label);
+void kiln_external_free(KilnModule* mod);
+/* dnnl.c: the oneDNN executor of "dnnl" subgraphs (through the libkiln_dnnl.so shim). */
+int kiln_dnnl_create(const JsonNode* graph, const char* label, void** executor);
+int kiln_dnnl_run(void* executor, const KilnValue* args, int32_t n, int32_t threads);
+void kiln_dnnl_free(void* executor);
 
 /* Parse the metadata JSON into mod (functions, entry, device type). */
 int kiln_metadata_read(KilnModule* mod, const char* json, size_t len, const char* label);

@@ -141,6 +141,7 @@ int kiln_module_load_so(const char* path, KilnModule** out) {
     }
   }
   kiln_module_set_num_threads(mod, configured_threads());
+  if (kiln_external_load(mod, base_name(path))) goto fail;
   *out = mod;
   return 0;
 fail:
@@ -218,6 +219,7 @@ int kiln_module_load(const char* path, KilnModule** out) {
 
 void kiln_module_free(KilnModule* mod) {
   if (!mod) return;
+  kiln_external_free(mod);
   kiln_metadata_free(mod);
   kiln_opencl_module_free(mod->device);
   kiln_cuda_module_free(mod->cuda);

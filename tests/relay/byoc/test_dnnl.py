@@ -195,24 +195,3 @@ def test_aot_executor_refuses_offloaded_functions():
     part = partition_for_dnnl(tvm.IRModule.from_expr(relay.Function([x], relay.negative(relay.nn.relu(x)))))
     with pytest.raises(CompileError, match="aot executor cannot call functions offloaded to \\['dnnl'\\]"):
         relay.build(part, target="c", executor="aot")
-
-
-@needs_dnnl
-def test_c_runtime_names_the_offloaded_function(tmp_path):
-    """The C runtime (src/runtime) has no JSON modules yet: kiln_run says so in one line."""
-    import subprocess
-
-    root = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
-    made = subprocess.run(["make", "-s", "-j2", "-C", os.path.join(root, "src", "runtime"), f"OUT={tmp_path / 'rt'}"],
-                          capture_output=True, text=True)
-    assert made.returncode == 0, made.stderr
-    x = relay.var("x", shape=(2, 8))
-    part = partition_for_dnnl(tvm.IRModule.from_expr(relay.Function([x], relay.negative(relay.nn.relu(x)))))
-    with tvm.transform.PassContext(opt_level=3):
-        relay.build(part, target="llvm").export_library(str(tmp_path / "m.so"))
-    np.savez(tmp_path / "in.npz", x=np.ones((2, 8), "float32"))
-    result = subprocess.run([str(tmp_path / "rt" / "kiln_run"), "--package", str(tmp_path / "m.so"), "--input",
-                             str(tmp_path / "in.npz")], capture_output=True, text=True)
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode != 0 and len(lines) == 1, result.stderr
-    assert "'tvmgen_default_dnnl_main_0' is offloaded to dnnl" in lines[0] and "Python runtime" in lines[0]

@@ -1,0 +1,181 @@
+"""Offloaded subgraphs in the C runtime (src/runtime/json_external.c, dnnl.c): libraries built
+with ``dnnl, llvm`` run under kiln_run and kiln_rpc (no Python on the device side) with outputs
+equal to the Python executor and onnxruntime; a library offloading to a compiler the C runtime
+has no executor for, a missing shim and a missing oneDNN each fail with one line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import relay, rpc
+from kiln.contrib import graph_executor
+from kiln.driver import tvmc
+from kiln.driver.tvmc.compiler import export_package
+from kiln.relay.op.contrib.dnnl import partition_for_dnnl
+from kiln.runtime.json_runtime import dnnl_available
+
+HERE = os.path.dirname(__file__)
+sys.path.insert(0, os.path.join(HERE, "..", "relay"))
+sys.path.insert(0, os.path.join(HERE, "..", "crossdev"))
+import boards  # noqa: E402
+from onnx_models import resnet18, run_ort  # noqa: E402
+
+from test_c_graph import convnet_onnx, make_runtime  # noqa: E402
+
+MISSING = dnnl_available()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"needs oneDNN: {MISSING}")
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    out = make_runtime(str(tmp_path_factory.mktemp("c-byoc")))
+    assert os.path.exists(os.path.join(out, "libkiln_dnnl.so")), "make builds the shim when libdnnl-dev is installed"
+    return out
+
+
+@pytest.fixture(scope="module")
+def convnet(tmp_path_factory):
+    """conv-bn-relu, a residual block, pooling and a dense layer, offloaded to oneDNN; exported as a
+    tvmc package and as a one-file library, with the Python executor's and onnxruntime's outputs."""
+    model, inputs = convnet_onnx(image=12)
+    mod, params = relay.frontend.from_onnx(model, shape={k: v.shape for k, v in inputs.items()})
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(partition_for_dnnl(mod, params), target="llvm")
+    d = tmp_path_factory.mktemp("convnet")
+    export_package(lib, str(d / "net.tar"))
+    lib.export_library(str(d / "net.so"))
+    lib.export_library(str(d / "net_lib.tar"))
+    np.savez(d / "in.npz", **inputs)
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu()))
+    for k, v in inputs.items():
+        m.set_input(k, v)
+    m.run()
+    return d, lib, inputs, m.get_output(0).numpy(), run_ort(model, inputs)[0]
+
+
+def kiln_run(exe, *args, env=None):
+    return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, env=env)
+
+
+@pytest.mark.parametrize("package", ["net.tar", "net.so"])
+def test_kiln_run_matches_python_and_onnxruntime(build, convnet, package):
+    d, lib, _, python, ort = convnet
+    assert any(m.type_key == "dnnl" for m in lib.get_lib().imported_modules)
+    out = d / f"out-{package}.npz"
+    result = kiln_run(os.path.join(build, "kiln_run"), "--package", d / package, "--input", d / "in.npz",
+                      "--output", out, "--threads", "1", "--repeat", "2")
+    assert result.returncode == 0, result.stderr
+    got = np.load(out)["output_0"]
+    np.testing.assert_allclose(got, python, **TOL)
+    np.testing.assert_allclose(got, ort, **TOL)
+    # ... and oneDNN really ran: the same package without the shim cannot start
+    result = kiln_run(os.path.join(build, "kiln_run"), "--package", d / package, "--input", d / "in.npz",
+                      env=dict(os.environ, KILN_DNNL_SHIM=str(d / "nope.so")))
+    assert result.returncode != 0 and "nope.so does not exist" in result.stderr
+
+
+def test_resnet18_from_tvmc_dnnl_llvm(build, tmp_path):
+    """tvmc compile --target "dnnl, llvm" (ResNet-18, 32x32): kiln_run's outputs equal the Python
+    executor's (tvmc run) and onnxruntime's."""
+    import onnx
+
+    model, inputs = resnet18(image=32, classes=10)
+    onnx.save(model, str(tmp_path / "r18.onnx"))
+    package = tvmc.compile(tvmc.load(str(tmp_path / "r18.onnx")), target="dnnl, llvm",
+                           package_path=str(tmp_path / "r18.tar"))
+    assert '"compiler":"dnnl"' in package.graph.replace(" ", "")
+    python = tvmc.run(package, device="cpu", inputs=inputs, number=1, repeat=1).outputs["output_0"]
+    np.savez(tmp_path / "in.npz", **inputs)
+    result = kiln_run(os.path.join(build, "kiln_run"), "--package", tmp_path / "r18.tar", "--input",
+                      tmp_path / "in.npz", "--output", tmp_path / "out.npz", "--profile")
+    assert result.returncode == 0, result.stderr
+    assert "tvmgen_default_dnnl_main_0" in result.stdout  # the offloaded subgraph is one profiled kernel
+    got = np.load(tmp_path / "out.npz")["output_0"]
+    np.testing.assert_allclose(got, python, **TOL)
+    np.testing.assert_allclose(got, run_ort(model, inputs)[0], **TOL)
+
+
+def test_rpc_server_loads_a_tar_library_with_subgraphs(build, convnet):
+    """kiln_rpc relinks the .tar library on the device and runs the graph there."""
+    d, lib, inputs, python, ort = convnet
+    board = boards.start_board(os.path.join(build, "kiln_rpc"), None)
+    try:
+        remote = rpc.connect("127.0.0.1", board.port)
+        try:
+            remote.upload(str(d / "net_lib.tar"), "net_lib.tar")
+            rlib = remote.load_module("net_lib.tar")
+            m = graph_executor.create(lib.get_graph_json(), rlib, remote.cpu())
+            m.load_params(relay.save_param_dict(lib.get_params()))
+            m.set_input("data", inputs["data"])
+            m.run()
+            got = m.get_output(0).numpy()
+        finally:
+            remote.close()
+    finally:
+        board.stop()
+    np.testing.assert_allclose(got, python, **TOL)
+    np.testing.assert_allclose(got, ort, **TOL)
+
+
+def _acme_library(path):
+    """A library with a subgraph offloaded to "acme", a compiler of the user's own (its JSON is
+    written by the dnnl serializer; only the name differs)."""
+    from kiln.relay.backend.contrib import CODEGENS, register_codegen
+    from kiln.relay.backend.contrib.dnnl import _convert
+    from kiln.relay.backend.contrib.json_graph import Serializer
+
+    tvm.ir.register_op_attr("nn.relu", "target.acme", lambda call: True)
+    register_codegen("acme", lambda func: Serializer(func, _convert).serialize())
+    try:
+        x = relay.var("x", shape=(2, 8))
+        mod = tvm.IRModule.from_expr(relay.Function([x], relay.negative(relay.nn.relu(x))))
+        seq = tvm.transform.Sequential([relay.transform.AnnotateTarget(["acme"]),
+                                        relay.transform.MergeCompilerRegions(), relay.transform.PartitionGraph()])
+        with tvm.transform.PassContext(opt_level=3):
+            lib = relay.build(seq(mod), target="llvm")
+    finally:
+        CODEGENS.pop("acme", None)
+    assert [m.type_key for m in lib.get_lib().imported_modules] == ["acme"]
+    lib.export_library(str(path))
+
+
+def test_unsupported_compiler_is_named_in_one_line(build, tmp_path):
+    _acme_library(tmp_path / "acme.so")
+    result = kiln_run(os.path.join(build, "kiln_run"), "--package", tmp_path / "acme.so")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and len(lines) == 1, result.stderr
+    assert "this library offloads subgraphs to acme (tvmgen_default_acme_main_0); the C runtime supports: dnnl" \
+        in lines[0]
+
+
+def test_missing_shim_and_missing_onednn_are_one_line(build, convnet, tmp_path):
+    d = convnet[0]
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(os.path.join(build, "kiln_run"), alone / "kiln_run")  # without libkiln_dnnl.so beside it
+    env = {k: v for k, v in os.environ.items() if k not in ("KILN_DNNL_SHIM", "LD_LIBRARY_PATH")}
+    result = kiln_run(str(alone / "kiln_run"), "--package", d / "net.tar", env=env)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and len(lines) == 1, result.stderr
+    assert "offloads subgraphs to dnnl (oneDNN), but the oneDNN shim libkiln_dnnl.so was not found" in lines[0]
+    assert "make -C src/runtime dnnl" in lines[0]
+    # A shim whose oneDNN is not installed: it needs a libdnnl that this machine lacks.
+    (tmp_path / "fake.c").write_text("int kd_version(void) { return 0; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", tmp_path / "libdnnl.so.99", tmp_path / "fake.c",
+                    "-Wl,-soname,libdnnl.so.99"], check=True)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", tmp_path / "shim.so", tmp_path / "fake.c", "-Wl,--no-as-needed",
+                    tmp_path / "libdnnl.so.99"], check=True)
+    os.unlink(tmp_path / "libdnnl.so.99")
+    result = kiln_run(str(alone / "kiln_run"), "--package", d / "net.tar",
+                      env=dict(env, KILN_DNNL_SHIM=str(tmp_path / "shim.so")))
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and len(lines) == 1, result.stderr
+    assert "oneDNN is not installed on this machine (libdnnl.so.99" in lines[0] and "libdnnl" in lines[0]
