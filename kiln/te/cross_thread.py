@@ -49,7 +49,7 @@ def cross_thread_reduce(low, st, info, bufs, store_idx, guards, expr, leaf_expr)
         raise ScheduleError(f"stage {st.name}: the reduction axis {tiv.var.name} bound to "
                             f"{st.bindings[tiv].thread_tag} needs a constant extent, got {extent}")
     R = extent.value
-    groups, group_idx = _thread_groups(st, info, leaves[:first])
+    groups, group_idx = _thread_groups(st, info, leaves[:first], low)
     t = tiv.var
     dtypes = [b.dtype for b in bufs]
     accs = [Buffer(f"{b.name}.red_local", Var(f"{b.name}.red_local", HANDLE_T), b.dtype, (const(1),), scope="local")
@@ -119,9 +119,27 @@ def _stores(bufs, values, idx):
     return out
 
 
-def _thread_groups(st, info, data_leaves):
-    """Number of thread groups that reduce apart, and this thread's group index."""
+def _thread_groups(st, info, data_leaves, low=None):
+    """Number of thread groups that reduce apart, and this thread's group index: the stage's
+    data axes bound to threadIdx, and those of the stages it is computed inside (a reduction
+    at a consumer's threadIdx.y loop reduces once per threadIdx.y)."""
+    levels = [(st, info, data_leaves)]
+    child = st
+    while low is not None and child.attach_stage is not None and child.attach.value == "scope":
+        from .lower import attach_leaf
+
+        parent = child.attach_stage
+        leaves = parent.leaf_iter_vars
+        at = leaves.index(attach_leaf(parent, child.attach_ivar))
+        levels.append((parent, low.infos[parent], leaves[:at + 1]))
+        child = parent
     groups, index = 1, const(0)
+    for stage, stage_info, stage_leaves in reversed(levels):
+        groups, index = _groups_of(stage, stage_info, stage_leaves, groups, index)
+    return groups, index
+
+
+def _groups_of(st, info, data_leaves, groups, index):
     for iv in data_leaves:
         thread = st.bindings.get(iv)
         if thread is None or not thread.thread_tag.startswith("threadIdx"):

@@ -10,8 +10,11 @@ work-item multiplies its rows of A by its columns of B from registers. 128 x 128
 per work-item (256 work-items) is the default for large products. ``auto_unroll_max_step`` /
 ``unroll_explicit`` unroll the register tile.
 
-Products with few rows (a batch-1 fully connected layer) have too little reuse for tiles: one
-work-item per output element (``schedule_per_item``).
+Products with few rows (a batch-1 fully connected layer) have too little reuse for tiles: they
+read the weight matrix once and are bound by memory. ``schedule_gemv`` gives each output element
+a row of ``GEMV_LANES`` work-items (a warp) that splits the reduction: neighbouring work-items
+read neighbouring weights (coalesced), and the partial sums meet in a cross-work-item reduction
+(warp shuffles on CUDA). ``GEMV_ROWS`` outputs share a work-group.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from .tiling import cooperative_fetch, divisor, resolve, split_levels
 TAGS = ("dense", "matmul", "batch_matmul")
 KNOBS = ("tile_y", "tile_x", "tile_k", "vec", "auto_unroll_max_step", "unroll_explicit")
 SMALL_M = 16
+GEMV_LANES = 32  # a warp per output: the reduction's cross-work-item tree is all shuffles
+GEMV_ROWS = 4
+GEMV_MIN_K = 64  # below, a work-item per output (schedule_per_item) wastes less
 
 
 def _axis_tiles(n: int, threads: int, inner: int = 8) -> list[int]:
@@ -101,11 +107,9 @@ def schedule_dense(outs, cfg=None):
     mm = _find(out)
     *_, m, n = (const_int(d) for d in mm.shape)
     k = const_int(mm.op.reduce_axis[0].dom.extent)
-    if cfg is None and m < SMALL_M and "gpu_config" not in mm.op.attrs:
-        return schedule_per_item(outs)
-    conf = config_for(m, n, k, cfg) if cfg is not None else mm.op.attrs.get("gpu_config") or config_for(m, n, k)
     if cfg is None and m < SMALL_M:
-        return schedule_per_item(outs)
+        return schedule_gemv(outs, mm) if _gemv_fits(outs, mm, k) else schedule_per_item(outs)
+    conf = config_for(m, n, k, cfg) if cfg is not None else mm.op.attrs.get("gpu_config") or config_for(m, n, k)
     s = te.create_schedule([o.op for o in outs])
     inline_injective(s, outs)
     schedule_tiled(s, mm, out, conf, shared=True)
@@ -114,6 +118,41 @@ def schedule_dense(outs, cfg=None):
 
 schedule_matmul = schedule_dense
 schedule_batch_matmul = schedule_dense
+
+
+def _gemv_fits(outs, mm, k: int) -> bool:
+    """One output, a reduction worth splitting, the product and its epilogue of the same shape."""
+    out = outs[0]
+    same = [int(getattr(d, "value", d)) for d in out.shape] == [int(getattr(d, "value", d)) for d in mm.shape]
+    return len(outs) == 1 and k >= GEMV_MIN_K and same and len(mm.op.reduce_axis) == 1
+
+
+def schedule_gemv(outs, mm):
+    """Few rows: a warp of work-items per output element splits the reduction (module doc)."""
+    out = outs[0]
+    s = te.create_schedule([out.op])
+    inline_injective(s, outs)
+    st = s[out]
+    total = 1
+    for d in out.shape:
+        total *= const_int(d)
+    fused = st.fuse(*st.op.axis) if len(st.op.axis) > 1 else st.op.axis[0]
+    rows = GEMV_ROWS if total >= 16 * GEMV_ROWS else 1
+    bx, ty = st.split(fused, factor=rows)
+    st.bind(bx, block("x"))
+    if rows > 1:
+        st.bind(ty, thread("y"))
+    red = st
+    if mm.op is not out.op:
+        s[mm].compute_at(st, ty)
+        s[mm].set_scope("local")
+        red = s[mm]
+    ko, ki = red.split(red.op.reduce_axis[0], factor=GEMV_LANES)
+    red.bind(ki, thread("x"))
+    # several weight loads in flight per work-item: the serial part of the reduction unrolled
+    red.pragma(ko, "auto_unroll_max_step", 16)
+    red.pragma(ko, "unroll_explicit", True)
+    return s
 
 
 def schedule_tiled(s, mm, out, conf, shared: bool = True, vector: bool = True) -> None:

@@ -10,8 +10,8 @@ pytestmark = pytest.mark.opencl
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("mnk", [(1, 1000, 512), (64, 48, 40), (128, 128, 64), (33, 20, 7)],
-                         ids=["fc-batch1", "64x48x40", "128x128x64", "ragged"])
+@pytest.mark.parametrize("mnk", [(1, 1000, 512), (3, 70, 100), (64, 48, 40), (128, 128, 64), (33, 20, 7)],
+                         ids=["fc-batch1", "gemv-ragged", "64x48x40", "128x128x64", "ragged"])
 def test_dense(target, mnk):
     m, n, k = mnk
     rng = np.random.default_rng(0)
@@ -51,3 +51,21 @@ def test_batch_matmul(target, transpose_b):
               pkg.schedule_batch_matmul, [a, b])
     want = a @ (b.transpose(0, 2, 1) if transpose_b else b)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_few_rows_split_the_reduction_across_a_warp():
+    """Batch-1 dense: each output's reduction spread over 32 work-items (threadIdx.x), several
+    outputs per work-group on threadIdx.y, each row reducing apart (its own slots)."""
+    rng = np.random.default_rng(4)
+    x, w, b = rand(rng, 2, 96), rand(rng, 40, 96), rand(rng, 40)
+    got = run("opencl", lambda a, ww, bb: topi.gpu.dense(a, ww, bb, "float32"), topi.gpu.schedule_dense, [x, w, b])
+    np.testing.assert_allclose(got, x @ w.T + b, rtol=1e-4, atol=1e-4)
+    import kiln as tvm
+    from kiln import te
+
+    with tvm.target.Target("opencl", host="llvm"):
+        a, ww, bb = te.placeholder((1, 512)), te.placeholder((1000, 512)), te.placeholder((1000,))
+        out = topi.gpu.dense(a, ww, bb, "float32")
+        s = topi.gpu.schedule_dense([out])
+        src = tvm.build(s, [a, ww, bb, out], target="opencl").imported_modules[0].get_source()
+    assert "reqd_work_group_size(32, 4, 1)" in src and "get_local_id(1)" in src
