@@ -1,13 +1,15 @@
 """kiln_run (the C graph executor, no Python) against the Python graph executor on one tvmc package:
 ONNX ResNet-18 (224x224, batch 1, random weights), `tvmc compile --target llvm`, both on this machine.
 
-    python bench/kiln_run.py [--image 224] [--rounds 5] [--threads 0] [--keep DIR]
+    python bench/kiln_run.py [--image 224] [--rounds 5] [--threads 0] [--target "dnnl, llvm"] [--keep DIR]
 
 The two run the same kernels from the same mod.so; what differs is everything around them (the
 Python executor calls each kernel through ctypes, kiln_run directly from C). They run
 interleaved, `--rounds` times: one kiln_run process doing 5 runs (the first, which also starts
 the kernels' thread pool, is dropped), then 4 runs of the Python executor in this process (after
-one untimed run). Both outputs are checked against onnxruntime first (MISMATCH, exit status 1).
+one untimed run). `--target "dnnl, llvm"` offloads what oneDNN runs (docs/byoc.md); kiln_run then
+runs those subgraphs through libkiln_dnnl.so and the Python executor through the same shim via
+ctypes. Both outputs are checked against onnxruntime first (MISMATCH, exit status 1).
 Prints the medians of the per-run times and their ratio.
 """
 
@@ -37,6 +39,7 @@ def main() -> int:
     ap.add_argument("--image", type=int, default=224)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="KILN_NUM_THREADS for both (0: one per core)")
+    ap.add_argument("--target", default="llvm", help='tvmc target, e.g. "dnnl, llvm" (default llvm)')
     ap.add_argument("--keep", help="work in this directory and keep it")
     args = ap.parse_args()
     os.environ["KILN_NUM_THREADS"] = str(args.threads)
@@ -53,7 +56,7 @@ def main() -> int:
     model, inputs = resnet18(image=args.image)
     onnx.save(model, work / "resnet18.onnx")
     package = work / "resnet18.tar"
-    tvmc.compile(tvmc.load(str(work / "resnet18.onnx")), target="llvm", package_path=str(package))
+    tvmc.compile(tvmc.load(str(work / "resnet18.onnx")), target=args.target, package_path=str(package))
     np.savez(work / "in.npz", **inputs)
     want = run_ort(model, inputs)[0]
     scale = float(np.abs(want).max())
@@ -82,7 +85,7 @@ def main() -> int:
             m.run()
             py_ms.append((time.perf_counter() - start) * 1e3)
     c, py = statistics.median(c_ms), statistics.median(py_ms)
-    print(f"ResNet-18 {args.image}x{args.image}, threads={args.threads or os.cpu_count()}, "
+    print(f"ResNet-18 {args.image}x{args.image}, target '{args.target}', threads={args.threads or os.cpu_count()}, "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"kiln_run (C graph executor): median {c:.2f} ms over {len(c_ms)} runs")
     print(f"Python graph executor:       median {py:.2f} ms over {len(py_ms)} runs")

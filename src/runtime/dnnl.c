@@ -119,7 +119,7 @@ static int open_shim(void) {
   return 0;
 }
 
-static int load_shim(const char* label) {
+static int load_shim(void) {
   if (!shim.tried) {
     shim.tried = 1;
     if (open_shim()) {
@@ -128,7 +128,7 @@ static int load_shim(const char* label) {
     }
   }
   if (!shim.lib)
-    return kiln_error("%s: this library offloads subgraphs to dnnl (oneDNN), but %s", label, shim.error);
+    return kiln_error("this library offloads subgraphs to dnnl (oneDNN), but %s", shim.error);
   return 0;
 }
 
@@ -336,7 +336,7 @@ void kiln_dnnl_free(void* handle) {
 
 int kiln_dnnl_create(const JsonNode* json, const char* symbol, void** out) {
   *out = NULL;
-  if (load_shim(symbol)) return -1;
+  if (load_shim()) return -1;
   const JsonNode *ins = json_get(json, "inputs"), *consts = json_get(json, "constants"),
                  *nodes = json_get(json, "nodes"), *outs = json_get(json, "outputs");
   if (!nodes || nodes->type != JSON_ARRAY || nodes->count > 100000)

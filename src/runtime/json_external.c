@@ -163,7 +163,12 @@ int kiln_external_load(KilnModule* mod, const char* label) {
     }
     if (read_args(f, graph, label)) goto done;
     const KilnExternalKind* kind = kind_of(json_string(json_get(e, "type_key")));
-    if (kind->create(graph, symbol, &f->executor)) goto done;
+    if (kind->create(graph, symbol, &f->executor)) {
+      char why[1024];
+      snprintf(why, sizeof(why), "%s", kiln_last_error());
+      kiln_error("%s: %s", label, why);
+      goto done;
+    }
     f->external = kind;
     json_free(graph);
     graph = NULL;
