@@ -147,14 +147,17 @@ class GraphExecutor(Module):
         dst = self.entries[self._input_entry(key)]
         if isinstance(value, NDArray) and value.shape == dst.shape and value.dtype == dst.dtype:
             dst.copyfrom(value)
-            return
-        src = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
-        if src.shape != dst.shape:
-            raise ValueError(f"set_input: input {key!r} has shape {dst.shape}, got {src.shape}")
-        if src.dtype != np.dtype(dst.dtype):
-            raise ValueError(f"set_input: input {key!r} has dtype {dst.dtype}, got {src.dtype}; "
-                             f"convert with .astype('{dst.dtype}')")
-        dst.copyfrom(src)
+        else:
+            src = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+            if src.shape != dst.shape:
+                raise ValueError(f"set_input: input {key!r} has shape {dst.shape}, got {src.shape}")
+            if src.dtype != np.dtype(dst.dtype):
+                raise ValueError(f"set_input: input {key!r} has dtype {dst.dtype}, got {src.dtype}; "
+                                 f"convert with .astype('{dst.dtype}')")
+            dst.copyfrom(src)
+        for _, _, func, args in self.kernels:  # offloaded functions may keep a converted copy (oneDNN)
+            if hasattr(func, "input_changed") and any(a is dst for a in args):
+                func.input_changed(dst)
 
     def get_input(self, key, out=None):
         arr = self.entries[self._input_entry(key)]

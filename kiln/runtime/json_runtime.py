@@ -85,6 +85,14 @@ class JSONFunction:
     def __call__(self, *arrays) -> None:
         self.executor.bind(arrays)()
 
+    def input_changed(self, array) -> None:
+        """``array`` (one of the tensors this function reads) was overwritten in place: the graph
+        executor's ``set_input``. Executors that keep converted copies (oneDNN's reordered
+        weights) convert it again on the next run."""
+        changed = getattr(self.executor, "input_changed", None)
+        if changed is not None:
+            changed(_address(array))
+
     def prepare(self, *arrays):
         run = self.executor.bind(arrays)
 
@@ -173,6 +181,7 @@ def dnnl_shim() -> ctypes.CDLL:
         getattr(lib, name).restype = vp
         getattr(lib, name).argtypes = args
     lib.kd_layer_exec.argtypes = [vp] * 6
+    lib.kd_layer_forget.argtypes = [vp]
     lib.kd_simple_exec.argtypes = [vp] * 4
     lib.kd_layer_free.argtypes = lib.kd_simple_free.argtypes = [vp]
     _shim = lib
@@ -221,6 +230,7 @@ class DNNLExecutor:
         self.threads = int(config.get().num_threads)
         self.n_in = len(graph["inputs"]) + len(graph["constants"])
         self.ops = []  # (exec function, handle, entry ids...)
+        self._bound_weights: list = []  # (layer handle, weight pointer) of the last bind
         self._buffers = {}
         self.nhwc = {}  # entry -> channels-last?
         outputs = list(graph["outputs"])
@@ -269,6 +279,11 @@ class DNNLExecutor:
             self._check(handle, node)
             bias = ins[2] if a["bias"] else None
             addend = ins[-1] if "s" in a["post"] else None
+            if not len(self.graph["inputs"]) <= ins[1] < self.n_in:
+                # a weight that is not one of the function's constants may change from run to run
+                # at the same address (a graph input, a value computed before the layer): the
+                # shim's copy in oneDNN's layout is made again every run
+                self.ops.append((lib.kd_layer_forget, handle))
             return (lib.kd_layer_exec, handle, ins[0], ins[1], bias, addend, entry)
         if kind == "pool2d":
             n, c, h, w = self._shape(ins[0])
@@ -322,6 +337,7 @@ class DNNLExecutor:
             ptr[e] = ptr[("out", k)] = _address(a)
         ptr.update({e: b.ctypes.data for e, b in self._buffers.items()})
         calls = [(op[0], op[1], *[ptr.get(e) if e is not None else None for e in op[2:]]) for op in self.ops]
+        self._bound_weights = [(c[1], c[3]) for c in calls if c[0] is self.lib.kd_layer_exec]
         lib = self.lib
         threads = self.threads
 
@@ -333,9 +349,18 @@ class DNNLExecutor:
                     raise KilnError(lib.kd_last_error().decode())
         return run
 
+    def input_changed(self, address: int) -> None:
+        """The tensor at ``address`` was overwritten: layers whose weight it is reorder it again."""
+        for handle, weight in self._bound_weights:
+            if weight == address:
+                self.lib.kd_layer_forget(handle)
+
     def __del__(self):
         for op in getattr(self, "ops", []):
-            (self.lib.kd_layer_free if op[0] is self.lib.kd_layer_exec else self.lib.kd_simple_free)(op[1])
+            if op[0] is self.lib.kd_layer_exec:
+                self.lib.kd_layer_free(op[1])
+            elif op[0] is not self.lib.kd_layer_forget:
+                self.lib.kd_simple_free(op[1])
 
 
 def _address(array) -> int:

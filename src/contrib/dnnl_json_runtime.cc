@@ -4,7 +4,8 @@
 // load time and one exec function per node per run. Tensors cross this boundary as plain
 // row-major float32 pointers (NCHW / OIHW / (M, K)); a convolution or dense layer may run in
 // a blocked layout that oneDNN picks, so this file owns the reorders around it. Weights come
-// from the model's constants: they are reordered once per weight pointer and kept.
+// from the model's constants: they are reordered once per weight pointer and kept until
+// kd_layer_forget (the caller's weight changed in place: set_input, or a weight computed at run time).
 //
 // Built by kiln/runtime/json_runtime.py: c++ -O2 -shared -fPIC dnnl_json_runtime.cc -ldnnl.
 // Every function returns 0 / a handle on success and -1 / NULL on failure, the message in
@@ -219,6 +220,12 @@ int kd_layer_exec(void* h, void* src, void* wei, void* bias, void* addend, void*
 }
 
 void kd_layer_free(void* h) { delete static_cast<Layer*>(h); }
+
+// The weight behind the last pointer changed: reorder it again on the next run.
+int kd_layer_forget(void* h) {
+  static_cast<Layer*>(h)->wei_from = nullptr;
+  return 0;
+}
 
 // Plain-layout primitives with one or two inputs (pooling, eltwise, binary).
 struct Simple {

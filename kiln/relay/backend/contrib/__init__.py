@@ -39,6 +39,25 @@ def register_codegen(name: str, spec):
     CODEGENS[name] = spec
 
 
+def constant_params(factory) -> dict:
+    """``{"<symbol>_const_<k>": graph parameter name}`` for the constants of every offloaded
+    function of a ``relay.build`` result (or a library loaded from its export): the names to give
+    ``set_input`` to change an offloaded layer's weight after the build (docs/byoc.md)."""
+    import json
+
+    graph = json.loads(factory.get_graph_json())
+    modules = {m.symbol: m for m in factory.get_lib().imported_modules if hasattr(m, "graph")}
+    names = {}
+    for node in graph["nodes"]:
+        module = modules.get(node.get("attrs", {}).get("func_name"))
+        if node["op"] != "tvm_op" or module is None:
+            continue
+        consts = module.graph["constants"]
+        refs = node["inputs"][len(module.graph["inputs"]):]
+        names.update({c["name"]: graph["nodes"][ref[0]]["name"] for c, ref in zip(consts, refs)})
+    return names
+
+
 def attach_external(lib, external: list, target, mod_name: str = "default"):
     """``lib`` plus the offloaded functions: a CompiledModule whose objects include the
     ``__kiln_external_modules`` data symbol (so .so/.tar exports carry the JSON) and whose
