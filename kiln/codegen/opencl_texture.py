@@ -148,6 +148,8 @@ class TexturePrinter(HalfStorage, OpenCLPrinter):
         if isinstance(value, E.Cast) and value.value.dtype.is_float and value.value.dtype.bits == 32:
             value = value.value  # write_imagef converts float to the image's half texels itself
         half = _half_vector_load(value)
+        if half is not None and not self._global_half(half.buffer):
+            half = None  # private / local half arrays hold float in registers: an ordinary load
         if half is not None:  # a float16 buffer -> texture copy: vload_half4 needs no cl_khr_fp16
             ptr = self.name(half.buffer.data)
             text = f"vload_half4(0, {ptr} + {self.index(_contiguous(half.indices[0]), half.buffer)})"

@@ -57,13 +57,20 @@ class GraphExecutor(Module):
     # -- setup ---------------------------------------------------------------------------------
     def _allocate(self, attrs) -> list:
         shapes, dtypes, storage = attrs["shape"][1], attrs["dltype"][1], attrs["storage_id"][1]
+        # "storage_scope" (adreno builds): "global.texture*" entries are RGBA images (docs/adreno.md).
+        scopes = attrs.get("storage_scope", ["list_str", ["global"] * len(storage)])[1]
         sizes: dict[int, int] = {}
-        for shape, dtype, sid in zip(shapes, dtypes, storage):
+        images: dict[int, NDArray] = {}
+        for shape, dtype, sid, scope in zip(shapes, dtypes, storage, scopes):
+            if scope != "global":  # entries of one image storage share shape and dtype
+                if sid not in images:
+                    images[sid] = empty(shape, dtype, self.device, mem_scope=scope)
+                continue
             sizes[sid] = max(sizes.get(sid, 0), math.prod(shape) * DTYPES[dtype][1] // 8)
         # 64-byte aligned raw buffers; a typed view per entry over the start of its buffer.
         pool = {sid: empty((max(n, 1),), "uint8", self.device) for sid, n in sizes.items()}
-        return [NDArray(pool[sid]._tensor.data, shape, dtype, self.device, pool[sid])
-                for shape, dtype, sid in zip(shapes, dtypes, storage)]
+        return [images[sid] if scope != "global" else NDArray(pool[sid]._tensor.data, shape, dtype, self.device, pool[sid])
+                for shape, dtype, sid, scope in zip(shapes, dtypes, storage, scopes)]
 
     def _bind_kernels(self) -> list:
         kernels = []

@@ -85,7 +85,9 @@ class _Lowering:
                 seen.add(id(a))
                 st = self.stage_of.get(id(a))
                 handle = Var(a.name, HANDLE_T)
-                buf = Buffer(a.name, Var(a.name, HANDLE_T), a.dtype, tuple(a.shape))
+                # An argument stage given a scope (global.texture*: an image argument) keeps it.
+                scope = st.scope if st is not None and getattr(st, "scope_set", False) else "global"
+                buf = Buffer(a.name, Var(a.name, HANDLE_T), a.dtype, tuple(a.shape), scope=scope)
                 self.params.append(handle)
                 self.buffer_map[handle] = buf
                 if st is None:

@@ -37,6 +37,8 @@ class GraphCodegen:
         self.compiler = compiler
         self.nodes: list[dict] = []
         self.entry_types: list = []  # (shape, dtype) per entry, in node order
+        self.entry_scopes: list = []  # storage scope per entry ("global.texture*": adreno images)
+        self._texture_of: dict = {}  # call -> "global.texture" (adreno_textures.plan_scopes)
         self.params: dict[str, np.ndarray] = {}
         self._param_of: dict = {}  # (id(constant), transform key) -> entry
         self._used_names: set[str] = set()
@@ -50,6 +52,11 @@ class GraphCodegen:
                 raise CompileError(f"graph codegen: main has two inputs named {p.name_hint!r}; the graph executor "
                                    "sets inputs by name, so give every relay.var a distinct name")
             self._used_names.add(p.name_hint)
+        if self.compiler.family == "adreno":
+            from . import adreno_textures
+
+            with self.compiler.target:
+                self._texture_of = adreno_textures.plan_scopes(func)
         entries: dict = {}
         for p in func.params:  # inputs first, in signature order, even when unused
             entries[p] = [self._input(p.name_hint, p.checked_type)]
@@ -83,11 +90,11 @@ class GraphCodegen:
         raise CompileError(f"graph codegen: {type(node).__name__} nodes (control flow, let) are not "
                            "supported by the graph executor")
 
-    def _input(self, name: str, ty) -> list:
-        self._add_node({"op": "null", "name": name, "inputs": []}, [ty])
+    def _input(self, name: str, ty, scope: str = "global") -> list:
+        self._add_node({"op": "null", "name": name, "inputs": []}, [ty], [scope])
         return [len(self.nodes) - 1, 0, 0]
 
-    def _constant(self, const: Constant, transform) -> list:
+    def _constant(self, const: Constant, transform, scope: str = "global") -> list:
         key = (id(const), transform.key if transform else None)
         ref = self._param_of.get(key)
         if ref is None:
@@ -95,7 +102,7 @@ class GraphCodegen:
             data = np.require(transform.fn(const.data) if transform else const.data, requirements="C")
             name = self._fresh_name()
             self.params[name] = data
-            ref = self._input(name, _ArrayType(data))
+            ref = self._input(name, _ArrayType(data), scope)
             self._param_of[key] = ref
         return ref
 
@@ -106,12 +113,19 @@ class GraphCodegen:
         if not (func.attrs and func.attrs.get("Primitive")):
             raise CompileError("graph codegen: main calls a non-primitive function; inline it (or run FuseOps)")
         const_params = frozenset(i for i, a in enumerate(call.args) if isinstance(a, Constant))
-        lowered = self.compiler.lower(func, const_params)
+        scopes = None
+        if self._texture_of or call in self._texture_of:
+            from .adreno_textures import arg_scope
+
+            scopes = (tuple(arg_scope(a, self._texture_of) for a in call.args),
+                      (self._texture_of.get(call, "global"),))
+        lowered = self.compiler.lower(func, const_params, scopes)
         transforms = {t.index: t for t in lowered.transforms}
+        in_scopes = lowered.scopes[0] or ("global",) * len(call.args)
         inputs = []
         for i, arg in enumerate(call.args):
             if i in transforms:
-                inputs.append(self._constant(arg, transforms[i]))
+                inputs.append(self._constant(arg, transforms[i], in_scopes[i]))
             else:
                 inputs.extend(self._get(arg, entries))
         out_type = func.body.checked_type
@@ -119,7 +133,7 @@ class GraphCodegen:
         self._add_node({"op": "tvm_op", "name": lowered.name,
                         "attrs": {"func_name": lowered.name, "flatten_data": "0",
                                   "num_inputs": str(len(inputs)), "num_outputs": str(len(out_types))},
-                        "inputs": inputs}, out_types)
+                        "inputs": inputs}, out_types, lowered.scopes[1] or None)
         nid = len(self.nodes) - 1
         return [[nid, i, 0] for i in range(len(out_types))]
 
@@ -142,7 +156,8 @@ class GraphCodegen:
         nid = len(self.nodes) - 1
         return [[nid, i, 0] for i in range(len(out_types))]
 
-    def _add_node(self, node: dict, types: list) -> None:
+    def _add_node(self, node: dict, types: list, scopes=None) -> None:
+        self.entry_scopes.extend(scopes if scopes and len(scopes) == len(types) else ["global"] * len(types))
         for ty in types:
             if isinstance(ty, TupleType):
                 raise CompileError(f"graph codegen: {node['name']} has a nested tuple type {ty}; the graph "
@@ -165,7 +180,9 @@ class GraphCodegen:
             row_ptr.append(row_ptr[-1] + int(node.get("attrs", {}).get("num_outputs", 1)))
         sizes = [int(np.prod(shape, dtype=np.int64)) * np.dtype(_np_dtype(dtype)).itemsize
                  for shape, dtype in self.entry_types]
-        storage = plan_storage(self.nodes, sizes, row_ptr, heads)
+        kinds = [None if scope == "global" else (scope, shape, dtype)
+                 for scope, (shape, dtype) in zip(self.entry_scopes, self.entry_types)]
+        storage = plan_storage(self.nodes, sizes, row_ptr, heads, kinds)
         graph = {
             "nodes": self.nodes,
             "arg_nodes": [i for i, n in enumerate(self.nodes) if n["op"] == "null"],
@@ -175,6 +192,8 @@ class GraphCodegen:
                       "storage_id": ["list_int", storage]},
             "node_row_ptr": row_ptr,
         }
+        if any(scope != "global" for scope in self.entry_scopes):  # docs/adreno.md
+            graph["attrs"]["storage_scope"] = ["list_str", list(self.entry_scopes)]
         return json.dumps(graph, separators=(",", ":"))
 
 

@@ -13,12 +13,15 @@ their own: inputs are set once and read by every run, outputs are read after the
 from __future__ import annotations
 
 
-def plan_storage(nodes: list, entry_bytes: list, node_row_ptr: list, heads: list) -> list:
+def plan_storage(nodes: list, entry_bytes: list, node_row_ptr: list, heads: list, kinds: list | None = None) -> list:
     """``storage_id`` for every entry (node output), in entry order.
 
     ``nodes``: graph JSON nodes (``op`` "null" for inputs, ``inputs`` as [node, index, 0]).
     ``entry_bytes``: size of each entry. ``heads``: the graph outputs as [node, index, 0].
+    ``kinds``: per entry None (a buffer) or a key (an image: scope, shape, dtype); an image is
+    reused only by entries of the same key, since it cannot be resized or reinterpreted.
     """
+    kinds = kinds or [None] * len(entry_bytes)
     def eid(ref) -> int:
         return node_row_ptr[ref[0]] + ref[1]
 
@@ -29,17 +32,20 @@ def plan_storage(nodes: list, entry_bytes: list, node_row_ptr: list, heads: list
     pinned = {eid(h) for h in heads}
     storage = [-1] * len(entry_bytes)
     capacity: list[int] = []  # bytes of each storage id
+    kind_of: list = []  # None or the image key of each storage id
     free: list[int] = []
 
-    def allocate(size: int) -> int:
-        fits = [s for s in free if capacity[s] >= size]
+    def allocate(size: int, kind=None) -> int:
+        pool = [s for s in free if kind_of[s] == kind]
+        fits = [s for s in pool if capacity[s] >= size]
         if fits:
             sid = min(fits, key=lambda s: capacity[s])
-        elif free:
-            sid = max(free, key=lambda s: capacity[s])
+        elif pool and kind is None:
+            sid = max(pool, key=lambda s: capacity[s])
             capacity[sid] = size
         else:
             capacity.append(size)
+            kind_of.append(kind)
             return len(capacity) - 1
         free.remove(sid)
         return sid
@@ -49,10 +55,11 @@ def plan_storage(nodes: list, entry_bytes: list, node_row_ptr: list, heads: list
         if node["op"] == "null":
             for e in outs:
                 capacity.append(entry_bytes[e])
+                kind_of.append(kinds[e])
                 storage[e] = len(capacity) - 1
             continue
         for e in outs:
-            storage[e] = allocate(entry_bytes[e])
+            storage[e] = allocate(entry_bytes[e], kinds[e])
         for ref in node["inputs"]:
             e = eid(ref)
             uses[e] -= 1

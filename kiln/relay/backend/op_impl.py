@@ -235,6 +235,9 @@ def _conv2d_blocked(a, x, t, ctx):
     out_channels = _shape(t)[1] * max(ob, 1)
     if not ctx.prepacked:
         kernel = _to_layout(kernel, a.kernel_layout, "OIHW", "nn.conv2d")
+    if ctx.topi is topi.adreno:  # NCHW4c data, OIHW4o weights, read and written as images
+        return topi.adreno.conv2d_NCHW4c(data, kernel, a.strides, tuple(a.padding), a.dilation, a.groups,
+                                         args[3], ib, ob, prepacked=ctx.prepacked)
     if _winograd(a, a.kernel_size or ()):
         conf = {"oc_bn": ob}
         tile_p = knob(ctx.cfg, "tile_p", None)
@@ -449,6 +452,9 @@ _GPU_SCHEDULE_NAMES = {
 for _key, _name in _GPU_SCHEDULE_NAMES.items():
     for _family, _pkg in GPU_PACKAGES.items():
         SCHEDULES[_key][_family] = getattr(_pkg, _name)
+# adreno's AlterOpLayout (backend/adreno_textures.py) gives blocked convs: all one NCHW4c schedule.
+for _key in ("conv2d_NCHWc", "conv2d_winograd_NCHWc", "depthwise_conv2d_NCHWc"):
+    SCHEDULES[_key]["adreno"] = topi.adreno.schedule_conv2d_NCHW4c
 PACKAGES = {**CPU_PACKAGES, **GPU_PACKAGES}
 
 

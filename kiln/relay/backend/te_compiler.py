@@ -43,6 +43,7 @@ class LoweredFunc:
     prim_func: object  # None until TECompiler.build lowers it
     transforms: tuple  # WeightTransform per transformed parameter
     num_outputs: int
+    scopes: tuple = ((), ())  # storage scope of each parameter and output ("global.texture*": images)
 
 
 def target_family(target) -> str:
@@ -80,9 +81,10 @@ class TECompiler:
         self._parts: list | None = []  # build_cache.kernel_part of each kernel; None: uncacheable
 
     # -- one function --------------------------------------------------------------------------
-    def lower(self, func: Function, const_params: frozenset = frozenset()) -> LoweredFunc:
+    def lower(self, func: Function, const_params: frozenset = frozenset(), scopes=None) -> LoweredFunc:
         """The kernel of primitive function ``func``; ``const_params`` are indices of the params
-        bound to constants at the call site (their layout may be transformed at build time)."""
+        bound to constants at the call site (their layout may be transformed at build time);
+        ``scopes``: (scope of each param, of the output) when some are textures (adreno)."""
         calls = [n for n in post_order(func.body) if isinstance(n, Call) and isinstance(n.op, OpDef)]
         if not calls:
             raise CompileError(f"primitive function has no operator calls: {func}")
@@ -93,15 +95,17 @@ class TECompiler:
         cfg = dispatch.select_config(anchor.op.name, workload, self.target)
         with self.target:  # the weights' block derives from the target's vector width (topi.cpu)
             transform = self._weight_transform(func, anchor, const_params, cfg)
-        key = (structural_key(func), transform.key + (transform.index,) if transform else None, _cfg_key(cfg))
+        scopes = self._scopes(func, transform, scopes)
+        structure = structural_key(func) if scopes == ((), ()) else (structural_key(func), scopes)
+        key = (structure, transform.key + (transform.index,) if transform else None, _cfg_key(cfg))
         hit = self.cache.get(key)
         if hit is not None:
             return hit
         name = self._unique(self.prefix + _sanitize("_".join(c.op.name for c in calls)))
         out_type = func.body.checked_type
         lowered = LoweredFunc(name, None, (transform,) if transform else (),
-                              len(out_type.fields) if isinstance(out_type, TupleType) else 1)
-        self._plans[name] = (func, calls, anchor, cfg, transform)
+                              len(out_type.fields) if isinstance(out_type, TupleType) else 1, scopes)
+        self._plans[name] = (func, calls, anchor, cfg, transform, scopes)
         if self._parts is not None:
             try:
                 self._parts.append(build_cache.kernel_part(name, key[0], transform, cfg))
@@ -115,22 +119,43 @@ class TECompiler:
         for i, lowered in enumerate(self.lowered):
             if lowered.prim_func is not None:
                 continue
-            func, calls, anchor, cfg, transform = self._plans.pop(lowered.name)
+            func, calls, anchor, cfg, transform, scopes = self._plans.pop(lowered.name)
             name, ops = lowered.name, ", ".join(c.op.name for c in calls)
             try:
                 with self.target:
-                    prim = self._lower_te(func, calls, anchor, cfg, transform, name)
+                    prim = self._lower_te(func, calls, anchor, cfg, transform, name, scopes)
             except KilnError as err:
                 raise type(err)(f"{name} (ops {ops}): {err}") from err
             except Exception as err:  # a compute or schedule bug must still say which fused op it was
                 raise CompileError(f"{name} (ops {ops}): lowering failed: {type(err).__name__}: {err}") from err
             self.lowered[i] = replace(lowered, prim_func=prim)
 
+    def _scopes(self, func, transform, scopes) -> tuple:
+        """(param scopes, output scopes); ((), ()) when every one is "global"."""
+        if self.family != "adreno":
+            return (), ()
+        from . import adreno_textures
+
+        ins, outs = scopes or ((), ())
+        ins = list(ins) or ["global"] * len(func.params)
+        if transform is not None:
+            ins[transform.index] = adreno_textures.weight_scope(
+                transform, str(func.params[transform.index].checked_type.dtype))
+        outs = tuple(outs) or ("global",)
+        if all(x == "global" for x in ins) and all(x == "global" for x in outs):
+            return (), ()
+        return tuple(ins), outs
+
     def _weight_transform(self, func, anchor, const_params, cfg) -> WeightTransform | None:
         impl = get_impl(anchor.op.name)
-        if impl.prepack is None or not const_params or self.family in GPU_PACKAGES:  # CPU weight layouts
+        if self.family == "adreno" and const_params:  # OIHW4o weights of NCHW4c convs
+            from . import adreno_textures
+
+            spec = adreno_textures.prepack(anchor.op.name, anchor.attrs, [a.checked_type for a in anchor.args])
+        elif impl.prepack is None or not const_params or self.family in GPU_PACKAGES:  # CPU weight layouts
             return None
-        spec = impl.prepack(anchor.attrs, [a.checked_type for a in anchor.args], cfg)
+        else:
+            spec = impl.prepack(anchor.attrs, [a.checked_type for a in anchor.args], cfg)
         if spec is None:
             return None
         weight = anchor.args[spec.index]
@@ -141,7 +166,7 @@ class TECompiler:
             return None
         return WeightTransform(index, spec.shape, spec.fn, spec.key)
 
-    def _lower_te(self, func, calls, anchor, cfg, transform, name):
+    def _lower_te(self, func, calls, anchor, cfg, transform, name, scopes=((), ())):
         from kiln.te.lower import lower_to_primfunc
 
         inputs = []
@@ -172,6 +197,10 @@ class TECompiler:
         outs = [_materialize(t) for t in (out if isinstance(out, list) else [out])]
         sched = SCHEDULES[schedule_key(anchor.op.name, anchor.attrs)][self.family]
         s = sched(outs)
+        ins_scope, outs_scope = scopes
+        for t, scope in list(zip(inputs, ins_scope)) + list(zip(outs, outs_scope)):
+            if scope != "global":  # an image argument (adreno: docs/adreno.md)
+                s[t].set_scope(scope)
         return lower_to_primfunc(s, inputs + outs, name)
 
     def _unique(self, name: str) -> str:

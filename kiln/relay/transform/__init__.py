@@ -73,6 +73,10 @@ def AlterOpLayout():  # noqa: N802
         from ..backend.te_compiler import target_family
 
         target = Target.current(allow_none=True)
+        if target is not None and target_family(target) == "adreno":  # NCHW4c on textures
+            from ..backend import adreno_textures
+
+            return infer(adreno_textures.alter_layout(infer(func), target))
         if target is None or target.kind.name != "llvm" or target_family(target) != "x86":
             return func
         return infer(alter_op_layout(infer(func), target))

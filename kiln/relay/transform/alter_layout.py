@@ -55,8 +55,10 @@ def _shape(e) -> tuple:
 
 
 class _Rewriter:
-    def __init__(self, conv_block):
+    def __init__(self, conv_block, block_for=input_block, winograd: bool = True):
         self.conv_block = conv_block  # (call) -> output block of a groups-1 conv, 0 = keep NCHW
+        self.block_for = block_for    # (channels) -> the block a depthwise conv's input takes, 0 = none
+        self.winograd = winograd      # x86: 3x3 stride-1 convs always run blocked (Winograd)
         self.memo: dict = {}          # old node -> (new node, block)
         self.views: dict = {}         # (old node, block) -> the node in that block
 
@@ -216,7 +218,7 @@ class _Rewriter:
             # the output is blocked when a user keeps it so, else unpacked to NCHW in the kernel.
             block = self.conv_block(call)
             out_block = block if call in self.wanted else 0
-            if block and winograd_applies(_shape(weight)[2:], a.strides, a.dilation, a.groups) \
+            if block and self.winograd and winograd_applies(_shape(weight)[2:], a.strides, a.dilation, a.groups) \
                     and input_block(channels):
                 # Winograd (blocked in and out) beats the direct kernel by more than the two
                 # layout transforms a lone 3x3 conv then needs (64@56: 553 + ~60 vs 1070 us).
@@ -229,7 +231,7 @@ class _Rewriter:
                                       kernel_size=_shape(weight)[2:]))  # the backend picks Winograd by it
             return new, out_block
         if a.groups == channels == out_channels:
-            block = have or input_block(channels)
+            block = have or self.block_for(channels)
             if not block:
                 return None
             new = Call(call.op, [self.view(data, block), weight],

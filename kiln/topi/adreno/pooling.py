@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .. import gpu
 from ..nn import pooling as nn_pooling
+from .nchw4c import schedule_nchw4c, texel_shaped
 from .texture import pack_activation, schedule_packs
 
 
@@ -26,13 +27,22 @@ def global_pool(data, pool_type="avg", layout="NCHW"):
     return nn_pooling.global_pool(view, pool_type, layout)
 
 
+def _texels(outs) -> bool:
+    outs = [outs] if not isinstance(outs, (list, tuple)) else outs
+    return len(outs) == 1 and texel_shaped(outs[0])  # NCHW4c graphs: may write an image
+
+
 def schedule_pool(outs, cfg=None):
+    if _texels(outs):
+        return schedule_nchw4c(outs, cfg)
     s = gpu.schedule_pool(outs, cfg)
     schedule_packs(s)
     return s
 
 
 def schedule_global_pool(outs, cfg=None):
+    if _texels(outs):
+        return schedule_nchw4c(outs, cfg)
     s = gpu.schedule_global_pool(outs, cfg)
     schedule_packs(s)
     return s

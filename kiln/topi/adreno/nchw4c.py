@@ -1,0 +1,152 @@
+"""NCHW4c operators for Adreno graphs whose tensors between operators are images.
+
+relay's AlterOpLayout for adreno (relay/backend/adreno_textures.py) keeps activations in NCHW4c
+and conv weights in OIHW4o; the graph then hands each kernel its inputs and its output as
+``image2d_t`` (docs/adreno.md). Nothing is packed per call: the kernels read and write the
+images directly.
+
+``schedule_nchw4c`` is the one schedule of every operator whose output is NCHW4c (a conv and
+its epilogue, a pool, an elementwise chain, a channel concatenation, a layout transform): one
+work-item per output texel, its 4 lanes a float4 (``write_imagef``); the reduction, if any,
+in private memory at that work-item with the lanes innermost and vectorized, so a conv step
+is one weight texel times a broadcast input value, and the 4 input channels of one data texel
+are unrolled side by side (the printer fetches the texel once).
+"""
+
+from __future__ import annotations
+
+from kiln import te
+
+from .. import gpu
+from ..gpu.common import as_list, block, inline_injective, max_threads, producers, thread
+from ..nn.pad import pad
+from ..utils import const_int
+
+CONV_TAG = "conv2d_NCHW4c"
+
+
+def _dims(t) -> list[int]:
+    return [const_int(d) for d in t.shape]
+
+
+def conv2d_NCHW4c(data, kernel, strides, padding, dilation, groups, out_dtype, in_block, out_block,
+                  prepacked=True):
+    """conv2d (groups 1) or depthwise conv2d; data NCHW4c (in_block 4) or NCHW, kernel OIHW4o
+    (prepacked) or OIHW; output NCHW4c, or NCHW (out_block 0) through a view of it."""
+    out_dtype = out_dtype or data.dtype
+    sh, sw = strides
+    dh, dw = dilation
+    pt, pl, pb, pr = padding
+    if in_block:
+        n, cb, h, w, _ = _dims(data)
+        c = cb * 4
+    else:
+        n, c, h, w = _dims(data)
+    if prepacked:
+        ob, _, kh, kw, _ = _dims(kernel)
+        o = ob * 4
+
+        def wv(b, k, i, y, x):
+            return kernel[b, i, y, x, k]
+    else:
+        o, _, kh, kw = _dims(kernel)
+
+        def wv(b, k, i, y, x):
+            return kernel[b * 4 + k, i, y, x]
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    if pt or pl or pb or pr:
+        zeros = [0] * (len(data.shape) - 4)
+        data = pad(data, [0, 0, pt, pl] + zeros, [0, 0, pb, pr] + zeros, name="data_pad")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    shape = (n, o // 4, oh, ow, 4)
+
+    def at(y, x, ry_, rx_):
+        return y * sh + ry_ * dh, x * sw + rx_ * dw
+
+    if groups == 1 and in_block:
+        rco = te.reduce_axis((0, c // 4), name="rco")
+        rci = te.reduce_axis((0, 4), name="rci")
+
+        def body(b, ob_, y, x, k):
+            iy, ix = at(y, x, ry, rx)
+            return te.sum(data[b, rco, iy, ix, rci].astype(out_dtype)
+                          * wv(ob_, k, rco * 4 + rci, ry, rx).astype(out_dtype), axis=[rco, ry, rx, rci])
+    elif groups == 1:
+        rc = te.reduce_axis((0, c), name="rc")
+
+        def body(b, ob_, y, x, k):
+            iy, ix = at(y, x, ry, rx)
+            return te.sum(data[b, rc, iy, ix].astype(out_dtype) * wv(ob_, k, rc, ry, rx).astype(out_dtype),
+                          axis=[rc, ry, rx])
+    elif groups == c == o and in_block:
+        def body(b, cb_, y, x, k):
+            iy, ix = at(y, x, ry, rx)
+            return te.sum(data[b, cb_, iy, ix, k].astype(out_dtype) * wv(cb_, k, 0, ry, rx).astype(out_dtype),
+                          axis=[ry, rx])
+    else:
+        raise ValueError(f"conv2d_NCHW4c: groups={groups} with {c} input channels: NCHW4c convs take groups 1 "
+                         "or depthwise convolutions on blocked data")
+    out = te.compute(shape, body, name="conv2d_NCHW4c", tag=CONV_TAG)
+    if out_block:
+        return out
+    return te.compute((n, o, oh, ow), lambda b, ch, y, x: out[b, ch // 4, y, x, ch % 4],
+                      name="conv2d_NCHW4c_unpack", tag="injective")
+
+
+def texel_shaped(t) -> bool:
+    return len(t.shape) == 5 and const_int(t.shape[4]) == 4
+
+
+def schedule_nchw4c(outs, cfg=None):
+    """One work-item per output texel (see the module doc); other outputs: topi.gpu's per-item."""
+    del cfg
+    outs = as_list(outs)
+    if len(outs) != 1 or not texel_shaped(outs[0]) or not isinstance(outs[0].op, te.ComputeOp):
+        return gpu.schedule_per_item(outs)
+    out = outs[0]
+    s = te.create_schedule(out.op)
+    stages = producers(out)
+    if out.op.reduce_axis:  # the reduction goes to private memory; the output stage writes texels
+        cache = s.cache_write(out, "local")
+        stages = [cache] + producers(cache)
+    inline_injective(s, [out])
+    st = s[out]
+    axes = list(st.op.axis)
+    total = 1
+    for ax in axes[:4]:
+        total *= const_int(ax.dom.extent)
+    fused = st.fuse(*axes[:4])
+    bx, tx = st.split(fused, factor=_divisor(total, min(max_threads(), 64)))
+    st.bind(bx, block("x"))
+    st.bind(tx, thread("x"))
+    st.vectorize(axes[4])
+    for u in stages:
+        su = s[u]
+        if su.attach.value != "root":
+            continue
+        su.compute_at(st, tx)
+        su.set_scope("local")
+        if u.op.reduce_axis and texel_shaped(u):
+            data_axes, red = list(su.op.axis), list(su.op.reduce_axis)
+            su.reorder(*data_axes[:4], *red, data_axes[4])
+            if const_int(red[-1].dom.extent) == 4 and len(red) > 1:
+                su.unroll(red[-1])  # 4 input channels of one data texel side by side
+            su.vectorize(data_axes[4])
+    return s
+
+
+def _divisor(total: int, limit: int) -> int:
+    for d in range(min(total, limit), 0, -1):
+        if total % d == 0:
+            return d
+    return 1
+
+
+def schedule_injective(outs, cfg=None):
+    """NCHW4c outputs by texels (they may be images); everything else as topi.gpu."""
+    outs = as_list(outs)
+    if len(outs) == 1 and texel_shaped(outs[0]):
+        return schedule_nchw4c(outs, cfg)
+    return gpu.schedule_injective(outs, cfg)
