@@ -31,6 +31,7 @@ from ..runtime.module import Module
 from .c_family import ALIGN, CStylePrinter, Lang, _const_size
 from .c_family_expr import _contiguous
 from .cuda_warp import SHFL_OP, warp_reductions
+from .cuda_wmma import OPS as WMMA_OPS, STRUCTS as WMMA_STRUCTS, WmmaPrinter, access_ptr
 
 DEFAULT_ARCH = "sm_80"  # when the target names none and no GPU is present (runs on sm_80 and newer)
 STATIC_SHARED_LIMIT = 48 * 1024  # larger shared memory must be dynamic
@@ -91,10 +92,12 @@ class CUDAPrinter(CStylePrinter):
         super().__init__(CUDA)
         self.vector_lanes: dict = {}  # id(vector Var) -> its lane Vars
         self.shared_bytes = 0  # dynamic shared memory the kernel needs at launch
+        self.wmma = None  # WmmaPrinter of a kernel with tensor-core fragments (cuda_wmma.py)
 
     # Kernels ----------------------------------------------------------------------------------
     def print_kernel(self, func) -> str:
         self.dyn_decls: list[str] = []
+        self.wmma = WmmaPrinter(self, func)
         text = super().print_kernel(func)
         if self.dyn_decls:  # after the opening line of the kernel body
             head, _, rest = text.partition(" {\n")
@@ -192,7 +195,16 @@ class CUDAPrinter(CStylePrinter):
             return E.BufferLoad(e.buffer, (self.lane(idx, k),), el)
         raise CompileError(f"{self.func_name}: cannot print vector {type(e).__name__} ({e}) for CUDA")
 
+    def stmt_Allocate(self, s) -> None:
+        if s.buffer.scope.startswith("wmma."):
+            return self.wmma.declare(s)
+        return super().stmt_Allocate(s)
+
     def expr_Call(self, e):
+        if (e.op[4:] if e.op.startswith("tir.") else e.op) in WMMA_OPS:
+            return self.wmma.call(e)
+        if e.op == "tir.tvm_access_ptr":
+            return access_ptr(self, e)
         if e.op == SHFL_OP:
             v, delta, width, mask = e.args
             return f"__shfl_down_sync({mask.value:#x}u, {self.expr(v)}, {delta.value}, {width.value})"
@@ -253,12 +265,14 @@ def _padded(nbytes: int) -> int:
 
 def kernel_source(kernels) -> tuple[str, list[int]]:
     """(CUDA C of the kernels, dynamic shared bytes of each kernel)."""
-    parts, shared = [], []
+    parts, shared, helpers = [], [], {}
     for k in kernels:
         p = CUDAPrinter()
         parts.append(p.print_kernel(k))
         shared.append(p.shared_bytes)
-    return PREAMBLE + "\n" + "\n".join(parts), shared
+        helpers.update(p.wmma.helpers)
+    wmma = WMMA_STRUCTS + "".join(helpers.values()) if helpers else ""
+    return PREAMBLE + wmma + "\n" + "\n".join(parts), shared
 
 
 # NVRTC ---------------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ class Buffer(Node):
                 extent = extent * d
         annot = Call(self.dtype, "tir.type_annotation", ())
         return Call(HANDLE_T, "tir.tvm_access_ptr",
-                    (annot, self.data, start, convert(extent), IntImm(int(access_mask), _dtype("int32"))))
+                    (annot, self.data, start, convert(extent), IntImm(_dtype("int32"), int(access_mask))))
 
 
 def decl_buffer(shape, dtype="float32", name="buffer", data=None, strides=None, elem_offset=None, scope="global",

@@ -90,10 +90,10 @@ def root_intervals(stage: Stage, domains: dict, info: LeafInfo, fixed_upto: Iter
     for iv in stage.leaf_iter_vars:
         if fixed and id(iv) not in relax:
             leaf_iv[id(iv.var)] = (iv.var, iv.var)
-            if iv is fixed_upto:
-                fixed = False
         else:
             leaf_iv[id(iv.var)] = (const(0, iv.var.dtype), simplify(info.extents[iv] - 1))
+        if iv is fixed_upto:  # also when the attach loop itself is a relaxed thread loop
+            fixed = False
     out = {}
     for root, off in info.offsets.items():
         lo, hi = eval_interval(off, leaf_iv)
@@ -220,7 +220,9 @@ def infer_region(stage: Stage, consumers: list, domains: dict, infos: dict, bodi
 
 # A stage in memory of scope rank r is shared by the threads of every thread axis of rank >= r,
 # so its region spans those axes (global: all threads; shared: a block's; local: one thread's).
-_SCOPE_RANK = {"global": 0, "shared": 1, "warp": 2, "local": 3}
+_SCOPE_RANK = {"global": 0, "shared": 1, "warp": 2, "local": 3,
+               # tensor-core fragments belong to one warp (its lanes are threadIdx.x, never in their loops)
+               "wmma.matrix_a": 2, "wmma.matrix_b": 2, "wmma.accumulator": 2}
 
 
 def thread_rank(tag: str) -> int | None:

@@ -23,8 +23,8 @@ from dataclasses import replace
 from kiln.errors import CompileError
 from kiln.ir import expr as E
 from kiln.ir.dtype import BOOL_T, INT32
-from kiln.ir.functor import Mutator, Visitor
-from kiln.ir.stmt import Evaluate, For, ForKind, IfThenElse, LetStmt, PrimFunc
+from kiln.ir.functor import Mutator, Visitor, post_order_visit
+from kiln.ir.stmt import Allocate, Evaluate, For, ForKind, IfThenElse, LetStmt, PrimFunc
 from kiln.ir.structural import structural_equal
 from kiln.tir.simplify import simplify
 
@@ -49,6 +49,10 @@ def split_host_device(func: PrimFunc, first_kernel_id: int = 0) -> tuple[PrimFun
     # Vars that are dimensions of the function's tensors are never negative (the printer uses
     # plain / and % on them).
     splitter.shape_vars = {id(d) for b in func.buffer_map.values() for d in b.shape if isinstance(d, E.Var)}
+    # Buffers reached only through pointers (tensor-core loads/stores: tir.tvm_access_ptr), by data Var.
+    splitter.by_data = {id(b.data): b for b in func.buffer_map.values()}
+    post_order_visit(func.body, lambda n: splitter.by_data.setdefault(id(n.buffer.data), n.buffer)
+                     if isinstance(n, Allocate) else None)
     body = splitter.visit(func.body)
     host = replace(func, body=body, attrs={**func.attrs, "kiln.kernels": [k.attrs["global_symbol"] for k in splitter.kernels]})
     return host, splitter.kernels
@@ -62,6 +66,7 @@ class _Splitter(Mutator):
         self.kernels: list[PrimFunc] = []
         self.order: dict = {}
         self.shape_vars: set = set()
+        self.by_data: dict = {}
 
     def visit_For(self, op):
         if is_thread_loop(op):
@@ -75,7 +80,7 @@ class _Splitter(Mutator):
         extents = _thread_extents(region, self.symbol)
         idx_vars = {tag: E.Var(tag, INT32) for tag in extents}
         body = _Threads(extents, idx_vars, self.symbol).visit(region)
-        bufs, scalars = _free(body, {id(v) for v in idx_vars.values()})
+        bufs, scalars = _free(body, {id(v) for v in idx_vars.values()}, self.by_data)
         bufs.sort(key=lambda b: self.order.get(id(b.data), len(self.order)))
         kid = self.first_id + len(self.kernels)
         name = f"{self.symbol}_kernel{kid - self.first_id}"
@@ -162,7 +167,7 @@ def _has_barrier(stmt) -> bool:
     return bool(found)
 
 
-def _free(body, thread_vars: set):
+def _free(body, thread_vars: set, by_data: dict | None = None):
     """Global buffers (by first use) and scalar Vars a kernel body uses but does not define."""
     bufs: list = []
     scalars: list = []
@@ -198,6 +203,11 @@ def _free(body, thread_vars: set):
 
         def visit_BufferStore(self, op):
             self._buffer(op.buffer)
+            self.generic_visit(op)
+
+        def visit_Call(self, op):
+            if op.op == "tir.tvm_access_ptr" and by_data and id(op.args[1]) in by_data:
+                self._buffer(by_data[id(op.args[1])])
             self.generic_visit(op)
 
         def visit_Var(self, op):

@@ -14,12 +14,13 @@ the pending state.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import replace
 
 from kiln.errors import CompileError
 from kiln.ir import expr as E
-from kiln.ir.functor import Mutator, Visitor
-from kiln.ir.stmt import Evaluate, For, IfThenElse, PrimFunc, SeqStmt, seq
+from kiln.ir.functor import Mutator, Visitor, post_order_visit
+from kiln.ir.stmt import Allocate, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, seq
 
 BARRIER_OP = "tir.tvm_storage_sync"
 
@@ -55,6 +56,19 @@ class _Access(Visitor):
         if is_barrier(op):
             self.syncs = True
         self.generic_visit(op)
+
+    def visit_Call(self, op):
+        # Tensor-core loads and stores reach memory through pointers: tvm_access_ptr's mask says how.
+        if op.op == "tir.tvm_access_ptr" and id(op.args[1]) in _SHARED.get():
+            mask = op.args[4].value
+            if mask & 1:
+                self.reads.add(id(op.args[1]))
+            if mask & 2:
+                self.writes.add(id(op.args[1]))
+        self.generic_visit(op)
+
+
+_SHARED: ContextVar[frozenset] = ContextVar("kiln_shared_handles", default=frozenset())
 
 
 def access(s) -> _Access:
@@ -120,4 +134,11 @@ class _Sync(Mutator):
 
 
 def insert_barriers(kernel: PrimFunc) -> PrimFunc:
-    return replace(kernel, body=_Sync(kernel.attrs.get("global_symbol", "kernel")).visit(kernel.body))
+    shared = set()
+    post_order_visit(kernel.body, lambda n: shared.add(id(n.buffer.data))
+                     if isinstance(n, Allocate) and n.buffer.scope == "shared" else None)
+    token = _SHARED.set(frozenset(shared))
+    try:
+        return replace(kernel, body=_Sync(kernel.attrs.get("global_symbol", "kernel")).visit(kernel.body))
+    finally:
+        _SHARED.reset(token)

@@ -1,0 +1,151 @@
+"""CUDA matmul 4096^3: fp32 (topi.gpu) and fp16 on tensor cores (topi.cuda, wmma), against cuBLAS.
+
+- fp32: kiln's untuned default and the best of the hand-picked points of its tuning space, against
+  cuBLAS through torch with TF32 off (bench/opencl.py's bench_matmul, run for CUDA).
+- fp16: ``dense_tensorcore`` (A M x K, W N x K, both float16) untuned and the best of the
+  hand-picked points below, float32 accumulation (and float16 accumulation for the best point),
+  against torch's float16 ``a @ w.T`` (cuBLAS).
+
+Both sides are timed with CUDA events, medians of ``--repeat`` repeats; every kiln kernel is
+checked against torch's result first.
+
+    python bench/cuda_matmul.py                  # on an NVIDIA GPU with torch
+    python bench/cuda_matmul.py --size 2048 --skip fp32
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import time
+from pathlib import Path
+
+import numpy as np
+
+import kiln as tvm
+from kiln import te
+
+# (block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk)
+TC_CANDIDATES = [(2, 4, 2, 2, 2), (2, 4, 4, 2, 2), (4, 2, 2, 4, 2), (2, 2, 4, 4, 2), (2, 4, 4, 2, 4),
+                 (4, 2, 2, 4, 4), (2, 2, 4, 4, 4), (4, 4, 2, 2, 2)]
+
+
+def _shared():
+    spec = importlib.util.spec_from_file_location("kiln_bench_gpu", Path(__file__).with_name("opencl.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def tc_config(point) -> dict:
+    brw, bcw, wrt, wct, chunk = point
+    return {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": wrt, "warp_col_tiles": wct,
+            "chunk": chunk, "offset": 8, "vec": 8}
+
+
+def build_tensorcore(n: int, target, out_dtype: str, cfg=None):
+    from kiln.topi.cuda import dense_tensorcore, schedule_dense_tensorcore
+
+    a = te.placeholder((n, n), "float16", name="A")
+    w = te.placeholder((n, n), "float16", name="W")
+    with target:
+        c = dense_tensorcore(a, w, out_dtype=out_dtype, cfg=cfg)
+        s = schedule_dense_tensorcore([c])
+        return tvm.build(s, [a, w, c], target=target, name="dense_tc")
+
+
+def bench_tensorcore(n: int, target, dev, repeat: int, torch, gpu) -> None:
+    rng = np.random.default_rng(0)
+    a_np = rng.uniform(-1, 1, (n, n)).astype(np.float16)
+    w_np = rng.uniform(-1, 1, (n, n)).astype(np.float16)
+    a, w = tvm.nd.array(a_np, dev), tvm.nd.array(w_np, dev)
+    outs = {dt: tvm.nd.empty((n, n), dt, dev) for dt in ("float32", "float16")}
+    ta, tw = torch.from_numpy(a_np).cuda(), torch.from_numpy(w_np).cuda()
+    tc = torch.empty((n, n), device="cuda", dtype=torch.float16)
+    flop = 2.0 * n ** 3
+    number = 1 if n >= 2048 else 10
+
+    def ref_call():
+        torch.matmul(ta, tw.t(), out=tc)
+
+    ref_call()
+    torch.cuda.synchronize()
+    ref = tc.float().cpu().numpy()
+
+    def check(f, out_dtype) -> float:
+        c = outs[out_dtype]
+        f(a, w, c)
+        got = c.numpy().astype(np.float32)
+        return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+    def measure(f, out_dtype, rep):
+        return gpu.kiln_matmul_ms(f, (a, w, outs[out_dtype]), dev, rep, number)
+
+    start = time.perf_counter()
+    untuned = build_tensorcore(n, target, "float32")
+    build_s = time.perf_counter() - start
+    err = check(untuned, "float32")
+    if err > 1e-2:
+        raise SystemExit(f"fp16 dense {n}: kiln's tensor-core kernel differs from torch (max rel err {err:.2e})")
+    results = {}
+    for point in TC_CANDIDATES:
+        for out_dtype in ("float32", "float16"):
+            try:
+                f = build_tensorcore(n, target, out_dtype, tc_config(point))
+                e = check(f, out_dtype)
+                if e > (1e-2 if out_dtype == "float32" else 5e-2):
+                    print(f"  candidate {point} acc {out_dtype}: wrong result (rel err {e:.1e}), skipped")
+                    continue
+                ms = measure(f, out_dtype, max(3, repeat // 2))
+            except Exception as ex:  # noqa: BLE001 - a point the device rejects (shared memory, registers)
+                print(f"  candidate {point} acc {out_dtype}: {type(ex).__name__}: {str(ex).splitlines()[0][:120]}")
+                continue
+            print(f"  candidate {point} acc {out_dtype}: {flop / ms / 1e9:.1f} TFLOP/s")
+            results[(point, out_dtype)] = ms
+    t_ref = gpu.time_torch(torch, ref_call, repeat, number)
+    t_untuned = measure(untuned, "float32", repeat)
+
+    def tf(ms):
+        return flop / ms / 1e9
+
+    print(f"matmul fp16 {n}^3 on tensor cores (wmma m16n16k16; build {build_s:.1f} s; max rel err {err:.1e})")
+    print(f"  {'cuBLAS (torch fp16)':30s} {t_ref:9.3f} ms  {tf(t_ref):7.1f} TFLOP/s")
+    print(f"  {'kiln untuned (fp32 acc)':30s} {t_untuned:9.3f} ms  {tf(t_untuned):7.1f} TFLOP/s  "
+          f"ratio {t_ref / t_untuned:.2f}x")
+    for acc in ("float32", "float16"):
+        mine = {k: v for k, v in results.items() if k[1] == acc}
+        if not mine:
+            continue
+        (point, _), _ = min(mine.items(), key=lambda kv: kv[1])
+        best = measure(build_tensorcore(n, target, acc, tc_config(point)), acc, repeat)
+        print(f"  {'kiln tuned (' + acc[5:] + '-bit acc)':30s} {best:9.3f} ms  {tf(best):7.1f} TFLOP/s  "
+              f"ratio {t_ref / best:.2f}x  (warps {point[0]}x{point[1]}, tiles {point[2]}x{point[3]}, "
+              f"chunk {point[4]})")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", type=int, default=4096, help="matmul N (M = N = K)")
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--target", default="cuda", help='kiln target, e.g. "cuda -arch=sm_90"')
+    p.add_argument("--skip", choices=["fp32", "fp16"], action="append", default=[])
+    args = p.parse_args()
+    gpu = _shared()
+    dev = tvm.cuda(0)
+    if not dev.exist:
+        raise SystemExit("bench/cuda_matmul.py: no CUDA device (needs an NVIDIA GPU, its driver and "
+                         "pip install 'kiln[cuda]')")
+    torch = gpu.cuda_torch()
+    if torch is None:
+        raise SystemExit("bench/cuda_matmul.py: the reference is torch with CUDA; install torch")
+    target = tvm.target.Target(args.target, host="llvm")
+    print(f"device: {dev.device_name} (sm_{dev.compute_version.replace('.', '')})  |  "
+          f"target: {target}  |  reference: torch {torch.__version__} (cuBLAS)")
+    if "fp16" not in args.skip:
+        bench_tensorcore(args.size, target, dev, args.repeat, torch, gpu)
+    if "fp32" not in args.skip:
+        gpu.bench_matmul(args.size, target, dev, args.repeat, torch)
+
+
+if __name__ == "__main__":
+    main()

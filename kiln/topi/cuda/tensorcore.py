@@ -1,0 +1,194 @@
+"""dense and batch_matmul on tensor cores (float16 inputs, float16 or float32 accumulation).
+
+A block computes a ``BM x BN`` output tile with ``block_row_warps x block_col_warps`` warps, each
+warp ``warp_row_tiles x warp_col_tiles`` wmma tiles of 16 x 16 held in accumulator fragments.
+The reduction runs in steps of ``16 * chunk``: per step the block copies a ``BM x 16*chunk`` slab
+of A and of B (dense's weight, N x K) into shared memory (all threads, ``vec`` halves each, rows
+padded by ``offset`` halves against bank conflicts), then each warp loads its A and B tiles into
+fragments and multiplies. The accumulators go straight to global memory (``wmma.store``); an
+elementwise epilogue (bias, activation) is a second kernel.
+
+``cfg`` knobs (AutoTVM template ``dense_tensorcore.cuda`` / ``batch_matmul_tensorcore.cuda``):
+block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, offset, vec.
+"""
+
+from __future__ import annotations
+
+from kiln import te
+
+from ..gpu.common import as_list, block, thread
+from ..nn.batch_matmul import batch_matmul as _batch_matmul
+from ..nn.dense import add_bias, dense as _dense
+from ..utils import const_int, knob
+from .tensor_intrin import intrin_wmma_gemm, intrin_wmma_load_matrix, intrin_wmma_store_matrix
+
+WMMA = 16
+WARP = 32
+TAGS = ("dense", "batch_matmul")
+KNOBS = {"block_row_warps": [1, 2, 4], "block_col_warps": [1, 2, 4], "warp_row_tiles": [1, 2, 4],
+         "warp_col_tiles": [1, 2, 4], "chunk": [1, 2, 4, 8], "offset": [0, 8], "vec": [1, 2, 4, 8]}
+
+
+def fits(m: int, n: int, k: int, dtype) -> bool:
+    """Whether a product can run on tensor cores here: float16 inputs, every size a multiple of 16."""
+    return str(dtype) == "float16" and m % WMMA == 0 and n % WMMA == 0 and k % WMMA == 0
+
+
+def default_config(m: int, n: int, k: int) -> dict:
+    """Untuned: 2 x 4 warps of 2 x 2 tiles (a 64 x 128 block) where the sizes allow, 32-wide k steps."""
+    def largest(options, total):
+        return max(x for x in options if total % x == 0)
+
+    brw = largest([1, 2], m // WMMA)
+    wrt = largest([1, 2], m // (WMMA * brw))
+    bcw = largest([1, 2, 4], n // WMMA)
+    wct = largest([1, 2], n // (WMMA * bcw))
+    chunk = largest([1, 2], k // WMMA)
+    return {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": wrt, "warp_col_tiles": wct,
+            "chunk": chunk, "offset": 8, "vec": 8}
+
+
+def config_for(m: int, n: int, k: int, cfg=None) -> dict:
+    conf = default_config(m, n, k)
+    conf.update({key: int(knob(cfg, key, v)) for key, v in conf.items()})
+    return conf
+
+
+def dense_tensorcore(data, weight, bias=None, out_dtype=None, cfg=None):
+    """topi.nn.dense on tensor cores: data (M, K) and weight (N, K) float16, M, N, K multiples of 16."""
+    out = _dense(data, weight, None, out_dtype)
+    m, k = (const_int(d) for d in data.shape)
+    n = const_int(weight.shape[0])
+    _check(m, n, k, data.dtype, "dense")
+    out.op.attrs["tensorcore_config"] = config_for(m, n, k, cfg)
+    return add_bias(out, bias, 1)
+
+
+def batch_matmul_tensorcore(a, b, oshape=None, out_dtype=None, transpose_a=False, transpose_b=True, cfg=None):
+    """topi.nn.batch_matmul (b as (B, N, K)) on tensor cores."""
+    if transpose_a or not transpose_b:
+        raise ValueError("batch_matmul_tensorcore: only a (B, M, K) x b (B, N, K) (transpose_b=True)")
+    out = _batch_matmul(a, b, oshape, out_dtype, False, True)
+    _, m, n = (const_int(d) for d in out.shape)
+    k = const_int(a.shape[2])
+    _check(m, n, k, a.dtype, "batch_matmul")
+    out.op.attrs["tensorcore_config"] = config_for(m, n, k, cfg)
+    return out
+
+
+def _check(m, n, k, dtype, what):
+    if not fits(m, n, k, dtype):
+        raise ValueError(f"{what} on tensor cores needs float16 inputs and M, N, K multiples of 16; got "
+                         f"{dtype} with M={m} N={n} K={k} (use the default CUDA schedule)")
+
+
+def _find(out):
+    stack, seen = [out], set()
+    while stack:
+        t = stack.pop()
+        if id(t.op) in seen:
+            continue
+        seen.add(id(t.op))
+        if "tensorcore_config" in getattr(t.op, "attrs", {}):
+            return t
+        stack.extend(getattr(t.op, "input_tensors", []))
+    raise ValueError(f"no tensor-core dense / batch_matmul stage under {out.name}")
+
+
+def schedule_dense_tensorcore(outs, cfg=None):
+    """Schedule dense / batch_matmul made by dense_tensorcore / batch_matmul_tensorcore (module doc)."""
+    outs = as_list(outs)
+    mm = _find(outs[0])
+    *_, m, n = (const_int(d) for d in mm.shape)
+    k = const_int(mm.op.reduce_axis[0].dom.extent)
+    conf = config_for(m, n, k, cfg) if cfg is not None else mm.op.attrs["tensorcore_config"]
+    s = te.create_schedule([o.op for o in outs])
+    _schedule_mma(s, mm, conf)
+    for o in outs:  # an epilogue reads the product from global memory, in a kernel of its own
+        if o.op is not mm.op:
+            _schedule_epilogue(s, o)
+    return s
+
+
+schedule_batch_matmul_tensorcore = schedule_dense_tensorcore
+
+
+def _schedule_epilogue(s, out):
+    st = s[out]
+    fused = st.fuse(*st.op.axis)
+    bx, tx = st.split(fused, factor=256)
+    st.bind(bx, block("x"))
+    st.bind(tx, thread("x"))
+
+
+def _schedule_mma(s, C, conf):
+    A, B = C.op.input_tensors[:2]
+    in_dtype, out_dtype = str(A.dtype), str(C.dtype)
+    brw, bcw = conf["block_row_warps"], conf["block_col_warps"]
+    wrt, wct = conf["warp_row_tiles"], conf["warp_col_tiles"]
+    chunk, offset, vec = conf["chunk"], conf["offset"], conf["vec"]
+    shape = (WMMA, WMMA, WMMA)
+
+    AS = s.cache_read(A, "shared", [C])
+    BS = s.cache_read(B, "shared", [C])
+    AF = s.cache_read(AS, "wmma.matrix_a", [C])
+    BF = s.cache_read(BS, "wmma.matrix_b", [C])
+    CF = s.cache_write(C, "wmma.accumulator")
+
+    # The output: blocks of BM x BN, warps of (wrt x wct) tiles, each tile one wmma store.
+    st = s[C]
+    *batch, y, x = st.op.axis
+    by, yi = st.split(y, factor=WMMA * wrt * brw)
+    bx, xi = st.split(x, factor=WMMA * wct * bcw)
+    ty, yi = st.split(yi, nparts=brw)
+    tz, xi = st.split(xi, nparts=bcw)
+    yo, yt = st.split(yi, factor=WMMA)
+    xo, xt = st.split(xi, factor=WMMA)
+    st.reorder(*batch, by, bx, ty, tz, yo, xo, yt, xt)
+    if batch:
+        st.bind(batch[0], block("z"))
+    st.bind(by, block("y"))
+    st.bind(bx, block("x"))
+    st.bind(ty, thread("y"))
+    st.bind(tz, thread("z"))
+    st.tensorize(yt, intrin_wmma_store_matrix(shape, out_dtype, "global"))
+
+    # The warp's accumulators, over the reduction in steps of chunk tiles.
+    cf = s[CF]
+    cf.compute_at(st, tz)
+    *cbatch, cy, cx = cf.op.axis
+    (rk,) = cf.op.reduce_axis
+    cyo, cyi = cf.split(cy, factor=WMMA)
+    cxo, cxi = cf.split(cx, factor=WMMA)
+    ko, ki = cf.split(rk, factor=WMMA)
+    ko, kc = cf.split(ko, factor=chunk)
+    cf.reorder(*cbatch, ko, kc, cyo, cxo, cyi, cxi, ki)
+    cf.tensorize(cyi, intrin_wmma_gemm(shape, in_dtype, out_dtype, "col_major"))
+
+    for frag, layout, scope in ((AF, "row_major", "wmma.matrix_a"), (BF, "col_major", "wmma.matrix_b")):
+        f = s[frag]
+        f.compute_at(cf, kc)
+        *fb, fi, fk = f.op.axis
+        fio, fii = f.split(fi, factor=WMMA)
+        fko, fki = f.split(fk, factor=WMMA)
+        f.reorder(*fb, fio, fko, fii, fki)
+        f.tensorize(fii, intrin_wmma_load_matrix(scope, shape, layout, in_dtype, "shared"))
+
+    threads = WARP * brw * bcw
+    for shared in (AS, BS):
+        sh = s[shared]
+        sh.compute_at(cf, ko)
+        *sb, si, sk = sh.op.axis
+        if offset:
+            sh.storage_align(si, WMMA * chunk, offset)  # rows of 16*chunk + offset halves
+        fused = sh.fuse(*sb, si, sk)
+        fused, v = sh.split(fused, factor=vec)
+        fused, tx = sh.split(fused, factor=WARP)
+        fused, tyy = sh.split(fused, factor=brw)
+        fused, tzz = sh.split(fused, factor=bcw)
+        sh.bind(tzz, thread("z"))
+        sh.bind(tyy, thread("y"))
+        sh.bind(tx, thread("x"))
+        if vec > 1:
+            sh.vectorize(v)
+    del threads

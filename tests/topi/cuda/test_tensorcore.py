@@ -1,0 +1,153 @@
+"""Tensor cores (wmma) for CUDA: tensorized dense / batch_matmul compile to PTX with wmma
+instructions everywhere NVRTC is installed (no GPU needed); the gpu-marked tests run them
+against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import te
+from kiln.codegen import cuda as cg
+from kiln.errors import CompileError, ScheduleError
+from kiln.topi.cuda import (
+    batch_matmul_tensorcore, dense_tensorcore, intrin_wmma_gemm, schedule_dense_tensorcore,
+)
+from kiln.topi.cuda.tensorcore import fits
+
+pytestmark = pytest.mark.skipif(not cg.have_nvrtc(),
+                                reason="needs NVRTC: pip install -e '.[cuda]' (cuda-bindings, nvidia-cuda-nvrtc)")
+
+TARGET = "cuda -arch=sm_80"
+
+
+def build_dense(M, N, K, out_dtype="float32", cfg=None, bias=False, target=TARGET):
+    A = te.placeholder((M, K), "float16", name="A")
+    W = te.placeholder((N, K), "float16", name="W")
+    b = te.placeholder((N,), out_dtype, name="bias") if bias else None
+    C = dense_tensorcore(A, W, b, out_dtype=out_dtype, cfg=cfg)
+    s = schedule_dense_tensorcore([C])
+    args = [A, W] + ([b] if bias else []) + [C]
+    return tvm.build(s, args, target=target, name="dense_tc")
+
+
+def build_batch_matmul(Bn, M, N, K, out_dtype="float32", target=TARGET):
+    A = te.placeholder((Bn, M, K), "float16", name="A")
+    B = te.placeholder((Bn, N, K), "float16", name="B")
+    C = batch_matmul_tensorcore(A, B, out_dtype=out_dtype)
+    s = schedule_dense_tensorcore([C])
+    return tvm.build(s, [A, B, C], target=target, name="bmm_tc")
+
+
+def device(f):
+    (dev,) = [m for m in f.imported_modules if m.type_key == "cuda"]
+    return dev.get_source(), dev.get_source("ptx")
+
+
+@pytest.mark.parametrize("out_dtype,ptx_types", [("float32", "f32.f32"), ("float16", "f16.f16")])
+def test_dense_compiles_to_wmma(out_dtype, ptx_types):
+    src, ptx = device(build_dense(128, 64, 96, out_dtype))
+    assert "kiln_frag_ab" in src and "wmma.matrix" not in src  # fragments, not buffers
+    assert f"wmma.mma.sync.aligned.row.col.m16n16k16.{ptx_types}" in ptx
+    assert "wmma.load.a.sync.aligned.row.m16n16k16.f16" in ptx
+    assert "wmma.load.b.sync.aligned.col.m16n16k16.f16" in ptx
+    assert f"wmma.store.d.sync.aligned.row.m16n16k16.{ptx_types[:3]}" in ptx
+    assert "bar.sync" in ptx  # the shared tiles are fenced between fetch and wmma loads
+
+
+def test_dense_knobs_change_the_kernel():
+    cfg = {"block_row_warps": 1, "block_col_warps": 2, "warp_row_tiles": 2, "warp_col_tiles": 1,
+           "chunk": 1, "offset": 0, "vec": 4}
+    src, ptx = device(build_dense(64, 64, 64, cfg=cfg))
+    assert "__launch_bounds__(64)" in src  # 1 x 2 warps
+    assert "wmma.mma.sync" in ptx
+
+
+def test_dense_with_bias_is_a_second_kernel():
+    src, ptx = device(build_dense(32, 32, 32, bias=True))
+    assert src.count('extern "C" __global__') == 2 and "wmma.store.d" in ptx
+
+
+def test_batch_matmul_compiles_to_wmma():
+    src, ptx = device(build_batch_matmul(2, 32, 48, 64))
+    assert "blockIdx.z" in src and "wmma.mma.sync.aligned.row.col.m16n16k16.f32.f32" in ptx
+
+
+def test_tensorcore_needs_float16_and_multiples_of_16():
+    assert fits(32, 32, 32, "float16") and not fits(32, 33, 32, "float16") and not fits(32, 32, 32, "float32")
+    A = te.placeholder((32, 24), "float16", name="A")
+    W = te.placeholder((32, 24), "float16", name="W")
+    with pytest.raises(ValueError, match="multiples of 16"):
+        dense_tensorcore(A, W)
+
+
+def test_gemm_intrinsic_rejects_float32_inputs():
+    A = te.placeholder((32, 32), "float32", name="A")
+    W = te.placeholder((32, 32), "float32", name="W")
+    k = te.reduce_axis((0, 32), name="k")
+    C = te.compute((32, 32), lambda i, j: te.sum(A[i, k] * W[j, k], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    i, j = C.op.axis
+    io, ii = s[C].split(i, 16)
+    jo, ji = s[C].split(j, 16)
+    ko, ki = s[C].split(k, 16)
+    s[C].reorder(io, jo, ko, ii, ji, ki)
+    s[C].tensorize(ii, intrin_wmma_gemm())
+    with pytest.raises(ScheduleError, match=r"does not match the intrinsic's: A\[i, k\] where the intrinsic has .*Cast"):
+        tvm.lower(s, [A, W, C])
+
+
+def test_wmma_shape_is_checked():
+    with pytest.raises(ValueError, match="wmma shape"):
+        intrin_wmma_gemm(shape=(16, 16, 8))
+    _ = CompileError
+
+
+# -- on the GPU ------------------------------------------------------------------------------------
+
+def _ref(a, w):
+    return a.astype(np.float32) @ w.astype(np.float32).T
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out_dtype", ["float32", "float16"])
+def test_dense_runs(out_dtype):
+    M, N, K = 128, 192, 256
+    dev = tvm.cuda(0)
+    f = build_dense(M, N, K, out_dtype, target="cuda")
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (M, K)).astype("float16")
+    w = rng.uniform(-1, 1, (N, K)).astype("float16")
+    c = tvm.nd.empty((M, N), out_dtype, dev)
+    f(tvm.nd.array(a, dev), tvm.nd.array(w, dev), c)
+    tol = 1e-3 if out_dtype == "float32" else 5e-2
+    np.testing.assert_allclose(c.numpy().astype(np.float32), _ref(a, w), rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+def test_dense_with_bias_runs():
+    M, N, K = 64, 64, 32
+    dev = tvm.cuda(0)
+    f = build_dense(M, N, K, bias=True, target="cuda")
+    rng = np.random.default_rng(1)
+    a = rng.uniform(-1, 1, (M, K)).astype("float16")
+    w = rng.uniform(-1, 1, (N, K)).astype("float16")
+    b = rng.uniform(-1, 1, (N,)).astype("float32")
+    c = tvm.nd.empty((M, N), "float32", dev)
+    f(tvm.nd.array(a, dev), tvm.nd.array(w, dev), tvm.nd.array(b, dev), c)
+    np.testing.assert_allclose(c.numpy(), _ref(a, w) + b, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_batch_matmul_runs():
+    Bn, M, N, K = 3, 32, 48, 64
+    dev = tvm.cuda(0)
+    f = build_batch_matmul(Bn, M, N, K, target="cuda")
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-1, 1, (Bn, M, K)).astype("float16")
+    b = rng.uniform(-1, 1, (Bn, N, K)).astype("float16")
+    c = tvm.nd.empty((Bn, M, N), "float32", dev)
+    f(tvm.nd.array(a, dev), tvm.nd.array(b, dev), c)
+    want = a.astype(np.float32) @ b.astype(np.float32).transpose(0, 2, 1)
+    np.testing.assert_allclose(c.numpy(), want, rtol=1e-3, atol=1e-3)
