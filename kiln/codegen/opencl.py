@@ -80,11 +80,13 @@ def kernel_source(kernels: list[PrimFunc]) -> str:
 
 def kernel_entry(kernel: PrimFunc) -> dict:
     """The kernels entry of the device code (docs/abi.md "GPU modules")."""
-    params = []
+    params, images = [], kernel.attrs.get("texture", {})
     for p in kernel.params:
         buf = kernel.buffer_map.get(p)
         if buf is not None:
             params.append({"name": buf.name, "kind": "buffer", "dtype": str(buf.dtype)})
+            if id(p) in images:  # an image2d_t of this size: runtimes check what they are given
+                params[-1]["image"] = [images[id(p)].width, images[id(p)].height]
         else:
             params.append({"name": p.name, "kind": "scalar", "dtype": str(p.dtype)})
     return {"name": kernel.attrs["global_symbol"], "params": params, "thread_tags": list(kernel.attrs["thread_tags"])}

@@ -2,8 +2,11 @@
  *
  * Mirrors kiln/runtime/graph_executor.py so both give the same results from the same files:
  * one buffer per storage_id sized for its largest tensor, every entry a view at offset 0 of
- * its buffer, kernels called with (inputs..., outputs...) as DLTensors. The graph file may
- * come from anywhere, so every index in it is checked before it is used.
+ * its buffer, kernels called with (inputs..., outputs...) as DLTensors. Entries that
+ * attrs.storage_scope puts in a texture scope (opencl -device=adreno builds) get an OpenCL image
+ * instead, folded as the kernels expect (texture.c), shared only by entries of the same storage_id,
+ * scope, dtype and image size. The graph file may come from anywhere, so every index in it is
+ * checked before it is used.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 
 #include "internal.h"
 #include "kiln_graph.h"
+#include "opencl.h"
 
 #define MAX_ENTRIES (1 << 22)
 #define MAX_STORAGE (1 << 22)
@@ -31,7 +35,8 @@ struct KilnGraph {
   DLTensor* entries;     /* views; shapes in `dims` */
   int64_t* dims;
   int num_storage;
-  DLTensor** storage;    /* one uint8 buffer per storage id (NULL for ids no entry uses) */
+  DLTensor** storage;    /* one uint8 buffer per storage id (NULL for ids no entry uses), then images */
+  int num_sids;          /* storage[num_sids..num_storage): the images of texture entries */
   int num_inputs;
   int* input_entry;
   char** input_names;
@@ -91,7 +96,82 @@ static char* dup(const char* s) {
   return d;
 }
 
-static int plan_memory(KilnGraph* g, const JsonNode* attrs) {
+/* "entry 5 (output 0 of node 'x')" for messages. */
+static void entry_label(const JsonNode* nodes, const int64_t* row_ptr, int e, char* buf, size_t size) {
+  int nid = 0;
+  while ((size_t)nid + 1 < nodes->count && row_ptr[nid + 1] <= e) nid++;
+  const char* name = json_string(json_get(nth(nodes, (size_t)nid), "name"));
+  snprintf(buf, size, "entry %d (output %d of node '%.80s')", e, (int)(e - row_ptr[nid]), name ? name : "?");
+}
+
+/* attrs.storage_scope (TVM's encoding: ["list_str", [one scope per entry]]) into scopes[]; all
+ * NULL (global) when absent. Returns how many entries are in a texture scope, or -1. */
+static int read_scopes(const JsonNode* attrs, size_t n, const JsonNode* nodes, const int64_t* row_ptr,
+                       const char** scopes) {
+  const JsonNode* pair = json_get(attrs, "storage_scope");
+  if (!pair) return 0;
+  const JsonNode* list = nth(pair, 1);
+  if (!list || list->type != JSON_ARRAY || list->count != n) {
+    char msg[200];
+    snprintf(msg, sizeof(msg), "attrs.storage_scope has %zu items for %zu entries; it needs one scope per "
+             "entry, as [\"list_str\", [\"global\", \"global.texture\", ...]]",
+             list && list->type == JSON_ARRAY ? list->count : 0, n);
+    return bad(msg);
+  }
+  int textures = 0, e = 0;
+  for (const JsonNode* c = list->child; c; c = c->next, e++) {
+    const char* scope = json_string(c);
+    int split = scope ? kiln_texture_split(scope) : -1;
+    if (split < 0) {
+      char where[160];
+      entry_label(nodes, row_ptr, e, where, sizeof(where));
+      return kiln_error("graph JSON: %s has storage scope '%.64s'; the C runtime knows global, global.texture, "
+                        "global.texture-nhwc and global.texture-weight (rebuild with this kiln)",
+                        where, scope ? scope : "(not a string)");
+    }
+    scopes[e] = split ? scope : NULL;
+    textures += split > 0;
+  }
+  return textures;
+}
+
+/* The image of texture entry e: an existing one of the same storage_id, scope, dtype and size
+ * (the memory planner let their lifetimes share it), else a new slot after the buffers. */
+static int texture_slot(KilnGraph* g, int e, int sid, const char* scope, const size_t* limits, int* slot_sid,
+                        const char** slot_scope, const char* label) {
+  DLTensor* t = &g->entries[e];
+  if (g->dev.device_type != KILN_DEVICE_OPENCL)
+    return kiln_error("graph %s is in scope %s, an OpenCL image; run the graph on an OpenCL device "
+                      "(kiln_run --device cl)", label, scope);
+  if (kiln_texture_check(t->shape, t->ndim, t->dtype, scope)) {
+    char why[400];
+    snprintf(why, sizeof(why), "%s", kiln_last_error());
+    return kiln_error("graph %s: %s", label, why);
+  }
+  size_t w, h, ow, oh, ot;
+  kiln_texture_fold(t->shape, scope, limits[0], limits[1], &w, &h);
+  for (int k = g->num_sids; k < g->num_storage; k++) {
+    DLTensor* s = g->storage[k];
+    if (slot_sid[k] == sid && !strcmp(slot_scope[k], scope) && s->dtype.bits == t->dtype.bits &&
+        kiln_opencl_image_dims((cl_mem)s->data, &ow, &oh, &ot) && ow == w && oh == h) {
+      t->data = s->data;
+      return 0;
+    }
+  }
+  int k = g->num_storage;
+  if (kiln_ndarray_alloc_scoped(t->shape, t->ndim, t->dtype, g->dev, scope, &g->storage[k])) {
+    char why[400];
+    snprintf(why, sizeof(why), "%s", kiln_last_error());
+    return kiln_error("graph %s, %s: %s", label, scope, why);
+  }
+  g->num_storage++;
+  slot_sid[k] = sid;
+  slot_scope[k] = scope;
+  t->data = g->storage[k]->data;
+  return 0;
+}
+
+static int plan_memory(KilnGraph* g, const JsonNode* attrs, const JsonNode* nodes, const int64_t* row_ptr) {
   size_t n = (size_t)g->num_entries;
   const JsonNode *shapes = attr_list(attrs, "shape", n), *dtypes = attr_list(attrs, "dltype", n),
                  *sids = attr_list(attrs, "storage_id", n);
@@ -104,9 +184,18 @@ static int plan_memory(KilnGraph* g, const JsonNode* attrs) {
   g->entries = calloc(n + 1, sizeof(DLTensor));
   g->dims = calloc(total_dims + 1, sizeof(int64_t));
   int* sid_of = calloc(n + 1, sizeof(int));
+  const char** scopes = calloc(n + 1, sizeof(char*));
   size_t* sizes = NULL;
-  if (!g->entries || !g->dims || !sid_of) { free(sid_of); return kiln_error("out of memory"); }
+  int* slot_sid = NULL;
+  const char** slot_scope = NULL;
+  if (!g->entries || !g->dims || !sid_of || !scopes) {
+    free(sid_of);
+    free(scopes);
+    return kiln_error("out of memory");
+  }
   int rc = -1, max_sid = -1;
+  int textures = read_scopes(attrs, n, nodes, row_ptr, scopes);
+  if (textures < 0) goto done;
   const JsonNode *s = shapes->child, *d = dtypes->child, *id = sids->child;
   int64_t* dims = g->dims;
   for (size_t e = 0; e < n; e++, s = s->next, d = d->next, id = id->next) {
@@ -126,17 +215,30 @@ static int plan_memory(KilnGraph* g, const JsonNode* attrs) {
     sid_of[e] = (int)sid;
     if (sid > max_sid) max_sid = (int)sid;
   }
-  g->num_storage = max_sid + 1;
-  g->storage = calloc((size_t)g->num_storage + 1, sizeof(DLTensor*));
-  sizes = calloc((size_t)g->num_storage + 1, sizeof(size_t));
-  if (!g->storage || !sizes) { kiln_error("out of memory"); goto done; }
+  g->num_sids = g->num_storage = max_sid + 1;
+  size_t slots = (size_t)g->num_storage + (size_t)textures + 1;
+  g->storage = calloc(slots, sizeof(DLTensor*));
+  sizes = calloc(slots, sizeof(size_t));
+  slot_sid = calloc(slots, sizeof(int));
+  slot_scope = calloc(slots, sizeof(char*));
+  if (!g->storage || !sizes || !slot_sid || !slot_scope) { kiln_error("out of memory"); goto done; }
   for (size_t e = 0; e < n; e++) {
     size_t b = kiln_ndarray_nbytes(&g->entries[e]);
-    if (b > sizes[sid_of[e]]) sizes[sid_of[e]] = b;
+    if (!scopes[e] && b > sizes[sid_of[e]]) sizes[sid_of[e]] = b;
   }
+  size_t limits[2] = {0, 0};
+  if (textures && g->dev.device_type == KILN_DEVICE_OPENCL &&
+      kiln_opencl_image_limits(g->dev.device_id, &limits[0], &limits[1]))
+    goto done;
   DLDataType u8 = {KILN_DL_UINT, 8, 1};
   for (size_t e = 0; e < n; e++) {
     int sid = sid_of[e];
+    if (scopes[e]) {
+      char label[160];
+      entry_label(nodes, row_ptr, (int)e, label, sizeof(label));
+      if (texture_slot(g, (int)e, sid, scopes[e], limits, slot_sid, slot_scope, label)) goto done;
+      continue;
+    }
     if (!g->storage[sid]) {
       int64_t len = (int64_t)(sizes[sid] ? sizes[sid] : 1);
       if (kiln_ndarray_alloc(&len, 1, u8, g->dev, &g->storage[sid])) goto done;
@@ -147,6 +249,9 @@ static int plan_memory(KilnGraph* g, const JsonNode* attrs) {
 done:
   free(sid_of);
   free(sizes);
+  free(scopes);
+  free(slot_sid);
+  free(slot_scope);
   return rc;
 }
 
@@ -287,7 +392,7 @@ int kiln_graph_create(const char* text, size_t len, KilnModule* lib, DLDevice de
     prev = row_ptr[i];
   }
   g->num_entries = (int)row_ptr[nodes->count];
-  if (plan_memory(g, attrs) || read_io(g, root, nodes, row_ptr) || bind_kernels(g, nodes, row_ptr)) goto done;
+  if (plan_memory(g, attrs, nodes, row_ptr) || read_io(g, root, nodes, row_ptr) || bind_kernels(g, nodes, row_ptr)) goto done;
   rc = 0;
 done:
   free(row_ptr);

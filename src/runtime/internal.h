@@ -53,6 +53,15 @@ int kiln_opencl_copy(const DLTensor* from, DLTensor* to, size_t n); /* either si
 int kiln_opencl_sync(int32_t device_id);
 int kiln_opencl_attr(int32_t device_id, const char* name, int64_t* ints, int* count, char* text, size_t size);
 
+/* ---- texture.c: texture-scoped arrays (docs/adreno.md) ---------------------------------- */
+/* Leading dimensions a scope folds into the image height: 0 for "global" (or NULL), -1 unknown. */
+int kiln_texture_split(const char* scope);
+/* 0 when a tensor of this shape and dtype can live in `scope`, else -1 with a message. */
+int kiln_texture_check(const int64_t* shape, int32_t ndim, DLDataType dtype, const char* scope);
+/* The image (texels) holding a checked texture tensor on a device of max_w x max_h images. */
+void kiln_texture_fold(const int64_t* shape, const char* scope, size_t max_w, size_t max_h, size_t* width,
+                       size_t* height);
+
 /* ---- opencl_module.c: the device half of GPU modules ------------------------------------- */
 typedef struct KilnCLModule KilnCLModule;
 /* From the metadata's device_code; *out stays NULL for a module without device code. */

@@ -63,6 +63,12 @@ KILN_API int kiln_dtype_format(DLDataType dtype, char* buf, size_t size);
  * `data` is the cl_mem handle and the bytes are reached with kiln_ndarray_read/write/copy. */
 KILN_API int kiln_ndarray_alloc(const int64_t* shape, int32_t ndim, DLDataType dtype, DLDevice device,
                        DLTensor** out);
+/* The same in a memory scope: NULL or "global" (kiln_ndarray_alloc), or a texture scope
+ * ("global.texture", "global.texture-nhwc", "global.texture-weight") on an OpenCL device: an RGBA
+ * image holding a float32/float16 5-D tensor whose innermost dimension is 4, folded to 2-D as
+ * the compiler folds it (docs/adreno.md). read/write/copy see its row-major bytes. */
+KILN_API int kiln_ndarray_alloc_scoped(const int64_t* shape, int32_t ndim, DLDataType dtype, DLDevice device,
+                                       const char* mem_scope, DLTensor** out);
 KILN_API void kiln_ndarray_free(DLTensor* array);
 /* Bytes of the array's data; (size_t)-1 if the element count overflows. */
 KILN_API size_t kiln_ndarray_nbytes(const DLTensor* array);

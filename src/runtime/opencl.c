@@ -67,6 +67,12 @@ static int load_library(void) {
     }
   }
   *(void**)&cl.CreateImage = dlsym(lib, "clCreateImage");
+  *(void**)&cl.GetImageInfo = dlsym(lib, "clGetImageInfo");
+  *(void**)&cl.EnqueueWriteImage = dlsym(lib, "clEnqueueWriteImage");
+  *(void**)&cl.EnqueueReadImage = dlsym(lib, "clEnqueueReadImage");
+  *(void**)&cl.EnqueueCopyImage = dlsym(lib, "clEnqueueCopyImage");
+  *(void**)&cl.EnqueueCopyImageToBuffer = dlsym(lib, "clEnqueueCopyImageToBuffer");
+  *(void**)&cl.EnqueueCopyBufferToImage = dlsym(lib, "clEnqueueCopyBufferToImage");
   return 0;
 }
 
@@ -142,20 +148,24 @@ int kiln_opencl_alloc(int32_t device_id, size_t nbytes, void** out) {
   return 0;
 }
 
-int kiln_opencl_alloc_image(int32_t device_id, size_t width, size_t height, int bits, void** out) {
+int kiln_opencl_image_limits(int32_t device_id, size_t* max_w, size_t* max_h) {
   KilnCLDevice* d;
   if (kiln_opencl_device(device_id, &d)) return -1;
-  if (!cl.CreateImage)
-    return kiln_error("opencl(%d): the OpenCL library has no clCreateImage (OpenCL 1.2); texture modules "
-                      "need it: build for plain 'opencl'", device_id);
   cl_uint images = 0;
-  size_t max_w = 0, max_h = 0;
+  *max_w = *max_h = 0;
   cl.GetDeviceInfo(d->id, CL_DEVICE_IMAGE_SUPPORT, sizeof images, &images, NULL);
-  cl.GetDeviceInfo(d->id, CL_DEVICE_IMAGE2D_MAX_WIDTH, sizeof max_w, &max_w, NULL);
-  cl.GetDeviceInfo(d->id, CL_DEVICE_IMAGE2D_MAX_HEIGHT, sizeof max_h, &max_h, NULL);
-  if (!images)
-    return kiln_error("opencl(%d) has no image support; build for plain 'opencl' instead of texture scopes",
-                      device_id);
+  cl.GetDeviceInfo(d->id, CL_DEVICE_IMAGE2D_MAX_WIDTH, sizeof *max_w, max_w, NULL);
+  cl.GetDeviceInfo(d->id, CL_DEVICE_IMAGE2D_MAX_HEIGHT, sizeof *max_h, max_h, NULL);
+  if (!images || !cl.CreateImage || !cl.GetImageInfo || !cl.EnqueueWriteImage || !cl.EnqueueReadImage)
+    return kiln_error("opencl(%d) has no image support%s; build for plain 'opencl' instead of texture scopes",
+                      device_id, images ? " in its OpenCL library (clCreateImage is OpenCL 1.2)" : "");
+  return 0;
+}
+
+int kiln_opencl_alloc_image(int32_t device_id, size_t width, size_t height, int bits, void** out) {
+  KilnCLDevice* d;
+  size_t max_w = 0, max_h = 0;
+  if (kiln_opencl_device(device_id, &d) || kiln_opencl_image_limits(device_id, &max_w, &max_h)) return -1;
   if (!width || !height || width > max_w || height > max_h)
     return kiln_error("a texture of %zu x %zu texels does not fit opencl(%d)'s images (at most %zu x %zu): "
                       "build with -texture_spatial_limit=%zu", width, height, device_id, max_w, max_h,
@@ -190,6 +200,9 @@ int kiln_opencl_write(const DLTensor* t, uint64_t offset, const void* data, size
   cl_command_queue q;
   if (!n) return 0;
   if (queue_of(t, &q)) return -1;
+  size_t w, h, texel;
+  if (kiln_opencl_image_dims((cl_mem)t->data, &w, &h, &texel))  /* a texture-scoped array */
+    return kiln_opencl_image_write(q, (cl_mem)t->data, t->byte_offset + offset, data, n);
   cl_int err = cl.EnqueueWriteBuffer(q, (cl_mem)t->data, 1, (size_t)(t->byte_offset + offset), n, data, 0, NULL, NULL);
   return err ? kiln_error("opencl: writing %zu bytes failed (%d: %s)", n, err, kiln_opencl_error_name(err)) : 0;
 }
@@ -198,6 +211,9 @@ int kiln_opencl_read(const DLTensor* t, uint64_t offset, void* data, size_t n) {
   cl_command_queue q;
   if (!n) return 0;
   if (queue_of(t, &q)) return -1;
+  size_t w, h, texel;
+  if (kiln_opencl_image_dims((cl_mem)t->data, &w, &h, &texel))
+    return kiln_opencl_image_read(q, (cl_mem)t->data, t->byte_offset + offset, data, n);
   cl_int err = cl.EnqueueReadBuffer(q, (cl_mem)t->data, 1, (size_t)(t->byte_offset + offset), n, data, 0, NULL, NULL);
   return err ? kiln_error("opencl: reading %zu bytes failed (%d: %s)", n, err, kiln_opencl_error_name(err)) : 0;
 }
@@ -217,6 +233,11 @@ int kiln_opencl_copy(const DLTensor* from, DLTensor* to, size_t n) {
   }
   cl_command_queue q;
   if (queue_of(to, &q)) return -1;
+  size_t w, h, texel;
+  if (kiln_opencl_image_dims((cl_mem)from->data, &w, &h, &texel) ||
+      kiln_opencl_image_dims((cl_mem)to->data, &w, &h, &texel))
+    return kiln_opencl_image_copy(q, (cl_mem)from->data, (size_t)from->byte_offset, (cl_mem)to->data,
+                                  (size_t)to->byte_offset, n);
   cl_int err = cl.EnqueueCopyBuffer(q, (cl_mem)from->data, (cl_mem)to->data, (size_t)from->byte_offset,
                                     (size_t)to->byte_offset, n, 0, NULL, NULL);
   return err ? kiln_error("opencl: copying %zu bytes failed (%d: %s)", n, err, kiln_opencl_error_name(err)) : 0;

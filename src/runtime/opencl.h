@@ -47,6 +47,10 @@ typedef struct _cl_event* cl_event;
 #define CL_HALF_FLOAT 0x10DD
 #define CL_FLOAT 0x10DE
 #define CL_MEM_OBJECT_IMAGE2D 0x10F1
+#define CL_MEM_TYPE 0x1100
+#define CL_IMAGE_ELEMENT_SIZE 0x1111
+#define CL_IMAGE_WIDTH 0x1114
+#define CL_IMAGE_HEIGHT 0x1115
 
 typedef struct {
   cl_uint image_channel_order;
@@ -91,6 +95,18 @@ typedef struct {
   cl_int (*ReleaseEvent)(cl_event);
   /* OpenCL 1.2; NULL when the library lacks it (then texture modules cannot run). */
   cl_mem (*CreateImage)(cl_context, cl_bitfield, const cl_image_format*, const cl_image_desc*, void*, cl_int*);
+  /* OpenCL 1.0 image calls; NULL when missing (then images cannot be filled or read). */
+  cl_int (*GetImageInfo)(cl_mem, cl_uint, size_t, void*, size_t*);
+  cl_int (*EnqueueWriteImage)(cl_command_queue, cl_mem, cl_uint, const size_t*, const size_t*, size_t, size_t,
+                              const void*, cl_uint, const cl_event*, cl_event*);
+  cl_int (*EnqueueReadImage)(cl_command_queue, cl_mem, cl_uint, const size_t*, const size_t*, size_t, size_t,
+                             void*, cl_uint, const cl_event*, cl_event*);
+  cl_int (*EnqueueCopyImage)(cl_command_queue, cl_mem, cl_mem, const size_t*, const size_t*, const size_t*,
+                             cl_uint, const cl_event*, cl_event*);
+  cl_int (*EnqueueCopyImageToBuffer)(cl_command_queue, cl_mem, cl_mem, const size_t*, const size_t*, size_t,
+                                     cl_uint, const cl_event*, cl_event*);
+  cl_int (*EnqueueCopyBufferToImage)(cl_command_queue, cl_mem, cl_mem, size_t, const size_t*, const size_t*,
+                                     cl_uint, const cl_event*, cl_event*);
 } KilnCL;
 
 #define KILN_CL_MAX_DEVICES 16
@@ -111,6 +127,17 @@ int32_t kiln_opencl_device_of(cl_mem mem);
 /* An RGBA image of width x height texels (CL_FLOAT for bits 32, CL_HALF_FLOAT for 16) on device
  * `device_id`, checked against the device's image limits; -1 with kiln_last_error otherwise. */
 int kiln_opencl_alloc_image(int32_t device_id, size_t width, size_t height, int bits, void** out);
+/* The device's largest 2-D image (CL_DEVICE_IMAGE2D_MAX_WIDTH / HEIGHT); -1 with kiln_last_error
+ * when the device has no image support. */
+int kiln_opencl_image_limits(int32_t device_id, size_t* max_width, size_t* max_height);
+/* opencl_image.c. 1 (with the image's size) when `mem` is a 2-D image, 0 for a buffer. */
+int kiln_opencl_image_dims(cl_mem mem, size_t* width, size_t* height, size_t* texel_bytes);
+/* Byte ranges of the row-major tensor an image holds (blocking). */
+int kiln_opencl_image_write(cl_command_queue q, cl_mem img, uint64_t offset, const void* data, size_t n);
+int kiln_opencl_image_read(cl_command_queue q, cl_mem img, uint64_t offset, void* data, size_t n);
+/* n bytes between two objects of one device, at least one an image (queued, not waited for). */
+int kiln_opencl_image_copy(cl_command_queue q, cl_mem from, size_t from_offset, cl_mem to, size_t to_offset,
+                           size_t n);
 /* "clBuildProgram failed (-11: CL_BUILD_PROGRAM_FAILURE)"-style text for an error code. */
 const char* kiln_opencl_error_name(cl_int code);
 

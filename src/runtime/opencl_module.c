@@ -16,6 +16,8 @@ typedef struct {
   int num_params;
   int* kinds;            /* PARAM_* */
   DLDataType* dtypes;    /* scalars */
+  size_t* images;        /* [2 * i, 2 * i + 1]: the image2d_t size parameter i was compiled for, or 0 0 */
+  char** param_names;
 } CLKernelInfo;
 
 struct KilnCLModule {
@@ -31,7 +33,48 @@ struct KilnCLModule {
 };
 
 static int read_kernel(CLKernelInfo* k, const JsonNode* node, const char* label) {
-  return kiln_device_kernel_read(node, label, &k->name, &k->num_params, &k->kinds, &k->dtypes);
+  if (kiln_device_kernel_read(node, label, &k->name, &k->num_params, &k->kinds, &k->dtypes)) return -1;
+  /* Texture parameters (docs/abi.md "Images"): kept only for kernels that have one. */
+  int i = 0, any = 0;
+  for (const JsonNode* p = json_get(node, "params")->child; p; p = p->next) any |= json_get(p, "image") != NULL;
+  if (!any) return 0;
+  k->images = calloc(2 * (size_t)k->num_params + 1, sizeof(size_t));
+  k->param_names = calloc((size_t)k->num_params + 1, sizeof(char*));
+  if (!k->images || !k->param_names) return kiln_error("out of memory");
+  for (const JsonNode* p = json_get(node, "params")->child; p; p = p->next, i++) {
+    const JsonNode* img = json_get(p, "image");
+    const char* name = json_string(json_get(p, "name"));
+    if (!(k->param_names[i] = strdup(name ? name : "?"))) return kiln_error("out of memory");
+    if (!img) continue;
+    const JsonNode *w = img->type == JSON_ARRAY && img->count == 2 ? img->child : NULL, *h = w ? w->next : NULL;
+    if (!w || !h || !w->is_integer || !h->is_integer || w->integer < 1 || h->integer < 1)
+      return kiln_error("%s: kernel %s: parameter %d's 'image' is not [width, height]; rebuild the module", label,
+                        k->name, i);
+    k->images[2 * i] = (size_t)w->integer;
+    k->images[2 * i + 1] = (size_t)h->integer;
+  }
+  return 0;
+}
+
+/* Whether argument i is what kernel k takes: an image of the compiled size for an image2d_t
+ * parameter, a buffer otherwise. A buffer in an image2d_t slot crashes some drivers (PoCL).
+ * Asked at every launch (a few clGet*Info calls, no queue work): handles are reused once freed. */
+static int check_memory(CLKernelInfo* k, int i, void* mem) {
+  if (!k->images) return 0;
+  size_t w = 0, h = 0, texel = 0, want_w = k->images[2 * i], want_h = k->images[2 * i + 1];
+  int is_image = kiln_opencl_image_dims((cl_mem)mem, &w, &h, &texel);
+  if (want_w && !is_image)
+    return kiln_error("%s: argument %d (%s) is a buffer, but the kernel takes an image of %zu x %zu texels (a "
+                      "texture-scoped tensor); allocate it with mem_scope (the graph's attrs.storage_scope)",
+                      k->name, i, k->param_names[i], want_w, want_h);
+  if (want_w && (w != want_w || h != want_h))
+    return kiln_error("%s: argument %d (%s) is an image of %zu x %zu texels, but the kernel was compiled for %zu x "
+                      "%zu (the device folds the tensor otherwise: build with -texture_spatial_limit set to the "
+                      "device's image limit)", k->name, i, k->param_names[i], w, h, want_w, want_h);
+  if (!want_w && is_image)
+    return kiln_error("%s: argument %d (%s) is an image, but the kernel takes a buffer; keep the tensor in scope "
+                      "'global'", k->name, i, k->param_names[i]);
+  return 0;
 }
 
 int kiln_opencl_module_create(const char* json, size_t len, const char* label, KilnCLModule** out) {
@@ -83,6 +126,10 @@ void kiln_opencl_module_free(KilnCLModule* m) {
     free(m->kernels[k].name);
     free(m->kernels[k].kinds);
     free(m->kernels[k].dtypes);
+    for (int i = 0; m->kernels[k].param_names && i < m->kernels[k].num_params; i++)
+      free(m->kernels[k].param_names[i]);
+    free(m->kernels[k].param_names);
+    free(m->kernels[k].images);
   }
   if (cl && m->first) cl->ReleaseEvent(m->first);
   if (cl && m->last) cl->ReleaseEvent(m->last);
@@ -142,7 +189,7 @@ static int32_t launch(KilnCLModule* m, int32_t kid, const KilnValue* args, const
                       const int64_t* dims) {
   if (kid < 0 || kid >= m->num_kernels)
     return kiln_error("opencl module has %d kernels; kernel id %d is out of range (rebuild)", m->num_kernels, kid);
-  const CLKernelInfo* info = &m->kernels[kid];
+  CLKernelInfo* info = &m->kernels[kid];
   if (n != info->num_params)
     return kiln_error("%s takes %d arguments, the host code passed %d: rebuild the module", info->name,
                       info->num_params, n);
@@ -159,6 +206,7 @@ static int32_t launch(KilnCLModule* m, int32_t kid, const KilnValue* args, const
   const KilnCL* cl = kiln_opencl_api(NULL);
   cl_kernel k = m->built[dev][kid];
   for (int i = 0; i < n; i++) {
+    if (info->kinds[i] == PARAM_BUFFER && check_memory(info, i, args[i].v_handle)) return -1;
     cl_int err = info->kinds[i] == PARAM_BUFFER ? cl->SetKernelArg(k, (cl_uint)i, sizeof(cl_mem), &args[i].v_handle)
                                                 : set_scalar(cl, k, (cl_uint)i, info->dtypes[i], args[i], codes[i]);
     if (err) return kiln_error("%s: setting argument %d failed (%d: %s)", info->name, i, err, kiln_opencl_error_name(err));
