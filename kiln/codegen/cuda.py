@@ -241,6 +241,8 @@ class CUDAPrinter(CStylePrinter):
         if buf.dtype.is_bool:
             raise CompileError(f"{self.func_name}: vector stores of bool buffer {buf.name} are not supported; "
                                "do not vectorize this loop")
+        if self._copy(s):
+            return
         values = [self.expr(self.lane(s.value, k)) for k in range(lanes)]
         ptr = self.name(buf.data)
         base = _contiguous(idx)
@@ -253,6 +255,26 @@ class CUDAPrinter(CStylePrinter):
             return
         for k, v in enumerate(values):
             self.emit(f"{ptr}[{self.index(self.lane(idx, k), buf)}] = {v};")
+
+
+    def _copy(self, s) -> bool:
+        """A copy of 8- or 16-bit vectors between aligned contiguous memory, moved as raw 4/8/16-byte
+        words: half vectors have no struct here, and tensor-core tile fetches need wide loads."""
+        v, buf = s.value, s.buffer
+        word = _WORDS.get(v.dtype.lanes * v.dtype.bits // 8)
+        if not (isinstance(v, E.BufferLoad) and word and v.buffer.dtype == buf.dtype and buf.dtype.bits < 32 and "local" not in
+                (buf.scope, v.buffer.scope)):
+            return False
+        dst, src = _contiguous(s.indices[0]), _contiguous(v.indices[0])
+        lanes = v.dtype.lanes
+        if dst is None or src is None or not (self._aligned(buf, dst, lanes) and self._aligned(v.buffer, src, lanes)):
+            return False
+        self.emit(f"*(({word}*)({self.name(buf.data)} + {self.index(dst, buf)})) = "
+                  f"*((const {word}*)({self.name(v.buffer.data)} + {self.index(src, v.buffer)}));")
+        return True
+
+
+_WORDS = {4: "unsigned int", 8: "uint2", 16: "uint4"}
 
 
 def _offset(base, off: int):

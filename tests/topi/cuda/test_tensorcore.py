@@ -54,6 +54,8 @@ def test_dense_compiles_to_wmma(out_dtype, ptx_types):
     assert "wmma.load.b.sync.aligned.col.m16n16k16.f16" in ptx
     assert f"wmma.store.d.sync.aligned.row.m16n16k16.{ptx_types[:3]}" in ptx
     assert "bar.sync" in ptx  # the shared tiles are fenced between fetch and wmma loads
+    assert "*((uint4*)(A_shared + " in src  # 8 halves per fetch, one 128-bit load and store
+    assert "ld.global.nc.v4.u32" in ptx
 
 
 def test_dense_knobs_change_the_kernel():
