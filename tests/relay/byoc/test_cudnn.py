@@ -118,6 +118,68 @@ def test_tvmc_compiles_cudnn_cuda_llvm(tmp_path):
     assert '"compiler":"cudnn"' in package.graph.replace(" ", "")
 
 
+def _case(name):
+    """One node kind (and epilogue) per case: (relay function, inputs, the cuDNN node names)."""
+    rng = np.random.default_rng(1)
+    c = lambda *s: relay.const(rng.standard_normal(s).astype("float32") * 0.3)  # noqa: E731
+    x = relay.var("x", shape=(2, 4, 9, 9))
+    z = relay.var("z", shape=(2, 6, 9, 9))
+    conv = relay.nn.conv2d(x, c(6, 4, 3, 3), padding=(1, 1))
+    body, names = {
+        "conv": (conv, ["nn.conv2d"]),
+        "conv_bias": (relay.nn.bias_add(conv, c(6)), ["cudnn.conv2d_bias"]),
+        "conv_bias_relu": (relay.nn.relu(relay.nn.bias_add(conv, c(6))), ["cudnn.conv2d_bias_relu"]),
+        "conv_relu": (relay.nn.relu(conv), ["cudnn.conv2d_relu"]),
+        "conv_bias_sum_relu": (relay.nn.relu(relay.add(relay.nn.bias_add(conv, c(6)), z)),
+                               ["cudnn.conv2d_bias_sum_relu"]),
+        "conv_sum": (relay.add(conv, z), ["cudnn.conv2d_sum"]),
+        "conv_grouped_strided_dilated": (relay.nn.conv2d(x, c(8, 2, 3, 3), strides=(2, 2), padding=(2, 2),
+                                                         dilation=(2, 2), groups=2), ["nn.conv2d"]),
+        "depthwise": (relay.nn.conv2d(x, c(4, 1, 3, 3), padding=(1, 1), groups=4), ["nn.conv2d"]),
+        "max_pool": (relay.nn.max_pool2d(x, pool_size=(3, 3), strides=(2, 2), padding=(1, 1)), ["nn.max_pool2d"]),
+        "avg_pool": (relay.nn.avg_pool2d(x, pool_size=(3, 3), strides=(2, 2), padding=(1, 1)), ["nn.avg_pool2d"]),
+        "avg_pool_pad": (relay.nn.avg_pool2d(x, pool_size=(3, 3), strides=(2, 2), padding=(1, 1),
+                                             count_include_pad=True), ["nn.avg_pool2d"]),
+        "global_max_pool": (relay.nn.global_max_pool2d(x), ["nn.global_max_pool2d"]),
+        "sigmoid_tanh": (relay.tanh(relay.sigmoid(x)), ["sigmoid", "tanh"]),
+        "softmax_2d": (relay.nn.softmax(relay.nn.batch_flatten(x), axis=-1), ["nn.softmax"]),
+        "softmax_4d": (relay.nn.softmax(x, axis=1), ["nn.softmax"]),
+    }[name]
+    free = relay.analysis.free_vars(body)
+    inputs = {v.name_hint: rng.standard_normal([int(d) for d in v.type_annotation.shape]).astype("float32")
+              for v in free}
+    return tvm.IRModule.from_expr(relay.Function(free, body)), inputs, names
+
+
+CASES = ["conv", "conv_bias", "conv_bias_relu", "conv_relu", "conv_bias_sum_relu", "conv_sum",
+         "conv_grouped_strided_dilated", "depthwise", "max_pool", "avg_pool", "avg_pool_pad", "global_max_pool",
+         "sigmoid_tanh", "softmax_2d", "softmax_4d"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_each_case_is_offloaded(name):
+    mod, _, names = _case(name)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(partition_for_cudnn(mod), target="cuda")
+    assert [n["name"] for g in _graphs(lib) for n in g["nodes"]] == names
+
+
+@pytest.mark.gpu
+@needs_cudnn
+@pytest.mark.parametrize("name", CASES)
+def test_each_case_matches_kiln_on_the_gpu(name):
+    mod, inputs, _ = _case(name)
+    want = _reference(mod, inputs)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(partition_for_cudnn(mod), target="cuda")
+    dev = tvm.cuda(0)
+    m = graph_executor.GraphModule(lib["default"](dev))
+    for k, v in inputs.items():
+        m.set_input(k, tvm.nd.array(v, dev))
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, **TOL)
+
+
 @pytest.mark.gpu
 @needs_cudnn
 def test_block_matches_kiln_on_the_gpu():
