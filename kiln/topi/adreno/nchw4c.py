@@ -114,13 +114,20 @@ def schedule_nchw4c(outs, cfg=None):
     inline_injective(s, [out])
     st = s[out]
     axes = list(st.op.axis)
-    total = 1
-    for ax in axes[:4]:
-        total *= const_int(ax.dom.extent)
-    fused = st.fuse(*axes[:4])
+    # A conv work-item computes ``tile`` neighbouring pixels of its 4 channels: each weight
+    # texel it fetches then serves ``tile`` pixels instead of one.
+    convs = [u for u in stages if CONV_TAG in u.op.tag]
+    tile = _divisor(const_int(axes[3].dom.extent), 4) if convs else 1
+    wo, wi = st.split(axes[3], factor=tile)
+    total = const_int(axes[0].dom.extent) * const_int(axes[1].dom.extent) * const_int(axes[2].dom.extent)
+    total *= const_int(axes[3].dom.extent) // tile
+    fused = st.fuse(axes[0], axes[1], axes[2], wo)
     bx, tx = st.split(fused, factor=_divisor(total, min(max_threads(), 64)))
     st.bind(bx, block("x"))
     st.bind(tx, thread("x"))
+    st.reorder(bx, tx, wi, axes[4])
+    if tile > 1:
+        st.unroll(wi)
     st.vectorize(axes[4])
     for u in stages:
         su = s[u]
@@ -130,9 +137,11 @@ def schedule_nchw4c(outs, cfg=None):
         su.set_scope("local")
         if u.op.reduce_axis and texel_shaped(u):
             data_axes, red = list(su.op.axis), list(su.op.reduce_axis)
-            su.reorder(*data_axes[:4], *red, data_axes[4])
+            su.reorder(*data_axes[:3], *red, data_axes[3], data_axes[4])
             if const_int(red[-1].dom.extent) == 4 and len(red) > 1:
                 su.unroll(red[-1])  # 4 input channels of one data texel side by side
+            if tile > 1:
+                su.unroll(data_axes[3])
             su.vectorize(data_axes[4])
     return s
 
