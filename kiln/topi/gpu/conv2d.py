@@ -30,26 +30,54 @@ def shape_of(data, kernel, strides, padding, dilation, groups=1):
     return conv2d_shape("conv2d", const_shape(data), const_shape(kernel), strides, padding, dilation, groups)
 
 
+# Untuned tiles aim at this many work-items in flight (a GPU of ~128 compute units with a few
+# warps each: an H100 has 132 SMs); batch-1 layers have few outputs, so fewer outputs per
+# work-item and smaller work-groups keep every unit busy before register tiles grow.
+BUSY_THREADS = 132 * 128
+BUSY_GROUPS = 2 * 132
+SHARED_FLOATS = 6144  # 24 KiB of staged input + weights per step: several groups per unit
+
+
 def default_config(p, threads: int | None = None) -> dict:
-    """Untuned tiles: up to 4 output channels x 2 columns per work-item, a work-group of at most
-    ``threads`` work-items spread over channels, rows and columns, 8 input channels per step."""
+    """Untuned tiles from the output shape: per work-item ``fi`` channels x ``xi`` columns
+    (8, else 4, 2, 1 outputs: the most that still leaves ``BUSY_THREADS`` work-items), work-groups
+    of 64..256 work-items (fewer when the layer has few outputs, so there are ``BUSY_GROUPS``
+    groups), columns on threadIdx.x, rows on y, channels on z. Each reduction step stages
+    ``rci`` input channels of the whole window (input patch and weights) in shared memory."""
     threads = threads or max_threads()
     f, h, w = p.out_channel, p.out_height, p.out_width
-    xi = 2 if w % 2 == 0 and w >= 16 else 1
-    tx = divisor(w // xi, 16)
-    ty = divisor(h, max(1, 64 // tx))
-    fi = divisor(f, 4)
+    outputs = p.batch * f * h * w
+    for fi, xi in ((4, 2), (2, 2), (4, 1), (2, 1), (1, 2), (1, 1)):
+        if f % fi or (xi > 1 and (w % xi or w < 8)):
+            continue
+        if outputs // (fi * xi) >= BUSY_THREADS or (fi, xi) == (1, 1):
+            break
+    items = outputs // (fi * xi)
+    budget = max(32, min(threads, 256, max(64, items // BUSY_GROUPS)))
+    tx = divisor(w // xi, min(32, budget))
+    ty = divisor(h, max(1, budget // tx))
     # channels go to threadIdx.z, which CUDA and NVIDIA's OpenCL cap at 64 work-items
-    tf = divisor(f // fi, max(1, min(MAX_THREADS_Z, min(threads, 256) // (tx * ty))))
+    tf = divisor(f // fi, max(1, min(MAX_THREADS_Z, round(budget / (tx * ty)))))
     icg = p.in_channel // p.groups
-    rci = divisor(icg, 8)
+    kh, kw = p.kernel_h, p.kernel_w
+    patch_h = (ty - 1) * p.stride_h + (kh - 1) * p.dilation_h + 1
+    patch_w = (tx * xi - 1) * p.stride_w + (kw - 1) * p.dilation_w + 1
+    whole = True  # the whole window per step: one barrier pair per rci channels, the patch reused
+    rci = 1
+    for r in (16, 8, 4, 2, 1):
+        if icg % r == 0 and r * (patch_h * patch_w + tf * fi * kh * kw) <= SHARED_FLOATS:
+            rci = r
+            break
+    else:
+        whole = False
+        rci = divisor(icg, 8)
     return {
         "tile_f": [f // (tf * fi), 1, tf, fi],
         "tile_y": [h // ty, 1, ty, 1],
         "tile_x": [w // (tx * xi), 1, tx, xi],
         "tile_rc": [icg // rci, rci],
-        "tile_ry": [p.kernel_h, 1],
-        "tile_rx": [p.kernel_w, 1],
+        "tile_ry": [1, kh] if whole else [kh, 1],
+        "tile_rx": [1, kw] if whole else [kw, 1],
         "auto_unroll_max_step": 512,
         "unroll_explicit": True,
     }

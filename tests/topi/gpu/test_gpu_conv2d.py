@@ -13,6 +13,10 @@ CONV = [  # (N, C, H, W, F, K, stride, pad)
     (1, 3, 32, 32, 16, 7, 2, 3),   # a stem: 3 channels, stride 2, 7x7
     (2, 8, 9, 9, 12, 1, 1, 0),     # odd sizes, 1x1, batch 2
     (1, 24, 8, 8, 20, 3, 2, 1),
+    # untuned defaults at batch-1 model sizes: 8 outputs per work-item, whole 3x3 window per step
+    (1, 8, 56, 56, 64, 3, 1, 1),
+    (1, 3, 112, 112, 16, 7, 2, 3),  # the stem: one input channel of a 7x7 stride-2 window per step
+    (1, 64, 14, 14, 96, 1, 2, 0),   # strided 1x1 (ResNet's projection shortcut)
 ]
 
 
