@@ -37,6 +37,7 @@ static struct {
   void* (*matmul)(int64_t, int64_t, int64_t, int64_t, int);
   void* (*reorder)(const int64_t*, int);
   int (*layer_exec)(void*, void*, void*, void*, void*, void*);
+  int (*layer_forget)(void*);
   int (*simple_exec)(void*, void*, void*, void*);
   void (*layer_free)(void*);
   void (*simple_free)(void*);
@@ -106,7 +107,7 @@ static int open_shim(void) {
       {(void**)&shim.softmax, "kd_softmax_create"},      {(void**)&shim.matmul, "kd_matmul_create"},
       {(void**)&shim.reorder, "kd_reorder_create"},      {(void**)&shim.layer_exec, "kd_layer_exec"},
       {(void**)&shim.simple_exec, "kd_simple_exec"},     {(void**)&shim.layer_free, "kd_layer_free"},
-      {(void**)&shim.simple_free, "kd_simple_free"},
+      {(void**)&shim.simple_free, "kd_simple_free"},     {(void**)&shim.layer_forget, "kd_layer_forget"},
   };
   for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
     if (!(*syms[i].slot = dlsym(shim.lib, syms[i].name))) {
@@ -142,6 +143,7 @@ typedef struct {
   int dst;        /* entry written, or -1 when writing output `out` */
   int out;
   const char* name;
+  int forget;     /* a layer whose weight is no constant of the function: reorder it every run */
 } Op;
 
 typedef struct {
@@ -153,6 +155,7 @@ typedef struct {
 
 typedef struct {
   char* symbol;
+  int n_inputs;   /* the function's inputs */
   int n_in;       /* inputs + constants */
   int n_out;
   int n_entries;
@@ -161,7 +164,8 @@ typedef struct {
   int num_ops;
   Op* ops;
   char** names;   /* node names, for messages */
-  void** ptr;     /* per run: where each entry lives */
+  void** ptr;     /* per run: where each entry lives (kept: input_changed compares with it) */
+  int ran;
   void** out_ptr;
 } Graph;
 
@@ -245,6 +249,9 @@ static int create_op(Graph* g, int k, const JsonNode* node, Op* op) {
     if (!post || n_in < 2 + bias + sum) return bad_node(g, k, "has no post attribute or too few inputs");
     const Entry* w = &g->entries[in[1]];
     op->kind = OP_LAYER;
+    /* The shim keeps each weight reordered per weight pointer; one computed at run time or
+     * given as an input may change at the same address (as json_runtime.py decides). */
+    op->forget = !(in[1] >= g->n_inputs && in[1] < g->n_in);
     op->in[2] = bias ? in[2] : -1;
     op->in[3] = sum ? in[n_in - 1] : -1;
     if (!strcmp(kind, "conv2d")) {
@@ -345,6 +352,7 @@ int kiln_dnnl_create(const JsonNode* json, const char* symbol, void** out) {
   if (!g) return kiln_error("out of memory");
   int rc = -1;
   g->symbol = strdup(symbol);
+  g->n_inputs = (int)ins->count;
   g->n_in = (int)(ins->count + consts->count); /* json_external.c checked both lists */
   g->n_out = (int)outs->count;
   g->n_entries = g->n_in + (int)nodes->count;
@@ -407,7 +415,7 @@ int kiln_dnnl_create(const JsonNode* json, const char* symbol, void** out) {
     Entry* en = &g->entries[g->outputs[o]];
     if (!en->nhwc) continue;
     Op* op = &g->ops[g->num_ops];
-    *op = (Op){OP_SIMPLE, shim.reorder(en->dims, 0), {g->outputs[o], -1, -1, -1}, -1, o, "reorder"};
+    *op = (Op){OP_SIMPLE, shim.reorder(en->dims, 0), {g->outputs[o], -1, -1, -1}, -1, o, "reorder", 0};
     if (!op->handle) {
       kiln_error("%s: oneDNN cannot reorder output %d: %s", symbol, o, shim.last_error());
       goto done;
@@ -435,14 +443,24 @@ int kiln_dnnl_run(void* handle, const KilnValue* args, int32_t n, int32_t thread
     if (g->entries[e].buffer) g->ptr[e] = g->entries[e].buffer;
   /* OpenMP's thread count belongs to the calling thread: set it where the run happens. */
   if (threads > 0 && shim.omp_set_num_threads) shim.omp_set_num_threads(threads);
+  g->ran = 1;
   for (int i = 0; i < g->num_ops; i++) {
     const Op* op = &g->ops[i];
     void* p[4];
     for (int j = 0; j < 4; j++) p[j] = op->in[j] >= 0 ? g->ptr[op->in[j]] : NULL;
     void* dst = op->dst >= 0 ? g->ptr[op->dst] : g->out_ptr[op->out];
+    if (op->forget) shim.layer_forget(op->handle);
     int rc = op->kind == OP_LAYER ? shim.layer_exec(op->handle, p[0], p[1], p[2], p[3], dst)
                                   : shim.simple_exec(op->handle, p[0], p[1], dst);
     if (rc) return kiln_error("oneDNN failed in %s: %s", op->name, shim.last_error());
   }
   return 0;
+}
+
+void kiln_dnnl_input_changed(void* handle, const void* data) {
+  Graph* g = handle;
+  for (int i = 0; g->ran && i < g->num_ops; i++) {
+    const Op* op = &g->ops[i];
+    if (op->kind == OP_LAYER && g->ptr[op->in[1]] == data) shim.layer_forget(op->handle);
+  }
 }

@@ -502,7 +502,9 @@ int kiln_graph_set_input(KilnGraph* g, const char* name, const void* data, size_
     describe(t, desc, sizeof(desc));
     return kiln_error("input '%s' is %s (%zu bytes); got %zu bytes", name, desc, want, nbytes);
   }
-  return kiln_ndarray_write(t, 0, data, nbytes);
+  if (kiln_ndarray_write(t, 0, data, nbytes)) return -1;
+  kiln_external_input_changed(g->lib, t->data); /* an offloaded layer's weight: oneDNN reorders it again */
+  return 0;
 }
 
 int kiln_graph_set_input_tensor(KilnGraph* g, int i, const DLTensor* value) {
@@ -514,6 +516,7 @@ int kiln_graph_set_input_tensor(KilnGraph* g, int i, const DLTensor* value) {
     describe(value, got, sizeof(got));
     return kiln_error("input '%s' is %s; got %s", g->input_names[i], want, got);
   }
+  kiln_external_input_changed(g->lib, t->data);
   return 0;
 }
 

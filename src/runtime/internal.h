@@ -164,13 +164,18 @@ typedef struct KilnExternalKind {
   int (*create)(const JsonNode* graph, const char* label, void** executor);
   int (*run)(void* executor, const KilnValue* args, int32_t n, int32_t threads);
   void (*free)(void* executor);
+  /* The caller overwrote the tensor at `data` in place (a graph input or parameter): an
+   * executor keeping a converted copy of it (oneDNN's reordered weights) converts it again. */
+  void (*input_changed)(void* executor, const void* data);
 } KilnExternalKind;
 int kiln_external_load(KilnModule* mod, const char* label);
 void kiln_external_free(KilnModule* mod);
+void kiln_external_input_changed(KilnModule* mod, const void* data);
 /* dnnl.c: the oneDNN executor of "dnnl" subgraphs (through the libkiln_dnnl.so shim). */
 int kiln_dnnl_create(const JsonNode* graph, const char* label, void** executor);
 int kiln_dnnl_run(void* executor, const KilnValue* args, int32_t n, int32_t threads);
 void kiln_dnnl_free(void* executor);
+void kiln_dnnl_input_changed(void* executor, const void* data);
 
 /* Parse the metadata JSON into mod (functions, entry, device type). */
 int kiln_metadata_read(KilnModule* mod, const char* json, size_t len, const char* label);

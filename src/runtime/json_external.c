@@ -20,7 +20,7 @@
 #define SYMBOL "__kiln_external_modules"
 
 static const KilnExternalKind KINDS[] = {
-    {"dnnl", kiln_dnnl_create, kiln_dnnl_run, kiln_dnnl_free},
+    {"dnnl", kiln_dnnl_create, kiln_dnnl_run, kiln_dnnl_free, kiln_dnnl_input_changed},
 };
 #define NUM_KINDS (sizeof(KINDS) / sizeof(KINDS[0]))
 
@@ -186,5 +186,12 @@ void kiln_external_free(KilnModule* mod) {
     if (f->external && f->executor) f->external->free(f->executor);
     f->executor = NULL;
     f->external = NULL;
+  }
+}
+
+void kiln_external_input_changed(KilnModule* mod, const void* data) {
+  for (int i = 0; mod && i < mod->num_functions; i++) {
+    KilnFunction* f = &mod->functions[i];
+    if (f->external && f->executor && f->external->input_changed) f->external->input_changed(f->executor, data);
   }
 }

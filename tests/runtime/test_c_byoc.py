@@ -103,26 +103,78 @@ def test_resnet18_from_tvmc_dnnl_llvm(build, tmp_path):
     np.testing.assert_allclose(got, run_ort(model, inputs)[0], **TOL)
 
 
-def test_rpc_server_loads_a_tar_library_with_subgraphs(build, convnet):
+@pytest.fixture(scope="module")
+def server(build):
+    board = boards.start_board(os.path.join(build, "kiln_rpc"), None)
+    yield board
+    board.stop()
+
+
+def _remote_graph(server, lib, path, name):
+    """lib's graph on the C server, over the library file `path` uploaded as `name`."""
+    remote = rpc.connect("127.0.0.1", server.port)
+    remote.upload(str(path), name)
+    m = graph_executor.create(lib.get_graph_json(), remote.load_module(name), remote.cpu())
+    return remote, m
+
+
+def test_rpc_server_loads_a_tar_library_with_subgraphs(server, convnet):
     """kiln_rpc relinks the .tar library on the device and runs the graph there."""
     d, lib, inputs, python, ort = convnet
-    board = boards.start_board(os.path.join(build, "kiln_rpc"), None)
+    remote, m = _remote_graph(server, lib, d / "net_lib.tar", "net_lib.tar")
     try:
-        remote = rpc.connect("127.0.0.1", board.port)
-        try:
-            remote.upload(str(d / "net_lib.tar"), "net_lib.tar")
-            rlib = remote.load_module("net_lib.tar")
-            m = graph_executor.create(lib.get_graph_json(), rlib, remote.cpu())
-            m.load_params(relay.save_param_dict(lib.get_params()))
-            m.set_input("data", inputs["data"])
-            m.run()
-            got = m.get_output(0).numpy()
-        finally:
-            remote.close()
+        m.load_params(relay.save_param_dict(lib.get_params()))
+        m.set_input("data", inputs["data"])
+        m.run()
+        got = m.get_output(0).numpy()
     finally:
-        board.stop()
+        remote.close()
     np.testing.assert_allclose(got, python, **TOL)
     np.testing.assert_allclose(got, ort, **TOL)
+
+
+@pytest.mark.parametrize("bind", [True, False])
+def test_changed_weights_reach_onednn_on_the_c_server(server, bind, tmp_path):
+    """set_input / load_params of an offloaded layer's weight after a run (a constant of the
+    function, or a weight left as a graph input) changes what oneDNN computes, as in Python
+    (tests/relay/byoc/test_dnnl_weights.py, whose model this is)."""
+    sys.path.insert(0, os.path.join(HERE, "..", "relay", "byoc"))
+    from test_dnnl_weights import X, _model, _weights
+
+    from kiln.relay.backend.contrib import constant_params
+
+    old = _weights(0)
+    mod, params = relay.frontend.from_onnx(_model(old), shape={"x": (1, 4, 8, 8)}, freeze_params=False)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(partition_for_dnnl(mod, params if bind else None), target="llvm")
+    lib.export_library(str(tmp_path / "w.so"))
+    remote, m = _remote_graph(server, lib, tmp_path / "w.so", "w.so")
+
+    def run(weights):
+        m.set_input("x", X["x"])
+        m.run()
+        np.testing.assert_allclose(m.get_output(0).numpy(), run_ort(_model(weights), X)[0], **TOL)
+
+    try:
+        if bind:
+            m.load_params(relay.save_param_dict(lib.get_params()))
+            run(old)  # oneDNN reorders the weights here
+            by_shape = {tuple(lib.get_params()[p].shape): p for p in constant_params(lib).values()}
+            new = dict(_weights(1), b1=old["b1"])
+            for key in ("w1", "w2", "w3"):
+                m.set_input(by_shape[new[key].shape], new[key])
+            run(new)
+            flipped = {k: v.numpy() for k, v in lib.get_params().items()}
+            flipped[by_shape[(8, 4, 3, 3)]] *= -1
+            m.load_params(relay.save_param_dict(flipped))
+            run(dict(old, w1=-old["w1"]))
+        else:  # the weights are inputs of the offloaded functions
+            for weights in (old, _weights(2)):
+                for k, v in weights.items():
+                    m.set_input(k, v)
+                run(weights)
+    finally:
+        remote.close()
 
 
 def _acme_library(path):

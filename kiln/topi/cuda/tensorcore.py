@@ -82,6 +82,15 @@ def _check(m, n, k, dtype, what):
                          f"{dtype} with M={m} N={n} K={k} (use the default CUDA schedule)")
 
 
+def is_tensorcore(out) -> bool:
+    """Whether out (or a stage it reads) is a product made by dense_tensorcore / batch_matmul_tensorcore."""
+    try:
+        _find(out)
+    except ValueError:
+        return False
+    return True
+
+
 def _find(out):
     stack, seen = [out], set()
     while stack:
@@ -103,11 +112,36 @@ def schedule_dense_tensorcore(outs, cfg=None):
     k = const_int(mm.op.reduce_axis[0].dom.extent)
     conf = config_for(m, n, k, cfg) if cfg is not None else mm.op.attrs["tensorcore_config"]
     s = te.create_schedule([o.op for o in outs])
+    out_ops = [o.op for o in outs]
+    for st in list(s.stages):  # elementwise stages between the product and the outputs
+        if isinstance(st.op, te.ComputeOp) and st.op is not mm.op and st.op not in out_ops:
+            st.compute_inline()
     _schedule_mma(s, mm, conf)
     for o in outs:  # an epilogue reads the product from global memory, in a kernel of its own
         if o.op is not mm.op:
             _schedule_epilogue(s, o)
     return s
+
+
+def use_tensorcore(a, b, transpose_b: bool = True) -> bool:
+    """Whether topi.gpu should take the tensor-core path: a CUDA target, float16 inputs, sizes
+    multiples of 16 (a (.., M, K) and b (.., N, K))."""
+    from kiln.target import Target
+
+    target = Target.current(allow_none=True)
+    if target is None or target.kind != "cuda" or not transpose_b or len(a.shape) != len(b.shape):
+        return False
+    try:
+        m, k = (const_int(d) for d in a.shape[-2:])
+        n = const_int(b.shape[-2])
+    except (TypeError, ValueError):
+        return False
+    return str(b.dtype) == str(a.dtype) and fits(m, n, k, a.dtype)
+
+
+def tensorcore_cfg(cfg):
+    """cfg when it holds tensor-core knobs (a dense_tensorcore.cuda config), else None."""
+    return cfg if cfg is not None and knob(cfg, "block_row_warps", None) is not None else None
 
 
 schedule_batch_matmul_tensorcore = schedule_dense_tensorcore

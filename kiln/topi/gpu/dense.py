@@ -67,7 +67,11 @@ def _record(out, m, n, k, cfg):
 
 
 def dense(data, weight, bias=None, out_dtype=None, cfg=None):
-    """topi.nn.dense (weight N x K), recording its GPU tiles."""
+    """topi.nn.dense (weight N x K), recording its GPU tiles (float16 on CUDA: tensor cores)."""
+    from ..cuda import tensorcore as tc
+
+    if tc.use_tensorcore(data, weight):
+        return tc.dense_tensorcore(data, weight, bias, out_dtype, cfg=tc.tensorcore_cfg(cfg))
     out = _dense(data, weight, None, out_dtype)
     m, k = (const_int(d) for d in data.shape)
     return add_bias(_record(out, m, const_int(weight.shape[0]), k, cfg), bias, 1)
@@ -81,6 +85,10 @@ def matmul(a, b, bias=None, out_dtype=None, transpose_a=False, transpose_b=False
 
 
 def batch_matmul(a, b, oshape=None, out_dtype=None, transpose_a=False, transpose_b=True, cfg=None):
+    from ..cuda import tensorcore as tc
+
+    if not transpose_a and tc.use_tensorcore(a, b, transpose_b) and a.shape[0] == b.shape[0]:
+        return tc.batch_matmul_tensorcore(a, b, oshape, out_dtype, cfg=tc.tensorcore_cfg(cfg))
     out = _batch_matmul(a, b, oshape, out_dtype, transpose_a, transpose_b)
     _, m, n = (const_int(d) for d in out.shape)
     k = const_int(a.shape[1 if transpose_a else 2])
@@ -102,8 +110,12 @@ def _find(out):
 
 def schedule_dense(outs, cfg=None):
     """Schedule dense / matmul / batch_matmul (with an elementwise epilogue)."""
+    from ..cuda import tensorcore as tc
+
     outs = as_list(outs)
     out = outs[0]
+    if tc.is_tensorcore(out):
+        return tc.schedule_dense_tensorcore(outs, cfg=tc.tensorcore_cfg(cfg))
     mm = _find(out)
     *_, m, n = (const_int(d) for d in mm.shape)
     k = const_int(mm.op.reduce_axis[0].dom.extent)

@@ -106,6 +106,26 @@ def test_wmma_shape_is_checked():
     _ = CompileError
 
 
+def _relay_dense(dtype, n=32):
+    from kiln import relay
+
+    x = relay.var("x", shape=(n, 64), dtype=dtype)
+    w = relay.const(np.random.default_rng(3).uniform(-1, 1, (48, 64)).astype(dtype))
+    b = relay.const(np.random.default_rng(4).uniform(-1, 1, (48,)).astype(dtype))
+    y = relay.nn.relu(relay.nn.bias_add(relay.nn.dense(x, w), b))
+    return tvm.IRModule.from_expr(relay.Function([x], y)), np.asarray(w.data), np.asarray(b.data)
+
+
+@pytest.mark.parametrize("dtype,n,wmma", [("float16", 32, True), ("float16", 24, False), ("float32", 32, False)])
+def test_relay_dense_takes_tensor_cores_for_float16_multiples_of_16(dtype, n, wmma):
+    from kiln import relay
+
+    mod, _, _ = _relay_dense(dtype, n)
+    lib = relay.build(mod, target=TARGET)
+    src = lib.get_lib().imported_modules[0].get_source()
+    assert ("kiln_wmma_mma" in src) == wmma
+
+
 # -- on the GPU ------------------------------------------------------------------------------------
 
 def _ref(a, w):
@@ -153,3 +173,19 @@ def test_batch_matmul_runs():
     f(tvm.nd.array(a, dev), tvm.nd.array(b, dev), c)
     want = a.astype(np.float32) @ b.astype(np.float32).transpose(0, 2, 1)
     np.testing.assert_allclose(c.numpy(), want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_relay_dense_bias_relu_runs_on_tensor_cores():
+    from kiln import relay
+    from kiln.contrib import graph_executor
+
+    mod, w, b = _relay_dense("float16")
+    lib = relay.build(mod, target="cuda")
+    dev = tvm.cuda(0)
+    m = graph_executor.GraphModule(lib["default"](dev))
+    x = np.random.default_rng(5).uniform(-1, 1, (32, 64)).astype("float16")
+    m.set_input("x", x)
+    m.run()
+    want = np.maximum(_ref(x, w) + b.astype(np.float32), 0)
+    np.testing.assert_allclose(m.get_output(0).numpy().astype(np.float32), want, rtol=5e-2, atol=5e-2)
