@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
 import tarfile
 
 import numpy as np
@@ -21,19 +22,26 @@ from kiln.ir.module import IRModule
 from kiln.relay.param_dict import save_param_dict
 from kiln.te.lower import lower_to_primfunc
 
-from test_c_graph import kiln_run, make_runtime
+from test_c_graph import RUNTIME_SRC, kiln_run, make_runtime
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 pytestmark = pytest.mark.opencl
 
 SHAPE = (1, 2, 3, 5, 4)  # folds: global.texture 6 x 5 texels, -nhwc 2 x 15, -weight 1 x 30
 TEX, NHWC, WEIGHT = "global.texture", "global.texture-nhwc", "global.texture-weight"
 
 
+def opencl_api():
+    from kiln.runtime.devices.opencl import API
+
+    return API
+
+
 @pytest.fixture(scope="module")
 def build(tmp_path_factory):
     if not tvm.cl(0).exist:
         pytest.skip("no OpenCL device (apt-get install -y pocl-opencl-icd)")
-    if not tvm.runtime.devices.opencl.API.attribute(0, "image_support"):
+    if not opencl_api().attribute(0, "image_support"):
         pytest.skip("the OpenCL device has no image support")
     return make_runtime(str(tmp_path_factory.mktemp("c-graph-texture")))
 
@@ -227,7 +235,7 @@ def test_texture_scope_on_a_tensor_that_is_not_nchw4c(build, library, tmp_path):
 
 
 def test_image_too_large_for_the_device_names_the_entry(build, library, tmp_path):
-    max_w, max_h = tvm.runtime.devices.opencl.API.attribute(0, "max_image2d")
+    max_w, max_h = opencl_api().attribute(0, "max_image2d")
     big = max(max_w, max_h) + 4  # no fold of (1, 1, big, big, 4) fits: never allocated
     g = graph()
     g["nodes"].append({"op": "null", "name": "huge", "inputs": []})
@@ -244,17 +252,35 @@ def test_image_too_large_for_the_device_names_the_entry(build, library, tmp_path
             f"opencl(0)'s images (at most {max_w} x {max_h})") in r.stderr, r.stderr
 
 
-def test_texture_graphs_and_damaged_scopes_under_asan(tmp_path_factory, library, tmp_path):
-    """The texture package runs, and storage_scope damaged in every way fails with one line, under
-    AddressSanitizer and UBSan (PoCL's own allocations are not checked for leaks)."""
-    import subprocess
+def run_driver(build, tmp_path, *flags, env=None):
+    """tests/runtime/c_texture_driver.c against the build's static runtime."""
+    exe = str(tmp_path / "c_texture_driver")
+    cc = subprocess.run(["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", *flags, "-I", RUNTIME_SRC,
+                         os.path.join(HERE, "c_texture_driver.c"), os.path.join(build, "libkiln_runtime.a"),
+                         "-ldl", "-lm", "-lpthread", "-o", exe], capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    run = subprocess.run([exe], capture_output=True, text=True, env=env)
+    assert run.returncode == 0 and run.stdout.splitlines()[-1] == "ok", run.stdout + run.stderr
+    return run.stdout
 
+
+def test_texture_arrays_through_the_c_api(build, tmp_path):
+    out = run_driver(build, tmp_path)
+    assert "error: unknown memory scope 'local.texture': use global, global.texture" in out
+
+
+def test_texture_graphs_and_damaged_scopes_under_asan(tmp_path_factory, library, tmp_path):
+    """The texture package runs, storage_scope damaged in every way fails with one line, and the C
+    API driver passes, under AddressSanitizer and UBSan (PoCL's own allocations are not checked
+    for leaks)."""
     if subprocess.run(["cc", "-fsanitize=address", "-x", "c", "-", "-o", os.devnull], input="int main(){}",
                       capture_output=True, text=True).returncode:
         pytest.skip("the C compiler has no AddressSanitizer")
-    build = make_runtime(str(tmp_path_factory.mktemp("c-graph-tex-asan")), "CFLAGS=-O1 -g -fsanitize=address,"
-                         "undefined -fno-sanitize-recover=all", "LDFLAGS=-fsanitize=address,undefined", "STRIP=true")
+    sanitize = "-fsanitize=address,undefined"
+    build = make_runtime(str(tmp_path_factory.mktemp("c-graph-tex-asan")), f"CFLAGS=-O1 -g {sanitize} "
+                         "-fno-sanitize-recover=all", f"LDFLAGS={sanitize}", "STRIP=true")
     env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}
+    run_driver(build, tmp_path, "-g", sanitize, "-fno-sanitize-recover=all", env=env)
     d = data()
     np.savez(tmp_path / "in.npz", a=d["a"], x=d["x"])
     damaged = [None, "global.texture", 7, [], ["list_str"], ["list_str", "global"], ["list_str", [[TEX]] * 8],
@@ -310,3 +336,32 @@ def test_adreno_relay_build_matches_the_python_executor(build, tmp_path):
     got = np.load(tmp_path / "out.npz")["output_0"]
     np.testing.assert_array_equal(got, outs["adreno"])       # same kernels as the Python executor
     np.testing.assert_allclose(got, outs["cpu"], rtol=1e-4, atol=1e-4)  # and the CPU build
+
+
+def test_texture_graph_behind_kiln_rpc(build, library, tmp_path):
+    """graph_executor.create on the C server: inputs from numpy and from a remote buffer array go
+    into images, the NHWC texture output comes back as its logical 5-D tensor."""
+    import sys
+
+    from kiln import rpc
+
+    sys.path.insert(0, os.path.join(HERE, "..", "crossdev"))
+    import boards
+
+    d = data()
+    g = graph()
+    board = boards.start_board(os.path.join(build, "kiln_rpc"), None)
+    remote = rpc.connect("127.0.0.1", board.port)
+    try:
+        remote.upload(library, "mod.so")
+        m = graph_executor.create(json.dumps(g), remote.load_module("mod.so"), remote.cl(0))
+        m.load_params(save_param_dict({"w": d["w"]}))
+        m.set_input("a", d["a"])
+        m.set_input("x", tvm.nd.array(d["x"], remote.cl(0)))  # a buffer on the server -> the image
+        m.run()
+        for i, want in enumerate(expected(d)):
+            np.testing.assert_allclose(m.get_output(i).numpy(), want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(m.get_input("x").numpy(), d["x"])
+    finally:
+        remote.close()
+        board.stop()
