@@ -95,7 +95,8 @@ class TECompiler:
         cfg = dispatch.select_config(anchor.op.name, workload, self.target)
         with self.target:  # the weights' block derives from the target's vector width (topi.cpu)
             transform = self._weight_transform(func, anchor, const_params, cfg)
-        scopes = self._scopes(func, transform, scopes)
+        with self.target:  # -texture_spatial_limit decides which weights fit an image
+            scopes = self._scopes(func, transform, scopes)
         structure = structural_key(func) if scopes == ((), ()) else (structural_key(func), scopes)
         key = (structure, transform.key + (transform.index,) if transform else None, _cfg_key(cfg))
         hit = self.cache.get(key)
