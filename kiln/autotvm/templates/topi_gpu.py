@@ -107,7 +107,10 @@ def _register(family: str) -> dict:
     def schedule_depthwise_conv2d_nchw(cfg, outs):
         return _pkg(family).schedule_conv2d_nchw(outs)
 
-    def _dense_knobs(cfg, m, n, k):
+    def _dense_knobs(cfg, m, n, k, tensorcore=False):
+        if tensorcore:  # float16 on CUDA: topi.gpu takes the tensor-core schedule (topi_cuda.py)
+            from .topi_cuda import define_tensorcore_knobs
+            return define_tensorcore_knobs(cfg, m, n, k)
         if family == "mali":
             from kiln.topi.mali.dense import default_config
         else:
@@ -124,7 +127,8 @@ def _register(family: str) -> dict:
         m, k = _ints(data.shape)
         n = _ints(weight.shape)[0]
         if not _fallback(cfg):
-            _dense_knobs(cfg, m, n, k)
+            from kiln.topi.cuda.tensorcore import use_tensorcore
+            _dense_knobs(cfg, m, n, k, family == "gpu" and use_tensorcore(data, weight))
         cfg.add_flop(2.0 * m * n * k)
         return _pkg(family).dense(data, weight, None, out_dtype, cfg=None if _fallback(cfg) else cfg)
 
