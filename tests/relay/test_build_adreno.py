@@ -138,3 +138,39 @@ def test_tvmc_mixed_precision_package_runs_on_textures(tmp_path):
     got, want = g.get_output(0).numpy(), run_ort(model, inputs)[0]
     np.testing.assert_array_equal(np.argsort(-got[0])[:5], np.argsort(-want[0])[:5])
     np.testing.assert_allclose(got, want, rtol=1e-2, atol=3e-2 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_model_tensors_between_operators_are_images(name):
+    # NCHW4c activations and OIHW4o weights live in images between kernels (mod.json storage_scope).
+    import json
+
+    _, lib, _ = built(name)
+    attrs = json.loads(lib.get_graph_json())["attrs"]
+    scopes = attrs["storage_scope"][1]
+    assert len(scopes) == len(attrs["storage_id"][1])
+    convs = sum(1 for s in scopes if s == "global.texture-weight")
+    assert convs >= 10 and scopes.count("global.texture") >= convs - 1
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("name", list(MODELS))
+def test_full_size_model_on_graph_textures(name):
+    # 224x224, 1000 classes: float32 vs onnxruntime (1e-4); float16, both accumulations, keeps the top-5.
+    from onnx_models import mobilenet_v2, resnet18
+
+    model, inputs = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}[name](image=224, classes=1000)
+    want = run_ort(model, inputs)[0]
+    for accumulation in (None, "float32", "float16"):
+        mod, params = relay.frontend.from_onnx(model)
+        if accumulation:
+            mod = relay.transform.InferType()(mod)
+            mod = relay.transform.ToMixedPrecision("float16", accumulation_dtype=accumulation)(mod)
+        with tvm.transform.PassContext(opt_level=3):
+            lib = relay.build(mod, target=tvm.target.Target(ADRENO, host="llvm"), params=params)
+        got = outputs(lib, inputs)[0]
+        if accumulation is None:
+            np.testing.assert_allclose(got, want, **TOL)
+        else:
+            np.testing.assert_array_equal(np.argsort(-got[0])[:5], np.argsort(-want[0])[:5])
+            np.testing.assert_allclose(got, want, rtol=1e-2, atol=3e-2 * np.abs(want).max())
