@@ -231,3 +231,35 @@ def test_missing_shim_and_missing_onednn_are_one_line(build, convnet, tmp_path):
     lines = result.stderr.strip().splitlines()
     assert result.returncode != 0 and len(lines) == 1, result.stderr
     assert "oneDNN is not installed on this machine (libdnnl.so.99" in lines[0] and "libdnnl" in lines[0]
+
+
+@pytest.mark.qemu
+def test_aarch64_board_without_onednn_says_so(tmp_path):
+    """The aarch64 cross build (no oneDNN there) still builds, runs libraries that offload
+    nothing, and refuses a dnnl one under qemu with the one line naming what is missing."""
+    import onnx
+
+    arch = boards.ARCHES["aarch64"]
+    if arch.missing():
+        pytest.skip(f"aarch64 board {arch.missing()}")
+    build = boards.build_runtime(str(tmp_path / "rt"), arch.cross)
+    assert not os.path.exists(os.path.join(build, "libkiln_dnnl.so"))
+    model, inputs = convnet_onnx(image=12)
+    onnx.save(model, tmp_path / "m.onnx")
+    np.savez(tmp_path / "in.npz", **inputs)
+    board = [arch.qemu, "-L", arch.sysroot, os.path.join(build, "kiln_run")]
+    for target, name in (("llvm", "plain.tar"), ("dnnl, llvm", "dnnl.tar")):
+        made = subprocess.run([sys.executable, "-m", "kiln.driver.tvmc", "compile", str(tmp_path / "m.onnx"), "-o",
+                               str(tmp_path / name), "--target", target, "--target-llvm-mtriple", "aarch64-linux-gnu",
+                               "--cross-compiler", f"{arch.cross}gcc"], capture_output=True, text=True)
+        assert made.returncode == 0, made.stdout + made.stderr
+    result = subprocess.run([*board, "--package", tmp_path / "plain.tar", "--input", tmp_path / "in.npz", "--output",
+                             tmp_path / "out.npz"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["output_0"], run_ort(model, inputs)[0], **TOL)
+    result = subprocess.run([*board, "--package", tmp_path / "dnnl.tar", "--input", tmp_path / "in.npz"],
+                            capture_output=True, text=True, timeout=600)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "this library offloads subgraphs to dnnl (oneDNN), but the oneDNN shim libkiln_dnnl.so was not found" \
+        in lines[0]
