@@ -304,15 +304,20 @@ def test_texture_graphs_and_damaged_scopes_under_asan(tmp_path_factory, library,
             assert r.returncode in (1, 2) and len(r.stderr.strip().splitlines()) == 1, (scope, r.stderr)
 
 
-def test_adreno_relay_build_matches_the_python_executor(build, tmp_path):
+@pytest.mark.parametrize("half", [False, True], ids=["float32", "float16"])
+def test_adreno_relay_build_matches_the_python_executor(build, tmp_path, half):
     """conv+relu, max pool, conv+relu built for opencl -device=adreno: NCHW4c textures between the
-    operators and packed weights as texture parameters, run by kiln_run."""
+    operators and packed weights as texture parameters, run by kiln_run. float16 (ToMixedPrecision,
+    float32 accumulation) makes CL_HALF_FLOAT images."""
     x = relay.var("data", shape=(1, 3, 16, 16), dtype="float32")
     w1 = relay.var("w1", shape=(8, 3, 3, 3), dtype="float32")
     w2 = relay.var("w2", shape=(8, 8, 3, 3), dtype="float32")
     y = relay.nn.max_pool2d(relay.nn.relu(relay.nn.conv2d(x, w1, padding=(1, 1))), pool_size=(2, 2), strides=(2, 2))
     y = relay.nn.relu(relay.nn.conv2d(y, w2, padding=(1, 1)))
     mod = tvm.IRModule.from_expr(relay.Function([x, w1, w2], y))
+    cpu_mod = mod
+    if half:
+        mod = relay.transform.ToMixedPrecision("float16", accumulation_dtype="float32")(relay.transform.InferType()(mod))
     rng = np.random.default_rng(5)
     params = {"w1": rng.standard_normal((8, 3, 3, 3)).astype("float32"),
               "w2": rng.standard_normal((8, 8, 3, 3)).astype("float32")}
@@ -320,10 +325,12 @@ def test_adreno_relay_build_matches_the_python_executor(build, tmp_path):
     outs = {}
     for key, target in (("adreno", tvm.target.Target("opencl -device=adreno", host="llvm")), ("cpu", "llvm")):
         with tvm.transform.PassContext(opt_level=3):
-            lib = relay.build(mod, target=target, params=params)
+            lib = relay.build(mod if key == "adreno" else cpu_mod, target=target, params=params)
         if key == "adreno":
-            scopes = json.loads(lib.get_graph_json())["attrs"]["storage_scope"][1]
-            assert {"global.texture", "global.texture-weight"} <= set(scopes)
+            attrs = json.loads(lib.get_graph_json())["attrs"]
+            textures = {(s, t) for s, t in zip(attrs["storage_scope"][1], attrs["dltype"][1]) if s != "global"}
+            assert {("global.texture", "float16" if half else "float32"),
+                    ("global.texture-weight", "float16" if half else "float32")} <= textures
             export_package(lib, str(tmp_path / "adreno.tar"))
         m = graph_executor.create(lib.get_graph_json(), lib.get_lib(), tvm.cl(0) if key == "adreno" else tvm.cpu())
         m.set_input(**lib.get_params())
@@ -335,7 +342,9 @@ def test_adreno_relay_build_matches_the_python_executor(build, tmp_path):
              "--output", tmp_path / "out.npz", "--repeat", "2")
     got = np.load(tmp_path / "out.npz")["output_0"]
     np.testing.assert_array_equal(got, outs["adreno"])       # same kernels as the Python executor
-    np.testing.assert_allclose(got, outs["cpu"], rtol=1e-4, atol=1e-4)  # and the CPU build
+    # and the float32 CPU build (float16: within its rounding, relative to the outputs' range)
+    tol = 2e-2 * np.abs(outs["cpu"]).max() if half else 1e-4
+    np.testing.assert_allclose(got, outs["cpu"], rtol=1e-4, atol=tol)
 
 
 def test_texture_graph_behind_kiln_rpc(build, library, tmp_path):
