@@ -45,35 +45,38 @@ def default_config(p, threads: int | None = None) -> dict:
     groups), columns on threadIdx.x, rows on y, channels on z. Each reduction step stages
     ``rci`` input channels of the whole window (input patch and weights) in shared memory."""
     threads = threads or max_threads()
-    f, h, w = p.out_channel, p.out_height, p.out_width
-    outputs = p.batch * f * h * w
+    f, w = p.out_channel, p.out_width
+    outputs = p.batch * f * p.out_height * w
     for fi, xi in ((4, 2), (2, 2), (4, 1), (2, 1), (1, 2), (1, 1)):
         if f % fi or (xi > 1 and (w % xi or w < 8)):
             continue
         if outputs // (fi * xi) >= BUSY_THREADS or (fi, xi) == (1, 1):
             break
-    items = outputs // (fi * xi)
-    budget = max(32, min(threads, 256, max(64, items // BUSY_GROUPS)))
+    budget = max(32, min(threads, 256, max(64, outputs // (fi * xi) // BUSY_GROUPS)))
+    return tiles(p, fi, xi, budget)
+
+
+def tiles(p, fi: int, xi: int, budget: int, max_rc: int = 16, whole: bool = True, yi: int = 1) -> dict:
+    """The knobs for a register tile of ``fi x yi x xi`` outputs per work-item and work-groups of
+    about ``budget`` work-items (columns on x, rows on y, channels on z); the reduction steps
+    over up to ``max_rc`` input channels, of the whole window when ``whole`` and it fits
+    ``SHARED_FLOATS``, else one window tap per step."""
+    f, h, w = p.out_channel, p.out_height, p.out_width
     tx = divisor(w // xi, min(32, budget))
-    ty = divisor(h, max(1, budget // tx))
+    ty = divisor(h // yi, max(1, budget // tx))
     # channels go to threadIdx.z, which CUDA and NVIDIA's OpenCL cap at 64 work-items
     tf = divisor(f // fi, max(1, min(MAX_THREADS_Z, round(budget / (tx * ty)))))
     icg = p.in_channel // p.groups
     kh, kw = p.kernel_h, p.kernel_w
-    patch_h = (ty - 1) * p.stride_h + (kh - 1) * p.dilation_h + 1
+    patch_h = (ty * yi - 1) * p.stride_h + (kh - 1) * p.dilation_h + 1
     patch_w = (tx * xi - 1) * p.stride_w + (kw - 1) * p.dilation_w + 1
-    whole = True  # the whole window per step: one barrier pair per rci channels, the patch reused
-    rci = 1
-    for r in (16, 8, 4, 2, 1):
-        if icg % r == 0 and r * (patch_h * patch_w + tf * fi * kh * kw) <= SHARED_FLOATS:
-            rci = r
-            break
-    else:
-        whole = False
-        rci = divisor(icg, 8)
+    per_channel = (patch_h * patch_w + tf * fi * kh * kw) if whole else (ty * yi * tx * xi + tf * fi)
+    rci = next(r for r in (32, 16, 8, 4, 2, 1) if r <= max_rc and icg % r == 0 and
+               (r * per_channel <= SHARED_FLOATS or r == 1))
+    whole = whole and rci * per_channel <= SHARED_FLOATS
     return {
         "tile_f": [f // (tf * fi), 1, tf, fi],
-        "tile_y": [h // ty, 1, ty, 1],
+        "tile_y": [h // (ty * yi), 1, ty, yi],
         "tile_x": [w // (tx * xi), 1, tx, xi],
         "tile_rc": [icg // rci, rci],
         "tile_ry": [1, kh] if whole else [kh, 1],
