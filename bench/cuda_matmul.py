@@ -25,9 +25,11 @@ import numpy as np
 import kiln as tvm
 from kiln import te
 
-# (block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk)
-TC_CANDIDATES = [(2, 4, 2, 2, 2), (2, 4, 4, 2, 2), (4, 2, 2, 4, 2), (2, 2, 4, 4, 2), (2, 4, 4, 2, 4),
-                 (4, 2, 2, 4, 4), (2, 2, 4, 4, 4), (4, 4, 2, 2, 2)]
+# (block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk), each with and
+# without double-buffered (cp.async) shared tiles
+TC_SHAPES = [(2, 4, 2, 2, 2), (2, 4, 4, 2, 2), (4, 2, 2, 4, 2), (2, 2, 4, 4, 2), (2, 4, 4, 2, 4),
+             (4, 2, 2, 4, 4), (2, 2, 4, 4, 4), (4, 4, 2, 2, 2)]
+TC_CANDIDATES = [shape + (db,) for shape in TC_SHAPES for db in (1, 0)]
 
 
 def _shared():
@@ -38,9 +40,9 @@ def _shared():
 
 
 def tc_config(point) -> dict:
-    brw, bcw, wrt, wct, chunk = point
+    brw, bcw, wrt, wct, chunk, db = point
     return {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": wrt, "warp_col_tiles": wct,
-            "chunk": chunk, "offset": 8, "vec": 8}
+            "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": db}
 
 
 def build_tensorcore(n: int, target, out_dtype: str, cfg=None):
@@ -120,7 +122,7 @@ def bench_tensorcore(n: int, target, dev, repeat: int, torch, gpu) -> None:
         best = measure(build_tensorcore(n, target, acc, tc_config(point)), acc, repeat)
         print(f"  {'kiln tuned (' + acc[5:] + '-bit acc)':30s} {best:9.3f} ms  {tf(best):7.1f} TFLOP/s  "
               f"ratio {t_ref / best:.2f}x  (warps {point[0]}x{point[1]}, tiles {point[2]}x{point[3]}, "
-              f"chunk {point[4]})")
+              f"chunk {point[4]}, double buffer {point[5]})")
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ from ..runtime.module import Module
 from .c_family import ALIGN, CStylePrinter, Lang, _const_size
 from .c_family_expr import _contiguous
 from .cuda_warp import SHFL_OP, warp_reductions
+from ..tir.transform.double_buffer import ASYNC, WAIT_OP
 from .cuda_wmma import OPS as WMMA_OPS, STRUCTS as WMMA_STRUCTS, WmmaPrinter, access_ptr
 
 DEFAULT_ARCH = "sm_80"  # when the target names none and no GPU is present (runs on sm_80 and newer)
@@ -88,8 +89,11 @@ _LANE_OP = "kiln.cuda_vector_lane"  # lane k of an aligned vector load (printed 
 
 
 class CUDAPrinter(CStylePrinter):
-    def __init__(self):
+    def __init__(self, arch: str | None = None):
         super().__init__(CUDA)
+        # cp.async (sm_80+) for the prefetches of double-buffered tiles (tir/transform/double_buffer.py)
+        self.async_copies = arch is not None and int(normalize_arch(arch)[3:]) >= 80
+        self.in_async = False
         self.vector_lanes: dict = {}  # id(vector Var) -> its lane Vars
         self.shared_bytes = 0  # dynamic shared memory the kernel needs at launch
         self.wmma = None  # WmmaPrinter of a kernel with tensor-core fragments (cuda_wmma.py)
@@ -195,6 +199,21 @@ class CUDAPrinter(CStylePrinter):
             return E.BufferLoad(e.buffer, (self.lane(idx, k),), el)
         raise CompileError(f"{self.func_name}: cannot print vector {type(e).__name__} ({e}) for CUDA")
 
+    def stmt_AttrStmt(self, s) -> None:
+        if s.attr_key != ASYNC or not self.async_copies:
+            return super().stmt_AttrStmt(s)
+        self.in_async = True
+        self.stmt(s.body)
+        self.in_async = False
+        self.emit('asm volatile("cp.async.commit_group;" ::: "memory");')
+
+    def stmt_Evaluate(self, s) -> None:
+        if isinstance(s.value, E.Call) and s.value.op == WAIT_OP:
+            if self.async_copies:
+                self.emit('asm volatile("cp.async.wait_group 0;" ::: "memory");')
+            return
+        super().stmt_Evaluate(s)
+
     def stmt_Allocate(self, s) -> None:
         if s.buffer.scope.startswith("wmma."):
             return self.wmma.declare(s)
@@ -269,8 +288,16 @@ class CUDAPrinter(CStylePrinter):
         lanes = v.dtype.lanes
         if dst is None or src is None or not (self._aligned(buf, dst, lanes) and self._aligned(v.buffer, src, lanes)):
             return False
-        self.emit(f"*(({word}*)({self.name(buf.data)} + {self.index(dst, buf)})) = "
-                  f"*((const {word}*)({self.name(v.buffer.data)} + {self.index(src, v.buffer)}));")
+        to = f"({self.name(buf.data)} + {self.index(dst, buf)})"
+        frm = f"({self.name(v.buffer.data)} + {self.index(src, v.buffer)})"
+        nbytes = lanes * v.dtype.bits // 8
+        if self.in_async and buf.scope == "shared" and v.buffer.scope == "global" and nbytes in (4, 8, 16):
+            # An asynchronous copy: the thread goes on; the wait before the next barrier completes it.
+            kind = "cg" if nbytes == 16 else "ca"
+            self.emit(f'asm volatile("cp.async.{kind}.shared.global [%0], [%1], {nbytes};" :: '
+                      f'"r"((unsigned)__cvta_generic_to_shared({to})), "l"({frm}) : "memory");')
+            return True
+        self.emit(f"*(({word}*){to}) = *((const {word}*){frm});")
         return True
 
 
@@ -285,11 +312,11 @@ def _padded(nbytes: int) -> int:
     return (nbytes + ALIGN - 1) // ALIGN * ALIGN
 
 
-def kernel_source(kernels) -> tuple[str, list[int]]:
-    """(CUDA C of the kernels, dynamic shared bytes of each kernel)."""
+def kernel_source(kernels, arch: str | None = None) -> tuple[str, list[int]]:
+    """(CUDA C of the kernels, dynamic shared bytes of each kernel); arch enables what it has (cp.async)."""
     parts, shared, helpers = [], [], {}
     for k in kernels:
-        p = CUDAPrinter()
+        p = CUDAPrinter(arch)
         parts.append(p.print_kernel(k))
         shared.append(p.shared_bytes)
         helpers.update(p.wmma.helpers)
@@ -391,8 +418,8 @@ def build(mod, target):
     target = target if isinstance(target, Target) else Target(target)
     host_mod, kernels = lower_device(mod, target)
     kernels = [warp_reductions(k) for k in kernels]
-    source, shared = kernel_source(kernels)
     arch = normalize_arch(target.arch) if target.arch else default_arch()
+    source, shared = kernel_source(kernels, arch)
     entries = []
     for k, nbytes in zip(kernels, shared):
         entry = kernel_entry(k)

@@ -106,6 +106,9 @@ def lower_device(mod, target) -> tuple[IRModule, list[PrimFunc]]:
         if not isinstance(func, PrimFunc):
             raise CompileError(f"function {key!r} is a {type(func).__name__}, not a lowered PrimFunc")
         func = inject_virtual_threads(verify_thread_binding(func))
+        if target.kind == "cuda":  # double-buffered shared tiles (cp.async on sm_80+)
+            from ..tir.transform.double_buffer import inject_double_buffer
+            func = inject_double_buffer(func)
         textures = texture_layouts(func, target.attrs.get("texture_spatial_limit") or DEFAULT_LIMIT)
         host, ks = split_host_device(func, len(kernels))
         if textures:  # image layouts of texture-scoped tensors, for the printer and the workspace

@@ -292,7 +292,7 @@ class _Lowering:
                     and attach_leaf(parent, c.attach_ivar) is iv]
         if not attached:
             return inner
-        stmts = [self.stage_stmt(c) for c in attached]
+        stmts = [_double_buffer_mark(c, self.buffers_of(c), self.stage_stmt(c)) for c in attached]
         stmt = seq(*stmts, inner)
         for c in reversed(attached):
             for b in self.buffers_of(c):
@@ -310,6 +310,15 @@ class _Lowering:
                 if id(b) not in params:
                     body = Allocate(b, (_alloc_size(b),), body)
         return PrimFunc(tuple(self.params), body, None, self.buffer_map, {"global_symbol": self.name})
+
+
+def _double_buffer_mark(st: Stage, bufs, stmt: Stmt) -> Stmt:
+    """A double-buffered stage's statement, marked for kiln/tir/transform/double_buffer.py."""
+    if not st.double_buffered:
+        return stmt
+    from kiln.ir.stmt import AttrStmt
+
+    return AttrStmt(bufs[0].data, "double_buffer_scope", const(1), stmt)
 
 
 def _attached_scope(st: Stage) -> str:

@@ -56,6 +56,7 @@ class Stage:
         self.aligns: dict[int, tuple[int, int]] = {}  # axis position -> (factor, offset)
         self.scope_set = False  # an unset scope of a stage attached under GPU threads is inferred
         self.tensorized = None  # (axis, TensorIntrin): kiln/te/tensorize.py
+        self.double_buffered = False
         self._reset_axes()
 
     def _reset_axes(self) -> None:
@@ -218,7 +219,9 @@ class Stage:
         self.tensorized = (axis, intrin)
 
     def double_buffer(self) -> None:
-        pass
+        """Keep two copies of this shared stage so the next loop iteration's tile is fetched while
+        the current one is used (CUDA: kiln/tir/transform/double_buffer.py; elsewhere ignored)."""
+        self.double_buffered = True
 
     # Placement ----------------------------------------------------------------------------
     def compute_at(self, parent: "Stage", scope: IterVar) -> None:

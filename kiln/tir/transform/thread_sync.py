@@ -57,6 +57,12 @@ class _Access(Visitor):
             self.syncs = True
         self.generic_visit(op)
 
+    def visit_AttrStmt(self, op):
+        # A double-buffered prefetch writes the half nobody reads until the next barrier
+        # (kiln/tir/transform/double_buffer.py places that barrier itself).
+        if op.attr_key != "kiln.async_fetch":
+            self.generic_visit(op)
+
     def visit_Call(self, op):
         # Tensor-core loads and stores reach memory through pointers: tvm_access_ptr's mask says how.
         if op.op == "tir.tvm_access_ptr" and id(op.args[1]) in _SHARED.get():
@@ -103,6 +109,11 @@ class _Sync(Mutator):
                                    f"({op.condition}), where a barrier cannot go (not every thread reaches "
                                    "it); bind the stages that share memory to the same thread extents")
         return op
+
+    def visit_AttrStmt(self, op):
+        if op.attr_key == "kiln.async_fetch":  # only writes a tile nobody reads before the next barrier
+            return op
+        return self.generic_visit(op)
 
     def visit_For(self, op):
         body = self.visit(op.body)

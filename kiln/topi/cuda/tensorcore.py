@@ -5,11 +5,13 @@ warp ``warp_row_tiles x warp_col_tiles`` wmma tiles of 16 x 16 held in accumulat
 The reduction runs in steps of ``16 * chunk``: per step the block copies a ``BM x 16*chunk`` slab
 of A and of B (dense's weight, N x K) into shared memory (all threads, ``vec`` halves each, rows
 padded by ``offset`` halves against bank conflicts), then each warp loads its A and B tiles into
-fragments and multiplies. The accumulators go straight to global memory (``wmma.store``); an
-elementwise epilogue (bias, activation) is a second kernel.
+fragments and multiplies. With ``double_buffer`` the slabs are twice as large and the next one
+is fetched (``cp.async`` on sm_80+) while the warps work on the current one. The accumulators go
+straight to global memory (``wmma.store``); an elementwise epilogue (bias, activation) is a
+second kernel.
 
 ``cfg`` knobs (AutoTVM template ``dense_tensorcore.cuda`` / ``batch_matmul_tensorcore.cuda``):
-block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, offset, vec.
+block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, offset, vec, double_buffer.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ WMMA = 16
 WARP = 32
 TAGS = ("dense", "batch_matmul")
 KNOBS = {"block_row_warps": [1, 2, 4], "block_col_warps": [1, 2, 4], "warp_row_tiles": [1, 2, 4],
-         "warp_col_tiles": [1, 2, 4], "chunk": [1, 2, 4, 8], "offset": [0, 8], "vec": [1, 2, 4, 8]}
+         "warp_col_tiles": [1, 2, 4], "chunk": [1, 2, 4, 8], "offset": [0, 8], "vec": [1, 2, 4, 8],
+         "double_buffer": [0, 1]}
 
 
 def fits(m: int, n: int, k: int, dtype) -> bool:
@@ -45,7 +48,7 @@ def default_config(m: int, n: int, k: int) -> dict:
     wct = largest([1, 2], n // (WMMA * bcw))
     chunk = largest([1, 2], k // WMMA)
     return {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": wrt, "warp_col_tiles": wct,
-            "chunk": chunk, "offset": 8, "vec": 8}
+            "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": 0}
 
 
 def config_for(m: int, n: int, k: int, cfg=None) -> dict:
@@ -161,6 +164,7 @@ def _schedule_mma(s, C, conf):
     brw, bcw = conf["block_row_warps"], conf["block_col_warps"]
     wrt, wct = conf["warp_row_tiles"], conf["warp_col_tiles"]
     chunk, offset, vec = conf["chunk"], conf["offset"], conf["vec"]
+    double = conf.get("double_buffer", 0)
     shape = (WMMA, WMMA, WMMA)
 
     AS = s.cache_read(A, "shared", [C])
@@ -225,4 +229,6 @@ def _schedule_mma(s, C, conf):
         sh.bind(tx, thread("x"))
         if vec > 1:
             sh.vectorize(v)
+        if double:
+            sh.double_buffer()
     del threads

@@ -66,6 +66,17 @@ def test_dense_knobs_change_the_kernel():
     assert "wmma.mma.sync" in ptx
 
 
+def test_double_buffered_tiles_prefetch_with_cp_async():
+    cfg = {"double_buffer": 1, "chunk": 2}  # 64 x 32 slabs: one 8-half fetch for each of 256 threads
+    src, ptx = device(build_dense(64, 64, 128, cfg=cfg))
+    assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group 0" in ptx
+    # one barrier per k step (at its top) plus the one before the first fetch
+    loop = src[src.index("for (int k_outer"):]
+    assert loop.count("__syncthreads()") == 1
+    src70, ptx70 = device(build_dense(64, 64, 128, cfg=cfg, target="cuda -arch=sm_75"))
+    assert "cp.async" not in ptx70 and "wmma.mma.sync" in ptx70  # no cp.async before sm_80: plain copies
+
+
 def test_dense_with_bias_is_a_second_kernel():
     src, ptx = device(build_dense(32, 32, 32, bias=True))
     assert src.count('extern "C" __global__') == 2 and "wmma.store.d" in ptx
@@ -133,11 +144,11 @@ def _ref(a, w):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("out_dtype", ["float32", "float16"])
-def test_dense_runs(out_dtype):
+@pytest.mark.parametrize("out_dtype,double", [("float32", 0), ("float16", 0), ("float32", 1), ("float16", 1)])
+def test_dense_runs(out_dtype, double):
     M, N, K = 128, 192, 256
     dev = tvm.cuda(0)
-    f = build_dense(M, N, K, out_dtype, target="cuda")
+    f = build_dense(M, N, K, out_dtype, cfg={"double_buffer": double}, target="cuda")
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, (M, K)).astype("float16")
     w = rng.uniform(-1, 1, (N, K)).astype("float16")

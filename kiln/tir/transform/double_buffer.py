@@ -1,0 +1,129 @@
+"""Double-buffer shared tiles fetched in a loop (stages marked ``s[AS].double_buffer()``).
+
+te lowering marks the fetch of such a stage with ``AttrStmt(data, "double_buffer_scope")``. A
+serial loop whose body allocates the stage and fetches it first::
+
+    for k in [0, n): Allocate AS[S]: seq(fetch(k) -> AS, ..., use AS)
+
+becomes, with AS twice as large and each iteration using half ``k % 2``::
+
+    Allocate AS[2S]:
+      fetch(0) -> AS[0:S]                                  (async)
+      for k in [0, n):
+        wait for async copies; barrier
+        if k + 1 < n: fetch(k + 1) -> AS[((k+1)%2)*S ...]  (async)
+        use AS[(k%2)*S ...]
+
+The barrier at the top orders both hazards: the tile of k is complete before it is read, and
+the reads of iteration k - 1 are done before half (k+1) % 2 is overwritten. The next fetch is
+marked ``kiln.async_fetch``: the CUDA printer issues its aligned 16-byte copies as ``cp.async``
+(sm_80 and newer), so the loads run while the tensor cores work, and barrier insertion
+(thread_sync.py) does not fence it again. Runs after flattening (one index per access).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kiln.ir import expr as E
+from kiln.ir.dtype import BOOL_T
+from kiln.ir.functor import Mutator, substitute
+from kiln.ir.stmt import Allocate, AttrStmt, BufferStore, Evaluate, For, ForKind, IfThenElse, PrimFunc, SeqStmt, seq
+
+MARK = "double_buffer_scope"
+ASYNC = "kiln.async_fetch"
+WAIT_OP = "kiln.async_wait"
+
+
+def inject_double_buffer(func: PrimFunc) -> PrimFunc:
+    body = _Inject().visit(func.body)
+    return func if body is func.body else replace(func, body=body)
+
+
+def async_wait():
+    return Evaluate(E.Call(E.const(0).dtype, WAIT_OP, ()))
+
+
+class _Inject(Mutator):
+    def visit_For(self, op):
+        op = self.generic_visit(op)
+        allocs, b = [], op.body
+        while isinstance(b, Allocate):
+            allocs.append(b)
+            b = b.body
+        if op.kind != ForKind.SERIAL or not isinstance(b, SeqStmt) or not isinstance(op.extent, E.IntImm):
+            return op
+        fetches = [s for s in b.seq if isinstance(s, AttrStmt) and s.attr_key == MARK]
+        marked = {id(s.node) for s in fetches}
+        doubled = [a for a in allocs if id(a.buffer.data) in marked]
+        if not fetches or len(doubled) != len(marked) or op.extent.value < 2:
+            return op
+        rest = [s for s in b.seq if not (isinstance(s, AttrStmt) and s.attr_key == MARK)]
+        k = op.loop_var
+        sizes = {id(a.buffer.data): _size(a) for a in doubled}
+        if any(n is None for n in sizes.values()):
+            return op
+
+        def half(stmt, which):
+            return _Offset({key: E.Mul(which, E.const(n, which.dtype), which.dtype) for key, n in sizes.items()}).visit(stmt)
+
+        two = E.const(2, k.dtype)
+        one = E.const(1, k.dtype)
+        nxt = E.Add(k, one, k.dtype)
+        first = seq(*[half(substitute(f.body, {k: E.const(0, k.dtype)}), E.const(0, k.dtype)) for f in fetches])
+        prefetch = seq(*[half(substitute(f.body, {k: nxt}), E.FloorMod(nxt, two, k.dtype)) for f in fetches])
+        guard = E.LT(nxt, op.extent, BOOL_T)
+        from .thread_sync import barrier
+
+        loop_body = seq(async_wait(), barrier(), IfThenElse(guard, AttrStmt(E.const(0), ASYNC, E.const(1), prefetch)),
+                        half(seq(*rest), E.FloorMod(k, two, k.dtype)))
+        inner = [a for a in allocs if a not in doubled]
+        for a in reversed(inner):
+            loop_body = replace(a, body=loop_body)
+        # The barrier first: the tile's last readers (an enclosing loop's previous iteration) are done.
+        stmt = seq(barrier(), AttrStmt(E.const(0), ASYNC, E.const(1), first), replace(op, body=loop_body))
+        for a in reversed(doubled):
+            stmt = Allocate(a.buffer, (E.const(2 * sizes[id(a.buffer.data)], a.extents[0].dtype),), stmt, a.condition)
+        return stmt
+
+
+def _size(a: Allocate):
+    n = 1
+    for x in a.extents:
+        if not isinstance(x, E.IntImm):
+            return None
+        n *= x.value
+    return n
+
+
+class _Offset(Mutator):
+    """Accesses of the doubled buffers (by data Var id) shifted by their half's offset."""
+
+    def __init__(self, offsets: dict):
+        super().__init__()
+        self.offsets = offsets
+
+    def visit_BufferLoad(self, e):
+        e = self.generic_visit(e)
+        off = self.offsets.get(id(e.buffer.data))
+        return e if off is None else E.BufferLoad(e.buffer, (_add(e.indices[0], off),), e.dtype)
+
+    def visit_BufferStore(self, s):
+        s = self.generic_visit(s)
+        off = self.offsets.get(id(s.buffer.data))
+        return s if off is None else BufferStore(s.buffer, s.value, (_add(s.indices[0], off),))
+
+    def visit_Call(self, e):
+        e = self.generic_visit(e)
+        if e.op == "tir.tvm_access_ptr" and id(e.args[1]) in self.offsets:
+            args = list(e.args)
+            args[2] = E.Add(args[2], self.offsets[id(e.args[1])], args[2].dtype)
+            return E.Call(e.dtype, e.op, tuple(args))
+        return e
+
+
+def _add(index, off):
+    if isinstance(index, E.Ramp):
+        return E.Ramp(E.Add(index.base, E.cast(off, index.base.dtype), index.base.dtype), index.stride, index.lanes,
+                      index.dtype)
+    return E.Add(index, E.cast(off, index.dtype), index.dtype)
