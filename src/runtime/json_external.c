@@ -18,6 +18,7 @@
 #include "internal.h"
 
 #define SYMBOL "__kiln_external_modules"
+#define JSON_GRAPH_VERSION 1 /* kiln/relay/backend/contrib/json_graph.py */
 
 static const KilnExternalKind KINDS[] = {
     {"dnnl", kiln_dnnl_create, kiln_dnnl_run, kiln_dnnl_free, kiln_dnnl_input_changed},
@@ -159,6 +160,15 @@ int kiln_external_load(KilnModule* mod, const char* label) {
       char why[256];
       snprintf(why, sizeof(why), "%s", kiln_last_error());
       kiln_error("%s: the JSON graph of %s is not valid JSON (%s); re-export the library", label, symbol, why);
+      goto done;
+    }
+    const char* format = json_string(json_get(graph, "format"));
+    const JsonNode* version = json_get(graph, "version");
+    if (!format || strcmp(format, "kiln-json-graph") != 0 || !version || !version->is_integer ||
+        version->integer != JSON_GRAPH_VERSION) {
+      kiln_error("%s: the JSON graph of %s is not a kiln-json-graph of version %d (it says %s %lld); rebuild the "
+                 "runtime and the library with one kiln version", label, symbol, JSON_GRAPH_VERSION,
+                 format ? format : "no format", version && version->is_integer ? (long long)version->integer : -1LL);
       goto done;
     }
     if (read_args(f, graph, label)) goto done;

@@ -89,6 +89,12 @@ int kiln_module_load_so(const char* path, KilnModule** out) {
   if (kiln_elf_check(path)) return -1;
   char* target = path_to_open(path);
   if (!target) return -1;
+  if (!strchr(target, '/')) { /* dlopen would search the library path for a bare name, not "." */
+    char* here = malloc(strlen(target) + 3);
+    if (here) sprintf(here, "./%s", target);
+    free(target);
+    if (!(target = here)) return kiln_error("out of memory");
+  }
   KilnModule* mod = calloc(1, sizeof(KilnModule));
   if (!mod) { free(target); return kiln_error("out of memory"); }
   /* Modules linked by ld.lld without a sysroot carry no DT_NEEDED for libm: make its symbols

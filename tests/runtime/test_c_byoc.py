@@ -263,3 +263,23 @@ def test_aarch64_board_without_onednn_says_so(tmp_path):
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert "this library offloads subgraphs to dnnl (oneDNN), but the oneDNN shim libkiln_dnnl.so was not found" \
         in lines[0]
+
+
+@pytest.mark.parametrize("old, new, message", [
+    (b'\\"kind\\":\\"conv2d\\"', b'\\"kind\\":\\"conv3d\\"',
+     "node 0 (dnnl.conv2d_bias_relu) of its JSON graph has kind 'conv3d', which this runtime's oneDNN executor"),
+    (b'\\"version\\":1', b'\\"version\\":7', "is not a kiln-json-graph of version 1 (it says kiln-json-graph 7)"),
+    (b'\\"outputs\\":[1', b'\\"outputs\\":[9', "output 0 of tvmgen_default_dnnl_main_0 refers to no entry"),
+    (b'"type_key": "dnnl"', b'"type_key": "dnn!"', "this library offloads subgraphs to dnn! (tvmgen_default_dnnl_main_0)"),
+])
+def test_damaged_subgraph_json_is_one_line(build, convnet, tmp_path, old, new, message):
+    """A library whose __kiln_external_modules was damaged (bytes patched in the .so) fails to
+    load with one line naming the library and the problem."""
+    blob = (convnet[0] / "net.so").read_bytes()
+    assert blob.count(old) >= 1 and len(old) == len(new)
+    (tmp_path / "bad.so").write_bytes(blob.replace(old, new, 1))
+    result = subprocess.run([os.path.join(build, "kiln_run"), "--package", "bad.so"], cwd=tmp_path,  # a bare name
+                            capture_output=True, text=True)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("kiln_run: error: bad.so: ") and message in lines[0], lines[0]
