@@ -68,11 +68,13 @@ def old_default(p) -> dict:
 
 def candidates(p) -> dict:
     out = {"default": gconv.default_config(p, 1024), "old": old_default(p)}
-    for fi, xi, budget, rc, yi in ((4, 2, 128, 16, 1), (4, 2, 256, 16, 1), (2, 2, 128, 16, 1), (4, 1, 128, 16, 1),
-                                   (2, 1, 64, 16, 1), (1, 1, 128, 32, 1), (4, 2, 128, 8, 2), (8, 2, 128, 8, 1)):
+    for fi, xi, budget, rc, yi in ((4, 2, 128, 16, 1), (4, 2, 256, 16, 1), (2, 2, 128, 16, 1), (2, 1, 128, 16, 1),
+                                   (1, 1, 128, 32, 1), (4, 2, 64, 8, 2), (8, 2, 128, 8, 1)):
         if p.out_channel % fi or p.out_width % xi or p.out_height % yi:
             continue
-        out[f"f{fi}x{xi}y{yi} b{budget} rc{rc}"] = gconv.tiles(p, fi, xi, budget, rc, yi=yi)
+        cfg = gconv.tiles(p, fi, xi, budget, rc, yi=yi)
+        if cfg not in out.values():  # a point equal to one already listed is timed once
+            out[f"f{fi}x{xi}y{yi} b{budget} rc{rc}"] = cfg
     return out
 
 
@@ -124,7 +126,10 @@ def main() -> None:
         flops = p.flops
         desc = f"{dshape[1]}x{dshape[2]}x{dshape[3]} -> {wshape[0]} {wshape[2]}x{wshape[3]} s{stride}"
         best = min((v, k) for k, v in results.items() if v == v)
-        print(f"{desc}: " + "  ".join(f"{k} {v:.4f}" for k, v in results.items()) +
+        d = candidates(p)["default"]
+        tiles = " ".join(f"{k[5:]}{d[k][2:] if k[5] in 'fyx' else d[k][1:]}" for k in
+                         ("tile_f", "tile_y", "tile_x", "tile_rc"))
+        print(f"{desc} [default {tiles}]: " + "  ".join(f"{k} {v:.4f}" for k, v in results.items()) +
               f"  | best {best[1]} ({flops / best[0] / 1e9:.1f} TFLOP/s)", flush=True)
         best_total += best[0]
         default_total += results.get("default", 0.0)

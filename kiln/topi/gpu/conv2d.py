@@ -62,10 +62,7 @@ def tiles(p, fi: int, xi: int, budget: int, max_rc: int = 16, whole: bool = True
     over up to ``max_rc`` input channels, of the whole window when ``whole`` and it fits
     ``SHARED_FLOATS``, else one window tap per step."""
     f, h, w = p.out_channel, p.out_height, p.out_width
-    tx = divisor(w // xi, min(32, budget))
-    ty = divisor(h // yi, max(1, budget // tx))
-    # channels go to threadIdx.z, which CUDA and NVIDIA's OpenCL cap at 64 work-items
-    tf = divisor(f // fi, max(1, min(MAX_THREADS_Z, round(budget / (tx * ty)))))
+    tf, ty, tx = _group_shape(p, fi, yi, xi, budget)
     icg = p.in_channel // p.groups
     kh, kw = p.kernel_h, p.kernel_w
     patch_h = (ty * yi - 1) * p.stride_h + (kh - 1) * p.dilation_h + 1
@@ -84,6 +81,32 @@ def tiles(p, fi: int, xi: int, budget: int, max_rc: int = 16, whole: bool = True
         "auto_unroll_max_step": 512,
         "unroll_explicit": True,
     }
+
+
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def _group_shape(p, fi: int, yi: int, xi: int, budget: int) -> tuple:
+    """(tf, ty, tx) work-items on channels, rows, columns, at most ``budget`` of them: enough
+    work-items (half the budget or more), rows of 8 columns or more (coalesced loads), then the
+    most products per value staged in shared memory (a block tile of channels x pixels near
+    square, counting the window's halo), then the most work-items. Channels go to threadIdx.z,
+    which CUDA and NVIDIA's OpenCL cap at 64 work-items."""
+    taps = p.kernel_h * p.kernel_w
+    best = None
+    for tx in _divisors(p.out_width // xi, min(32, budget)):
+        for ty in _divisors(p.out_height // yi, budget // tx):
+            rows = (ty * yi - 1) * p.stride_h + (p.kernel_h - 1) * p.dilation_h + 1
+            cols = (tx * xi - 1) * p.stride_w + (p.kernel_w - 1) * p.dilation_w + 1
+            for tf in _divisors(p.out_channel // fi, min(MAX_THREADS_Z, budget // (tx * ty))):
+                n = tf * ty * tx
+                bm, bn = tf * fi, ty * yi * tx * xi
+                reuse = bm * bn * taps / (rows * cols + bm * taps)
+                key = (n >= budget // 2, tx * xi >= min(p.out_width, 8), reuse, n, tx)
+                if best is None or key > best[0]:
+                    best = (key, (tf, ty, tx))
+    return best[1]
 
 
 def bind_output_tiles(st, conf):
