@@ -127,3 +127,30 @@ def test_conv2d_winograd_with_epilogue_and_tiles():
     got = run("opencl", lambda a, b: topi.nn.relu(topi.gpu.conv2d_nchw_winograd(a, b, 1, 1, 1, "float32", cfg=cfg)),
               topi.gpu.schedule_conv2d_nchw_winograd, [x, wt])
     np.testing.assert_allclose(got, np.maximum(conv2d_nchw_python(x, wt, 1, 1), 0), rtol=1e-4, atol=1e-4)
+
+
+RESNET50_LAYERS = [  # (C, H, W, F, K, stride): the distinct batch-1 convolutions of ResNet-50 v1.5
+    (3, 224, 224, 64, 7, 2), (64, 56, 56, 64, 1, 1), (64, 56, 56, 64, 3, 1), (64, 56, 56, 256, 1, 1),
+    (256, 56, 56, 128, 1, 1), (128, 56, 56, 128, 3, 2), (128, 28, 28, 512, 1, 1), (256, 56, 56, 512, 1, 2),
+    (512, 28, 28, 256, 1, 1), (256, 28, 28, 256, 3, 2), (1024, 14, 14, 512, 1, 1), (512, 14, 14, 512, 3, 2),
+    (512, 7, 7, 2048, 1, 1), (2048, 7, 7, 512, 1, 1), (512, 7, 7, 512, 3, 1),
+]
+
+
+@pytest.mark.parametrize("layer", RESNET50_LAYERS, ids=[f"{c}x{h}-{f}k{k}s{s}" for c, h, _, f, k, s in RESNET50_LAYERS])
+def test_default_tiles_fill_a_large_gpu(layer):
+    """Batch-1 layers get enough work-groups for ~132 compute units, legal work-groups (<= 256
+    work-items, threadIdx.z <= 64) and shared-memory steps within 24 KiB."""
+    from kiln.topi.gpu import conv2d as gconv
+    from kiln.topi.nn.conv2d import conv2d_shape
+
+    c, h, w, f, k, s = layer
+    p = conv2d_shape("conv2d", (1, c, h, w), (f, c, k, k), s, k // 2, 1, 1)
+    conf = gconv.config_for(p)
+    groups = conf["tile_f"][0] * conf["tile_y"][0] * conf["tile_x"][0]
+    threads = conf["tile_f"][2] * conf["tile_y"][2] * conf["tile_x"][2]
+    assert groups >= 132 and 32 <= threads <= 256 and conf["tile_f"][2] <= gconv.MAX_THREADS_Z
+    rci, ty, tx = conf["tile_rc"][1], conf["tile_y"][2] * conf["tile_y"][3], conf["tile_x"][2] * conf["tile_x"][3]
+    patch = ((ty - 1) * s + k) * ((tx - 1) * s + k) if conf["tile_ry"][1] == k else ty * tx
+    weights = conf["tile_f"][2] * conf["tile_f"][3] * (k * k if conf["tile_ry"][1] == k else 1)
+    assert rci * (patch + weights) <= gconv.SHARED_FLOATS
