@@ -58,7 +58,8 @@ def tensorize_stmt(low, st, info, bufs, store_idx, guards):
     red = [span(values[id(iv.var)], f"reduce axis {iv.var.name}")[1] for iv in op.reduce_axis]
     _match_extents(where, "axis", [iv.var.name for iv in op.axis], data, intrin.op.axis)
     _match_extents(where, "reduce axis", [iv.var.name for iv in op.reduce_axis], red, intrin.op.reduce_axis)
-    loads = _match_body(where, low.bodies[st][0], intrin.op.body[0])
+    loads, pairs = _match_body(where, low.bodies[st][0], intrin.op.body[0])
+    _match_indices(where, op, intrin.op, pairs)
 
     binds: dict = {}
     vmap: dict = {}
@@ -123,10 +124,37 @@ def _match_region(where, name, extents, t):
                             f"{t.name} has shape {want}")
 
 
-def _match_body(where, a, b) -> dict:
-    """{id(intrinsic input tensor): a stage load of the tensor it stands for}, or a ScheduleError."""
+def _match_indices(where, op, iop, pairs) -> None:
+    """Each load indexes its tile as the intrinsic's does (a[i, k] is not b[k, i]): the stage's
+    axes that the intrinsic covers become the intrinsic's, the others (tile bases) drop out."""
+    from kiln.ir.structural import structural_equal
+
+    vmap = {}
+    for mine, theirs in ((op.axis, iop.axis), (op.reduce_axis, iop.reduce_axis)):
+        lead = len(mine) - len(theirs)
+        for k, iv in enumerate(mine):
+            vmap[id(iv.var)] = theirs[k - lead].var if k >= lead else E.const(0, iv.var.dtype)
+    # structural_equal matches free Vars by first appearance: list the intrinsic's axes first.
+    pin = tuple(iv.var for iv in list(iop.axis) + list(iop.reduce_axis))
+
+    def same(u, v):
+        return structural_equal(E.Call(E.const(0).dtype, "pin", pin + (u,)), E.Call(E.const(0).dtype, "pin", pin + (v,)))
+
+    for x, y in pairs:
+        lead = len(x.indices) - len(y.indices)
+        for d, (i, j) in enumerate(zip(x.indices[lead:], y.indices)):
+            got = simplify(substitute(i, lambda v: vmap.get(id(v), E.const(0, v.dtype) if v.dtype.is_int else None)))
+            if not same(got, simplify(j)):
+                raise ScheduleError(f"{where}: {x.producer.name} is read at index {i} (dim {lead + d}), which in the "
+                                    f"tile is {got}; the intrinsic reads {y.producer.name} at {j}")
+
+
+def _match_body(where, a, b) -> tuple:
+    """({id(intrinsic input tensor): a stage load of the tensor it stands for}, (stage load,
+    intrinsic load) pairs), or a ScheduleError."""
     loads: dict = {}
     mapped: dict = {}
+    pairs: list = []
 
     def fail(msg):
         raise ScheduleError(f"{where}: the stage's expression does not match the intrinsic's: {msg}")
@@ -141,6 +169,7 @@ def _match_body(where, a, b) -> dict:
             if prev is not x.producer:
                 fail(f"the intrinsic's input {y.producer.name} stands for both {prev.name} and {x.producer.name}")
             loads.setdefault(id(y.producer), x)
+            pairs.append((x, y))
             return
         if isinstance(x, Reduce):
             if x.combiner.name != y.combiner.name:
@@ -168,7 +197,7 @@ def _match_body(where, a, b) -> dict:
                 same(u, v)
 
     same(a, b)
-    return loads
+    return loads, pairs
 
 
 def _bind(where, ibuf, real, base, binds, vmap):

@@ -189,3 +189,16 @@ def test_tensorize_bad_arguments():
         s[C].tensorize(C.op.axis[0], "gemm")
     with pytest.raises(ScheduleError, match="must be the operation of a te.compute"):
         te.decl_tensor_intrin(A.op, lambda ins, outs: None)
+
+
+def test_tensorize_rejects_transposed_operand():
+    M = 16
+    A = te.placeholder((M, M), name="A")
+    B = te.placeholder((M, M), name="B")
+    k = te.reduce_axis((0, M), name="k")
+    C = te.compute((M, M), lambda i, j: te.sum(A[i, k] * B[j, k], axis=k), name="C")  # B transposed
+    s, ii = _schedule_4x4(C)
+    s[C].tensorize(ii, intrin_gemm(4))
+    with pytest.raises(ScheduleError, match=r"B is read at index j \(dim 0\), which in the tile is j; "
+                                            r"the intrinsic reads b at k"):
+        tvm.lower(s, [A, B, C])
