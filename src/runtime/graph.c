@@ -37,6 +37,7 @@ struct KilnGraph {
   int num_storage;
   DLTensor** storage;    /* one uint8 buffer per storage id (NULL for ids no entry uses), then images */
   int num_sids;          /* storage[num_sids..num_storage): the images of texture entries */
+  const char** scopes;   /* per entry: NULL (a buffer) or its texture scope (static strings) */
   int num_inputs;
   int* input_entry;
   char** input_names;
@@ -185,10 +186,11 @@ static int plan_memory(KilnGraph* g, const JsonNode* attrs, const JsonNode* node
   g->dims = calloc(total_dims + 1, sizeof(int64_t));
   int* sid_of = calloc(n + 1, sizeof(int));
   const char** scopes = calloc(n + 1, sizeof(char*));
+  g->scopes = calloc(n + 1, sizeof(char*));
   size_t* sizes = NULL;
   int* slot_sid = NULL;
   const char** slot_scope = NULL;
-  if (!g->entries || !g->dims || !sid_of || !scopes) {
+  if (!g->entries || !g->dims || !sid_of || !scopes || !g->scopes) {
     free(sid_of);
     free(scopes);
     return kiln_error("out of memory");
@@ -237,6 +239,7 @@ static int plan_memory(KilnGraph* g, const JsonNode* attrs, const JsonNode* node
       char label[160];
       entry_label(nodes, row_ptr, (int)e, label, sizeof(label));
       if (texture_slot(g, (int)e, sid, scopes[e], limits, slot_sid, slot_scope, label)) goto done;
+      g->scopes[e] = kiln_texture_scope_name(scopes[e]);
       continue;
     }
     if (!g->storage[sid]) {
@@ -409,6 +412,7 @@ void kiln_graph_free(KilnGraph* g) {
   for (int i = 0; g->output_nodes && i < g->num_outputs; i++) free(g->output_nodes[i]);
   free(g->storage);
   free(g->entries);
+  free(g->scopes);
   free(g->dims);
   free(g->input_entry);
   free(g->input_names);
@@ -518,6 +522,16 @@ int kiln_graph_set_input_tensor(KilnGraph* g, int i, const DLTensor* value) {
   }
   kiln_external_input_changed(g->lib, t->data);
   return 0;
+}
+
+const char* kiln_graph_input_scope(const KilnGraph* g, int i) {
+  const char* scope = i >= 0 && i < g->num_inputs ? g->scopes[g->input_entry[i]] : NULL;
+  return scope ? scope : "global";
+}
+
+const char* kiln_graph_output_scope(const KilnGraph* g, int i) {
+  const char* scope = i >= 0 && i < g->num_outputs ? g->scopes[g->output_entry[i]] : NULL;
+  return scope ? scope : "global";
 }
 
 int kiln_graph_output_index(const KilnGraph* g, const char* name) {

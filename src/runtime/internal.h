@@ -56,6 +56,8 @@ int kiln_opencl_attr(int32_t device_id, const char* name, int64_t* ints, int* co
 /* ---- texture.c: texture-scoped arrays (docs/adreno.md) ---------------------------------- */
 /* Leading dimensions a scope folds into the image height: 0 for "global" (or NULL), -1 unknown. */
 int kiln_texture_split(const char* scope);
+/* The same name as a static string ("global" for buffers and unknown names). */
+const char* kiln_texture_scope_name(const char* scope);
 /* 0 when a tensor of this shape and dtype can live in `scope`, else -1 with a message. */
 int kiln_texture_check(const int64_t* shape, int32_t ndim, DLDataType dtype, const char* scope);
 /* The image (texels) holding a checked texture tensor on a device of max_w x max_h images. */

@@ -47,6 +47,11 @@ KILN_API int kiln_graph_input_index(const KilnGraph* g, const char* name);
 KILN_API int kiln_graph_input_is_param(const KilnGraph* g, int index);
 /* The input's array (shape, dtype, device); owned by the executor. NULL for a bad index. */
 KILN_API const DLTensor* kiln_graph_input(const KilnGraph* g, int index);
+/* "global" (a buffer), or the texture scope of an input kept in an OpenCL image (graphs built for
+ * opencl -device=adreno; docs/c-runtime.md "Texture entries"). Data goes in and out as the
+ * tensor's C-order bytes either way. */
+KILN_API const char* kiln_graph_input_scope(const KilnGraph* g, int index);
+KILN_API const char* kiln_graph_output_scope(const KilnGraph* g, int index);
 /* Copy `nbytes` of compact row-major host data into input `name`; nbytes must be its size. */
 KILN_API int kiln_graph_set_input(KilnGraph* g, const char* name, const void* data, size_t nbytes);
 /* The same from an array of the input's shape and dtype (any device). */

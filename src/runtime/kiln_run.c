@@ -156,12 +156,15 @@ static void dump_meta(const KilnGraph* g) {
   for (int i = 0; i < kiln_graph_num_inputs(g); i++) {
     if (kiln_graph_input_is_param(g, i)) { params++; continue; }
     describe(kiln_graph_input(g, i), desc, sizeof(desc));
-    printf("  %s: %s\n", kiln_graph_input_name(g, i), desc);
+    const char* scope = kiln_graph_input_scope(g, i);
+    printf("  %s: %s%s%s\n", kiln_graph_input_name(g, i), desc, strcmp(scope, "global") ? " in " : "",
+           strcmp(scope, "global") ? scope : "");
   }
   printf("outputs:\n");
   for (int i = 0; i < kiln_graph_num_outputs(g); i++) {
     describe(kiln_graph_output(g, i), desc, sizeof(desc));
-    printf("  output_%d: %s\n", i, desc);
+    const char* scope = kiln_graph_output_scope(g, i);
+    printf("  output_%d: %s%s%s\n", i, desc, strcmp(scope, "global") ? " in " : "", strcmp(scope, "global") ? scope : "");
   }
   printf("parameters: %d\nkernels: %d\n", params, kiln_graph_num_kernels(g));
 }

@@ -24,6 +24,12 @@ int kiln_texture_split(const char* scope) {
   return -1;
 }
 
+const char* kiln_texture_scope_name(const char* scope) {
+  for (size_t i = 0; scope && i < sizeof(scopes) / sizeof(scopes[0]); i++)
+    if (!strcmp(scope, scopes[i].name)) return scopes[i].name;
+  return "global";
+}
+
 int kiln_texture_check(const int64_t* shape, int32_t ndim, DLDataType dtype, const char* scope) {
   int split = kiln_texture_split(scope);
   if (split < 0)

@@ -135,7 +135,12 @@ def run_c(build, pkg, d, tmp_path):
 def test_texture_entries_match_numpy_and_the_python_executor(build, library, tmp_path):
     d = data()
     g = graph()
-    got = run_c(build, package(tmp_path / "tex.tar", library, g, {"w": d["w"]}), d, tmp_path)
+    pkg = package(tmp_path / "tex.tar", library, g, {"w": d["w"]})
+    got = run_c(build, pkg, d, tmp_path)
+    meta = kiln_run(build, "--package", pkg, "--device", "cl", "--dump-meta").stdout.splitlines()
+    assert meta[:6] == ["inputs:", "  a: float32[1, 2, 3, 5, 4]", "  x: float32[1, 2, 3, 5, 4] in global.texture",
+                        "outputs:", "  output_0: float32[1, 2, 3, 5, 4]",
+                        "  output_1: float32[1, 2, 3, 5, 4] in global.texture-nhwc"], meta
     for out, want in zip(got, expected(d)):
         assert out.shape == SHAPE and out.dtype == np.float32
         np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
