@@ -178,7 +178,7 @@ static int64_t num_elements(const Entry* e) {
 static int read_shape(const JsonNode* node, Entry* e) {
   const JsonNode* shape = json_get(node, "shape");
   const char* dtype = json_string(json_get(node, "dtype"));
-  if (!shape || shape->type != JSON_ARRAY || shape->count < 1 || shape->count > MAX_RANK) return -1;
+  if (!shape || shape->type != JSON_ARRAY || shape->count > MAX_RANK) return -1; /* rank 0: a scalar operand */
   if (!dtype || strcmp(dtype, "float32") != 0) return -2;
   e->ndim = (int)shape->count;
   int i = 0;
@@ -371,7 +371,7 @@ int kiln_dnnl_create(const JsonNode* json, const char* symbol, void** out) {
     for (const JsonNode* v = (list ? consts : ins)->child; v; v = v->next, e++) {
       int r = read_shape(v, &g->entries[e]);
       if (r) {
-        kiln_error("%s: argument %d %s; the C runtime's oneDNN executor runs float32 tensors of rank 1 to %d",
+        kiln_error("%s: argument %d %s; the C runtime's oneDNN executor runs float32 tensors of rank 0 to %d",
                    symbol, e, r == -2 ? "is not float32" : "has no usable shape", MAX_RANK);
         goto done;
       }

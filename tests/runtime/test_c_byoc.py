@@ -25,7 +25,7 @@ HERE = os.path.dirname(__file__)
 sys.path.insert(0, os.path.join(HERE, "..", "relay"))
 sys.path.insert(0, os.path.join(HERE, "..", "crossdev"))
 import boards  # noqa: E402
-from onnx_models import resnet18, run_ort  # noqa: E402
+from onnx_models import bert_block, mobilenet_v2, resnet18, run_ort  # noqa: E402
 
 from test_c_graph import convnet_onnx, make_runtime  # noqa: E402
 
@@ -116,6 +116,34 @@ def _remote_graph(server, lib, path, name):
     remote.upload(str(path), name)
     m = graph_executor.create(lib.get_graph_json(), remote.load_module(name), remote.cpu())
     return remote, m
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2", "bert_block"])
+def test_every_node_kind_matches(build, name, tmp_path):
+    """MobileNetV2 32x32 (grouped convolutions, clip, residual adds, pools, dense) and a BERT
+    block (matmul, softmax, dense, binary ops with a scalar operand) under kiln_run."""
+    import json
+
+    model, inputs = (mobilenet_v2(image=32, classes=10) if name == "mobilenet_v2" else bert_block())
+    mod, params = relay.frontend.from_onnx(model, shape={k: v.shape for k, v in inputs.items()})
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(partition_for_dnnl(mod, params), target="llvm")
+    kinds = {n["kind"] for m in lib.get_lib().imported_modules for n in json.loads(m.get_source())["nodes"]}
+    assert kinds >= ({"conv2d", "eltwise", "binary", "pool2d", "dense"} if name == "mobilenet_v2"
+                     else {"matmul", "softmax", "binary", "dense"})
+    export_package(lib, str(tmp_path / "m.tar"))
+    np.savez(tmp_path / "in.npz", **inputs)
+    result = kiln_run(os.path.join(build, "kiln_run"), "--package", tmp_path / "m.tar", "--input", tmp_path / "in.npz",
+                      "--output", tmp_path / "out.npz")
+    assert result.returncode == 0, result.stderr
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu()))
+    for k, v in inputs.items():
+        m.set_input(k, v)
+    m.run()
+    got = np.load(tmp_path / "out.npz")
+    for i, want in enumerate(run_ort(model, inputs)):
+        np.testing.assert_allclose(got[f"output_{i}"], m.get_output(i).numpy(), **TOL)
+        np.testing.assert_allclose(got[f"output_{i}"], want, **TOL)
 
 
 def test_rpc_server_loads_a_tar_library_with_subgraphs(server, convnet):
