@@ -43,6 +43,8 @@ for cross in "$@"; do
   cp "$STAGE/build/$name/kiln_rpc" "$STAGE/build/$name/kiln_run" "$STAGE/build/$name/libkiln_runtime.so" \
      "$STAGE/build/$name/libkiln_runtime.a" "$STAGE/kiln_runtime/$name/"
   cp "$ROOT/src/runtime/kiln_runtime.h" "$ROOT/src/runtime/kiln_graph.h" "$STAGE/kiln_runtime/$name/"
+  # The oneDNN shim (built where oneDNN's headers are): kiln_run finds it beside itself.
+  if [ -f "$STAGE/build/$name/libkiln_dnnl.so" ]; then cp "$STAGE/build/$name/libkiln_dnnl.so" "$STAGE/kiln_runtime/$name/"; fi
 done
 
 cat > "$STAGE/kiln_runtime/README" <<'README'
