@@ -79,6 +79,39 @@ def batch_matmul_tensorcore(a, b, oshape=None, out_dtype=None, transpose_a=False
     return out
 
 
+def conv2d_nhwc_tensorcore(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None, cfg=None):
+    """conv2d NHWC / HWIO (no groups) as an implicit GEMM on tensor cores: rows (n, y, x), columns
+    the output channels, reduction (ky, kx, c). The im2col gather is inlined into the shared-slab
+    fetch, so it is never stored; M = N*OH*OW, K = KH*KW*C and the output channels must be
+    multiples of 16."""
+    from ..nn.conv2d import conv2d_shape
+    from ..nn.pad import pad
+    from ..utils import const_shape
+
+    p = conv2d_shape("conv2d", const_shape(data, "conv2d data"), const_shape(kernel, "conv2d kernel"),
+                     strides, padding, dilation, 1, layout="NHWC")
+    out_dtype = out_dtype or str(data.dtype)
+    oh, ow, c, kw = p.out_height, p.out_width, p.in_channel, p.kernel_w
+    m, n, k = p.batch * oh * ow, p.out_channel, p.kernel_h * kw * c
+    _check(m, n, k, data.dtype, "conv2d_nhwc")
+    padded = pad(data, (0, p.pad_top, p.pad_left, 0), (0, p.pad_bottom, p.pad_right, 0), name="data_pad")
+
+    def rows(i, r):
+        y, x = (i // ow) % oh, i % ow
+        ky, kx, ch = r // (kw * c), (r // c) % kw, r % c
+        return padded[i // (oh * ow), y * p.stride_h + ky * p.dilation_h, x * p.stride_w + kx * p.dilation_w, ch]
+
+    im2col = te.compute((m, k), rows, name="im2col")
+    wmat = te.compute((n, k), lambda f, r: kernel[r // (kw * c), (r // c) % kw, r % c, f], name="weight_t")
+    rk = te.reduce_axis((0, k), name="k")
+    gemm = te.compute((m, n), lambda i, j: te.sum(im2col[i, rk].astype(out_dtype) * wmat[j, rk].astype(out_dtype),
+                                                    axis=rk), name="conv2d_gemm", tag="dense")
+    gemm.op.attrs["tensorcore_config"] = config_for(m, n, k, cfg)
+    return te.compute((p.batch, oh, ow, n), lambda b, y, x, f: gemm[(b * oh + y) * ow + x, f],
+                      name="conv2d_nhwc", tag="conv2d_nhwc")
+
+
+
 def _check(m, n, k, dtype, what):
     if not fits(m, n, k, dtype):
         raise ValueError(f"{what} on tensor cores needs float16 inputs and M, N, K multiples of 16; got "
@@ -148,6 +181,7 @@ def tensorcore_cfg(cfg):
 
 
 schedule_batch_matmul_tensorcore = schedule_dense_tensorcore
+schedule_conv2d_nhwc_tensorcore = schedule_dense_tensorcore  # the gemm, then the NHWC view (epilogue)
 
 
 def _schedule_epilogue(s, out):

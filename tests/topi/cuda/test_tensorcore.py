@@ -12,7 +12,8 @@ from kiln import te
 from kiln.codegen import cuda as cg
 from kiln.errors import CompileError, ScheduleError
 from kiln.topi.cuda import (
-    batch_matmul_tensorcore, dense_tensorcore, intrin_wmma_gemm, schedule_dense_tensorcore,
+    batch_matmul_tensorcore, conv2d_nhwc_tensorcore, dense_tensorcore, intrin_wmma_gemm, schedule_conv2d_nhwc_tensorcore,
+    schedule_dense_tensorcore,
 )
 from kiln.topi.cuda.tensorcore import fits
 
@@ -85,6 +86,20 @@ def test_dense_with_bias_is_a_second_kernel():
 def test_batch_matmul_compiles_to_wmma():
     src, ptx = device(build_batch_matmul(2, 32, 48, 64))
     assert "blockIdx.z" in src and "wmma.mma.sync.aligned.row.col.m16n16k16.f32.f32" in ptx
+
+
+def build_conv(target=TARGET, stride=1, pad=1):
+    D = te.placeholder((2, 8, 8, 32), "float16", name="data")
+    Kr = te.placeholder((3, 3, 32, 48), "float16", name="kernel")
+    out = conv2d_nhwc_tensorcore(D, Kr, stride, pad, 1, "float32")
+    s = schedule_conv2d_nhwc_tensorcore([out])
+    return tvm.build(s, [D, Kr, out], target=target, name="conv_tc")
+
+
+def test_conv2d_nhwc_implicit_gemm_compiles_to_wmma():
+    src, ptx = device(build_conv())
+    assert "im2col_shared" in src and "wmma.mma.sync.aligned.row.col.m16n16k16.f32.f32" in ptx
+    assert src.count('extern "C" __global__') == 2  # the gemm, then its NHWC view
 
 
 def test_tensorcore_needs_float16_and_multiples_of_16():
@@ -200,3 +215,30 @@ def test_relay_dense_bias_relu_runs_on_tensor_cores():
     m.run()
     want = np.maximum(_ref(x, w) + b.astype(np.float32), 0)
     np.testing.assert_allclose(m.get_output(0).numpy().astype(np.float32), want, rtol=5e-2, atol=5e-2)
+
+
+def _conv_ref(x, w, stride, pad):
+    x = np.pad(x.astype(np.float32), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    kh, kw, _, co = w.shape
+    n, h, wd, _ = x.shape
+    oh, ow = (h - kh) // stride + 1, (wd - kw) // stride + 1
+    out = np.zeros((n, oh, ow, co), np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            patch = x[:, i:i + stride * oh:stride, j:j + stride * ow:stride, :]
+            out += patch @ w[i, j].astype(np.float32)
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stride,pad", [(1, 1), (2, 1)])
+def test_conv2d_nhwc_runs(stride, pad):
+    dev = tvm.cuda(0)
+    f = build_conv("cuda", stride, pad)
+    rng = np.random.default_rng(6)
+    x = rng.uniform(-1, 1, (2, 8, 8, 32)).astype("float16")
+    w = rng.uniform(-1, 1, (3, 3, 32, 48)).astype("float16")
+    want = _conv_ref(x, w, stride, pad)
+    c = tvm.nd.empty(want.shape, "float32", dev)
+    f(tvm.nd.array(x, dev), tvm.nd.array(w, dev), c)
+    np.testing.assert_allclose(c.numpy(), want, rtol=1e-3, atol=1e-3)
