@@ -298,7 +298,8 @@ def test_aarch64_board_without_onednn_says_so(tmp_path):
      "node 0 (dnnl.conv2d_bias_relu) of its JSON graph has kind 'conv3d', which this runtime's oneDNN executor"),
     (b'\\"version\\":1', b'\\"version\\":7', "is not a kiln-json-graph of version 1 (it says kiln-json-graph 7)"),
     (b'\\"outputs\\":[1', b'\\"outputs\\":[9', "output 0 of tvmgen_default_dnnl_main_0 refers to no entry"),
-    (b'"type_key": "dnnl"', b'"type_key": "dnn!"', "this library offloads subgraphs to dnn! (tvmgen_default_dnnl_main_0)"),
+    (b'"type_key": "dnnl"', b'"type_key": "dnn!"',
+     "this library offloads subgraphs to dnn! (tvmgen_default_dnnl_main_0)"),
 ])
 def test_damaged_subgraph_json_is_one_line(build, convnet, tmp_path, old, new, message):
     """A library whose __kiln_external_modules was damaged (bytes patched in the .so) fails to
