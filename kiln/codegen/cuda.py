@@ -277,12 +277,13 @@ class CUDAPrinter(CStylePrinter):
 
 
     def _copy(self, s) -> bool:
-        """A copy of 8- or 16-bit vectors between aligned contiguous memory, moved as raw 4/8/16-byte
-        words: half vectors have no struct here, and tensor-core tile fetches need wide loads."""
+        """A copy of 8- or 16-bit vectors (any vector in a prefetch) between aligned contiguous
+        memory, moved as raw 4/8/16-byte words: half vectors have no struct here, and tensor-core
+        tile fetches need wide loads."""
         v, buf = s.value, s.buffer
         word = _WORDS.get(v.dtype.lanes * v.dtype.bits // 8)
-        if not (isinstance(v, E.BufferLoad) and word and v.buffer.dtype == buf.dtype and buf.dtype.bits < 32 and "local" not in
-                (buf.scope, v.buffer.scope)):
+        if not (isinstance(v, E.BufferLoad) and word and v.buffer.dtype == buf.dtype
+                and (buf.dtype.bits < 32 or self.in_async) and "local" not in (buf.scope, v.buffer.scope)):
             return False
         dst, src = _contiguous(s.indices[0]), _contiguous(v.indices[0])
         lanes = v.dtype.lanes
