@@ -56,6 +56,7 @@ def test_dense_compiles_to_wmma(out_dtype, ptx_types):
     assert f"wmma.store.d.sync.aligned.row.m16n16k16.{ptx_types[:3]}" in ptx
     assert "bar.sync" in ptx  # the shared tiles are fenced between fetch and wmma loads
     assert "*((uint4*)(A_shared + " in src  # 8 halves per fetch, one 128-bit load and store
+    assert cg.compile_source(src, "sm_80", "cubin")  # ptxas accepts the inline wmma PTX too
     assert "ld.global.nc.v4.u32" in ptx
 
 
@@ -71,6 +72,7 @@ def test_double_buffered_tiles_prefetch_with_cp_async():
     cfg = {"double_buffer": 1, "chunk": 2}  # 64 x 32 slabs: one 8-half fetch for each of 256 threads
     src, ptx = device(build_dense(64, 64, 128, cfg=cfg))
     assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group 0" in ptx
+    assert cg.compile_source(src, "sm_90", "cubin")
     # one barrier per k step (at its top) plus the one before the first fetch
     loop = src[src.index("for (int k_outer"):]
     assert loop.count("__syncthreads()") == 1
