@@ -39,3 +39,15 @@ def accumulator_rows(vectors: int, registers: int, spare: int = 8) -> int:
     if registers >= 32:
         fit = min(fit, (registers - spare) // vectors)
     return max(1, fit)
+
+
+def pixel_major(pixels: int, chunks: int, vectors: int) -> bool:
+    """Whether a tile of ``pixels`` x ``chunks`` blocks of ``vectors`` vectors runs pixel-major
+    (one broadcast live, with all the blocks' kernel vectors) rather than block-major (one
+    block's vectors live, with all the tile's broadcasts): whichever keeps fewer live."""
+    return chunks * vectors + 1 <= pixels + vectors
+
+
+def tile_operands(pixels: int, chunks: int, vectors: int) -> int:
+    """Registers such a tile's operands take besides its accumulators, in its cheaper order."""
+    return min(chunks * vectors + 1, pixels + vectors)

@@ -61,6 +61,29 @@ def test_fused_epilogue(runner, plain_output):
     _run(runner, 16, 32, 8, 3, 1, 1, 16, packed=True, plain_output=plain_output, epilogue=True)
 
 
+# Register tiles over several output blocks (the AVX2 defaults), in both loop orders, with a
+# tail tile, a fused epilogue, and a plain NCHW output (which keeps one block per tile).
+@pytest.mark.parametrize("c,o,hw,k,stride,pad,ib,cfg", [
+    (16, 48, 14, 1, 1, 0, 8, {"oc_bn": 8, "oc_chunks": 3, "tile_ow": 4}),   # pixel-major, tail of 2
+    (16, 64, 9, 3, 1, 1, 8, {"oc_bn": 8, "oc_chunks": 4, "tile_ow": 2}),    # block-major, tail of 1
+    (3, 32, 20, 3, 2, 1, 0, {"oc_bn": 8, "oc_chunks": 2, "tile_ow": 6}),    # plain RGB input
+    (32, 64, 7, 3, 2, 1, 16, {"oc_bn": 16, "oc_chunks": 2, "tile_ow": 3}),
+])
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_tiles_over_several_blocks(runner, c, o, hw, k, stride, pad, ib, cfg, epilogue):
+    _run(runner, c, o, hw, k, stride, pad, ib, cfg=cfg, packed=True, epilogue=epilogue)
+
+
+def test_several_blocks_with_plain_output(runner):
+    _run(runner, 16, 32, 8, 3, 1, 1, 16, cfg={"oc_bn": 8, "oc_chunks": 2, "tile_ow": 3}, packed=True,
+         plain_output=True, epilogue=True)
+
+
+def test_oc_chunks_that_do_not_divide_the_blocks_fall_back_to_one():
+    conf = config_for_nchwc((1, 16, 8, 8), (24, 16, 1, 1), 1, 0, 1, {"oc_bn": 8, "oc_chunks": 2})
+    assert (conf["oc_bn"], conf["oc_chunks"]) == (8, 1)
+
+
 def test_out_block_is_a_dividing_power_of_two():
     assert [out_block(c, 16) for c in (16, 24, 32, 96, 160, 12, 6, 3)] == [16, 8, 16, 16, 16, 4, 0, 0]
     assert out_block(160, 32) == 32 and out_block(320, 64) == 64 and out_block(48, 32) == 16

@@ -15,7 +15,7 @@ import kiln as tvm
 from kiln import autotvm, te, topi
 from kiln.target import Target
 from kiln.target.cpu_facts import cpu_facts
-from kiln.topi.cpu import tile_fits
+from kiln.topi.cpu import tile_fits, tile_operands
 from kiln.topi.nn.conv2d import conv2d_shape
 
 # The modules (kiln.topi.x86 re-exports functions of the same names).
@@ -70,7 +70,12 @@ def test_default_tiles_fit_the_registers_and_sit_in_their_spaces(target):
                 _assert_space_holds(conv2d.config_space(p), d, f"conv2d {shape}")
                 vectors = d["oc_bn"] // lanes
                 assert d["oc_bn"] % lanes == 0 and tile_fits(d["tile_ow"], vectors, regs) or d["tile_ow"] == 1, d
-                _assert_space_holds(conv2d_nchwc.config_space(p), conv2d_nchwc.default_config(p), f"NCHWc {shape}")
+                d = conv2d_nchwc.default_config(p)
+                _assert_space_holds(conv2d_nchwc.config_space(p), d, f"NCHWc {shape}")
+                vectors = max(1, d["oc_bn"] // lanes)
+                operands = tile_operands(d["tile_ow"], d["oc_chunks"], vectors)
+                assert d["tile_ow"] * d["oc_chunks"] * vectors + operands <= regs or d["tile_ow"] == 1, d
+                assert (p.out_channel // d["oc_bn"]) % d["oc_chunks"] == 0, d
                 _assert_space_holds(conv2d_nhwc.config_space(p), conv2d_nhwc.default_config(p), f"NHWC {shape}")
                 if conv2d_winograd.applies(p):
                     d = conv2d_winograd.config_for_shape(p)
@@ -112,6 +117,42 @@ def test_defaults_per_cpu_class(target):
         for (bn, ow), hw in ((conv56, 56), (conv14, 14)):
             d = conv2d.default_config(_shape((1, 64, hw, hw), (64, 64, 3, 3), 1, 1, 1))
             assert (d["oc_bn"], d["tile_ow"]) == (bn, ow), hw
+
+
+# conv2d_NCHWc defaults (oc_bn, oc_chunks, tile_ow) for 1x1 convs 576->96 @14, 144->144 @56 and
+# 960->320 @7, and the block a 144-channel tensor enters the blocked layout in. With 16 registers
+# and 8 lanes (AVX2) the register tile spans several 8-channel blocks; 32 registers keep one.
+NCHWC_CONVS = [((1, 576, 14, 14), (96, 576, 1, 1)), ((1, 144, 56, 56), (144, 144, 1, 1)),
+               ((1, 960, 7, 7), (320, 960, 1, 1))]
+NCHWC_EXPECTED = {
+    "avx512": ([(32, 1, 7), (16, 1, 14), (32, 1, 7)], 16),
+    "avx2": ([(8, 4, 3), (8, 3, 4), (16, 1, 4)], 8),
+    "sse": ([(8, 1, 5), (8, 1, 4), (8, 1, 4)], 4),
+    "neon64": ([(8, 1, 7), (8, 1, 8), (8, 1, 7)], 4),
+    "neon32": ([(8, 1, 5), (8, 1, 4), (8, 1, 4)], 4),
+}
+
+
+@pytest.mark.parametrize("target", CPUS)
+def test_nchwc_defaults_per_cpu_class(target):
+    tiles, block = NCHWC_EXPECTED[_cpu_class(target)]
+    with Target(target):
+        got = [conv2d_nchwc.default_config(_shape(d, k, 1, 0, 1)) for d, k in NCHWC_CONVS]
+        assert [(c["oc_bn"], c["oc_chunks"], c["tile_ow"]) for c in got] == tiles
+        assert conv2d_nchwc.input_block(144) == block
+
+
+def test_chunk_tile_cost_model():
+    # 16 registers, one vector per block: the tile shares broadcasts among 3 blocks (4 pixels)
+    # or 4 blocks (3 pixels); never 14 pixels of one block, whose broadcasts outnumber its FMAs.
+    assert conv2d_nchwc.chunk_tile(56, 18, 1, 16) == (3, 4)
+    assert conv2d_nchwc.chunk_tile(14, 12, 1, 16) == (4, 3)
+    assert conv2d_nchwc.chunk_tile(14, 2, 1, 16) == (2, 5)  # 5 + 5 + 4: no latency-bound tail
+    assert conv2d_nchwc.chunk_tile(7, 1, 1, 16) == (1, 7)   # one block: nothing to share
+    for width in (7, 14, 28, 56, 112):
+        for chunks in (1, 2, 3, 4, 6, 12):
+            k, r = conv2d_nchwc.chunk_tile(width, chunks, 1, 16)
+            assert chunks % k == 0 and r * k + tile_operands(r, k, 1) <= 16, (width, chunks)
 
 
 TEMPLATE_WORKLOADS = {
@@ -178,7 +219,27 @@ def _kernels(runner):
         out = topi.x86.conv2d_nchw(X, W, 2, 1, 1, groups=32)
         return topi.x86.schedule_conv2d_nchw([out]), [X, W, out]
 
+    nc_x, nc_w = runner.rand(1, 48, 14, 14), runner.rand(48, 48, 1, 1)
+
+    def nchwc_case():  # 1x1 conv on blocked data: AVX2 tiles span several blocks
+        ib = conv2d_nchwc.input_block(48)
+        X, W = te.placeholder((1, 48 // ib, 14, 14, ib), name="X"), te.placeholder(nc_w.shape, name="W")
+        out = topi.x86.conv2d_NCHWc(X, W, 1, 0, 1, "float32")
+        return topi.x86.schedule_conv2d_NCHWc([out]), [X, W, out]
+
+    def blocked(x, b):
+        n, c, h, w = x.shape
+        return np.ascontiguousarray(x.reshape(n, c // b, b, h, w).transpose(0, 1, 3, 4, 2))
+
+    def nchwc_input():  # the blocks depend on the target: resolved under it
+        return blocked(nc_x, conv2d_nchwc.input_block(48))
+
+    def nchwc_want():
+        bn = conv2d_nchwc.config_for_nchwc(nc_x.shape, nc_w.shape, 1, 0, 1)["oc_bn"]
+        return blocked(testing.conv2d_nchw_python(nc_x, nc_w, 1, 0), bn)
+
     return [("dense", dense_case, [a, b], a @ b.T),
+            ("conv2d_NCHWc", nchwc_case, [nchwc_input, nc_w], nchwc_want),
             ("conv2d", conv_case, [x, w], np.maximum(testing.conv2d_nchw_python(x, w, 1, 1), 0)),
             ("depthwise", depthwise_case, [dw_x, dw_w], testing.depthwise_conv2d_nchw_python(dw_x, dw_w, 2, 1))]
 
@@ -194,6 +255,8 @@ def test_code_for_other_cpus_matches_numpy(cpu, runner):
         with target:
             s, args = case()
             mod = tvm.build(s, args, target=target)
+            inputs = [v() if callable(v) else v for v in inputs]
+            want = want() if callable(want) else want
         asm = mod.get_source("asm")
         # AVX2 code uses ymm and never zmm; AVX-512 code uses zmm.
         assert ("zmm" in asm) == (f.lanes() == 16) and "ymm" in asm, (cpu, name)

@@ -24,7 +24,7 @@ from kiln.ir.expr import const
 from ..nn.conv2d import Conv2DShape, conv2d_shape
 from ..nn.pad import pad
 from ..utils import check_ndim, const_int, const_shape, divisor_at_most, knob, with_default
-from ..cpu import accumulator_rows, vector_lanes, vector_registers
+from ..cpu import accumulator_rows, pixel_major, vector_lanes, vector_registers
 from .injective import tile_root
 
 TAG = "conv2d_nchw_blocked"
@@ -217,25 +217,37 @@ def schedule_blocked_tile(s, conv, out, blocked_input=False):
     _schedule_packing(s, conv)
 
 
-def _schedule_tile(s, conv, conf, blocked_input=False):
+def _schedule_tile(s, conv, conf, blocked_input=False, oc_chunks=1):
     """Reduction outside the (pixels x channel block) tile. Blocked input (conv2d_NCHWc) has
-    reduce axes (rco, ry, rx, rci): the inner channels of one input block run innermost."""
+    reduce axes (rco, ry, rx, rci): the inner channels of one input block run innermost. With
+    ``oc_chunks`` > 1 the tile spans that many channel blocks (the caller computes the conv at a
+    loop covering them), unrolled inside the reduction like the pixels."""
     n, occ, y, x, ocb = s[conv].op.axis
+    # The smaller side of the tile varies outermost, so that only its operands stay live: pixel-
+    # major keeps one broadcast and the chunks' kernel vectors, chunk-major one kernel vector and
+    # the tile's broadcasts (the other way round they spill: 3 x 6 tiles measured 2x slower).
+    outer, inner = [n, occ, y], [x, ocb]
+    if oc_chunks > 1:
+        outer = [n, y]
+        vectors = max(1, const_int(ocb.dom.extent) // vector_lanes())
+        inner = [x, occ, ocb] if pixel_major(conf["tile_ow"], oc_chunks, vectors) else [occ, x, ocb]
     if blocked_input:
         rco, ry, rx, rc = s[conv].op.reduce_axis
-        order = [n, occ, y, rco, ry, rx]
+        order = outer + [rco, ry, rx]
     else:
         rc, ry, rx = s[conv].op.reduce_axis
-        order = [n, occ, y]
+        order = list(outer)
     if conf.get("ic_unroll", 1) > 1 and const_int(rc.dom.extent) % conf["ic_unroll"] == 0:
         rco, rci = s[conv].split(rc, factor=conf["ic_unroll"])
         order += [rco, rci] if blocked_input else [rco, ry, rx, rci]
         s[conv].unroll(rci)
     else:
         order += [rc] if blocked_input else [rc, ry, rx]
-    s[conv].reorder(*order, x, ocb)
+    s[conv].reorder(*order, *inner)
     if conf.get("unroll_kw"):
         s[conv].unroll(rx)
+    if oc_chunks > 1:
+        s[conv].unroll(occ)
     s[conv].unroll(x)
     s[conv].vectorize(ocb)
 

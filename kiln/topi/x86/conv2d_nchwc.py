@@ -9,7 +9,10 @@ next convolution reads ``ib`` contiguous input channels per pixel. The kernel is
 
 so the reduction walks it contiguously (``prepack_kernel_nchwc`` does that once for constant
 weights). The knobs are those of ``x86.conv2d_nchw`` (its autotvm configs apply unchanged);
-``vectorize_out`` has no meaning here (the block is stored as whole vectors).
+``vectorize_out`` has no meaning here (the block is stored as whole vectors). One more,
+``oc_chunks``, lets the register tile span that many consecutive output blocks (``tile_ow``
+pixels x ``oc_chunks * oc_bn`` channels) without changing the layout: with 16 vector registers
+(AVX2) it is how a tile gets several vectors per pixel while the blocks stay one vector wide.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 
 from kiln import te
 
+from ..cpu import tile_operands, vector_lanes, vector_registers
 from ..nn.conv2d import conv2d_shape
 from ..nn.pad import pad
 from ..utils import const_int, const_shape, knob, with_default
@@ -33,13 +37,54 @@ def default_config(p) -> dict:
     (and no ``vectorize_out``: blocks are stored as whole vectors)."""
     conf = {k: v for k, v in _nchw.default_config(p).items() if k != "vectorize_out"}
     conf["oc_bn"] = out_block(p.out_channel, conf["oc_bn"])
+    conf["oc_chunks"] = 1
+    lanes, regs = vector_lanes(), vector_registers()
+    if regs < 32 and conf["oc_bn"] >= lanes:
+        # 16 registers: one vector per pixel leaves 14 rows, each costing a broadcast load per
+        # FMA; a tile over several blocks shares each broadcast among them (AVX2 1x1 convs:
+        # 3 blocks x 4 pixels ran 576->96 @14 1.13x and 144->144 @56 1.27x faster than 1 x 14).
+        # The layout block (oc_bn) stays as it was: what the next conv and Winograd read.
+        conf["oc_chunks"], conf["tile_ow"] = chunk_tile(p.out_width, p.out_channel // conf["oc_bn"],
+                                                        conf["oc_bn"] // lanes, regs)
     return conf
+
+
+def chunk_tile(width: int, chunks: int, vectors: int, registers: int) -> tuple[int, int]:
+    """(blocks per register tile, pixels per tile) for a row of ``width`` pixels and ``chunks``
+    channel blocks of ``vectors`` vectors each, by a cost model of one reduction step:
+
+    - a tile of r pixels x k blocks holds r*k*vectors accumulators and ``tile_operands`` more
+      in the registers;
+    - it issues r*kv FMAs and r + kv loads, two of each per cycle, and needs 8 FMAs in flight
+      (latency 4 x 2 ports): its cost is max(r*kv, r + kv, 8) for r*kv results;
+    - the row splits into ceil(width / r) tiles of nearly equal size (a narrow tail tile is
+      latency-bound).
+
+    The cheapest (k, r) per result wins; ties go to fewer loads per FMA (the loads share their
+    ports with the epilogue's and the stores), then fewer blocks, then wider tiles.
+    """
+    best = None
+    for k in (k for k in range(1, min(chunks, 4 // max(1, vectors)) + 1) if chunks % k == 0):
+        kv = k * vectors
+        for r in range(1, width + 1):
+            if r * kv + tile_operands(r, k, vectors) > registers:
+                break
+            tiles = -(-width // r)
+            cost = sum(max(w * kv, w + kv, 8) for w in [r] * (tiles - 1) + [width - r * (tiles - 1)])
+            key = (cost / (width * kv), (r + kv) / (r * kv), k, -r)
+            if best is None or key < best[0]:
+                best = (key, k, r)
+    return (best[1], best[2]) if best else (1, 1)
 
 
 def config_space(p) -> dict:
     """Candidate values of each knob, for the tuner (oc_bn: the blocks that divide the channels)."""
     space = {k: v for k, v in _nchw.config_space(p).items() if k != "vectorize_out"}
     space["oc_bn"] = sorted({out_block(p.out_channel, b) for b in (8, 16, 32, 64)} - {0})
+    space["oc_chunks"] = [1]
+    if vector_registers() < 32:  # multi-block tiles (see default_config): narrow ones, 2-4 blocks
+        space["oc_chunks"] = [1, 2, 3, 4]  # one that does not divide the blocks falls back to 1
+        space["tile_ow"] = sorted(set(space["tile_ow"]) | set(range(2, min(p.out_width, 8) + 1)))
     return with_default(space, default_config(p))
 
 
@@ -69,7 +114,12 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
     conf = config_for_shape(p, cfg)
     if prepacked:
         conf["oc_bn"] = const_int(kernel.shape[5])
+    if plain_output and conf["oc_chunks"] > 1:  # NCHW tiles span one block (schedule_blocked_tile)
+        conf["oc_chunks"] = 1
+        conf["tile_ow"] = knob(cfg, "tile_ow", _nchw.default_config(p)["tile_ow"])
     bn = conf["oc_bn"]
+    if bn and (p.out_channel // bn) % conf["oc_chunks"]:
+        conf["oc_chunks"] = 1
     if not bn or p.out_channel % bn:
         raise ValueError(f"conv2d_NCHWc: no channel block divides the {p.out_channel} output channels "
                          f"(oc_bn={bn}); use x86.conv2d_nchw")
@@ -110,8 +160,10 @@ def out_block(channels: int, preferred: int) -> int:
 
 def input_block(channels: int) -> int:
     """The block a plain tensor of ``channels`` is given when it enters the blocked part of a
-    graph (16, 8 or 4 dividing it, else 0: it stays NCHW, like an RGB image)."""
-    return next((b for b in (16, 8, 4) if channels % b == 0), 0)
+    graph: one vector of the target's float lanes if that divides it (the block the convs'
+    default ``oc_bn`` gives their outputs, so tuning templates read the layout deployed builds
+    have), else 16, 8 or 4; 0 if none does (it stays NCHW, like an RGB image)."""
+    return next((b for b in (vector_lanes(), 16, 8, 4) if b >= 4 and channels % b == 0), 0)
 
 
 def config_for_nchwc(data_shape, kernel_shape, strides=1, padding=0, dilation=1, cfg=None) -> dict:
@@ -126,6 +178,8 @@ def config_for_shape(p, cfg=None) -> dict:
     conf = default_config(p)
     conf.update({k: knob(cfg, k, v) for k, v in conf.items()})
     conf["oc_bn"] = out_block(p.out_channel, int(conf["oc_bn"]))
+    if not conf["oc_bn"] or (p.out_channel // conf["oc_bn"]) % int(conf["oc_chunks"]):
+        conf["oc_chunks"] = 1  # a tile spans whole blocks
     return conf
 
 
@@ -161,13 +215,20 @@ def schedule_conv2d_NCHWc(outs, cfg=None):  # noqa: N802
         schedule_blocked_tile(s, conv, out, blocked_input=True)
         return s
     n, c, y, x, b = s[out].op.axis
+    chunks = conf.get("oc_chunks", 1)
     xo, xi = s[out].split(x, factor=conf["tile_ow"])
-    s[out].reorder(n, c, y, xo, xi, b)
+    if chunks > 1:  # the tile spans `chunks` blocks: their loop sits inside the width tile
+        co, ci = s[out].split(c, factor=chunks)
+        s[out].reorder(n, co, y, xo, ci, xi, b)
+        s[out].unroll(ci)
+        c = co
+    else:
+        s[out].reorder(n, c, y, xo, xi, b)
     s[out].vectorize(b)
     s[out].unroll(xi)
     s[out].parallel(s[out].fuse(n, c, y))
     s[conv].compute_at(s[out], xo)
-    _schedule_tile(s, conv, conf, blocked_input=True)
+    _schedule_tile(s, conv, conf, blocked_input=True, oc_chunks=chunks)
     _schedule_packing(s, conv)
     return s
 
