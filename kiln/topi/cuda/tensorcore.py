@@ -224,6 +224,9 @@ def _schedule_mma(s, C, conf):
     st.bind(ty, thread("y"))
     st.bind(tz, thread("z"))
     st.tensorize(yt, intrin_wmma_store_matrix(shape, out_dtype, "global"))
+    # Fragment arrays must live in registers: every loop that indexes them is unrolled.
+    st.unroll(yo)
+    st.unroll(xo)
 
     # The warp's accumulators, over the reduction in steps of chunk tiles.
     cf = s[CF]
@@ -236,6 +239,8 @@ def _schedule_mma(s, C, conf):
     ko, kc = cf.split(ko, factor=chunk)
     cf.reorder(*cbatch, ko, kc, cyo, cxo, cyi, cxi, ki)
     cf.tensorize(cyi, intrin_wmma_gemm(shape, in_dtype, out_dtype, "col_major"))
+    for ax in (kc, cyo, cxo):
+        cf.unroll(ax)
 
     for frag, layout, scope in ((AF, "row_major", "wmma.matrix_a"), (BF, "col_major", "wmma.matrix_b")):
         f = s[frag]
@@ -245,6 +250,8 @@ def _schedule_mma(s, C, conf):
         fko, fki = f.split(fk, factor=WMMA)
         f.reorder(*fb, fio, fko, fii, fki)
         f.tensorize(fii, intrin_wmma_load_matrix(scope, shape, layout, in_dtype, "shared"))
+        f.unroll(fio)
+        f.unroll(fko)
 
     threads = WARP * brw * bcw
     for shared in (AS, BS):
