@@ -31,9 +31,13 @@ static const char USAGE[] =
     "  --repeat N         run the model N times (default 1)\n"
     "  --device cpu|cl|cuda  where to run (cl / cuda: the GPU, for packages built for 'opencl' / 'cuda')\n"
     "  --device-id N      which device of that kind (default 0)\n"
-    "  --threads N        threads for the kernels' parallel loops (default: $KILN_NUM_THREADS, else one per core)\n"
+    "  --threads N        threads for the kernels' parallel loops and oneDNN (default: $KILN_NUM_THREADS, else\n"
+    "                     one per core)\n"
     "  --profile          also time every kernel alone (mean of N calls) and print them, slowest first\n"
-    "  --dump-meta        print the model's inputs, outputs (names, dtypes, shapes) and kernel count\n";
+    "  --dump-meta        print the model's inputs, outputs (names, dtypes, shapes) and kernel count\n"
+    "\n"
+    "Subgraphs offloaded to oneDNN (tvmc compile --target \"dnnl, llvm\") run through libkiln_dnnl.so, looked for\n"
+    "in $KILN_DNNL_SHIM, beside kiln_run, then on the library path (make -C src/runtime dnnl builds it).\n";
 
 static double now_ms(void) {
   struct timespec ts;
