@@ -159,9 +159,13 @@ def test_full_size_model_on_graph_textures(name):
     # 224x224, 1000 classes: float32 vs onnxruntime (1e-4); float16, both accumulations, keeps the top-5.
     from onnx_models import mobilenet_v2, resnet18
 
-    model, inputs = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}[name](image=224, classes=1000)
-    want = run_ort(model, inputs)[0]
+    make = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}[name]
     for accumulation in (None, "float32", "float16"):
+        # float16: a random MobileNetV2 amplifies rounding through its linear projections; the
+        # calmer one (projection batch norms scaled by 0.5, as test_build_cuda does) keeps its order.
+        calm = {"project_gamma": 0.5} if accumulation and name == "mobilenet_v2" else {}
+        model, inputs = make(image=224, classes=1000, **calm)
+        want = run_ort(model, inputs)[0]
         mod, params = relay.frontend.from_onnx(model)
         if accumulation:
             mod = relay.transform.InferType()(mod)
