@@ -38,12 +38,12 @@ def fits(m: int, n: int, k: int, dtype) -> bool:
 
 
 def default_config(m: int, n: int, k: int) -> dict:
-    """Untuned: 2 x 4 warps of 2 x 2 tiles (a 64 x 128 block) where the sizes allow, 32-wide k steps."""
+    """Untuned: 2 x 4 warps of 4 x 2 tiles (a 128 x 128 block) where the sizes allow, 32-wide k steps."""
     def largest(options, total):
         return max(x for x in options if total % x == 0)
 
     brw = largest([1, 2], m // WMMA)
-    wrt = largest([1, 2], m // (WMMA * brw))
+    wrt = largest([1, 2, 4], m // (WMMA * brw))
     bcw = largest([1, 2, 4], n // WMMA)
     wct = largest([1, 2], n // (WMMA * bcw))
     chunk = largest([1, 2], k // WMMA)
