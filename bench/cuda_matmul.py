@@ -131,6 +131,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--target", default="cuda", help='kiln target, e.g. "cuda -arch=sm_90"')
     p.add_argument("--skip", choices=["fp32", "fp16"], action="append", default=[])
+    p.add_argument("--tc-shared", type=int, default=232448,
+                   help="shared bytes per block the tensor-core kernels may use (H100: 232448; 48 KiB static)")
     args = p.parse_args()
     gpu = _shared()
     dev = tvm.cuda(0)
@@ -144,7 +146,8 @@ def main() -> None:
     print(f"device: {dev.device_name} (sm_{dev.compute_version.replace('.', '')})  |  "
           f"target: {target}  |  reference: torch {torch.__version__} (cuBLAS)")
     if "fp16" not in args.skip:
-        bench_tensorcore(args.size, target, dev, args.repeat, torch, gpu)
+        tc_target = tvm.target.Target(f"{args.target} -max_shared_memory_per_block={args.tc_shared}", host="llvm")
+        bench_tensorcore(args.size, tc_target, dev, args.repeat, torch, gpu)
     if "fp32" not in args.skip:
         gpu.bench_matmul(args.size, target, dev, args.repeat, torch)
 
