@@ -146,6 +146,34 @@ def test_every_node_kind_matches(build, name, tmp_path):
         np.testing.assert_allclose(got[f"output_{i}"], want, **TOL)
 
 
+def test_elementwise_and_binary_algorithms(build, tmp_path):
+    """Every eltwise and binary algorithm the dnnl codegen emits, against numpy."""
+    x = relay.var("x", shape=(2, 3, 4, 5))
+    y = relay.var("y", shape=(3, 1, 1))
+    a = relay.sqrt(relay.abs(x))
+    b = relay.sigmoid(relay.tanh(x))
+    c = relay.clip(relay.exp(relay.nn.relu(x)), 0.5, 2.0)
+    d = relay.divide(relay.subtract(relay.maximum(a, b), relay.minimum(b, c)), relay.add(relay.multiply(c, y), y))
+    mod = partition_for_dnnl(tvm.IRModule.from_expr(relay.Function([x, y], d)))
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target="llvm")
+    algs = sorted(n["attrs"]["alg"] for m in lib.get_lib().imported_modules for n in m.graph["nodes"])
+    assert algs == sorted(["abs", "sqrt", "tanh", "sigmoid", "relu", "exp", "clip", "max", "min", "sub", "mul",
+                           "add", "div"])
+    lib.export_library(str(tmp_path / "e.so"))
+    rng = np.random.default_rng(3)
+    xv = rng.standard_normal((2, 3, 4, 5)).astype("float32")
+    yv = (rng.random((3, 1, 1)) + 0.5).astype("float32")
+    np.savez(tmp_path / "in.npz", x=xv, y=yv)
+    result = kiln_run(os.path.join(build, "kiln_run"), "--package", tmp_path / "e.so", "--input", tmp_path / "in.npz",
+                      "--output", tmp_path / "out.npz")
+    assert result.returncode == 0, result.stderr
+    sig = 1 / (1 + np.exp(-np.tanh(xv)))
+    cv = np.clip(np.exp(np.maximum(xv, 0)), 0.5, 2.0)
+    want = (np.maximum(np.sqrt(np.abs(xv)), sig) - np.minimum(sig, cv)) / (cv * yv + yv)
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["output_0"], want, rtol=1e-5, atol=1e-5)
+
+
 def test_rpc_server_loads_a_tar_library_with_subgraphs(server, convnet):
     """kiln_rpc relinks the .tar library on the device and runs the graph there."""
     d, lib, inputs, python, ort = convnet
