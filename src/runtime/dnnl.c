@@ -12,6 +12,7 @@
 #define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,8 @@ static int open_shim(void) {
 }
 
 static int load_shim(void) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* modules may load on several threads */
+  pthread_mutex_lock(&lock);
   if (!shim.tried) {
     shim.tried = 1;
     if (open_shim()) {
@@ -128,6 +131,7 @@ static int load_shim(void) {
       shim.lib = NULL;
     }
   }
+  pthread_mutex_unlock(&lock);
   if (!shim.lib)
     return kiln_error("this library offloads subgraphs to dnnl (oneDNN), but %s", shim.error);
   return 0;
