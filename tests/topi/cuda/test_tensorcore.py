@@ -154,6 +154,16 @@ def test_relay_dense_takes_tensor_cores_for_float16_multiples_of_16(dtype, n, wm
     assert ("kiln_wmma_mma" in src) == wmma
 
 
+def test_relay_batch_matmul_takes_tensor_cores():
+    from kiln import relay
+
+    x = relay.var("x", shape=(2, 32, 64), dtype="float16")
+    y = relay.var("y", shape=(2, 48, 64), dtype="float16")
+    mod = tvm.IRModule.from_expr(relay.Function([x, y], relay.nn.batch_matmul(x, y)))
+    src = relay.build(mod, target=TARGET).get_lib().imported_modules[0].get_source()
+    assert "kiln_wmma_mma" in src
+
+
 # -- on the GPU ------------------------------------------------------------------------------------
 
 def _ref(a, w):
