@@ -160,7 +160,7 @@ static int texture_slot(KilnGraph* g, int e, int sid, const char* scope, const s
     }
   }
   int k = g->num_storage;
-  if (kiln_ndarray_alloc_scoped(t->shape, t->ndim, t->dtype, g->dev, scope, &g->storage[k])) {
+  if (kiln_texture_alloc(t->shape, t->ndim, t->dtype, g->dev, scope, limits[2], &g->storage[k])) {
     char why[400];
     snprintf(why, sizeof(why), "%s", kiln_last_error());
     return kiln_error("graph %s, %s: %s", label, scope, why);
@@ -228,10 +228,13 @@ static int plan_memory(KilnGraph* g, const JsonNode* attrs, const JsonNode* node
     size_t b = kiln_ndarray_nbytes(&g->entries[e]);
     if (!scopes[e] && b > sizes[sid_of[e]]) sizes[sid_of[e]] = b;
   }
-  size_t limits[2] = {0, 0};
+  /* Images folded as the kernels were compiled (texture.c): within the device's limits and the
+   * target's -texture_spatial_limit. */
+  size_t limits[3] = {0, 0, g->lib->texture_limit > 0 ? (size_t)g->lib->texture_limit : KILN_TEXTURE_DEFAULT_LIMIT};
   if (textures && g->dev.device_type == KILN_DEVICE_OPENCL &&
       kiln_opencl_image_limits(g->dev.device_id, &limits[0], &limits[1]))
     goto done;
+  for (int i = 0; i < 2; i++) if (limits[i] > limits[2]) limits[i] = limits[2];
   DLDataType u8 = {KILN_DL_UINT, 8, 1};
   for (size_t e = 0; e < n; e++) {
     int sid = sid_of[e];

@@ -56,11 +56,16 @@ int kiln_opencl_attr(int32_t device_id, const char* name, int64_t* ints, int* co
 /* ---- texture.c: texture-scoped arrays (docs/adreno.md) ---------------------------------- */
 /* Leading dimensions a scope folds into the image height: 0 for "global" (or NULL), -1 unknown. */
 int kiln_texture_split(const char* scope);
+/* An image array (kiln_ndarray_alloc_scoped's) folded to fit images of at most `limit` texels
+ * a side as well as the device's: the limit the kernels were compiled for. */
+int kiln_texture_alloc(const int64_t* shape, int32_t ndim, DLDataType dtype, DLDevice device, const char* scope,
+                       size_t limit, DLTensor** out);
 /* The same name as a static string ("global" for buffers and unknown names). */
 const char* kiln_texture_scope_name(const char* scope);
 /* 0 when a tensor of this shape and dtype can live in `scope`, else -1 with a message. */
 int kiln_texture_check(const int64_t* shape, int32_t ndim, DLDataType dtype, const char* scope);
 /* The image (texels) holding a checked texture tensor on a device of max_w x max_h images. */
+#define KILN_TEXTURE_DEFAULT_LIMIT 8192 /* the compiler's, without -texture_spatial_limit */
 void kiln_texture_fold(const int64_t* shape, const char* scope, size_t max_w, size_t max_h, size_t* width,
                        size_t* height);
 
@@ -127,6 +132,7 @@ struct KilnModule {
   char* path;
   char* entry;
   int32_t device_type;
+  int64_t texture_limit;    /* the target's -texture_spatial_limit, 0 when not given */
   int num_functions;
   KilnFunction* functions;
   const char* last_error;   /* the module's __kiln_last_error buffer */

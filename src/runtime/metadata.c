@@ -106,6 +106,11 @@ int kiln_metadata_read(KilnModule* mod, const char* json, size_t len, const char
     fn->module = mod;
     if (read_function(fn, f, label)) goto done;
   }
+  /* The largest image the compiler folded texture tensors for (texture.c); 0: its default. */
+  const char* target = json_string(json_get(root, "target"));
+  const char* limit = target ? strstr(target, "-texture_spatial_limit=") : NULL;
+  mod->texture_limit = limit ? strtoll(limit + strlen("-texture_spatial_limit="), NULL, 10) : 0;
+  if (mod->texture_limit < 0) mod->texture_limit = 0;
   const char* entry = json_string(json_get(root, "entry"));
   if (!entry || !*entry) entry = mod->num_functions ? mod->functions[0].name : "";
   if (!(mod->entry = dup_str(entry))) goto done;

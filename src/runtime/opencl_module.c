@@ -69,8 +69,9 @@ static int check_memory(CLKernelInfo* k, int i, void* mem) {
                       k->name, i, k->param_names[i], want_w, want_h);
   if (want_w && (w != want_w || h != want_h))
     return kiln_error("%s: argument %d (%s) is an image of %zu x %zu texels, but the kernel was compiled for %zu x "
-                      "%zu (the device folds the tensor otherwise: build with -texture_spatial_limit set to the "
-                      "device's image limit)", k->name, i, k->param_names[i], w, h, want_w, want_h);
+                      "%zu (another scope in mod.json, or a fold this device's images cannot hold: rebuild mod.so "
+                      "and mod.json together, with -texture_spatial_limit within the device's image limits)",
+                      k->name, i, k->param_names[i], w, h, want_w, want_h);
   if (!want_w && is_image)
     return kiln_error("%s: argument %d (%s) is an image, but the kernel takes a buffer; keep the tensor in scope "
                       "'global'", k->name, i, k->param_names[i]);

@@ -6,6 +6,11 @@
  * its width (one RGBA texel per 4 elements). When that image is larger than the device allows,
  * the other folds are tried in the order 3, 2, 1, 4 of leading dimensions; when none fits, the
  * preferred one is kept and its allocation fails with the device's limits in the message.
+ *
+ * The compiler picks among the same folds with the target's -texture_spatial_limit instead of
+ * the device's limits. The graph executor folds with the smaller of the two, which gives the
+ * compiler's fold whenever that fits the device; kernel launches check the size they get
+ * (opencl_module.c). The Python runtime's alloc_texture folds with the device's limits only.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +78,11 @@ void kiln_texture_fold(const int64_t* shape, const char* scope, size_t max_w, si
 
 int kiln_ndarray_alloc_scoped(const int64_t* shape, int32_t ndim, DLDataType dtype, DLDevice device,
                               const char* mem_scope, DLTensor** out) {
+  return kiln_texture_alloc(shape, ndim, dtype, device, mem_scope, (size_t)-1, out);
+}
+
+int kiln_texture_alloc(const int64_t* shape, int32_t ndim, DLDataType dtype, DLDevice device, const char* mem_scope,
+                       size_t limit, DLTensor** out) {
   int split = kiln_texture_split(mem_scope);
   if (split <= 0) {
     if (split < 0) return kiln_texture_check(shape, ndim, dtype, mem_scope);
@@ -84,7 +94,7 @@ int kiln_ndarray_alloc_scoped(const int64_t* shape, int32_t ndim, DLDataType dty
   if (kiln_texture_check(shape, ndim, dtype, mem_scope)) return -1;
   size_t max_w, max_h, w, h;
   if (kiln_opencl_image_limits(device.device_id, &max_w, &max_h)) return -1;
-  kiln_texture_fold(shape, mem_scope, max_w, max_h, &w, &h);
+  kiln_texture_fold(shape, mem_scope, max_w < limit ? max_w : limit, max_h < limit ? max_h : limit, &w, &h);
   DLTensor* t = calloc(1, sizeof(DLTensor) + sizeof(int64_t) * 5);
   if (!t) return kiln_error("out of memory allocating an array header");
   if (kiln_opencl_alloc_image(device.device_id, w, h, dtype.bits, &t->data)) {

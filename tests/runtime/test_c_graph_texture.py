@@ -190,24 +190,41 @@ def test_texture_entry_given_as_a_buffer_fails_at_launch(build, library, tmp_pat
            "an image of 5 x 6 texels" in r.stderr, r.stderr
 
 
-def test_image_folded_otherwise_than_compiled_is_refused(build, tmp_path):
-    # Compiled for images of at most 32 texels: (1, 8, 8, 2, 4) becomes 16 x 8 (w x h) instead of the
-    # preferred 2 x 64, which the device (and so the executor) takes. The launch says so.
+def test_images_folded_for_the_targets_texture_spatial_limit(build, tmp_path):
+    # Compiled for images of at most 32 texels a side, (1, 8, 8, 2, 4) is 16 x 8 texels (w x h), not
+    # the preferred 2 x 64 that the device would take: the executor folds as the compiler did.
     shape = (1, 8, 8, 2, 4)
-    lib = tvm.build(IRModule({"pack": _kernel("pack", ["global", TEX], lambda a: a * 2.0, shape)}),
-                    target=tvm.target.Target("opencl -device=adreno -texture_spatial_limit=32", host="llvm"))
+    kernels = {"pack": _kernel("pack", ["global", TEX], lambda a: a * 2.0, shape),
+               "untex": _kernel("untex", [TEX, "global"], lambda t: t - 0.5, shape)}
+    lib = tvm.build(IRModule(kernels), target=tvm.target.Target("opencl -device=adreno -texture_spatial_limit=32",
+                                                                host="llvm"))
+    assert "__write_only image2d_t" in lib.imported_modules[0].get_source()
     lib.export_library(str(tmp_path / "mod.so"))
-    g = {"nodes": [{"op": "null", "name": "a", "inputs": []},
-                   {"op": "tvm_op", "name": "pack0", "inputs": [[0, 0, 0]],
-                    "attrs": {"func_name": "pack", "num_inputs": "1", "num_outputs": "1"}}],
-         "arg_nodes": [0], "heads": [[1, 0, 0]], "node_row_ptr": [0, 1, 2],
-         "attrs": {"shape": ["list_shape", [list(shape)] * 2], "dltype": ["list_str", ["float32"] * 2],
-                   "storage_id": ["list_int", [0, 1]], "storage_scope": ["list_str", ["global", TEX]]}}
-    r = kiln_run(build, "--package", package(tmp_path / "p.tar", str(tmp_path / "mod.so"), g, {}), "--device", "cl",
+    nodes = [{"op": "null", "name": "a", "inputs": []}]
+    for nid, func in ((1, "pack"), (2, "untex")):
+        nodes.append({"op": "tvm_op", "name": f"{func}0", "inputs": [[nid - 1, 0, 0]],
+                      "attrs": {"func_name": func, "num_inputs": "1", "num_outputs": "1"}})
+    g = {"nodes": nodes, "arg_nodes": [0], "heads": [[1, 0, 0], [2, 0, 0]], "node_row_ptr": [0, 1, 2, 3],
+         "attrs": {"shape": ["list_shape", [list(shape)] * 3], "dltype": ["list_str", ["float32"] * 3],
+                   "storage_id": ["list_int", [0, 1, 2]], "storage_scope": ["list_str", ["global", TEX, "global"]]}}
+    a = np.random.default_rng(3).standard_normal(shape).astype("float32")
+    np.savez(tmp_path / "in.npz", a=a)
+    kiln_run(build, "--package", package(tmp_path / "p.tar", str(tmp_path / "mod.so"), g, {}), "--device", "cl",
+             "--input", tmp_path / "in.npz", "--output", tmp_path / "out.npz")
+    got = np.load(tmp_path / "out.npz")
+    np.testing.assert_allclose(got["output_0"], a * 2, rtol=1e-6)   # the texture itself, read back
+    np.testing.assert_allclose(got["output_1"], a * 2 - 0.5, rtol=1e-6, atol=1e-6)
+
+
+def test_image_of_another_fold_than_the_kernels_is_refused(build, library, tmp_path):
+    # pack writes an NCHW4c texture (5 x 6 texels); the graph says NHWC4c for its output (15 x 2).
+    g = graph()
+    g["attrs"]["storage_scope"][1][3] = NHWC
+    r = kiln_run(build, "--package", package(tmp_path / "p.tar", library, g, {"w": data()["w"]}), "--device", "cl",
                  check=False)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "argument 1 (out) is an image of 2 x 64 texels, but the kernel was compiled for 16 x 8" in r.stderr, \
-        r.stderr
+    assert "graph node 3 (pack) failed: pack: pack_kernel0: argument 1 (out) is an image of 15 x 2 texels, but the " \
+           "kernel was compiled for 5 x 6" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("scopes, message", [
