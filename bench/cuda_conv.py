@@ -1,6 +1,6 @@
 """CUDA conv2d: untuned tile candidates on each distinct conv layer of a model, timed on the GPU.
 
-For every distinct (non-grouped) conv2d of the ONNX model (tests/relay/onnx_models.py), batch 1,
+For every distinct (non-grouped) conv2d of the ONNX model, heaviest (FLOPs x occurrences) first (tests/relay/onnx_models.py), batch 1,
 builds topi.gpu's direct kernel with the default tiles (``topi.gpu.conv2d.default_config``),
 the previous default (one window tap per shared-memory step) and a few other points of
 ``topi.gpu.conv2d.tiles`` (outputs per work-item, work-group size, channels per step), checks
@@ -38,7 +38,7 @@ def layers(model_name: str, image: int = 224) -> list:
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
               for v in list(model.graph.value_info) + list(model.graph.input)}
     inits = {i.name: list(i.dims) for i in model.graph.initializer}
-    out, seen = [], set()
+    count: dict = {}
     for n in model.graph.node:
         if n.op_type != "Conv":
             continue
@@ -46,10 +46,13 @@ def layers(model_name: str, image: int = 224) -> list:
         if a.get("group", 1) != 1:
             continue
         key = (tuple(shapes[n.input[0]]), tuple(inits[n.input[1]]), a["strides"][0], a["pads"][0])
-        if key not in seen:
-            seen.add(key)
-            out.append(key)
-    return out
+        count[key] = count.get(key, 0) + 1
+
+    def work(key):  # the layer's share of the model's convolution FLOPs: the heaviest first
+        (_, c, h, w), (f, _, kh, kw), stride, _ = key
+        return -count[key] * f * c * kh * kw * (h // stride) * (w // stride)
+
+    return sorted(count, key=work)
 
 
 def old_default(p) -> dict:
