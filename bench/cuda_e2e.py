@@ -57,6 +57,24 @@ def torch_model(torch, name: str):
     return net.eval().cuda()
 
 
+def conv_variant(name: str) -> None:
+    """Swap topi.gpu's untuned conv2d tiles for a comparison: "old" (before the shape-driven
+    defaults, bench/cuda_conv.py), "busy2x" (twice the work-items before register tiles grow)."""
+    from kiln.topi.gpu import conv2d as gconv
+
+    if name == "old":
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("kiln_bench_conv", Path(__file__).with_name("cuda_conv.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        gconv.default_config = lambda p, threads=None: mod.old_default(p)
+    elif name == "busy2x":
+        gconv.BUSY_THREADS *= 2
+    elif name != "default":
+        raise SystemExit(f"bench/cuda_e2e.py: no conv variant {name!r} (default, old, busy2x)")
+
+
 def build(model, target, dtype: str):
     mod, params = relay.frontend.from_onnx(model)
     with tvm.transform.PassContext(opt_level=3):
@@ -139,7 +157,9 @@ def main() -> None:
     p.add_argument("--number", type=int, default=10, help="calls per timed repeat")
     p.add_argument("--target", default="cuda", help='kiln target, e.g. "cuda -arch=sm_90"')
     p.add_argument("--profile", type=int, default=0, metavar="N", help="print each build's N slowest kernels")
+    p.add_argument("--conv-variant", default="default", help="untuned conv2d tiles: default, old, busy2x")
     args = p.parse_args()
+    conv_variant(args.conv_variant)
     dev = tvm.cuda(0)
     if not dev.exist:
         raise SystemExit("bench/cuda_e2e.py: no CUDA device (needs an NVIDIA GPU, its driver and "
@@ -156,7 +176,7 @@ def main() -> None:
     target = tvm.target.Target(args.target, host="llvm")
     print(f"device: {dev.device_name} (sm_{dev.compute_version.replace('.', '')})  |  target: {target}  |  "
           f"reference: torch {torch.__version__} eager, cuDNN, TF32 off  |  median of {args.repeat} x "
-          f"{args.number} calls", flush=True)
+          f"{args.number} calls  |  conv tiles: {args.conv_variant}", flush=True)
     worst, wrong = 0.0, []
     for name in args.models:
         for dtype in args.dtypes:
