@@ -3,8 +3,8 @@
 - fp32: kiln's untuned default and the best of the hand-picked points of its tuning space, against
   cuBLAS through torch with TF32 off (bench/opencl.py's bench_matmul, run for CUDA).
 - fp16: ``dense_tensorcore`` (A M x K, W N x K, both float16) untuned and the best of the
-  hand-picked points below, float32 accumulation (and float16 accumulation for the best point),
-  against torch's float16 ``a @ w.T`` (cuBLAS).
+  hand-picked points below (float32 accumulation; the best point also with float16
+  accumulation), against torch's float16 ``a @ w.T`` (cuBLAS).
 
 Both sides are timed with CUDA events, medians of ``--repeat`` repeats; every kiln kernel is
 checked against torch's result first.
@@ -25,11 +25,11 @@ import numpy as np
 import kiln as tvm
 from kiln import te
 
-# (block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk), each with and
-# without double-buffered (cp.async) shared tiles
-TC_SHAPES = [(2, 4, 2, 2, 2), (2, 4, 4, 2, 2), (4, 2, 2, 4, 2), (2, 2, 4, 4, 2), (2, 4, 4, 2, 4),
-             (4, 2, 2, 4, 4), (2, 2, 4, 4, 4), (4, 4, 2, 2, 2)]
-TC_CANDIDATES = [shape + (db,) for shape in TC_SHAPES for db in (1, 0)]
+# (block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk), each with one shared
+# slab, double-buffered and a 3-stage pipeline (cp.async prefetches)
+TC_SHAPES = [(2, 4, 4, 2, 2), (4, 2, 2, 4, 2), (2, 2, 4, 4, 2), (2, 4, 4, 2, 4), (4, 2, 2, 4, 4),
+             (2, 4, 2, 2, 2)]
+TC_CANDIDATES = [shape + (db,) for shape in TC_SHAPES for db in (3, 2, 0)]
 
 
 def _shared():
@@ -91,7 +91,7 @@ def bench_tensorcore(n: int, target, dev, repeat: int, torch, gpu) -> None:
         raise SystemExit(f"fp16 dense {n}: kiln's tensor-core kernel differs from torch (max rel err {err:.2e})")
     results = {}
     for point in TC_CANDIDATES:
-        for out_dtype in ("float32", "float16"):
+        for out_dtype in ("float32",):
             try:
                 f = build_tensorcore(n, target, out_dtype, tc_config(point))
                 e = check(f, out_dtype)
@@ -114,15 +114,19 @@ def bench_tensorcore(n: int, target, dev, repeat: int, torch, gpu) -> None:
     print(f"  {'cuBLAS (torch fp16)':30s} {t_ref:9.3f} ms  {tf(t_ref):7.1f} TFLOP/s")
     print(f"  {'kiln untuned (fp32 acc)':30s} {t_untuned:9.3f} ms  {tf(t_untuned):7.1f} TFLOP/s  "
           f"ratio {t_ref / t_untuned:.2f}x")
-    for acc in ("float32", "float16"):
-        mine = {k: v for k, v in results.items() if k[1] == acc}
-        if not mine:
+    if not results:
+        return
+    (point, _), _ = min(results.items(), key=lambda kv: kv[1])
+    for acc in ("float32", "float16"):  # the best point, with float32 and with float16 accumulation
+        f = build_tensorcore(n, target, acc, tc_config(point))
+        e = check(f, acc)
+        if e > (1e-2 if acc == "float32" else 5e-2):
+            print(f"  best point with {acc} accumulation: wrong result (rel err {e:.1e})")
             continue
-        (point, _), _ = min(mine.items(), key=lambda kv: kv[1])
-        best = measure(build_tensorcore(n, target, acc, tc_config(point)), acc, repeat)
+        best = measure(f, acc, repeat)
         print(f"  {'kiln tuned (' + acc[5:] + '-bit acc)':30s} {best:9.3f} ms  {tf(best):7.1f} TFLOP/s  "
               f"ratio {t_ref / best:.2f}x  (warps {point[0]}x{point[1]}, tiles {point[2]}x{point[3]}, "
-              f"chunk {point[4]}, double buffer {point[5]})")
+              f"chunk {point[4]}, shared stages {max(1, point[5])})")
 
 
 def main() -> None:

@@ -210,7 +210,7 @@ class CUDAPrinter(CStylePrinter):
     def stmt_Evaluate(self, s) -> None:
         if isinstance(s.value, E.Call) and s.value.op == WAIT_OP:
             if self.async_copies:
-                self.emit('asm volatile("cp.async.wait_group 0;" ::: "memory");')
+                self.emit(f'asm volatile("cp.async.wait_group {s.value.args[0].value};" ::: "memory");')
             return
         super().stmt_Evaluate(s)
 

@@ -318,7 +318,7 @@ def _double_buffer_mark(st: Stage, bufs, stmt: Stmt) -> Stmt:
         return stmt
     from kiln.ir.stmt import AttrStmt
 
-    return AttrStmt(bufs[0].data, "double_buffer_scope", const(1), stmt)
+    return AttrStmt(bufs[0].data, "double_buffer_scope", const(int(st.double_buffered)), stmt)
 
 
 def _attached_scope(st: Stage) -> str:

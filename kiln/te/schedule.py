@@ -218,10 +218,13 @@ class Stage:
             raise ScheduleError(f"stage {self.name}: tensorize needs a te.decl_tensor_intrin(...), got {intrin!r}")
         self.tensorized = (axis, intrin)
 
-    def double_buffer(self) -> None:
+    def double_buffer(self, stages: int = 2) -> None:
         """Keep two copies of this shared stage so the next loop iteration's tile is fetched while
-        the current one is used (CUDA: kiln/tir/transform/double_buffer.py; elsewhere ignored)."""
-        self.double_buffered = True
+        the current one is used (CUDA: kiln/tir/transform/double_buffer.py; elsewhere ignored).
+        kiln's ``stages`` > 2 keeps that many copies, fetching stages - 1 iterations ahead."""
+        if int(stages) < 2:
+            raise ScheduleError(f"stage {self.name}: double_buffer needs stages >= 2, got {stages}")
+        self.double_buffered = int(stages)
 
     # Placement ----------------------------------------------------------------------------
     def compute_at(self, parent: "Stage", scope: IterVar) -> None:

@@ -1,24 +1,25 @@
-"""Double-buffer shared tiles fetched in a loop (stages marked ``s[AS].double_buffer()``).
+"""Double-buffer (or P-stage pipeline) shared tiles fetched in a loop (``s[AS].double_buffer()``;
+kiln's ``double_buffer(stages=P)`` keeps P copies).
 
-te lowering marks the fetch of such a stage with ``AttrStmt(data, "double_buffer_scope")``. A
-serial loop whose body allocates the stage and fetches it first::
+te lowering marks the fetch of such a stage with ``AttrStmt(data, "double_buffer_scope", P)``.
+A serial loop whose body allocates the stage and fetches it first::
 
     for k in [0, n): Allocate AS[S]: seq(fetch(k) -> AS, ..., use AS)
 
-becomes, with AS twice as large and each iteration using half ``k % 2``::
+becomes, with AS P times as large and iteration k using slot ``k % P``::
 
-    Allocate AS[2S]:
-      fetch(0) -> AS[0:S]                                  (async)
+    Allocate AS[P*S]:
+      fetch(j) -> slot j, for j < P - 1                    (async, one group each)
       for k in [0, n):
-        wait for async copies; barrier
-        if k + 1 < n: fetch(k + 1) -> AS[((k+1)%2)*S ...]  (async)
-        use AS[(k%2)*S ...]
+        wait until at most P - 2 groups are in flight; barrier
+        if k + P - 1 < n: fetch(k + P - 1) -> slot (k+P-1) % P   (async, one group, maybe empty)
+        use slot k % P
 
-The barrier at the top orders both hazards: the tile of k is complete before it is read, and
-the reads of iteration k - 1 are done before half (k+1) % 2 is overwritten. The next fetch is
-marked ``kiln.async_fetch``: the CUDA printer issues its aligned 16-byte copies as ``cp.async``
-(sm_80 and newer), so the loads run while the tensor cores work, and barrier insertion
-(thread_sync.py) does not fence it again. Runs after flattening (one index per access).
+The barrier at the top orders both hazards: tile k is complete before it is read, and the reads
+of iteration k - 1 are done before its slot is overwritten. The prefetches are marked
+``kiln.async_fetch``: the CUDA printer issues their aligned copies as ``cp.async`` (sm_80 and
+newer), so the loads run while the tensor cores work, and barrier insertion (thread_sync.py)
+does not fence them again. Runs after flattening (one index per access).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ def inject_double_buffer(func: PrimFunc) -> PrimFunc:
     return func if body is func.body else replace(func, body=body)
 
 
-def async_wait():
-    return Evaluate(E.Call(E.const(0).dtype, WAIT_OP, ()))
+def async_wait(pending: int):
+    """Wait until at most ``pending`` groups of async copies are in flight."""
+    return Evaluate(E.Call(E.const(0).dtype, WAIT_OP, (E.const(pending),)))
 
 
 class _Inject(Mutator):
@@ -63,27 +65,35 @@ class _Inject(Mutator):
         sizes = {id(a.buffer.data): _size(a) for a in doubled}
         if any(n is None for n in sizes.values()):
             return op
+        stages = max(2, min(op.extent.value, max(int(getattr(f.value, "value", 2)) for f in fetches)))
 
-        def half(stmt, which):
+        def slot(stmt, which):
             return _Offset({key: E.Mul(which, E.const(n, which.dtype), which.dtype) for key, n in sizes.items()}).visit(stmt)
 
-        two = E.const(2, k.dtype)
-        one = E.const(1, k.dtype)
-        nxt = E.Add(k, one, k.dtype)
-        first = seq(*[half(substitute(f.body, {k: E.const(0, k.dtype)}), E.const(0, k.dtype)) for f in fetches])
-        prefetch = seq(*[half(substitute(f.body, {k: nxt}), E.FloorMod(nxt, two, k.dtype)) for f in fetches])
-        guard = E.LT(nxt, op.extent, BOOL_T)
+        def fetch(at, which):
+            return seq(*[slot(substitute(f.body, {k: at}), which) for f in fetches])
+
+        def mod(x):
+            return E.FloorMod(x, E.const(stages, k.dtype), k.dtype)
+
+        def marked(stmt):
+            return AttrStmt(E.const(0), ASYNC, E.const(1), stmt)
+
+        first = [marked(fetch(E.const(j, k.dtype), E.const(j, k.dtype))) for j in range(stages - 1)]
+        ahead = E.Add(k, E.const(stages - 1, k.dtype), k.dtype)
         from .thread_sync import barrier
 
-        loop_body = seq(async_wait(), barrier(), IfThenElse(guard, AttrStmt(E.const(0), ASYNC, E.const(1), prefetch)),
-                        half(seq(*rest), E.FloorMod(k, two, k.dtype)))
+        loop_body = seq(async_wait(stages - 2), barrier(),
+                        marked(IfThenElse(E.LT(ahead, op.extent, BOOL_T), fetch(ahead, mod(ahead)))),
+                        slot(seq(*rest), mod(k)))
         inner = [a for a in allocs if a not in doubled]
         for a in reversed(inner):
             loop_body = replace(a, body=loop_body)
         # The barrier first: the tile's last readers (an enclosing loop's previous iteration) are done.
-        stmt = seq(barrier(), AttrStmt(E.const(0), ASYNC, E.const(1), first), replace(op, body=loop_body))
+        stmt = seq(barrier(), *first, replace(op, body=loop_body))
         for a in reversed(doubled):
-            stmt = Allocate(a.buffer, (E.const(2 * sizes[id(a.buffer.data)], a.extents[0].dtype),), stmt, a.condition)
+            stmt = Allocate(a.buffer, (E.const(stages * sizes[id(a.buffer.data)], a.extents[0].dtype),), stmt,
+                            a.condition)
         return stmt
 
 

@@ -5,8 +5,8 @@ warp ``warp_row_tiles x warp_col_tiles`` wmma tiles of 16 x 16 held in accumulat
 The reduction runs in steps of ``16 * chunk``: per step the block copies a ``BM x 16*chunk`` slab
 of A and of B (dense's weight, N x K) into shared memory (all threads, ``vec`` halves each, rows
 padded by ``offset`` halves against bank conflicts), then each warp loads its A and B tiles into
-fragments and multiplies. With ``double_buffer`` the slabs are twice as large and the next one
-is fetched (``cp.async`` on sm_80+) while the warps work on the current one. The accumulators go
+fragments and multiplies. With ``double_buffer`` = P the block keeps P slabs and fetches P - 1
+ahead (``cp.async`` on sm_80+) while the warps work on the current one. The accumulators go
 straight to global memory (``wmma.store``); an elementwise epilogue (bias, activation) is a
 second kernel.
 
@@ -29,7 +29,7 @@ WARP = 32
 TAGS = ("dense", "batch_matmul")
 KNOBS = {"block_row_warps": [1, 2, 4], "block_col_warps": [1, 2, 4], "warp_row_tiles": [1, 2, 4],
          "warp_col_tiles": [1, 2, 4], "chunk": [1, 2, 4, 8], "offset": [0, 8], "vec": [1, 2, 4, 8],
-         "double_buffer": [0, 1]}
+         "double_buffer": [0, 2, 3, 4]}  # 0: one slab; P: P slabs in flight (a P-stage pipeline)
 
 
 def fits(m: int, n: int, k: int, dtype) -> bool:
@@ -271,5 +271,5 @@ def _schedule_mma(s, C, conf):
         if vec > 1:
             sh.vectorize(v)
         if double:
-            sh.double_buffer()
+            sh.double_buffer(max(2, double))
     del threads

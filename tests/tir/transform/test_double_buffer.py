@@ -12,7 +12,7 @@ from kiln.codegen import cuda as cg
 needs_nvrtc = pytest.mark.skipif(not cg.have_nvrtc(), reason="needs NVRTC: pip install -e '.[cuda]'")
 
 
-def matmul(n=64, tile=16, kstep=16, double=True):
+def matmul(n=64, tile=16, kstep=16, double=2):
     A = te.placeholder((n, n), name="A")
     B = te.placeholder((n, n), name="B")
     k = te.reduce_axis((0, n), name="k")
@@ -38,7 +38,7 @@ def matmul(n=64, tile=16, kstep=16, double=True):
         s[S].bind(tx, te.thread_axis("threadIdx.x"))
         s[S].vectorize(v)
         if double:
-            s[S].double_buffer()
+            s[S].double_buffer(double)
     return s, A, B, C
 
 
@@ -56,15 +56,25 @@ def test_double_buffer_two_halves_prefetch_and_one_barrier_per_step():
 
 
 @needs_nvrtc
+def test_three_stages_keep_two_tiles_in_flight():
+    s, A, B, C = matmul(double=3)
+    src = tvm.build(s, [A, B, C], target="cuda -arch=sm_80").imported_modules[0].get_source()
+    assert "__shared__ float A_shared[768]" in src
+    loop = src[src.index("for (int k_outer"):]
+    assert "cp.async.wait_group 1" in loop and "if ((k_outer + 2) < 4)" in loop
+    assert src[:src.index("for (int k_outer")].count("cp.async.commit_group") == 2  # tiles 0 and 1 (A and B each)
+
+
+@needs_nvrtc
 def test_without_double_buffer_the_loop_fences_twice():
-    s, A, B, C = matmul(double=False)
+    s, A, B, C = matmul(double=0)
     src = tvm.build(s, [A, B, C], target="cuda -arch=sm_80").imported_modules[0].get_source()
     assert "__shared__ float A_shared[256]" in src and "cp.async" not in src
     assert src[src.index("for (int k_outer"):].count("__syncthreads()") == 2
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("double", [True, False])
+@pytest.mark.parametrize("double", [0, 2, 3])
 def test_double_buffered_matmul_runs(double):
     s, A, B, C = matmul(double=double)
     f = tvm.build(s, [A, B, C], target="cuda")
