@@ -31,6 +31,8 @@ def main() -> None:
     ap.add_argument("--number", type=int, default=5)
     ap.add_argument("--models", default="resnet18,mobilenet_v2")
     ap.add_argument("--cuda", action="store_true", help="cuDNN vs kiln's CUDA kernels on CUDA device 0")
+    ap.add_argument("--depthwise", action="store_true", help="--cuda: offload depthwise convolutions to cuDNN too")
+    ap.add_argument("--profile", action="store_true", help="--cuda: where the cuDNN build's time goes")
     args = ap.parse_args()
     if args.cuda:
         return cuda_main(args)
@@ -121,7 +123,7 @@ def cuda_main(args) -> None:
         model, inputs = MODELS[name]()
         mod, params = relay.frontend.from_onnx(model)
         with tvm.transform.PassContext(opt_level=3):
-            lib_cudnn = relay.build(partition_for_cudnn(mod, params), target="cuda")
+            lib_cudnn = relay.build(partition_for_cudnn(mod, params, depthwise=args.depthwise), target="cuda")
             lib_kiln = relay.build(mod, target="cuda", params=params)
         want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
         sess = ort.InferenceSession(model.SerializeToString(), providers=[provider])
@@ -136,9 +138,10 @@ def cuda_main(args) -> None:
                 print(f"MISMATCH {name} ({label}): max abs diff {np.abs(got - want).max():.2e}")
                 wrong.append(f"{name} ({label})")
             sides[label] = lambda m=m: (m.run(), dev.sync())
-            if label == "cudnn":  # convolutions with relu whose fused cuDNN call was refused
+            if label == "cudnn":  # convolutions whose fused cuDNN call was refused
                 refused = sum(not ok for _, _, f, _ in m.module.kernels
                               for ok in getattr(getattr(f, "executor", None), "fused_ok", {}).values())
+                with_cudnn = m
         sides["ort"] = lambda: sess.run(None, inputs)
         subgraphs = [m for m in lib_cudnn.get_lib().imported_modules if m.type_key == "cudnn"]
         nodes = sum(len(m.graph["nodes"]) for m in subgraphs)
@@ -146,8 +149,60 @@ def cuda_main(args) -> None:
         print(f"{name:<14}{ms['cudnn']:>10.3f}{ms['kiln']:>9.3f}{ms['ort']:>9.3f}{ms['cudnn'] / ms['kiln']:>11.2f}x"
               f"{ms['cudnn'] / ms['ort']:>10.2f}x  {len(subgraphs)} subgraphs, {nodes} cuDNN nodes, "
               f"{refused} fused calls refused")
+        if args.profile:
+            _profile(with_cudnn, dev)
     if wrong:
         sys.exit(f"MISMATCH: {', '.join(wrong)}")
+
+
+def _profile(m, dev, number: int = 50) -> None:
+    """Per cuDNN node kind: host time per call (no sync: what Python and cuDNN spend launching) and
+    time per call with a sync after the batch (host and device); then the graph's split."""
+    import json
+    import time
+
+    ex = m.module
+    rows = {}
+    for _, name, func, args in ex.kernels:
+        executor = getattr(func, "executor", None)
+        if executor is None or not name.startswith("tvmgen_default_cudnn"):
+            continue
+        for node, call in executor.bind(args).steps:
+            a = node["attrs"]
+            label = node["kind"]
+            if node["kind"] == "conv2d":
+                groups, channels = a["groups"], executor._shape(node["inputs"][0])[1]
+                label += ("_depthwise" if groups > 1 and groups == channels else "") + f" post={a['post'] or '-'}" + \
+                    (" bias" if a["bias"] else "")
+            dev.sync()
+            start = time.perf_counter()
+            for _ in range(number):
+                call()
+            host = (time.perf_counter() - start) / number
+            dev.sync()
+            start = time.perf_counter()
+            for _ in range(number):
+                call()
+            dev.sync()
+            full = (time.perf_counter() - start) / number
+            r = rows.setdefault(label, [0, 0.0, 0.0])
+            r[0] += 1
+            r[1] += host
+            r[2] += full
+    print(f"  {'cuDNN node':<34}{'count':>6}{'host us/call':>14}{'synced us/call':>16}{'total ms':>10}")
+    for label, (n, host, full) in sorted(rows.items(), key=lambda kv: -kv[1][2]):
+        print(f"  {label:<34}{n:>6}{1e6 * host / n:>14.1f}{1e6 * full / n:>16.1f}{1e3 * full:>10.3f}")
+    prof = json.loads(ex.profile(number=20, repeat=3))
+    cudnn = sum(r["ms"] for r in prof if r["name"].startswith("tvmgen_default_cudnn"))
+    kiln = sum(r["ms"] for r in prof if not r["name"].startswith("tvmgen_default_cudnn"))
+    dev.sync()
+    start = time.perf_counter()
+    for _ in range(number):
+        ex.run()
+    host = (time.perf_counter() - start) / number
+    dev.sync()
+    print(f"  per node (profile): cuDNN subgraphs {cudnn:.3f} ms, kiln kernels {kiln:.3f} ms; run() without sync "
+          f"{1e3 * host:.3f} ms")
 
 
 if __name__ == "__main__":

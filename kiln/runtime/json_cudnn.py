@@ -8,9 +8,10 @@ on the legacy default stream, the one kiln's CUDA kernels launch on, so the subg
 with them. Convolutions use FMA math (no TF32), so results agree with fp32 references.
 
 A ``conv2d`` node with relu runs as one ``cudnnConvolutionBiasActivationForward``
-(y = relu(conv(x) + z + bias)); without relu, or where cuDNN refuses the fused call, as
-``cudnnConvolutionForward`` followed by ``cudnnAddTensor`` (bias, residual) and
-``cudnnActivationForward``.
+(y = relu(conv(x) + z + bias)), as does one with a bias or residual and no relu when the chosen
+algorithm is implicit precomputed GEMM (the identity activation needs it); otherwise, or where
+cuDNN refuses the fused call, as ``cudnnConvolutionForward`` followed by ``cudnnAddTensor``
+(bias, residual) and ``cudnnActivationForward``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from ..errors import KilnError
 INSTALL_HINT = ("cuDNN is not installed: pip install nvidia-cudnn-cu13 (or nvidia-cudnn-cu12 with CUDA 12), "
                 "or install the system's libcudnn9")
 _NCHW, _FLOAT, _CROSS_CORRELATION, _FMA_MATH = 0, 0, 1, 3
-_ACT = {"sigmoid": 0, "relu": 1, "tanh": 2}
+_ACT = {"sigmoid": 0, "relu": 1, "tanh": 2, "identity": 5}
+_PRECOMP_GEMM = 1  # the one algorithm cuDNN's fused call runs with the identity activation
 _POOL = {"max": 0, "avg_pad": 1, "avg": 2}
 _SOFTMAX_ACCURATE, _SOFTMAX_CHANNEL = 1, 1
 # Heuristic picks restricted to the GEMM-like algorithms (implicit precomputed, implicit, explicit):
@@ -183,10 +185,13 @@ class CuDNNExecutor:
             raise KilnError(f"{node['name']}: cuDNN computes shape {[d.value for d in dims]}, the graph says "
                             f"{node['shape']}")
         bias = _tensor(lib, [1, node["shape"][1], 1, 1])
-        act = _create(lib, "Activation")
-        _check(lib, lib.cudnnSetActivationDescriptor(act, _ACT["relu"], 0, 0.0), "cudnnSetActivationDescriptor")
+        act = _create(lib, "Activation")  # relu, or identity for a fused bias/residual without relu
+        mode = _ACT["relu" if "r" in a["post"] else "identity"]
+        _check(lib, lib.cudnnSetActivationDescriptor(act, mode, 0, 0.0), "cudnnSetActivationDescriptor")
+        relu = _create(lib, "Activation")
+        _check(lib, lib.cudnnSetActivationDescriptor(relu, _ACT["relu"], 0, 0.0), "cudnnSetActivationDescriptor")
         return {"kind": "conv2d", "node": node, "entry": entry, "x": x, "w": w, "y": y, "conv": conv,
-                "bias": bias, "act": act, "algo": None, "workspace": 0}
+                "bias": bias, "act": act, "relu": relu, "algo": None, "workspace": 0}
 
     def _make_pool2d(self, lib, node, entry):
         a = node["attrs"]
@@ -275,6 +280,7 @@ class CuDNNExecutor:
         def run():
             for call in calls:
                 call()
+        run.steps = [(step["node"], call) for step, call in zip(self.steps, calls)]  # bench/byoc.py --profile
         return run
 
     def _call(self, step, ptr):
@@ -303,7 +309,7 @@ class CuDNNExecutor:
         algo, entry = step["algo"], step["entry"]
         alpha2 = ctypes.c_float(1.0 if addend is not None else 0.0)
 
-        def fused() -> int:  # y = relu(conv(x) + alpha2 * z + bias); z = y is not read when alpha2 is 0
+        def fused() -> int:  # y = act(conv(x) + alpha2 * z + bias); z = y is not read when alpha2 is 0
             return lib.cudnnConvolutionBiasActivationForward(
                 h, one, step["x"], x, step["w"], w, step["conv"], algo, ws, ws_size, ctypes.byref(alpha2),
                 step["y"], addend if addend is not None else y, step["bias"], bias, step["act"], step["y"], y)
@@ -317,10 +323,12 @@ class CuDNNExecutor:
                 _check(lib, lib.cudnnAddTensor(h, one, step["y"], addend, one, step["y"], y),
                        "cudnnAddTensor (residual)")
             if "r" in a["post"]:
-                _check(lib, lib.cudnnActivationForward(h, step["act"], one, step["y"], y, zero, step["y"], y),
+                _check(lib, lib.cudnnActivationForward(h, step["relu"], one, step["y"], y, zero, step["y"], y),
                        "cudnnActivationForward (relu)")
 
-        if "r" not in a["post"]:
+        # One call where cuDNN fuses: relu with any algorithm; a bias or residual alone (the identity
+        # activation) with implicit precomputed GEMM only. A bare convolution is one call anyway.
+        if "r" not in a["post"] and (algo != _PRECOMP_GEMM or not (a["bias"] or addend is not None)):
             return separate
 
         def run() -> None:

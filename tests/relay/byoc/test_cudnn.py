@@ -160,8 +160,16 @@ CASES = ["conv", "conv_bias", "conv_bias_relu", "conv_relu", "conv_bias_sum_relu
 def test_each_case_is_offloaded(name):
     mod, _, names = _case(name)
     with tvm.transform.PassContext(opt_level=3):
-        lib = relay.build(partition_for_cudnn(mod), target="cuda")
+        lib = relay.build(partition_for_cudnn(mod, depthwise=True), target="cuda")
     assert [n["name"] for g in _graphs(lib) for n in g["nodes"]] == names
+
+
+def test_depthwise_stays_on_kiln_unless_asked():
+    mod, _, _ = _case("depthwise")
+    assert not [n for n in partition_for_cudnn(mod) if n.startswith("tvmgen_")]
+    assert [n for n in partition_for_cudnn(mod, depthwise=True) if n.startswith("tvmgen_")]
+    grouped, _, _ = _case("conv_grouped_strided_dilated")  # groups=2 of 4 channels: not depthwise
+    assert [n for n in partition_for_cudnn(grouped) if n.startswith("tvmgen_")]
 
 
 @pytest.mark.gpu
@@ -171,7 +179,7 @@ def test_each_case_matches_kiln_on_the_gpu(name):
     mod, inputs, _ = _case(name)
     want = _reference(mod, inputs)
     with tvm.transform.PassContext(opt_level=3):
-        lib = relay.build(partition_for_cudnn(mod), target="cuda")
+        lib = relay.build(partition_for_cudnn(mod, depthwise=True), target="cuda")
     dev = tvm.cuda(0)
     m = graph_executor.GraphModule(lib["default"](dev))
     for k, v in inputs.items():

@@ -11,6 +11,8 @@ convolutions before partitioning, as for oneDNN.
 
 from __future__ import annotations
 
+import contextvars
+
 from kiln.ir.op_attr import register_op_attr
 
 from ...expr import Call
@@ -20,6 +22,8 @@ from .dnnl import _layer, _layer_parts, bias_vector
 COMPILER = "cudnn"
 ACTIVATIONS = {"nn.relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh"}
 POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
+# Depthwise convolutions go to cuDNN only when partition_for_cudnn(..., depthwise=True) asks.
+_depthwise = contextvars.ContextVar("kiln_cudnn_depthwise", default=False)
 
 
 def _f32(*exprs) -> bool:
@@ -38,9 +42,12 @@ def _symmetric(padding) -> bool:
 def conv2d_ok(call: Call) -> bool:
     a = call.attrs
     data, weight = call.args
-    return (_f32(call, data, weight) and a.data_layout == "NCHW" and a.kernel_layout == "OIHW"
+    if not (_f32(call, data, weight) and a.data_layout == "NCHW" and a.kernel_layout == "OIHW"
             and a.get("out_layout", "") in ("", "NCHW") and a.get("out_dtype", "") in ("", "float32")
-            and len(_shape(data)) == 4 and _symmetric(a.padding))
+            and len(_shape(data)) == 4 and _symmetric(a.padding)):
+        return False
+    groups = int(a.groups)
+    return _depthwise.get() or groups == 1 or groups != _shape(data)[1]
 
 
 def pool_ok(call: Call) -> bool:
@@ -98,9 +105,12 @@ def pattern_table():
     return table
 
 
-def partition_for_cudnn(mod, params=None):
+def partition_for_cudnn(mod, params=None, depthwise: bool = False):
     """Bind ``params``, fold batch norms into the convolutions, then offload what cuDNN runs:
-    MergeComposite, AnnotateTarget(["cudnn"]), MergeCompilerRegions, PartitionGraph."""
+    MergeComposite, AnnotateTarget(["cudnn"]), MergeCompilerRegions, PartitionGraph.
+
+    Depthwise convolutions stay on kiln unless ``depthwise``: cuDNN's fp32 (FMA) depthwise
+    kernels are slow at small batch (MobileNetV2 on an H100, docs/byoc.md)."""
     from kiln.relay import transform
     from kiln.transform import PassContext, Sequential
 
@@ -113,5 +123,9 @@ def partition_for_cudnn(mod, params=None):
                       transform.FoldScaleAxis(), transform.FoldConstant(),
                       transform.MergeComposite(pattern_table()), transform.AnnotateTarget([COMPILER]),
                       transform.MergeCompilerRegions(), transform.PartitionGraph()])
-    with PassContext(opt_level=3):
-        return seq(mod)
+    token = _depthwise.set(bool(depthwise))
+    try:
+        with PassContext(opt_level=3):
+            return seq(mod)
+    finally:
+        _depthwise.reset(token)
