@@ -35,11 +35,16 @@ from kiln import relay  # noqa: E402
 from kiln.contrib import graph_executor  # noqa: E402
 
 TARGET = "opencl -device=adreno"
+TILE = None  # --tile: the NCHW4c conv's (pixels, channel blocks, work-items) per work-item / group
+
+
 def build(mod, params, textures: bool, fp16: bool, target: str = TARGET):
     if fp16:
         mod = relay.transform.InferType()(mod)
         mod = relay.transform.ToMixedPrecision("float16", accumulation_dtype="float32")(mod)
     config = {"relay.backend.adreno_textures": textures}
+    if TILE:
+        config["relay.backend.adreno_conv_tile"] = TILE
     with tvm.transform.PassContext(opt_level=3, config=config):
         return relay.build(mod, target=tvm.target.Target(target, host="llvm"), params=params)
 
@@ -95,12 +100,15 @@ def main() -> None:
     p.add_argument("--models", default="resnet18,mobilenet_v2")
     p.add_argument("--baseline", action="store_true", help="also time plain 'opencl' (topi.gpu) builds")
     p.add_argument("--skip", choices=["layers", "fp16", "fp32"], action="append", default=[])
+    p.add_argument("--tile", default=None, help="NCHW4c conv tiles 'pixels,blocks,threads' (default 4,1,64)")
     args = p.parse_args()
+    global TILE
+    TILE = tuple(int(v) for v in args.tile.split(",")) if args.tile else None
     dev = tvm.cl(0)
     if not dev.exist:
         raise SystemExit("no OpenCL device (clinfo lists none); set KILN_OPENCL_PLATFORM or install one")
     repeat = args.repeat or (3 if args.small else 10)
-    print(f"device: {dev.device_name}; target {TARGET}; medians of {repeat}")
+    print(f"device: {dev.device_name}; target {TARGET}; medians of {repeat}; conv tile {TILE or (4, 1, 64)}")
     import onnx_models
 
     image = 32 if args.small else 224

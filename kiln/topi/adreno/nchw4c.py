@@ -114,20 +114,23 @@ def schedule_nchw4c(outs, cfg=None):
     inline_injective(s, [out])
     st = s[out]
     axes = list(st.op.axis)
-    # A conv work-item computes ``tile`` neighbouring pixels of its 4 channels: each weight
-    # texel it fetches then serves ``tile`` pixels instead of one.
+    # A conv work-item computes ``tile`` neighbouring pixels of ``blocks`` x 4 channels: each
+    # weight texel it fetches serves ``tile`` pixels, each data texel ``blocks`` channel blocks.
     convs = [u for u in stages if CONV_TAG in u.op.tag]
-    tile = _divisor(const_int(axes[3].dom.extent), 4) if convs else 1
+    tile, blocks, threads = conv_tiles(axes) if convs else (1, 1, 64)
+    cbo, cbi = st.split(axes[1], factor=blocks)
     wo, wi = st.split(axes[3], factor=tile)
-    total = const_int(axes[0].dom.extent) * const_int(axes[1].dom.extent) * const_int(axes[2].dom.extent)
-    total *= const_int(axes[3].dom.extent) // tile
-    fused = st.fuse(axes[0], axes[1], axes[2], wo)
-    bx, tx = st.split(fused, factor=_divisor(total, min(max_threads(), 64)))
+    total = const_int(axes[0].dom.extent) * const_int(axes[2].dom.extent)
+    total *= const_int(axes[1].dom.extent) // blocks * (const_int(axes[3].dom.extent) // tile)
+    st.reorder(axes[0], cbo, axes[2], wo, cbi, wi, axes[4])
+    fused = st.fuse(axes[0], cbo, axes[2], wo)
+    bx, tx = st.split(fused, factor=_divisor(total, min(max_threads(), threads)))
     st.bind(bx, block("x"))
     st.bind(tx, thread("x"))
-    st.reorder(bx, tx, wi, axes[4])
-    if tile > 1:
-        st.unroll(wi)
+    st.reorder(bx, tx, cbi, wi, axes[4])
+    for ax, n in ((cbi, blocks), (wi, tile)):
+        if n > 1:
+            st.unroll(ax)
     st.vectorize(axes[4])
     for u in stages:
         su = s[u]
@@ -137,13 +140,27 @@ def schedule_nchw4c(outs, cfg=None):
         su.set_scope("local")
         if u.op.reduce_axis and texel_shaped(u):
             data_axes, red = list(su.op.axis), list(su.op.reduce_axis)
-            su.reorder(*data_axes[:3], *red, data_axes[3], data_axes[4])
+            su.reorder(data_axes[0], data_axes[2], *red, data_axes[1], data_axes[3], data_axes[4])
             if const_int(red[-1].dom.extent) == 4 and len(red) > 1:
                 su.unroll(red[-1])  # 4 input channels of one data texel side by side
+            if blocks > 1:
+                su.unroll(data_axes[1])
             if tile > 1:
                 su.unroll(data_axes[3])
             su.vectorize(data_axes[4])
     return s
+
+
+def conv_tiles(axes) -> tuple[int, int, int]:
+    """(pixels, channel blocks, work-items per group) of a conv work-item: up to 4 pixels and 1
+    block, 64 work-items, unless ``PassContext(config={"relay.backend.adreno_conv_tile":
+    (pixels, blocks, threads)})`` asks for others (the benchmark compares a few); each is cut to
+    a divisor of its extent."""
+    from kiln.transform import PassContext
+
+    pixels, blocks, threads = PassContext.current().config.get("relay.backend.adreno_conv_tile", (4, 1, 64))
+    return (_divisor(const_int(axes[3].dom.extent), int(pixels)),
+            _divisor(const_int(axes[1].dom.extent), int(blocks)), int(threads))
 
 
 def _divisor(total: int, limit: int) -> int:
