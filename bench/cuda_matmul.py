@@ -27,8 +27,8 @@ from kiln import te
 
 # (block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk), each with one shared
 # slab, double-buffered and a 3-stage pipeline (cp.async prefetches)
-TC_SHAPES = [(2, 4, 4, 2, 2), (4, 2, 2, 4, 2), (2, 2, 4, 4, 2), (2, 4, 4, 2, 4), (4, 2, 2, 4, 4),
-             (2, 4, 2, 2, 2)]
+TC_SHAPES = [(2, 4, 4, 2, 2), (2, 4, 4, 2, 4), (2, 2, 4, 4, 4), (2, 4, 4, 4, 2), (4, 2, 4, 4, 2),
+             (2, 4, 4, 4, 4)]
 TC_CANDIDATES = [shape + (db,) for shape in TC_SHAPES for db in (3, 2, 0)]
 
 
