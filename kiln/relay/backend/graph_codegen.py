@@ -114,7 +114,7 @@ class GraphCodegen:
             raise CompileError("graph codegen: main calls a non-primitive function; inline it (or run FuseOps)")
         const_params = frozenset(i for i, a in enumerate(call.args) if isinstance(a, Constant))
         scopes = None
-        if self._texture_of or call in self._texture_of:
+        if self._texture_of:  # adreno: which arguments and outputs are images
             from .adreno_textures import arg_scope
 
             scopes = (tuple(arg_scope(a, self._texture_of) for a in call.args),

@@ -93,9 +93,10 @@ class TECompiler:
         workload = dispatch.workload_of(anchor.op.name, anchor.attrs, arg_types, self.family) \
             if all(hasattr(t, "shape") for t in arg_types) else None
         cfg = dispatch.select_config(anchor.op.name, workload, self.target)
-        with self.target:  # the weights' block derives from the target's vector width (topi.cpu)
+        # Under the target: the weights' block derives from its vector width (topi.cpu), and its
+        # -texture_spatial_limit decides which weights fit an image (adreno).
+        with self.target:
             transform = self._weight_transform(func, anchor, const_params, cfg)
-        with self.target:  # -texture_spatial_limit decides which weights fit an image
             scopes = self._scopes(func, transform, scopes)
         structure = structural_key(func) if scopes == ((), ()) else (structural_key(func), scopes)
         key = (structure, transform.key + (transform.index,) if transform else None, _cfg_key(cfg))
