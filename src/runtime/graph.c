@@ -136,10 +136,16 @@ static int read_scopes(const JsonNode* attrs, size_t n, const JsonNode* nodes, c
   return textures;
 }
 
+/* The images made so far (storage[num_sids..num_storage)) and what they hold. */
+typedef struct {
+  int* sid;
+  const char** scope;
+  size_t limits[3];  /* device width, height, and the library's -texture_spatial_limit */
+} Images;
+
 /* The image of texture entry e: an existing one of the same storage_id, scope, dtype and size
  * (the memory planner let their lifetimes share it), else a new slot after the buffers. */
-static int texture_slot(KilnGraph* g, int e, int sid, const char* scope, const size_t* limits, int* slot_sid,
-                        const char** slot_scope, const char* label) {
+static int texture_slot(KilnGraph* g, int e, int sid, const char* scope, Images* im, const char* label) {
   DLTensor* t = &g->entries[e];
   if (g->dev.device_type != KILN_DEVICE_OPENCL)
     return kiln_error("graph %s is in scope %s, an OpenCL image; run the graph on an OpenCL device "
@@ -150,29 +156,30 @@ static int texture_slot(KilnGraph* g, int e, int sid, const char* scope, const s
     return kiln_error("graph %s: %s", label, why);
   }
   size_t w, h, ow, oh, ot;
-  kiln_texture_fold(t->shape, scope, limits[0], limits[1], &w, &h);
+  kiln_texture_fold(t->shape, scope, im->limits[0], im->limits[1], &w, &h);
   for (int k = g->num_sids; k < g->num_storage; k++) {
     DLTensor* s = g->storage[k];
-    if (slot_sid[k] == sid && !strcmp(slot_scope[k], scope) && s->dtype.bits == t->dtype.bits &&
+    if (im->sid[k] == sid && !strcmp(im->scope[k], scope) && s->dtype.bits == t->dtype.bits &&
         kiln_opencl_image_dims((cl_mem)s->data, &ow, &oh, &ot) && ow == w && oh == h) {
       t->data = s->data;
       return 0;
     }
   }
   int k = g->num_storage;
-  if (kiln_texture_alloc(t->shape, t->ndim, t->dtype, g->dev, scope, limits[2], &g->storage[k])) {
+  if (kiln_texture_alloc(t->shape, t->ndim, t->dtype, g->dev, scope, im->limits[2], &g->storage[k])) {
     char why[400];
     snprintf(why, sizeof(why), "%s", kiln_last_error());
     return kiln_error("graph %s, %s: %s", label, scope, why);
   }
   g->num_storage++;
-  slot_sid[k] = sid;
-  slot_scope[k] = scope;
+  im->sid[k] = sid;
+  im->scope[k] = scope;
   t->data = g->storage[k]->data;
   return 0;
 }
 
-static int plan_memory(KilnGraph* g, const JsonNode* attrs, const JsonNode* nodes, const int64_t* row_ptr) {
+/* Shape, dtype and storage_id of every entry, and the largest storage_id (-1 for no entries). */
+static int read_entries(KilnGraph* g, const JsonNode* attrs, int* sid_of, int* max_sid) {
   size_t n = (size_t)g->num_entries;
   const JsonNode *shapes = attr_list(attrs, "shape", n), *dtypes = attr_list(attrs, "dltype", n),
                  *sids = attr_list(attrs, "storage_id", n);
@@ -184,80 +191,89 @@ static int plan_memory(KilnGraph* g, const JsonNode* attrs, const JsonNode* node
   }
   g->entries = calloc(n + 1, sizeof(DLTensor));
   g->dims = calloc(total_dims + 1, sizeof(int64_t));
-  int* sid_of = calloc(n + 1, sizeof(int));
-  const char** scopes = calloc(n + 1, sizeof(char*));
-  g->scopes = calloc(n + 1, sizeof(char*));
-  size_t* sizes = NULL;
-  int* slot_sid = NULL;
-  const char** slot_scope = NULL;
-  if (!g->entries || !g->dims || !sid_of || !scopes || !g->scopes) {
-    free(sid_of);
-    free(scopes);
-    return kiln_error("out of memory");
-  }
-  int rc = -1, max_sid = -1;
-  int textures = read_scopes(attrs, n, nodes, row_ptr, scopes);
-  if (textures < 0) goto done;
+  if (!g->entries || !g->dims) return kiln_error("out of memory");
+  *max_sid = -1;
   const JsonNode *s = shapes->child, *d = dtypes->child, *id = sids->child;
   int64_t* dims = g->dims;
   for (size_t e = 0; e < n; e++, s = s->next, d = d->next, id = id->next) {
     DLTensor* t = &g->entries[e];
     const char* dt = json_string(d);
     int64_t sid;
-    if (!dt || kiln_dtype_parse(dt, strlen(dt), &t->dtype)) { bad("an entry has an unknown dltype"); goto done; }
-    if (as_int(id, 0, MAX_STORAGE - 1, &sid)) { bad("a storage_id is not an integer in range"); goto done; }
+    if (!dt || kiln_dtype_parse(dt, strlen(dt), &t->dtype)) return bad("an entry has an unknown dltype");
+    if (as_int(id, 0, MAX_STORAGE - 1, &sid)) return bad("a storage_id is not an integer in range");
     t->ndim = (int32_t)s->count;
     t->shape = dims;
     t->device = g->dev;
     int k = 0;
     for (const JsonNode* dim = s->child; dim; dim = dim->next, k++)
-      if (as_int(dim, 0, INT64_MAX, &dims[k])) { bad("a shape has a negative or symbolic dimension"); goto done; }
+      if (as_int(dim, 0, INT64_MAX, &dims[k])) return bad("a shape has a negative or symbolic dimension");
     dims += k;
-    if (kiln_ndarray_nbytes(t) == (size_t)-1) { bad("a shape is too large"); goto done; }
+    if (kiln_ndarray_nbytes(t) == (size_t)-1) return bad("a shape is too large");
     sid_of[e] = (int)sid;
-    if (sid > max_sid) max_sid = (int)sid;
+    if (sid > *max_sid) *max_sid = (int)sid;
   }
-  g->num_sids = g->num_storage = max_sid + 1;
-  size_t slots = (size_t)g->num_storage + (size_t)textures + 1;
+  return 0;
+}
+
+/* Buffers for the global entries (one per storage_id, as large as its largest entry) and images
+ * for the texture entries. */
+static int allocate(KilnGraph* g, const int* sid_of, const char** scopes, int textures, Images* im,
+                    const JsonNode* nodes, const int64_t* row_ptr) {
+  size_t n = (size_t)g->num_entries, slots = (size_t)g->num_storage + (size_t)textures + 1;
+  size_t* sizes = calloc(slots, sizeof(size_t));
   g->storage = calloc(slots, sizeof(DLTensor*));
-  sizes = calloc(slots, sizeof(size_t));
-  slot_sid = calloc(slots, sizeof(int));
-  slot_scope = calloc(slots, sizeof(char*));
-  if (!g->storage || !sizes || !slot_sid || !slot_scope) { kiln_error("out of memory"); goto done; }
+  im->sid = calloc(slots, sizeof(int));
+  im->scope = calloc(slots, sizeof(char*));
+  if (!sizes || !g->storage || !im->sid || !im->scope) { free(sizes); return kiln_error("out of memory"); }
   for (size_t e = 0; e < n; e++) {
     size_t b = kiln_ndarray_nbytes(&g->entries[e]);
     if (!scopes[e] && b > sizes[sid_of[e]]) sizes[sid_of[e]] = b;
   }
-  /* Images folded as the kernels were compiled (texture.c): within the device's limits and the
-   * target's -texture_spatial_limit. */
-  size_t limits[3] = {0, 0, g->lib->texture_limit > 0 ? (size_t)g->lib->texture_limit : KILN_TEXTURE_DEFAULT_LIMIT};
-  if (textures && g->dev.device_type == KILN_DEVICE_OPENCL &&
-      kiln_opencl_image_limits(g->dev.device_id, &limits[0], &limits[1]))
-    goto done;
-  for (int i = 0; i < 2; i++) if (limits[i] > limits[2]) limits[i] = limits[2];
   DLDataType u8 = {KILN_DL_UINT, 8, 1};
-  for (size_t e = 0; e < n; e++) {
+  int rc = 0;
+  for (size_t e = 0; e < n && !rc; e++) {
     int sid = sid_of[e];
     if (scopes[e]) {
       char label[160];
       entry_label(nodes, row_ptr, (int)e, label, sizeof(label));
-      if (texture_slot(g, (int)e, sid, scopes[e], limits, slot_sid, slot_scope, label)) goto done;
+      rc = texture_slot(g, (int)e, sid, scopes[e], im, label);
       g->scopes[e] = kiln_texture_scope_name(scopes[e]);
       continue;
     }
     if (!g->storage[sid]) {
       int64_t len = (int64_t)(sizes[sid] ? sizes[sid] : 1);
-      if (kiln_ndarray_alloc(&len, 1, u8, g->dev, &g->storage[sid])) goto done;
+      if ((rc = kiln_ndarray_alloc(&len, 1, u8, g->dev, &g->storage[sid]))) break;
     }
     g->entries[e].data = g->storage[sid]->data;
   }
-  rc = 0;
+  free(sizes);
+  return rc;
+}
+
+static int plan_memory(KilnGraph* g, const JsonNode* attrs, const JsonNode* nodes, const int64_t* row_ptr) {
+  size_t n = (size_t)g->num_entries;
+  int* sid_of = calloc(n + 1, sizeof(int));
+  const char** scopes = calloc(n + 1, sizeof(char*));
+  g->scopes = calloc(n + 1, sizeof(char*));
+  Images im = {NULL, NULL, {0, 0, g->lib->texture_limit > 0 ? (size_t)g->lib->texture_limit
+                                                             : KILN_TEXTURE_DEFAULT_LIMIT}};
+  int rc = -1, max_sid = -1, textures;
+  if (!sid_of || !scopes || !g->scopes) { kiln_error("out of memory"); goto done; }
+  if (read_entries(g, attrs, sid_of, &max_sid)) goto done;
+  if ((textures = read_scopes(attrs, n, nodes, row_ptr, scopes)) < 0) goto done;
+  g->num_sids = g->num_storage = max_sid + 1;
+  /* Images folded as the kernels were compiled (texture.c): within the device's limits and the
+   * library's -texture_spatial_limit. */
+  if (textures && g->dev.device_type == KILN_DEVICE_OPENCL &&
+      kiln_opencl_image_limits(g->dev.device_id, &im.limits[0], &im.limits[1]))
+    goto done;
+  for (int i = 0; i < 2; i++) if (im.limits[i] > im.limits[2]) im.limits[i] = im.limits[2];
+  rc = allocate(g, sid_of, scopes, textures, &im, nodes, row_ptr);
 done:
   free(sid_of);
-  free(sizes);
   free(scopes);
-  free(slot_sid);
-  free(slot_scope);
+  free(im.sid);
+  free(im.scope);
   return rc;
 }
 
