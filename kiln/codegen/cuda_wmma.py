@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from ..errors import CompileError
 from ..ir import expr as E
-from ..ir.functor import Visitor
+from ..ir.functor import Visitor, post_order_visit
+from ..ir.stmt import Allocate
 
 OPS = ("tvm_fill_fragment", "tvm_load_matrix_sync", "tvm_mma_sync", "tvm_store_matrix_sync")
 SHAPES = {(16, 16, 16), (32, 8, 16), (8, 32, 16)}
@@ -98,6 +99,14 @@ def fragments(kernel) -> dict:
     return frags
 
 
+def shared_handles(kernel) -> set:
+    """ids of the data Vars of the kernel's shared-memory buffers."""
+    found = set()
+    post_order_visit(kernel.body, lambda n: found.add(id(n.buffer.data))
+                     if isinstance(n, Allocate) and n.buffer.scope == "shared" else None)
+    return found
+
+
 def _name(call) -> str:
     return call.op[4:] if call.op.startswith("tir.") else call.op
 
@@ -132,8 +141,10 @@ def _acc(dtype_bits: int) -> tuple:
     return ("f32", 8, "f", "kiln_frag_f32", "float") if dtype_bits == 32 else ("f16", 4, "r", "kiln_frag_f16", "half")
 
 
-def load_helper(f: Fragment, layout: str) -> tuple[str, str]:
-    """(function name, definition) of a load into fragment f from memory in layout ("row"/"col")."""
+def load_helper(f: Fragment, layout: str, shared: bool = False) -> tuple[str, str]:
+    """(function name, definition) of a load into fragment f from memory in layout ("row"/"col").
+    From shared memory the load names its state space (a 32-bit shared address), so ptxas can use
+    the shared-memory matrix loads (LDSM) instead of generic ones."""
     m, n, k = f.shape
     shape = f"m{m}n{n}k{k}"
     if f.scope == "wmma.accumulator":
@@ -142,10 +153,12 @@ def load_helper(f: Fragment, layout: str) -> tuple[str, str]:
     else:
         ptx, nreg, kind, struct, ctype = "f16", 8, "r", "kiln_frag_ab", "half"
         which = "a" if f.scope == "wmma.matrix_a" else "b"
-    name = f"kiln_wmma_load_{which}_{layout}_{shape}_{ptx}"
+    space, addr = (".shared", '"r"((unsigned)__cvta_generic_to_shared(p))') if shared else ("", '"l"(p)')
+    name = f"kiln_wmma_load_{which}_{layout}_{shape}_{ptx}{'_shared' if shared else ''}"
     text = (f"__device__ __forceinline__ void {name}({struct}& f, const {ctype}* p, int ld) {{\n"
-            f'  asm volatile("wmma.load.{which}.sync.aligned.{layout}.{shape}.{ptx} {_regs(nreg)}, [%{nreg}], %{nreg + 1};"\n'
-            f'      : {_outs(nreg, kind)} : "l"(p), "r"(ld) : "memory");\n}}\n')
+            f'  asm volatile("wmma.load.{which}.sync.aligned.{layout}.{shape}{space}.{ptx} {_regs(nreg)}, [%{nreg}], '
+            f'%{nreg + 1};"\n'
+            f'      : {_outs(nreg, kind)} : {addr}, "r"(ld) : "memory");\n}}\n')
     return name, text
 
 
@@ -182,6 +195,7 @@ class WmmaPrinter:
     def __init__(self, printer, kernel):
         self.p = printer
         self.frags = fragments(kernel)
+        self.shared = shared_handles(kernel)
         self.helpers: dict[str, str] = {}
 
     def declare(self, s) -> None:
@@ -210,7 +224,12 @@ class WmmaPrinter:
         if name in ("tvm_load_matrix_sync", "tvm_store_matrix_sync"):
             f, ref = self.frag(a[0], a[4])
             layout = _layout(a[7])
-            fn, text = (load_helper if name == "tvm_load_matrix_sync" else store_helper)(f, layout)
+            if name == "tvm_load_matrix_sync":
+                ptr = a[5]
+                from_shared = isinstance(ptr, E.Call) and ptr.op == "tir.tvm_access_ptr" and id(ptr.args[1]) in self.shared
+                fn, text = load_helper(f, layout, from_shared)
+            else:
+                fn, text = store_helper(f, layout)
             self.helpers[fn] = text
             ptr, stride = self.p.expr(a[5]), self.p.expr(a[6])
             return f"{fn}({ref}, {ptr}, {stride})" if name == "tvm_load_matrix_sync" else f"{fn}({ptr}, {ref}, {stride})"
