@@ -51,8 +51,8 @@ def test_dense_compiles_to_wmma(out_dtype, ptx_types):
     src, ptx = device(build_dense(128, 64, 96, out_dtype))
     assert "kiln_frag_ab" in src and "wmma.matrix" not in src  # fragments, not buffers
     assert f"wmma.mma.sync.aligned.row.col.m16n16k16.{ptx_types}" in ptx
-    assert "wmma.load.a.sync.aligned.row.m16n16k16.f16" in ptx
-    assert "wmma.load.b.sync.aligned.col.m16n16k16.f16" in ptx
+    assert "wmma.load.a.sync.aligned.row.m16n16k16.shared.f16" in ptx  # from shared: LDSM-able
+    assert "wmma.load.b.sync.aligned.col.m16n16k16.shared.f16" in ptx
     assert f"wmma.store.d.sync.aligned.row.m16n16k16.{ptx_types[:3]}" in ptx
     assert "bar.sync" in ptx  # the shared tiles are fenced between fetch and wmma loads
     assert "*((uint4*)(A_shared + " in src  # 8 halves per fetch, one 128-bit load and store
