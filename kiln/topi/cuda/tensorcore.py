@@ -175,6 +175,26 @@ def use_tensorcore(a, b, transpose_b: bool = True) -> bool:
     return str(b.dtype) == str(a.dtype) and fits(m, n, k, a.dtype)
 
 
+def use_tensorcore_conv(data, kernel, strides, padding, dilation) -> bool:
+    """Whether conv2d NHWC / HWIO should run as a tensor-core implicit GEMM (CUDA, float16,
+    N*OH*OW, KH*KW*C and the output channels multiples of 16)."""
+    from kiln.target import Target
+
+    from ..nn.conv2d import conv2d_shape
+    from ..utils import const_shape
+
+    target = Target.current(allow_none=True)
+    if target is None or target.kind != "cuda" or str(data.dtype) != "float16" or str(kernel.dtype) != "float16":
+        return False
+    try:
+        p = conv2d_shape("conv2d", const_shape(data, "data"), const_shape(kernel, "kernel"), strides, padding,
+                         dilation, 1, layout="NHWC")
+    except Exception:  # noqa: BLE001 - symbolic or invalid shapes: the default path reports them
+        return False
+    return fits(p.batch * p.out_height * p.out_width, p.out_channel, p.kernel_h * p.kernel_w * p.in_channel,
+                data.dtype)
+
+
 def tensorcore_cfg(cfg):
     """cfg when it holds tensor-core knobs (a dense_tensorcore.cuda config), else None."""
     return cfg if cfg is not None and knob(cfg, "block_row_warps", None) is not None else None

@@ -34,7 +34,6 @@ from .injective import (  # noqa: F401
 from .reduction import schedule_layer_norm, schedule_reduce, schedule_softmax  # noqa: F401
 
 default_schedule = schedule_per_item
-schedule_conv2d_nhwc = schedule_per_item
 schedule_conv2d_transpose_nchw = schedule_per_item
 
 
@@ -46,8 +45,20 @@ def conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=None, groups
 
 
 def conv2d_nhwc(data, kernel, strides, padding, dilation, out_dtype=None, groups=1, cfg=None):
-    del cfg
+    """conv2d NHWC / HWIO: float16 on CUDA with sizes multiples of 16 runs on tensor cores
+    (topi.cuda: an implicit GEMM), anything else one work-item per output."""
+    from kiln.topi.cuda import tensorcore as tc
+
+    if groups == 1 and tc.use_tensorcore_conv(data, kernel, strides, padding, dilation):
+        return tc.conv2d_nhwc_tensorcore(data, kernel, strides, padding, dilation, out_dtype, cfg=tc.tensorcore_cfg(cfg))
     return _conv2d_nhwc(data, kernel, strides, padding, dilation, out_dtype, groups)
+
+
+def schedule_conv2d_nhwc(outs):
+    from kiln.topi.cuda import tensorcore as tc
+
+    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    return tc.schedule_dense_tensorcore(outs) if tc.is_tensorcore(outs[0]) else schedule_per_item(outs)
 
 
 def conv2d_transpose_nchw(data, kernel, strides, padding, out_dtype=None, output_padding=(0, 0), groups=1,

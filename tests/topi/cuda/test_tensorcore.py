@@ -164,6 +164,24 @@ def test_relay_batch_matmul_takes_tensor_cores():
     assert "kiln_wmma_mma" in src
 
 
+def _relay_conv(n=1):
+    from kiln import relay
+
+    x = relay.var("x", shape=(n, 8, 8, 32), dtype="float16")
+    w = relay.const(np.random.default_rng(7).uniform(-1, 1, (3, 3, 32, 48)).astype("float16"))
+    y = relay.nn.relu(relay.nn.conv2d(x, w, padding=(1, 1), data_layout="NHWC", kernel_layout="HWIO"))
+    return tvm.IRModule.from_expr(relay.Function([x], y)), np.asarray(w.data)
+
+
+@pytest.mark.parametrize("n,wmma", [(1, True), (3, True)])
+def test_relay_conv2d_nhwc_float16_takes_tensor_cores(n, wmma):
+    from kiln import relay
+
+    mod, _ = _relay_conv(n)
+    src = relay.build(mod, target=TARGET).get_lib().imported_modules[0].get_source()
+    assert ("kiln_wmma_mma" in src) == wmma
+
+
 # -- on the GPU ------------------------------------------------------------------------------------
 
 def _ref(a, w):
@@ -254,3 +272,18 @@ def test_conv2d_nhwc_runs(stride, pad):
     c = tvm.nd.empty(want.shape, "float32", dev)
     f(tvm.nd.array(x, dev), tvm.nd.array(w, dev), c)
     np.testing.assert_allclose(c.numpy(), want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_relay_conv2d_nhwc_runs_on_tensor_cores():
+    from kiln import relay
+    from kiln.contrib import graph_executor
+
+    mod, w = _relay_conv()
+    lib = relay.build(mod, target="cuda")
+    m = graph_executor.GraphModule(lib["default"](tvm.cuda(0)))
+    x = np.random.default_rng(8).uniform(-1, 1, (1, 8, 8, 32)).astype("float16")
+    m.set_input("x", x)
+    m.run()
+    want = np.maximum(_conv_ref(x, w, 1, 1), 0)
+    np.testing.assert_allclose(m.get_output(0).numpy().astype(np.float32), want, rtol=5e-2, atol=5e-2)
