@@ -45,6 +45,14 @@ def default_config(p, threads: int | None = None) -> dict:
     groups), columns on threadIdx.x, rows on y, channels on z. Each reduction step stages
     ``rci`` input channels of the whole window (input patch and weights) in shared memory."""
     threads = threads or max_threads()
+    window = p.kernel_h * p.kernel_w > 1
+    if window and p.in_channel // p.groups >= 16:
+        # Measured on the H100 (bench/cuda_conv.py, ResNet-50): 3x3 stride 1 is fastest with a
+        # window tap per step and 224-thread groups (per_tap_config); strided windows with one
+        # output per work-item over more work-groups (their staged patch is sparse).
+        if p.stride_h == 1 and p.stride_w == 1:
+            return per_tap_config(p, threads)
+        return tiles(p, 1, 1, 128, 32)
     f, w = p.out_channel, p.out_width
     outputs = p.batch * f * p.out_height * w
     for fi, xi in ((4, 2), (2, 2), (4, 1), (2, 1), (1, 2), (1, 1)):
@@ -54,6 +62,23 @@ def default_config(p, threads: int | None = None) -> dict:
             break
     budget = max(32, min(threads, 256, max(64, outputs // (fi * xi) // BUSY_GROUPS)))
     return tiles(p, fi, xi, budget)
+
+
+def per_tap_config(p, threads: int | None = None) -> dict:
+    """Up to 4 output channels x 2 columns per work-item, work-groups of up to 256 work-items (16
+    columns x 4 rows x channels), 8 input channels of one window tap staged per step."""
+    threads = threads or max_threads()
+    f, h, w = p.out_channel, p.out_height, p.out_width
+    xi = 2 if w % 2 == 0 and w >= 16 else 1
+    tx = divisor(w // xi, 16)
+    ty = divisor(h, max(1, 64 // tx))
+    fi = divisor(f, 4)
+    tf = divisor(f // fi, max(1, min(MAX_THREADS_Z, min(threads, 256) // (tx * ty))))
+    icg = p.in_channel // p.groups
+    rci = divisor(icg, 8)
+    return {"tile_f": [f // (tf * fi), 1, tf, fi], "tile_y": [h // ty, 1, ty, 1], "tile_x": [w // (tx * xi), 1, tx, xi],
+            "tile_rc": [icg // rci, rci], "tile_ry": [p.kernel_h, 1], "tile_rx": [p.kernel_w, 1],
+            "auto_unroll_max_step": 512, "unroll_explicit": True}
 
 
 def tiles(p, fi: int, xi: int, budget: int, max_rc: int = 16, whole: bool = True, yi: int = 1) -> dict:
@@ -218,5 +243,10 @@ def schedule_direct(s, conv, out, conf) -> None:
     s[ww].compute_at(lt, rxo)
     threads = [("threadIdx.z", conf["tile_f"][2]), ("threadIdx.y", conf["tile_y"][2]),
                ("threadIdx.x", conf["tile_x"][2])]
-    cooperative_fetch(s, aa, threads)
-    cooperative_fetch(s, ww, threads)
+    for cache in (aa, ww):
+        outer = cooperative_fetch(s, cache, threads)
+        # Unrolled, a work-item's global loads of one step are all in flight together instead of
+        # one load latency per element (the step's cost when each work-item fetches many).
+        # (The unroll pass leaves loops of more than 256 iterations alone.)
+        if knob(conf, "fetch_unroll", True):
+            s[cache].unroll(outer)

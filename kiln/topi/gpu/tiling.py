@@ -50,7 +50,8 @@ def cooperative_fetch(s, cache, threads: list) -> None:
     """Load a shared-memory tile with every work-item of the group: the tile's loops fused and
     spread over ``threads`` = [(thread_axis_tag, count), ...] (innermost last), so neighbouring
     work-items read neighbouring addresses. ``vec`` > 1 loads that many contiguous elements per
-    work-item (float4 loads when the tile row allows it)."""
+    work-item (float4 loads when the tile row allows it). Returns the serial loop over each
+    work-item's elements."""
     from kiln import te
 
     st = s[cache]
@@ -60,3 +61,4 @@ def cooperative_fetch(s, cache, threads: list) -> None:
         if count > 1:
             fused, inner = st.split(fused, factor=count)
             st.bind(inner, te.thread_axis(tag))
+    return fused
