@@ -70,7 +70,9 @@ def old_default(p) -> dict:
 
 
 def candidates(p) -> dict:
-    out = {"default": gconv.default_config(p, 1024), "old": old_default(p)}
+    out = {"default": gconv.default_config(p, 1024)}
+    if old_default(p) != out["default"]:
+        out["old"] = old_default(p)
     for fi, xi, budget, rc, yi in ((4, 2, 128, 16, 1), (4, 2, 256, 16, 1), (2, 2, 128, 16, 1), (2, 1, 128, 16, 1),
                                    (1, 1, 128, 32, 1), (4, 2, 64, 8, 2), (8, 2, 128, 8, 1)):
         if p.out_channel % fi or p.out_width % xi or p.out_height % yi:
