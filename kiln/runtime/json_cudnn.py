@@ -24,6 +24,7 @@ import sys
 import numpy as np
 
 from ..errors import KilnError
+from . import json_cuda_graph
 
 INSTALL_HINT = ("cuDNN is not installed: pip install nvidia-cudnn-cu13 (or nvidia-cudnn-cu12 with CUDA 12), "
                 "or install the system's libcudnn9")
@@ -144,6 +145,7 @@ class CuDNNExecutor:
         self.device = None
         self._buffers: dict = {}
         self.fused_ok: dict[int, bool] = {}  # conv node -> cuDNN accepted the fused call
+        self.capture_failure = None  # why the last bind's calls could not become a CUDA graph
         self.one, self.zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
         self.steps = []
         for k, node in enumerate(graph["nodes"]):
@@ -276,11 +278,19 @@ class CuDNNExecutor:
             ptr[e] = _address(a)
         ptr.update({e: b._address() for e, b in self._buffers.items()})
         calls = [self._call(step, ptr) for step in self.steps]
+        steps = [(step["node"], call) for step, call in zip(self.steps, calls)]  # bench/byoc.py --profile
+        if json_cuda_graph.enabled():  # one graph launch per run instead of the calls' host time
+            lib = self.lib
+            launch, self.capture_failure = json_cuda_graph.capture(
+                lambda stream: _check(lib, lib.cudnnSetStream(self.handle, stream or None), "cudnnSetStream"), calls)
+            if launch is not None:
+                launch.steps = steps
+                return launch
 
         def run():
             for call in calls:
                 call()
-        run.steps = [(step["node"], call) for step, call in zip(self.steps, calls)]  # bench/byoc.py --profile
+        run.steps = steps
         return run
 
     def _call(self, step, ptr):
