@@ -139,8 +139,9 @@ def cuda_main(args) -> None:
                 wrong.append(f"{name} ({label})")
             sides[label] = lambda m=m: (m.run(), dev.sync())
             if label == "cudnn":  # convolutions whose fused cuDNN call was refused
-                refused = sum(not ok for _, _, f, _ in m.module.kernels
-                              for ok in getattr(getattr(f, "executor", None), "fused_ok", {}).values())
+                executors = [f.executor for _, _, f, _ in m.module.kernels if hasattr(f, "executor")]
+                refused = sum(not ok for e in executors for ok in e.fused_ok.values())
+                failures = [e.capture_failure for e in executors if e.capture_failure]
                 with_cudnn = m
         sides["ort"] = lambda: sess.run(None, inputs)
         subgraphs = [m for m in lib_cudnn.get_lib().imported_modules if m.type_key == "cudnn"]
@@ -148,7 +149,9 @@ def cuda_main(args) -> None:
         ms = {k: 1e3 * statistics.median(v) for k, v in interleaved(sides, args.rounds, args.number).items()}
         print(f"{name:<14}{ms['cudnn']:>10.3f}{ms['kiln']:>9.3f}{ms['ort']:>9.3f}{ms['cudnn'] / ms['kiln']:>11.2f}x"
               f"{ms['cudnn'] / ms['ort']:>10.2f}x  {len(subgraphs)} subgraphs, {nodes} cuDNN nodes, "
-              f"{refused} fused calls refused")
+              f"{refused} fused calls refused, {len(executors) - len(failures)} replayed as CUDA graphs")
+        if failures:
+            print(f"  not captured: {failures[0]}")
         if args.profile:
             _profile(with_cudnn, dev)
     if wrong:

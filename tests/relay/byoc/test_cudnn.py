@@ -230,3 +230,29 @@ def test_tvmc_runs_cudnn_on_the_gpu(tmp_path):
     package = tvmc.compile(tvmc.load(path), target="cudnn, cuda, llvm", package_path=str(tmp_path / "r18.tar"))
     result = tvmc.run(package, device="cuda", inputs=inputs, number=1, repeat=1)
     np.testing.assert_allclose(result.outputs["output_0"], run_ort(model, inputs)[0], **TOL)
+
+
+@pytest.mark.gpu
+@needs_cudnn
+def test_subgraphs_replay_as_cuda_graphs_like_the_calls_one_by_one(monkeypatch):
+    mod, inputs = _block()  # three cuDNN subgraphs between kiln kernels: the order must hold
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(partition_for_cudnn(mod), target="cuda")
+    dev = tvm.cuda(0)
+    outs = []
+    for graphs in ("1", "0"):
+        monkeypatch.setenv("KILN_CUDA_GRAPHS", graphs)
+        m = graph_executor.GraphModule(lib["default"](dev))
+        m.set_input("x", tvm.nd.array(inputs["x"], dev))
+        m.run()
+        executors = [f.executor for _, _, f, _ in m.module.kernels if hasattr(f, "executor")]
+        assert len(executors) == 3
+        if graphs == "1":
+            assert [e.capture_failure for e in executors] == [None] * 3
+        for scale in (1.0, -2.0):  # replayed with new inputs, not only the captured ones
+            m.set_input("x", tvm.nd.array(inputs["x"] * scale, dev))
+            m.run()
+            outs.append(m.get_output(0).numpy())
+    np.testing.assert_allclose(outs[0], outs[2], **TOL)
+    np.testing.assert_allclose(outs[1], outs[3], **TOL)
+    assert not np.allclose(outs[0], outs[1])
