@@ -73,6 +73,18 @@ def candidates(p) -> dict:
     out = {"default": gconv.default_config(p, 1024)}
     if old_default(p) != out["default"]:
         out["old"] = old_default(p)
+    if p.kernel_h > 1 and p.in_channel >= 16:
+        # the window-tap kernel's work-groups with more input channels per step, or the whole window
+        tap = gconv.per_tap_config(p, 1024)
+        for rc in (16, 32):
+            rci = gconv.divisor(p.in_channel, rc)
+            out[f"tap rc{rc}"] = {**tap, "tile_rc": [p.in_channel // rci, rci]}
+        ty, tx = tap["tile_y"][2] * tap["tile_y"][3], tap["tile_x"][2] * tap["tile_x"][3]
+        per = ((ty - 1) * p.stride_h + p.kernel_h) * ((tx - 1) * p.stride_w + p.kernel_w) + \
+            tap["tile_f"][2] * tap["tile_f"][3] * p.kernel_h * p.kernel_w
+        rci = max([r for r in (1, 2, 4, 8, 16) if p.in_channel % r == 0 and r * per <= gconv.SHARED_FLOATS] or [1])
+        out[f"tap whole rc{rci}"] = {**tap, "tile_rc": [p.in_channel // rci, rci], "tile_ry": [1, p.kernel_h],
+                                     "tile_rx": [1, p.kernel_w]}
     for fi, xi, budget, rc, yi in ((4, 2, 128, 16, 1), (4, 2, 256, 16, 1), (2, 2, 128, 16, 1), (2, 1, 128, 16, 1),
                                    (1, 1, 128, 32, 1), (4, 2, 64, 8, 2), (8, 2, 128, 8, 1)):
         if p.out_channel % fi or p.out_width % xi or p.out_height % yi:
