@@ -24,7 +24,8 @@ def test_dense_tensorcore_space_and_default():
     task = _task()
     assert set(task.config_space.space_map) == KNOBS
     default = task.config_space.get(task.config_space.default_index())
-    assert default["block_col_warps"].val == 2 and default["chunk"].val == 2  # N = 96: 2 warps of 3 tiles do not fit
+    # N = 96 is 6 tiles: 2 warps of 1 (3 tiles per warp is not a knob value); K = 64: one 64-wide step
+    assert default["block_col_warps"].val == 2 and default["warp_col_tiles"].val == 1 and default["chunk"].val == 4
     assert task.flop == 2.0 * 128 * 96 * 64
 
 

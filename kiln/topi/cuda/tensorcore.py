@@ -37,18 +37,35 @@ def fits(m: int, n: int, k: int, dtype) -> bool:
     return str(dtype) == "float16" and m % WMMA == 0 and n % WMMA == 0 and k % WMMA == 0
 
 
+def shared_bytes(conf: dict) -> int:
+    """Shared memory of a config: its slabs of A and B (rows padded by offset), times the stages."""
+    rows = WMMA * (conf["block_row_warps"] * conf["warp_row_tiles"] + conf["block_col_warps"] * conf["warp_col_tiles"])
+    return max(1, conf.get("double_buffer", 0)) * rows * (WMMA * conf["chunk"] + conf["offset"]) * 2
+
+
 def default_config(m: int, n: int, k: int) -> dict:
-    """Untuned: 2 x 4 warps of 4 x 2 tiles (a 128 x 128 block) where the sizes allow, 32-wide k steps."""
+    """Untuned: 2 x 2 warps of 4 x 4 tiles (a 128 x 128 block, 64-wide k steps) where the sizes
+    allow (the best point measured on an H100, bench/cuda_matmul.py), and a 3-stage cp.async
+    pipeline where the target's shared memory per block holds it (one slab within 48 KiB)."""
+    from kiln.target import Target
+
     def largest(options, total):
         return max(x for x in options if total % x == 0)
 
     brw = largest([1, 2], m // WMMA)
     wrt = largest([1, 2, 4], m // (WMMA * brw))
-    bcw = largest([1, 2, 4], n // WMMA)
-    wct = largest([1, 2], n // (WMMA * bcw))
-    chunk = largest([1, 2], k // WMMA)
-    return {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": wrt, "warp_col_tiles": wct,
+    bcw = largest([1, 2], n // WMMA)
+    wct = largest([1, 2, 4], n // (WMMA * bcw))
+    chunk = largest([1, 2, 4], k // WMMA)
+    conf = {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": wrt, "warp_col_tiles": wct,
             "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": 0}
+    target = Target.current(allow_none=True)
+    limit = (target.attrs.get("max_shared_memory_per_block") if target is not None else None) or 48 * 1024
+    for stages in (3, 2):
+        if k // (WMMA * chunk) >= stages and shared_bytes({**conf, "double_buffer": stages}) <= limit:
+            conf["double_buffer"] = stages
+            break
+    return conf
 
 
 def config_for(m: int, n: int, k: int, cfg=None) -> dict:
