@@ -114,7 +114,7 @@ def lower_device(mod, target) -> tuple[IRModule, list[PrimFunc]]:
         if textures:  # image layouts of texture-scoped tensors, for the printer and the workspace
             ks = [_with_textures(k, textures) for k in ks]
             host = replace(host, attrs={**host.attrs, "texture": textures})
-        if "adreno" in target.keys:  # float16 computed in float (codegen/opencl_half.py)
+        if target.kind == "opencl":  # float16 computed in float: no cl_khr_fp16 needed (codegen/opencl_half.py)
             ks = [replace(k, attrs={**k.attrs, "half_storage": True}) for k in ks]
         for k in ks:
             kernels.append(check_kernel_limits(insert_barriers(k), target))

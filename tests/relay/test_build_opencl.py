@@ -155,3 +155,21 @@ def test_resnet18_with_gpu_winograd():
     src = [m for m in lib.get_lib().imported_modules if m.type_key == "opencl"][0].get_source()
     assert "winograd" in src
     check(graph_executor.GraphModule(lib["default"](tvm.cl(0))), inputs, run_ort(model, inputs))
+
+
+def test_float16_model_without_cl_khr_fp16():
+    """ToMixedPrecision float16 on plain opencl: half in memory, float arithmetic, so it builds
+    and runs on devices without cl_khr_fp16 (PoCL here, NVIDIA's OpenCL); top-5 kept."""
+    model, inputs = SMALL["resnet18"]()
+    mod, params = relay.frontend.from_onnx(model)
+    mod = relay.transform.ToMixedPrecision("float16", accumulation_dtype="float32")(relay.transform.InferType()(mod))
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=tvm.target.Target("opencl", host="llvm"), params=params)
+    src = [m for m in lib.get_lib().imported_modules if m.type_key == "opencl"][0].get_source()
+    assert "cl_khr_fp16" not in src and "vload_half" in src
+    g = graph_executor.GraphModule(lib["default"](tvm.cl(0)))
+    g.set_input(**inputs)
+    g.run()
+    got, want = g.get_output(0).numpy(), run_ort(model, inputs)[0]
+    np.testing.assert_array_equal(np.argsort(-got[0])[:5], np.argsort(-want[0])[:5])
+    np.testing.assert_allclose(got, want, rtol=1e-2, atol=3e-2 * np.abs(want).max())

@@ -152,13 +152,14 @@ def schedule_nchw4c(outs, cfg=None):
 
 
 def conv_tiles(axes) -> tuple[int, int, int]:
-    """(pixels, channel blocks, work-items per group) of a conv work-item: up to 4 pixels and 1
-    block, 64 work-items, unless ``PassContext(config={"relay.backend.adreno_conv_tile":
+    """(pixels, channel blocks, work-items per group) of a conv work-item: up to 2 pixels and 1
+    block, 64 work-items (on the H100's OpenCL, ResNet-18: 1-2 pixels beat 4 and 8, a second
+    block or 128 work-items lose), unless ``PassContext(config={"relay.backend.adreno_conv_tile":
     (pixels, blocks, threads)})`` asks for others (the benchmark compares a few); each is cut to
     a divisor of its extent."""
     from kiln.transform import PassContext
 
-    pixels, blocks, threads = PassContext.current().config.get("relay.backend.adreno_conv_tile", (4, 1, 64))
+    pixels, blocks, threads = PassContext.current().config.get("relay.backend.adreno_conv_tile", (2, 1, 64))
     return (_divisor(const_int(axes[3].dom.extent), int(pixels)),
             _divisor(const_int(axes[1].dom.extent), int(blocks)), int(threads))
 
