@@ -82,7 +82,11 @@ def config_space(p) -> dict:
     space = {k: v for k, v in _nchw.config_space(p).items() if k != "vectorize_out"}
     space["oc_bn"] = sorted({out_block(p.out_channel, b) for b in (8, 16, 32, 64)} - {0})
     space["oc_chunks"] = [1]
-    if vector_registers() < 32:  # multi-block tiles (see default_config): narrow ones, 2-4 blocks
+    if vector_registers() < 32:
+        # Multi-block tiles (see default_config), 2-4 blocks of narrow rows, instead of wider
+        # layout blocks: the tuned graph keeps the untuned one's layout, which the next layers'
+        # templates (input_block) were tuned on.
+        space["oc_bn"] = [default_config(p)["oc_bn"]]
         space["oc_chunks"] = [1, 2, 3, 4]  # one that does not divide the blocks falls back to 1
         space["tile_ow"] = sorted(set(space["tile_ow"]) | set(range(2, min(p.out_width, 8) + 1)))
     return with_default(space, default_config(p))
