@@ -140,6 +140,12 @@ def test_nchwc_defaults_per_cpu_class(target):
         got = [conv2d_nchwc.default_config(_shape(d, k, 1, 0, 1)) for d, k in NCHWC_CONVS]
         assert [(c["oc_bn"], c["oc_chunks"], c["tile_ow"]) for c in got] == tiles
         assert conv2d_nchwc.input_block(144) == block
+        for (d, k), conf in zip(NCHWC_CONVS, got):
+            space = conv2d_nchwc.config_space(_shape(d, k, 1, 0, 1))
+            if cpu_facts(target).vector_registers < 32:  # tuning keeps the layout, varies the tile
+                assert space["oc_bn"] == [conf["oc_bn"]] and space["oc_chunks"] == [1, 2, 3, 4]
+            else:
+                assert len(space["oc_bn"]) > 1 and space["oc_chunks"] == [1]
 
 
 def test_chunk_tile_cost_model():
