@@ -232,20 +232,25 @@ def _schedule_epilogue(s, out):
 def _schedule_mma(s, C, conf):
     A, B = C.op.input_tensors[:2]
     in_dtype, out_dtype = str(A.dtype), str(C.dtype)
-    brw, bcw = conf["block_row_warps"], conf["block_col_warps"]
-    wrt, wct = conf["warp_row_tiles"], conf["warp_col_tiles"]
-    chunk, offset, vec = conf["chunk"], conf["offset"], conf["vec"]
-    double = conf.get("double_buffer", 0)
-    shape = (WMMA, WMMA, WMMA)
-
     AS = s.cache_read(A, "shared", [C])
     BS = s.cache_read(B, "shared", [C])
     AF = s.cache_read(AS, "wmma.matrix_a", [C])
     BF = s.cache_read(BS, "wmma.matrix_b", [C])
     CF = s.cache_write(C, "wmma.accumulator")
+    tz = _schedule_output(s[C], conf, out_dtype)
+    cf, ko, kc = _schedule_accumulators(s[CF], s[C], tz, conf, in_dtype, out_dtype)
+    for frag, layout, scope in ((AF, "row_major", "wmma.matrix_a"), (BF, "col_major", "wmma.matrix_b")):
+        _schedule_fragments(s[frag], cf, kc, layout, scope, in_dtype)
+    for shared in (AS, BS):
+        _schedule_slab(s[shared], cf, ko, conf)
 
-    # The output: blocks of BM x BN, warps of (wrt x wct) tiles, each tile one wmma store.
-    st = s[C]
+
+# Fragment arrays must live in registers: every loop that indexes them is unrolled.
+
+def _schedule_output(st, conf, out_dtype):
+    """Blocks of BM x BN, warps of (wrt x wct) tiles, each tile one wmma store; returns the warp
+    column loop (threadIdx.z), where the accumulators are computed."""
+    brw, bcw, wrt, wct = (conf[k] for k in ("block_row_warps", "block_col_warps", "warp_row_tiles", "warp_col_tiles"))
     *batch, y, x = st.op.axis
     by, yi = st.split(y, factor=WMMA * wrt * brw)
     bx, xi = st.split(x, factor=WMMA * wct * bcw)
@@ -260,53 +265,56 @@ def _schedule_mma(s, C, conf):
     st.bind(bx, block("x"))
     st.bind(ty, thread("y"))
     st.bind(tz, thread("z"))
-    st.tensorize(yt, intrin_wmma_store_matrix(shape, out_dtype, "global"))
-    # Fragment arrays must live in registers: every loop that indexes them is unrolled.
+    st.tensorize(yt, intrin_wmma_store_matrix((WMMA,) * 3, out_dtype, "global"))
     st.unroll(yo)
     st.unroll(xo)
+    return tz
 
-    # The warp's accumulators, over the reduction in steps of chunk tiles.
-    cf = s[CF]
+
+def _schedule_accumulators(cf, st, tz, conf, in_dtype, out_dtype):
+    """The warp's accumulator tiles over the reduction in steps of chunk tiles: (stage, ko, kc)."""
     cf.compute_at(st, tz)
     *cbatch, cy, cx = cf.op.axis
     (rk,) = cf.op.reduce_axis
     cyo, cyi = cf.split(cy, factor=WMMA)
     cxo, cxi = cf.split(cx, factor=WMMA)
     ko, ki = cf.split(rk, factor=WMMA)
-    ko, kc = cf.split(ko, factor=chunk)
+    ko, kc = cf.split(ko, factor=conf["chunk"])
     cf.reorder(*cbatch, ko, kc, cyo, cxo, cyi, cxi, ki)
-    cf.tensorize(cyi, intrin_wmma_gemm(shape, in_dtype, out_dtype, "col_major"))
+    cf.tensorize(cyi, intrin_wmma_gemm((WMMA,) * 3, in_dtype, out_dtype, "col_major"))
     for ax in (kc, cyo, cxo):
         cf.unroll(ax)
+    return cf, ko, kc
 
-    for frag, layout, scope in ((AF, "row_major", "wmma.matrix_a"), (BF, "col_major", "wmma.matrix_b")):
-        f = s[frag]
-        f.compute_at(cf, kc)
-        *fb, fi, fk = f.op.axis
-        fio, fii = f.split(fi, factor=WMMA)
-        fko, fki = f.split(fk, factor=WMMA)
-        f.reorder(*fb, fio, fko, fii, fki)
-        f.tensorize(fii, intrin_wmma_load_matrix(scope, shape, layout, in_dtype, "shared"))
-        f.unroll(fio)
-        f.unroll(fko)
 
-    threads = WARP * brw * bcw
-    for shared in (AS, BS):
-        sh = s[shared]
-        sh.compute_at(cf, ko)
-        *sb, si, sk = sh.op.axis
-        if offset:
-            sh.storage_align(si, WMMA * chunk, offset)  # rows of 16*chunk + offset halves
-        fused = sh.fuse(*sb, si, sk)
-        fused, v = sh.split(fused, factor=vec)
-        fused, tx = sh.split(fused, factor=WARP)
-        fused, tyy = sh.split(fused, factor=brw)
-        fused, tzz = sh.split(fused, factor=bcw)
-        sh.bind(tzz, thread("z"))
-        sh.bind(tyy, thread("y"))
-        sh.bind(tx, thread("x"))
-        if vec > 1:
-            sh.vectorize(v)
-        if double:
-            sh.double_buffer(max(2, double))
-    del threads
+def _schedule_fragments(f, cf, kc, layout, scope, in_dtype):
+    """A or B fragments of one k tile, loaded from the shared slab."""
+    f.compute_at(cf, kc)
+    *fb, fi, fk = f.op.axis
+    fio, fii = f.split(fi, factor=WMMA)
+    fko, fki = f.split(fk, factor=WMMA)
+    f.reorder(*fb, fio, fko, fii, fki)
+    f.tensorize(fii, intrin_wmma_load_matrix(scope, (WMMA,) * 3, layout, in_dtype, "shared"))
+    f.unroll(fio)
+    f.unroll(fko)
+
+
+def _schedule_slab(sh, cf, ko, conf):
+    """A shared slab per k step, fetched by all threads, vec halves each (rows padded by offset)."""
+    brw, bcw, vec = conf["block_row_warps"], conf["block_col_warps"], conf["vec"]
+    sh.compute_at(cf, ko)
+    *sb, si, sk = sh.op.axis
+    if conf["offset"]:
+        sh.storage_align(si, WMMA * conf["chunk"], conf["offset"])  # rows of 16*chunk + offset halves
+    fused = sh.fuse(*sb, si, sk)
+    fused, v = sh.split(fused, factor=vec)
+    fused, tx = sh.split(fused, factor=WARP)
+    fused, tyy = sh.split(fused, factor=brw)
+    fused, tzz = sh.split(fused, factor=bcw)
+    sh.bind(tzz, thread("z"))
+    sh.bind(tyy, thread("y"))
+    sh.bind(tx, thread("x"))
+    if vec > 1:
+        sh.vectorize(v)
+    if conf.get("double_buffer", 0):
+        sh.double_buffer(max(2, conf["double_buffer"]))
