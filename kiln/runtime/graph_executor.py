@@ -64,13 +64,25 @@ class GraphExecutor(Module):
         for shape, dtype, sid, scope in zip(shapes, dtypes, storage, scopes):
             if scope != "global":  # entries of one image storage share shape and dtype
                 if sid not in images:
-                    images[sid] = empty(shape, dtype, self.device, mem_scope=scope)
+                    images[sid] = self._image(shape, dtype, scope)
                 continue
             sizes[sid] = max(sizes.get(sid, 0), math.prod(shape) * DTYPES[dtype][1] // 8)
         # 64-byte aligned raw buffers; a typed view per entry over the start of its buffer.
         pool = {sid: empty((max(n, 1),), "uint8", self.device) for sid, n in sizes.items()}
         return [images[sid] if scope != "global" else NDArray(pool[sid]._tensor.data, shape, dtype, self.device, pool[sid])
                 for shape, dtype, sid, scope in zip(shapes, dtypes, storage, scopes)]
+
+    def _image(self, shape, dtype: str, scope: str) -> NDArray:
+        """An image folded as the library's kernels were: within its -texture_spatial_limit."""
+        from . import devices
+
+        api = devices.get_api(self.device.device_type)
+        if not hasattr(api, "alloc_texture"):
+            raise KilnError(f"graph executor: entry scope {scope!r} needs images; {self.device} has none "
+                            "(texture scopes are for OpenCL devices)")
+        data, owner = api.alloc_texture(tuple(shape), dtype, scope, self.device.device_id,
+                                        limit=_texture_limit(self.lib))
+        return NDArray(data, tuple(shape), dtype, self.device, owner)
 
     def _bind_kernels(self) -> list:
         kernels = []
@@ -214,6 +226,19 @@ class GraphExecutor(Module):
 
     def __repr__(self) -> str:
         return f"GraphExecutor({len(self.kernels)} kernels, inputs=[{', '.join(self.input_index)}], {self.device})"
+
+
+def _texture_limit(lib) -> int:
+    """The -texture_spatial_limit the library's kernels were folded within (the compiler's
+    default, 8192, when its target names none: kiln/tir/transform/texture.py DEFAULT_LIMIT)."""
+    import re
+
+    for mod in [lib] + list(getattr(lib, "imported_modules", [])):
+        target = str((getattr(mod, "metadata", None) or {}).get("target", ""))
+        found = re.search(r"-texture_spatial_limit=(\d+)", target)
+        if found:
+            return int(found.group(1))
+    return 8192
 
 
 def _parse(graph_json) -> dict:

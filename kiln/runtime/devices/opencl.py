@@ -157,15 +157,19 @@ class OpenCLDeviceAPI:
         self._buffers[handle] = weakref.ref(owner, lambda _, h=handle: self._buffers.pop(h, None))
         return handle, owner
 
-    def alloc_texture(self, shape, dtype: str, scope: str, device_id: int = 0) -> tuple[int, _Allocation]:
+    def alloc_texture(self, shape, dtype: str, scope: str, device_id: int = 0,
+                      limit: int | None = None) -> tuple[int, _Allocation]:
         """An image for a 5-D tensor (innermost 4) in texture ``scope``, folded as the compiler
-        folds it (kiln/tir/transform/texture.py) unless that does not fit this device."""
+        folds it (kiln/tir/transform/texture.py): the first fold within this device's limits and
+        ``limit`` (the library's -texture_spatial_limit, which the kernels were folded within)."""
         if scope not in _TEXTURE_SPLITS:
             raise ValueError(f"unknown mem_scope {scope!r}: use global, {', '.join(_TEXTURE_SPLITS)}")
         if len(shape) != 5 or shape[4] != 4 or dtype not in ("float32", "float16"):
             raise ValueError(f"mem_scope {scope} holds float32/float16 5-D tensors whose innermost dimension "
                              f"is 4 (NCHW4c ...), got {dtype}{tuple(shape)}")
         max_w, max_h = self.attribute(device_id, "max_image2d")
+        if limit:
+            max_w, max_h = min(max_w, int(limit)), min(max_h, int(limit))
         splits = [_TEXTURE_SPLITS[scope]] + [k for k in (3, 2, 1, 4) if k != _TEXTURE_SPLITS[scope]]
         fits = [(_prod(shape[k:4]), _prod(shape[:k])) for k in splits]
         width, height = next(((w, h) for w, h in fits if w <= max_w and h <= max_h), fits[0])
@@ -311,6 +315,10 @@ class OpenCLModule:
         self._built: dict[int, list] = {}   # device id -> pyopencl Kernel per kernels entry
         self._lock = threading.Lock()
         self._casts = [[_cast(k, p) for p in k.get("params", [])] for k in kernels]
+        # [w, h] of each image2d_t parameter (texture scopes), None for buffers: checked at launch,
+        # since a buffer bound to an image parameter (or the reverse) crashes some drivers.
+        self._images = [[tuple(p["image"]) if p.get("image") else None for p in k.get("params", [])]
+                        for k in kernels]
         self.events: list | None = None     # set to a list to collect launch events (timing)
 
     # Module-like surface, so it can sit in imported_modules beside host modules.
@@ -368,7 +376,10 @@ class OpenCLModule:
             device_id = next((d for c, v in zip(casts, values)
                               if c is None and (d := API.device_of(int(v))) is not None), 0)
         kernel = self.build(device_id)[kernel_id]
+        images = self._images[kernel_id]
         for i, (cast, value) in enumerate(zip(casts, values)):
+            if cast is None:
+                self._check_image(kernel_id, i, int(value), images[i])
             kernel.set_arg(i, API.buffer(int(value)) if cast is None else cast(value))
         if dyn_shared_bytes:
             raise KilnError("dynamic shared memory is not supported by the OpenCL runtime yet; "
@@ -390,6 +401,19 @@ class OpenCLModule:
         if self.events is not None:
             self.events.append(event)
         return event
+
+    def _check_image(self, kernel_id: int, index: int, handle: int, want) -> None:
+        if API.device_of(handle) is None:
+            return  # a cl_mem this runtime did not make: nothing known to check against
+        have = API.image_of(handle)
+        if (want is None) == (have is None) and (want is None or tuple(have) == tuple(want)):
+            return
+        k = self.kernels[kernel_id]
+        name = k["params"][index].get("name", index)
+        what = f"an image2d_t of {want[0]} x {want[1]} texels" if want else "a buffer"
+        got = f"an image of {have[0]} x {have[1]} texels" if have else "a buffer"
+        raise KilnError(f"{k['name']}: parameter {name} is {what}, got {got}: pass arrays in the scopes the "
+                        "kernel was built for (tvm.nd.empty(..., mem_scope=...); mod.json storage_scope)")
 
     def __repr__(self) -> str:
         return f"OpenCLModule(kernels=[{', '.join(self.function_names())}])"
