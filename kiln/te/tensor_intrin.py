@@ -22,7 +22,7 @@ from kiln.ir import expr as E
 from kiln.ir.dtype import INT32 as INT32_T
 from kiln.ir.stmt import Buffer, Evaluate, Stmt, decl_buffer
 
-from .tensor import ComputeOp, Operation, Tensor
+from .tensor import ComputeOp, PlaceholderOp, Tensor
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,7 +80,7 @@ def decl_tensor_intrin(op, fintrin, name: str = "tensor_intrin", binds=None, sca
     defaults = dict(default_buffer_params or {})
     inputs = tuple(op.input_tensors)
     for t in inputs:
-        if not isinstance(t.op, _placeholder_type()):
+        if not isinstance(t.op, PlaceholderOp):
             raise ScheduleError(f"decl_tensor_intrin: input {t.name} of {op.name} must be a te.placeholder")
     buffers = []
     for t in inputs + tuple(op.outputs):
@@ -105,10 +105,3 @@ def _with_offset_factor(buf: Buffer, factor: int) -> Buffer:
     return replace(buf, offset_factor=int(factor))
 
 
-def _placeholder_type():
-    from .tensor import PlaceholderOp
-
-    return PlaceholderOp
-
-
-_ = Operation

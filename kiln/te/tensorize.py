@@ -15,8 +15,6 @@ intrinsic buffer become accesses of the real buffer at the region's base. A buff
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from kiln.errors import ScheduleError
 from kiln.ir import expr as E
 from kiln.ir.expr import IterType, ProducerLoad, Reduce
@@ -24,68 +22,87 @@ from kiln.ir.functor import Mutator, child_fields, substitute
 from kiln.ir.stmt import BufferStore, seq
 from kiln.tir.simplify import simplify
 
-from .tensor_intrin import TensorIntrin
 
 
 def tensorize_stmt(low, st, info, bufs, store_idx, guards):
     """The stage's loop nest with the tensorized inner loops replaced by the intrinsic's TIR."""
     axis, intrin = st.tensorized
-    where = f"tensorize {st.name} with {intrin.name}"
     leaves = list(st.leaf_iter_vars)
     p = leaves.index(axis)
-    outer, inner = leaves[:p], leaves[p:]
-    zero, top = {}, {}
-    for iv in inner:
-        ext = simplify(info.extents[iv])
-        if not isinstance(ext, E.IntImm):
-            raise ScheduleError(f"{where}: loop {iv.var.name} under the tensorize axis has symbolic extent {ext}")
-        if iv in st.bindings:
-            raise ScheduleError(f"{where}: loop {iv.var.name} under the tensorize axis is bound to a thread")
-        zero[id(iv.var)] = E.const(0, iv.var.dtype)
-        top[id(iv.var)] = E.const(ext.value - 1, iv.var.dtype)
-    _check_nothing_attached(low, st, inner, where)
+    tile = _Tile(f"tensorize {st.name} with {intrin.name}", st, info, leaves[p:])
+    _check_nothing_attached(low, st, leaves[p:], tile.where)
     op = st.op
     values = {id(iv.var): simplify(low.domains[iv].min + info.offsets[iv]) for iv in list(op.axis) + list(op.reduce_axis)}
+    data = [tile.span(values[id(iv.var)], f"axis {iv.var.name}")[1] for iv in op.axis]
+    red = [tile.span(values[id(iv.var)], f"reduce axis {iv.var.name}")[1] for iv in op.reduce_axis]
+    _match_extents(tile.where, "axis", [iv.var.name for iv in op.axis], data, intrin.op.axis)
+    _match_extents(tile.where, "reduce axis", [iv.var.name for iv in op.reduce_axis], red, intrin.op.reduce_axis)
+    loads, pairs = _match_body(tile.where, low.bodies[st][0], intrin.op.body[0])
+    _match_indices(tile.where, op, intrin.op, pairs)
+    rebind = _bind_buffers(low, tile, intrin, loads, values, bufs[0], store_idx)
+    body, init, update = (rebind.visit(x) if x is not None else None for x in intrin.build())
+    return _assemble(low, st, info, tile, leaves[:p], p, body, init, update, guards)
 
-    def span(e, what):
-        base = simplify(substitute(e, lambda v: zero.get(id(v))))
-        n = simplify(substitute(e, lambda v: top.get(id(v))) - base + 1)
+
+class _Tile:
+    """The inner leaves of a tensorized stage: spans of expressions over them."""
+
+    def __init__(self, where, st, info, inner):
+        self.where = where
+        self.zero, self.top = {}, {}
+        for iv in inner:
+            ext = simplify(info.extents[iv])
+            if not isinstance(ext, E.IntImm):
+                raise ScheduleError(f"{where}: loop {iv.var.name} under the tensorize axis has symbolic extent {ext}")
+            if iv in st.bindings:
+                raise ScheduleError(f"{where}: loop {iv.var.name} under the tensorize axis is bound to a thread")
+            self.zero[id(iv.var)] = E.const(0, iv.var.dtype)
+            self.top[id(iv.var)] = E.const(ext.value - 1, iv.var.dtype)
+
+    def base(self, e):
+        """e at the tile's first iteration."""
+        return simplify(substitute(e, lambda v: self.zero.get(id(v))))
+
+    def span(self, e, what):
+        """(base, number of values) of e over the tile."""
+        base = self.base(e)
+        n = simplify(substitute(e, lambda v: self.top.get(id(v))) - base + 1)
         if not isinstance(n, E.IntImm):
-            raise ScheduleError(f"{where}: {what} spans {n} iterations under the tensorize axis, not a constant")
+            raise ScheduleError(f"{self.where}: {what} spans {n} iterations under the tensorize axis, not a constant")
         return base, n.value
 
-    data = [span(values[id(iv.var)], f"axis {iv.var.name}")[1] for iv in op.axis]
-    red = [span(values[id(iv.var)], f"reduce axis {iv.var.name}")[1] for iv in op.reduce_axis]
-    _match_extents(where, "axis", [iv.var.name for iv in op.axis], data, intrin.op.axis)
-    _match_extents(where, "reduce axis", [iv.var.name for iv in op.reduce_axis], red, intrin.op.reduce_axis)
-    loads, pairs = _match_body(where, low.bodies[st][0], intrin.op.body[0])
-    _match_indices(where, op, intrin.op, pairs)
 
+def _bind_buffers(low, tile, intrin, loads, values, out_buf, store_idx):
+    """A _Rebind of the intrinsic's buffers to the regions the tile reads and writes."""
     binds: dict = {}
     vmap: dict = {}
     for t, ibuf in zip(intrin.inputs, intrin.buffers):
         load = loads.get(id(t))
         if load is None:
-            raise ScheduleError(f"{where}: the stage never reads the intrinsic's input {t.name}")
-        spans = [span(simplify(substitute(i, lambda v: values.get(id(v)))), f"index {k} of {load.producer.name}")
+            raise ScheduleError(f"{tile.where}: the stage never reads the intrinsic's input {t.name}")
+        spans = [tile.span(simplify(substitute(i, lambda v: values.get(id(v)))), f"index {k} of {load.producer.name}")
                  for k, i in enumerate(load.indices)]
-        _match_region(where, load.producer.name, [n for _, n in spans], t)
+        _match_region(tile.where, load.producer.name, [n for _, n in spans], t)
         real = low.load(ProducerLoad(load.producer, tuple(b for b, _ in spans), load.dtype))
-        _bind(where, ibuf, real.buffer, real.indices, binds, vmap)
-    out_base = [simplify(substitute(i, lambda v: zero.get(id(v)))) for i in store_idx]
-    _bind(where, intrin.buffers[len(intrin.inputs)], bufs[0], out_base, binds, vmap)
+        _bind(tile.where, ibuf, real.buffer, real.indices, binds, vmap)
+    _bind(tile.where, intrin.buffers[len(intrin.inputs)], out_buf, [tile.base(i) for i in store_idx], binds, vmap)
+    return _Rebind(binds, vmap)
 
-    body, init, update = (_Rebind(binds, vmap).visit(s) if s is not None else None for s in intrin.build())
-    base_guards = [simplify(substitute(g, lambda v: zero.get(id(v)))) for g in list(guards) + list(info.reduce_guards)]
+
+def _assemble(low, st, info, tile, outer, p, body, init, update, guards):
+    """The outer loops around body, or around reduce_update with reduce_init before the
+    reduction loops when some of them stay outside the tile."""
+    base_guards = [tile.base(g) for g in list(guards) + list(info.reduce_guards)]
     reduce_outer = [iv for iv in outer if iv.iter_type == IterType.COMM_REDUCE]
-    if not reduce_outer or not op.reduce_axis:
+    if not reduce_outer or not st.op.reduce_axis:
         if body is None:
             body = seq(init, update)
         return low._nest(st, outer, info, _guarded(body, base_guards))
     if init is None or update is None:
-        raise ScheduleError(f"{where}: the reduction continues outside the tensorize axis "
+        raise ScheduleError(f"{tile.where}: the reduction continues outside the tensorize axis "
                             f"({', '.join(iv.var.name for iv in reduce_outer)}), so the intrinsic must return "
                             "(body, reduce_init, reduce_update)")
+    leaves = list(st.leaf_iter_vars)
     first = leaves.index(reduce_outer[0])
     init_loops = [iv for iv in leaves[first:p] if iv.iter_type != IterType.COMM_REDUCE]
     init_guards = [g for g in base_guards if not _uses_any(g, reduce_outer)]
@@ -298,5 +315,3 @@ def _guarded(stmt, conds):
 
     return _guard(stmt, conds)
 
-
-_ = (replace, TensorIntrin)

@@ -29,7 +29,7 @@ from dataclasses import replace
 from kiln.ir import expr as E
 from kiln.ir.dtype import BOOL_T
 from kiln.ir.functor import Mutator, substitute
-from kiln.ir.stmt import Allocate, AttrStmt, BufferStore, Evaluate, For, ForKind, IfThenElse, PrimFunc, SeqStmt, seq
+from kiln.ir.stmt import Allocate, AttrStmt, BufferStore, Evaluate, ForKind, IfThenElse, PrimFunc, SeqStmt, seq
 
 MARK = "double_buffer_scope"
 ASYNC = "kiln.async_fetch"
