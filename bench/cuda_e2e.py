@@ -59,7 +59,8 @@ def torch_model(torch, name: str):
 
 def conv_variant(name: str) -> None:
     """Swap topi.gpu's untuned conv2d tiles for a comparison: "old" (before the shape-driven
-    defaults, bench/cuda_conv.py), "busy2x" (twice the work-items before register tiles grow)."""
+    defaults, bench/cuda_conv.py), "busy2x" (twice the work-items before register tiles grow),
+    "shape" (the shape-driven tiles for 3x3 layers too)."""
     from kiln.topi.gpu import conv2d as gconv
 
     if name == "old":
@@ -71,8 +72,10 @@ def conv_variant(name: str) -> None:
         gconv.default_config = lambda p, threads=None: mod.old_default(p)
     elif name == "busy2x":
         gconv.BUSY_THREADS *= 2
+    elif name == "shape":  # the output-shape-driven tiles for every layer kind (3x3 included)
+        gconv.default_config = gconv.shape_config
     elif name != "default":
-        raise SystemExit(f"bench/cuda_e2e.py: no conv variant {name!r} (default, old, busy2x)")
+        raise SystemExit(f"bench/cuda_e2e.py: no conv variant {name!r} (default, old, busy2x, shape)")
 
 
 def build(model, target, dtype: str):
@@ -157,7 +160,7 @@ def main() -> None:
     p.add_argument("--number", type=int, default=10, help="calls per timed repeat")
     p.add_argument("--target", default="cuda", help='kiln target, e.g. "cuda -arch=sm_90"')
     p.add_argument("--profile", type=int, default=0, metavar="N", help="print each build's N slowest kernels")
-    p.add_argument("--conv-variant", default="default", help="untuned conv2d tiles: default, old, busy2x")
+    p.add_argument("--conv-variant", default="default", help="untuned conv2d tiles: default, old, busy2x, shape")
     args = p.parse_args()
     conv_variant(args.conv_variant)
     dev = tvm.cuda(0)

@@ -53,6 +53,12 @@ def default_config(p, threads: int | None = None) -> dict:
         if p.stride_h == 1 and p.stride_w == 1:
             return per_tap_config(p, threads)
         return tiles(p, 1, 1, 128, 32)
+    return shape_config(p, threads)
+
+
+def shape_config(p, threads: int | None = None) -> dict:
+    """The output-shape-driven tiles of default_config (any layer kind)."""
+    threads = threads or max_threads()
     f, w = p.out_channel, p.out_width
     outputs = p.batch * f * p.out_height * w
     for fi, xi in ((4, 2), (2, 2), (4, 1), (2, 1), (1, 2), (1, 1)):
