@@ -86,7 +86,7 @@ def candidates(p) -> dict:
         out[f"tap whole rc{rci}"] = {**tap, "tile_rc": [p.in_channel // rci, rci], "tile_ry": [1, p.kernel_h],
                                      "tile_rx": [1, p.kernel_w]}
     for fi, xi, budget, rc, yi in ((4, 2, 128, 16, 1), (4, 2, 256, 16, 1), (2, 2, 128, 16, 1), (2, 1, 128, 16, 1),
-                                   (1, 1, 128, 32, 1), (4, 2, 64, 8, 2), (8, 2, 128, 8, 1)):
+                                   (1, 1, 128, 32, 1), (4, 2, 64, 8, 2), (8, 2, 128, 8, 1), (2, 1, 64, 64, 1)):
         if p.out_channel % fi or p.out_width % xi or p.out_height % yi:
             continue
         cfg = gconv.tiles(p, fi, xi, budget, rc, yi=yi)
