@@ -99,7 +99,7 @@ def tiles(p, fi: int, xi: int, budget: int, max_rc: int = 16, whole: bool = True
     patch_h = (ty * yi - 1) * p.stride_h + (kh - 1) * p.dilation_h + 1
     patch_w = (tx * xi - 1) * p.stride_w + (kw - 1) * p.dilation_w + 1
     per_channel = (patch_h * patch_w + tf * fi * kh * kw) if whole else (ty * yi * tx * xi + tf * fi)
-    rci = next(r for r in (32, 16, 8, 4, 2, 1) if r <= max_rc and icg % r == 0 and
+    rci = next(r for r in (64, 32, 16, 8, 4, 2, 1) if r <= max_rc and icg % r == 0 and
                (r * per_channel <= SHARED_FLOATS or r == 1))
     whole = whole and rci * per_channel <= SHARED_FLOATS
     return {
