@@ -149,7 +149,7 @@ def cuda_main(args) -> None:
         ms = {k: 1e3 * statistics.median(v) for k, v in interleaved(sides, args.rounds, args.number).items()}
         print(f"{name:<14}{ms['cudnn']:>10.3f}{ms['kiln']:>9.3f}{ms['ort']:>9.3f}{ms['cudnn'] / ms['kiln']:>11.2f}x"
               f"{ms['cudnn'] / ms['ort']:>10.2f}x  {len(subgraphs)} subgraphs, {nodes} cuDNN nodes, "
-              f"{refused} fused calls refused, {len(executors) - len(failures)} replayed as CUDA graphs")
+              f"{refused} fused calls refused, {sum(e.captured for e in executors)} replayed as CUDA graphs")
         if failures:
             print(f"  not captured: {failures[0]}")
         if args.profile:

@@ -146,6 +146,7 @@ class CuDNNExecutor:
         self._buffers: dict = {}
         self.fused_ok: dict[int, bool] = {}  # conv node -> cuDNN accepted the fused call
         self.capture_failure = None  # why the last bind's calls could not become a CUDA graph
+        self.captured = False  # the last bind replays a CUDA graph
         self.one, self.zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
         self.steps = []
         for k, node in enumerate(graph["nodes"]):
@@ -283,6 +284,7 @@ class CuDNNExecutor:
             lib = self.lib
             launch, self.capture_failure = json_cuda_graph.capture(
                 lambda stream: _check(lib, lib.cudnnSetStream(self.handle, stream or None), "cudnnSetStream"), calls)
+            self.captured = launch is not None
             if launch is not None:
                 launch.steps = steps
                 return launch
