@@ -45,13 +45,11 @@ def default_config(p, threads: int | None = None) -> dict:
     groups), columns on threadIdx.x, rows on y, channels on z. Each reduction step stages
     ``rci`` input channels of the whole window (input patch and weights) in shared memory."""
     threads = threads or max_threads()
-    window = p.kernel_h * p.kernel_w > 1
-    if window and p.in_channel // p.groups >= 16:
-        # Measured on the H100 (bench/cuda_conv.py, ResNet-50): 3x3 stride 1 is fastest with a
-        # window tap per step and 224-thread groups (per_tap_config); strided windows with one
-        # output per work-item over more work-groups (their staged patch is sparse).
-        if p.stride_h == 1 and p.stride_w == 1:
-            return per_tap_config(p, threads)
+    strided = p.stride_h > 1 or p.stride_w > 1
+    if strided and p.kernel_h * p.kernel_w > 1 and p.in_channel // p.groups >= 16:
+        # Measured on the H100 (bench/cuda_conv.py, ResNet-50): strided windows are fastest with
+        # one output per work-item over 128-wide work-groups, 32 channels per step (their staged
+        # patch is sparse, so register tiles of neighbouring columns reuse little of it).
         return tiles(p, 1, 1, 128, 32)
     return shape_config(p, threads)
 

@@ -139,9 +139,8 @@ RESNET50_LAYERS = [  # (C, H, W, F, K, stride): the distinct batch-1 convolution
 
 @pytest.mark.parametrize("layer", RESNET50_LAYERS, ids=[f"{c}x{h}-{f}k{k}s{s}" for c, h, _, f, k, s in RESNET50_LAYERS])
 def test_default_tiles_fill_a_large_gpu(layer):
-    """Batch-1 layers get legal work-groups (<= 256 work-items, threadIdx.z <= 64) and
-    shared-memory steps within 24 KiB; 1x1 and strided layers enough work-groups for ~132
-    compute units (3x3 stride 1 keeps the window-tap kernel, measured faster on the H100)."""
+    """Batch-1 layers get enough work-groups for ~132 compute units, legal work-groups (<= 256
+    work-items, threadIdx.z <= 64) and shared-memory steps within 24 KiB."""
     from kiln.topi.gpu import conv2d as gconv
     from kiln.topi.nn.conv2d import conv2d_shape
 
@@ -150,11 +149,7 @@ def test_default_tiles_fill_a_large_gpu(layer):
     conf = gconv.config_for(p)
     groups = conf["tile_f"][0] * conf["tile_y"][0] * conf["tile_x"][0]
     threads = conf["tile_f"][2] * conf["tile_y"][2] * conf["tile_x"][2]
-    assert 32 <= threads <= 256 and conf["tile_f"][2] <= gconv.MAX_THREADS_Z
-    if k == 1 or s > 1:
-        assert groups >= 132
-    else:
-        assert conf == gconv.per_tap_config(p) and conf["tile_ry"] == [k, 1]
+    assert groups >= 132 and 32 <= threads <= 256 and conf["tile_f"][2] <= gconv.MAX_THREADS_Z
     rci, ty, tx = conf["tile_rc"][1], conf["tile_y"][2] * conf["tile_y"][3], conf["tile_x"][2] * conf["tile_x"][3]
     patch = ((ty - 1) * s + k) * ((tx - 1) * s + k) if conf["tile_ry"][1] == k else ty * tx
     weights = conf["tile_f"][2] * conf["tile_f"][3] * (k * k if conf["tile_ry"][1] == k else 1)
