@@ -86,7 +86,8 @@ def candidates(p) -> dict:
         out[f"tap whole rc{rci}"] = {**tap, "tile_rc": [p.in_channel // rci, rci], "tile_ry": [1, p.kernel_h],
                                      "tile_rx": [1, p.kernel_w]}
     for fi, xi, budget, rc, yi in ((4, 2, 128, 16, 1), (4, 2, 256, 16, 1), (2, 2, 128, 16, 1), (2, 1, 128, 16, 1),
-                                   (1, 1, 128, 32, 1), (4, 2, 64, 8, 2), (8, 2, 128, 8, 1), (2, 1, 64, 64, 1)):
+                                   (1, 1, 128, 32, 1), (4, 2, 64, 8, 2), (8, 2, 128, 8, 1), (2, 1, 64, 64, 1),
+                                   (1, 1, 64, 32, 1), (2, 1, 128, 32, 1), (1, 1, 256, 16, 1)):
         if p.out_channel % fi or p.out_width % xi or p.out_height % yi:
             continue
         cfg = gconv.tiles(p, fi, xi, budget, rc, yi=yi)
@@ -102,6 +103,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--image", type=int, default=224)
     ap.add_argument("--number", type=int, default=20, help="calls per timed repeat")
+    ap.add_argument("--only", nargs="*", default=[], help='layers whose description starts so, e.g. "512x7x7 -> 512"')
     ap.add_argument("--limit", type=float, default=150.0, help="stop after this many seconds")
     args = ap.parse_args()
     dev = tvm.cl(0) if args.target.startswith("opencl") else tvm.cuda(0)  # opencl: a check of the script
@@ -116,6 +118,9 @@ def main() -> None:
             print("(time limit)")
             break
         p = conv2d_shape("conv2d", dshape, wshape, stride, pad, 1, 1)
+        desc = f"{dshape[1]}x{dshape[2]}x{dshape[3]} -> {wshape[0]} {wshape[2]}x{wshape[3]} s{stride}"
+        if args.only and not any(desc.startswith(o) for o in args.only):
+            continue
         x = rng.standard_normal(dshape).astype(args.dtype)
         wt = (rng.standard_normal(wshape) * 0.1).astype(args.dtype)
         xa, wa = tvm.nd.array(x, dev), tvm.nd.array(wt, dev)
@@ -141,7 +146,6 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001 - a candidate that does not build is reported, not fatal
                 print(f"    {name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
         flops = p.flops
-        desc = f"{dshape[1]}x{dshape[2]}x{dshape[3]} -> {wshape[0]} {wshape[2]}x{wshape[3]} s{stride}"
         best = min((v, k) for k, v in results.items() if v == v)
         d = candidates(p)["default"]
         tiles = " ".join(f"{k[5:]}{d[k][2:] if k[5] in 'fyx' else d[k][1:]}" for k in
