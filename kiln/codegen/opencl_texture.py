@@ -26,6 +26,16 @@ LANE_HELPER = ("static inline float kiln_lane4(float4 v, int k) "
                "{ return k == 0 ? v.x : (k == 1 ? v.y : (k == 2 ? v.z : v.w)); }")
 
 
+# float -> the nearest half (ties to even), still as float: bit rounding of the mantissa to 10
+# bits for normal halves, multiples of 2^-24 (rint: ties to even) below 2^-14 (subnormal halves).
+HALF_RTE_HELPER = (
+    "static inline float4 kiln_half_rte4(float4 v) { "
+    "uint4 b = as_uint4(v); "
+    "float4 n = as_float4((b + (uint4)(0xFFFu) + ((b >> 13) & (uint4)(1u))) & (uint4)(0xFFFFE000u)); "
+    "float4 sub = rint(v * 16777216.0f) * 5.9604644775390625e-8f; "
+    "return select(n, sub, isless(fabs(v), (float4)(6.103515625e-05f))); }")
+
+
 class TexturePrinter(HalfStorage, OpenCLPrinter):
     """OpenCLPrinter that prints texture-scoped buffers (kernel attr ``texture``) as images, and
     float16 as half in memory / float in registers when the kernel has attr ``half_storage``."""
@@ -157,6 +167,11 @@ class TexturePrinter(HalfStorage, OpenCLPrinter):
             text = self.expr(value)
         else:
             text = f"convert_float4({self.expr(value)})"
+        if half is None and layout.dtype == "float16":
+            # Round to half here, to nearest even as vstore_half does: drivers differ in how
+            # write_imagef rounds to CL_HALF_FLOAT (texture and buffer builds then agree).
+            self.needs.add(HALF_RTE_HELPER)
+            text = f"kiln_half_rte4({text})"
         self.emit(f"write_imagef({self.name(s.buffer.data)}, (int2)({self.expr(x)}, {self.expr(y)}), {text});")
 
 

@@ -162,3 +162,26 @@ def test_float16_buffers_compute_in_float_on_adreno():
     want = a * a + np.float16(1.5)
     np.testing.assert_allclose(b.numpy(), want, rtol=1e-3)
     np.testing.assert_allclose(c.numpy(), want.astype("float32") * 2, rtol=1e-3)
+
+
+def test_half_image_writes_round_to_nearest_even():
+    # The kernel rounds to half itself (ties to even, subnormals too), as vstore_half does, so the
+    # result does not depend on how a driver's write_imagef rounds to CL_HALF_FLOAT.
+    shape = (1, 4, 16, 16, 4)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.standard_normal(shape[:-1] + (2,)) * 3,
+                        rng.standard_normal(shape[:-1] + (2,)) * 1e-5], -1).astype("float32")
+    x.flat[:64] = np.arange(64, dtype=np.float32) + 1024.5  # exact ties between two halves
+    a = te.placeholder(shape, name="a")
+    b = te.compute(shape, lambda *i: (a(*i) * 1.0).astype("float16"), name="b")
+    s = te.create_schedule(b.op)
+    s[b].set_scope("global.texture")
+    n, c, h, w, k = s[b].op.axis
+    s[b].bind(s[b].fuse(n, c, h), te.thread_axis("blockIdx.x"))
+    s[b].bind(w, te.thread_axis("threadIdx.x"))
+    s[b].vectorize(k)
+    f = tvm.build(s, [a, b], target=tvm.target.Target("opencl -device=adreno", host="llvm"))
+    assert "kiln_half_rte4(" in f.imported_modules[0].get_source()
+    res = tvm.nd.empty(shape, "float16", tvm.cl(0), mem_scope="global.texture")
+    f(tvm.nd.array(x, tvm.cl(0)), res)
+    np.testing.assert_array_equal(res.numpy(), x.astype("float16"))
