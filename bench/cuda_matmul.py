@@ -25,11 +25,12 @@ import numpy as np
 import kiln as tvm
 from kiln import te
 
-# (block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, shared stages): around
-# the best points of earlier runs on the H100 (one slab, or a 2/3-stage cp.async pipeline)
-TC_CANDIDATES = [(2, 2, 4, 4, 4, 0), (2, 2, 4, 4, 4, 2), (2, 2, 4, 4, 4, 3), (2, 2, 4, 4, 8, 0), (2, 2, 4, 4, 8, 2),
-                 (2, 4, 4, 4, 4, 0), (2, 4, 4, 4, 4, 3), (4, 2, 4, 4, 4, 0), (4, 2, 4, 4, 4, 3), (2, 4, 4, 2, 4, 3),
-                 (2, 2, 4, 4, 2, 3), (2, 2, 2, 4, 4, 3)]
+# (block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, shared stages, mma): the
+# best points of earlier runs on the H100 (one slab, or a 2/3-stage cp.async pipeline), each with
+# wmma and with ldmatrix + mma.sync
+_BEST = [(2, 2, 4, 4, 4, 0), (2, 2, 4, 4, 4, 2), (4, 2, 4, 4, 4, 3), (2, 4, 4, 4, 4, 3), (2, 2, 4, 4, 4, 3),
+         (2, 4, 4, 2, 4, 3)]
+TC_CANDIDATES = [p + (mma,) for p in _BEST for mma in (0, 1)]
 
 
 def _shared():
@@ -40,9 +41,9 @@ def _shared():
 
 
 def tc_config(point) -> dict:
-    brw, bcw, wrt, wct, chunk, db = point
+    brw, bcw, wrt, wct, chunk, db, mma = point
     return {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": wrt, "warp_col_tiles": wct,
-            "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": db}
+            "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": db, "mma": mma}
 
 
 def build_tensorcore(n: int, target, out_dtype: str, cfg=None):
@@ -110,7 +111,7 @@ def bench_tensorcore(n: int, target, dev, repeat: int, torch, gpu) -> None:
     def tf(ms):
         return flop / ms / 1e9
 
-    print(f"matmul fp16 {n}^3 on tensor cores (wmma m16n16k16; build {build_s:.1f} s; max rel err {err:.1e})")
+    print(f"matmul fp16 {n}^3 on tensor cores (16x16x16 tiles; build {build_s:.1f} s; max rel err {err:.1e})")
     print(f"  {'cuBLAS (torch fp16)':30s} {t_ref:9.3f} ms  {tf(t_ref):7.1f} TFLOP/s")
     print(f"  {'kiln untuned (fp32 acc)':30s} {t_untuned:9.3f} ms  {tf(t_untuned):7.1f} TFLOP/s  "
           f"ratio {t_ref / t_untuned:.2f}x")
@@ -126,7 +127,7 @@ def bench_tensorcore(n: int, target, dev, repeat: int, torch, gpu) -> None:
         best = measure(f, acc, repeat)
         print(f"  {'kiln tuned (' + acc[5:] + '-bit acc)':30s} {best:9.3f} ms  {tf(best):7.1f} TFLOP/s  "
               f"ratio {t_ref / best:.2f}x  (warps {point[0]}x{point[1]}, tiles {point[2]}x{point[3]}, "
-              f"chunk {point[4]}, shared stages {max(1, point[5])})")
+              f"chunk {point[4]}, shared stages {max(1, point[5])}, {'mma.sync' if point[6] else 'wmma'})")
 
 
 def main() -> None:

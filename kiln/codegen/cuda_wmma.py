@@ -22,6 +22,7 @@ from ..errors import CompileError
 from ..ir import expr as E
 from ..ir.functor import Visitor, post_order_visit
 from ..ir.stmt import Allocate
+from . import cuda_mma
 
 OPS = ("tvm_fill_fragment", "tvm_load_matrix_sync", "tvm_mma_sync", "tvm_store_matrix_sync")
 SHAPES = {(16, 16, 16), (32, 8, 16), (8, 32, 16)}
@@ -197,6 +198,15 @@ class WmmaPrinter:
         self.frags = fragments(kernel)
         self.shared = shared_handles(kernel)
         self.helpers: dict[str, str] = {}
+        # ldmatrix + mma.sync instead of wmma where the schedule asks and the kernel allows (sm_80+)
+        self.mma = bool(self.frags) and getattr(printer, "async_copies", False) and cuda_mma.wanted(kernel) \
+            and cuda_mma.usable(kernel, self.frags, self.shared)
+
+    def _helper(self, fn: str, text: str) -> str:
+        if self.mma:
+            self.helpers.setdefault("kiln_lane", cuda_mma.LANE)
+        self.helpers[fn] = text
+        return fn
 
     def declare(self, s) -> None:
         f = self.frags[id(s.buffer.data)]
@@ -224,6 +234,11 @@ class WmmaPrinter:
         if name in ("tvm_load_matrix_sync", "tvm_store_matrix_sync"):
             f, ref = self.frag(a[0], a[4])
             layout = _layout(a[7])
+            ptr, stride = self.p.expr(a[5]), self.p.expr(a[6])
+            if self.mma:
+                fn = self._helper(*(cuda_mma.load(f.scope) if name == "tvm_load_matrix_sync"
+                                    else cuda_mma.store(f.buf.dtype.bits)))
+                return f"{fn}({ref}, {ptr}, {stride})" if name == "tvm_load_matrix_sync" else f"{fn}({ptr}, {ref}, {stride})"
             if name == "tvm_load_matrix_sync":
                 ptr = a[5]
                 from_shared = isinstance(ptr, E.Call) and ptr.op == "tir.tvm_access_ptr" and id(ptr.args[1]) in self.shared
@@ -235,7 +250,7 @@ class WmmaPrinter:
             return f"{fn}({ref}, {ptr}, {stride})" if name == "tvm_load_matrix_sync" else f"{fn}({ptr}, {ref}, {stride})"
         if name == "tvm_mma_sync":
             (d, dref), (fa, aref), (fb, bref), (c, cref) = (self.frag(a[i], a[i + 1]) for i in (0, 2, 4, 6))
-            fn, text = mma_helper(d, fa, fb, c)
+            fn, text = cuda_mma.mma(d.buf.dtype.bits, c.buf.dtype.bits) if self.mma else mma_helper(d, fa, fb, c)
             self.helpers[fn] = text
             return f"{fn}({dref}, {aref}, {bref}, {cref})"
         raise CompileError(f"unknown wmma call {e.op}")

@@ -11,7 +11,8 @@ straight to global memory (``wmma.store``); an elementwise epilogue (bias, activ
 second kernel.
 
 ``cfg`` knobs (AutoTVM template ``dense_tensorcore.cuda`` / ``batch_matmul_tensorcore.cuda``):
-block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, offset, vec, double_buffer.
+block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, offset, vec, double_buffer,
+mma (ldmatrix + mma.sync instead of wmma, sm_80+).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ WARP = 32
 TAGS = ("dense", "batch_matmul")
 KNOBS = {"block_row_warps": [1, 2, 4], "block_col_warps": [1, 2, 4], "warp_row_tiles": [1, 2, 4],
          "warp_col_tiles": [1, 2, 4], "chunk": [1, 2, 4, 8], "offset": [0, 8], "vec": [1, 2, 4, 8],
-         "double_buffer": [0, 2, 3, 4]}  # 0: one slab; P: P slabs in flight (a P-stage pipeline)
+         "double_buffer": [0, 2, 3, 4],  # 0: one slab; P: P slabs in flight (a P-stage pipeline)
+         "mma": [0, 1]}  # 1: ldmatrix + mma.sync.m16n8k16 instead of wmma (sm_80+; codegen/cuda_mma.py)
 
 
 def fits(m: int, n: int, k: int, dtype) -> bool:
@@ -40,7 +42,8 @@ def fits(m: int, n: int, k: int, dtype) -> bool:
 def shared_bytes(conf: dict) -> int:
     """Shared memory of a config: its slabs of A and B (rows padded by offset), times the stages."""
     rows = WMMA * (conf["block_row_warps"] * conf["warp_row_tiles"] + conf["block_col_warps"] * conf["warp_col_tiles"])
-    return max(1, conf.get("double_buffer", 0)) * rows * (WMMA * conf["chunk"] + conf["offset"]) * 2
+    stages = {0: 1, 1: 2}.get(conf.get("double_buffer", 0), conf.get("double_buffer", 0))
+    return stages * rows * (WMMA * conf["chunk"] + conf["offset"]) * 2
 
 
 def default_config(m: int, n: int, k: int) -> dict:
@@ -58,7 +61,7 @@ def default_config(m: int, n: int, k: int) -> dict:
     wct = largest([1, 2, 4], n // (WMMA * bcw))
     chunk = largest([1, 2, 4], k // WMMA)
     conf = {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": wrt, "warp_col_tiles": wct,
-            "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": 0}
+            "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": 0, "mma": 0}
     target = Target.current(allow_none=True)
     limit = (target.attrs.get("max_shared_memory_per_block") if target is not None else None) or 48 * 1024
     for stages in (3, 2):
@@ -284,6 +287,8 @@ def _schedule_accumulators(cf, st, tz, conf, in_dtype, out_dtype):
     cf.tensorize(cyi, intrin_wmma_gemm((WMMA,) * 3, in_dtype, out_dtype, "col_major"))
     for ax in (kc, cyo, cxo):
         cf.unroll(ax)
+    if conf.get("mma", 0):
+        cf.pragma(ko, "kiln_mma_sync", 1)
     return cf, ko, kc
 
 

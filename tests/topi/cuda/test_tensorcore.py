@@ -62,6 +62,16 @@ def test_dense_compiles_to_wmma(out_dtype, ptx_types):
     assert "ld.global.nc.v4.u32" in ptx
 
 
+@pytest.mark.parametrize("out_dtype,ptx_type", [("float32", "f32"), ("float16", "f16")])
+def test_mma_knob_uses_ldmatrix_and_mma_sync(out_dtype, ptx_type):
+    src, ptx = device(build_dense(128, 128, 256, out_dtype, cfg={"mma": 1, "double_buffer": 2, "chunk": 2}))
+    assert f"mma.sync.aligned.m16n8k16.row.col.{ptx_type}.f16.f16.{ptx_type}" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx and "wmma." not in ptx
+    assert cg.compile_source(src, "sm_90", "cubin")
+    _, ptx75 = device(build_dense(128, 128, 256, out_dtype, cfg={"mma": 1}, target="cuda -arch=sm_75"))
+    assert "wmma.mma.sync" in ptx75 and "mma.sync.aligned.m16n8k16" not in ptx75  # needs sm_80: wmma
+
+
 def test_dense_knobs_change_the_kernel():
     cfg = {"block_row_warps": 1, "block_col_warps": 2, "warp_row_tiles": 2, "warp_col_tiles": 1,
            "chunk": 1, "offset": 0, "vec": 4}
@@ -236,11 +246,13 @@ def _ref(a, w):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("out_dtype,double", [("float32", 0), ("float16", 0), ("float32", 1), ("float16", 1)])
-def test_dense_runs(out_dtype, double):
+@pytest.mark.parametrize("out_dtype,double,mma", [("float32", 0, 0), ("float16", 0, 0), ("float32", 1, 0),
+                                                  ("float16", 1, 0), ("float32", 2, 1), ("float16", 0, 1)])
+def test_dense_runs(out_dtype, double, mma):
     M, N, K = 128, 192, 256
     dev = tvm.cuda(0)
-    f = build_dense(M, N, K, out_dtype, cfg={"double_buffer": double, "chunk": 2}, target="cuda")  # within 48 KiB
+    cfg = {"double_buffer": double, "chunk": 2, "mma": mma}  # within 48 KiB
+    f = build_dense(M, N, K, out_dtype, cfg=cfg, target="cuda")
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, (M, K)).astype("float16")
     w = rng.uniform(-1, 1, (N, K)).astype("float16")
