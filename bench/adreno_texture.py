@@ -119,9 +119,9 @@ def compare(name, mod, params, inputs, dev, repeat, number, fp16, layers: bool, 
 
 
 def half_rounding(dev) -> str:
-    """How this device rounds float to half when a kernel writes a CL_HALF_FLOAT image
-    (write_imagef) and a half buffer (vstore_half): counts of results that differ from numpy's
-    round-to-nearest-even, on values that need rounding."""
+    """Whether kernels writing float16 round as numpy does (to nearest even) on this device, into
+    a CL_HALF_FLOAT image (rounded in the kernel, then write_imagef) and into a half buffer
+    (vstore_half_rte): counts of results that differ, on values that need rounding."""
     from kiln import te
 
     shape = (1, 4, 16, 16, 4)
@@ -146,7 +146,7 @@ def half_rounding(dev) -> str:
         diff = got != want
         out[scope] = f"{int(diff.sum())} of {x.size} differ from round-to-nearest-even" + \
             (f" (all toward zero: {bool(toward_zero[diff].all())})" if diff.any() else "")
-    return f"half rounding: image writes {out['global.texture']}; vstore_half {out['global']}"
+    return f"half rounding: image writes {out['global.texture']}; buffer writes {out['global']}"
 
 
 def main() -> None:

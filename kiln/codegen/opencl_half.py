@@ -2,10 +2,10 @@
 
 Without the cl_khr_fp16 extension OpenCL C may declare ``half`` pointers but not load, store or
 compute ``half`` values; ``vload_half[n]`` / ``vstore_half[n]`` convert between half in memory
-and float in registers, and are core OpenCL. With kernel attr ``half_storage`` (set for adreno
+and float in registers, and are core OpenCL. With kernel attr ``half_storage`` (set for OpenCL
 targets, kiln/codegen/opencl.py) every float16 value is a float in registers: loads from global
-half buffers are vload_half, stores vstore_half (rounding to half there), private and shared
-float16 arrays are float arrays, float16 constants and casts are float ones. Images convert by
+half buffers are vload_half, stores vstore_half_rte (to nearest even, whatever the device's
+default rounding), private and shared float16 arrays are float arrays, float16 constants and casts are float ones. Images convert by
 themselves (opencl_texture.py). Results differ from true half arithmetic only in that rounding
 to half happens at stores, not after every operation.
 """
@@ -64,12 +64,12 @@ class HalfStorage:
             return super().stmt_BufferStore(s)
         ptr, idx, lanes = self.name(s.buffer.data), s.indices[0], s.value.dtype.lanes
         if lanes == 1:
-            self.emit(f"vstore_half({self.expr(s.value)}, 0, {ptr} + {self.index(idx, s.buffer)});")
+            self.emit(f"vstore_half_rte({self.expr(s.value)}, 0, {ptr} + {self.index(idx, s.buffer)});")
             return
         base = _contiguous(idx)
         if base is not None:
-            self.emit(f"vstore_half{lanes}({self.expr(s.value)}, 0, {ptr} + {self.index(base, s.buffer)});")
+            self.emit(f"vstore_half{lanes}_rte({self.expr(s.value)}, 0, {ptr} + {self.index(base, s.buffer)});")
             return
         v = self.fresh_value(s.value)
         for k in range(lanes):
-            self.emit(f"vstore_half({self.lang.lane.format(x=v, k=k)}, 0, {ptr} + {self.lane_of(idx, k)});")
+            self.emit(f"vstore_half_rte({self.lang.lane.format(x=v, k=k)}, 0, {ptr} + {self.lane_of(idx, k)});")

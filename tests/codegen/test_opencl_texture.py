@@ -154,7 +154,7 @@ def test_float16_buffers_compute_in_float_on_adreno():
         s[T].bind(xi, te.thread_axis("threadIdx.x"))
     f = tvm.build(s, [A, B, C], target=ADRENO)
     src = f.imported_modules[0].get_source()
-    assert "vstore_half(" in src and "vload_half(" in src and "cl_khr_fp16" not in src
+    assert "vstore_half_rte(" in src and "vload_half(" in src and "cl_khr_fp16" not in src
     dev = tvm.cl(0)
     a = np.random.default_rng(4).random(n).astype("float16")
     b, c = tvm.nd.empty((n,), "float16", dev), tvm.nd.empty((n,), "float32", dev)
