@@ -25,12 +25,14 @@ import numpy as np
 import kiln as tvm
 from kiln import te
 
-# (block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, shared stages, mma): the
+# (block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, shared stages, mma, raster): the
 # best points of earlier runs on the H100 (one slab, or a 2/3-stage cp.async pipeline), each with
 # wmma and with ldmatrix + mma.sync
 _BEST = [(2, 2, 4, 4, 4, 0), (2, 2, 4, 4, 4, 2), (4, 2, 4, 4, 4, 3), (2, 4, 4, 4, 4, 3), (2, 2, 4, 4, 4, 3),
          (2, 4, 4, 2, 4, 3)]
-TC_CANDIDATES = [p + (mma,) for p in _BEST for mma in (0, 1)]
+TC_CANDIDATES = [p + (mma, 1) for p in _BEST for mma in (0, 1)]
+# and block rows rastered by 8 (L2 reuse between neighbouring blocks)
+TC_CANDIDATES += [(2, 2, 4, 4, 4, 0, 1, 8), (2, 2, 4, 4, 4, 3, 1, 8), (2, 2, 4, 4, 4, 0, 0, 8)]
 
 
 def _shared():
@@ -41,9 +43,9 @@ def _shared():
 
 
 def tc_config(point) -> dict:
-    brw, bcw, wrt, wct, chunk, db, mma = point
+    brw, bcw, wrt, wct, chunk, db, mma, raster = point
     return {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": wrt, "warp_col_tiles": wct,
-            "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": db, "mma": mma}
+            "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": db, "mma": mma, "raster": raster}
 
 
 def build_tensorcore(n: int, target, out_dtype: str, cfg=None):
@@ -132,7 +134,8 @@ def bench_tensorcore(n: int, target, dev, repeat: int, torch, gpu) -> None:
         point, best = min(timed.items(), key=lambda kv: kv[1])
         print(f"  {'kiln tuned (' + acc[5:] + '-bit acc)':30s} {best:9.3f} ms  {tf(best):7.1f} TFLOP/s  "
               f"ratio {t_ref / best:.2f}x  (warps {point[0]}x{point[1]}, tiles {point[2]}x{point[3]}, "
-              f"chunk {point[4]}, shared stages {max(1, point[5])}, {'mma.sync' if point[6] else 'wmma'})")
+              f"chunk {point[4]}, shared stages {max(1, point[5])}, {'mma.sync' if point[6] else 'wmma'}, "
+              f"raster {point[7]})")
 
 
 def main() -> None:

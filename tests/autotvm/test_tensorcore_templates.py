@@ -9,7 +9,7 @@ from kiln.codegen import cuda as cg
 
 needs_nvrtc = pytest.mark.skipif(not cg.have_nvrtc(), reason="needs NVRTC: pip install -e '.[cuda]'")
 KNOBS = {"block_row_warps", "block_col_warps", "warp_row_tiles", "warp_col_tiles", "chunk", "offset", "vec",
-         "double_buffer", "mma"}
+         "double_buffer", "mma", "raster"}
 
 
 def _task(name="dense_tensorcore.cuda"):

@@ -4,7 +4,7 @@
 Knobs: ``block_row_warps``, ``block_col_warps`` (warps per block), ``warp_row_tiles``,
 ``warp_col_tiles`` (16 x 16 wmma tiles per warp), ``chunk`` (16-wide k steps per shared-memory
 slab), ``offset`` (row padding of the shared slabs, halves), ``vec`` (halves per fetch), ``double_buffer`` (slabs in flight) and ``mma``
-(ldmatrix + mma.sync instead of wmma). The
+(ldmatrix + mma.sync instead of wmma) and ``raster`` (block rows walked per block column). The
 untuned config is the default point. relay's float16 dense on CUDA is the ``dense_nopack.gpu``
 task; its template (topi_gpu.py) defines these knobs for it through ``define_tensorcore_knobs``.
 """

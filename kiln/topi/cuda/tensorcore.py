@@ -12,7 +12,7 @@ second kernel.
 
 ``cfg`` knobs (AutoTVM template ``dense_tensorcore.cuda`` / ``batch_matmul_tensorcore.cuda``):
 block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, offset, vec, double_buffer,
-mma (ldmatrix + mma.sync instead of wmma, sm_80+).
+mma (ldmatrix + mma.sync instead of wmma, sm_80+), raster (block rows walked per block column).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ TAGS = ("dense", "batch_matmul")
 KNOBS = {"block_row_warps": [1, 2, 4], "block_col_warps": [1, 2, 4], "warp_row_tiles": [1, 2, 4],
          "warp_col_tiles": [1, 2, 4], "chunk": [1, 2, 4, 8], "offset": [0, 8], "vec": [1, 2, 4, 8],
          "double_buffer": [0, 2, 3, 4],  # 0: one slab; P: P slabs in flight (a P-stage pipeline)
-         "mma": [0, 1]}  # 1: ldmatrix + mma.sync.m16n8k16 instead of wmma (sm_80+; codegen/cuda_mma.py)
+         "mma": [0, 1],  # 1: ldmatrix + mma.sync.m16n8k16 instead of wmma (sm_80+; codegen/cuda_mma.py)
+         "raster": [1, 8]}  # R > 1: consecutive blocks walk R block rows before the next column (L2 reuse)
 
 
 def fits(m: int, n: int, k: int, dtype) -> bool:
@@ -61,7 +62,7 @@ def default_config(m: int, n: int, k: int) -> dict:
     wct = largest([1, 2, 4], n // (WMMA * bcw))
     chunk = largest([1, 2, 4], k // WMMA)
     conf = {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": wrt, "warp_col_tiles": wct,
-            "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": 0, "mma": 0}
+            "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": 0, "mma": 0, "raster": 1}
     target = Target.current(allow_none=True)
     limit = (target.attrs.get("max_shared_memory_per_block") if target is not None else None) or 48 * 1024
     for stages in (3, 2):
@@ -264,8 +265,14 @@ def _schedule_output(st, conf, out_dtype):
     st.reorder(*batch, by, bx, ty, tz, yo, xo, yt, xt)
     if batch:
         st.bind(batch[0], block("z"))
-    st.bind(by, block("y"))
-    st.bind(bx, block("x"))
+    raster = int(conf.get("raster", 1))
+    if raster > 1:  # one grid axis: R block rows, then the next block column, then the next R rows
+        byo, byi = st.split(by, factor=raster)
+        st.reorder(byo, bx, byi)
+        st.bind(st.fuse(byo, bx, byi), block("x"))
+    else:
+        st.bind(by, block("y"))
+        st.bind(bx, block("x"))
     st.bind(ty, thread("y"))
     st.bind(tz, thread("z"))
     st.tensorize(yt, intrin_wmma_store_matrix((WMMA,) * 3, out_dtype, "global"))

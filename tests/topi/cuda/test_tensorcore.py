@@ -72,6 +72,11 @@ def test_mma_knob_uses_ldmatrix_and_mma_sync(out_dtype, ptx_type):
     assert "wmma.mma.sync" in ptx75 and "mma.sync.aligned.m16n8k16" not in ptx75  # needs sm_80: wmma
 
 
+def test_raster_knob_walks_block_rows_on_one_grid_axis():
+    src, ptx = device(build_dense(512, 256, 128, cfg={"raster": 2}))
+    assert "blockIdx.y" not in src and "wmma.mma.sync" in ptx
+
+
 def test_dense_knobs_change_the_kernel():
     cfg = {"block_row_warps": 1, "block_col_warps": 2, "warp_row_tiles": 2, "warp_col_tiles": 1,
            "chunk": 1, "offset": 0, "vec": 4}
@@ -246,12 +251,14 @@ def _ref(a, w):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("out_dtype,double,mma", [("float32", 0, 0), ("float16", 0, 0), ("float32", 1, 0),
-                                                  ("float16", 1, 0), ("float32", 2, 1), ("float16", 0, 1)])
-def test_dense_runs(out_dtype, double, mma):
-    M, N, K = 128, 192, 256
+@pytest.mark.parametrize("out_dtype,double,mma,raster", [("float32", 0, 0, 1), ("float16", 0, 0, 1),
+                                                         ("float32", 1, 0, 1), ("float16", 1, 0, 1),
+                                                         ("float32", 2, 1, 1), ("float16", 0, 1, 1),
+                                                         ("float32", 0, 0, 2)])
+def test_dense_runs(out_dtype, double, mma, raster):
+    M, N, K = 512, 192, 256
     dev = tvm.cuda(0)
-    cfg = {"double_buffer": double, "chunk": 2, "mma": mma}  # within 48 KiB
+    cfg = {"double_buffer": double, "chunk": 2, "mma": mma, "raster": raster}  # within 48 KiB
     f = build_dense(M, N, K, out_dtype, cfg=cfg, target="cuda")
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, (M, K)).astype("float16")
