@@ -38,6 +38,8 @@ def _calls(func):
         seen.add(id(node))
         if type(node).__name__ == "Call":
             out.append(node)
+            if type(node.op).__name__ == "Function":  # a fused primitive function (adreno)
+                stack.append(node.op)
         for name in ("args", "fields", "value", "body", "tuple_value", "cond", "true_branch",
                      "false_branch"):
             child = getattr(node, name, None)
@@ -57,15 +59,14 @@ def extract_from_program(mod, params=None, target=None, target_host=None, ops=No
         from kiln.relay import transform  # noqa: F401  (types must be inferred first)
     except ImportError:
         raise TuningError("extract_from_program needs kiln.relay, which this kiln lacks") from None
-    del params  # shapes come from the types; weights do not change the workloads
     from kiln.relay.backend import dispatch
     from kiln.relay.backend.te_compiler import target_family
 
     _load_builtin_templates()
     func = mod["main"] if hasattr(mod, "functions") and not hasattr(mod, "body") else mod
-    func = _typed(func)
     tgt = Target(target, host=target_host)
     family = target_family(tgt)
+    func = _adreno_optimized(func, tgt, params) if family == "adreno" else _typed(func)
     wanted = {_op_name(o) for o in ops} if ops else set(dispatch.TEMPLATES)
     tasks, seen = [], set()
     for call in _calls(func):
@@ -85,6 +86,20 @@ def extract_from_program(mod, params=None, target=None, target_host=None, ops=No
         seen.add(workload)
         tasks.append(create(workload[0], workload[1:], tgt))
     return tasks
+
+
+def _adreno_optimized(func, tgt, params):
+    """At opt_level 3 an adreno build runs its convs on NCHW4c (their own templates): the
+    program as relay.build lowers it (optimized, fused), so the workloads are that build's.
+    Below opt_level 3 the per-operator templates apply: the program as it is."""
+    from kiln.relay.build_module import optimize
+    from kiln.transform import PassContext
+
+    if PassContext.current().opt_level < 3:
+        return _typed(func)
+    with tgt:
+        opt, _ = optimize(func, tgt, params)
+    return opt["main"]
 
 
 def _typed(func):

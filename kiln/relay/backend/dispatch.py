@@ -46,6 +46,9 @@ def template_of(op_name: str, attrs, arg_types, family: str) -> str | None:
     base = TEMPLATES.get(op_name)
     if base is None:
         return None
+    if op_name == "nn.conv2d" and family == "adreno" and _blocked(attrs):
+        # adreno's NCHW4c convs (opt_level 3) run their own schedule: templates of their own.
+        return "depthwise_conv2d_NCHW4c.adreno" if int(attrs.groups) > 1 else "conv2d_NCHW4c.adreno"
     if op_name == "nn.conv2d":
         # A channel-blocked conv (AlterOpLayout's NCHW16c) is the same task as its NCHW original.
         layouts = (layout.primal(str(attrs.data_layout)), str(attrs.kernel_layout))
@@ -63,6 +66,12 @@ def template_of(op_name: str, attrs, arg_types, family: str) -> str | None:
     return None if base is None else f"{base}.{family}"
 
 
+def _blocked(attrs) -> int:
+    """The output channel block of a conv (0: plain), or its input's when only that is blocked."""
+    return layout.channel_block(str(attrs.out_layout or attrs.data_layout)) or \
+        layout.channel_block(str(attrs.data_layout))
+
+
 def workload_of(op_name: str, attrs, arg_types, family: str):
     """The autotvm workload of one call, or None for ops that are not tunable.
 
@@ -72,6 +81,11 @@ def workload_of(op_name: str, attrs, arg_types, family: str):
     if template is None:
         return None
     tensors = tuple(_tensor(t) for t in arg_types)
+    if template.endswith("NCHW4c.adreno"):  # the shapes the build lowers; the output's block
+        return (template, *tensors, tuple(int(v) for v in attrs.strides), tuple(int(v) for v in attrs.padding),
+                tuple(int(v) for v in attrs.dilation), int(attrs.groups),
+                str(attrs.get("out_dtype", "") or arg_types[0].dtype),
+                layout.channel_block(str(attrs.out_layout or attrs.data_layout)))
     if op_name == "nn.conv2d" and layout.channel_block(str(attrs.data_layout)):
         data = arg_types[0]
         nchw = layout.blocked_shape(tuple(int(d) for d in data.shape), str(attrs.data_layout), "NCHW")

@@ -237,7 +237,7 @@ def _conv2d_blocked(a, x, t, ctx):
         kernel = _to_layout(kernel, a.kernel_layout, "OIHW", "nn.conv2d")
     if ctx.topi is topi.adreno:  # NCHW4c data, OIHW4o weights, read and written as images
         return topi.adreno.conv2d_NCHW4c(data, kernel, a.strides, tuple(a.padding), a.dilation, a.groups,
-                                         args[3], ib, ob, prepacked=ctx.prepacked)
+                                         args[3], ib, ob, prepacked=ctx.prepacked, cfg=ctx.cfg)
     if _winograd(a, a.kernel_size or ()):
         conf = {"oc_bn": ob}
         tile_p = knob(ctx.cfg, "tile_p", None)

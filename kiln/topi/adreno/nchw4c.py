@@ -20,9 +20,14 @@ from kiln import te
 from .. import gpu
 from ..gpu.common import as_list, block, inline_injective, max_threads, producers, thread
 from ..nn.pad import pad
-from ..utils import const_int
+from ..utils import const_int, knob
 
 CONV_TAG = "conv2d_NCHW4c"
+TILE_ATTR = "adreno_tile"  # a tuned config's knobs, on the conv op (read by schedule_nchw4c)
+# The knobs of the NCHW4c conv templates: pixels and channel blocks per work-item, work-items per
+# group (at most), unrolling the 4 input channels of a data texel, unrolling the kernel window.
+KNOBS = ("tile_pixels", "tile_blocks", "threads", "unroll_channels", "unroll_kernel")
+DEFAULT_TILE = (2, 1, 64)  # (pixels, blocks, threads) untuned, cut to divisors of the extents
 
 
 def _dims(t) -> list[int]:
@@ -30,9 +35,11 @@ def _dims(t) -> list[int]:
 
 
 def conv2d_NCHW4c(data, kernel, strides, padding, dilation, groups, out_dtype, in_block, out_block,
-                  prepacked=True):
+                  prepacked=True, cfg=None):
     """conv2d (groups 1) or depthwise conv2d; data NCHW4c (in_block 4) or NCHW, kernel OIHW4o
-    (prepacked) or OIHW; output NCHW4c, or NCHW (out_block 0) through a view of it."""
+    (prepacked) or OIHW; output NCHW4c, or NCHW (out_block 0) through a view of it. ``cfg``: a
+    tuned config of the template ``conv2d_NCHW4c.adreno`` (kiln/autotvm/templates/adreno.py),
+    kept on the conv for ``schedule_nchw4c``; None: the untuned tiles (``conv_tiles``)."""
     out_dtype = out_dtype or data.dtype
     sh, sw = strides
     dh, dw = dilation
@@ -89,6 +96,8 @@ def conv2d_NCHW4c(data, kernel, strides, padding, dilation, groups, out_dtype, i
         raise ValueError(f"conv2d_NCHW4c: groups={groups} with {c} input channels: NCHW4c convs take groups 1 "
                          "or depthwise convolutions on blocked data")
     out = te.compute(shape, body, name="conv2d_NCHW4c", tag=CONV_TAG)
+    if cfg is not None:
+        out.op.attrs[TILE_ATTR] = {k: knob(cfg, k, None) for k in KNOBS}
     if out_block:
         return out
     return te.compute((n, o, oh, ow), lambda b, ch, y, x: out[b, ch // 4, y, x, ch % 4],
@@ -117,7 +126,11 @@ def schedule_nchw4c(outs, cfg=None):
     # A conv work-item computes ``tile`` neighbouring pixels of ``blocks`` x 4 channels: each
     # weight texel it fetches serves ``tile`` pixels, each data texel ``blocks`` channel blocks.
     convs = [u for u in stages if CONV_TAG in u.op.tag]
-    tile, blocks, threads = conv_tiles(axes) if convs else (1, 1, 64)
+    tuned = _tuned(out)
+    tile, blocks, threads = conv_tiles(axes, tuned) if convs else (1, 1, 64)
+    channels = (tuned or {}).get("unroll_channels")
+    unroll_channels = True if channels is None else bool(channels)
+    unroll_kernel = bool((tuned or {}).get("unroll_kernel") or 0)
     cbo, cbi = st.split(axes[1], factor=blocks)
     wo, wi = st.split(axes[3], factor=tile)
     total = const_int(axes[0].dom.extent) * const_int(axes[2].dom.extent)
@@ -141,8 +154,11 @@ def schedule_nchw4c(outs, cfg=None):
         if u.op.reduce_axis and texel_shaped(u):
             data_axes, red = list(su.op.axis), list(su.op.reduce_axis)
             su.reorder(data_axes[0], data_axes[2], *red, data_axes[1], data_axes[3], data_axes[4])
-            if const_int(red[-1].dom.extent) == 4 and len(red) > 1:
+            if const_int(red[-1].dom.extent) == 4 and len(red) > 1 and unroll_channels:
                 su.unroll(red[-1])  # 4 input channels of one data texel side by side
+            if unroll_kernel:  # the window: conv [rco, ry, rx, rci] or [rc, ry, rx], depthwise [ry, rx]
+                for r in (red[1:3] if len(red) >= 3 else red):
+                    su.unroll(r)
             if blocks > 1:
                 su.unroll(data_axes[1])
             if tile > 1:
@@ -151,15 +167,34 @@ def schedule_nchw4c(outs, cfg=None):
     return s
 
 
-def conv_tiles(axes) -> tuple[int, int, int]:
+def _tuned(out):
+    """The tuned knobs kept on the conv feeding ``out`` (``conv2d_NCHW4c(cfg=...)``), or None."""
+    seen, stack = set(), [out.op]
+    while stack:
+        op = stack.pop()
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
+        tile = getattr(op, "attrs", {}).get(TILE_ATTR)
+        if tile is not None:
+            return tile
+        stack.extend(t.op for t in getattr(op, "input_tensors", []))
+    return None
+
+
+def conv_tiles(axes, tuned=None) -> tuple[int, int, int]:
     """(pixels, channel blocks, work-items per group) of a conv work-item: up to 2 pixels and 1
     block, 64 work-items (on the H100's OpenCL, ResNet-18: 1-2 pixels beat 4 and 8, a second
     block or 128 work-items lose), unless ``PassContext(config={"relay.backend.adreno_conv_tile":
     (pixels, blocks, threads)})`` asks for others (the benchmark compares a few); each is cut to
-    a divisor of its extent."""
+    a divisor of its extent. A tuned config (``tuned``, the template's knobs) comes first."""
     from kiln.transform import PassContext
 
-    pixels, blocks, threads = PassContext.current().config.get("relay.backend.adreno_conv_tile", (2, 1, 64))
+    pixels, blocks, threads = PassContext.current().config.get("relay.backend.adreno_conv_tile", DEFAULT_TILE)
+    if tuned:
+        pixels = tuned.get("tile_pixels") or pixels
+        blocks = tuned.get("tile_blocks") or blocks
+        threads = tuned.get("threads") or threads
     return (_divisor(const_int(axes[3].dom.extent), int(pixels)),
             _divisor(const_int(axes[1].dom.extent), int(blocks)), int(threads))
 
