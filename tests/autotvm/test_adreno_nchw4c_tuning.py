@@ -122,15 +122,16 @@ def test_a_logged_default_config_builds_the_untuned_kernels(tmp_path):
 def test_a_logged_config_reaches_the_graph_kernels(tmp_path):
     tasks = _tasks()
     log = tmp_path / "tuned.log"
+    _save(log, tasks[0], _pick(tasks[0].config_space, tile_pixels=1, tile_blocks=2, threads=128, unroll_kernel=1))
     _save(log, tasks[1], _pick(tasks[1].config_space, tile_pixels=4, tile_blocks=2, threads=32, unroll_kernel=1,
-                               unroll_channels=1))
+                               unroll_channels=0))
     _save(log, tasks[2], _pick(tasks[2].config_space, tile_pixels=8, tile_blocks=1, threads=16, unroll_kernel=1))
     default, tuned = _build(), _build(log)
     assert _source(tuned) != _source(default)
     assert "read_imagef" in _source(tuned)
-    # work-items per group by kernel: the untuned 64 everywhere; the logged 32 and 16 for the two convs
+    # work-items per group by kernel: the untuned 64 everywhere; the logged 128, 32 and 16
     assert _groups(default) == {"nn_conv2d_nn_relu": 64, "nn_conv2d_nn_relu_1": 64, "nn_conv2d": 64}
-    assert _groups(tuned) == {"nn_conv2d_nn_relu": 64, "nn_conv2d_nn_relu_1": 32, "nn_conv2d": 16}
+    assert _groups(tuned) == {"nn_conv2d_nn_relu": 128, "nn_conv2d_nn_relu_1": 32, "nn_conv2d": 16}
     for lib in (default, tuned):
         out, ref = _run(lib)
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)

@@ -5,6 +5,10 @@ Walks the program's calls; every call of a requested op that has a tunable templ
 target becomes a task, deduplicated by workload. The template and workload of a call are what
 relay.build will ask the dispatch context for (``kiln.relay.backend.dispatch.workload_of``), so a
 log of these tasks is used by ``with autotvm.apply_history_best(log): relay.build(...)``.
+
+For adreno targets at opt_level 3 (the current PassContext) the program is first optimized as
+relay.build does (NCHW4c layouts, fusion), so its convs give the ``*_NCHW4c.adreno`` tasks with
+the shapes that build lowers (docs/adreno.md, "Tuning").
 """
 
 from __future__ import annotations

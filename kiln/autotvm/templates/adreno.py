@@ -30,7 +30,7 @@ def _ints(shape) -> tuple:
 
 
 def _define(cfg, ow: int, blocks: int, kernel_hw: int, channels: bool) -> None:
-    from kiln.topi.adreno.nchw4c import DEFAULT_TILE, _divisor
+    from kiln.topi.adreno.nchw4c import untuned_tile
 
     pixels = [p for p in _PIXELS if ow % p == 0]
     cfg.define_knob("tile_pixels", pixels)
@@ -40,8 +40,7 @@ def _define(cfg, ow: int, blocks: int, kernel_hw: int, channels: bool) -> None:
         cfg.define_knob("unroll_channels", [1, 0])
     if kernel_hw > 1:
         cfg.define_knob("unroll_kernel", [0, 1])
-    default = {"tile_pixels": _divisor(ow, DEFAULT_TILE[0]), "tile_blocks": _divisor(blocks, DEFAULT_TILE[1]),
-               "threads": DEFAULT_TILE[2]}
+    default = dict(zip(("tile_pixels", "tile_blocks", "threads"), untuned_tile(ow, blocks)))
     if channels:
         default["unroll_channels"] = 1
     if kernel_hw > 1:

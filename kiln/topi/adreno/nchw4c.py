@@ -199,6 +199,12 @@ def conv_tiles(axes, tuned=None) -> tuple[int, int, int]:
             _divisor(const_int(axes[1].dom.extent), int(blocks)), int(threads))
 
 
+def untuned_tile(width: int, blocks: int) -> tuple[int, int, int]:
+    """(pixels, blocks, threads) of an untuned conv whose output has ``width`` columns and
+    ``blocks`` channel blocks, without ``relay.backend.adreno_conv_tile``: the templates' default."""
+    return _divisor(width, DEFAULT_TILE[0]), _divisor(blocks, DEFAULT_TILE[1]), DEFAULT_TILE[2]
+
+
 def _divisor(total: int, limit: int) -> int:
     for d in range(min(total, limit), 0, -1):
         if total % d == 0:
