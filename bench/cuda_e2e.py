@@ -25,6 +25,7 @@ Not named cuda.py: a script's folder comes first on sys.path (bench/cuda_gpu.py 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import sys
@@ -40,6 +41,14 @@ from kiln import relay  # noqa: E402
 from kiln.contrib import graph_executor  # noqa: E402
 
 MODELS = ("resnet50", "mobilenet_v2", "resnet18")
+
+
+def _shared():
+    """bench/opencl.py's measuring helpers (time_torch, cuda_torch), loaded by path."""
+    spec = importlib.util.spec_from_file_location("kiln_bench_gpu", Path(__file__).with_name("opencl.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def onnx_model(name: str):
@@ -64,8 +73,6 @@ def conv_variant(name: str) -> None:
     from kiln.topi.gpu import conv2d as gconv
 
     if name == "old":
-        import importlib.util
-
         spec = importlib.util.spec_from_file_location("kiln_bench_conv", Path(__file__).with_name("cuda_conv.py"))
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
@@ -99,22 +106,6 @@ def check(dtype: str, got: np.ndarray, want: np.ndarray) -> tuple[bool, str]:
     return False, f"top-5 {top_got} != onnxruntime's {top_want}: WRONG"
 
 
-def time_torch(torch, fn, repeat: int, number: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(number):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / number)
-    return statistics.median(times)
-
-
 def profile(g, top: int) -> None:
     rows = json.loads(g.module["profile"](20, 5))
     total = sum(r["ms"] for r in rows)
@@ -123,7 +114,7 @@ def profile(g, top: int) -> None:
         print(f"      {r['ms']:.4f} ms  {r['name']}")
 
 
-def bench(name: str, dtype: str, target, dev, torch, args) -> tuple[float, bool]:
+def bench(name: str, dtype: str, target, dev, torch, gpu, args) -> tuple[float, bool]:
     from onnx_models import run_ort
 
     model, inputs = onnx_model(name)
@@ -143,7 +134,7 @@ def bench(name: str, dtype: str, target, dev, torch, args) -> tuple[float, bool]
     if dtype == "float16":
         net, x = net.half(), x.half()
     with torch.no_grad():
-        ref_ms = time_torch(torch, lambda: net(x), args.repeat, args.number)
+        ref_ms = gpu.time_torch(torch, lambda: net(x), args.repeat, args.number, warmup=3)
     ratio = kiln_ms / ref_ms
     print(f"{name} {dtype}: kiln {kiln_ms:.3f} ms  torch eager {ref_ms:.3f} ms  kiln/torch {ratio:.2f}x  "
           f"(build {build_s:.1f} s; {verdict})", flush=True)
@@ -168,14 +159,14 @@ def main() -> None:
         raise SystemExit("bench/cuda_e2e.py: no CUDA device (needs an NVIDIA GPU, its driver and "
                          "pip install 'kiln[cuda]')")
     try:
-        import torch
+        import torch  # noqa: F401  (cuda_torch below returns the same module, TF32 off)
         import torchvision  # noqa: F401
     except ImportError:
         raise SystemExit("bench/cuda_e2e.py: the reference is torch eager: install torch and torchvision") from None
-    if not torch.cuda.is_available():
+    gpu = _shared()
+    torch = gpu.cuda_torch()  # TF32 off
+    if torch is None:
         raise SystemExit("bench/cuda_e2e.py: torch sees no CUDA device")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     target = tvm.target.Target(args.target, host="llvm")
     print(f"device: {dev.device_name} (sm_{dev.compute_version.replace('.', '')})  |  target: {target}  |  "
           f"reference: torch {torch.__version__} eager, cuDNN, TF32 off  |  median of {args.repeat} x "
@@ -183,7 +174,7 @@ def main() -> None:
     worst, wrong = 0.0, []
     for name in args.models:
         for dtype in args.dtypes:
-            ratio, ok = bench(name, dtype, target, dev, torch, args)
+            ratio, ok = bench(name, dtype, target, dev, torch, gpu, args)
             worst = max(worst, ratio)
             wrong += [] if ok else [f"{name} {dtype}"]
     print(f"worst kiln/torch ratio: {worst:.2f}x")

@@ -61,9 +61,10 @@ def cuda_torch():
     return torch
 
 
-def time_torch(torch, fn, repeat: int, number: int) -> float:
-    """Median ms per call of fn on the GPU (CUDA events)."""
-    fn()
+def time_torch(torch, fn, repeat: int, number: int, warmup: int = 1) -> float:
+    """Median ms per call of fn on the GPU (CUDA events), after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(repeat):
