@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from kiln import te
 
-from ..gpu.common import as_list, block, thread
+from ..gpu.common import as_list, block, find_stage, thread
 from ..nn.batch_matmul import batch_matmul as _batch_matmul
 from ..nn.dense import add_bias, dense as _dense
 from ..utils import const_int, knob
@@ -149,16 +149,8 @@ def is_tensorcore(out) -> bool:
 
 
 def _find(out):
-    stack, seen = [out], set()
-    while stack:
-        t = stack.pop()
-        if id(t.op) in seen:
-            continue
-        seen.add(id(t.op))
-        if "tensorcore_config" in getattr(t.op, "attrs", {}):
-            return t
-        stack.extend(getattr(t.op, "input_tensors", []))
-    raise ValueError(f"no tensor-core dense / batch_matmul stage under {out.name}")
+    return find_stage(out, lambda op: "tensorcore_config" in getattr(op, "attrs", {}),
+                      "tensor-core dense / batch_matmul stage")
 
 
 def schedule_dense_tensorcore(outs, cfg=None):

@@ -18,7 +18,7 @@ from kiln import te
 
 from ..nn.conv2d import conv2d_nchw as _conv2d_nchw, conv2d_shape
 from ..utils import const_shape, knob
-from .common import as_list, block, inline_injective, max_threads, thread, unroll_pragmas
+from .common import as_list, block, find_stage, inline_injective, max_threads, thread, unroll_pragmas
 from .tiling import cooperative_fetch, divisor, resolve, split_levels
 
 TAG = "conv2d_nchw"
@@ -189,16 +189,7 @@ def conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=None, groups
 
 def find(out, tag: str):
     """The stage tagged ``tag`` feeding ``out`` (out itself, or under an elementwise epilogue)."""
-    stack, seen = [out], set()
-    while stack:
-        t = stack.pop()
-        if id(t.op) in seen:
-            continue
-        seen.add(id(t.op))
-        if getattr(t.op, "tag", "") == tag:
-            return t
-        stack.extend(getattr(t.op, "input_tensors", []))
-    raise ValueError(f"no {tag} stage under {out.name}")
+    return find_stage(out, lambda op: getattr(op, "tag", "") == tag, f"{tag} stage")
 
 
 def schedule_conv2d_nchw(outs, cfg=None):

@@ -21,7 +21,7 @@ from ..nn.conv2d import conv2d_shape
 from ..nn.pad import pad
 from ..utils import const_shape
 from ..x86.conv2d_winograd import AT, BT, G, _select, _terms, applies
-from .common import as_list, bind_flat, inline_injective
+from .common import as_list, bind_flat, find_stage, inline_injective
 from .dense import config_for as matmul_config, schedule_tiled
 
 TAG = "conv2d_winograd_gpu"
@@ -113,13 +113,4 @@ def bind_flat_axis(st, fused, total: int) -> None:
 
 
 def _find(out):
-    stack, seen = [out], set()
-    while stack:
-        t = stack.pop()
-        if id(t.op) in seen:
-            continue
-        seen.add(id(t.op))
-        if getattr(t.op, "tag", "") == TAG:
-            return t
-        stack.extend(getattr(t.op, "input_tensors", []))
-    raise ValueError(f"no Winograd product under {out.name}")
+    return find_stage(out, lambda op: getattr(op, "tag", "") == TAG, "Winograd product")

@@ -24,7 +24,7 @@ from kiln import te
 from ..nn.batch_matmul import batch_matmul as _batch_matmul
 from ..nn.dense import add_bias, dense as _dense, matmul as _matmul
 from ..utils import const_int, knob
-from .common import as_list, block, inline_injective, max_threads, schedule_per_item, thread, unroll_pragmas
+from .common import as_list, block, find_stage, inline_injective, max_threads, schedule_per_item, thread, unroll_pragmas
 from .tiling import cooperative_fetch, divisor, resolve, split_levels
 
 TAGS = ("dense", "matmul", "batch_matmul")
@@ -96,16 +96,7 @@ def batch_matmul(a, b, oshape=None, out_dtype=None, transpose_a=False, transpose
 
 
 def _find(out):
-    stack, seen = [out], set()
-    while stack:
-        t = stack.pop()
-        if id(t.op) in seen:
-            continue
-        seen.add(id(t.op))
-        if getattr(t.op, "tag", "") in TAGS and t.op.reduce_axis:
-            return t
-        stack.extend(getattr(t.op, "input_tensors", []))
-    raise ValueError(f"no dense / matmul stage under {out.name}")
+    return find_stage(out, lambda op: getattr(op, "tag", "") in TAGS and op.reduce_axis, "dense / matmul stage")
 
 
 def schedule_dense(outs, cfg=None):
