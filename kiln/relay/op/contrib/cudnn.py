@@ -17,7 +17,7 @@ from kiln.ir.op_attr import register_op_attr
 
 from ...expr import Call
 from ...ty import TensorType
-from .dnnl import _layer, _layer_parts, bias_vector
+from .dnnl import _layer, _layer_parts, bias_vector, partition_composites
 
 COMPILER = "cudnn"
 ACTIVATIONS = {"nn.relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh"}
@@ -111,21 +111,9 @@ def partition_for_cudnn(mod, params=None, depthwise: bool = False):
 
     Depthwise convolutions stay on kiln unless ``depthwise``: on MobileNetV2 (H100) offloading
     them gained nothing and cut the model into 41 subgraphs instead of 24 (docs/byoc.md)."""
-    from kiln.relay import transform
-    from kiln.transform import PassContext, Sequential
-
-    from ...build_module import _as_module
-
-    mod = _as_module(mod)
-    if params:
-        mod = transform.BindParams(params)(mod)
-    seq = Sequential([transform.InferType(), transform.SimplifyInference(), transform.FoldConstant(),
-                      transform.FoldScaleAxis(), transform.FoldConstant(),
-                      transform.MergeComposite(pattern_table()), transform.AnnotateTarget([COMPILER]),
-                      transform.MergeCompilerRegions(), transform.PartitionGraph()])
+    patterns = pattern_table()
     token = _depthwise.set(bool(depthwise))
     try:
-        with PassContext(opt_level=3):
-            return seq(mod)
+        return partition_composites(mod, params, COMPILER, patterns)
     finally:
         _depthwise.reset(token)

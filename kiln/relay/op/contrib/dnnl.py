@@ -182,6 +182,13 @@ def pattern_table():
 def partition_for_dnnl(mod, params=None):
     """Bind ``params``, fold batch norms into the convolutions, then offload what oneDNN runs:
     MergeComposite, AnnotateTarget(["dnnl"]), MergeCompilerRegions, PartitionGraph."""
+    return partition_composites(mod, params, COMPILER, pattern_table())
+
+
+def partition_composites(mod, params, compiler: str, patterns):
+    """``mod`` with ``params`` bound and batch norms folded into the convolutions, ``patterns``
+    merged into composites, then offloaded to ``compiler``: AnnotateTarget, MergeCompilerRegions,
+    PartitionGraph (the pipeline of dnnl and cudnn)."""
     from kiln.relay import transform
     from kiln.transform import PassContext, Sequential
 
@@ -192,7 +199,7 @@ def partition_for_dnnl(mod, params=None):
         mod = transform.BindParams(params)(mod)
     seq = Sequential([transform.InferType(), transform.SimplifyInference(), transform.FoldConstant(),
                       transform.FoldScaleAxis(), transform.FoldConstant(),
-                      transform.MergeComposite(pattern_table()), transform.AnnotateTarget([COMPILER]),
+                      transform.MergeComposite(patterns), transform.AnnotateTarget([compiler]),
                       transform.MergeCompilerRegions(), transform.PartitionGraph()])
     with PassContext(opt_level=3):
         return seq(mod)
