@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import KilnError
 from . import json_cuda_graph
+from .json_runtime import load_error
 
 INSTALL_HINT = ("cuDNN is not installed: pip install nvidia-cudnn-cu13 (or nvidia-cudnn-cu12 with CUDA 12), "
                 "or install the system's libcudnn9")
@@ -98,11 +99,7 @@ def cudnn_library():
 
 def cudnn_available() -> str | None:
     """None when libcudnn loads here, else the reason it does not."""
-    try:
-        cudnn_library()
-        return None
-    except KilnError as err:
-        return str(err)
+    return load_error(cudnn_library)
 
 
 def _check(lib, status: int, what: str) -> None:

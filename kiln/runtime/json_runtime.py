@@ -194,13 +194,18 @@ def _omp_set_num_threads(n: int) -> None:
         fn(int(n))
 
 
-def dnnl_available() -> str | None:
-    """None when oneDNN runs here, else the reason it does not."""
+def load_error(load) -> str | None:
+    """None when ``load()`` (a library loader that raises KilnError) succeeds, else its message."""
     try:
-        dnnl_shim()
+        load()
         return None
     except KilnError as err:
         return str(err)
+
+
+def dnnl_available() -> str | None:
+    """None when oneDNN runs here, else the reason it does not."""
+    return load_error(dnnl_shim)
 
 
 def _dims(values) -> ctypes.Array:
