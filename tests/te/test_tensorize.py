@@ -53,15 +53,26 @@ def run(s, A, B, C, M, N, K):
     return f
 
 
+def _schedule_4x4(C, i_factor=4, split_k=True):
+    """C's i split by i_factor and j by 4, the tiles innermost; k split by 4 too (outside the
+    tiles) unless not split_k. Returns the schedule and the inner i axis (where to tensorize)."""
+    s = te.create_schedule(C.op)
+    i, j = C.op.axis
+    io, ii = s[C].split(i, i_factor)
+    jo, ji = s[C].split(j, 4)
+    k = C.op.reduce_axis[0]
+    if split_k:
+        ko, ki = s[C].split(k, 4)
+        s[C].reorder(io, jo, ko, ii, ji, ki)
+    else:
+        s[C].reorder(io, jo, ii, ji, k)
+    return s, ii
+
+
 def test_tensorize_with_outer_reduction_uses_init_and_update():
     M, N, K = 16, 12, 20
     A, B, C = matmul(M, N, K)
-    s = te.create_schedule(C.op)
-    i, j = C.op.axis
-    io, ii = s[C].split(i, 4)
-    jo, ji = s[C].split(j, 4)
-    ko, ki = s[C].split(C.op.reduce_axis[0], 4)
-    s[C].reorder(io, jo, ko, ii, ji, ki)
+    s, ii = _schedule_4x4(C)
     s[C].tensorize(ii, intrin_gemm(4))
     text = str(tvm.lower(s, [A, B, C], simple_mode=True))
     assert "k_outer" in text and "i_inner" not in text  # the tile loops are the intrinsic's own
@@ -71,11 +82,7 @@ def test_tensorize_with_outer_reduction_uses_init_and_update():
 def test_tensorize_whole_reduction_uses_body():
     M, N, K = 8, 8, 4
     A, B, C = matmul(M, N, K)
-    s = te.create_schedule(C.op)
-    i, j = C.op.axis
-    io, ii = s[C].split(i, 4)
-    jo, ji = s[C].split(j, 4)
-    s[C].reorder(io, jo, ii, ji, C.op.reduce_axis[0])
+    s, ii = _schedule_4x4(C, split_k=False)
     s[C].tensorize(ii, intrin_gemm(4))
     run(s, A, B, C, M, N, K)
 
@@ -134,24 +141,9 @@ def test_tensorize_batched_stage_with_2d_intrinsic():
     np.testing.assert_allclose(c.numpy(), a @ bb, rtol=1e-5)
 
 
-def _schedule_4x4(C):
-    s = te.create_schedule(C.op)
-    i, j = C.op.axis
-    io, ii = s[C].split(i, 4)
-    jo, ji = s[C].split(j, 4)
-    ko, ki = s[C].split(C.op.reduce_axis[0], 4)
-    s[C].reorder(io, jo, ko, ii, ji, ki)
-    return s, ii
-
-
 def test_tensorize_rejects_wrong_tile_shape():
     A, B, C = matmul(16, 16, 16)
-    s = te.create_schedule(C.op)
-    i, j = C.op.axis
-    io, ii = s[C].split(i, 8)
-    jo, ji = s[C].split(j, 4)
-    ko, ki = s[C].split(C.op.reduce_axis[0], 4)
-    s[C].reorder(io, jo, ko, ii, ji, ki)
+    s, ii = _schedule_4x4(C, i_factor=8)
     s[C].tensorize(ii, intrin_gemm(4))
     with pytest.raises(ScheduleError, match=r"axis i covers 8 iterations .* expects 4; split it by 4"):
         tvm.lower(s, [A, B, C])
