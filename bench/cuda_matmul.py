@@ -148,13 +148,7 @@ def main() -> None:
                    help="shared bytes per block the tensor-core kernels may use (H100: 232448; 48 KiB static)")
     args = p.parse_args()
     gpu = _shared()
-    dev = tvm.cuda(0)
-    if not dev.exist:
-        raise SystemExit("bench/cuda_matmul.py: no CUDA device (needs an NVIDIA GPU, its driver and "
-                         "pip install 'kiln[cuda]')")
-    torch = gpu.cuda_torch()
-    if torch is None:
-        raise SystemExit("bench/cuda_matmul.py: the reference is torch with CUDA; install torch")
+    dev, torch = gpu.cuda_device_and_torch("bench/cuda_matmul.py")
     target = tvm.target.Target(args.target, host="llvm")
     print(f"device: {dev.device_name} (sm_{dev.compute_version.replace('.', '')})  |  "
           f"target: {target}  |  reference: torch {torch.__version__} (cuBLAS)")

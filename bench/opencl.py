@@ -61,6 +61,18 @@ def cuda_torch():
     return torch
 
 
+def cuda_device_and_torch(script: str):
+    """tvm.cuda(0) and torch (TF32 off) for a CUDA bench, or SystemExit naming ``script`` and what is missing."""
+    dev = tvm.cuda(0)
+    if not dev.exist:
+        raise SystemExit(f"{script}: no CUDA device (needs an NVIDIA GPU, its driver and "
+                         "pip install 'kiln[cuda]')")
+    torch = cuda_torch()
+    if torch is None:
+        raise SystemExit(f"{script}: the reference is torch with CUDA; install torch")
+    return dev, torch
+
+
 def time_torch(torch, fn, repeat: int, number: int, warmup: int = 1) -> float:
     """Median ms per call of fn on the GPU (CUDA events), after ``warmup`` untimed calls."""
     for _ in range(warmup):
