@@ -115,6 +115,9 @@ typedef struct {
   int32_t code;         /* the type code the kernel expects */
 } ArgSpec;
 
+/* metadata.c: a tensor argument's ndim and its zeroed dims / syms (one spare slot each). */
+int kiln_arg_alloc_dims(ArgSpec* a, size_t ndim);
+
 struct KilnFunction {
   char* name;
   KilnKernel kernel;

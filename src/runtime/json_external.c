@@ -49,10 +49,7 @@ static int tensor_spec(ArgSpec* a, const char* name, const JsonNode* entry, cons
     return kiln_error("%s: offloaded argument %s has no shape or dtype; re-export the library", label, name);
   if (kiln_dtype_parse(dtype, strlen(dtype), &a->dtype)) return -1;
   snprintf(a->dtype_name, sizeof(a->dtype_name), "%s", dtype);
-  a->ndim = (int32_t)shape->count;
-  a->dims = calloc(shape->count + 1, sizeof(int64_t));
-  a->syms = calloc(shape->count + 1, sizeof(char*));
-  if (!a->dims || !a->syms) return kiln_error("out of memory");
+  if (kiln_arg_alloc_dims(a, shape->count)) return -1;
   int i = 0;
   for (const JsonNode* d = shape->child; d; d = d->next, i++) {
     if (d->type != JSON_NUMBER || !d->is_integer || d->integer < 0)

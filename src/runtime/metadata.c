@@ -13,6 +13,14 @@ static char* dup_str(const char* s) {
   return d;
 }
 
+int kiln_arg_alloc_dims(ArgSpec* a, size_t ndim) {
+  a->ndim = (int32_t)ndim;
+  a->dims = calloc(ndim + 1, sizeof(int64_t));
+  a->syms = calloc(ndim + 1, sizeof(char*));
+  if (!a->dims || !a->syms) return kiln_error("out of memory");
+  return 0;
+}
+
 static int read_arg(ArgSpec* a, const JsonNode* node, const char* func, const char* label) {
   const char* name = json_string(json_get(node, "name"));
   const char* kind = json_string(json_get(node, "kind"));
@@ -39,10 +47,7 @@ static int read_arg(ArgSpec* a, const JsonNode* node, const char* func, const ch
   const JsonNode* shape = json_get(node, "shape");
   if (!shape || shape->type != JSON_ARRAY || shape->count > 64)
     return kiln_error("%s: %s argument %s has no shape list", label, func, a->name);
-  a->ndim = (int32_t)shape->count;
-  a->dims = calloc(shape->count + 1, sizeof(int64_t));
-  a->syms = calloc(shape->count + 1, sizeof(char*));
-  if (!a->dims || !a->syms) return kiln_error("out of memory");
+  if (kiln_arg_alloc_dims(a, shape->count)) return -1;
   int i = 0;
   for (const JsonNode* d = shape->child; d; d = d->next, i++) {
     if (d->type == JSON_STRING) {
