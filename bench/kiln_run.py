@@ -75,22 +75,34 @@ def main() -> int:
             print(f"MISMATCH: {name} differs from onnxruntime by {np.abs(got - want).max():.3g}")
             return 1
 
+    c_ms, py_ms = time_interleaved([str(build / "kiln_run"), "--package", str(package), "--input",
+                                    str(work / "in.npz")], m.run, args.rounds)
+    print(f"ResNet-18 {args.image}x{args.image}, target '{args.target}', threads={args.threads or os.cpu_count()}, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print_medians(c_ms, py_ms)
+    return 0
+
+
+def time_interleaved(kiln_run: list[str], run_py, rounds: int) -> tuple[list[float], list[float]]:
+    """Per-run ms of ``kiln_run`` (one process a round doing 5 runs, the first dropped) and of
+    ``run_py`` (4 calls a round, after the process), ``rounds`` rounds taking turns."""
     c_ms, py_ms = [], []
-    for _ in range(args.rounds):
-        out = subprocess.run([str(build / "kiln_run"), "--package", str(package), "--input", str(work / "in.npz"),
-                              "--dump-time", "--repeat", "5"], capture_output=True, text=True, check=True).stdout
+    for _ in range(rounds):
+        out = subprocess.run(kiln_run + ["--dump-time", "--repeat", "5"], capture_output=True, text=True,
+                             check=True).stdout
         c_ms += [float(v) for v in re.findall(r"^run [2-5]: ([\d.]+) ms", out, re.M)]
         for _ in range(4):
             start = time.perf_counter()
-            m.run()
+            run_py()
             py_ms.append((time.perf_counter() - start) * 1e3)
+    return c_ms, py_ms
+
+
+def print_medians(c_ms: list[float], py_ms: list[float]) -> None:
     c, py = statistics.median(c_ms), statistics.median(py_ms)
-    print(f"ResNet-18 {args.image}x{args.image}, target '{args.target}', threads={args.threads or os.cpu_count()}, "
-          f"load average {os.getloadavg()[0]:.1f}")
     print(f"kiln_run (C graph executor): median {c:.2f} ms over {len(c_ms)} runs")
     print(f"Python graph executor:       median {py:.2f} ms over {len(py_ms)} runs")
     print(f"ratio kiln_run / Python: {c / py:.3f}")
-    return 0
 
 
 if __name__ == "__main__":

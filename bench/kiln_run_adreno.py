@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "relay"))
 
 from onnx_models import resnet18  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))  # also when imported, not run as a script
+from kiln_run import print_medians, time_interleaved  # noqa: E402
 
 
 def main() -> int:
@@ -75,25 +75,17 @@ def main() -> int:
         print(f"MISMATCH: kiln_run differs from the Python executor by {np.abs(got - want).max():.3g}")
         return 1
 
-    c_ms, py_ms = [], []
-    for _ in range(args.rounds):
-        out = subprocess.run([str(build / "kiln_run"), "--package", str(package), "--device", "cl", "--input",
-                              str(work / "in.npz"), "--dump-time", "--repeat", "5"],
-                             capture_output=True, text=True, check=True).stdout
-        c_ms += [float(v) for v in re.findall(r"^run [2-5]: ([\d.]+) ms", out, re.M)]
-        for _ in range(4):
-            start = time.perf_counter()
-            m.run()
-            tvm.cl(0).sync()
-            py_ms.append((time.perf_counter() - start) * 1e3)
-    c, py = statistics.median(c_ms), statistics.median(py_ms)
+    def run_py():
+        m.run()
+        tvm.cl(0).sync()
+
+    c_ms, py_ms = time_interleaved([str(build / "kiln_run"), "--package", str(package), "--device", "cl", "--input",
+                                    str(work / "in.npz")], run_py, args.rounds)
     images = sum(s != "global" for s in scopes)
     print(f"ResNet-18 {args.image}x{args.image} {'float16' if args.float16 else 'float32'}, opencl -device=adreno "
           f"on {tvm.cl(0).device_name} ({images} image entries of {len(scopes)}), load average "
           f"{os.getloadavg()[0]:.1f}")
-    print(f"kiln_run (C graph executor): median {c:.2f} ms over {len(c_ms)} runs")
-    print(f"Python graph executor:       median {py:.2f} ms over {len(py_ms)} runs")
-    print(f"ratio kiln_run / Python: {c / py:.3f}")
+    print_medians(c_ms, py_ms)
     return 0
 
 
