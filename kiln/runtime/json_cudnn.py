@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import KilnError
 from . import json_cuda_graph
-from .json_runtime import load_error
+from .json_runtime import entry_shape, load_error
 
 INSTALL_HINT = ("cuDNN is not installed: pip install nvidia-cudnn-cu13 (or nvidia-cudnn-cu12 with CUDA 12), "
                 "or install the system's libcudnn9")
@@ -155,12 +155,7 @@ class CuDNNExecutor:
             self.steps.append(make(lib, node, self.n_in + k))
 
     def _shape(self, entry: int) -> list:
-        g = self.graph
-        if entry < len(g["inputs"]):
-            return g["inputs"][entry]["shape"]
-        if entry < self.n_in:
-            return g["constants"][entry - len(g["inputs"])]["shape"]
-        return g["nodes"][entry - self.n_in]["shape"]
+        return entry_shape(self.graph, entry)
 
     # -- descriptors, per node kind -------------------------------------------------------------
     def _make_conv2d(self, lib, node, entry):

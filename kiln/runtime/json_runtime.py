@@ -194,6 +194,17 @@ def _omp_set_num_threads(n: int) -> None:
         fn(int(n))
 
 
+def entry_shape(graph: dict, entry: int) -> list:
+    """The shape of graph entry ``entry`` of an offloaded subgraph: inputs, then constants, then
+    one per node."""
+    n_inputs, n_in = len(graph["inputs"]), len(graph["inputs"]) + len(graph["constants"])
+    if entry < n_inputs:
+        return graph["inputs"][entry]["shape"]
+    if entry < n_in:
+        return graph["constants"][entry - n_inputs]["shape"]
+    return graph["nodes"][entry - n_in]["shape"]
+
+
 def load_error(load) -> str | None:
     """None when ``load()`` (a library loader that raises KilnError) succeeds, else its message."""
     try:
@@ -320,12 +331,7 @@ class DNNLExecutor:
         return int(self.nhwc.get(entry, False))
 
     def _shape(self, entry: int) -> list:
-        g = self.graph
-        if entry < len(g["inputs"]):
-            return g["inputs"][entry]["shape"]
-        if entry < self.n_in:
-            return g["constants"][entry - len(g["inputs"])]["shape"]
-        return g["nodes"][entry - self.n_in]["shape"]
+        return entry_shape(self.graph, entry)
 
     def _check(self, handle, node) -> None:
         if not handle:
