@@ -16,8 +16,8 @@ import contextvars
 from kiln.ir.op_attr import register_op_attr
 
 from ...expr import Call
-from ...ty import TensorType
-from .dnnl import _layer, _layer_parts, bias_vector, partition_composites
+from .dnnl import _f32, _layer, _layer_parts, _shape, bias_vector, partition_composites
+from .dnnl import conv2d_ok as _dnnl_conv2d_ok
 
 COMPILER = "cudnn"
 ACTIVATIONS = {"nn.relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh"}
@@ -26,28 +26,17 @@ POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_ma
 _depthwise = contextvars.ContextVar("kiln_cudnn_depthwise", default=False)
 
 
-def _f32(*exprs) -> bool:
-    return all(isinstance(e.checked_type, TensorType) and e.checked_type.dtype == "float32" for e in exprs)
-
-
-def _shape(e) -> tuple:
-    return tuple(int(d) for d in e.checked_type.shape)
-
-
 def _symmetric(padding) -> bool:
     p = [int(v) for v in padding]
     return len(p) == 4 and p[0] == p[2] and p[1] == p[3]
 
 
 def conv2d_ok(call: Call) -> bool:
-    a = call.attrs
-    data, weight = call.args
-    if not (_f32(call, data, weight) and a.data_layout == "NCHW" and a.kernel_layout == "OIHW"
-            and a.get("out_layout", "") in ("", "NCHW") and a.get("out_dtype", "") in ("", "float32")
-            and len(_shape(data)) == 4 and _symmetric(a.padding)):
+    """What oneDNN takes (dnnl.conv2d_ok) with symmetric padding; depthwise only when asked."""
+    if not (_dnnl_conv2d_ok(call) and _symmetric(call.attrs.padding)):
         return False
-    groups = int(a.groups)
-    return _depthwise.get() or groups == 1 or groups != _shape(data)[1]
+    groups = int(call.attrs.groups)
+    return _depthwise.get() or groups == 1 or groups != _shape(call.args[0])[1]
 
 
 def pool_ok(call: Call) -> bool:
