@@ -34,13 +34,13 @@ def main() -> None:
     ap.add_argument("--depthwise", action="store_true", help="--cuda: offload depthwise convolutions to cuDNN too")
     ap.add_argument("--profile", action="store_true", help="--cuda: where the cuDNN build's time goes")
     args = ap.parse_args()
+    here = Path(__file__).resolve().parent
+    sys.path.insert(0, str(here))  # e2e.py, timing.py
+    sys.path.insert(0, str(here.parent / "tests" / "relay"))
     if args.cuda:
         return cuda_main(args)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before oneDNN's OpenMP starts
 
-    here = Path(__file__).resolve().parent
-    sys.path.insert(0, str(here))
-    sys.path.insert(0, str(here.parent / "tests" / "relay"))
     import numpy as np
     from e2e import MODELS, build_kiln, ort_session
     from timing import interleaved
@@ -93,9 +93,6 @@ def main() -> None:
 
 
 def cuda_main(args) -> None:
-    here = Path(__file__).resolve().parent
-    sys.path.insert(0, str(here))
-    sys.path.insert(0, str(here.parent / "tests" / "relay"))
     import numpy as np
     import onnxruntime as ort
     from e2e import MODELS
