@@ -42,8 +42,11 @@ def _calls(func):
         seen.add(id(node))
         if type(node).__name__ == "Call":
             out.append(node)
-            if type(node.op).__name__ == "Function":  # a fused primitive function (adreno)
-                stack.append(node.op)
+            op = node.op
+            # a fused primitive function (adreno) holds kiln's kernels; one offloaded to a
+            # vendor library (attrs["Compiler"]) holds none to tune
+            if type(op).__name__ == "Function" and not (op.attrs and op.attrs.get("Compiler")):
+                stack.append(op)
         for name in ("args", "fields", "value", "body", "tuple_value", "cond", "true_branch",
                      "false_branch"):
             child = getattr(node, name, None)
