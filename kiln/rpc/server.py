@@ -146,9 +146,10 @@ class Server:
         timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else 0.0
         workdir = tempfile.mkdtemp(prefix="kiln-rpc-session-", dir=self.workdir_root)
         sock.setblocking(True)
+        server_pid = os.getpid()
         pid = os.fork()
         if pid == 0:
-            self._run_worker(sock, workdir)  # never returns
+            self._run_worker(sock, workdir, server_pid)  # never returns
         self.session = _Session(pid, sock, workdir, timeout)
         self._idle.clear()
         if self._link:
@@ -164,11 +165,11 @@ class Server:
             loop.call_later(timeout, self._on_timeout, self.session)
 
     @staticmethod
-    def _run_worker(sock: socket.socket, workdir: str) -> None:
+    def _run_worker(sock: socket.socket, workdir: str, server_pid: int) -> None:
         code = 1
         try:
             signal.set_wakeup_fd(-1)
-            _die_with_parent()
+            _die_with_parent(server_pid)
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
             # Drop every inherited descriptor but the client's: listening sockets, the tracker
@@ -308,13 +309,17 @@ class Server:
                 await asyncio.sleep(0.2)
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(server_pid: int) -> None:
     """Linux: the worker gets SIGKILL when the server dies, so no orphan keeps a session open."""
     try:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    # The server may have died between fork() and prctl(): then no signal will ever come, and
+    # the orphan would keep the client's session open (seen on a loaded CI machine).
+    if os.getppid() != server_pid:
+        os._exit(1)
 
 
 def serve(host="0.0.0.0", port=9090, port_end=9199, tracker=None, key="", through_proxy=False,
