@@ -18,6 +18,7 @@ from kiln.ir.op_attr import register_op_attr
 from ...expr import Call
 from .dnnl import _f32, _layer, _layer_parts, _shape, bias_vector, partition_composites
 from .dnnl import conv2d_ok as _dnnl_conv2d_ok
+from .dnnl import pool_ok as _dnnl_pool_ok
 
 COMPILER = "cudnn"
 ACTIVATIONS = {"nn.relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh"}
@@ -40,14 +41,10 @@ def conv2d_ok(call: Call) -> bool:
 
 
 def pool_ok(call: Call) -> bool:
-    a = call.attrs
-    if not (_f32(call) and a.get("layout", "NCHW") == "NCHW" and len(_shape(call.args[0])) == 4):
+    """oneDNN's pooling rule, and cuDNN pads both sides of a window alike."""
+    if not _dnnl_pool_ok(call):
         return False
-    if call.op.name.startswith("nn.global"):
-        return True
-    dilation = tuple(int(d) for d in (a.get("dilation", (1, 1)) or (1, 1)))
-    return (not a.get("ceil_mode", False) and dilation in ((1, 1), (1,)) and len(tuple(a.pool_size)) == 2
-            and _symmetric(a.padding))
+    return call.op.name.startswith("nn.global") or _symmetric(call.attrs.padding)
 
 
 def activation_ok(call: Call) -> bool:
