@@ -121,8 +121,8 @@ def test_conv2d_template_measures_the_blocked_kernel_relay_deploys():
     assert set(space.knobs) == {"oc_bn", "tile_p"} and space.layout_knobs == ("oc_bn",)
     cfg = next(c for c in space if c["oc_bn"].val == 32)
     _, args = wino.instantiate(cfg)
-    # blocked data, the transformed kernel (16 frequencies), blocked output
-    assert [tuple(int(d) for d in a.shape) for a in args] == [(1, 2, 14, 14, 16), (16, 2, 2, 16, 32),
+    # blocked data, the transformed kernel (K/bn, 16 frequencies, C/ib, ib, bn), blocked output
+    assert [tuple(int(d) for d in a.shape) for a in args] == [(1, 2, 14, 14, 16), (2, 16, 2, 16, 32),
                                                               (1, 2, 14, 14, 32)]
 
 

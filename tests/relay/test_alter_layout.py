@@ -169,8 +169,8 @@ def test_3x3_stride_1_convolutions_on_blocked_data_use_winograd():
     got, lib = _build_run(mod, inputs)
     np.testing.assert_allclose(got, reference.run(mod, inputs), rtol=1e-4, atol=1e-4)
     weights = [v.numpy().shape for v in lib.get_params().values()]
-    # the kernels of the two 3x3/1 convs are stored transformed: (16 frequencies, K/bn, C/ib, ib, bn)
-    assert sum(1 for s in weights if len(s) == 5 and s[0] == 16 and s[3] == 16) == 2, weights
+    # the kernels of the two 3x3/1 convs are stored transformed: (K/bn, 16 frequencies, C/ib, ib, bn)
+    assert sum(1 for s in weights if len(s) == 5 and s[1] == 16 and s[0] * s[4] == 16) == 2, weights
 
 
 def test_operands_that_cannot_be_blocked_fall_back_to_nchw():

@@ -220,7 +220,7 @@ def _conv2d_winograd(cfg, p, data, kernel, padding, out_dtype):
     bn = wino.config_for_shape(p, conf)["oc_bn"]
     ib = input_block(p.in_channel)
     data = _blocked_data(p, ib, data.dtype)
-    kernel = te.placeholder((16, p.out_channel // bn, p.in_channel // ib, ib, bn), str(kernel.dtype), "kernel")
+    kernel = te.placeholder((p.out_channel // bn, 16, p.in_channel // ib, ib, bn), str(kernel.dtype), "kernel")
     out = wino.conv2d_winograd_NCHWc(data, kernel, padding, out_dtype, cfg=conf, out_channels=p.out_channel)
     out.op.attrs["template_inputs"] = (data, kernel)
     return out

@@ -313,8 +313,8 @@ def _conv2d_blocked_prepack(a, types, cfg):
     o, i, kh, kw = _shape(types[1])
     if _winograd(a, (kh, kw)):
         from kiln.topi.x86.conv2d_winograd import prepack_kernel_winograd
-        return WeightTransform(1, (16, o // ob, i // ib, ib, ob), lambda w: prepack_kernel_winograd(w, ib, ob),
-                               ("winograd", ib, ob))
+        return WeightTransform(1, (o // ob, 16, i // ib, ib, ob), lambda w: prepack_kernel_winograd(w, ib, ob),
+                               ("winograd-kb", ib, ob))
     if a.groups == 1:
         dshape = layout.blocked_shape(_shape(types[0]), a.data_layout, "NCHW")
         bn = _nchwc_config(a, dshape, (o, i, kh, kw), cfg)["oc_bn"]

@@ -9,7 +9,7 @@ of 9: 2.25x fewer. The multiplications form 16 independent matrix products over 
 each one the same register tile as a 1x1 convolution:
 
     V[n, e, C/ib, P, ib]    = B^T d B of every input tile (P = tiles), a parallel pass
-    U[e, K/bn, C/ib, ib, bn] = G g G^T of the weight (``prepack_kernel_winograd`` at build time)
+    U[K/bn, e, C/ib, ib, bn] = G g G^T of the weight (``prepack_kernel_winograd`` at build time)
     M[n, e, K/bn, P, bn]    = sum over channels of V * U (per e: tile_p tiles x bn channels in
                                registers), computed for tile_p tiles at a time inside the
                                output loop, so M never goes to memory
@@ -107,7 +107,7 @@ def _select(index, cases):
 def conv2d_winograd_NCHWc(data, kernel, padding, out_dtype=None, cfg=None, out_channels=None):  # noqa: N802
     """3x3 stride-1 conv2d from NCHW{ib}c data to NCHW{oc_bn}c output by Winograd F(2x2, 3x3).
 
-    ``kernel``: OIHW (K, C, 3, 3), or ``prepack_kernel_winograd(w, ib, bn)`` (16, K/bn, C/ib, ib,
+    ``kernel``: OIHW (K, C, 3, 3), or ``prepack_kernel_winograd(w, ib, bn)`` (K/bn, 16, C/ib, ib,
     bn); pass ``out_channels`` with a pre-packed kernel.
     """
     dshape = const_shape(data, "conv2d_winograd data")
@@ -116,7 +116,7 @@ def conv2d_winograd_NCHWc(data, kernel, padding, out_dtype=None, cfg=None, out_c
     n, chunks, h, w, ib = dshape
     c = chunks * ib
     packed = len(kernel.shape) == 5
-    k = out_channels or (const_int(kernel.shape[1]) * const_int(kernel.shape[4]) if packed else const_int(kernel.shape[0]))
+    k = out_channels or (const_int(kernel.shape[0]) * const_int(kernel.shape[4]) if packed else const_int(kernel.shape[0]))
     kh, kw = (3, 3) if packed else (const_int(kernel.shape[2]), const_int(kernel.shape[3]))
     p = conv2d_shape("conv2d_winograd_NCHWc", (n, c, h, w), (k, c, kh, kw), 1, padding, 1, 1)
     if not applies(p):
@@ -147,7 +147,7 @@ def conv2d_winograd_NCHWc(data, kernel, padding, out_dtype=None, cfg=None, out_c
     rci = te.reduce_axis((0, ib), name="rci")
     m = te.compute((n, 16, k // bn, th * tw, bn),
                    lambda b, e, kb, t, kk: te.sum(v[b, e, rco, t, rci].astype(out_dtype)
-                                                  * u[e, kb, rco, rci, kk].astype(out_dtype), axis=[rco, rci]),
+                                                  * u[kb, e, rco, rci, kk].astype(out_dtype), axis=[rco, rci]),
                    name="winograd_product", tag=TAG, attrs={"workload": p, "config": conf})
 
     def fout(b, kb, y, x, kk):
@@ -167,7 +167,7 @@ def _transform_kernel(kernel, ib: int, bn: int):
     """U = G g G^T as a TE stage (constant-folded when the kernel is a parameter)."""
     k, c = const_int(kernel.shape[0]), const_int(kernel.shape[1])
 
-    def fu(e, kb, cb, ci, kk):
+    def fu(kb, e, cb, ci, kk):
         g = [[kernel[kb * bn + kk, cb * ib + ci, i, j] for j in range(3)] for i in range(3)]
         cases = []
         for e1 in range(4):
@@ -176,14 +176,14 @@ def _transform_kernel(kernel, ib: int, bn: int):
                 cases.append(_terms(G[e2], rows))
         return _select(e, cases)
 
-    return te.compute((16, k // bn, c // ib, ib, bn), fu, name="winograd_kernel", tag="injective,kernel_pack")
+    return te.compute((k // bn, 16, c // ib, ib, bn), fu, name="winograd_kernel", tag="injective,kernel_pack")
 
 
 def prepack_kernel_winograd(weight: np.ndarray, ib: int, bn: int) -> np.ndarray:
-    """numpy: OIHW 3x3 weight -> U (16, K/bn, C/ib, ib, bn), what _transform_kernel computes."""
+    """numpy: OIHW 3x3 weight -> U (K/bn, 16, C/ib, ib, bn), what _transform_kernel computes."""
     k, c = weight.shape[:2]
     u = np.einsum("ai,kcij,bj->abkc", G, weight.astype(np.float64), G).reshape(16, k, c)
-    u = u.reshape(16, k // bn, bn, c // ib, ib).transpose(0, 1, 3, 4, 2)
+    u = u.reshape(16, k // bn, bn, c // ib, ib).transpose(1, 0, 3, 4, 2)
     return np.ascontiguousarray(u).astype(weight.dtype)
 
 
@@ -235,7 +235,7 @@ def schedule_conv2d_winograd_NCHWc(outs, cfg=None):  # noqa: N802
         s[pad_stage].compute_inline()
     u = m.op.input_tensors[1]
     if "kernel_pack" in u.op.tag:
-        ue, ukb, ucb, uci, ukk = s[u].op.axis
-        s[u].parallel(s[u].fuse(ue, ukb))
+        ukb, ue, ucb, uci, ukk = s[u].op.axis
+        s[u].parallel(s[u].fuse(ukb, ue))
         s[u].vectorize(ukk)
     return s
