@@ -28,8 +28,11 @@ times in turn with no builds alongside) and the fastest kept in ``DIR/<model>.lo
 already there is reused (delete it to re-pick from ``DIR/<model>.log.all`` without re-tuning). The
 tuned build is relay.build under ``apply_history_best(log)``, timed interleaved with the other two.
 
-Goals (issue 5): kiln <= 1.5x onnxruntime latency; ResNet-18 compile < 60 s on 2 cores.
-Goal (issue 6): tuned kiln <= 1.0x onnxruntime.
+kiln/ort is the median over rounds of each round's ratio (the two sides timed back to back), so
+a load that drifts between rounds cancels; the medians of the times are printed beside it.
+
+Goals (issue 11, which holds for AVX2 code too): untuned kiln <= 1.0x onnxruntime, tuned
+<= 0.9x; ResNet-18 compile < 60 s on 2 cores (issue 5).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from onnx_models import mobilenet_v2, resnet18  # noqa: E402
 from timing import interleaved  # noqa: E402
 
 MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}
+UNTUNED_GOAL, TUNED_GOAL = 1.0, 0.9
 
 
 def tune_log(name: str, model, tune_dir: str, trials: int, target: str = "llvm") -> str:
@@ -208,7 +212,15 @@ def bench_model(name: str, threads: int, rounds: int, number: int, tune_dir=None
     out = {"compile_s": compile_s, "err": err, "ok": ok, "tuned_ok": tuned_ok}
     for k, t in times.items():
         out[f"{k}_ms"], out[f"{k}_min"] = 1e3 * statistics.median(t), 1e3 * min(t)
+        out[f"{k}_ratio"], out[f"{k}_times"] = paired_ratio(t, times["ort"]), t
     return out
+
+
+def paired_ratio(side: list, reference: list) -> float:
+    """Median over rounds of side/reference, each round's two figures taken back to back: on a
+    machine whose load drifts over minutes (a shared VM here ran the same build at 14.7 and
+    19.3 ms ten minutes apart) a round's pair sees the same load, the two medians may not."""
+    return statistics.median(a / b for a, b in zip(side, reference))
 
 
 def main() -> None:
@@ -236,17 +248,18 @@ def main() -> None:
     for name in args.models.split(","):
         r = results[name] = bench_model(name, args.threads, args.rounds, args.number, args.tune_dir,
                                         args.tune_trials, args.target, args.cpu_time)
-        ratio = r["kiln_ms"] / r["ort_ms"]
-        verdict = "ok" if ratio <= 1.5 else "over the 1.5x goal"
+        ratio = r["kiln_ratio"]
+        verdict = "ok" if ratio <= UNTUNED_GOAL else f"over the {UNTUNED_GOAL}x goal"
         if not r["ok"]:
             verdict = "MISMATCH: kiln's output is wrong"
         print(f"{name:<14}{r['kiln_ms']:>10.2f}{r['ort_ms']:>10.2f}{ratio:>9.2f}x  "
               f"({r['kiln_min']:.2f} / {r['ort_min']:.2f}){'':<8}{r['compile_s']:>10.1f}   {verdict}")
         if "tuned_ms" in r:
-            tr = r["tuned_ms"] / r["ort_ms"]
+            tr = r["tuned_ratio"]
             print(f"{'  tuned':<14}{r['tuned_ms']:>10.2f}{r['ort_ms']:>10.2f}{tr:>9.2f}x  "
                   f"({r['tuned_min']:.2f} / {r['ort_min']:.2f}){'':<18}   "
-                  f"{'ok' if tr <= 1.0 else 'over'} the 1.0x tuned goal; untuned/tuned {r['kiln_ms'] / r['tuned_ms']:.2f}x"
+                  f"{'ok' if tr <= TUNED_GOAL else 'over'} the {TUNED_GOAL}x tuned goal; "
+                  f"untuned/tuned {paired_ratio(r['kiln_times'], r['tuned_times']):.2f}x"
                   f"{'' if r['tuned_ok'] else '   MISMATCH: the tuned output is wrong'}")
     if "resnet18" in results:
         c = results["resnet18"]["compile_s"]
