@@ -227,16 +227,17 @@ def _schedule_tile(s, conv, conf, blocked_input=False, oc_chunks=1):
     # major keeps one broadcast and the chunks' kernel vectors, chunk-major one kernel vector and
     # the tile's broadcasts (the other way round they spill: 3 x 6 tiles measured 2x slower).
     outer, inner = [n, occ, y], [x, ocb]
-    if oc_chunks > 1:
-        outer = [n, y]
-        vectors = max(1, const_int(ocb.dom.extent) // vector_lanes())
-        inner = [x, occ, ocb] if pixel_major(conf["tile_ow"], oc_chunks, vectors) else [occ, x, ocb]
     if blocked_input:
         rco, ry, rx, rc = s[conv].op.reduce_axis
         order = outer + [rco, ry, rx]
     else:
         rc, ry, rx = s[conv].op.reduce_axis
         order = list(outer)
+    if oc_chunks > 1:
+        outer, order = [n, y], [n, y] + order[3:]
+        vectors = max(1, const_int(ocb.dom.extent) // vector_lanes())
+        window = blocked_input and const_int(rc.dom.extent) == 1 and const_int(rx.dom.extent) > 1
+        inner = [x, occ, ocb] if pixel_major(conf["tile_ow"], oc_chunks, vectors, window) else [occ, x, ocb]
     if conf.get("ic_unroll", 1) > 1 and const_int(rc.dom.extent) % conf["ic_unroll"] == 0:
         rco, rci = s[conv].split(rc, factor=conf["ic_unroll"])
         order += [rco, rci] if blocked_input else [rco, ry, rx, rci]

@@ -44,17 +44,18 @@ def default_config(p) -> dict:
         # FMA; a tile over several blocks shares each broadcast among them (AVX2 1x1 convs:
         # 3 blocks x 4 pixels ran 576->96 @14 1.13x and 144->144 @56 1.27x faster than 1 x 14).
         # The layout block (oc_bn) stays as it was: what the next conv and Winograd read.
+        window = not input_block(p.in_channel) and p.kernel_w > 1  # taps innermost (cpu.pixel_major)
         conf["oc_chunks"], conf["tile_ow"] = chunk_tile(p.out_width, p.out_channel // conf["oc_bn"],
-                                                        conf["oc_bn"] // lanes, regs)
+                                                        conf["oc_bn"] // lanes, regs, window)
     return conf
 
 
-def chunk_tile(width: int, chunks: int, vectors: int, registers: int) -> tuple[int, int]:
+def chunk_tile(width: int, chunks: int, vectors: int, registers: int, window: bool = False) -> tuple[int, int]:
     """(blocks per register tile, pixels per tile) for a row of ``width`` pixels and ``chunks``
     channel blocks of ``vectors`` vectors each, by a cost model of one reduction step:
 
     - a tile of r pixels x k blocks holds r*k*vectors accumulators and ``tile_operands`` more
-      in the registers;
+      in the registers (``window``: see ``cpu.pixel_major``);
     - it issues r*kv FMAs and r + kv loads, two of each per cycle, and needs 8 FMAs in flight
       (latency 4 x 2 ports): its cost is max(r*kv, r + kv, 8) for r*kv results;
     - the row splits into ceil(width / r) tiles of nearly equal size (a narrow tail tile is
@@ -67,7 +68,7 @@ def chunk_tile(width: int, chunks: int, vectors: int, registers: int) -> tuple[i
     for k in (k for k in range(1, min(chunks, 4 // max(1, vectors)) + 1) if chunks % k == 0):
         kv = k * vectors
         for r in range(1, width + 1):
-            if r * kv + tile_operands(r, k, vectors) > registers:
+            if r * kv + tile_operands(r, k, vectors, window) > registers:
                 break
             tiles = -(-width // r)
             cost = sum(max(w * kv, w + kv, 8) for w in [r] * (tiles - 1) + [width - r * (tiles - 1)])
