@@ -38,6 +38,7 @@ class DispatchContext:
 
     def __init__(self):
         self._parent: DispatchContext | None = None
+        self._fallback: FallbackContext | None = None  # answers misses when there is no parent
         self._tokens: list = []
 
     def _query_inside(self, target, workload):
@@ -47,7 +48,9 @@ class DispatchContext:
         cfg = self._query_inside(target, workload)
         if cfg is not None:
             return cfg
-        parent = self._parent or FallbackContext()
+        parent = self._parent
+        if parent is None:  # one fallback per context, so that each untuned workload warns once
+            parent = self._fallback = self._fallback or FallbackContext()
         return parent.query(target, workload)
 
     def update(self, target, workload, cfg) -> None:

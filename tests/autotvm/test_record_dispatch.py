@@ -88,3 +88,21 @@ def test_dispatch_context_is_per_thread(tmp_path):
         t.join()
     assert seen["cfg"].is_fallback  # the with-block of this thread is not another thread's
     assert matmul  # imported for its registration
+
+
+def test_an_untuned_workload_warns_once_per_history_context(tmp_path, caplog):
+    from kiln.autotvm.templates import matmul
+    log = tmp_path / "empty.log"
+    log.write_text("")
+
+    def build_three_times():  # a fresh thread: apply_history_best has no parent context
+        with tvm.target.Target("llvm"), autotvm.apply_history_best(str(log)):
+            for _ in range(3):
+                matmul(48, 48, 48, "float32")
+
+    with caplog.at_level("WARNING", logger="autotvm"):
+        worker = threading.Thread(target=build_three_times)
+        worker.start()
+        worker.join()
+    warned = [r for r in caplog.records if "Cannot find config" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in warned]
