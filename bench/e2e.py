@@ -22,7 +22,9 @@ waiting for the core does not); quote it as such.
 host: ``llvm -mcpu=znver3``); the default ``llvm`` is this machine.
 
 With ``--tune-dir`` a *tuned* column is added: each model's conv2d and dense tasks (extracted as
-in docs/autotvm.md) are tuned with XGBTuner for ``--tune-trials`` trials each; the three
+in docs/autotvm.md) are tuned with XGBTuner for ``--tune-trials`` trials each, every timed run
+starting on flushed caches (``enable_cpu_cache_flush``: in the model a layer's weights come from
+memory); the three
 fastest configs of each task and its default are then re-measured (built first, then timed three
 times in turn with no builds alongside) and the fastest kept in ``DIR/<model>.log``. A log
 already there is reused (delete it to re-pick from ``DIR/<model>.log.all`` without re-tuning). The
@@ -69,9 +71,12 @@ def tune_log(name: str, model, tune_dir: str, trials: int, target: str = "llvm")
     mod, params = relay.frontend.from_onnx(model)
     tasks = autotvm.task.extract_from_program(mod["main"], target=target, params=params,
                                               ops=(relay.op.get("nn.conv2d"), relay.op.get("nn.dense")))
+    # Each timed run starts with the caches flushed, as a layer does in the whole model (its
+    # weights come from memory): picked on warm caches, tuned ResNet-18 ran slower than untuned
+    # (Winograd 512@7 on 32-channel blocks, 64@56 on 16: faster alone, slower in the model).
     option = autotvm.measure_option(
         builder=autotvm.LocalBuilder(n_parallel=os.cpu_count()),
-        runner=autotvm.LocalRunner(number=4, repeat=3, min_repeat_ms=20, cooldown_interval=0))
+        runner=autotvm.LocalRunner(number=1, repeat=10, cooldown_interval=0, enable_cpu_cache_flush=True))
     all_records = log + ".all"  # every measurement; the kept log has the best per task
     # An interrupted run resumes: each task's tuner skips what the records already hold.
     done = list(autotvm.record.load_from_file(all_records)) if os.path.exists(all_records) else []
