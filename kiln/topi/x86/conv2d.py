@@ -234,7 +234,7 @@ def _schedule_tile(s, conv, conf, blocked_input=False, oc_chunks=1):
         rc, ry, rx = s[conv].op.reduce_axis
         order = list(outer)
     if oc_chunks > 1:
-        outer, order = [n, y], [n, y] + order[3:]
+        order = [n, y] + order[3:]  # the blocks' loop moves into the tile
         vectors = max(1, const_int(ocb.dom.extent) // vector_lanes())
         window = blocked_input and const_int(rc.dom.extent) == 1 and const_int(rx.dom.extent) > 1
         inner = [x, occ, ocb] if pixel_major(conf["tile_ow"], oc_chunks, vectors, window) else [occ, x, ocb]
