@@ -119,3 +119,18 @@ def with_default(space: dict, default: dict) -> dict:
                 values.sort()
         out[name] = values
     return out
+
+
+def find_stage(out, match, what: str):
+    """The first stage feeding ``out`` (out itself included) whose op satisfies ``match``: the
+    product under an elementwise epilogue that a schedule tiles. ValueError naming ``what`` if none."""
+    stack, seen = [out], set()
+    while stack:
+        t = stack.pop()
+        if id(t.op) in seen:
+            continue
+        seen.add(id(t.op))
+        if match(t.op):
+            return t
+        stack.extend(getattr(t.op, "input_tensors", []))
+    raise ValueError(f"no {what} under {out.name}")

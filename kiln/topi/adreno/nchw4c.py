@@ -20,7 +20,7 @@ from kiln import te
 from .. import gpu
 from ..gpu.common import as_list, block, inline_injective, max_threads, producers, thread
 from ..nn.pad import pad
-from ..utils import const_int, knob
+from ..utils import const_int, find_stage, knob
 
 CONV_TAG = "conv2d_NCHW4c"
 TILE_ATTR = "adreno_tile"  # a tuned config's knobs, on the conv op (read by schedule_nchw4c)
@@ -169,17 +169,11 @@ def schedule_nchw4c(outs, cfg=None):
 
 def _tuned(out):
     """The tuned knobs kept on the conv feeding ``out`` (``conv2d_NCHW4c(cfg=...)``), or None."""
-    seen, stack = set(), [out.op]
-    while stack:
-        op = stack.pop()
-        if id(op) in seen:
-            continue
-        seen.add(id(op))
-        tile = getattr(op, "attrs", {}).get(TILE_ATTR)
-        if tile is not None:
-            return tile
-        stack.extend(t.op for t in getattr(op, "input_tensors", []))
-    return None
+    try:
+        conv = find_stage(out, lambda op: getattr(op, "attrs", {}).get(TILE_ATTR) is not None, "tuned conv")
+    except ValueError:
+        return None
+    return conv.op.attrs[TILE_ATTR]
 
 
 def conv_tiles(axes, tuned=None) -> tuple[int, int, int]:

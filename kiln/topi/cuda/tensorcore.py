@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from kiln import te
 
-from ..gpu.common import as_list, block, find_stage, thread
+from ..gpu.common import as_list, block, thread
 from ..nn.batch_matmul import batch_matmul as _batch_matmul
 from ..nn.dense import add_bias, dense as _dense
-from ..utils import const_int, knob
+from ..utils import const_int, find_stage, knob
 from .tensor_intrin import intrin_wmma_gemm, intrin_wmma_load_matrix, intrin_wmma_store_matrix
 
 WMMA = 16

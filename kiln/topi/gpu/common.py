@@ -19,21 +19,6 @@ def as_list(outs) -> list:
     return [outs] if isinstance(outs, te.Tensor) else list(outs)
 
 
-def find_stage(out, match, what: str):
-    """The first stage feeding ``out`` (out itself included) whose op satisfies ``match``: the
-    product under an elementwise epilogue that a schedule tiles. ValueError naming ``what`` if none."""
-    stack, seen = [out], set()
-    while stack:
-        t = stack.pop()
-        if id(t.op) in seen:
-            continue
-        seen.add(id(t.op))
-        if match(t.op):
-            return t
-        stack.extend(getattr(t.op, "input_tensors", []))
-    raise ValueError(f"no {what} under {out.name}")
-
-
 def max_threads(target=None) -> int:
     """Work-items per work-group the target allows (``-max_num_threads``; 256 by default)."""
     from kiln.target import Target

@@ -17,8 +17,8 @@ from __future__ import annotations
 from kiln import te
 
 from ..nn.conv2d import conv2d_nchw as _conv2d_nchw, conv2d_shape
-from ..utils import const_shape, knob
-from .common import as_list, block, find_stage, inline_injective, max_threads, thread, unroll_pragmas
+from ..utils import const_shape, find_stage, knob
+from .common import as_list, block, inline_injective, max_threads, thread, unroll_pragmas
 from .tiling import cooperative_fetch, divisor, resolve, split_levels
 
 TAG = "conv2d_nchw"

@@ -19,9 +19,9 @@ from kiln import te
 
 from ..nn.conv2d import conv2d_shape
 from ..nn.pad import pad
-from ..utils import const_shape
+from ..utils import const_shape, find_stage
 from ..x86.conv2d_winograd import AT, BT, G, _select, _terms, applies
-from .common import as_list, bind_flat, find_stage, inline_injective
+from .common import as_list, bind_flat, inline_injective
 from .dense import config_for as matmul_config, schedule_tiled
 
 TAG = "conv2d_winograd_gpu"

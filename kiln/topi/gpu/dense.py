@@ -23,8 +23,8 @@ from kiln import te
 
 from ..nn.batch_matmul import batch_matmul as _batch_matmul
 from ..nn.dense import add_bias, dense as _dense, matmul as _matmul
-from ..utils import const_int, knob
-from .common import as_list, block, find_stage, inline_injective, max_threads, schedule_per_item, thread, unroll_pragmas
+from ..utils import const_int, find_stage, knob
+from .common import as_list, block, inline_injective, max_threads, schedule_per_item, thread, unroll_pragmas
 from .tiling import cooperative_fetch, divisor, resolve, split_levels
 
 TAGS = ("dense", "matmul", "batch_matmul")

@@ -23,7 +23,7 @@ from kiln.ir.expr import const
 
 from ..nn.conv2d import Conv2DShape, conv2d_shape
 from ..nn.pad import pad
-from ..utils import check_ndim, const_int, const_shape, divisor_at_most, knob, with_default
+from ..utils import check_ndim, const_int, const_shape, divisor_at_most, find_stage, knob, with_default
 from ..cpu import accumulator_rows, pixel_major, vector_lanes, vector_registers
 from .injective import tile_root
 
@@ -184,16 +184,7 @@ def _consumer_of(out, conv):
 
 def find_tagged(out, tag):
     """The tensor with ``tag`` reachable from out (a fused epilogue may sit on top)."""
-    stack, seen = [out], set()
-    while stack:
-        t = stack.pop()
-        if t.op.tag == tag:
-            return t
-        if id(t.op) in seen:
-            continue
-        seen.add(id(t.op))
-        stack.extend(getattr(t.op, "input_tensors", []))
-    raise ValueError(f"schedule: no {tag} stage under output {out.name}")
+    return find_stage(out, lambda op: getattr(op, "tag", "") == tag, f"{tag} stage")
 
 
 def schedule_blocked_tile(s, conv, out, blocked_input=False):
