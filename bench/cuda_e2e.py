@@ -25,7 +25,6 @@ Not named cuda.py: a script's folder comes first on sys.path (bench/cuda_gpu.py 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -40,15 +39,10 @@ import kiln as tvm  # noqa: E402
 from kiln import relay  # noqa: E402
 from kiln.contrib import graph_executor  # noqa: E402
 
+import sibling  # noqa: E402  (bench/sibling.py: this script's folder is on sys.path)
+
 MODELS = ("resnet50", "mobilenet_v2", "resnet18")
 
-
-def _shared():
-    """bench/opencl.py's measuring helpers (time_torch, cuda_torch), loaded by path."""
-    spec = importlib.util.spec_from_file_location("kiln_bench_gpu", Path(__file__).with_name("opencl.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def onnx_model(name: str):
@@ -73,9 +67,7 @@ def conv_variant(name: str) -> None:
     from kiln.topi.gpu import conv2d as gconv
 
     if name == "old":
-        spec = importlib.util.spec_from_file_location("kiln_bench_conv", Path(__file__).with_name("cuda_conv.py"))
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        mod = sibling.load("cuda_conv.py")
         gconv.default_config = lambda p, threads=None: mod.old_default(p)
     elif name == "busy2x":
         gconv.BUSY_THREADS *= 2
@@ -163,7 +155,7 @@ def main() -> None:
         import torchvision  # noqa: F401
     except ImportError:
         raise SystemExit("bench/cuda_e2e.py: the reference is torch eager: install torch and torchvision") from None
-    gpu = _shared()
+    gpu = sibling.load("opencl.py")  # its measuring helpers
     torch = gpu.cuda_torch()  # TF32 off
     if torch is None:
         raise SystemExit("bench/cuda_e2e.py: torch sees no CUDA device")

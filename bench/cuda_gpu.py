@@ -21,17 +21,10 @@ for cuda-python's ``cuda`` package (tvm.cuda(0) then finds no driver).
 from __future__ import annotations
 
 import argparse
-import importlib.util
-from pathlib import Path
 
 import kiln as tvm
 
-
-def _shared():
-    spec = importlib.util.spec_from_file_location("kiln_bench_gpu", Path(__file__).with_name("opencl.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+import sibling  # bench/sibling.py: this script's folder is on sys.path
 
 
 def main() -> None:
@@ -42,7 +35,7 @@ def main() -> None:
     p.add_argument("--target", default="cuda", help='kiln target, e.g. "cuda -arch=sm_90"')
     p.add_argument("--skip", choices=["matmul", "resnet"], action="append", default=[])
     args = p.parse_args()
-    gpu = _shared()
+    gpu = sibling.load("opencl.py")  # its measuring helpers
     dev, torch = gpu.cuda_device_and_torch("bench/cuda_gpu.py")
     target = tvm.target.Target(args.target, host="llvm")
     print(f"device: {dev.device_name} (sm_{dev.compute_version.replace('.', '')})  |  "

@@ -16,14 +16,14 @@ checked against torch's result first.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import time
-from pathlib import Path
 
 import numpy as np
 
 import kiln as tvm
 from kiln import te
+
+import sibling  # bench/sibling.py: this script's folder is on sys.path
 
 # (block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, shared stages, mma, raster): the
 # best points of earlier runs on the H100 (one slab, or a 2/3-stage cp.async pipeline), each with
@@ -34,12 +34,6 @@ TC_CANDIDATES = [p + (mma, 1) for p in _BEST for mma in (0, 1)]
 # and block rows rastered by 8 (L2 reuse between neighbouring blocks)
 TC_CANDIDATES += [(2, 2, 4, 4, 4, 0, 1, 8), (2, 2, 4, 4, 4, 3, 1, 8), (2, 2, 4, 4, 4, 0, 0, 8)]
 
-
-def _shared():
-    spec = importlib.util.spec_from_file_location("kiln_bench_gpu", Path(__file__).with_name("opencl.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def tc_config(point) -> dict:
@@ -147,7 +141,7 @@ def main() -> None:
     p.add_argument("--tc-shared", type=int, default=232448,
                    help="shared bytes per block the tensor-core kernels may use (H100: 232448; 48 KiB static)")
     args = p.parse_args()
-    gpu = _shared()
+    gpu = sibling.load("opencl.py")  # its measuring helpers
     dev, torch = gpu.cuda_device_and_torch("bench/cuda_matmul.py")
     target = tvm.target.Target(args.target, host="llvm")
     print(f"device: {dev.device_name} (sm_{dev.compute_version.replace('.', '')})  |  "
