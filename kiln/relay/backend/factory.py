@@ -26,6 +26,7 @@ class GraphExecutorFactoryModule:
         self.lib = lib
         self.params = params  # name -> numpy array
         self.libmod_name = mod_name
+        self.kernel_workloads: dict = {}  # kernel name -> tunable workload (relay.build fills it)
 
     # -- the seed API --------------------------------------------------------------------------
     def get_graph_json(self) -> str:

@@ -79,6 +79,9 @@ class TECompiler:
         self._taken: set[str] = set()
         self._plans: dict[str, tuple] = {}  # kernel name -> what _lower_te needs
         self._parts: list | None = []  # build_cache.kernel_part of each kernel; None: uncacheable
+        # kernel name -> the tunable workload it was built for (autotvm.graph_pick times tuned
+        # picks per kernel inside the whole model)
+        self.workloads: dict[str, tuple] = {}
 
     # -- one function --------------------------------------------------------------------------
     def lower(self, func: Function, const_params: frozenset = frozenset(), scopes=None) -> LoweredFunc:
@@ -108,6 +111,8 @@ class TECompiler:
         lowered = LoweredFunc(name, None, (transform,) if transform else (),
                               len(out_type.fields) if isinstance(out_type, TupleType) else 1, scopes)
         self._plans[name] = (func, calls, anchor, cfg, transform, scopes)
+        if workload is not None:
+            self.workloads[name] = workload
         if self._parts is not None:
             try:
                 self._parts.append(build_cache.kernel_part(name, key[0], transform, cfg))

@@ -1,0 +1,221 @@
+"""Pick each task's config by timing it inside the whole model, not alone.
+
+Tuning times each kernel alone, many times over, on the same inputs. Inside a model a kernel
+reads what the previous one left in the caches, and a layout knob (``oc_bn``) decides what its
+consumers read; so the fastest config alone is not always the fastest in the model (measured on
+ResNet-18: Winograd 512@7 on 32-channel blocks was faster alone and slower in the model than the
+default's 16). ``pick_in_model`` takes each task's declared default and its ``top`` fastest
+records, builds the model once per rank (build ``v`` uses every task's ``v``-th candidate, or
+its default where it has fewer), runs those builds in turn and times every kernel inside each
+whole run, and keeps for each task the candidate whose kernels (and the layout transforms that
+read their outputs) took least; a candidate must beat the default by ``margin`` to replace it.
+
+>>> tasks = autotvm.task.extract_from_program(mod["main"], target=target, params=params)
+>>> # ... tune each task, logging every record to "all.log" ...
+>>> picks = autotvm.in_model.pick_in_model(mod, params, target, tasks, "all.log", out="best.log")
+>>> with autotvm.apply_history_best("best.log"):
+...     lib = relay.build(mod, target=target, params=params)
+
+The model runs here, in this process: ``target`` must be code this machine runs (``llvm``, or
+``llvm -mcpu=<an older CPU of this family>``). The result is a log of one record per task whose
+cost is the in-model time of its kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from .measure import MeasureInput, MeasureResult
+
+logger = logging.getLogger("kiln.autotvm")
+
+
+def candidates(tasks, records, top: int = 3) -> dict:
+    """``{workload: [(task, config), ...]}``: each task's declared default first, then its ``top``
+    fastest other configs among ``records`` (a log file or (input, result) pairs), by mean cost."""
+    from .record import load_from_file
+
+    pairs = load_from_file(records) if isinstance(records, str) else records
+    costs: dict = {}
+    for inp, res in pairs:
+        if res.error_no == 0 and res.costs:
+            per = costs.setdefault(inp.task.workload, {})
+            mean = sum(res.costs) / len(res.costs)
+            per[inp.config.index] = min(mean, per.get(inp.config.index, mean))
+    out = {}
+    for task in tasks:
+        space = task.config_space
+        default = space.default_index()
+        ranked = sorted(costs.get(task.workload, {}).items(), key=lambda kv: kv[1])
+        indexes = ([default] if default is not None else []) + \
+            [i for i, _ in ranked if i != default][:top]
+        if indexes:
+            out[task.workload] = [(task, space.get(i)) for i in indexes]
+    return out
+
+
+def _build(mod, params, target, assign: dict):
+    from kiln import relay, transform
+    from kiln.relay.backend import dispatch
+
+    def provider(op_name, workload, tgt):
+        del op_name, tgt
+        return assign.get(workload)
+
+    with dispatch.use_config_provider(provider), transform.PassContext(opt_level=3):
+        return relay.build(mod, target=target, params=params)
+
+
+class _Run:
+    """One build of the model, ready to run kernel by kernel."""
+
+    def __init__(self, factory, inputs: dict):
+        import kiln
+        from kiln.contrib import graph_executor
+
+        self.module = graph_executor.GraphModule(factory["default"](kiln.cpu(0)))
+        for name, value in inputs.items():
+            self.module.set_input(name, value)
+        executor = self.module.module
+        self.plan = executor._prepared()
+        nodes = json.loads(factory.get_graph_json())["nodes"]
+        workloads = factory.kernel_workloads
+        # Each kernel of a tuned workload, with the unfused layout transforms that read its output
+        # (a layout knob puts them there, so they are part of its cost).
+        position = {nid: k for k, (nid, _, _, _) in enumerate(executor.kernels)}
+        self.groups: dict = {}
+        for k, (nid, name, _, _) in enumerate(executor.kernels):
+            if name in workloads:
+                self.groups.setdefault(workloads[name], []).append(k)
+        for nid, node in enumerate(nodes):
+            name = node.get("attrs", {}).get("func_name", "")
+            if node.get("op") != "tvm_op" or "layout_transform" not in name or name in workloads:
+                continue
+            for src, *_ in node["inputs"]:
+                producer = executor.kernels[position[src]][1] if src in position else None
+                if producer in workloads:
+                    self.groups[workloads[producer]].append(position[nid])
+        self.rounds: list = []
+
+    def output(self) -> np.ndarray:
+        self.module.run()
+        return self.module.get_output(0).numpy()
+
+    def time_once(self) -> float:
+        """Run the model once, timing each kernel; returns the whole run's seconds."""
+        seconds = []
+        clock = time.perf_counter
+        start = clock()
+        for cfunc, args, codes, n, _ in self.plan:
+            t = clock()
+            cfunc(args, codes, n)
+            seconds.append(clock() - t)
+        whole = clock() - start
+        self.rounds.append(seconds)
+        return whole
+
+    def cost(self, workload) -> float:
+        """Median over rounds of the seconds the kernels of ``workload`` took in one run."""
+        ks = self.groups.get(workload, [])
+        return statistics.median(sum(r[k] for k in ks) for r in self.rounds)
+
+
+def _inputs(mod, params) -> dict:
+    rng = np.random.default_rng(0)
+    out = {}
+    for var in mod["main"].params:
+        if var.name_hint in (params or {}):
+            continue
+        ty = var.checked_type if getattr(var, "checked_type", None) is not None else var.type_annotation
+        shape = tuple(int(d) for d in ty.shape)
+        out[var.name_hint] = rng.uniform(-1, 1, shape).astype(str(ty.dtype))
+    return out
+
+
+def _interleaved(runs: list, rounds: int, pause: float) -> list:
+    wholes = [[] for _ in runs]
+    for _ in range(rounds):
+        for j, run in enumerate(runs):
+            time.sleep(pause)  # let the previous build's worker threads go idle first
+            wholes[j].append(run.time_once())
+    return [statistics.median(w) for w in wholes]
+
+
+def pick_in_model(mod, params, target, tasks, records, top: int = 3, rounds: int = 30,
+                  margin: float = 0.02, out: str | None = None, pause: float = 0.005,
+                  verbose: bool = True) -> list:
+    """The config of each task in ``tasks`` chosen inside the whole model (module docstring);
+    returns ``[(MeasureInput, MeasureResult)]``, one per task, and writes them to ``out`` (a log
+    for ``apply_history_best``) when given. ``verbose`` prints each build and the picks. Each build's output must match the default build's,
+    or the pick stops with an error naming the build."""
+    from kiln.errors import KilnError
+
+    from .record import save_to_file
+
+    def say(line: str) -> None:
+        logger.info("pick_in_model: %s", line)
+        if verbose:
+            print(f"[pick_in_model] {line}", file=sys.stderr, flush=True)
+
+    mod = _typed(mod)
+    cands = candidates(tasks, records, top)
+    if not cands:
+        raise KilnError("pick_in_model: no task has a declared default or a successful record; "
+                        "tune the tasks first (their records go in `records`)")
+    inputs = _inputs(mod, params)
+    ranks = max(len(c) for c in cands.values())
+    runs = []
+    for v in range(ranks):
+        assign = {wl: (c[v] if v < len(c) else c[0])[1] for wl, c in cands.items()}
+        start = time.perf_counter()
+        runs.append(_Run(_build(mod, params, target, assign), inputs))
+        say(f"build {v + 1}/{ranks} (rank {v} of every task) in {time.perf_counter() - start:.1f} s")
+    want = runs[0].output()
+    for v, run in enumerate(runs[1:], 1):
+        got = run.output()
+        if not np.allclose(got, want, rtol=1e-3, atol=1e-3):
+            raise KilnError(f"pick_in_model: the build of rank {v} gives a different output than the "
+                            f"default build (max diff {float(np.abs(got - want).max()):.3g}); a tuned config is wrong")
+    for run in runs:  # warm up once, untimed
+        run.time_once()
+        run.rounds.clear()
+    _interleaved(runs, rounds, pause)
+
+    picks, assign = [], {}
+    for wl, cand in cands.items():
+        default_cost = runs[0].cost(wl)
+        best = (default_cost, 0)
+        for v in range(1, len(cand)):
+            cost = runs[v].cost(wl)
+            if cost < best[0] and cost < default_cost * (1 - margin):
+                best = (cost, v)
+        cost, v = best
+        task, config = cand[v]
+        assign[wl] = config
+        result = MeasureResult((cost,), 0, 0.0, time.time())
+        picks.append((MeasureInput(task.target, task, config), result))
+        shapes = " ".join("x".join(map(str, a[1])) for a in task.args if isinstance(a, tuple) and a[:1] == ("TENSOR",))
+        say(f"{task.name} {shapes}: " + (f"config {config.index} (rank {v}) {cost * 1e3:.3f} ms in the model, "
+                                          f"default {default_cost * 1e3:.3f} ms" if v else
+                                          f"default {default_cost * 1e3:.3f} ms in the model"))
+    if out:  # whole or not at all: a half-written log would be read as a complete one
+        tmp = f"{out}.tmp{os.getpid()}"
+        try:
+            save_to_file(tmp, picks)
+            os.replace(tmp, out)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    return picks
+
+
+def _typed(mod):
+    from kiln.relay import transform as relay_transform
+    return relay_transform.InferType()(mod)
