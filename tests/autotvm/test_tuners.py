@@ -101,3 +101,25 @@ def test_a_default_outside_the_space_is_ignored():
     assert space.get(space.default_index())["a"].val == 4
     space.define_split("tile", 16, num_outputs=2)  # a knob the declared default does not name
     assert space.default_index() is None
+
+
+def test_other_tasks_records_are_featurized_once_for_all_tuners(synthetic_option, tmp_path, monkeypatch):
+    """Each task of a model learns from the same prior log (tvmc tune --tuning-records); every
+    record decodes to its own task object, so the features are cached by value, not by task."""
+    from kiln.autotvm.tuner import cost_model, features
+    pytest.importorskip("xgboost")
+    log = str(tmp_path / "prior.log")
+    other = autotvm.task.create("test/toy", args=(64,), target="llvm")
+    RandomTuner(other, seed=1).tune(n_trial=12, measure_option=synthetic_option,
+                                     callbacks=[autotvm.callback.log_to_file(log)])
+    calls = []
+    real = features.EXTRACTORS["itervar"]
+    monkeypatch.setitem(features.EXTRACTORS, "itervar", 
+                        lambda task, cfg: calls.append((tuple(task.args), cfg.index)) or real(task, cfg))
+    monkeypatch.setattr(cost_model, "_TRANSFER_CACHE", {})
+    for n in (128, 256, 512):  # three tasks of one model, each loading the whole prior log
+        tuner = XGBTuner(autotvm.task.create("test/toy", args=(n,), target="llvm"), plan_size=4)
+        tuner.load_history(autotvm.record.load_from_file(log))
+        assert tuner.cost_model._extra_x is not None and len(tuner.cost_model._extra_x) == 12
+    prior = sorted(index for args, index in calls if args == (64,))
+    assert prior == sorted({inp.config.index for inp, _ in autotvm.record.load_from_file(log)})
