@@ -6,9 +6,10 @@ consumers read; so the fastest config alone is not always the fastest in the mod
 ResNet-18: Winograd 512@7 on 32-channel blocks was faster alone and slower in the model than the
 default's 16). ``pick_in_model`` takes each task's declared default and its ``top`` fastest
 records, builds the model once per rank (build ``v`` uses every task's ``v``-th candidate, or
-its default where it has fewer), runs those builds in turn and times every kernel inside each
-whole run, and keeps for each task the candidate whose kernels (and the layout transforms that
-read their outputs) took least; a candidate must beat the default by ``margin`` to replace it.
+its default where it has fewer), runs those builds in turn (each a few times in a row) and times
+every kernel inside each whole run, and keeps for each task the candidate whose kernels (and
+the layout transforms that read their outputs) took least; a candidate must beat the default
+by ``margin`` to replace it.
 
 >>> tasks = autotvm.task.extract_from_program(mod["main"], target=target, params=params)
 >>> # ... tune each task, logging every record to "all.log" ...
@@ -102,7 +103,7 @@ class _Run:
                 producer = executor.kernels[position[src]][1] if src in position else None
                 if producer in workloads:
                     self.groups[workloads[producer]].append(position[nid])
-        self.rounds: list = []
+        self.samples: list = []
 
     def output(self) -> np.ndarray:
         self.module.run()
@@ -118,13 +119,13 @@ class _Run:
             cfunc(args, codes, n)
             seconds.append(clock() - t)
         whole = clock() - start
-        self.rounds.append(seconds)
+        self.samples.append(seconds)
         return whole
 
     def cost(self, workload) -> float:
-        """Median over rounds of the seconds the kernels of ``workload`` took in one run."""
+        """Median over the timed runs of the seconds the kernels of ``workload`` took in one run."""
         ks = self.groups.get(workload, [])
-        return statistics.median(sum(r[k] for k in ks) for r in self.rounds)
+        return statistics.median(sum(r[k] for k in ks) for r in self.samples)
 
 
 def _inputs(mod, params) -> dict:
@@ -139,22 +140,29 @@ def _inputs(mod, params) -> dict:
     return out
 
 
-def _interleaved(runs: list, rounds: int, pause: float) -> list:
+def _interleaved(runs: list, rounds: int, burst: int) -> list:
+    """Each round runs every build ``burst`` + 1 times in a row, the first untimed, starting at
+    a different build each round. One run of each in turn measured the cache, not the configs:
+    four builds of MobileNetV2 hold 56 MB of weights, more than the L3, so each run started
+    cold, and the build run first after another came out 1.3-1.5x slower than the rest."""
     wholes = [[] for _ in runs]
-    for _ in range(rounds):
-        for j, run in enumerate(runs):
-            time.sleep(pause)  # let the previous build's worker threads go idle first
-            wholes[j].append(run.time_once())
+    for r in range(rounds):
+        for j in [(r + i) % len(runs) for i in range(len(runs))]:
+            runs[j].time_once()
+            runs[j].samples.pop()
+            for _ in range(burst):
+                wholes[j].append(runs[j].time_once())
     return [statistics.median(w) for w in wholes]
 
 
-def pick_in_model(mod, params, target, tasks, records, top: int = 3, rounds: int = 30,
-                  margin: float = 0.02, out: str | None = None, pause: float = 0.005,
+def pick_in_model(mod, params, target, tasks, records, top: int = 3, rounds: int = 10,
+                  margin: float = 0.02, out: str | None = None, burst: int = 3,
                   verbose: bool = True) -> list:
     """The config of each task in ``tasks`` chosen inside the whole model (module docstring);
     returns ``[(MeasureInput, MeasureResult)]``, one per task, and writes them to ``out`` (a log
-    for ``apply_history_best``) when given. ``verbose`` prints each build and the picks. Each build's output must match the default build's,
-    or the pick stops with an error naming the build."""
+    for ``apply_history_best``) when given. ``verbose`` prints each build, the whole-run times
+    and the picks. Each build's output must match the default build's, or the pick stops with
+    an error naming the build."""
     from kiln.errors import KilnError
 
     from .record import save_to_file
@@ -183,12 +191,11 @@ def pick_in_model(mod, params, target, tasks, records, top: int = 3, rounds: int
         if not np.allclose(got, want, rtol=1e-3, atol=1e-3):
             raise KilnError(f"pick_in_model: the build of rank {v} gives a different output than the "
                             f"default build (max diff {float(np.abs(got - want).max()):.3g}); a tuned config is wrong")
-    for run in runs:  # warm up once, untimed
-        run.time_once()
-        run.rounds.clear()
-    _interleaved(runs, rounds, pause)
+    wholes = _interleaved(runs, rounds, burst)
+    say("whole run, median of %d: %s" % (rounds * burst, ", ".join(
+        f"rank {v} {t * 1e3:.2f} ms" for v, t in enumerate(wholes))))
 
-    picks, assign = [], {}
+    picks = []
     for wl, cand in cands.items():
         default_cost = runs[0].cost(wl)
         best = (default_cost, 0)
@@ -198,7 +205,6 @@ def pick_in_model(mod, params, target, tasks, records, top: int = 3, rounds: int
                 best = (cost, v)
         cost, v = best
         task, config = cand[v]
-        assign[wl] = config
         result = MeasureResult((cost,), 0, 0.0, time.time())
         picks.append((MeasureInput(task.target, task, config), result))
         shapes = " ".join("x".join(map(str, a[1])) for a in task.args if isinstance(a, tuple) and a[:1] == ("TENSOR",))
