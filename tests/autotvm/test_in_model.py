@@ -108,3 +108,34 @@ def test_no_tasks_is_a_clear_error():
     mod, params = _net()
     with pytest.raises(KilnError, match="no task"):
         in_model.pick_in_model(mod, params, "llvm", [], [], rounds=1)
+
+
+def test_picks_that_lose_the_whole_run_give_way_to_the_defaults(monkeypatch):
+    """The kernels are built and timed for real; the test only decides the verdicts: every
+    candidate's kernels come out faster, and the build of all the picks slower as a whole."""
+    mod, params = _net()
+    tasks = _tasks(mod, params)
+    builds, finals = [], []
+    real_init, real_cost, real_interleaved = in_model._Run.__init__, in_model._Run.cost, in_model._interleaved
+
+    def init(self, *args):
+        real_init(self, *args)
+        builds.append(self)
+
+    def cost(self, workload):
+        return real_cost(self, workload) * (1.0 if self is builds[0] else 0.5)
+
+    def interleaved(runs, rounds, burst):
+        medians = real_interleaved(runs, rounds, burst)
+        if len(runs) == 2:  # the defaults against the picks
+            finals.append(runs[1])
+            return [medians[0], medians[0] * 1.5]
+        return medians
+
+    monkeypatch.setattr(in_model._Run, "__init__", init)
+    monkeypatch.setattr(in_model._Run, "cost", cost)
+    monkeypatch.setattr(in_model, "_interleaved", interleaved)
+    picks = in_model.pick_in_model(mod, params, "llvm", tasks, _records(tasks), rounds=2)
+    assert len(finals) == 1 and finals[0] is builds[-1]  # the picks were built and run whole
+    assert {inp.task.workload: inp.config.index for inp, _ in picks} == \
+        {t.workload: t.config_space.default_index() for t in tasks}
