@@ -93,7 +93,7 @@ def tune_log(name: str, model, tune_dir: str, trials: int, target: str = "llvm")
         left = n - len(tuner.visited)
         tuner.tune(
             n_trial=left, measure_option=option,
-            callbacks=[autotvm.callback.progress_bar(n, prefix=f"[{name} {i + 1:2d}/{len(tasks)}] "),
+            callbacks=[autotvm.callback.progress_bar(left, prefix=f"[{name} {i + 1:2d}/{len(tasks)}] "),
                        autotvm.callback.log_to_file(all_records)])
     # Alone, on a 2-core machine with the builders compiling beside it, a candidate's time is
     # off by up to 4x, and the fastest kernel alone is not always the fastest in the model: the
