@@ -62,6 +62,25 @@ def candidates(tasks, records, top: int = 3) -> dict:
     return out
 
 
+def check_runs_here(target) -> None:
+    """Raise KilnError unless this machine runs ``target``'s code (same architecture, and every
+    feature the target compiles for is one this CPU has): the picks are timed here."""
+    from kiln.errors import KilnError
+    from kiln.target.cpu_facts import cpu_facts
+    from kiln.target.target import Target
+
+    tgt = Target(target) if isinstance(target, str) else target
+    if tgt.kind.name != "llvm":
+        raise KilnError(f"pick_in_model: target {tgt} is not CPU code this machine runs; pick on a CPU "
+                        "target (llvm ...), or use the tuned log as it is")
+    want, host = cpu_facts(tgt), cpu_facts("llvm")
+    missing = sorted(want.features - host.features)
+    if want.arch != host.arch or missing:
+        lacks = f"its architecture {want.arch}" if want.arch != host.arch else ", ".join(missing)
+        raise KilnError(f"pick_in_model: this machine ({host.arch}, {host.cpu}) cannot run code for {tgt}: it lacks "
+                        f"{lacks}; pick on a machine of the target's kind, or use the tuned log as it is")
+
+
 def _build(mod, params, target, assign: dict):
     from kiln import relay, transform
     from kiln.relay.backend import dispatch
@@ -172,6 +191,7 @@ def pick_in_model(mod, params, target, tasks, records, top: int = 3, rounds: int
         if verbose:
             print(f"[pick_in_model] {line}", file=sys.stderr, flush=True)
 
+    check_runs_here(target)
     mod = _typed(mod)
     cands = candidates(tasks, records, top)
     if not cands:

@@ -139,3 +139,12 @@ def test_picks_that_lose_the_whole_run_give_way_to_the_defaults(monkeypatch):
     assert len(finals) == 1 and finals[0] is builds[-1]  # the picks were built and run whole
     assert {inp.task.workload: inp.config.index for inp, _ in picks} == \
         {t.workload: t.config_space.default_index() for t in tasks}
+
+
+def test_picking_for_a_machine_of_another_kind_is_a_clear_error():
+    mod, params = _net()
+    with pytest.raises(KilnError, match="cannot run code for .*aarch64"):
+        in_model.pick_in_model(mod, params, "llvm -mtriple=aarch64-linux-gnu", _tasks(mod, params), [], rounds=1)
+    with pytest.raises(KilnError, match="not CPU code"):
+        in_model.check_runs_here("cuda")
+    in_model.check_runs_here("llvm")  # this machine runs its own code

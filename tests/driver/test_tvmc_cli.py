@@ -82,6 +82,25 @@ def test_tune_compile_run_over_the_tracker(tmp_path, small_onnx, fleet):
     assert top == list(np.argsort(want[0].ravel())[::-1][:3])
 
 
+def test_tune_here_then_pick_inside_the_model(tmp_path, small_onnx):
+    model, inputs, want = small_onnx
+    log = tmp_path / "small.log"
+    out = tvmc("tune", "--target=llvm", model, "-o", str(log), "--trials", "4", "--tuner", "random",
+               "--repeat", "2", "--number", "2", "--parallel", "2", "--pick-in-model", cwd=tmp_path)
+    picked = tmp_path / "small.picked.log"
+    assert f"picked inside the model in {picked}" in out.stdout
+    assert "[pick_in_model] whole run" in out.stderr
+    measured = {json.dumps(r["input"][1:3]): r for r in _records(log)}
+    rows = _records(picked)
+    assert sorted(json.dumps(r["input"][1:3]) for r in rows) == sorted(measured)  # one pick per task
+    package = tmp_path / "small.tar"
+    tvmc("compile", "--target=llvm", "--tuning-records", str(picked), "-o", str(package), model, cwd=tmp_path)
+    np.savez(tmp_path / "in.npz", **inputs)
+    tvmc("run", str(package), "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz"),
+         "--repeat", "1", "--number", "1", cwd=tmp_path)
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["output_0"], want[0], rtol=1e-4, atol=1e-4)
+
+
 def test_run_on_a_server_by_address_and_locally(tmp_path, small_onnx):
     import rpc_services as svc
     model, inputs, want = small_onnx

@@ -118,3 +118,14 @@ def test_failed_compile_leaves_no_package(tmp_path, small_onnx):
                 "-o", str(out), small_onnx[0], check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert not os.listdir(tmp_path)
+
+
+def test_pick_in_model_only_where_the_model_runs(tmp_path, small_onnx):
+    log = tmp_path / "small.log"
+    remote = tvmc("tune", "--target=llvm", small_onnx[0], "-o", str(log), "--pick-in-model", "--rpc-key", "android",
+                  "--rpc-tracker", "127.0.0.1:1", check=False)
+    _one_line_error(remote, "--pick-in-model", "RPC device 'android'")
+    board = tvmc("tune", "--target=llvm -mtriple=aarch64-linux-gnu", small_onnx[0], "-o", str(log),
+                 "--pick-in-model", check=False)
+    _one_line_error(board, "--pick-in-model", "aarch64")
+    assert not log.exists()  # refused before tuning started

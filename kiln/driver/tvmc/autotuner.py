@@ -14,6 +14,8 @@ import logging
 import os
 import sys
 
+from kiln.errors import KilnError
+
 from .common import TVMCException, require_file
 from .model import TVMCModel
 from .target import target_from_cli
@@ -83,10 +85,12 @@ def tune_model(tvmc_model: TVMCModel, target: str, tuning_records: str | None = 
                mixed_precision: bool = False, mixed_precision_ops=None,
                mixed_precision_calculation_type: str = "float16", mixed_precision_acc_type: str = "float32",
                target_options: dict | None = None, progress=None, enable_autoscheduler: bool = False,
-               additional_target_options: dict | None = None) -> str:
+               additional_target_options: dict | None = None, pick_in_model: bool = False) -> str:
     """Tune every task of ``tvmc_model``; returns the log path (``tuning_records``, default
     ``<model>.log``). ``hostname``/``port`` are the tracker's when ``rpc_key`` is given.
-    ``progress``: a stream for the progress line (default stdout)."""
+    ``progress``: a stream for the progress line (default stdout). ``pick_in_model``: then pick
+    each task's config inside the whole model, run here (autotvm.in_model), into
+    ``<log stem>.picked<ext>``, a log for ``tvmc compile --tuning-records``."""
     from kiln import autotvm
 
     if enable_autoscheduler:
@@ -104,6 +108,15 @@ def tune_model(tvmc_model: TVMCModel, target: str, tuning_records: str | None = 
     folder = os.path.dirname(os.path.abspath(log))
     if not os.path.isdir(folder):
         raise TVMCException(f"cannot write {log!r}: the folder {folder!r} does not exist; create it first")
+    if pick_in_model:
+        if rpc_key:
+            raise TVMCException("--pick-in-model times the model on this machine; it cannot pick for the "
+                                f"RPC device {rpc_key!r}: tune with --rpc-key, then compile with the log as it is")
+        from kiln.autotvm.in_model import check_runs_here
+        try:
+            check_runs_here(tgt)
+        except KilnError as err:
+            raise TVMCException(f"--pick-in-model: {err}") from None
     runner = _runner(rpc_key, hostname, port, number, repeat, min_repeat_ms, timeout)
     sources = [p for p in (prior_records, log if os.path.exists(log) else None) if p]
     sources = list(dict.fromkeys(os.path.abspath(p) for p in sources))
@@ -143,4 +156,11 @@ def tune_model(tvmc_model: TVMCModel, target: str, tuning_records: str | None = 
         tuner_obj.tune(n_trial=budget, early_stopping=early_stopping or None, measure_option=measure,
                        callbacks=[autotvm.callback.progress_bar(budget, prefix=prefix, out=stream),
                                   autotvm.callback.log_to_file(log)])
+    if pick_in_model and tasks:
+        from kiln.autotvm.in_model import pick_in_model as pick
+        stem, ext = os.path.splitext(log)
+        picked = f"{stem}.picked{ext or '.log'}"
+        pick(mod, tvmc_model.params, tgt, tasks, log, out=picked)
+        print(f"tvmc: configs picked inside the model in {picked} (compile with --tuning-records {picked})",
+              file=stream)
     return log

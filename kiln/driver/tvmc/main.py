@@ -78,6 +78,10 @@ def _add_tune(sub) -> None:
                    help="search strategy (default xgb: a cost model trained on the measurements)")
     p.add_argument("--tuning-records", metavar="PRIOR", help="records of an earlier run: their configs are not "
                                                               "measured again")
+    p.add_argument("--pick-in-model", action="store_true",
+                   help="then time each task's default and 3 fastest configs inside the whole model, on this "
+                        "machine, and write the fastest there to OUTPUT's stem + '.picked' (pass that to tvmc "
+                        "compile --tuning-records); not with --rpc-key")
     add_transform_arguments(p)
 
 
@@ -143,7 +147,7 @@ def _tune(args) -> int:
                      early_stopping=args.early_stopping, repeat=args.repeat, number=args.number,
                      min_repeat_ms=args.min_repeat_ms, timeout=args.timeout, parallel=args.parallel,
                      tuner=args.tuner, target_host=args.target_host, target_options=options_from_args(args),
-                     **transform_args(args))
+                     pick_in_model=args.pick_in_model, **transform_args(args))
     print(f"tvmc: tuning records in {log}")
     return 0
 
