@@ -76,9 +76,9 @@ def check_runs_here(target) -> None:
     want, host = cpu_facts(tgt), cpu_facts("llvm")
     missing = sorted(want.features - host.features)
     if want.arch != host.arch or missing:
-        lacks = f"its architecture {want.arch}" if want.arch != host.arch else ", ".join(missing)
-        raise KilnError(f"pick_in_model: this machine ({host.arch}, {host.cpu}) cannot run code for {tgt}: it lacks "
-                        f"{lacks}; pick on a machine of the target's kind, or use the tuned log as it is")
+        why = f"it is {host.arch}, the code {want.arch}" if want.arch != host.arch else f"it lacks {', '.join(missing)}"
+        raise KilnError(f"pick_in_model: this machine ({host.cpu}) cannot run code for {tgt}: {why}; pick on "
+                        "a machine of the target's kind, or use the tuned log as it is")
 
 
 def _build(mod, params, target, assign: dict):
