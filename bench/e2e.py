@@ -85,12 +85,12 @@ def tune_log(name: str, model, tune_dir: str, trials: int, target: str = "llvm")
         n = min(trials, len(task.config_space))
         # Only this task's records: load_history learns from other tasks' records too (transfer),
         # lowering each of them: 4.5 min for MobileNetV2 with nothing left to tune.
-        own = [(inp, res) for inp, res in done if inp.task.workload == task.workload]
-        if len({inp.config.index for inp, _ in own}) >= n:
+        own = list(autotvm.record.of_task(done, task))
+        left = n - len({inp.config.index for inp, _ in own})
+        if left <= 0:
             continue
         tuner = XGBTuner(task, plan_size=min(32, max(4, n // 2)), seed=i)
         tuner.load_history(own)
-        left = n - len(tuner.visited)
         tuner.tune(
             n_trial=left, measure_option=option,
             callbacks=[autotvm.callback.progress_bar(left, prefix=f"[{name} {i + 1:2d}/{len(tasks)}] "),

@@ -40,21 +40,21 @@ logger = logging.getLogger("kiln.autotvm")
 
 def candidates(tasks, records, top: int = 3) -> dict:
     """``{workload: [(task, config), ...]}``: each task's declared default first, then its ``top``
-    fastest other configs among ``records`` (a log file or (input, result) pairs), by mean cost."""
-    from .record import load_from_file
+    fastest other configs among its records in ``records`` (a log file or (input, result)
+    pairs; ``record.of_task``), by mean cost."""
+    from .record import load_from_file, of_task
 
-    pairs = load_from_file(records) if isinstance(records, str) else records
-    costs: dict = {}
-    for inp, res in pairs:
-        if res.error_no == 0 and res.costs:
-            per = costs.setdefault(inp.task.workload, {})
-            mean = sum(res.costs) / len(res.costs)
-            per[inp.config.index] = min(mean, per.get(inp.config.index, mean))
+    pairs = list(load_from_file(records) if isinstance(records, str) else records)
     out = {}
     for task in tasks:
+        costs: dict = {}  # config index -> its lowest mean cost
+        for inp, res in of_task(pairs, task):
+            if res.error_no == 0 and res.costs:
+                mean = sum(res.costs) / len(res.costs)
+                costs[inp.config.index] = min(mean, costs.get(inp.config.index, mean))
         space = task.config_space
         default = space.default_index()
-        ranked = sorted(costs.get(task.workload, {}).items(), key=lambda kv: kv[1])
+        ranked = sorted(costs.items(), key=lambda kv: kv[1])
         indexes = ([default] if default is not None else []) + \
             [i for i, _ in ranked if i != default][:top]
         if indexes:
@@ -159,6 +159,14 @@ def _inputs(mod, params) -> dict:
     return out
 
 
+def _same_output(run: "_Run", want: np.ndarray, which: str) -> None:
+    from kiln.errors import KilnError
+    got = run.output()
+    if not np.allclose(got, want, rtol=1e-3, atol=1e-3):
+        raise KilnError(f"pick_in_model: {which} gives a different output than the default build (max diff "
+                        f"{float(np.abs(got - want).max()):.3g}); a tuned config is wrong")
+
+
 def _interleaved(runs: list, rounds: int, burst: int) -> list:
     """Each round runs every build ``burst`` + 1 times in a row, the first untimed, starting at
     a different build each round. One run of each in turn measured the cache, not the configs:
@@ -207,10 +215,7 @@ def pick_in_model(mod, params, target, tasks, records, top: int = 3, rounds: int
         say(f"build {v + 1}/{ranks} (rank {v} of every task) in {time.perf_counter() - start:.1f} s")
     want = runs[0].output()
     for v, run in enumerate(runs[1:], 1):
-        got = run.output()
-        if not np.allclose(got, want, rtol=1e-3, atol=1e-3):
-            raise KilnError(f"pick_in_model: the build of rank {v} gives a different output than the "
-                            f"default build (max diff {float(np.abs(got - want).max()):.3g}); a tuned config is wrong")
+        _same_output(run, want, f"the build of rank {v}")
     wholes = _interleaved(runs, rounds, burst)
     say("whole run, median of %d: %s" % (rounds * burst, ", ".join(
         f"rank {v} {t * 1e3:.2f} ms" for v, t in enumerate(wholes))))
@@ -229,10 +234,7 @@ def pick_in_model(mod, params, target, tasks, records, top: int = 3, rounds: int
         # neighbours (ResNet-18: every rank-1..3 build ran 25% slower whole than the defaults).
         # The picks stand only if the build of all of them beats the defaults' whole run.
         final = _Run(_build(mod, params, target, {c[0][0].workload: c[v][1] for _, c, v, _, _ in chosen}), inputs)
-        got = final.output()
-        if not np.allclose(got, want, rtol=1e-3, atol=1e-3):
-            raise KilnError("pick_in_model: the build of the picks gives a different output than the default "
-                            f"build (max diff {float(np.abs(got - want).max()):.3g}); a tuned config is wrong")
+        _same_output(final, want, "the build of the picks")
         runs[0].samples.clear()
         default_ms, picked_ms = _interleaved([runs[0], final], rounds, burst)
         say(f"whole run: the picks {picked_ms * 1e3:.2f} ms, the defaults {default_ms * 1e3:.2f} ms")

@@ -93,6 +93,17 @@ def load_from_file(filename: str):
                     yield pair
 
 
+def of_task(pairs, task):
+    """The (input, result) pairs of ``pairs`` measured for ``task``: same workload and target,
+    and a config index inside its space (a log may hold records of other tasks, or of a space
+    that has since changed)."""
+    size = len(task.config_space)
+    for inp, res in pairs:
+        if inp.task.workload == task.workload and str(inp.target) == str(task.target) \
+                and 0 <= inp.config.index < size:
+            yield inp, res
+
+
 def save_to_file(filename: str, pairs) -> None:
     with open(filename, "a") as f:
         for inp, res in pairs:

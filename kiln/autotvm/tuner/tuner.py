@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from .. import record
 from ..measure.measure import MeasureErrorNo, MeasureInput, create_measure_batch
 
 logger = logging.getLogger("autotvm")
@@ -120,11 +121,7 @@ class Tuner:
         """Take in earlier records: those of this task (same workload and target) count as
         visited, so a resumed run does not measure them again."""
         del min_seed_records
-        for inp, res in data_set:
-            if inp.task.workload != self.task.workload or str(inp.target) != str(self.task.target):
-                continue
-            if not 0 <= inp.config.index < len(self.space):
-                continue
+        for inp, res in record.of_task(data_set, self.task):
             self.visited.add(inp.config.index)
             if res.error_no == MeasureErrorNo.NO_ERROR:
                 flops = self.task.flop / float(np.mean(res.costs))

@@ -143,16 +143,13 @@ def tune_model(tvmc_model: TVMCModel, target: str, tuning_records: str | None = 
     for i, task in enumerate(tasks):
         prefix = "[Task %2d/%2d] " % (i + 1, len(tasks))
         # A task already done is skipped before its tuner learns from the whole history.
-        seen = {inp.config.index for inp, _ in history
-                if inp.task.workload == task.workload and str(inp.target) == str(task.target)}
-        if len(seen) >= min(trials, len(task.config_space)):
+        seen = {inp.config.index for inp, _ in autotvm.record.of_task(history, task)}
+        budget = min(trials, len(task.config_space)) - len(seen)  # what load_history marks visited
+        if budget <= 0:
             print(f"{prefix}already measured {len(seen)} configs; skipped", file=stream)
             continue
         tuner_obj = make_tuner(tuner, task)
         tuner_obj.load_history(history)
-        budget = min(trials, len(task.config_space)) - len(tuner_obj.visited)
-        if budget <= 0:  # records whose indexes fall outside the space do not count above
-            continue
         tuner_obj.tune(n_trial=budget, early_stopping=early_stopping or None, measure_option=measure,
                        callbacks=[autotvm.callback.progress_bar(budget, prefix=prefix, out=stream),
                                   autotvm.callback.log_to_file(log)])

@@ -79,7 +79,7 @@ class TECompiler:
         self._taken: set[str] = set()
         self._plans: dict[str, tuple] = {}  # kernel name -> what _lower_te needs
         self._parts: list | None = []  # build_cache.kernel_part of each kernel; None: uncacheable
-        # kernel name -> the tunable workload it was built for (autotvm.graph_pick times tuned
+        # kernel name -> the tunable workload it was built for (autotvm.in_model times tuned
         # picks per kernel inside the whole model)
         self.workloads: dict[str, tuple] = {}
 
