@@ -85,7 +85,19 @@ def root_intervals(stage: Stage, domains: dict, info: LeafInfo, fixed_upto: Iter
 
     Leaves in relax (ids) range fully even above fixed_upto: the GPU thread axes whose
     threads share the attached stage's memory (a shared stage serves its whole block)."""
-    fixed = True if fixed_upto is not None else False
+    leaf_iv = leaf_intervals(stage, info, fixed_upto, relax)
+    out = {}
+    for root, off in info.offsets.items():
+        lo, hi = eval_interval(off, leaf_iv)
+        base = domains[root].min
+        out[id(root.var)] = (simplify(base + lo), simplify(base + hi))
+    return out
+
+
+def leaf_intervals(stage: Stage, info: LeafInfo, fixed_upto: IterVar | None,
+                   relax: frozenset = frozenset()) -> dict:
+    """Interval of each leaf loop variable (by id): itself up to fixed_upto, else its range."""
+    fixed = fixed_upto is not None
     leaf_iv: dict = {}
     for iv in stage.leaf_iter_vars:
         if fixed and id(iv) not in relax:
@@ -94,12 +106,20 @@ def root_intervals(stage: Stage, domains: dict, info: LeafInfo, fixed_upto: Iter
             leaf_iv[id(iv.var)] = (const(0, iv.var.dtype), simplify(info.extents[iv] - 1))
         if iv is fixed_upto:  # also when the attach loop itself is a relaxed thread loop
             fixed = False
-    out = {}
-    for root, off in info.offsets.items():
-        lo, hi = eval_interval(off, leaf_iv)
-        base = domains[root].min
-        out[id(root.var)] = (simplify(base + lo), simplify(base + hi))
-    return out
+    return leaf_iv
+
+
+def _tighter(a: tuple, b: tuple) -> tuple:
+    """The narrower of two intervals of one index, judged by constant extents."""
+    if b[0] is None or b[1] is None:
+        return a
+    extent_b = simplify(b[1] - b[0])
+    if not isinstance(extent_b, IntImm):
+        return a
+    if a[0] is None or a[1] is None:
+        return b
+    extent_a = simplify(a[1] - a[0])
+    return b if not isinstance(extent_a, IntImm) or extent_b.value < extent_a.value else a
 
 
 def eval_interval(e: PrimExpr, iv: dict) -> tuple[PrimExpr, PrimExpr]:
@@ -188,7 +208,15 @@ def infer_region(stage: Stage, consumers: list, domains: dict, infos: dict, bodi
             from .lower import attach_leaf
 
             fixed = attach_leaf(cons, stage.attach_ivar)
-        intervals = root_intervals(cons, domains, infos[cons], fixed, shared_thread_leaves(cons, stage.scope))
+        relax = shared_thread_leaves(cons, stage.scope)
+        intervals = root_intervals(cons, domains, infos[cons], fixed, relax)
+        # Through a fused loop each root axis ranges over whole rows, but an index that puts the
+        # rows back together (y * W + x) spans only the tile: evaluate it on the leaves as well.
+        if any(isinstance(rel, Fuse) for rel in cons.relations):
+            leaves = leaf_intervals(cons, infos[cons], fixed, relax)
+            in_leaves = {root.var: simplify(domains[root].min + off) for root, off in infos[cons].offsets.items()}
+        else:
+            leaves = None
         outer = _path_relaxed(cons, stage, infos)
         reader = _Reads(tensors)
         for b in bodies[cons]:
@@ -196,6 +224,10 @@ def infer_region(stage: Stage, consumers: list, domains: dict, infos: dict, bodi
         for load in reader.found:
             for d, idx in enumerate(load.indices):
                 lo, hi = eval_interval(idx, intervals)
+                if leaves is not None:
+                    from kiln.ir.functor import substitute
+
+                    lo, hi = _tighter((lo, hi), eval_interval(simplify(substitute(idx, in_leaves)), leaves))
                 if outer and lo is not None and hi is not None:
                     lo, hi = eval_interval(lo, outer)[0], eval_interval(hi, outer)[1]
                 if lo is None or hi is None:

@@ -94,6 +94,25 @@ def _linear(e: PrimExpr) -> Linear:
     return Linear({_key(e): (e, 1)}, 0, dt)
 
 
+_DIV_OF = {E.FloorMod: E.FloorDiv, E.Mod: E.Div}
+
+
+def _join_divmod(lin: Linear) -> Linear:
+    """k*c*(x // c) + k*(x % c) -> k*x, for floor and for truncating division alike.
+
+    A fused loop splits its index into (row, column) and the row-major address puts it back;
+    without this the address of a flat walk over H x W pixels keeps a divide and a modulo."""
+    for key, (atom, k) in list(lin.terms.items()):
+        div = _DIV_OF.get(type(atom))
+        if div is None or key not in lin.terms or not isinstance(atom.b, IntImm) or atom.b.value <= 0:
+            continue
+        dkey = _key(div(atom.a, atom.b, atom.dtype))
+        if dkey in lin.terms and lin.terms[dkey][1] == k * atom.b.value:
+            rest = Linear({q: t for q, t in lin.terms.items() if q not in (key, dkey)}, lin.const, lin.dtype)
+            lin = rest.plus(_linear(atom.a).scaled(k))
+    return lin
+
+
 def _is_index(e: PrimExpr) -> bool:
     dt = e.dtype
     return dt.kind in ("int", "uint") and dt.lanes == 1 and dt.bits >= 32
@@ -295,7 +314,7 @@ class _Simplifier(Mutator):
     def _index(self, e):
         t = type(e)
         if t in (E.Add, E.Sub, E.Mul):
-            return _linear(e).to_expr()
+            return _join_divmod(_linear(e)).to_expr()
         if t in (E.FloorDiv, E.Div) and isinstance(e.b, IntImm) and e.b.value > 0:
             return self._div(e)
         if t in (E.FloorMod, E.Mod) and isinstance(e.b, IntImm) and e.b.value > 0:

@@ -69,3 +69,24 @@ def test_analyzer_bounds():
     i = var("i")
     an = Analyzer({i: Range(const(2), const(5))})
     assert an.const_bound(i * 3 - 1) == (5, 17)
+
+
+def test_a_fused_index_put_back_together_is_the_index():
+    # A fused (row, column) loop splits q into q // W and q % W; the row-major address puts them
+    # back: W * (q // W) + q % W is q, for floor and truncating division alike.
+    q, r = var("q"), var("r")
+    assert simplify(tir.floordiv(q, 7) * 7 + tir.floormod(q, 7)) is q
+    assert structural_equal(simplify(((r * 7 + tir.floordiv(q, 7)) * 7 + tir.floormod(q, 7)) * 8), r * 392 + q * 8)
+    assert structural_equal(simplify(tir.truncdiv(q * 3 + 2, 7) * 14 + tir.truncmod(q * 3 + 2, 7) * 2 + 1), q * 6 + 5)
+    # Coefficients that do not match, or a divide and a modulo of different kinds, stay as they are.
+    kept = simplify(tir.floordiv(q, 7) * 14 + tir.floormod(q, 7))
+    assert "//" in str(kept) and "%" in str(kept)
+    assert "%" in str(simplify(tir.truncdiv(q, 7) * 7 + tir.floormod(q, 7)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(ints, divisors, st.integers(-3, 3), ints)
+def test_joining_divide_and_modulo_keeps_the_value(a, c, k, x):
+    i = var("i")
+    e = tir.floordiv(i * a + 5, c) * (c * k) + tir.floormod(i * a + 5, c) * k + i
+    assert _subst(simplify(e), {i: x}).value == ((x * a + 5) // c) * c * k + ((x * a + 5) % c) * k + x

@@ -5,7 +5,8 @@ import pytest
 
 from kiln import te, topi
 from kiln.topi import testing
-from kiln.topi.x86.conv2d_nchwc import config_for_nchwc, out_block, prepack_kernel_nchwc
+from kiln.topi.x86.conv2d_nchwc import config_for_nchwc, flat_tasks, out_block, prepack_kernel_nchwc
+from kiln.topi.nn.conv2d import conv2d_shape
 
 
 def to_blocked(x, b):
@@ -72,6 +73,41 @@ def test_fused_epilogue(runner, plain_output):
 @pytest.mark.parametrize("epilogue", [False, True])
 def test_tiles_over_several_blocks(runner, c, o, hw, k, stride, pad, ib, cfg, epilogue):
     _run(runner, c, o, hw, k, stride, pad, ib, cfg=cfg, packed=True, epilogue=epilogue)
+
+
+# A 1x1 conv at stride 1 reads input pixel q for output pixel q, so a task may walk the whole
+# image as one run: 7-pixel rows in tiles of 3 end in a 1-pixel tile each, a run of 49 once.
+@pytest.mark.parametrize("c,o,hw,ib,cfg,epilogue", [
+    (64, 128, 7, 8, {"oc_bn": 8, "oc_chunks": 2, "tile_ow": 3}, False),
+    (64, 128, 7, 8, {"oc_bn": 8, "oc_chunks": 2, "tile_ow": 3}, True),
+    (32, 64, 5, 16, {"oc_bn": 8, "oc_chunks": 1, "tile_ow": 4}, True),
+    (3, 64, 7, 0, {"oc_bn": 8, "oc_chunks": 1, "tile_ow": 3}, False),   # plain RGB input
+])
+def test_one_run_of_pixels_per_task(runner, c, o, hw, ib, cfg, epilogue):
+    _run(runner, c, o, hw, 1, 1, 0, ib, cfg=cfg, packed=True, epilogue=epilogue)
+
+
+def test_a_run_of_pixels_has_one_tail_tile():
+    import kiln
+
+    A = te.placeholder((1, 8, 7, 7, 8), name="data")
+    W = te.placeholder((128, 64, 1, 1), name="kernel")
+    out = topi.x86.conv2d_NCHWc(A, W, 1, 0, 1, "float32", cfg={"oc_bn": 8, "oc_chunks": 2, "tile_ow": 3})
+    text = str(kiln.lower(topi.x86.schedule_conv2d_NCHWc(out), [A, W, out], simple_mode=True))
+    # 8 tasks of 2 blocks, each 16 whole tiles of 3 pixels and one of 1; no tile of varying size.
+    assert "T.parallel(8)" in text and "T.serial(16)" in text and "T.min(" not in text
+
+
+@pytest.mark.parametrize("shape,cfg,flat", [
+    ((64, 128, 7, 1, 1, 0), {"oc_bn": 8, "oc_chunks": 2, "tile_ow": 3}, True),
+    ((64, 128, 7, 1, 1, 0), {"oc_bn": 8, "oc_chunks": 4, "tile_ow": 3}, False),  # 4 tasks: rows
+    ((64, 128, 7, 1, 1, 0), {"oc_bn": 8, "oc_chunks": 2, "tile_ow": 7}, False),  # no tail to save
+    ((64, 128, 14, 1, 1, 0), {"oc_bn": 8, "oc_chunks": 2, "tile_ow": 3}, False),  # 15 of 14: too little
+])
+def test_which_convs_walk_one_run(shape, cfg, flat):
+    c, o, hw, k, stride, pad = shape
+    p = conv2d_shape("t", (1, c, hw, hw), (o, c, k, k), stride, pad, 1, 1)
+    assert flat_tasks(p, config_for_nchwc((1, c, hw, hw), (o, c, k, k), stride, pad, 1, cfg)) is flat
 
 
 def test_several_blocks_with_plain_output(runner):

@@ -21,7 +21,7 @@ import numpy as np
 
 from kiln import te
 
-from ..cpu import tile_operands, vector_lanes, vector_registers
+from ..cpu import pixel_major, tile_operands, vector_lanes, vector_registers
 from ..nn.conv2d import conv2d_shape
 from ..nn.pad import pad
 from ..utils import const_int, const_shape, knob, with_default
@@ -150,6 +150,21 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
         w = kernel_vec[occ, rco, ry, rx, rci, ocb]
         return te.sum(a.astype(out_dtype) * w.astype(out_dtype), axis=[rco, ry, rx, rci])
 
+    if not plain_output and flat_pixels(p) and flat_tasks(p, conf):
+        # One axis over all H x W pixels: register tiles run on across rows, so a row whose
+        # width the tile does not divide ends in no tail tile of its own (docs/topi.md).
+        width = p.out_width
+
+        def fflat(n, occ, q, ocb):
+            a = padded[n, rco, q // width, q % width, rci]
+            w = kernel_vec[occ, rco, 0, 0, rci, ocb]
+            return te.sum(a.astype(out_dtype) * w.astype(out_dtype), axis=[rco, rci])
+
+        conv = te.compute((p.batch, p.out_channel // bn, p.out_height * width, bn), fflat,
+                          name="conv2d_NCHWc_tile", tag=TAG, attrs={"workload": p, "config": conf})
+        return te.compute((p.batch, p.out_channel // bn, p.out_height, width, bn),
+                          lambda n, c, y, x, b: conv[n, c, y * width + x, b], name="conv2d_NCHWc",
+                          tag="injective,conv2d_store")
     conv = te.compute((p.batch, p.out_channel // bn, p.out_height, p.out_width, bn), fconv,
                       name="conv2d_NCHWc_tile", tag=TAG, attrs={"workload": p, "config": conf})
     if plain_output:
@@ -159,6 +174,13 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
     # The stored output is the tile itself; a copy stage gives the schedule a loop nest to put
     # the tile (and any fused epilogue) in.
     return te.compute(conv.shape, lambda *i: conv(*i), name="conv2d_NCHWc", tag="injective,conv2d_store")
+
+
+def flat_pixels(p) -> bool:
+    """Whether the conv walks its pixels as one flat axis: a 1x1 kernel at stride 1 with no
+    padding reads input pixel q for output pixel q, so H x W is one contiguous run."""
+    return ((p.kernel_h, p.kernel_w, p.stride_h, p.stride_w) == (1, 1, 1, 1)
+            and (p.pad_top, p.pad_left, p.pad_bottom, p.pad_right) == (0, 0, 0, 0))
 
 
 def out_block(channels: int, preferred: int) -> int:
@@ -228,19 +250,61 @@ def schedule_conv2d_NCHWc(outs, cfg=None):  # noqa: N802
         return s
     n, c, y, x, b = s[out].op.axis
     chunks = conf.get("oc_chunks", 1)
+    flat = len(conv.shape) == 4
+    if flat:  # a task covers the whole image as one run of pixels
+        x = s[out].fuse(y, x)
+        y = None
     xo, xi = s[out].split(x, factor=conf["tile_ow"])
     if chunks > 1:  # the tile spans `chunks` blocks: their loop sits inside the width tile
         co, ci = s[out].split(c, factor=chunks)
-        s[out].reorder(n, co, y, xo, ci, xi, b)
+        s[out].reorder(*[a for a in (n, co, y, xo, ci, xi, b) if a is not None])
         s[out].unroll(ci)
         c = co
     else:
-        s[out].reorder(n, c, y, xo, xi, b)
+        s[out].reorder(*[a for a in (n, c, y, xo, xi, b) if a is not None])
     s[out].vectorize(b)
     s[out].unroll(xi)
-    s[out].parallel(s[out].fuse(n, c, y))
+    s[out].parallel(s[out].fuse(*[a for a in (n, c, y) if a is not None]))
     s[conv].compute_at(s[out], xo)
-    _schedule_tile(s, conv, conf, blocked_input=True, oc_chunks=chunks)
+    if flat:
+        _schedule_flat_tile(s, conv, conf, chunks)
+    else:
+        _schedule_tile(s, conv, conf, blocked_input=True, oc_chunks=chunks)
     _schedule_packing(s, conv)
     return s
+
+
+MIN_TASKS = 8
+
+
+def flat_tasks(p, conf) -> bool:
+    """Whether walking the image as one run pays: the row's tiles must overrun it by a tenth
+    (7 pixels in tiles of 3 compute 9; a run of 49 computes 51), and the channel blocks
+    alone must give ``MIN_TASKS`` parallel tasks, as the rows no longer do (960->160 at 7x7
+    has 5 and ran 1.2x slower as one run per task)."""
+    bn, chunks, tile = conf["oc_bn"], max(1, int(conf.get("oc_chunks", 1))), int(conf["tile_ow"])
+    overrun = -(-p.out_width // tile) * tile - p.out_width
+    return bool(bn) and overrun * 10 >= p.out_width and p.batch * (p.out_channel // bn) // chunks >= MIN_TASKS
+
+
+def _schedule_flat_tile(s, conv, conf, chunks: int) -> None:
+    """``_schedule_tile`` for a conv over flat pixels (axes n, occ, q, ocb; reduction rco, rci)."""
+    n, occ, q, ocb = s[conv].op.axis
+    rco, rc = s[conv].op.reduce_axis
+    order, inner = [n, occ, rco], [q, ocb]
+    if chunks > 1:
+        order = [n, rco]
+        vectors = max(1, const_int(ocb.dom.extent) // vector_lanes())
+        inner = [q, occ, ocb] if pixel_major(conf["tile_ow"], chunks, vectors, False) else [occ, q, ocb]
+    if conf.get("ic_unroll", 1) > 1 and const_int(rc.dom.extent) % conf["ic_unroll"] == 0:
+        rco2, rci = s[conv].split(rc, factor=conf["ic_unroll"])
+        order += [rco2, rci]
+        s[conv].unroll(rci)
+    else:
+        order += [rc]
+    s[conv].reorder(*order, *inner)
+    if chunks > 1:
+        s[conv].unroll(occ)
+    s[conv].unroll(q)
+    s[conv].vectorize(ocb)
 
