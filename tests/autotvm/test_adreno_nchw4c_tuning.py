@@ -186,3 +186,24 @@ def test_rpc_runner_measures_the_nchw4c_conv_on_the_servers_device():
     finally:
         server.stop()
         tracker.stop()
+
+
+def test_the_template_builds_its_conv_once_with_the_output_size_from_the_shapes(monkeypatch):
+    # A strided, dilated, unevenly padded conv: the knobs' pixel tiles divide the output width
+    # the conv itself computes, and the template builds that conv once per instantiation.
+    from kiln.topi import adreno
+
+    calls = []
+    real = adreno.conv2d_NCHW4c
+    monkeypatch.setattr(adreno, "conv2d_NCHW4c", lambda *a, **k: calls.append(1) or real(*a, **k))
+    args = (("TENSOR", (1, 2, 30, 27, 4), "float32"), ("TENSOR", (16, 8, 3, 3), "float32"),
+            (2, 2), (1, 0, 2, 1), (2, 1), 1, "float32", 4)
+    task = autotvm.task.create("conv2d_NCHW4c.adreno", args, _target())
+    out_w = (27 + 0 + 1 - (3 - 1) * 1 - 1) // 2 + 1  # 13
+    out_h = (30 + 1 + 2 - (3 - 1) * 2 - 1) // 2 + 1  # 15
+    with _target():
+        _, tensors = task.instantiate(task.config_space.get(0))
+    assert tuple(int(d) for d in tensors[-1].shape) == (1, 4, out_h, out_w, 4)
+    assert all(out_w % e.val == 0 for e in task.config_space.space_map["tile_pixels"].entities)
+    assert task.flop == 2.0 * 16 * out_h * out_w * 8 * 9
+    assert len(calls) == 2  # one when the task was created, one for the instantiated config

@@ -29,6 +29,7 @@ def _ints(shape) -> tuple:
     return tuple(int(getattr(d, "value", d)) for d in shape)
 
 
+
 def _define(cfg, ow: int, blocks: int, kernel_hw: int, channels: bool) -> None:
     from kiln.topi.adreno.nchw4c import untuned_tile
 
@@ -54,16 +55,19 @@ def _conv(cfg, data, kernel, strides, padding, dilation, groups, out_dtype, out_
     o, i, kh, kw = _ints(kernel.shape)
     in_block = 4 if len(data.shape) == 5 else 0
     packed = te.placeholder((o // 4, i, kh, kw, 4), name="kernel_OIHW4o", dtype=kernel.dtype)
-    out = adreno.conv2d_NCHW4c(data, packed, strides, padding, dilation, groups, out_dtype, in_block,
-                               out_block, prepacked=True, cfg=None)
-    conv = out if out_block else out.op.input_tensors[0]
-    ow = _ints(conv.shape)[3]
+    # The output size from the shapes (as conv2d_NCHW4c derives it): the knobs depend on it, and
+    # building the conv once to read it and again with the knobs cost a second compute per task.
+    n, _, h, w = _ints(data.shape)[:4]
+    (sh, sw), (dh, dw) = _ints(strides), _ints(dilation)
+    pt, pl, pb, pr = _ints(padding)
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
     fallback = getattr(cfg, "is_fallback", False)
     if not fallback:
         _define(cfg, ow, o // 4, kh * kw, groups == 1 and bool(in_block))
-        out = adreno.conv2d_NCHW4c(data, packed, strides, padding, dilation, groups, out_dtype, in_block,
-                                   out_block, prepacked=True, cfg=cfg)
-    cfg.add_flop(2.0 * _ints(conv.shape)[0] * o * _ints(conv.shape)[2] * ow * (i * kh * kw))
+    out = adreno.conv2d_NCHW4c(data, packed, strides, padding, dilation, groups, out_dtype, in_block,
+                               out_block, prepacked=True, cfg=None if fallback else cfg)
+    cfg.add_flop(2.0 * n * o * oh * ow * (i * kh * kw))
     out.op.attrs["template_inputs"] = [data, packed]  # what relay.build deploys: the OIHW4o weight
     return out
 
