@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kiln.ir import expr as E
 from kiln.ir.expr import IntImm, IterType, IterVar, PrimExpr, ProducerLoad, Range, Var, const
-from kiln.ir.functor import Visitor
+from kiln.ir.functor import Visitor, substitute
 from kiln.tir.simplify import Analyzer, simplify
 
 from .schedule import Attach, Fuse, Split, Stage
@@ -225,8 +225,6 @@ def infer_region(stage: Stage, consumers: list, domains: dict, infos: dict, bodi
             for d, idx in enumerate(load.indices):
                 lo, hi = eval_interval(idx, intervals)
                 if leaves is not None:
-                    from kiln.ir.functor import substitute
-
                     lo, hi = _tighter((lo, hi), eval_interval(simplify(substitute(idx, in_leaves)), leaves))
                 if outer and lo is not None and hi is not None:
                     lo, hi = eval_interval(lo, outer)[0], eval_interval(hi, outer)[1]

@@ -280,8 +280,8 @@ MIN_TASKS = 8
 def flat_tasks(p, conf) -> bool:
     """Whether walking the image as one run pays: the row's tiles must overrun it by a tenth
     (7 pixels in tiles of 3 compute 9; a run of 49 computes 51), and the channel blocks
-    alone must give ``MIN_TASKS`` parallel tasks, as the rows no longer do (960->160 at 7x7
-    has 5 and ran 1.2x slower as one run per task)."""
+    alone must give ``MIN_TASKS`` parallel tasks, as the rows no longer do (576->96 at 14x14
+    in tiles of 4 blocks has 3: one run each would leave a core of two idle a third of the time)."""
     bn, chunks, tile = conf["oc_bn"], max(1, int(conf.get("oc_chunks", 1))), int(conf["tile_ow"])
     overrun = -(-p.out_width // tile) * tile - p.out_width
     return bool(bn) and overrun * 10 >= p.out_width and p.batch * (p.out_channel // bn) // chunks >= MIN_TASKS
