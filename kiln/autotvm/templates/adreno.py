@@ -29,7 +29,6 @@ def _ints(shape) -> tuple:
     return tuple(int(getattr(d, "value", d)) for d in shape)
 
 
-
 def _define(cfg, ow: int, blocks: int, kernel_hw: int, channels: bool) -> None:
     from kiln.topi.adreno.nchw4c import untuned_tile
 
@@ -51,17 +50,17 @@ def _define(cfg, ow: int, blocks: int, kernel_hw: int, channels: bool) -> None:
 
 def _conv(cfg, data, kernel, strides, padding, dilation, groups, out_dtype, out_block):
     from kiln.topi import adreno
+    from kiln.topi.nn.conv2d import conv2d_shape
 
     o, i, kh, kw = _ints(kernel.shape)
     in_block = 4 if len(data.shape) == 5 else 0
     packed = te.placeholder((o // 4, i, kh, kw, 4), name="kernel_OIHW4o", dtype=kernel.dtype)
-    # The output size from the shapes (as conv2d_NCHW4c derives it): the knobs depend on it, and
-    # building the conv once to read it and again with the knobs cost a second compute per task.
-    n, _, h, w = _ints(data.shape)[:4]
-    (sh, sw), (dh, dw) = _ints(strides), _ints(dilation)
-    pt, pl, pb, pr = _ints(padding)
-    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
-    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    # The output size from the shapes: the knobs depend on it, and building the conv once to
+    # read it and again with the knobs cost a second compute per task.
+    n, c, h, w = _ints(data.shape)[:4]
+    p = conv2d_shape("conv2d_NCHW4c.adreno", (n, c * 4 if in_block else c, h, w), (o, i, kh, kw),
+                     strides, padding, dilation, groups)
+    oh, ow = p.out_height, p.out_width
     fallback = getattr(cfg, "is_fallback", False)
     if not fallback:
         _define(cfg, ow, o // 4, kh * kw, groups == 1 and bool(in_block))

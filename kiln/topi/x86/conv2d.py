@@ -212,32 +212,33 @@ def _schedule_tile(s, conv, conf, blocked_input=False, oc_chunks=1):
     """Reduction outside the (pixels x channel block) tile. Blocked input (conv2d_NCHWc) has
     reduce axes (rco, ry, rx, rci): the inner channels of one input block run innermost. With
     ``oc_chunks`` > 1 the tile spans that many channel blocks (the caller computes the conv at a
-    loop covering them), unrolled inside the reduction like the pixels."""
-    n, occ, y, x, ocb = s[conv].op.axis
+    loop covering them), unrolled inside the reduction like the pixels. A conv over flat pixels
+    (conv2d_NCHWc's 1x1 convs: axes n, occ, q, ocb; reduction rco, rci) has no row and no taps."""
+    n, occ, *rows, x, ocb = s[conv].op.axis
     # The smaller side of the tile varies outermost, so that only its operands stay live: pixel-
     # major keeps one broadcast and the chunks' kernel vectors, chunk-major one kernel vector and
     # the tile's broadcasts (the other way round they spill: 3 x 6 tiles measured 2x slower).
-    outer, inner = [n, occ, y], [x, ocb]
+    outer, inner = [n, occ, *rows], [x, ocb]
     if blocked_input:
-        rco, ry, rx, rc = s[conv].op.reduce_axis
-        order = outer + [rco, ry, rx]
+        rco, *taps, rc = s[conv].op.reduce_axis
+        order = outer + [rco, *taps]
     else:
-        rc, ry, rx = s[conv].op.reduce_axis
+        rc, *taps = s[conv].op.reduce_axis
         order = list(outer)
     if oc_chunks > 1:
-        order = [n, y] + order[3:]  # the blocks' loop moves into the tile
+        order = [n, *rows] + order[len(outer):]  # the blocks' loop moves into the tile
         vectors = max(1, const_int(ocb.dom.extent) // vector_lanes())
-        window = blocked_input and const_int(rc.dom.extent) == 1 and const_int(rx.dom.extent) > 1
+        window = blocked_input and const_int(rc.dom.extent) == 1 and bool(taps) and const_int(taps[-1].dom.extent) > 1
         inner = [x, occ, ocb] if pixel_major(conf["tile_ow"], oc_chunks, vectors, window) else [occ, x, ocb]
     if conf.get("ic_unroll", 1) > 1 and const_int(rc.dom.extent) % conf["ic_unroll"] == 0:
         rco, rci = s[conv].split(rc, factor=conf["ic_unroll"])
-        order += [rco, rci] if blocked_input else [rco, ry, rx, rci]
+        order += [rco, rci] if blocked_input else [rco, *taps, rci]
         s[conv].unroll(rci)
     else:
-        order += [rc] if blocked_input else [rc, ry, rx]
+        order += [rc] if blocked_input else [rc, *taps]
     s[conv].reorder(*order, *inner)
-    if conf.get("unroll_kw"):
-        s[conv].unroll(rx)
+    if conf.get("unroll_kw") and taps:
+        s[conv].unroll(taps[-1])
     if oc_chunks > 1:
         s[conv].unroll(occ)
     s[conv].unroll(x)

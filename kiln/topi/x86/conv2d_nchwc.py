@@ -21,7 +21,7 @@ import numpy as np
 
 from kiln import te
 
-from ..cpu import pixel_major, tile_operands, vector_lanes, vector_registers
+from ..cpu import tile_operands, vector_lanes, vector_registers
 from ..nn.conv2d import conv2d_shape
 from ..nn.pad import pad
 from ..utils import const_int, const_shape, knob, with_default
@@ -183,6 +183,19 @@ def flat_pixels(p) -> bool:
             and (p.pad_top, p.pad_left, p.pad_bottom, p.pad_right) == (0, 0, 0, 0))
 
 
+MIN_TASKS = 8
+
+
+def flat_tasks(p, conf) -> bool:
+    """Whether walking the image as one run pays: the row's tiles must overrun it by a tenth
+    (7 pixels in tiles of 3 compute 9; a run of 49 computes 51), and the channel blocks
+    alone must give ``MIN_TASKS`` parallel tasks, as the rows no longer do (576->96 at 14x14
+    in tiles of 4 blocks has 3: one run each would leave a core of two idle a third of the time)."""
+    bn, chunks, tile = conf["oc_bn"], max(1, int(conf.get("oc_chunks", 1))), int(conf["tile_ow"])
+    overrun = -(-p.out_width // tile) * tile - p.out_width
+    return bool(bn) and overrun * 10 >= p.out_width and p.batch * (p.out_channel // bn) // chunks >= MIN_TASKS
+
+
 def out_block(channels: int, preferred: int) -> int:
     """The output block for ``channels``: ``preferred`` (the oc_bn knob) if it divides them, else
     the largest power of two below it that does (24 channels -> 8), or 0 below 4 (no blocking)."""
@@ -250,61 +263,22 @@ def schedule_conv2d_NCHWc(outs, cfg=None):  # noqa: N802
         return s
     n, c, y, x, b = s[out].op.axis
     chunks = conf.get("oc_chunks", 1)
-    flat = len(conv.shape) == 4
-    if flat:  # a task covers the whole image as one run of pixels
-        x = s[out].fuse(y, x)
-        y = None
+    rows = [y]
+    if len(conv.shape) == 4:  # flat pixels: a task covers the whole image as one run
+        x, rows = s[out].fuse(y, x), []
     xo, xi = s[out].split(x, factor=conf["tile_ow"])
     if chunks > 1:  # the tile spans `chunks` blocks: their loop sits inside the width tile
         co, ci = s[out].split(c, factor=chunks)
-        s[out].reorder(*[a for a in (n, co, y, xo, ci, xi, b) if a is not None])
+        s[out].reorder(n, co, *rows, xo, ci, xi, b)
         s[out].unroll(ci)
         c = co
     else:
-        s[out].reorder(*[a for a in (n, c, y, xo, xi, b) if a is not None])
+        s[out].reorder(n, c, *rows, xo, xi, b)
     s[out].vectorize(b)
     s[out].unroll(xi)
-    s[out].parallel(s[out].fuse(*[a for a in (n, c, y) if a is not None]))
+    s[out].parallel(s[out].fuse(n, c, *rows))
     s[conv].compute_at(s[out], xo)
-    if flat:
-        _schedule_flat_tile(s, conv, conf, chunks)
-    else:
-        _schedule_tile(s, conv, conf, blocked_input=True, oc_chunks=chunks)
+    _schedule_tile(s, conv, conf, blocked_input=True, oc_chunks=chunks)
     _schedule_packing(s, conv)
     return s
-
-
-MIN_TASKS = 8
-
-
-def flat_tasks(p, conf) -> bool:
-    """Whether walking the image as one run pays: the row's tiles must overrun it by a tenth
-    (7 pixels in tiles of 3 compute 9; a run of 49 computes 51), and the channel blocks
-    alone must give ``MIN_TASKS`` parallel tasks, as the rows no longer do (576->96 at 14x14
-    in tiles of 4 blocks has 3: one run each would leave a core of two idle a third of the time)."""
-    bn, chunks, tile = conf["oc_bn"], max(1, int(conf.get("oc_chunks", 1))), int(conf["tile_ow"])
-    overrun = -(-p.out_width // tile) * tile - p.out_width
-    return bool(bn) and overrun * 10 >= p.out_width and p.batch * (p.out_channel // bn) // chunks >= MIN_TASKS
-
-
-def _schedule_flat_tile(s, conv, conf, chunks: int) -> None:
-    """``_schedule_tile`` for a conv over flat pixels (axes n, occ, q, ocb; reduction rco, rci)."""
-    n, occ, q, ocb = s[conv].op.axis
-    rco, rc = s[conv].op.reduce_axis
-    order, inner = [n, occ, rco], [q, ocb]
-    if chunks > 1:
-        order = [n, rco]
-        vectors = max(1, const_int(ocb.dom.extent) // vector_lanes())
-        inner = [q, occ, ocb] if pixel_major(conf["tile_ow"], chunks, vectors, False) else [occ, q, ocb]
-    if conf.get("ic_unroll", 1) > 1 and const_int(rc.dom.extent) % conf["ic_unroll"] == 0:
-        rco2, rci = s[conv].split(rc, factor=conf["ic_unroll"])
-        order += [rco2, rci]
-        s[conv].unroll(rci)
-    else:
-        order += [rc]
-    s[conv].reorder(*order, *inner)
-    if chunks > 1:
-        s[conv].unroll(occ)
-    s[conv].unroll(q)
-    s[conv].vectorize(ocb)
 
