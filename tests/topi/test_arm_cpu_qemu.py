@@ -48,6 +48,20 @@ def _depthwise():
         lambda a, w: testing.depthwise_conv2d_nchw_python(a, w, 2, 1)
 
 
+def _conv1x1_one_run():
+    # Blocked 1x1 conv whose tasks walk the 7x7 image as one run of pixels (conv2d_NCHWc's flat path).
+    A = te.placeholder((1, 8, 7, 7, 4), name="data")
+    W = te.placeholder((64, 32, 1, 1), name="kernel")
+    out = topi.arm_cpu.conv2d_NCHWc(A, W, 1, 0, 1, "float32", cfg={"oc_bn": 4, "oc_chunks": 2, "tile_ow": 3})
+    assert len(out.op.input_tensors[0].shape) == 4  # the flat pixel axis
+
+    def reference(a, w):
+        plain = a.transpose(0, 1, 4, 2, 3).reshape(1, 32, 7, 7)
+        ref = testing.conv2d_nchw_python(plain, w, 1, 0)
+        return ref.reshape(1, 16, 4, 7, 7).transpose(0, 1, 3, 4, 2)
+    return topi.arm_cpu.schedule_conv2d_NCHWc([out]), [A, W, out], reference
+
+
 def _dense():
     A = te.placeholder((20, 24), name="data")
     W = te.placeholder((10, 24), name="weight")
@@ -61,7 +75,8 @@ def _softmax():
     return topi.arm_cpu.schedule_softmax([out]), [A, out], lambda a: testing.softmax_python(a)
 
 
-@pytest.mark.parametrize("make", [_conv, _depthwise, _dense, _softmax], ids=["conv2d", "depthwise", "dense", "softmax"])
+@pytest.mark.parametrize("make", [_conv, _conv1x1_one_run, _depthwise, _dense, _softmax],
+                         ids=["conv2d", "conv2d_NCHWc_1x1_one_run", "depthwise", "dense", "softmax"])
 def test_arm_cpu_kernel_on_board(board, make, tmp_path):
     rng = np.random.default_rng(0)
     with tvm.target.Target(board.arch.target):
