@@ -145,6 +145,37 @@ def _unpack_scalar(cg, slot: str, i: int, param) -> None:
 SUPPORT_IR = r"""
 @__kiln_last_error = protected global [512 x i8] zeroinitializer, align 8
 
+; Call `count` kernels in order, each entry {function, args, type codes, num_args}, stopping at
+; the first that fails: returns its result and stores its index in *failed (docs/abi.md). The
+; graph executor runs a whole model with one call into it instead of one per kernel.
+define protected i32 @__kiln_run_list(ptr %calls, i32 %count, ptr %failed) nounwind {
+entry:
+  %none = icmp sle i32 %count, 0
+  br i1 %none, label %done, label %loop
+loop:
+  %i = phi i32 [ 0, %entry ], [ %next, %ok ]
+  %entry.p = getelementptr inbounds { ptr, ptr, ptr, i32 }, ptr %calls, i32 %i
+  %fn = load ptr, ptr %entry.p
+  %args.p = getelementptr inbounds { ptr, ptr, ptr, i32 }, ptr %entry.p, i32 0, i32 1
+  %args = load ptr, ptr %args.p
+  %codes.p = getelementptr inbounds { ptr, ptr, ptr, i32 }, ptr %entry.p, i32 0, i32 2
+  %codes = load ptr, ptr %codes.p
+  %n.p = getelementptr inbounds { ptr, ptr, ptr, i32 }, ptr %entry.p, i32 0, i32 3
+  %n = load i32, ptr %n.p, align 4
+  %rc = call i32 %fn(ptr %args, ptr %codes, i32 %n)
+  %bad = icmp ne i32 %rc, 0
+  br i1 %bad, label %fail, label %ok
+ok:
+  %next = add i32 %i, 1
+  %more = icmp slt i32 %next, %count
+  br i1 %more, label %loop, label %done
+fail:
+  store i32 %i, ptr %failed, align 4
+  ret i32 %rc
+done:
+  ret i32 0
+}
+
 ; Copy a NUL-terminated message into __kiln_last_error (at most 511 bytes).
 define internal void @__kiln_set_error(ptr %msg) cold noinline nounwind {
 entry:

@@ -63,6 +63,7 @@ class PackedFunc:
     def __init__(self, name: str, address: int, meta: dict, device_type: int, last_error,
                  module=None):
         self.name = name
+        self.address = address
         self.module = module  # keeps the library loaded while the function is alive
         self.args = [ArgSpec(name, dict(a, device_type=device_type)) for a in meta.get("args", [])]
         self._cfunc = KernelType(address)
@@ -180,6 +181,49 @@ class PackedFunc:
         sig = ", ".join(f"{a.name}: {a.dtype}{a.shape_text() if a.kind == 'tensor' else ''}"
                         for a in self.args)
         return f"<kiln.PackedFunc {self.name}({sig})>"
+
+
+class _Call(ctypes.Structure):
+    """One entry of __kiln_run_list's array (docs/abi.md)."""
+
+    _fields_ = [("function", ctypes.c_void_p), ("args", ctypes.c_void_p),
+                ("codes", ctypes.c_void_p), ("num_args", ctypes.c_int32)]
+
+
+RunListType = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p)
+
+
+class CallList:
+    """Prepared calls of CPU kernels run in order by one C call (a module's ``__kiln_run_list``),
+    so a model of 50 kernels pays one ctypes crossing per run instead of 50 (about 1 µs each).
+
+    ``calls``: (function, prepared) pairs, ``prepared`` as ``PackedFunc.prepare`` returns it.
+    Calling returns None, or ``(index, rc)`` of the first call that failed."""
+
+    def __init__(self, runner_address: int, calls: list):
+        self._runner = RunListType(runner_address)
+        self._calls = (_Call * len(calls))(*[
+            _Call(func.address, args.value, codes.value, n) for func, (_, args, codes, n, _) in calls])
+        self._count = len(calls)
+        self._keep = [prepared for _, prepared in calls]  # the argument buffers the entries point into
+        self._failed = ctypes.c_int32(0)
+        self._failed_ptr = ctypes.byref(self._failed)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __call__(self):
+        rc = self._runner(self._calls, self._count, self._failed_ptr)
+        return (self._failed.value, rc) if rc else None
+
+
+def run_list_address(func) -> int | None:
+    """The ``__kiln_run_list`` that can call ``func`` from C: only for CPU kernels of a native
+    library that exports it (libraries built before it existed, offloaded subgraphs and GPU
+    launches are called from Python)."""
+    if not isinstance(func, PackedFunc) or func._device_type != 1:
+        return None
+    return getattr(func.module, "run_list_address", None)
 
 
 def _handle_value(func: PackedFunc, spec: ArgSpec, value) -> int:

@@ -4,7 +4,9 @@ Needs only numpy and ctypes (no compiler), so it runs on a device and inside an 
 
 At creation it allocates one buffer per ``storage_id`` (as large as the largest tensor assigned
 to it) and makes every node output a view into its buffer, then binds each kernel call to its
-argument views once (``PackedFunc.prepare``): ``run()`` is a loop of bare C calls. Inputs are
+argument views once (``PackedFunc.prepare``). ``run()`` then makes one C call for each run of
+consecutive CPU kernels (``function.CallList`` over the library's ``__kiln_run_list``), and
+calls the others (offloaded subgraphs, GPU launches) one by one from Python. Inputs are
 copied into their buffers by ``set_input``/``load_params``, never rebound, so the prepared
 calls stay valid (``share_params`` rebinds and prepares again).
 
@@ -21,6 +23,7 @@ import numpy as np
 
 from ..errors import KilnError
 from .dlpack import DTYPES
+from .function import CallList, run_list_address
 from .module import Module
 from .ndarray import NDArray, empty
 from .params import load_params
@@ -45,7 +48,8 @@ class GraphExecutor(Module):
         self.input_index = {self.nodes[n]["name"]: i for i, n in enumerate(self.input_nodes)}
         self.entries = self._allocate(graph["attrs"])
         self.kernels = self._bind_kernels()
-        self._plan = None
+        self._plan = self._steps = None
+        self._steps = None
         self._functions = {
             "set_input": self.set_input, "get_input": self.get_input, "get_output": self.get_output,
             "get_num_outputs": self.get_num_outputs, "get_num_inputs": self.get_num_inputs,
@@ -114,14 +118,41 @@ class GraphExecutor(Module):
             self._plan = plan
         return self._plan
 
+    def _run_steps(self) -> list:
+        """(first kernel, callable) pairs: a CallList per run of CPU kernels that C can call in
+        a row, a bare prepared call for each other kernel. A callable returns None, or
+        (offset of the failed kernel from first, its result)."""
+        if self._steps is None:
+            steps, run = [], []
+
+            def close_run():
+                if run:
+                    first = run[0][0]
+                    calls = [(self.kernels[k][2], prepared) for k, prepared in run]
+                    steps.append((first, CallList(run_list_address(calls[0][0]), calls)))
+                    run.clear()
+
+            for k, prepared in enumerate(self._prepared()):
+                if run_list_address(self.kernels[k][2]) is not None:
+                    run.append((k, prepared))
+                    continue
+                close_run()
+                cfunc, args, codes, n, _ = prepared
+                steps.append((k, _single(cfunc, args, codes, n)))
+            close_run()
+            self._steps = steps
+        return self._steps
+
     # -- running -------------------------------------------------------------------------------
     def run(self) -> None:
         """Execute every kernel in order."""
-        for k, (cfunc, args, codes, n, _) in enumerate(self._prepared()):
-            if cfunc(args, codes, n):
+        for first, call in self._run_steps():
+            failed = call()
+            if failed is not None:
+                k, rc = first + failed[0], failed[1]
                 nid, name, func, _ = self.kernels[k]
                 try:
-                    func._raise(1)
+                    func._raise(rc)
                 except KilnError as err:
                     raise KilnError(f"graph node {nid} ({name}) failed: {err}") from None
 
@@ -215,7 +246,7 @@ class GraphExecutor(Module):
                                      f"{other.entries[theirs].shape} in the other executor")
                 self.entries[mine] = other.entries[theirs]
         self.kernels = self._bind_kernels()
-        self._plan = None
+        self._plan = self._steps = None
 
     # -- module interface ----------------------------------------------------------------------
     def function_names(self) -> list:
@@ -226,6 +257,14 @@ class GraphExecutor(Module):
 
     def __repr__(self) -> str:
         return f"GraphExecutor({len(self.kernels)} kernels, inputs=[{', '.join(self.input_index)}], {self.device})"
+
+
+def _single(cfunc, args, codes, n):
+    """A prepared call in run()'s step form: None, or (0, result) when it fails."""
+    def call():
+        rc = cfunc(args, codes, n)
+        return (0, rc) if rc else None
+    return call
 
 
 def _texture_limit(lib) -> int:

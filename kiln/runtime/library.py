@@ -41,6 +41,7 @@ class LibraryModule(Module):
         self._device_type = int(self.metadata.get("device_type", 1))
         self._cache: dict[str, PackedFunc] = {}
         self._error_address = _symbol_address(self._lib, "__kiln_last_error")
+        self.run_list_address = _symbol_address(self._lib, "__kiln_run_list")  # function.CallList
         self.set_num_threads(config.get().num_threads)
         if self.metadata.get("device_code"):
             from . import device_code

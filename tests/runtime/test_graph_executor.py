@@ -12,6 +12,7 @@ import kiln as tvm
 from kiln import te
 from kiln.errors import KilnError
 from kiln.runtime import graph_executor, params as param_blob, registry
+from kiln.runtime.function import CallList
 
 N = 16
 
@@ -29,8 +30,23 @@ def kernels():
     a, w = te.placeholder((N,), name="a"), te.placeholder((N,), name="w")
     b = te.compute((N,), lambda i: a[i] * w[i], name="b")
     funcs = {"add_one": lower_to_primfunc(te.create_schedule(y.op), [x, y], "add_one"),
-             "scale": lower_to_primfunc(te.create_schedule(b.op), [a, w, b], "scale")}
+             "scale": lower_to_primfunc(te.create_schedule(b.op), [a, w, b], "scale"),
+             "checked": checked_copy()}
     return codegen.build(lower(IRModule(funcs)), "llvm")
+
+
+def checked_copy():
+    """checked(src, dst): dst = src, failing with "negative input" on an element below zero."""
+    from kiln.ir import AssertStmt, BufferLoad, BufferStore, For, ForKind, PrimFunc, StringImm, Var, const, decl_buffer
+    from kiln.ir.dtype import HANDLE_T, dtype
+
+    src, dst = decl_buffer((N,), "float32", "src"), decl_buffer((N,), "float32", "dst")
+    i = Var("i", dtype("int32"))
+    value = BufferLoad(src, (i,), src.dtype)
+    body = For(i, const(0), const(N), ForKind.SERIAL,
+               AssertStmt(value >= const(0.0, "float32"), StringImm("negative input"), BufferStore(dst, value, (i,))))
+    handles = (Var("src_handle", HANDLE_T), Var("dst_handle", HANDLE_T))
+    return PrimFunc(handles, body, buffer_map=dict(zip(handles, (src, dst))), attrs={"global_symbol": "checked"})
 
 
 def graph(storage=(0, 1, 2, 3, 1), shape=N, func="scale"):
@@ -107,6 +123,44 @@ def test_errors_name_the_node(kernels):
     ex = graph_executor.create(graph(), kernels, tvm.cpu(0))
     with pytest.raises(IndexError, match="2 outputs"):
         ex.get_output(2)
+
+
+def chain(middle: str) -> str:
+    """x -> add_one -> middle -> add_one -> out, three kernels of one library."""
+    nodes = [{"op": "null", "name": "x", "inputs": []}]
+    for k, func in enumerate(("add_one", middle, "add_one")):
+        nodes.append({"op": "tvm_op", "name": f"k{k}", "attrs": {"func_name": func, "num_inputs": "1",
+                                                                 "num_outputs": "1", "flatten_data": "0"},
+                      "inputs": [[k, 0, 0]]})
+    return json.dumps({"nodes": nodes, "arg_nodes": [0], "heads": [[3, 0, 0]],
+                       "attrs": {"shape": ["list_shape", [[N]] * 4], "dltype": ["list_str", ["float32"] * 4],
+                                 "storage_id": ["list_int", [0, 1, 2, 3]]},
+                       "node_row_ptr": [0, 1, 2, 3, 4]})
+
+
+def test_a_run_of_cpu_kernels_is_one_call_into_the_library(kernels):
+    ex = graph_executor.create(chain("add_one"), kernels, tvm.cpu(0))
+    steps = ex._run_steps()
+    assert len(steps) == 1 and isinstance(steps[0][1], CallList) and len(steps[0][1]) == 3
+    x = np.arange(N, dtype="float32")
+    ex.set_input("x", x)
+    ex.run()
+    np.testing.assert_array_equal(ex.get_output(0).numpy(), x + 3)
+
+
+@pytest.mark.parametrize("one_call", [True, False], ids=["one_call", "call_by_call"])
+def test_a_failing_kernel_names_its_node_and_stops_the_run(kernels, one_call, monkeypatch):
+    if not one_call:  # a library built before __kiln_run_list: the executor calls each kernel itself
+        monkeypatch.setattr(kernels["add_one"].module, "run_list_address", None)
+    ex = graph_executor.create(chain("checked"), kernels, tvm.cpu(0))
+    assert len(ex._run_steps()) == (1 if one_call else 3)
+    ex.set_input("x", np.zeros(N, "float32"))
+    ex.run()
+    np.testing.assert_array_equal(ex.get_output(0).numpy(), np.full(N, 2.0))
+    ex.set_input("x", np.full(N, -5.0, "float32"))  # add_one gives -4: checked fails
+    with pytest.raises(KilnError, match=r"graph node 2 \(checked\) failed: checked: .*negative input"):
+        ex.run()
+    np.testing.assert_array_equal(ex.get_output(0).numpy(), np.full(N, 2.0))  # k2 did not run
 
 
 def test_executor_imports_no_compiler():
