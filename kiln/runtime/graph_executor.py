@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import groupby
 
 import numpy as np
 
@@ -49,7 +50,6 @@ class GraphExecutor(Module):
         self.entries = self._allocate(graph["attrs"])
         self.kernels = self._bind_kernels()
         self._plan = self._steps = None
-        self._steps = None
         self._functions = {
             "set_input": self.set_input, "get_input": self.get_input, "get_output": self.get_output,
             "get_num_outputs": self.get_num_outputs, "get_num_inputs": self.get_num_inputs,
@@ -119,27 +119,20 @@ class GraphExecutor(Module):
         return self._plan
 
     def _run_steps(self) -> list:
-        """(first kernel, callable) pairs: a CallList per run of CPU kernels that C can call in
-        a row, a bare prepared call for each other kernel. A callable returns None, or
+        """(first kernel, callable) pairs: a CallList per stretch of CPU kernels that C can call
+        in a row, a bare prepared call for each other kernel. A callable returns None, or
         (offset of the failed kernel from first, its result)."""
         if self._steps is None:
-            steps, run = [], []
-
-            def close_run():
-                if run:
-                    first = run[0][0]
-                    calls = [(self.kernels[k][2], prepared) for k, prepared in run]
-                    steps.append((first, CallList(run_list_address(calls[0][0]), calls)))
-                    run.clear()
-
-            for k, prepared in enumerate(self._prepared()):
-                if run_list_address(self.kernels[k][2]) is not None:
-                    run.append((k, prepared))
-                    continue
-                close_run()
-                cfunc, args, codes, n, _ = prepared
-                steps.append((k, _single(cfunc, args, codes, n)))
-            close_run()
+            entries = [(k, self.kernels[k][2], prepared, run_list_address(self.kernels[k][2]))
+                       for k, prepared in enumerate(self._prepared())]
+            steps = []
+            for native, stretch in groupby(entries, key=lambda e: e[3] is not None):
+                stretch = list(stretch)
+                if native:
+                    first, _, _, address = stretch[0]
+                    steps.append((first, CallList(address, [(func, prepared) for _, func, prepared, _ in stretch])))
+                else:
+                    steps.extend((k, _single(*prepared[:4])) for k, _, prepared, _ in stretch)
             self._steps = steps
         return self._steps
 
