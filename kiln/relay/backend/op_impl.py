@@ -324,6 +324,13 @@ def _conv2d_blocked_prepack(a, types, cfg):
     return WeightTransform(1, (o // ob, kh, kw, ob), lambda w: prepack_depthwise_kernel(w, ob), ("dw_nchwc", ob))
 
 
+def _expand_depthwise(a, x, t, ctx):
+    if not hasattr(ctx.topi, "expand_depthwise_NCHWc"):
+        raise CompileError("nn.contrib_expand_depthwise_NCHWc has a compute for x86 CPUs only; build for an "
+                           "x86 llvm target, or leave the expand and depthwise convs unfused")
+    return ctx.topi.expand_depthwise_NCHWc(*x, a.strides, tuple(a.padding), a.act_min, a.act_max, cfg=ctx.cfg)
+
+
 def _conv2d_transpose(a, x, t, ctx):
     data, kernel = x
     if a.data_layout != "NCHW":
@@ -401,6 +408,7 @@ OP_IMPLS: dict[str, OpImpl] = {
     # anchors
     "nn.conv2d": OpImpl(_conv2d, _conv2d_schedule, "conv2d_nchw", _conv2d_prepack),
     "nn.conv2d_transpose": OpImpl(_conv2d_transpose, "conv2d_transpose_nchw"),
+    "nn.contrib_expand_depthwise_NCHWc": OpImpl(_expand_depthwise, "expand_depthwise_NCHWc"),
     "nn.dense": OpImpl(_dense, "dense", "dense_nopack"),
     "nn.batch_matmul": OpImpl(_batch_matmul, "batch_matmul", "batch_matmul"),
     "nn.max_pool2d": _pool("max"),
@@ -435,6 +443,7 @@ SCHEDULES: dict[str, dict[str, Callable]] = {
                               "arm_cpu": topi.arm_cpu.schedule_conv2d_winograd_NCHWc},
     "depthwise_conv2d_NCHWc": {"x86": topi.x86.schedule_depthwise_conv2d_NCHWc,
                                "arm_cpu": topi.arm_cpu.schedule_depthwise_conv2d_NCHWc},
+    "expand_depthwise_NCHWc": {"x86": topi.x86.schedule_expand_depthwise_NCHWc},  # made on x86 only
 }
 
 CPU_PACKAGES = {"x86": topi.x86, "arm_cpu": topi.arm_cpu}

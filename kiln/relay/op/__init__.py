@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import image as _image_ops
 from . import nn as _nn_ops
+from . import nn_fused as _nn_fused_ops
 from . import nn_norm as _nn_norm_ops
 from . import nn_pool as _nn_pool_ops
 from . import reduce as _reduce_ops
@@ -13,7 +14,8 @@ from .registry import REQUIRED, OpDef, OpPattern, RelCtx
 
 OP_TABLE: dict[str, OpDef] = {
     op.name: op
-    for family in (_tensor_ops, _reduce_ops, _transform_ops, _nn_ops, _nn_pool_ops, _nn_norm_ops, _image_ops)
+    for family in (_tensor_ops, _reduce_ops, _transform_ops, _nn_ops, _nn_pool_ops, _nn_norm_ops, _nn_fused_ops,
+                   _image_ops)
     for op in family.OPS
 }
 

@@ -17,6 +17,7 @@ from .convert_layout import convert_layout
 from .dead_code import dead_code_elimination
 from .fold_constant import fold_constant
 from .fold_scale_axis import fold_scale_axis
+from .fuse_expand_depthwise import fuse_expand_depthwise
 from .fuse_ops import fuse_ops, partition
 from .infer_type import infer, infer_type
 from .merge_compiler_regions import merge_compiler_regions
@@ -81,6 +82,21 @@ def AlterOpLayout():  # noqa: N802
             return func
         return infer(alter_op_layout(infer(func), target))
     return FunctionPass(run, PassInfo(3, "AlterOpLayout"))
+
+
+def FuseExpandDepthwise():  # noqa: N802
+    """On an x86 target, run each 1x1 conv2d + bias + clip followed by a depthwise conv2d (after
+    AlterOpLayout: blocked layouts, constant weights) as one op that keeps the expanded tensor in
+    cache (fuse_expand_depthwise.py). Other targets, or no target: the function unchanged."""
+    def run(func, mod, ctx):
+        from kiln.target import Target
+
+        from ..backend.te_compiler import target_family
+        target = Target.current(allow_none=True)
+        if target is None or target.kind.name != "llvm" or target_family(target) != "x86":
+            return func
+        return infer(fuse_expand_depthwise(infer(func)))
+    return FunctionPass(run, PassInfo(3, "FuseExpandDepthwise"))
 
 
 def FuseOps(fuse_opt_level: int = -1):  # noqa: N802
@@ -149,10 +165,10 @@ def PartitionGraph(mod_name: str = "default"):  # noqa: N802
 def optimize_sequence() -> Sequential:
     """The passes relay.build runs before lowering, in order (each gated by its opt level)."""
     return Sequential([SimplifyInference(), FoldConstant(), FoldScaleAxis(), FoldConstant(), AlterOpLayout(),
-                       DeadCodeElimination(), InferType(), FuseOps(), InferType()], name="relay.optimize")
+                       DeadCodeElimination(), InferType(), FuseExpandDepthwise(), FuseOps(), InferType()], name="relay.optimize")
 
 
-__all__ = ["InferType", "AlterOpLayout", "alter_op_layout", "FoldConstant", "SimplifyInference", "FoldScaleAxis", "DeadCodeElimination",
+__all__ = ["InferType", "AlterOpLayout", "FuseExpandDepthwise", "fuse_expand_depthwise", "alter_op_layout", "FoldConstant", "SimplifyInference", "FoldScaleAxis", "DeadCodeElimination",
            "ConvertLayout", "FuseOps", "BindParams", "Sequential", "PassContext", "optimize_sequence",
            "bind_params_by_name", "fold_constant", "simplify_inference", "fold_scale_axis", "fuse_ops", "partition",
            "convert_layout", "dead_code_elimination", "infer", "infer_type", "ToMixedPrecision", "to_mixed_precision",

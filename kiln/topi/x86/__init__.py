@@ -25,3 +25,4 @@ from .depthwise_conv2d import depthwise_conv2d_nchw, schedule_depthwise_conv2d_n
 from .depthwise_conv2d_nchwc import (  # noqa: F401
     depthwise_conv2d_NCHWc, prepack_depthwise_kernel, schedule_depthwise_conv2d_NCHWc,
 )
+from .expand_depthwise import expand_depthwise_NCHWc, schedule_expand_depthwise_NCHWc  # noqa: F401

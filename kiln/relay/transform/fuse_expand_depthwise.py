@@ -1,0 +1,126 @@
+"""FuseExpandDepthwise: run a 1x1 "expand" conv2d and the depthwise conv2d that reads it as one
+op, ``nn.contrib_expand_depthwise_NCHWc`` (the first half of a MobileNetV2 block):
+
+    %1 = nn.conv2d(%x, W1, kernel_size=[1, 1], data_layout="NCHW8c", out_layout="NCHW8c")
+    %2 = clip(add(%1, B1), a_min=0f, a_max=6f)                 (or nn.relu, or no activation)
+    %3 = nn.conv2d(%2, W2, groups=C, padding=[1, 1, 1, 1], data_layout="NCHW8c", ...)
+  ->
+    %3 = nn.contrib_expand_depthwise_NCHWc(%x, pack(W1), B1, pack(W2), padding=[1, 1, 1, 1],
+                                           act_min=0f, act_max=6f)
+
+so the expanded tensor (six times the block's channels) is never written to memory: each task of
+the fused kernel computes the rows it needs in a buffer that stays in cache
+(topi/x86/expand_depthwise.py). It runs on x86 after AlterOpLayout (which gives the blocked
+layouts) and needs W1, B1 and W2 constant (``relay.build(..., params=...)`` binds them), each
+intermediate used only by the next op, and the expanded tensor at least ``MIN_EXPANDED_BYTES``:
+smaller ones stay in L2 between the two kernels, and two kernels then run as fast.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..analysis import users
+from ..expr import Call, Constant, Function, const
+from ..op import layout
+from ..op import nn as nn_ops
+from ..op import tensor
+from ..op.nn_fused import contrib_expand_depthwise_NCHWc
+from ..visitor import ExprMutator
+
+MIN_EXPANDED_BYTES = 512 * 1024
+
+
+def _bound(value):
+    return None if value is None or math.isinf(float(value)) else float(value)
+
+
+def _only_user(node, consumers, user) -> bool:
+    return consumers.get(node, []) == [user]
+
+
+def _match(dw: Call, consumers: dict):
+    """(x, W1, B1, W2, act_min, act_max) when ``dw`` ends the pattern, else None."""
+    if dw.op is not nn_ops.CONV2D or not isinstance(dw.args[1], Constant):
+        return None
+    a = dw.attrs
+    block = layout.channel_block(str(a.data_layout))
+    w2 = dw.args[1].data
+    if (not block or (a.out_layout or a.data_layout) != a.data_layout or a.kernel_layout != "OIHW"
+            or tuple(a.dilation) != (1, 1) or a.out_dtype or w2.ndim != 4 or w2.shape[1] != 1
+            or a.groups != w2.shape[0] or w2.shape[0] % block):
+        return None
+    act, lo, hi = dw.args[0], None, None
+    if not isinstance(act, Call) or not _only_user(act, consumers, dw):
+        return None
+    if act.op is tensor.CLIP:
+        lo, hi, add = _bound(act.attrs.a_min), _bound(act.attrs.a_max), act.args[0]
+    elif act.op is nn_ops.RELU:
+        lo, add = 0.0, act.args[0]
+    else:
+        add = act
+    if add is not act and not (isinstance(add, Call) and _only_user(add, consumers, act)):
+        return None
+    if not isinstance(add, Call) or add.op is not tensor.ADD:
+        return None
+    conv, bias = add.args
+    if isinstance(conv, Constant):
+        conv, bias = bias, conv
+    channels = w2.shape[0]
+    if (not isinstance(bias, Constant) or _per_channel(bias.data.shape) != (channels // block, 1, 1, block)
+            or not isinstance(conv, Call) or conv.op is not nn_ops.CONV2D or not _only_user(conv, consumers, add)
+            or not isinstance(conv.args[1], Constant)):
+        return None
+    c = conv.attrs
+    w1 = conv.args[1].data
+    in_block = layout.channel_block(str(c.data_layout))
+    if (not in_block or (c.out_layout or c.data_layout) != a.data_layout or c.kernel_layout != "OIHW"
+            or c.groups != 1 or c.out_dtype or tuple(c.strides) != (1, 1) or tuple(c.dilation) != (1, 1)
+            or tuple(c.padding) != (0, 0, 0, 0) or w1.shape[0] != channels or tuple(w1.shape[2:]) != (1, 1)):
+        return None
+    expanded = conv.checked_type
+    dtype = str(expanded.dtype)
+    if dtype != str(dw.checked_type.dtype) or dtype != str(bias.data.dtype) or dtype != str(w1.dtype) \
+            or dtype != str(w2.dtype):
+        return None
+    nbytes = math.prod(int(d) for d in expanded.shape) * w1.dtype.itemsize
+    if nbytes < MIN_EXPANDED_BYTES:
+        return None
+    return conv.args[0], w1, in_block, block, bias, w2, lo, hi
+
+
+def _per_channel(shape) -> tuple:
+    """A bias's shape without its leading 1s: AlterOpLayout writes (C/b, 1, 1, b), ONNX graphs
+    (1, C/b, 1, 1, b); both broadcast the same over the blocked conv output."""
+    shape = tuple(int(d) for d in shape)
+    while shape and shape[0] == 1 and len(shape) > 4:
+        shape = shape[1:]
+    return shape
+
+
+class _Fuse(ExprMutator):
+    def __init__(self, consumers: dict):
+        super().__init__()
+        self.consumers = consumers
+        self.fused = 0
+
+    def visit_Function(self, f):
+        return f if f.attrs.get("Primitive") else super().visit_Function(f)
+
+    def visit_Call(self, call):
+        found = _match(call, self.consumers)
+        if found is None:
+            return super().visit_Call(call)
+        from kiln.topi.x86.conv2d_nchwc import prepack_kernel_nchwc
+        from kiln.topi.x86.depthwise_conv2d_nchwc import prepack_depthwise_kernel
+
+        x, w1, in_block, block, bias, w2, lo, hi = found
+        self.fused += 1
+        return contrib_expand_depthwise_NCHWc(
+            self.visit(x), const(prepack_kernel_nchwc(w1, in_block, block)),
+            const(bias.data.reshape(1, -1, 1, 1, block)),
+            const(prepack_depthwise_kernel(w2, block)), call.attrs.strides, call.attrs.padding, lo, hi)
+
+
+def fuse_expand_depthwise(func: Function) -> Function:
+    return _Fuse(users(func.body)).visit(func)
