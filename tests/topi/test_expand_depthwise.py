@@ -9,7 +9,7 @@ from kiln.target import Target
 from kiln.topi import testing
 from kiln.topi.x86.conv2d_nchwc import prepack_kernel_nchwc
 from kiln.topi.x86.depthwise_conv2d_nchwc import prepack_depthwise_kernel
-from kiln.topi.x86.expand_depthwise import default_config
+from kiln.topi.x86.expand_depthwise import BUFFER_BYTES, default_config
 
 
 def to_blocked(x, b):
@@ -82,7 +82,8 @@ def test_default_config_keeps_the_buffer_small_and_the_tasks_many(cpu):
         lanes = 16 if "avx512" in cpu else 8
         conf = default_config(56, 56, 114, 2, 3, 96 // lanes, lanes)
         rows_needed = conf["rows"] * 2 + 1
-        assert rows_needed * 114 * conf["chunks"] * lanes * 4 <= 128 * 1024
+        assert rows_needed * 114 * conf["chunks"] * lanes * 4 <= BUFFER_BYTES
+        assert conf["rows"] >= 4  # at most one recomputed row in eight
         assert (56 // conf["rows"]) * (96 // lanes // conf["chunks"]) >= 8
         assert 56 % conf["rows"] == 0 and (96 // lanes) % conf["chunks"] == 0
         # the register tiles fit the registers (16 on AVX2, 32 on AVX-512)

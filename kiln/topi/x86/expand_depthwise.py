@@ -41,9 +41,10 @@ from .injective import tile_root
 
 TAG = "expand_depthwise_NCHWc"
 
-# The expanded rows one task keeps (chunks x rows x padded width x block floats): well inside a
-# core's L2 with the input rows it reads (MobileNetV2's layers measured best between 60 and 250 KB).
-BUFFER_BYTES = 128 * 1024
+# The expanded rows one task keeps (chunks x rows x padded width x block floats): inside a core's
+# L2 with the input rows it reads. MobileNetV2's four fused layers (AVX2, Zen 4, 2 threads) ran
+# fastest with buffers of 56-420 KB and larger rows groups were rarely slower.
+BUFFER_BYTES = 256 * 1024
 
 
 def default_config(out_height: int, out_width: int, padded_width: int, stride: int, kernel_h: int,
@@ -51,9 +52,9 @@ def default_config(out_height: int, out_width: int, padded_width: int, stride: i
     """Heuristic knobs:
 
     - ``chunks``, ``tile_e``: conv2d_NCHWc's register tile (``chunk_tile``) over the padded row,
-      over fewer blocks when the widest tile's buffer leaves room for so few rows that more than
-      one in eight is recomputed (MobileNetV2's 96@112, stride 2: 4 blocks allow 2 rows, 25%
-      recomputed, and ran 0.32 ms; 2 blocks, 8 rows: 0.26 ms);
+      at most 3 blocks wide, and narrower when the wider tile's buffer leaves room for so few
+      rows that more than one in eight is recomputed (96@112, stride 2, AVX2: 4 blocks x 2 rows,
+      25% recomputed, ran 0.33 ms; 2-3 blocks x 8-28 rows 0.26-0.29 ms);
     - ``rows``: the largest divisor of the output height whose expanded rows fit ``BUFFER_BYTES``
       while the tasks (row groups x block groups) stay at least ``MIN_TASKS``;
     - ``tile_ow``: depthwise_conv2d_NCHWc's pixel tile (about 24 accumulators, a divisor of the row).
@@ -61,6 +62,7 @@ def default_config(out_height: int, out_width: int, padded_width: int, stride: i
     lanes, regs = vector_lanes(), vector_registers()
     vectors = max(1, -(-block // lanes))
     widest, _ = chunk_tile(padded_width, chunks, vectors, regs)
+    widest = min(widest, 3)
     best = None
     for limit in sorted((d for d in range(1, widest + 1) if chunks % d == 0), reverse=True):
         k, tile_e = chunk_tile(padded_width, limit, vectors, regs)
