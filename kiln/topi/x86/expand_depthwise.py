@@ -111,7 +111,8 @@ def expand_depthwise_NCHWc(data, expand_weight, expand_bias, depthwise_weight, s
         raise ShapeError(f"{name}: input 'expand_weight' {shapes['expand_weight']} must be ({chunks}, {c_chunks}, "
                          f"1, 1, {ib}, {b}) for 'data' {shapes['data']} (a packed 1x1 kernel)")
     if shapes["expand_bias"] != (1, chunks, 1, 1, b):
-        raise ShapeError(f"{name}: input 'expand_bias' has shape {shapes['expand_bias']}; expected (1, {chunks}, 1, 1, {b})")
+        raise ShapeError(f"{name}: input 'expand_bias' has shape {shapes['expand_bias']}; "
+                         f"expected (1, {chunks}, 1, 1, {b})")
     dchunks, kh, kw, db = shapes["depthwise_weight"]
     if (dchunks, db) != (chunks, b):
         raise ShapeError(f"{name}: input 'depthwise_weight' {shapes['depthwise_weight']} must be "
