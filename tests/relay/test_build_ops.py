@@ -99,6 +99,9 @@ CASES = {
     "conv2d_variable_weight": (lambda: relay.nn.conv2d(IMG, v("w", 6, 8, 1, 1)), {**IMG_IN, "w": arr(6, 8, 1, 1)}),
     "conv2d_transpose": (lambda: relay.nn.conv2d_transpose(IMG, c(8, 4, 3, 3), strides=(2, 2), padding=(1, 1),
                                                            output_padding=(1, 1)), IMG_IN),
+    "expand_depthwise": (lambda: relay.clip(relay.nn.contrib_expand_depthwise_NCHWc(
+        v("x", 1, 2, 9, 9, 4), c(3, 2, 1, 1, 4, 8), c(1, 3, 1, 1, 8), c(3, 3, 3, 8), strides=2, act_min=0.0,
+        act_max=6.0) + c(1, 3, 1, 1, 8), 0.0, 6.0), {"x": arr(1, 2, 9, 9, 4)}),
     "pooling": (lambda: relay.Tuple([relay.nn.max_pool2d(IMG, (3, 3), (2, 2), padding=(1, 1)),
                                      relay.nn.avg_pool2d(IMG, (2, 2), (2, 2), ceil_mode=True, count_include_pad=True),
                                      relay.nn.avg_pool2d(IMG, (3, 3), (1, 1), padding=(1, 1)),
