@@ -168,15 +168,8 @@ def prepack_depthwise_kernel(weight, b: int):
 def schedule_depthwise_conv2d_NCHWc(outs, cfg=None):  # noqa: N802
     """Schedule for ``depthwise_conv2d_NCHWc`` and a fused elementwise epilogue on its output."""
     del cfg  # the knobs travel in the compute's attrs
-    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
-    s = te.create_schedule([o.op for o in outs])
-    conv = find_tagged(outs[0], TAG)
+    s, conv, out, conv_stage = anchor_stages(outs, TAG)
     conf = conv.op.attrs["config"]
-    out = tile_root(s, outs[0], conv, conv)
-    if conv.op is out.op:
-        conv_stage = s[s.cache_write(out, "local")]
-    else:
-        conv_stage = s[conv]
     lanes = vector_lanes()
     b = const_int(conv.shape[4])
     st = s[out]
@@ -197,14 +190,7 @@ def schedule_depthwise_conv2d_NCHWc(outs, cfg=None):  # noqa: N802
             pst.parallel(pst.fuse(pn, po, py))
         _vectorize_block(pst, pst.op.axis[4], b, lanes)
     conv_stage.compute_at(st, xo)
-    _, _, _, cx, cj = conv_stage.op.axis
-    ry, rx = conv_stage.op.reduce_axis
-    conv_stage.reorder(ry, rx, cx, cj)
-    if conf.get("unroll_kh"):
-        conv_stage.unroll(ry)
-    conv_stage.unroll(rx)
-    conv_stage.unroll(cx)
-    _vectorize_block(conv_stage, cj, b, lanes)
+    schedule_tap_tile(conv_stage, b, lanes, conf.get("unroll_kh"))
     for t in conv.op.input_tensors:
         if "kernel_pack" in t.op.tag:
             kst = s[t]
@@ -212,6 +198,30 @@ def schedule_depthwise_conv2d_NCHWc(outs, cfg=None):  # noqa: N802
             kst.parallel(kst.fuse(ko, ky))
             _vectorize_block(kst, kj, b, lanes)
     return s
+
+
+def anchor_stages(outs, tag: str):
+    """(schedule, the op tagged ``tag``, the tensor its register tile is stored to, the stage that
+    computes the tile): with no epilogue, the op's own output gets a local cache to tile."""
+    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
+    s = te.create_schedule([o.op for o in outs])
+    conv = find_tagged(outs[0], tag)
+    out = tile_root(s, outs[0], conv, conv)
+    stage = s[s.cache_write(out, "local")] if conv.op is out.op else s[conv]
+    return s, conv, out, stage
+
+
+def schedule_tap_tile(stage, b: int, lanes: int, unroll_kh: bool = True) -> None:
+    """A depthwise register tile (pixels x block, computed at its output tile): the kernel taps
+    outside, the pixels unrolled inside them, the block vectorized."""
+    _, _, _, cx, cj = stage.op.axis
+    ry, rx = stage.op.reduce_axis
+    stage.reorder(ry, rx, cx, cj)
+    if unroll_kh:
+        stage.unroll(ry)
+    stage.unroll(rx)
+    stage.unroll(cx)
+    _vectorize_block(stage, cj, b, lanes)
 
 
 def _inline_inputs(s, t):

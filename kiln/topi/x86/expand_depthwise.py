@@ -34,10 +34,8 @@ from kiln.ir.expr import const
 
 from ..cpu import vector_lanes, vector_registers
 from ..utils import const_shape, divisor_at_most, knob
-from .conv2d import find_tagged
 from .conv2d_nchwc import MIN_TASKS, chunk_tile
-from .depthwise_conv2d_nchwc import _vectorize_block
-from .injective import tile_root
+from .depthwise_conv2d_nchwc import _vectorize_block, anchor_stages, schedule_tap_tile
 
 TAG = "expand_depthwise_NCHWc"
 
@@ -167,14 +165,10 @@ def _itemsize(dtype: str) -> int:
 def schedule_expand_depthwise_NCHWc(outs, cfg=None):  # noqa: N802
     """Schedule for ``expand_depthwise_NCHWc`` and a fused elementwise epilogue on its output."""
     del cfg  # the knobs travel in the compute's attrs
-    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
-    s = te.create_schedule([o.op for o in outs])
-    dw = find_tagged(outs[0], TAG)
+    s, dw, out, dw_stage = anchor_stages(outs, TAG)
     conf = dw.op.attrs["config"]
     activated = dw.op.input_tensors[0]
     expanded = activated.op.input_tensors[0]
-    out = tile_root(s, outs[0], dw, dw)
-    dw_stage = s[s.cache_write(out, "local")] if dw.op is out.op else s[dw]
     lanes = vector_lanes()
     b = int(dw.shape[4])
     k = conf["chunks"]
@@ -192,13 +186,7 @@ def schedule_expand_depthwise_NCHWc(outs, cfg=None):  # noqa: N802
 
     # the depthwise register tile, at each output tile
     dw_stage.compute_at(st, xo)
-    _, _, _, dx, dv = dw_stage.op.axis
-    dry, drx = dw_stage.op.reduce_axis
-    dw_stage.reorder(dry, drx, dx, dv)
-    dw_stage.unroll(dry)
-    dw_stage.unroll(drx)
-    dw_stage.unroll(dx)
-    _vectorize_block(dw_stage, dv, b, lanes)
+    schedule_tap_tile(dw_stage, b, lanes)
 
     # the task's expanded rows (bias, clip and padding applied), one register tile at a time
     act = s[activated]
