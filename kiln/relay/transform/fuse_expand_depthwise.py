@@ -119,7 +119,6 @@ class _Fuse(ExprMutator):
     def __init__(self, consumers: dict):
         super().__init__()
         self.consumers = consumers
-        self.fused = 0
 
     def visit_Function(self, f):
         return f if f.attrs.get("Primitive") else super().visit_Function(f)
@@ -132,7 +131,6 @@ class _Fuse(ExprMutator):
         from kiln.topi.x86.depthwise_conv2d_nchwc import prepack_depthwise_kernel
 
         x, w1, in_block, block, bias, w2, lo, hi = found
-        self.fused += 1
         return contrib_expand_depthwise_NCHWc(
             self.visit(x), const(prepack_kernel_nchwc(w1, in_block, block)),
             const(bias.data.reshape(1, -1, 1, 1, block)),

@@ -28,11 +28,14 @@ and clip) is computed on its output tile.
 
 from __future__ import annotations
 
+import numpy as np
+
 from kiln import te, tir
 from kiln.errors import ShapeError
 from kiln.ir.expr import const
 
 from ..cpu import vector_lanes, vector_registers
+from ..nn.conv2d import conv2d_shape
 from ..utils import const_shape, divisor_at_most, knob
 from .conv2d_nchwc import MIN_TASKS, chunk_tile
 from .depthwise_conv2d_nchwc import _vectorize_block, anchor_stages, schedule_tap_tile
@@ -115,15 +118,13 @@ def expand_depthwise_NCHWc(data, expand_weight, expand_bias, depthwise_weight, s
     if (dchunks, db) != (chunks, b):
         raise ShapeError(f"{name}: input 'depthwise_weight' {shapes['depthwise_weight']} must be "
                          f"({chunks}, KH, KW, {b}), one filter per expanded channel")
-    sh, sw = (strides, strides) if isinstance(strides, int) else tuple(int(s) for s in strides)
-    pad = (padding,) * 4 if isinstance(padding, int) else tuple(int(p) for p in padding)
-    pt, pl, pb, pr = pad * 2 if len(pad) == 2 else pad
-    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
-    if oh <= 0 or ow <= 0:
-        raise ShapeError(f"{name}: the {kh}x{kw} depthwise kernel does not fit the {h}x{w} input with padding {pad}")
+    channels = chunks * b
+    p = conv2d_shape(name, (n, channels, h, w), (channels, 1, kh, kw), strides, padding, 1, channels)
+    sh, sw, pt, pl, pb, pr = p.stride_h, p.stride_w, p.pad_top, p.pad_left, p.pad_bottom, p.pad_right
+    oh, ow = p.out_height, p.out_width
     dtype = str(data.dtype)
     hp, wp = h + pt + pb, w + pl + pr
-    conf = default_config(oh, ow, wp, sh, kh, chunks, b, _itemsize(dtype))
+    conf = default_config(oh, ow, wp, sh, kh, chunks, b, np.dtype(dtype).itemsize)
     conf.update({k: int(knob(cfg, k, v)) for k, v in conf.items()})
     if chunks % conf["chunks"]:
         conf["chunks"] = 1
@@ -155,11 +156,6 @@ def expand_depthwise_NCHWc(data, expand_weight, expand_bias, depthwise_weight, s
         lambda i, c, y, x, v: te.sum(activated[i, c, y * sh + ry, x * sw + rx, v] * depthwise_weight[c, ry, rx, v],
                                      axis=[ry, rx]),
         name="expand_depthwise_NCHWc", tag=TAG, attrs={"config": conf})
-
-
-def _itemsize(dtype: str) -> int:
-    bits = int("".join(ch for ch in dtype if ch.isdigit()) or 32)
-    return max(1, bits // 8)
 
 
 def schedule_expand_depthwise_NCHWc(outs, cfg=None):  # noqa: N802
