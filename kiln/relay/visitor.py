@@ -147,6 +147,18 @@ class ExprMutator:
         return Function(params, body, f.ret_type, f.type_params, f.attrs)
 
 
+class DataflowRewriter(ExprMutator):
+    """An ExprMutator for graph rewrites that check who consumes a node (``consumers``: the
+    ``analysis.users`` of the function's body); fused primitive functions are left as they are."""
+
+    def __init__(self, consumers: dict):
+        super().__init__()
+        self.consumers = consumers
+
+    def visit_Function(self, f):
+        return f if f.attrs.get("Primitive") else super().visit_Function(f)
+
+
 def post_order(expr) -> list:
     """All nodes reachable from ``expr`` (not inside nested Functions), children first."""
     order: list = []

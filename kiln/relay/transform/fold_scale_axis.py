@@ -15,7 +15,7 @@ from ..analysis import users
 from ..expr import Call, Constant, Function, const
 from ..op import nn as nn_ops
 from ..op import tensor
-from ..visitor import ExprMutator
+from ..visitor import DataflowRewriter
 from .infer_type import infer
 
 
@@ -52,14 +52,7 @@ def _fold(call: Call, scale: np.ndarray):
     return Call(call.op, [call.args[0], const(new_w)], call.attrs)
 
 
-class _FoldScale(ExprMutator):
-    def __init__(self, consumers: dict):
-        super().__init__()
-        self.consumers = consumers
-
-    def visit_Function(self, f):
-        return f if f.attrs.get("Primitive") else super().visit_Function(f)
-
+class _FoldScale(DataflowRewriter):
     def visit_Call(self, call):
         new = super().visit_Call(call)
         if call.op is not tensor.MULTIPLY:

@@ -29,7 +29,7 @@ from ..op import layout
 from ..op import nn as nn_ops
 from ..op import tensor
 from ..op.nn_fused import contrib_expand_depthwise_NCHWc
-from ..visitor import ExprMutator
+from ..visitor import DataflowRewriter
 
 MIN_EXPANDED_BYTES = 512 * 1024
 
@@ -115,14 +115,7 @@ def _per_channel(shape) -> tuple:
     return shape
 
 
-class _Fuse(ExprMutator):
-    def __init__(self, consumers: dict):
-        super().__init__()
-        self.consumers = consumers
-
-    def visit_Function(self, f):
-        return f if f.attrs.get("Primitive") else super().visit_Function(f)
-
+class _Fuse(DataflowRewriter):
     def visit_Call(self, call):
         found = _match(call, self.consumers)
         if found is None:
