@@ -262,29 +262,32 @@ def _kernels(runner):
     ex_x, ex_w1, ex_b1, ex_w2 = runner.rand(1, 16, 15, 15), runner.rand(96, 16, 1, 1), runner.rand(96), \
         runner.rand(96, 1, 3, 3)
 
-    def expand_case():  # the fused expand + depthwise conv: its tiles and row groups derive from the CPU
-        from kiln.topi.x86.conv2d_nchwc import prepack_kernel_nchwc
-        from kiln.topi.x86.depthwise_conv2d_nchwc import prepack_depthwise_kernel
+    def expand_block():  # the expanded tensor's block: resolved under the target, like oc_bn
+        return conv2d_nchwc.input_block(96)
 
-        b = conv2d_nchwc.input_block(96)
+    def expand_case():  # the fused expand + depthwise conv: its tiles and row groups derive from the CPU
+        b = expand_block()
         X = te.placeholder((1, 2, 15, 15, 8), name="X")
         W1 = te.placeholder((96 // b, 2, 1, 1, 8, b), name="W1")
         B1 = te.placeholder((1, 96 // b, 1, 1, b), name="B1")
         W2 = te.placeholder((96 // b, 3, 3, b), name="W2")
         out = topi.x86.expand_depthwise_NCHWc(X, W1, B1, W2, 2, 1, 0.0, 6.0)
-        case.inputs = [blocked(ex_x, 8), prepack_kernel_nchwc(ex_w1, 8, b), ex_b1.reshape(1, 96 // b, 1, 1, b),
-                       prepack_depthwise_kernel(ex_w2, b)]
         return topi.x86.schedule_expand_depthwise_NCHWc([out]), [X, W1, B1, W2, out]
 
-    case = expand_case
+    from kiln.topi.x86.conv2d_nchwc import prepack_kernel_nchwc
+    from kiln.topi.x86.depthwise_conv2d_nchwc import prepack_depthwise_kernel
+
+    expand_inputs = [lambda: blocked(ex_x, 8), lambda: prepack_kernel_nchwc(ex_w1, 8, expand_block()),
+                     lambda: ex_b1.reshape(1, 96 // expand_block(), 1, 1, expand_block()),
+                     lambda: prepack_depthwise_kernel(ex_w2, expand_block())]
 
     def expand_want():
         e = np.clip(testing.conv2d_nchw_python(ex_x, ex_w1, 1, 0) + ex_b1.reshape(1, 96, 1, 1), 0, 6)
         return blocked(testing.depthwise_conv2d_nchw_python(e.astype("float32"), ex_w2, 2, 1),
-                       conv2d_nchwc.input_block(96))
+                       expand_block())
 
     return [("dense", dense_case, [a, b], a @ b.T),
-            ("expand_depthwise", expand_case, [lambda i=i: case.inputs[i] for i in range(4)], expand_want),
+            ("expand_depthwise", expand_case, expand_inputs, expand_want),
             ("conv2d_NCHWc", nchwc_case, [nchwc_input, nc_w], nchwc_want),
             ("conv2d", conv_case, [x, w], np.maximum(testing.conv2d_nchw_python(x, w, 1, 1), 0)),
             ("depthwise", depthwise_case, [dw_x, dw_w], testing.depthwise_conv2d_nchw_python(dw_x, dw_w, 2, 1))]
