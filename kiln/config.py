@@ -34,8 +34,9 @@ def _str(name: str, default: str = "", *aliases: str) -> str:
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
-def _size(name: str, default: int) -> int:
-    """Bytes, as ``1073741824``, ``500M`` or ``2G`` (powers of 1024)."""
+def _size(name: str, default: int, invalid: int | None = None) -> int:
+    """Bytes, as ``1073741824``, ``500M`` or ``2G`` (powers of 1024). A value that is not a size
+    raises, or gives ``invalid`` when one is given (for settings that must never stop kiln)."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -46,6 +47,8 @@ def _size(name: str, default: int) -> int:
     except ValueError:
         value = -1.0
     if value < 0:
+        if invalid is not None:
+            return invalid
         raise ValueError(f"environment variable {name}={raw!r} must be a size such as 500M or 2G")
     return int(value * _UNITS[unit])
 
@@ -66,7 +69,11 @@ class Config:
     cache_dir: str = ""
     """KILN_CACHE_DIR: where relay.build keeps compiled kernels (default ~/.cache/kiln; "off" disables)."""
     cache_size: int = 1 << 30
-    """KILN_CACHE_SIZE: the build cache's size bound, e.g. 500M or 2G (default 1G)."""
+    """KILN_CACHE_SIZE: the build cache's size bound, e.g. 500M or 2G (default 1G; -1: not a size, the cache warns and uses 1G)."""
+    load_limit: int = 4 << 30
+    """KILN_LOAD_LIMIT: the most bytes one tensor or buffer that a loaded file declares may take (default 4G)."""
+    load_expansion: int = 64 << 20
+    """KILN_LOAD_EXPANSION: data a model file may compute at load beyond 8x its own size (default 64M)."""
     cc: str = ""
     """KILN_CC (or CC): the host C compiler used to link shared objects (default: cc)."""
     ndk_cc: str = ""
@@ -83,7 +90,9 @@ def _from_env() -> Config:
         num_threads=_int("KILN_NUM_THREADS", 0, "TVM_NUM_THREADS"),
         rpc_token=_str("KILN_RPC_TOKEN"),
         cache_dir=os.environ.get("KILN_CACHE_DIR", _cache_home()),
-        cache_size=_size("KILN_CACHE_SIZE", 1 << 30),
+        cache_size=_size("KILN_CACHE_SIZE", 1 << 30, invalid=-1),
+        load_limit=_size("KILN_LOAD_LIMIT", 4 << 30),
+        load_expansion=_size("KILN_LOAD_EXPANSION", 64 << 20),
         cc=_str("KILN_CC", "", "CC"),
         ndk_cc=_str("TVM_NDK_CC"),
         test_targets=_str("KILN_TEST_TARGETS", "llvm"),

@@ -32,6 +32,15 @@ class TuningError(KilnError):
     """Auto-tuning could not proceed."""
 
 
+class FileFormatError(KilnError):
+    """A file from outside (model, package, parameters, graph JSON, script) is malformed: the message
+    names the file, the field at fault and what to do (docs/security.md)."""
+
+
+class SizeLimitError(FileFormatError):
+    """A size read from a file exceeds what the file holds or a documented limit (kiln/limits.py)."""
+
+
 class InternalError(KilnError):
     """A bug in kiln. Please report it with the output of KILN_DEBUG=1."""
 
