@@ -13,6 +13,7 @@ typedef struct {
   unsigned bitbuf, bitcnt;
   unsigned char* out;
   size_t out_len, out_pos;
+  int prefix; /* stop (successfully) once out is full */
 } State;
 
 typedef struct {
@@ -75,8 +76,10 @@ static const short DBASE[30] = {1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97,
                                 1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
 static const short DEXT[30] = {0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
 
+/* 0 at the end of the block, 1 when a prefix is complete, -1 for bad data. */
 static int codes(State* s, const Huffman* lit, const Huffman* dist) {
   for (;;) {
+    if (s->prefix && s->out_pos == s->out_len) return 1;
     int sym = decode(s, lit);
     if (sym < 0) return -1;
     if (sym < 256) {
@@ -93,6 +96,7 @@ static int codes(State* s, const Huffman* lit, const Huffman* dist) {
       int ds = decode(s, dist);
       if (ds < 0 || ds >= 30 || bits(s, DEXT[ds], &d)) return -1;
       size_t back = (size_t)DBASE[ds] + d;
+      if (s->prefix && len > s->out_len - s->out_pos) len = s->out_len - s->out_pos;
       if (back > s->out_pos || len > s->out_len - s->out_pos) return -1;
       for (size_t i = 0; i < len; i++, s->out_pos++) s->out[s->out_pos] = s->out[s->out_pos - back];
     }
@@ -164,10 +168,12 @@ static int dynamic(State* s) {
   return codes(s, &lit, &dist);
 }
 
-int npz_inflate(const unsigned char* in, size_t in_len, unsigned char* out, size_t out_len) {
-  State s = {in, in_len, 0, 0, 0, out, out_len, 0};
+int npz_inflate(const unsigned char* in, size_t in_len, unsigned char* out, size_t out_len, size_t* prefix) {
+  State s = {in, in_len, 0, 0, 0, out, out_len, 0, prefix != NULL};
+  if (prefix) *prefix = 0;
   unsigned last, type;
   do {
+    if (prefix && s.out_pos == out_len) break;
     if (bits(&s, 1, &last) || bits(&s, 2, &type)) return -1;
     if (type == 0) {
       s.bitbuf = s.bitcnt = 0; /* stored blocks start on a byte boundary */
@@ -175,17 +181,20 @@ int npz_inflate(const unsigned char* in, size_t in_len, unsigned char* out, size
       unsigned len = s.in[s.in_pos] | (unsigned)s.in[s.in_pos + 1] << 8;
       unsigned nlen = s.in[s.in_pos + 2] | (unsigned)s.in[s.in_pos + 3] << 8;
       s.in_pos += 4;
-      if ((len ^ 0xFFFFu) != nlen || len > s.in_len - s.in_pos || len > s.out_len - s.out_pos) return -1;
+      if ((len ^ 0xFFFFu) != nlen || len > s.in_len - s.in_pos) return -1;
+      if (prefix && len > s.out_len - s.out_pos) len = (unsigned)(s.out_len - s.out_pos);
+      if (len > s.out_len - s.out_pos) return -1;
       memcpy(s.out + s.out_pos, s.in + s.in_pos, len);
       s.in_pos += len;
       s.out_pos += len;
-    } else if (type == 1) {
-      if (fixed(&s)) return -1;
-    } else if (type == 2) {
-      if (dynamic(&s)) return -1;
+    } else if (type == 1 || type == 2) {
+      int rc = type == 1 ? fixed(&s) : dynamic(&s);
+      if (rc < 0) return -1;
+      if (rc > 0) break;
     } else {
       return -1;
     }
   } while (!last);
-  return s.out_pos == out_len ? 0 : -1;
+  if (prefix) *prefix = s.out_pos;
+  return prefix || s.out_pos == out_len ? 0 : -1;
 }

@@ -61,42 +61,46 @@ static void describe(const DLTensor* t, char* buf, size_t size) {
   if (used < size) snprintf(buf + used, size - used, "]");
 }
 
-/* Copy the .npz arrays into the model's inputs; every array must name a non-parameter input. */
-static int set_inputs(KilnGraph* g, const char* path) {
-  NpyArray* arrays;
-  int count;
-  if (npz_read(path, &arrays, &count)) return fail_runtime(2);
-  int rc = 0;
-  for (int i = 0; i < count && !rc; i++) {
-    NpyArray* a = &arrays[i];
-    int index = kiln_graph_input_index(g, a->name);
-    char msg[1200], want[300], names[600] = "";
+typedef struct { KilnGraph* g; const char* path; } InputFile;
+
+/* Each .npz array must name a non-parameter input and have its shape and dtype. The reader asks
+ * before it allocates or inflates the array, so a file cannot make kiln_run use more memory than
+ * the model's inputs take. */
+static int check_input(void* ctx, const NpyArray* a) {
+  const InputFile* in = ctx;
+  KilnGraph* g = in->g;
+  int index = kiln_graph_input_index(g, a->name);
+  if (index < 0 || kiln_graph_input_is_param(g, index)) {
+    char names[600] = "";
     size_t used = 0;
     for (int k = 0; k < kiln_graph_num_inputs(g) && used < sizeof(names); k++)
       if (!kiln_graph_input_is_param(g, k))
         used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s", used ? ", " : "",
                                  kiln_graph_input_name(g, k));
-    if (index < 0 || kiln_graph_input_is_param(g, index)) {
-      snprintf(msg, sizeof(msg), "%s has an array '%s', but the model's inputs are: %s; name the arrays after them",
-               path, a->name, names);
-      rc = fail(2, msg);
-      break;
-    }
-    const DLTensor* t = kiln_graph_input(g, index);
-    DLTensor given = {a->data, t->device, a->ndim, a->dtype, a->shape, NULL, 0};
-    int same = a->ndim == t->ndim && memcmp(&a->dtype, &t->dtype, sizeof(DLDataType)) == 0;
-    for (int d = 0; same && d < a->ndim; d++) same = a->shape[d] == t->shape[d];
-    if (!same) {
-      char got[300];
-      describe(t, want, sizeof(want));
-      describe(&given, got, sizeof(got));
-      snprintf(msg, sizeof(msg), "input '%s' is %s in %s, but the model takes %s; save it with that shape "
-               "and dtype (x.astype(...))", a->name, got, path, want);
-      rc = fail(2, msg);
-      break;
-    }
-    if (kiln_graph_set_input(g, a->name, a->data, a->nbytes)) rc = fail_runtime(1);
+    return kiln_error("%s has an array '%s', but the model's inputs are: %s; name the arrays after them", in->path,
+                      a->name, names);
   }
+  const DLTensor* t = kiln_graph_input(g, index);
+  int same = a->ndim == t->ndim && memcmp(&a->dtype, &t->dtype, sizeof(DLDataType)) == 0;
+  for (int d = 0; same && d < a->ndim; d++) same = a->shape[d] == t->shape[d];
+  if (same) return 0;
+  char got[300], want[300];
+  DLTensor given = {NULL, t->device, a->ndim, a->dtype, (int64_t*)a->shape, NULL, 0};
+  describe(t, want, sizeof(want));
+  describe(&given, got, sizeof(got));
+  return kiln_error("input '%s' is %s in %s, but the model takes %s; save it with that shape and dtype "
+                    "(x.astype(...))", a->name, got, in->path, want);
+}
+
+/* Copy the .npz arrays (checked by check_input) into the model's inputs. */
+static int set_inputs(KilnGraph* g, const char* path) {
+  NpyArray* arrays;
+  int count;
+  InputFile in = {g, path};
+  if (npz_read(path, check_input, &in, &arrays, &count)) return fail_runtime(2);
+  int rc = 0;
+  for (int i = 0; i < count && !rc; i++)
+    if (kiln_graph_set_input(g, arrays[i].name, arrays[i].data, arrays[i].nbytes)) rc = fail_runtime(1);
   npz_free(arrays, count);
   return rc;
 }

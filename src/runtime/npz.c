@@ -1,12 +1,17 @@
 /* .npz = a zip archive with one NumPy .npy file per array (npz.h). */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "npz.h"
 
 #define MAX_FILE (1ull << 32)
+#define NPY_HEADER_MAX 65536u
+#define DEFAULT_LOAD_LIMIT (4ull << 30)
 
 /* ---- little-endian fields and CRC-32 ---------------------------------------------------------- */
 static uint64_t le(const unsigned char* p, int n) {
@@ -59,7 +64,9 @@ static const char* dict_value(const char* header, const char* key) {
   return p;
 }
 
-static int parse_npy(const unsigned char* buf, size_t len, NpyArray* a) {
+/* The .npy header at the start of a member (buf holds at least its first len bytes): dtype, shape
+ * and data size into `a`, the offset of the data into *data_start. */
+static int parse_npy_header(const unsigned char* buf, size_t len, NpyArray* a, size_t* data_start) {
   if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0)
     return kiln_error("'%s' is not a .npy array (bad magic)", a->name);
   int major = buf[6];
@@ -67,8 +74,8 @@ static int parse_npy(const unsigned char* buf, size_t len, NpyArray* a) {
   if (major == 1) { hlen = (size_t)le(buf + 8, 2); start = 10; }
   else if ((major == 2 || major == 3) && len >= 12) { hlen = (size_t)le(buf + 8, 4); start = 12; }
   else return kiln_error("'%s': .npy format version %d is not supported", a->name, major);
-  if (hlen > len - start || hlen > 65536) return kiln_error("'%s': truncated .npy header", a->name);
-  char header[65537];
+  if (hlen > len - start || hlen > NPY_HEADER_MAX) return kiln_error("'%s': truncated .npy header", a->name);
+  char header[NPY_HEADER_MAX + 1];
   memcpy(header, buf + start, hlen);
   header[hlen] = '\0';
   const char *descr = dict_value(header, "descr"), *fortran = dict_value(header, "fortran_order"),
@@ -100,32 +107,56 @@ static int parse_npy(const unsigned char* buf, size_t len, NpyArray* a) {
   t.shape = a->shape;
   t.dtype = a->dtype;
   a->nbytes = kiln_ndarray_nbytes(&t);
-  if (a->nbytes == (size_t)-1 || a->nbytes != len - start - hlen)
-    return kiln_error("array '%s': its data is %zu bytes, its header says %zu", a->name, len - start - hlen, a->nbytes);
-  if (!(a->data = malloc(a->nbytes ? a->nbytes : 1))) return kiln_error("out of memory");
-  memcpy(a->data, buf + start + hlen, a->nbytes);
+  if (a->nbytes == (size_t)-1) return kiln_error("array '%s': its shape is too large", a->name);
+  *data_start = start + hlen;
   return 0;
 }
 
 /* ---- reading ---------------------------------------------------------------------------------- */
-static int read_whole(const char* path, unsigned char** data, size_t* len) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return kiln_error("cannot open %s", path);
-  long n = -1;
-  if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-  if (n < 0 || (unsigned long long)n >= MAX_FILE || fseek(f, 0, SEEK_SET) != 0) {
-    fclose(f);
-    return kiln_error("cannot read %s", path);
+/* The file mapped read-only: its pages cost memory only where the parser looks, so a large
+ * file costs no more than the members that are read out of it. */
+static int map_whole(const char* path, const unsigned char** data, size_t* len) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return kiln_error("cannot open %s", path);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return kiln_error("cannot read %s (not a regular file)", path);
   }
-  *data = malloc((size_t)n + 1);
-  if (!*data || fread(*data, 1, (size_t)n, f) != (size_t)n) {
-    free(*data);
-    fclose(f);
-    return kiln_error("cannot read %s", path);
+  if ((unsigned long long)st.st_size >= MAX_FILE || (unsigned long long)st.st_size > (size_t)-1 / 2) {
+    close(fd);
+    return kiln_error("%s is %lld bytes, larger than an .npz of model inputs can be (4 GiB)", path,
+                      (long long)st.st_size);
   }
-  fclose(f);
-  *len = (size_t)n;
+  *len = (size_t)st.st_size;
+  *data = NULL;
+  if (*len) {
+    void* p = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      close(fd);
+      return kiln_error("cannot read %s", path);
+    }
+    *data = p;
+  }
+  close(fd);
   return 0;
+}
+
+size_t npz_load_limit(void) {
+  const char* v = getenv("KILN_LOAD_LIMIT");
+  if (!v || !*v) return (size_t)DEFAULT_LOAD_LIMIT;
+  char* end;
+  unsigned long long n = strtoull(v, &end, 10);
+  unsigned long long unit = 1;
+  switch (*end) {
+    case 'k': case 'K': unit = 1ull << 10; end++; break;
+    case 'm': case 'M': unit = 1ull << 20; end++; break;
+    case 'g': case 'G': unit = 1ull << 30; end++; break;
+    case 't': case 'T': unit = 1ull << 40; end++; break;
+  }
+  if (*end == 'B' || *end == 'b') end++;
+  if (end == v || *end || v[0] == '-' || n > (unsigned long long)((size_t)-1) / unit) return (size_t)DEFAULT_LOAD_LIMIT;
+  return (size_t)(n * unit);
 }
 
 /* Zip64 sizes/offset for the fields that are 0xFFFFFFFF, from the central entry's extra field. */
@@ -147,7 +178,7 @@ static void zip64_fields(const unsigned char* extra, size_t n, uint64_t* usize, 
 }
 
 static int read_member(const char* path, const unsigned char* zip, size_t zlen, const unsigned char* cd,
-                       NpyArray* a) {
+                       NpzCheck check, void* ctx, NpyArray* a) {
   unsigned method = (unsigned)le(cd + 10, 2), flags = (unsigned)le(cd + 8, 2);
   uint32_t crc = (uint32_t)le(cd + 16, 4);
   uint64_t csize = le(cd + 20, 4), usize = le(cd + 24, 4), offset = le(cd + 42, 4);
@@ -160,36 +191,66 @@ static int read_member(const char* path, const unsigned char* zip, size_t zlen, 
   if (offset > zlen || zlen - offset < 30 || le(zip + offset, 4) != 0x04034b50)
     return kiln_error("%s: bad local header for '%s'", path, a->name);
   uint64_t start = offset + 30 + le(zip + offset + 26, 2) + le(zip + offset + 28, 2);
-  if (start > zlen || csize > zlen - start || usize >= MAX_FILE)
+  if (start > zlen || csize > zlen - start)
     return kiln_error("%s: array '%s' runs past the end of the file", path, a->name);
-  unsigned char* raw = malloc((size_t)usize + 1);
-  if (!raw) return kiln_error("out of memory");
-  int rc = -1;
-  if (method == 0) {
-    if (csize != usize) { kiln_error("%s: stored member '%s' has two sizes", path, a->name); goto done; }
-    memcpy(raw, zip + start, (size_t)usize);
-  } else if (npz_inflate(zip + start, (size_t)csize, raw, (size_t)usize)) {
-    kiln_error("%s: array '%s' is not valid deflate data", path, a->name);
-    goto done;
+  if (method == 0 && csize != usize) return kiln_error("%s: stored member '%s' has two sizes", path, a->name);
+
+  /* The .npy header first (inflating only its bytes), then every declared size is checked before
+   * the data is allocated or inflated: a DEFLATE bomb or a directory claiming gigabytes is refused
+   * from the numbers alone, and the caller sees the array's shape before it costs memory. */
+  size_t head_len = usize < 12 + NPY_HEADER_MAX ? (size_t)usize : 12 + NPY_HEADER_MAX, data_start = 0;
+  const unsigned char* head = zip + start;
+  unsigned char* prefix = NULL;
+  if (method == 8) {
+    if (!(prefix = malloc(head_len + 1))) return kiln_error("out of memory");
+    if (npz_inflate(zip + start, (size_t)csize, prefix, head_len, &head_len)) {
+      free(prefix);
+      return kiln_error("%s: array '%s' is not valid deflate data", path, a->name);
+    }
+    head = prefix;
   }
-  if (crc32_update(0, raw, (size_t)usize) != crc) { kiln_error("%s: array '%s' fails its CRC check", path, a->name); goto done; }
-  rc = parse_npy(raw, (size_t)usize, a);
+  int rc = parse_npy_header(head, head_len, a, &data_start);
+  free(prefix);
   if (rc) {
     char why[600];
     snprintf(why, sizeof(why), "%s", kiln_last_error());
-    kiln_error("%s: %s", path, why);
+    return kiln_error("%s: %s", path, why);
   }
-done:
-  free(raw);
-  return rc;
+  if (usize - data_start != a->nbytes)
+    return kiln_error("%s: array '%s': its data is %llu bytes, its header says %zu", path, a->name,
+                      (unsigned long long)(usize - data_start), a->nbytes);
+  size_t limit = npz_load_limit();
+  if (a->nbytes > limit)
+    return kiln_error("%s: array '%s' declares %zu bytes, above the limit of %zu (KILN_LOAD_LIMIT); if the file "
+                      "is genuine, raise KILN_LOAD_LIMIT", path, a->name, a->nbytes, limit);
+  if (check && check(ctx, a)) return -1;
+
+  unsigned char* raw = malloc((size_t)usize + 1);
+  if (!raw) return kiln_error("%s: out of memory reading array '%s' (%zu bytes)", path, a->name, a->nbytes);
+  if (method == 0) {
+    memcpy(raw, zip + start, (size_t)usize);
+  } else if (npz_inflate(zip + start, (size_t)csize, raw, (size_t)usize, NULL)) {
+    free(raw);
+    return kiln_error("%s: array '%s' is not valid deflate data", path, a->name);
+  }
+  if (crc32_update(0, raw, (size_t)usize) != crc) {
+    free(raw);
+    return kiln_error("%s: array '%s' fails its CRC check", path, a->name);
+  }
+  /* The data moves to the front of the member's buffer, which becomes the array: one copy of an
+   * input in memory, not two. */
+  memmove(raw, raw + data_start, a->nbytes);
+  unsigned char* data = realloc(raw, a->nbytes ? a->nbytes : 1);
+  a->data = data ? data : raw;
+  return 0;
 }
 
-int npz_read(const char* path, NpyArray** arrays, int* count) {
-  unsigned char* zip = NULL;
+int npz_read(const char* path, NpzCheck check, void* ctx, NpyArray** arrays, int* count) {
+  const unsigned char* zip = NULL;
   size_t len = 0;
   *arrays = NULL;
   *count = 0;
-  if (read_whole(path, &zip, &len)) return -1;
+  if (map_whole(path, &zip, &len)) return -1;
   int rc = -1;
   size_t eocd = (size_t)-1;
   for (size_t i = len >= 22 ? len - 22 : 0; len >= 22; i--) {
@@ -203,13 +264,13 @@ int npz_read(const char* path, NpyArray** arrays, int* count) {
   uint64_t entries = le(zip + eocd + 10, 2), cd_size = le(zip + eocd + 12, 4), cd_off = le(zip + eocd + 16, 4);
   if ((entries == 0xFFFF || cd_off == 0xFFFFFFFFu) && eocd >= 20 && le(zip + eocd - 20, 4) == 0x07064b50) {
     uint64_t z = le(zip + eocd - 12, 8);
-    if (z <= len - 56 && le(zip + z, 4) == 0x06064b50) {
+    if (len >= 56 && z <= len - 56 && le(zip + z, 4) == 0x06064b50) {
       entries = le(zip + z + 32, 8);
       cd_size = le(zip + z + 40, 8);
       cd_off = le(zip + z + 48, 8);
     }
   }
-  if (cd_off > len || cd_size > len - cd_off || entries > 100000) {
+  if (cd_off > len || cd_size > len - cd_off || entries > cd_size / 46) {
     kiln_error("%s: its zip directory is damaged", path);
     goto done;
   }
@@ -226,12 +287,12 @@ int npz_read(const char* path, NpyArray** arrays, int* count) {
     memcpy(a->name, zip + pos + 46, name_len);
     a->name[name_len] = '\0';
     if (name_len > 4 && strcmp(a->name + name_len - 4, ".npy") == 0) a->name[name_len - 4] = '\0';
-    if (read_member(path, zip, len, zip + pos, a)) goto done;
+    if (read_member(path, zip, len, zip + pos, check, ctx, a)) goto done;
     pos += 46 + name_len + extra + comment;
   }
   rc = 0;
 done:
-  free(zip);
+  if (zip) munmap((void*)zip, len);
   if (rc) {
     npz_free(*arrays, *count);
     *arrays = NULL;

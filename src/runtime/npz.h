@@ -22,13 +22,22 @@ typedef struct {
   size_t nbytes;
 } NpyArray;
 
-/* All arrays of `path`; free with npz_free. Errors go to kiln_last_error(). */
-int npz_read(const char* path, NpyArray** arrays, int* count);
+/* Called with each array's name, dtype and shape (data still NULL), before its data is allocated
+ * or inflated: 0 to read it, or -1 after kiln_error() to refuse the file. */
+typedef int (*NpzCheck)(void* ctx, const NpyArray* header);
+
+/* All arrays of `path`; free with npz_free. Errors go to kiln_last_error(). Every size the file
+ * declares is checked (against the file, `check` when given, and npz_load_limit()) before
+ * anything is allocated for it. */
+int npz_read(const char* path, NpzCheck check, void* ctx, NpyArray** arrays, int* count);
+/* $KILN_LOAD_LIMIT (bytes, or with a K/M/G/T suffix), else 4 GiB: the most one array may declare. */
+size_t npz_load_limit(void);
 void npz_free(NpyArray* arrays, int count);
 /* Write `arrays` to `path` (through a temporary file renamed into place: no partial file). */
 int npz_write(const char* path, const NpyArray* arrays, int count);
 
-/* inflate.c: decode raw DEFLATE data that expands to exactly out_len bytes. */
-int npz_inflate(const unsigned char* in, size_t in_len, unsigned char* out, size_t out_len);
+/* inflate.c: decode raw DEFLATE data that expands to exactly out_len bytes or, given `prefix`, only
+ * its first bytes, at most out_len (their count goes to *prefix; the rest is not looked at). */
+int npz_inflate(const unsigned char* in, size_t in_len, unsigned char* out, size_t out_len, size_t* prefix);
 
 #endif
