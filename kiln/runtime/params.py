@@ -20,7 +20,8 @@ import struct
 
 import numpy as np
 
-from ..errors import KilnError
+from .. import limits
+from ..errors import FileFormatError
 
 MAGIC = b"KILNPRM1"
 
@@ -46,43 +47,68 @@ def save_params(params: dict) -> bytes:
     return b"".join(out)
 
 
-def load_params(blob, copy: bool = True) -> dict:
+# dtypes a blob may name: what save_params writes for numeric and bool arrays.
+DTYPES = frozenset(["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                    "float16", "float32", "float64", "complex64", "complex128"])
+_MAX_NDIM = 32  # numpy's own bound
+
+
+def load_params(blob, copy: bool = True, source: str = "parameter blob") -> dict:
     """``{name: numpy array}`` from a blob (bytes, bytearray or memoryview).
 
     With ``copy=False`` the arrays are read-only views into ``blob`` (no copy of the data, e.g.
-    for parameters embedded in a loaded library); the caller keeps ``blob`` alive.
+    for parameters embedded in a loaded library); the caller keeps ``blob`` alive. Every size in
+    the blob is checked against the bytes that follow it before anything is read (kiln/limits.py);
+    ``source`` (the file's name) starts each error message.
     """
     view = memoryview(blob).cast("B")
     if bytes(view[:8]) != MAGIC:
-        raise KilnError("load_params: not a kiln parameter blob (bad magic); was it written by "
-                        "relay.save_param_dict (or lib.get_params)?")
+        raise FileFormatError(f"load_params: {source} is not a kiln parameter blob (bad magic); was it written by "
+                              "relay.save_param_dict (or lib.get_params)?")
     pos = 8
+    where = f"load_params: {source}"
 
-    def take(fmt):
+    def take(fmt, field):
         nonlocal pos
         size = struct.calcsize(fmt)
-        if pos + size > len(view):
-            raise KilnError("load_params: the blob is truncated")
+        limits.fits(size, len(view) - pos, file=where, field=field)
         vals = struct.unpack_from(fmt, view, pos)
         pos += size
         return vals
 
-    def take_bytes(n):
+    def take_bytes(field):
         nonlocal pos
-        if pos + n > len(view):
-            raise KilnError("load_params: the blob is truncated")
+        n = limits.fits(take("<Q", field + " length")[0], len(view) - pos, file=where, field=field)
         pos += n
         return view[pos - n:pos]
 
-    (count,) = take("<Q")
+    def text(field):
+        try:
+            return bytes(take_bytes(field)).decode()
+        except UnicodeDecodeError:
+            raise limits.fail(where, field, "is not UTF-8 text", "the blob is damaged; export it again") from None
+
+    # Each array takes at least four u64 fields: a larger count cannot be in the blob.
+    (count,) = take("<Q", "count")
+    limits.count(count, file=where, field="count", most=(len(view) - pos) // 32)
     result = {}
-    for _ in range(count):
-        name = bytes(take_bytes(take("<Q")[0])).decode()
-        dtype = bytes(take_bytes(take("<Q")[0])).decode()
-        (ndim,) = take("<Q")
-        shape = take(f"<{ndim}q")
-        data = take_bytes(take("<Q")[0])
+    for i in range(count):
+        name = text(f"array {i} name")
+        field = f"array {name!r}"
+        dtype = text(f"{field} dtype")
+        if dtype not in DTYPES:
+            raise limits.fail(where, f"{field} dtype", f"{dtype[:20]!r} is not a tensor dtype",
+                              "the blob is damaged or was not written by relay.save_param_dict")
+        (ndim,) = take("<Q", f"{field} ndim")
+        if ndim > _MAX_NDIM:
+            raise limits.fail(where, f"{field} ndim", f"{ndim} dimensions (at most {_MAX_NDIM})", "the blob is damaged")
+        shape = limits.shape(take(f"<{ndim}q", f"{field} shape"), file=where, field=f"{field} shape")
         np_type = np.dtype(dtype)
+        data = take_bytes(f"{field} data")
+        want = limits.nbytes(shape, np_type.itemsize, file=where, field=f"{field} shape")
+        if len(data) != want:
+            raise limits.fail(where, f"{field} data", f"holds {len(data)} bytes but shape {shape} of {dtype} "
+                              f"needs {want}", "the blob is damaged; export it again")
         arr = np.frombuffer(data, dtype=np_type.newbyteorder("<")).reshape(shape)
         if copy:
             arr = arr.astype(np_type)

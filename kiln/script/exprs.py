@@ -47,6 +47,14 @@ def is_dtype_name(name: str) -> bool:
     return True
 
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _short_int(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 30 else f"{text[:12]}...({len(text)} digits)"
+
+
 class ExprParser:
     """Evaluates expression nodes in the parser's scopes. Subclassed by the statement parser."""
 
@@ -56,8 +64,8 @@ class ExprParser:
 
     # Errors ------------------------------------------------------------------------------
     def error(self, node, message: str):
-        lineno = getattr(node, "lineno", 0)
-        col = getattr(node, "col_offset", 0)
+        lineno = getattr(node, "lineno", 0) or 0  # a SyntaxError may carry None
+        col = getattr(node, "col_offset", 0) or 0
         text = self.lines[lineno - 1] if 0 < lineno <= len(self.lines) else ""
         return ScriptError(message, lineno + self.line_offset, col + 1 + self.col_offset,
                            " " * self.col_offset + text, self.filename)
@@ -145,7 +153,12 @@ class ExprParser:
         return method(node)
 
     def ev_Constant(self, node):
-        return node.value
+        value = node.value
+        # 2**63 is allowed as a literal only under a minus sign (ev_UnaryOp): -9223372036854775808.
+        if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+            raise self.error(node, f"integer literal {_short_int(value)} does not fit in 64 bits; "
+                                   "write a value in int64's range (or split the computation)")
+        return value
 
     def ev_Name(self, node):
         return self.lookup(node)
@@ -175,6 +188,9 @@ class ExprParser:
         raise self.error(node, f"{self.text(node)}: unknown attribute {node.attr!r}")
 
     def ev_UnaryOp(self, node):
+        if (isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant)
+                and type(node.operand.value) is int and node.operand.value == -_INT64_MIN):
+            return _INT64_MIN
         value = self.ev(node.operand)
         if isinstance(node.op, ast.USub) and isinstance(value, (int, float)) and not isinstance(value, bool):
             return -value

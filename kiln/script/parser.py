@@ -15,6 +15,8 @@ from __future__ import annotations
 import ast
 import textwrap
 
+from kiln.errors import ScriptError
+
 from kiln.ir import expr as E
 from kiln.ir.dtype import HANDLE_T, INT32
 from kiln.ir.module import IRModule
@@ -57,6 +59,20 @@ def _seq(items: list):
     return flat[0] if len(flat) == 1 else SeqStmt(tuple(flat))
 
 
+MAX_DEPTH = 100  # nesting of the syntax tree; the parser and the IR passes recurse over it
+
+
+def _check_depth(tree, parser) -> None:
+    """Refuse a tree deeper than MAX_DEPTH before any recursive walk (iteratively, no recursion)."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise parser.error(node, f"the source nests more than {MAX_DEPTH} levels deep; split the expression "
+                                     "into several statements")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+
+
 class _Block:
     def __init__(self):
         self.init = None
@@ -82,11 +98,19 @@ class Parser(ExprParser):
 
     # Entry points ------------------------------------------------------------------------
     def parse_tree(self):
+        if "\0" in self.source:
+            line = self.source.count("\n", 0, self.source.index("\0")) + 1
+            raise ScriptError("the source holds a NUL character; TVMScript is text (was a binary file passed?)",
+                              line + self.line_offset, 0, "", self.filename)
         try:
             tree = ast.parse(self.source)
         except SyntaxError as exc:
             exc.col_offset = max((exc.offset or 1) - 1, 0)
             raise self.error(exc, f"invalid Python syntax: {exc.msg}") from None
+        except RecursionError:  # Python's own parser refuses this depth
+            raise ScriptError(f"the source nests deeper than Python can parse; at most {MAX_DEPTH} levels of "
+                              "brackets and operators are supported", 0, 0, "", self.filename) from None
+        _check_depth(tree, self)
         return tree
 
     def module(self, cls: ast.ClassDef) -> IRModule:
