@@ -36,7 +36,9 @@ class CPUFacts:
 
     ``float_bits`` / ``int32_bits`` / ``int16_bits``: widest vector register LLVM uses for float,
     32-bit and 16/8-bit integer adds (32 when only scalars); ``has_fma``; ``vector_registers``;
-    ``features``: ISA extensions found (x86: sse2 avx avx2 fma avx512f avx512bw; ARM: neon fma);
+    ``features``: ISA extensions found (x86: sse2 avx avx2 fma avx512f avx512bw f16c avx512fp16;
+    ARM: neon fma fp16 fullfp16), where f16c / fp16 are vector float16 conversions and
+    avx512fp16 / fullfp16 native half arithmetic;
     ``triple``/``cpu``/``llvm_features``: what LLVM compiles for.
     """
 
@@ -146,6 +148,20 @@ define void @w_i16(ptr %p) {
   store <32 x i16> %r, ptr %p, align 2
   ret void
 }
+define void @h_add(ptr %p) {
+  %q = getelementptr i8, ptr %p, i64 16
+  %a = load <8 x half>, ptr %p, align 2
+  %b = load <8 x half>, ptr %q, align 2
+  %r = fadd <8 x half> %a, %b
+  store <8 x half> %r, ptr %p, align 2
+  ret void
+}
+define void @h_ext(ptr %p, ptr %o) {
+  %a = load <8 x half>, ptr %p, align 2
+  %r = fpext <8 x half> %a to <8 x float>
+  store <8 x float> %r, ptr %o, align 4
+  ret void
+}
 declare <4 x float> @llvm.fma.v4f32(<4 x float>, <4 x float>, <4 x float>)
 define void @fma(ptr %p) {
   %q = getelementptr i8, ptr %p, i64 16
@@ -183,7 +199,7 @@ def _functions(asm: str) -> dict:
     out, name, lines = {}, None, []
     for line in asm.splitlines():
         m = re.match(r"^_?([A-Za-z_][\w.]*):", line)  # Mach-O prefixes an underscore
-        if m and m.group(1) in ("w_f32", "w_i32", "w_i16", "fma", "live28"):
+        if m and m.group(1) in ("w_f32", "w_i32", "w_i16", "h_add", "h_ext", "fma", "live28"):
             if name:
                 out[name] = "\n".join(lines)
             name, lines = m.group(1), []
@@ -227,12 +243,13 @@ def _probe(triple: str, cpu: str, features: str) -> CPUFacts:
         int32_bits = _width(body["w_i32"], arch, 32)
         int16_bits = _width(body["w_i16"], arch, 16)
         has_fma = "fmaf" not in body["fma"]
+        half = _half_support(body["h_add"], body["h_ext"], arch)
         vec = f"<{max(1, float_bits // 32)} x float>"
         live = _functions(_emit(llvm, tm, _pressure_ir(vec, 28)))["live28"]
     highest = max(_register_numbers(live, arch), default=0)
     registers = 32 if highest >= 16 else 16 if highest >= 8 else 8
     return CPUFacts(triple, cpu, features, arch, float_bits, int32_bits, int16_bits, has_fma,
-                    registers, _feature_names(arch, float_bits, int32_bits, int16_bits, has_fma))
+                    registers, _feature_names(arch, float_bits, int32_bits, int16_bits, has_fma) | half)
 
 
 def _register_numbers(asm: str, arch: str):
@@ -243,6 +260,23 @@ def _register_numbers(asm: str, arch: str):
         return [int(n) for n in re.findall(r"\bq(\d+)\b", asm)] + \
             [int(n) // 2 for n in re.findall(r"\bd(\d+)\b", asm)]
     return [int(n) for n in re.findall(r"%[xyz]mm(\d+)", asm)]
+
+
+# float16 instructions, by the names LLVM gives the extensions: vector conversions to and from
+# float (x86 F16C vcvtph2ps, ARM fcvtl / vcvt.f32.f16) and native half arithmetic (AVX512-FP16
+# vaddph, ARMv8.2 fadd .8h / vadd.f16).
+_HALF_ADD = {"x86": r"\bvaddph\b", "aarch64": r"\bfadd\s+v\d+\.8h", "arm": r"\bvadd\.f16\b"}
+_HALF_EXT = {"x86": r"\bvcvtph2psx?\b", "aarch64": r"\bfcvtl2?\s+v\d+\.4s", "arm": r"\bvcvt\.f32\.f16\b"}
+_HALF_NAMES = {"x86": ("f16c", "avx512fp16"), "aarch64": ("fp16", "fullfp16"), "arm": ("fp16", "fullfp16")}
+
+
+def _half_support(add_asm: str, ext_asm: str, arch: str) -> frozenset:
+    family = "x86" if arch == "x86_64" or arch.startswith("i") and arch.endswith("86") else arch
+    if family not in _HALF_NAMES:
+        return frozenset()
+    convert, native = _HALF_NAMES[family]
+    names = {convert} if re.search(_HALF_EXT[family], ext_asm) else set()
+    return frozenset(names | ({native} if re.search(_HALF_ADD[family], add_asm) else set()))
 
 
 def _feature_names(arch, float_bits, int32_bits, int16_bits, has_fma) -> frozenset:

@@ -32,6 +32,12 @@ def bfloat16_step(logits) -> float:
     return 2.0 ** (np.floor(np.log2(scale)) - 7) if scale > 0 else 0.0
 
 
+def allclose_bound(want, rtol: float, atol: float):
+    """Per class, the error ``np.testing.assert_allclose(got, want, rtol, atol)`` accepts: the
+    bound to use where a test's tolerance is what the precision allows for its network."""
+    return atol + rtol * np.abs(np.asarray(want, "float64"))
+
+
 @dataclass(frozen=True)
 class RankingReport:
     """The pairs (higher class, lower class, reference gap) of one comparison."""

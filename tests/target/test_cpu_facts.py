@@ -7,8 +7,9 @@ from kiln.target import Target
 from kiln.target.cpu_facts import cpu_facts, host_cpu
 
 X86 = "llvm -mtriple=x86_64-linux-gnu"
-AVX512 = {"sse2", "avx", "avx2", "fma", "avx512f", "avx512bw"}
-AVX2 = {"sse2", "avx", "avx2", "fma"}
+AVX512 = {"sse2", "avx", "avx2", "fma", "avx512f", "avx512bw", "f16c"}
+AVX2 = {"sse2", "avx", "avx2", "fma", "f16c"}
+NEON64 = {"neon", "fma", "fp16"}
 
 # target -> (float32 lanes, FMA, vector registers, features); checked against the CPUs' manuals.
 EXPECTED = {
@@ -25,14 +26,19 @@ EXPECTED = {
     f"{X86} -mcpu=znver4": (16, True, 32, AVX512),
     f"{X86} -mcpu=skylake-avx512": (16, True, 32, AVX512),
     f"{X86} -mcpu=tigerlake": (16, True, 32, AVX512),
-    f"{X86} -mcpu=sapphirerapids": (16, True, 32, AVX512),
+    f"{X86} -mcpu=sapphirerapids": (16, True, 32, AVX512 | {"avx512fp16"}),  # half arithmetic
+    f"{X86} -mcpu=x86-64-v4 -mattr=+avx512fp16": (16, True, 32, AVX512 | {"avx512fp16"}),
     # Disabling avx512f takes every AVX-512 extension with it; AVX2 and FMA stay.
     f"{X86} -mcpu=skylake-avx512 -mattr=-avx512f": (8, True, 16, AVX2),
+    f"{X86} -mcpu=sapphirerapids -mattr=-avx512fp16": (16, True, 32, AVX512),
     f"{X86} -mcpu=znver4 -mattr=-avx512f": (8, True, 16, AVX2),
-    f"{X86} -mcpu=haswell -mattr=-fma": (8, False, 16, {"sse2", "avx", "avx2"}),
-    f"{X86} -mcpu=sandybridge": (8, False, 16, {"sse2", "avx"}),  # AVX without AVX2: 128-bit ints
-    "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72": (4, True, 32, {"neon", "fma"}),
-    "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a53": (4, True, 32, {"neon", "fma"}),
+    f"{X86} -mcpu=haswell -mattr=-fma": (8, False, 16, {"sse2", "avx", "avx2", "f16c"}),
+    f"{X86} -mcpu=haswell -mattr=-f16c": (8, True, 16, {"sse2", "avx", "avx2", "fma"}),
+    f"{X86} -mcpu=sandybridge": (8, False, 16, {"sse2", "avx"}),  # AVX without AVX2 (128-bit ints) or F16C
+    "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72": (4, True, 32, NEON64),
+    "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a53": (4, True, 32, NEON64),
+    "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76": (4, True, 32, NEON64 | {"fullfp16"}),  # ARMv8.2
+    "llvm -mtriple=aarch64-linux-gnu -mattr=+fullfp16": (4, True, 32, NEON64 | {"fullfp16"}),
     "llvm -mtriple=armv7l-linux-gnueabihf -mattr=+neon": (4, False, 16, {"neon"}),
     "llvm -mtriple=armv7l-linux-gnueabihf -mcpu=cortex-a7": (4, True, 16, {"neon", "fma"}),
 }
@@ -65,6 +71,8 @@ def test_plain_llvm_is_this_machine_as_llvm_sees_it():
     enabled = {x[1:] for x in features.split(",") if x.startswith("+")}
     assert ("avx512f" in f.features) == ("avx512f" in enabled)
     assert ("avx2" in f.features) == ("avx2" in enabled)
+    assert ("f16c" in f.features) == ("f16c" in enabled)
+    assert ("avx512fp16" in f.features) == ("avx512fp16" in enabled)
     assert f.has_fma == ("fma" in enabled or "neon" in enabled or "fp-armv8" in enabled)
     assert f.lanes() == {512: 16, 256: 8, 128: 4}[f.float_bits]
 

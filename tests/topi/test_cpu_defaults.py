@@ -7,6 +7,7 @@ and its assembly inspected.
 """
 
 import importlib
+import re
 
 import numpy as np
 import pytest
@@ -316,3 +317,137 @@ def test_code_for_other_cpus_matches_numpy(cpu, runner):
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3, err_msg=f"{cpu} {name}")
     if why_not:
         pytest.skip(f"{cpu} code compiled and inspected, not run: {why_not}")
+
+
+
+# -- float16 for each CPU --------------------------------------------------------------------------
+# How each CPU computes in float16: native half arithmetic (AVX512-FP16), float32 arithmetic between
+# F16C vector conversions, or scalar conversions without F16C (x86-64-v2).
+F16_CPUS = {"haswell": "f16c", "znver3": "f16c", "x86-64-v3": "f16c", "skylake-avx512": "f16c", "znver4": "f16c",
+            "sapphirerapids": "native", "x86-64-v4 -mattr=+avx512fp16": "native",
+            "sapphirerapids -mattr=-avx512fp16": "f16c", "x86-64-v2": "soft"}
+HALF_ARITH = re.compile(r"\bv(?:add|sub|mul|f[n]?madd\d*)[ps]h\b")
+HALF_CONVERT = re.compile(r"\bvcvtph2psx?\b")
+U16 = 2.0 ** -11 + 2.0 ** -24  # one float16 rounding (plus a float32 one where F16C computes in float)
+
+
+def _gamma(n: int) -> float:
+    """Bound on the relative error of a sum of n rounded terms, in any order (Higham, Lemma 3.1):
+    a float16 dot product of K terms, rounded once more to store it, is within _gamma(K + 1) * sum |a b|."""
+    return n * U16 / (1 - n * U16)
+
+
+def _f16(*shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype("float16")
+
+
+def _blocked(v, block):
+    n, c, h, w = v.shape
+    return np.ascontiguousarray(v.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def _float16_kernels():
+    """(name, schedule builder, inputs, () -> (exact float64 result, its error bound)) for the
+    float16 kernels with CPU-derived tiles; what depends on the target is resolved under it."""
+    a, b = _f16(24, 96, seed=1), _f16(40, 96, seed=2)
+    x, w = _f16(1, 32, 14, 14, seed=3), _f16(48, 32, 1, 1, seed=4)
+
+    def dense_case():
+        A, B = te.placeholder(a.shape, "float16", name="A"), te.placeholder(b.shape, "float16", name="B")
+        out = topi.x86.dense(A, B, out_dtype="float16")
+        return topi.x86.schedule_dense([out]), [A, B, out]
+
+    def dense_exact():
+        a64, b64 = a.astype("float64"), b.astype("float64")
+        return a64 @ b64.T, _gamma(97) * (np.abs(a64) @ np.abs(b64).T)
+
+    def nchwc_case():
+        ib = conv2d_nchwc.input_block(32)
+        X = te.placeholder((1, 32 // ib, 14, 14, ib), "float16", name="X")
+        W = te.placeholder(w.shape, "float16", name="W")
+        out = topi.x86.conv2d_NCHWc(X, W, 1, 0, 1, "float16")
+        return topi.x86.schedule_conv2d_NCHWc([out]), [X, W, out]
+
+    def nchwc_exact():
+        bn = conv2d_nchwc.config_for_nchwc(x.shape, w.shape, 1, 0, 1)["oc_bn"]
+        x64, w64 = x.astype("float64"), w[:, :, 0, 0].astype("float64")
+        conv = np.einsum("nchw,oc->nohw", x64, w64)
+        bound = _gamma(33) * np.einsum("nchw,oc->nohw", np.abs(x64), np.abs(w64))
+        return _blocked(conv, bn), _blocked(bound, bn)
+
+    return [("dense", dense_case, [a, b], dense_exact),
+            ("conv2d_NCHWc", nchwc_case, [lambda: _blocked(x, conv2d_nchwc.input_block(32)), w], nchwc_exact)]
+
+
+def _float16_model():
+    """A ToMixedPrecision float16 model (conv 3x3 + bias + relu, dense to 10 classes), its input,
+    and per logit the exact float64 result with the error bound float16 arithmetic allows."""
+    from kiln import relay
+    from kiln.topi import testing
+
+    x, w1, b1, w2 = _f16(1, 4, 4, 4, seed=5), _f16(4, 4, 3, 3, seed=6), _f16(4, seed=7), _f16(10, 64, seed=8)
+    data = relay.var("x", shape=x.shape)
+    y = relay.nn.conv2d(data, relay.const(w1.astype("float32")), padding=(1, 1), channels=4, kernel_size=(3, 3))
+    y = relay.nn.relu(relay.nn.bias_add(y, relay.const(b1.astype("float32"))))
+    y = relay.nn.dense(relay.nn.batch_flatten(y), relay.const(w2.astype("float32")))
+    mod = relay.transform.ToMixedPrecision("float16")(tvm.IRModule.from_expr(relay.Function([data], y)))
+    # the inputs and weights are float16 numbers already, so the casts to float16 are exact
+    x64, w1_64, b1_64, w2_64 = (v.astype("float64") for v in (x, w1, b1, w2))
+    conv = testing.conv2d_nchw_python(x64, w1_64, 1, 1) + b1_64.reshape(1, 4, 1, 1)
+    conv_err = _gamma(4 * 9 + 2) * (testing.conv2d_nchw_python(np.abs(x64), np.abs(w1_64), 1, 1)
+                                    + np.abs(b1_64).reshape(1, 4, 1, 1))
+    h, h_err = np.maximum(conv, 0).reshape(1, -1), conv_err.reshape(1, -1)   # relu: 1-Lipschitz
+    logits = h @ w2_64.T
+    bound = h_err @ np.abs(w2_64).T + _gamma(64 + 1) * ((np.abs(h) + h_err) @ np.abs(w2_64).T)
+    return mod, x.astype("float32"), logits, bound
+
+
+@pytest.mark.parametrize("cpu", list(F16_CPUS))
+def test_float16_code_for_each_cpu(cpu):
+    """float16 dense, conv2d_NCHWc and a whole ToMixedPrecision model for each CPU: native half
+    arithmetic where the CPU has AVX512-FP16, F16C conversions around float arithmetic where it
+    has F16C; run where this machine can, within the bound of float16 rounding."""
+    from kiln import relay
+    from kiln.contrib import graph_executor
+    from helpers.ranking import assert_ranking_kept
+
+    if cpu_facts("llvm").arch != "x86_64":
+        pytest.skip("x86 code: this machine is not x86-64")
+    target = Target(f"{X86} -mcpu={cpu}")
+    kind, why_not = F16_CPUS[cpu], _host_runs(target)
+    assert ({"f16c", "avx512fp16"} & cpu_facts(target).features) == {
+        "native": {"f16c", "avx512fp16"}, "f16c": {"f16c"}, "soft": set()}[kind]
+
+    def check_code(asm, what):
+        assert bool(HALF_ARITH.search(asm)) == (kind == "native"), f"{cpu} {what}: half arithmetic"
+        if kind == "f16c":
+            assert HALF_CONVERT.search(asm), f"{cpu} {what}: no F16C conversion"
+        if kind == "soft":
+            assert not HALF_CONVERT.search(asm), f"{cpu} {what}: F16C on a CPU without it"
+
+    for name, case, inputs, exact in _float16_kernels():
+        with target:
+            s, args = case()
+            mod = tvm.build(s, args, target=target)
+            inputs = [v() if callable(v) else v for v in inputs]
+            want, bound = exact()
+        check_code(mod.get_source("asm"), name)
+        if why_not:
+            continue
+        out = tvm.nd.empty(tuple(int(d) for d in args[-1].shape), "float16")
+        mod(*[tvm.nd.array(v) for v in inputs], out)
+        err = np.abs(out.numpy().astype("float64") - want)
+        assert (err <= bound).all(), f"{cpu} {name}: error {err.max():.3g} beyond the float16 bound"
+
+    model, x, want, bound = _float16_model()
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(model, target=target)
+    check_code(lib.get_lib().get_source("asm"), "model")
+    if why_not:
+        pytest.skip(f"{cpu} float16 code compiled and inspected, not run: {why_not}")
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu()))
+    m.set_input("x", x)
+    m.run()
+    got = m.get_output(0).numpy().astype("float64")
+    assert (np.abs(got - want) <= bound).all(), f"{cpu} model: error beyond the float16 bound"
+    print(assert_ranking_kept(got[0], want[0], bound[0]))
