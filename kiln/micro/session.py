@@ -5,8 +5,10 @@
         a = sess.array(np_a); c = sess.empty((n,), "float32")
         lib["add"](a, b, c); c.numpy()
 
-Every request waits ``timeout`` seconds for its reply and is sent again (same sequence number:
-the board answers from its cache, the command never runs twice) up to ``retries`` times; then
+Requests are numbered consecutively (mod 2^32) from a random start, one outstanding at a time;
+the board runs only a request numbered after the last it answered (src/crt/rpc_server.c), so a
+late duplicate never runs twice. Every request waits ``timeout`` seconds for its reply and is
+sent again (same sequence number: the board answers from its cache) up to ``retries`` times; then
 the session fails with "the board stopped answering" instead of hanging; a transport that closes
 (the board process or qemu died) fails the request at once. A transport's ``read(timeout)``
 returns b"" when nothing came and raises EOFError when the board is gone.
@@ -177,14 +179,14 @@ class Session:
         self.retries = retries
         self.transport = None
         self.session_id = random.randint(1, 255)
-        self.seq = random.randint(0, 0xFFFF)
+        self.seq = random.getrandbits(32)
         self.unframer = Unframer()
         self.retransmissions = 0
 
     def __enter__(self):
         self.transport = self.cm.__enter__()
         try:
-            body = self.request(HELLO, b"")
+            body = self.request(HELLO, b"", reply_size=12)
         except BaseException:
             self.cm.__exit__(None, None, None)
             raise
@@ -198,9 +200,10 @@ class Session:
     def device(self):
         return self
 
-    def request(self, cmd: int, body: bytes) -> bytes:
-        self.seq = (self.seq + 1) & 0xFFFF
-        frame = encode_frame(self.session_id, struct.pack("<HB", self.seq, cmd) + body)
+    def request(self, cmd: int, body: bytes, reply_size: int = 0) -> bytes:
+        """The body of the board's reply to ``cmd``, at least ``reply_size`` bytes long."""
+        self.seq = (self.seq + 1) & 0xFFFFFFFF
+        frame = encode_frame(self.session_id, struct.pack("<IB", self.seq, cmd) + body)
         for attempt in range(self.retries + 1):
             if attempt:
                 self.retransmissions += 1
@@ -212,14 +215,18 @@ class Session:
                 except EOFError as err:
                     raise MicroSessionError(f"the board stopped answering: {err} (command {cmd})") from None
                 for sid, payload in self.unframer.feed(data):
-                    if sid != self.session_id or len(payload) < 3:
+                    if sid != self.session_id or len(payload) < 5:
                         continue
-                    seq, status = struct.unpack("<HB", payload[:3])
+                    seq, status = struct.unpack("<IB", payload[:5])
                     if seq != self.seq:
                         continue  # a late answer to an earlier try
                     if status != 0:
-                        raise MicroSessionError(f"the board says: {payload[3:].decode(errors='replace')}")
-                    return payload[3:]
+                        raise MicroSessionError(f"the board says: {payload[5:].decode(errors='replace')}")
+                    if len(payload) - 5 < reply_size:
+                        raise MicroSessionError(
+                            f"the board's reply to command {cmd} has {len(payload) - 5} bytes, not {reply_size}: "
+                            "the firmware speaks another protocol version; rebuild it with this kiln")
+                    return payload[5:]
         raise MicroSessionError(f"the board stopped answering: no reply to command {cmd} within "
                                 f"{self.timeout:g} s after {self.retries + 1} tries")
 
@@ -227,7 +234,7 @@ class Session:
     def empty(self, shape, dtype="float32") -> "MicroNDArray":
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        (handle,) = struct.unpack("<I", self.request(ALLOC, struct.pack("<I", max(nbytes, 1)))[:4])
+        (handle,) = struct.unpack("<I", self.request(ALLOC, struct.pack("<I", max(nbytes, 1)), 4)[:4])
         return MicroNDArray(self, handle, tuple(int(s) for s in shape), dtype)
 
     def array(self, value) -> "MicroNDArray":
@@ -257,7 +264,7 @@ class MicroNDArray:
         out = bytearray()
         for off in range(0, self.nbytes, CHUNK):
             n = min(CHUNK, self.nbytes - off)
-            out += self.sess.request(READ, struct.pack("<III", self.handle, off, n))[:n]
+            out += self.sess.request(READ, struct.pack("<III", self.handle, off, n), n)[:n]
         return np.frombuffer(bytes(out), self.dtype).reshape(self.shape)
 
     def free(self) -> None:
@@ -274,7 +281,7 @@ class MicroModule:
         self.sess = sess
 
     def get_function(self, name: str) -> "MicroFunction":
-        (index,) = struct.unpack("<I", self.sess.request(LOOKUP, name.encode())[:4])
+        (index,) = struct.unpack("<I", self.sess.request(LOOKUP, name.encode(), 4)[:4])
         return MicroFunction(self.sess, name, index)
 
     __getitem__ = get_function
@@ -313,7 +320,7 @@ class MicroFunction:
                 body += struct.pack("<Bd", 2, a)
             else:
                 body += struct.pack("<Bq", 0, int(a))
-        (ticks,) = struct.unpack("<Q", self.sess.request(CALL, body)[:8])
+        (ticks,) = struct.unpack("<Q", self.sess.request(CALL, body, 8)[:8])
         self.last_ticks = ticks
         return ticks
 

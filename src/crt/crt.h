@@ -29,6 +29,8 @@ typedef struct { const char* name; KilnPackedFunc fn; } KilnCrtFunc;
 /* Page allocator */
 void* kiln_crt_alloc(size_t nbytes);
 void kiln_crt_free(void* ptr);
+/* The size of the allocated block that starts at ptr, or 0 when ptr starts no allocated block. */
+size_t kiln_crt_block_bytes(const void* ptr);
 size_t kiln_crt_pages_free(void);
 uint8_t* kiln_crt_arena_base(void);
 
@@ -48,6 +50,9 @@ void kiln_frame_send(uint8_t session, const uint8_t* payload, size_t n);
 /* Reads until a whole frame with a good CRC arrives; returns its payload length, -1 at end of input. */
 int kiln_frame_recv(uint8_t* session, uint8_t* payload, size_t cap);
 
+/* One request payload in (from session sid): the reply to send (*reply, its length), or 0 for
+   none (a stale frame or a late duplicate). Used by kiln_crt_serve; exposed for tests and fuzzing. */
+size_t kiln_crt_handle(uint8_t sid, const uint8_t* payload, size_t n, const uint8_t** reply);
 /* Serves requests until the transport closes. */
 int kiln_crt_serve(void);
 #endif

@@ -11,8 +11,9 @@ static uint8_t used[NPAGES];
 uint8_t* kiln_crt_arena_base(void) { return arena; }
 
 void* kiln_crt_alloc(size_t nbytes) {
-  size_t need = (nbytes + KILN_CRT_PAGE_BYTES - 1) / KILN_CRT_PAGE_BYTES;
+  size_t need = nbytes / KILN_CRT_PAGE_BYTES + (nbytes % KILN_CRT_PAGE_BYTES != 0); /* no wrap near SIZE_MAX */
   if (need == 0) need = 1;
+  if (need > NPAGES || need > UINT16_MAX) return NULL;
   size_t start = 0, len = 0;
   for (size_t i = 0; i < NPAGES; ++i) {
     if (used[i]) {
@@ -29,10 +30,22 @@ void* kiln_crt_alloc(size_t nbytes) {
   return NULL;
 }
 
+/* The page of ptr if it starts an allocated block, else NPAGES. */
+static size_t block_page(const void* ptr) {
+  uintptr_t at = (uintptr_t)ptr, base = (uintptr_t)arena;
+  if (at < base || at - base >= sizeof arena || (at - base) % KILN_CRT_PAGE_BYTES) return NPAGES;
+  size_t page = (size_t)(at - base) / KILN_CRT_PAGE_BYTES;
+  return used[page] && run[page] ? page : NPAGES;
+}
+
+size_t kiln_crt_block_bytes(const void* ptr) {
+  size_t page = block_page(ptr);
+  return page < NPAGES ? (size_t)run[page] * KILN_CRT_PAGE_BYTES : 0;
+}
+
 void kiln_crt_free(void* ptr) {
-  if (ptr == NULL) return;
-  size_t page = (size_t)((uint8_t*)ptr - arena) / KILN_CRT_PAGE_BYTES;
-  if (page >= NPAGES) return;
+  size_t page = block_page(ptr);
+  if (page >= NPAGES) return; /* NULL, or not a block: nothing of anyone else's is freed */
   for (size_t k = page; k < page + run[page] && k < NPAGES; ++k) used[k] = 0;
   run[page] = 0;
 }
