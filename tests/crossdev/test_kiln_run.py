@@ -21,6 +21,7 @@ from kiln.contrib import graph_executor
 
 sys.path.insert(0, os.path.join(boards.ROOT, "tests", "relay"))
 from onnx_models import GraphBuilder, resnet18, run_ort  # noqa: E402
+from helpers.ranking import allclose_bound, assert_ranking_kept  # noqa: E402
 
 pytestmark = pytest.mark.qemu
 
@@ -106,4 +107,5 @@ def test_resnet18_package_on_the_aarch64_board(runtime_builds, tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
     np.testing.assert_allclose(got, python_executor(tmp_path / "host.tar", inputs, tmp_path), rtol=1e-4,
                                atol=1e-4 * float(np.abs(want).max()))
-    assert list(np.argsort(got[0])[::-1][:5]) == list(np.argsort(want[0])[::-1][:5])
+    # the class order wherever the float32 error accepted above cannot explain a swap
+    print(assert_ranking_kept(got[0], want[0], allclose_bound(want[0], rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))))

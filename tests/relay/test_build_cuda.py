@@ -6,6 +6,7 @@ import functools
 
 import numpy as np
 import pytest
+from helpers.ranking import allclose_bound, assert_ranking_kept
 from onnx_models import bert_block, mobilenet_v2, resnet18, resnet50, run_ort
 
 import kiln as tvm
@@ -98,4 +99,6 @@ def test_float16_model_keeps_top5_on_the_gpu(name):
     module.set_input(**inputs)
     module.run()
     got, want = module.get_output(0).numpy(), run_ort(model, inputs)[0]
-    np.testing.assert_array_equal(np.argsort(-got[0])[:5], np.argsort(-want[0])[:5])
+    # the class order wherever float16's error (as on OpenCL: 1e-2 of a logit + 3e-2 of the range)
+    # cannot explain a swap
+    print(assert_ranking_kept(got[0], want[0], allclose_bound(want[0], rtol=1e-2, atol=3e-2 * np.abs(want).max())))
