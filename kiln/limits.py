@@ -87,9 +87,13 @@ def count(n, *, file, field: str, most: int | None = None) -> int:
 
 def shape(dims, *, file, field: str) -> tuple:
     """A shape read from the file: a sequence of non-negative integers (each checked)."""
-    if isinstance(dims, (str, bytes)) or not hasattr(dims, "__iter__"):
+    try:
+        if isinstance(dims, (str, bytes, dict)):
+            raise TypeError
+        dims = list(dims)
+    except TypeError:
         raise FileFormatError(f"{_name(file)}: {field} is {_short(dims)}, not a list of dimensions; "
-                              "the file is damaged")
+                              "the file is damaged") from None
     return tuple(count(d, file=file, field=f"{field}[{i}]") for i, d in enumerate(dims))
 
 

@@ -13,7 +13,8 @@ import os
 
 import numpy as np
 
-from kiln.errors import KilnError
+from kiln import limits
+from kiln.errors import FileFormatError, KilnError
 
 from ...expr import Constant, Function, Tuple, TupleWrapper, Var, const, var
 from ...reference import evaluate
@@ -26,7 +27,7 @@ from ...ty import TensorType, dtype_of
 MIN_OPSET = 7
 
 
-class ImportError_(KilnError):
+class ImportError_(FileFormatError):
     """The ONNX model cannot be imported as written."""
 
 
@@ -43,7 +44,16 @@ class Ctx:
         return f"{self.node.op_type} node {self.node.name or '(unnamed)'!r}"
 
     def fail(self, msg: str):
-        raise ImportError_(f"from_onnx: {self.where}: {msg}")
+        raise ImportError_(f"from_onnx: {self.importer.name}: {self.where}: {msg}")
+
+    def allocation(self, shape, dtype, what: str = "output") -> tuple:
+        """``shape`` (checked), if a tensor of it may be computed at import: within the model's
+        expansion limit (kiln/limits.py), since a few bytes of ONNX can declare a huge constant."""
+        shape = tuple(shape)
+        field = f"{self.where} {what} of shape {list(shape)[:8]}{'...' if len(shape) > 8 else ''}"
+        limits.tensor(shape, np.dtype(dtype).itemsize, file=f"from_onnx: {self.importer.name}", field=field,
+                      limit=limits.expansion_limit(self.importer.size))
+        return shape
 
     def type_of(self, expr) -> TensorType:
         return infer(expr).checked_type
@@ -75,15 +85,16 @@ def _attr_value(a):
 
 
 class _Importer:
-    def __init__(self, model, shape: dict, dtype, opset, freeze_params: bool):
-        from onnx import numpy_helper
+    def __init__(self, model, shape: dict, dtype, opset, freeze_params: bool, name: str = "", size: int = 0):
+        from .validate import array
+        self.name, self.size = name or "ONNX model", size
         self.graph = model.graph
         default = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
         self.opset = opset or (default[0] if default else 13)
         self.freeze = freeze_params
         self.shape = dict(shape or {})
         self.dtype = dtype
-        self.initializers = {t.name: numpy_helper.to_array(t) for t in self.graph.initializer}
+        self.initializers = {t.name: array(t, self.name, f"initializer {t.name!r}") for t in self.graph.initializer}
         self.tensors: dict = {}
         self.params: dict = {}
         self.inputs: list = []
@@ -148,10 +159,10 @@ class _Importer:
         return Function(params, body)
 
     def convert(self, node, fn) -> None:
-        inputs = [self.tensors[n] if n else None for n in node.input]
         missing = [n for n in node.input if n and n not in self.tensors]
         if missing:
-            raise ImportError_(f"from_onnx: node {node.name!r} reads undefined tensors {missing}")
+            raise ImportError_(f"from_onnx: {self.name}: node {node.name!r} reads undefined tensors {missing}")
+        inputs = [self.tensors[n] if n else None for n in node.input]
         attrs = {a.name: _attr_value(a) for a in node.attribute}
         ctx = Ctx(self, node)
         try:
@@ -159,7 +170,7 @@ class _Importer:
         except ImportError_:
             raise
         except (KilnError, ValueError, TypeError) as e:
-            raise ImportError_(f"from_onnx: {ctx.where}: {e}") from e
+            raise ImportError_(f"from_onnx: {self.name}: {ctx.where}: {e}") from e
         if isinstance(out, TupleWrapper):
             out = [out[i] for i in range(len(out))]
         outs = out if isinstance(out, (list, tuple)) else [out]
@@ -168,6 +179,8 @@ class _Importer:
             if not name:
                 continue
             if foldable and not isinstance(expr, (Constant, Var)):
+                ty = ctx.type_of(expr)
+                ctx.allocation(getattr(ty, "shape", ()), getattr(ty, "dtype", "int64"), f"folded output {name!r}")
                 expr = const(np.asarray(evaluate(expr)))
             self.tensors[name] = expr
 
@@ -177,14 +190,13 @@ def from_onnx(model, shape=None, dtype="float32", opset=None, freeze_params=True
 
     >>> mod, params = relay.frontend.from_onnx(onnx.load("resnet18.onnx"), shape={"data": (1, 3, 224, 224)})
     """
-    import onnx
-
     from kiln.ir.module import IRModule
 
     from . import CONVERTERS
-    if isinstance(model, (str, os.PathLike)):
-        model = onnx.load(os.fspath(model))
-    importer = _Importer(model, shape, dtype, opset, freeze_params)
+    from . import validate
+    model, name, size = validate.read(model)
+    validate.check(model, name)
+    importer = _Importer(model, shape, dtype, opset, freeze_params, name, size)
     func = importer.run(CONVERTERS)
     infer(func)
     return IRModule({"main": func}), dict(importer.params)

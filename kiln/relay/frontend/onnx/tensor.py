@@ -27,7 +27,7 @@ def _reshape(ctx, ins, attrs):
         # result has no elements, so it does not depend on the input.
         if int(np.prod(in_shape)) != 0:
             ctx.fail(f"cannot reshape {in_shape} into {shape}: element counts differ")
-        return const(np.zeros(shape, dtype=ctx.type_of(ins[0]).dtype))
+        return const(np.zeros(ctx.allocation(shape, ctx.type_of(ins[0]).dtype), dtype=ctx.type_of(ins[0]).dtype))
     return tf.reshape(ins[0], shape)
 
 
@@ -149,11 +149,19 @@ def _constant(ctx, ins, attrs):
 def _constant_of_shape(ctx, ins, attrs):
     shape = _ints(ctx, ins[0], "shape")
     value = np.asarray(attrs.get("value", np.zeros(1, dtype="float32"))).reshape(-1)
-    return const(np.full(shape, value[0], dtype=value.dtype))
+    if value.size != 1:
+        ctx.fail(f"the value attribute holds {value.size} elements; ConstantOfShape takes one")
+    return const(np.full(ctx.allocation(shape, value.dtype), value[0], dtype=value.dtype))
 
 
 def _range(ctx, ins, attrs):
     start, limit, delta = (np.asarray(ctx.value(x, name)) for x, name in zip(ins, ("start", "limit", "delta")))
+    if any(v.size != 1 for v in (start, limit, delta)):
+        ctx.fail("start, limit and delta must be scalars")
+    if delta == 0 or not np.isfinite([start, limit, delta]).all():
+        ctx.fail(f"Range({start}, {limit}, {delta}) has no finite length")
+    count = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)  # ONNX's formula
+    ctx.allocation((count,), start.dtype)
     return const(np.arange(start, limit, delta).astype(start.dtype))
 
 

@@ -8,19 +8,38 @@ quantized tensor rounded to its grid after the op that makes it: see quantize.py
 
 from __future__ import annotations
 
+import contextlib
 import os
+import struct
 
 import numpy as np
 
-from kiln.errors import KilnError
+from kiln import limits
+from kiln.errors import FileFormatError, KilnError
 
 from ...expr import Function, Tuple, const, var
 from ...transform.infer_type import infer
 from . import quantize as Q
 
 
-class ImportError_(KilnError):
+class ImportError_(FileFormatError):
     """The TFLite model cannot be imported as written."""
+
+
+@contextlib.contextmanager
+def _offsets(what: str):
+    """Reading a flatbuffer field through the generated accessors: Python's flatbuffers has no
+    verifier, so an offset that points outside the buffer surfaces as one of these exceptions
+    from the accessor itself (struct.unpack_from past the end, a number out of its type's range,
+    a name that is not UTF-8). Only accessor calls run inside this block."""
+    try:
+        yield
+    except (struct.error, IndexError, UnicodeDecodeError) as err:
+        raise ImportError_(f"from_tflite: {what}: the flatbuffer points outside the file ({err}); the file "
+                           "is truncated or damaged: convert the model again") from None
+    except (TypeError, ValueError) as err:  # flatbuffers: "bad number ... for type ...", "buffer is smaller..."
+        raise ImportError_(f"from_tflite: {what}: a field holds an impossible value ({err}); the file is "
+                           "damaged: convert the model again") from None
 
 
 _DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8",
@@ -39,15 +58,37 @@ def _op_names() -> dict:
 class TensorInfo:
     """One tensor of the subgraph: name, shape, dtype, quantization and constant data."""
 
-    def __init__(self, model, t):
-        self.name = t.Name().decode()
-        self.shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
-        self.dtype = _DTYPES.get(t.Type(), f"tflite type {t.Type()}")
-        self.qp = Q.read_qparams(t)
-        buf = model.Buffers(t.Buffer())
-        raw = buf.DataAsNumpy() if buf is not None and buf.DataLength() else None
+    def __init__(self, model, t, index: int = 0):
+        where = f"tensor {index}"
+        with _offsets(where):
+            self.name = (t.Name() or b"").decode()
+            where = f"tensor {index} ({self.name!r})"
+            self.shape = limits.shape(t.ShapeAsNumpy() if t.ShapeLength() else (), file="from_tflite",
+                                      field=f"{where} shape")
+            code = t.Type()
+            self.qp = Q.read_qparams(t)
+            n_buffers = model.BuffersLength()
+            b = t.Buffer()
+            if not 0 <= b < max(n_buffers, 1):
+                raise ImportError_(f"from_tflite: {where} names buffer {b}, but the model has {n_buffers}; the "
+                                   "file is damaged")
+            buf = model.Buffers(b) if n_buffers else None
+            raw = buf.DataAsNumpy() if buf is not None and buf.DataLength() else None
+        if code not in _DTYPES:
+            raise ImportError_(f"from_tflite: {where} has TFLite type {code}, which kiln does not import; "
+                               f"supported: {sorted(_DTYPES.values())}")
+        self.dtype = _DTYPES[code]
+        qp = self.qp
+        if qp is not None and (qp.zero_point.size not in (1, qp.scale.size) or (qp.scale.size > 1 and not (
+                0 <= qp.axis < len(self.shape) and self.shape[qp.axis] == qp.scale.size))):
+            raise ImportError_(f"from_tflite: {where}: {qp.scale.size} scales and {qp.zero_point.size} zero points "
+                               f"along axis {qp.axis} do not fit shape {list(self.shape)}; the file is damaged")
         self.data = None
         if raw is not None:
+            want = limits.nbytes(self.shape, np.dtype(self.dtype).itemsize, file="from_tflite", field=f"{where} shape")
+            if raw.size != want:
+                raise ImportError_(f"from_tflite: {where}: its buffer holds {raw.size} bytes but shape "
+                                   f"{list(self.shape)} of {self.dtype} needs {want}; the file is damaged")
             self.data = np.frombuffer(raw.tobytes(), dtype=np.dtype(self.dtype)).reshape(self.shape)
 
     @property
@@ -68,8 +109,15 @@ class Ctx:
         self.importer = importer
         self.op = op
         self.op_name = name
-        self.in_idx = [int(i) for i in op.InputsAsNumpy()] if op.InputsLength() else []
-        self.out_idx = [int(i) for i in op.OutputsAsNumpy()] if op.OutputsLength() else []
+        with _offsets(f"operator {name}"):
+            self.in_idx = [int(i) for i in op.InputsAsNumpy()] if op.InputsLength() else []
+            self.out_idx = [int(i) for i in op.OutputsAsNumpy()] if op.OutputsLength() else []
+        n = len(importer.tensors)
+        bad = [i for i in self.in_idx if i >= n] + [i for i in self.out_idx if not 0 <= i < n]
+        if bad or not self.out_idx:
+            raise ImportError_(f"from_tflite: operator {name} names tensor {bad[0] if bad else '(none)'} as "
+                               f"{'an input or output' if bad else 'its output'}, but the subgraph has {n} tensors; "
+                               "the file is damaged")
 
     @property
     def where(self) -> str:
@@ -80,7 +128,8 @@ class Ctx:
         raise ImportError_(f"from_tflite: {self.where}: {msg}")
 
     def options(self, cls):
-        table = self.op.BuiltinOptions()
+        with _offsets(f"operator {self.op_name}"):
+            table = self.op.BuiltinOptions()
         opts = cls()
         if table is None:
             self.fail(f"has no {cls.__name__}")
@@ -109,10 +158,22 @@ class Ctx:
 class _Importer:
     def __init__(self, model, shape: dict, dtype: dict, converters: dict):
         self.model = model
-        if model.SubgraphsLength() < 1:
-            raise ImportError_("from_tflite: the model has no subgraph")
-        self.graph = model.Subgraphs(0)
-        self.tensors = [TensorInfo(model, self.graph.Tensors(i)) for i in range(self.graph.TensorsLength())]
+        with _offsets("the model's subgraphs"):
+            if model.SubgraphsLength() < 1:
+                raise ImportError_("from_tflite: the model has no subgraph; convert it again")
+            self.graph = model.Subgraphs(0)
+            n = self.graph.TensorsLength()
+            # Each tensor table takes more than 4 bytes of the file: a larger count is damage.
+            limits.count(n, file="from_tflite", field="subgraph 0 tensor count", most=len(model._tab.Bytes) // 4)
+            tables = [self.graph.Tensors(i) for i in range(n)]
+            self.graph_inputs = [int(i) for i in self.graph.InputsAsNumpy()] if self.graph.InputsLength() else []
+            self.graph_outputs = [int(i) for i in self.graph.OutputsAsNumpy()] if self.graph.OutputsLength() else []
+        self.tensors = [TensorInfo(model, t, i) for i, t in enumerate(tables)]
+        for what, idx in (("input", self.graph_inputs), ("output", self.graph_outputs)):
+            bad = [i for i in idx if not 0 <= i < n]
+            if bad or (what == "output" and not idx):
+                raise ImportError_(f"from_tflite: the subgraph's {what}s {idx[:8]} name tensors it does not have "
+                                   f"({n} tensors); the file is damaged")
         self.shape = dict(shape or {})
         self.dtype = dict(dtype or {})
         self.converters = converters
@@ -121,14 +182,20 @@ class _Importer:
         self.inputs: list = []
 
     def op_name(self, op) -> str:
-        code = self.model.OperatorCodes(op.OpcodeIndex())
-        builtin = max(int(code.BuiltinCode()), int(code.DeprecatedBuiltinCode()))
-        if builtin == 32:  # CUSTOM
-            return f"CUSTOM:{code.CustomCode().decode()}"
+        with _offsets("an operator's code"):
+            index, n = op.OpcodeIndex(), self.model.OperatorCodesLength()
+            if not 0 <= index < n:
+                raise ImportError_(f"from_tflite: an operator names operator code {index}, but the model has {n}; "
+                                   "the file is damaged")
+            code = self.model.OperatorCodes(index)
+            builtin = max(int(code.BuiltinCode()), int(code.DeprecatedBuiltinCode()))
+            if builtin == 32:  # CUSTOM
+                return f"CUSTOM:{(code.CustomCode() or b'').decode()}"
         return self.names.get(builtin, f"builtin {builtin}")
 
     def ops(self):
-        return [self.graph.Operators(i) for i in range(self.graph.OperatorsLength())]
+        with _offsets("the subgraph's operators"):
+            return [self.graph.Operators(i) for i in range(self.graph.OperatorsLength())]
 
     def check_supported(self):
         missing: dict = {}
@@ -162,14 +229,14 @@ class _Importer:
 
     def run(self) -> Function:
         self.check_supported()
-        for i in self.graph.InputsAsNumpy():
-            self.values[int(i)] = self.input_var(int(i))
+        for i in self.graph_inputs:
+            self.values[i] = self.input_var(i)
         for op in self.ops():
             self.convert(op)
         outs = []
-        for i in self.graph.OutputsAsNumpy():
-            info = self.tensors[int(i)]
-            v = self.value(int(i))
+        for i in self.graph_outputs:
+            info = self.tensors[i]
+            v = self.value(i)
             outs.append(Q.quantize(v, info.qp, info.dtype) if info.quantized else v)
         return Function(self.inputs, outs[0] if len(outs) == 1 else Tuple(outs))
 
@@ -197,6 +264,7 @@ def _load(model):
         raise ImportError_("from_tflite needs the tflite package (the flatbuffer schema): pip install tflite") from None
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
+        limits.file_size(path)  # a folder or a missing file: one clear error
         with open(path, "rb") as f:
             model = f.read()
         what = repr(path)
@@ -225,7 +293,7 @@ def from_tflite(model, shape_dict=None, dtype_dict=None):
     from . import CONVERTERS
     importer = _Importer(_load(model), shape_dict, dtype_dict, CONVERTERS)
     for name in importer.shape:
-        known = [importer.tensors[int(i)].name for i in importer.graph.InputsAsNumpy()]
+        known = [importer.tensors[i].name for i in importer.graph_inputs]
         if name not in known:
             raise ImportError_(f"from_tflite: shape_dict names {name!r}, but the model's inputs are {known}")
     func = importer.run()
