@@ -20,15 +20,17 @@ import zipfile
 
 import numpy as np
 
-from kiln.errors import KilnError
+from kiln import limits
+from kiln.errors import FileFormatError, KilnError
 
 from ...expr import Function, Tuple, var
 from ...op import transform as tf
 from ...transform.infer_type import infer
+from . import checks
 from .archive import read_archive
 
 
-class ImportError_(KilnError):
+class ImportError_(FileFormatError):
     """The Keras model cannot be imported as written."""
 
 
@@ -67,18 +69,35 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _read_weights(group, layer_names) -> dict:
+def _names(value, file: str, field: str) -> list:
+    """A list of names stored as an HDF5 attribute (bytes or str)."""
+    items = list(value) if isinstance(value, (list, tuple, np.ndarray)) else None
+    if items is None or not all(isinstance(n, (bytes, str, np.bytes_, np.str_)) for n in items):
+        raise limits.fail(file, field, f"is {str(value)[:40]}, not a list of names", "the file is damaged")
+    try:
+        return [_text(n) for n in items]
+    except UnicodeDecodeError:
+        raise limits.fail(file, field, "holds a name that is not UTF-8", "the file is damaged") from None
+
+
+def _read_weights(group, layer_names, file: str = "", file_size: int = 0) -> dict:
     """{layer name: {short weight name: array}}; 'conv1/kernel:0' is stored as 'kernel'."""
     out = {}
     for lname in layer_names:
-        if lname not in group:
-            continue
-        g = group[lname]
-        names = [_text(n) for n in g.attrs.get("weight_names", [])]
+        with checks.h5_errors(file, f"model_weights/{lname}"):
+            if lname not in group:
+                continue
+            g = group[lname]
+            names = _names(g.attrs.get("weight_names", []), file, f"model_weights/{lname} weight_names")
         weights = {}
         for full in names:
             short = full.split("/")[-1].split(":")[0]
-            weights[short] = np.asarray(g[full])
+            with checks.h5_errors(file, f"model_weights/{lname}/{full}"):
+                if full not in g:
+                    raise limits.fail(file, f"model_weights/{lname}", f"lists the weight {full!r} but does not hold it",
+                                      "the file is damaged; save the model again")
+                ds = g[full]
+            weights[short] = checks.read_dataset(ds, file, f"model_weights/{lname}/{full}", file_size)
         out[lname] = weights
     return out
 
@@ -167,7 +186,7 @@ class _Importer:
                 self.tensors[name] = self.converters[layer["class_name"]](ctx, ins)
             except ImportError_:
                 raise
-            except (KilnError, ValueError, TypeError, KeyError) as e:
+            except (KilnError, ValueError, TypeError, KeyError, IndexError) as e:  # from the layer's config values
                 raise ImportError_(f"from_keras: layer {name!r} ({layer['class_name']}): {e}") from e
         outs = [self.output(self.tensors[o[0]]) for o in self.output_layers(layers)]
         return Function(self.inputs, outs[0] if len(outs) == 1 else Tuple(outs))
@@ -215,7 +234,7 @@ def _to_nhwc(shape):
 def _major(version) -> int:
     try:
         return int(_text(version).split(".")[0])
-    except ValueError:
+    except (ValueError, UnicodeDecodeError):
         return 2
 
 
@@ -232,6 +251,8 @@ def _open(model):
         return model, False
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
+        if limits.file_size(path) == 0:
+            raise limits.fail(path, "file", "is empty (0 bytes), not a Keras model", "save it with model.save('model.h5')")
         try:
             return h5py.File(path, "r"), True
         except OSError as err:
@@ -256,21 +277,26 @@ def from_keras(model, shape=None, layout="NCHW"):
     from . import CONVERTERS
     if layout not in ("NCHW", "NHWC"):
         raise ImportError_(f"from_keras: layout={layout!r}; use 'NCHW' or 'NHWC'")
-    if isinstance(model, (str, os.PathLike)) and zipfile.is_zipfile(os.fspath(model)):
+    if isinstance(model, (str, os.PathLike)) and not os.path.isdir(model) and zipfile.is_zipfile(os.fspath(model)):
         config, weights = read_archive(os.fspath(model), lambda msg: _fail(msg))
         func = _Importer(config, weights, shape, layout, CONVERTERS, version=3).run()
         infer(func)
         return IRModule({"main": func}), {}
     f, owned = _open(model)
+    file = f"from_keras: {f.filename}"
+    size = os.path.getsize(f.filename) if os.path.isfile(f.filename) else 0
     try:
-        if "model_config" not in f.attrs:
-            raise ImportError_(f"from_keras: {f.filename!r} has no model_config attribute (a weights-only file?); "
-                               "save the whole model with model.save('model.h5')")
-        config = json.loads(_text(f.attrs["model_config"]))
-        group = f["model_weights"] if "model_weights" in f else f
-        names = [_text(n) for n in group.attrs.get("layer_names", list(group.keys()))]
-        weights = _read_weights(group, names)
-        version = _major(f.attrs.get("keras_version", group.attrs.get("keras_version", "2")))
+        with checks.h5_errors(file, "model_config"):
+            if "model_config" not in f.attrs:
+                raise ImportError_(f"from_keras: {f.filename!r} has no model_config attribute (a weights-only file?); "
+                                   "save the whole model with model.save('model.h5')")
+            raw = f.attrs["model_config"]
+            group = f["model_weights"] if "model_weights" in f else f
+            layer_names = group.attrs.get("layer_names", list(group.keys()))
+            version = f.attrs.get("keras_version", group.attrs.get("keras_version", "2"))
+        config = checks.parse_config(raw, file)
+        weights = _read_weights(group, _names(layer_names, file, "model_weights layer_names"), file, size)
+        version = _major(version)
     finally:
         if owned:
             f.close()
