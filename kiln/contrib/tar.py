@@ -41,6 +41,9 @@ def untar(path: str, directory: str) -> list[str]:
             if not (m.isfile() or m.isdir()):
                 raise KilnError(f"{path}: member {m.name!r} is a link or special file; module "
                                 "archives may hold only regular files")
+            if m.issparse():  # a few KB of sparse map can declare GBs of zeros to write out
+                raise KilnError(f"{path}: member {m.name!r} is a sparse file (declares {m.size} bytes); module "
+                                "archives hold only plain files: export the module again")
         os.makedirs(directory, exist_ok=True)
         for m in members:
             archive.extract(m, directory, set_attrs=False, **_filter_arg())

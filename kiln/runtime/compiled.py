@@ -13,6 +13,7 @@ import tempfile
 
 from ..errors import KilnError
 from .elf import describe, host_arch, is_host_triple
+from .integrity import seal, seal_build_id
 from .module import Module
 
 # get_source() without a format gives the code the module's kind is written in.
@@ -105,12 +106,14 @@ class CompiledModule(Module):
                 elif fcompile is not None:
                     fcompile(tmp, files, **kwargs)
                 elif self.is_host:
-                    cc.create_shared(tmp, files, **kwargs)
+                    cc.create_shared(tmp, files, **_with_seal_id(kwargs, "-Wl,--build-id="))
                 else:
-                    cc.lld_link(tmp, files, self.triple, **kwargs)
+                    cc.lld_link(tmp, files, self.triple, **_with_seal_id(kwargs, "--build-id="))
                 if not os.path.exists(tmp):
                     raise KilnError(f"export_library: {getattr(fcompile, '__name__', fcompile)} "
                                     f"did not write {file_name}")
+                if not file_name.endswith(".tar"):
+                    seal(tmp)
 
     def get_source(self, fmt: str = "") -> str:
         key = _SOURCE_ALIASES.get(fmt, fmt) if fmt else _DEFAULT_SOURCE.get(self.type_key, "")
@@ -142,6 +145,11 @@ class CompiledModule(Module):
         return f"CompiledModule({self.type_key}, {self.triple}, functions=[{', '.join(self._functions)}])"
 
 
+def _with_seal_id(kwargs: dict, flag: str) -> dict:
+    """The linker options plus the build id that marks the library as sealed (integrity.py)."""
+    return {**kwargs, "options": [*(kwargs.get("options") or []), flag + seal_build_id()]}
+
+
 @contextlib.contextmanager
 def _atomic_output(path: str):
     """A temporary path in ``path``'s directory, renamed to ``path`` only on success."""
@@ -168,8 +176,15 @@ def load_tar(path: str):
         if "metadata.json" not in members:
             raise KilnError(f"{name} is not a kiln module archive: it has no metadata.json "
                             "(make it with export_library('x.tar'))")
-        with open(work.relpath("metadata.json")) as f:
-            metadata = check_metadata(json.load(f), name)
+        try:
+            with open(work.relpath("metadata.json"), "rb") as f:
+                raw = json.loads(f.read().decode())
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+            raise KilnError(f"{name}: metadata.json is not JSON ({type(err).__name__}); the archive is damaged: "
+                            "export it again with export_library('x.tar')") from None
+        if not isinstance(raw, dict):
+            raise KilnError(f"{name}: metadata.json is not a JSON object; the archive is damaged: export it again")
+        metadata = check_metadata(raw, name)
         objects = []
         for i in range(len(members)):
             if f"lib{i}.o" not in members:
@@ -185,7 +200,13 @@ def load_tar(path: str):
     kind = (metadata.get("target") or "llvm").split()[0]
     module = CompiledModule(objects, metadata, {}, triple, type_key=kind)
     beside = os.path.abspath(path) + ".so"
+    existed = os.path.exists(beside)
     try:
         return module.load(beside)
     except PermissionError:
         return module.load()
+    except BaseException:
+        if not existed:  # a failed load leaves nothing behind (linked but refused by dlopen, ...)
+            with contextlib.suppress(OSError):
+                os.unlink(beside)
+        raise

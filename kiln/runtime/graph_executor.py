@@ -22,6 +22,7 @@ from itertools import groupby
 
 import numpy as np
 
+from .. import limits
 from ..errors import KilnError
 from .dlpack import DTYPES
 from .function import CallList, run_list_address
@@ -274,20 +275,93 @@ def _texture_limit(lib) -> int:
 
 
 def _parse(graph_json) -> dict:
+    """The graph, once every field the executor indexes is checked (kiln/limits.py): a graph JSON
+    may come from another machine, and each unchecked index was a raw KeyError/IndexError, and
+    each unchecked shape a numpy allocation of any size."""
+    src = "graph executor: the graph JSON"
+    if isinstance(graph_json, (bytes, bytearray)):
+        try:
+            graph_json = bytes(graph_json).decode()
+        except UnicodeDecodeError:
+            raise limits.fail(src, "text", "is not UTF-8", "pass lib.get_graph_json() of relay.build") from None
     try:
-        graph = json.loads(graph_json) if isinstance(graph_json, (str, bytes, bytearray)) else dict(graph_json)
+        graph = json.loads(graph_json) if isinstance(graph_json, str) else graph_json
     except json.JSONDecodeError as err:
         raise KilnError(f"graph executor: the graph is not valid JSON ({err})") from None
+    except RecursionError:  # the json module's depth limit
+        raise limits.fail(src, "text", "nests too deeply to be a graph", "pass lib.get_graph_json()") from None
+    if not isinstance(graph, dict):
+        raise limits.fail(src, "top level", f"is a {type(graph).__name__}, not an object", "pass lib.get_graph_json()")
     missing = [k for k in ("nodes", "arg_nodes", "heads", "attrs", "node_row_ptr") if k not in graph]
     if missing:
         raise KilnError(f"graph executor: the graph JSON lacks {missing}; pass lib.get_graph_json() of relay.build")
+    nodes, attrs, row_ptr = graph["nodes"], graph["attrs"], graph["node_row_ptr"]
+    _need(isinstance(nodes, list), "nodes", "is not a list")
+    _need(isinstance(attrs, dict), "attrs", "is not an object")
     for key in ("shape", "dltype", "storage_id"):
-        if key not in graph["attrs"]:
+        if key not in attrs:
             raise KilnError(f"graph executor: the graph JSON attrs lack {key!r}")
-    n_entries = graph["node_row_ptr"][-1]
-    if any(len(graph["attrs"][k][1]) != n_entries for k in ("shape", "dltype", "storage_id")):
+    _need(isinstance(row_ptr, list) and len(row_ptr) == len(nodes) + 1, "node_row_ptr",
+          f"must list {len(nodes) + 1} offsets (one per node, plus the end)")
+    for i, r in enumerate(row_ptr):
+        limits.count(r, file=src, field=f"node_row_ptr[{i}]")
+        _need(i == 0 and r == 0 or i > 0 and r >= row_ptr[i - 1], f"node_row_ptr[{i}]",
+              "must start at 0 and never decrease")
+    n_entries = row_ptr[-1]
+    columns = {}
+    for key in ("shape", "dltype", "storage_id", "storage_scope"):
+        if key not in attrs:
+            continue
+        value = attrs[key]
+        _need(isinstance(value, list) and len(value) == 2 and isinstance(value[1], list), f"attrs.{key}",
+              "must be [type, list]")
+        columns[key] = value[1]
+    if any(len(columns[k]) != n_entries for k in columns):
         raise KilnError("graph executor: the graph JSON attrs do not have one shape/dltype/storage_id per entry")
+    storage: dict = {}
+    for e, (shape, dtype, sid) in enumerate(zip(columns["shape"], columns["dltype"], columns["storage_id"])):
+        _need(isinstance(dtype, str) and dtype in DTYPES, f"attrs.dltype[{e}]", f"{str(dtype)[:20]!r} is not a dtype")
+        limits.count(sid, file=src, field=f"attrs.storage_id[{e}]", most=n_entries)
+        nbytes = limits.tensor(shape, DTYPES[dtype][1] // 8, file=src, field=f"attrs.shape[{e}]")
+        storage[sid] = max(storage.get(sid, 0), nbytes)
+    limits.within(sum(storage.values()), limits.load_limit(), file=src, field="the buffers of all storage ids")
+    if "storage_scope" in columns:
+        _need(all(isinstance(s, str) for s in columns["storage_scope"]), "attrs.storage_scope", "must hold strings")
+    for nid, node in enumerate(nodes):
+        where = f"nodes[{nid}]"
+        _need(isinstance(node, dict) and isinstance(node.get("op"), str) and isinstance(node.get("name"), str),
+              where, "must be an object with an 'op' and a 'name' string")
+        _need(isinstance(node.get("attrs", {}), dict), f"{where}.attrs", "is not an object")
+        func = node.get("attrs", {}).get("func_name", node["name"])
+        _need(isinstance(func, str), f"{where}.attrs.func_name", "is not a string")
+        inputs = node.get("inputs", [])
+        _need(isinstance(inputs, list), f"{where}.inputs", "is not a list")
+        for k, entry in enumerate(inputs):
+            _entry(entry, nid, row_ptr, f"{where}.inputs[{k}]")
+    heads, args = graph["heads"], graph["arg_nodes"]
+    _need(isinstance(heads, list) and isinstance(args, list), "heads/arg_nodes", "must be lists")
+    for k, entry in enumerate(heads):
+        _entry(entry, len(nodes), row_ptr, f"heads[{k}]")
+    for k, nid in enumerate(args):
+        limits.count(nid, file=src, field=f"arg_nodes[{k}]", most=len(nodes) - 1)
+        _need(row_ptr[nid + 1] > row_ptr[nid], f"arg_nodes[{k}]", f"names node {nid}, which has no output")
     return graph
+
+
+def _need(ok, field: str, problem: str) -> None:
+    if not ok:
+        raise limits.fail("graph executor: the graph JSON", field, problem,
+                          "pass lib.get_graph_json() of the relay.build that made the library")
+
+
+def _entry(entry, before: int, row_ptr: list, field: str) -> None:
+    """[node id, output index, version]: an output of a node before ``before``."""
+    _need(isinstance(entry, list) and len(entry) >= 2 and all(type(v) is int for v in entry[:2]), field,
+          f"is {str(entry)[:40]}, not [node, output, version]")
+    nid, k = entry[0], entry[1]
+    _need(0 <= nid < before, field, f"reads node {nid}; only nodes 0..{before - 1} come before it")
+    _need(0 <= k < row_ptr[nid + 1] - row_ptr[nid], field, f"reads output {k} of node {nid}, which has "
+          f"{row_ptr[nid + 1] - row_ptr[nid]}")
 
 
 def create(graph_json: str, lib: Module, dev) -> GraphExecutor:

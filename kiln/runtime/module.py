@@ -90,6 +90,8 @@ def load_module(path: str, fmt: str = "") -> Module:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise KilnError(f"module file {path} does not exist")
+    if os.path.isdir(path):
+        raise KilnError(f"module file {path} is a directory; pass the .so or .tar file inside it")
     if (fmt or path.rsplit(".", 1)[-1]) == "tar":
         from .compiled import load_tar
         return load_tar(path)

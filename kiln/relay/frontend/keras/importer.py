@@ -184,7 +184,7 @@ class _Importer:
             ctx = Ctx(layer, self.weights.get(name, {}), self.version)
             try:
                 self.tensors[name] = self.converters[layer["class_name"]](ctx, ins)
-            except ImportError_:
+            except FileFormatError:  # ImportError_ and size limits: already name the file
                 raise
             except (KilnError, ValueError, TypeError, KeyError, IndexError) as e:  # from the layer's config values
                 raise ImportError_(f"from_keras: layer {name!r} ({layer['class_name']}): {e}") from e

@@ -167,7 +167,7 @@ class _Importer:
         ctx = Ctx(self, node)
         try:
             out = fn(ctx, inputs, attrs)
-        except ImportError_:
+        except FileFormatError:  # ImportError_ and size limits: already name the file
             raise
         except (KilnError, ValueError, TypeError) as e:
             raise ImportError_(f"from_onnx: {self.name}: {ctx.where}: {e}") from e

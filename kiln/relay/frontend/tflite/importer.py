@@ -246,7 +246,7 @@ class _Importer:
         ins = [None if i < 0 else self.value(i) for i in ctx.in_idx]
         try:
             out = self.converters[name](ctx, ins)
-        except ImportError_:
+        except FileFormatError:  # ImportError_ and size limits: already name the file
             raise
         except (KilnError, ValueError, TypeError) as e:
             raise ImportError_(f"from_tflite: {ctx.where}: {e}") from e

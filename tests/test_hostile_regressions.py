@@ -1,0 +1,185 @@
+"""One regression test per hostile-input defect of issue 29 (Python loaders): each failed before the
+fix (raw exception, multi-GB allocation or a file left behind). Bomb cases run in a forked child
+under RLIMIT_AS (tests/helpers/hostile.py) and assert its peak RSS."""
+
+import os
+import sys
+import tarfile
+
+import numpy as np
+import pytest
+
+from kiln.errors import FileFormatError, KilnError, SizeLimitError
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
+import hostile  # noqa: E402
+
+MiB = 1 << 20
+
+
+def _onnx(nodes, inits, out_shape=(2, 3)):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape))],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def _bomb(load, name, data, tmp_path):
+    result = hostile.run_case(load, name, data, str(tmp_path))
+    assert result["outcome"] == "kiln", result
+    assert result["peak_rss"] < 64 * MiB, result
+    return result
+
+
+def test_onnx_constant_of_shape_bomb_is_refused_before_allocating(tmp_path):
+    from onnx import helper
+
+    from kiln.relay.frontend.onnx import from_onnx
+    data = _onnx([helper.make_node("ConstantOfShape", ["s"], ["y"], value=helper.make_tensor("v", 1, [1], [1.0]))],
+                 {"s": np.array([20000, 20000], "int64")})
+    assert len(data) < 200  # a few bytes declaring 1.6 GB
+    path = tmp_path / "cos.onnx"
+    path.write_bytes(data)
+    with pytest.raises(SizeLimitError, match=r"cos\.onnx: ConstantOfShape .* needs 1\.5 GiB .* KILN_LOAD_EXPANSION"):
+        from_onnx(str(path))
+    result = _bomb(lambda p: from_onnx(p), "cos.onnx", data, tmp_path)
+    assert "SizeLimitError" == result["type"]
+
+
+def test_onnx_range_bomb_is_refused(tmp_path):
+    from onnx import helper
+
+    from kiln.relay.frontend.onnx import from_onnx
+    data = _onnx([helper.make_node("Range", ["a", "b", "c"], ["y"])],
+                 {"a": np.array(0, "float32"), "b": np.array(1e12, "float32"), "c": np.array(1, "float32")}, (1,))
+    _bomb(lambda p: from_onnx(p), "range.onnx", data, tmp_path)
+
+
+def test_onnx_undefined_tensor_is_named_not_a_key_error():
+    from onnx import helper
+
+    from kiln.relay.frontend.onnx import from_onnx
+    import onnx
+    model = onnx.load_from_string(_onnx([helper.make_node("Relu", ["nowhere"], ["y"])], {}))
+    with pytest.raises(FileFormatError, match=r"node 0 \(Relu .*\): reads undefined tensors \['nowhere'\]"):
+        from_onnx(model)
+
+
+def test_onnx_empty_file_and_folder_say_so(tmp_path):
+    from kiln.relay.frontend.onnx import from_onnx
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    with pytest.raises(FileFormatError, match=r"empty\.onnx: file: is empty \(0 bytes\), not an ONNX model"):
+        from_onnx(str(tmp_path / "empty.onnx"))
+    with pytest.raises(FileFormatError, match="is a directory, not a file"):
+        from_onnx(str(tmp_path))
+    (tmp_path / "junk.onnx").write_bytes(b"\xff" * 40)
+    with pytest.raises(FileFormatError, match=r"junk\.onnx: file: is not an ONNX model"):
+        from_onnx(str(tmp_path / "junk.onnx"))
+
+
+def test_keras_fill_value_bomb_is_refused_before_reading(tmp_path):
+    import hostile_seeds
+
+    from kiln.relay.frontend import from_keras
+    path = tmp_path / "bomb.h5"
+    data = hostile_seeds._keras_seed(str(path), huge=(1 << 16, 1 << 16))  # 16 GiB of float32 fill value
+    assert len(data) < 200_000
+    with pytest.raises(SizeLimitError, match=r"bomb\.h5: model_weights/dense/dense/kernel:0 \(shape \[65536, 65536\]"):
+        from_keras(str(path), layout="NHWC")
+    _bomb(lambda p: from_keras(p, layout="NHWC"), "bomb.h5", data, tmp_path)
+
+
+def _sparse_tar(path, size=2 << 30):
+    """An old-GNU sparse member: one 512-byte chunk at the end of a ``size``-byte file."""
+    header = bytearray(512)
+
+    def put(at, value):
+        header[at:at + len(value)] = value
+    put(0, b"lib0.o")
+    put(100, b"0000644\0")
+    put(108, b"0000000\0")
+    put(116, b"0000000\0")
+    put(124, b"%011o\0" % 512)
+    put(136, b"00000000000\0")
+    put(156, b"S")
+    put(257, b"ustar  \0")
+    put(386, b"%011o\0" % (size - 512))
+    put(398, b"%011o\0" % 512)
+    put(483, b"%011o\0" % size)
+    put(148, b" " * 8)
+    put(148, b"%06o\0 " % sum(header))
+    with open(path, "wb") as f:
+        f.write(bytes(header) + b"\x7fELF" + b"\0" * 508 + b"\0" * 1024)
+
+
+def test_sparse_tar_member_is_refused_and_nothing_is_written(tmp_path):
+    from kiln.runtime.module import load_module
+    path = tmp_path / "sparse.tar"
+    _sparse_tar(path)
+    with tarfile.open(path) as t:
+        assert t.getmembers()[0].issparse() and t.getmembers()[0].size == 2 << 30
+    with pytest.raises(KilnError, match=r"sparse\.tar: member 'lib0\.o' is a sparse file \(declares 2147483648 bytes\)"):
+        load_module(str(path))
+    assert sorted(os.listdir(tmp_path)) == ["sparse.tar"]
+    _bomb(lambda p: load_module(p), "sparse.tar", path.read_bytes(), tmp_path)
+
+
+def test_failed_tar_load_leaves_no_so_behind(tmp_path):
+    import io
+    import json
+
+    from kiln.runtime.module import load_module
+    from kiln.runtime.compiled import host_arch  # noqa: F401  (the archive names this machine's triple)
+    import kiln as tvm
+    from kiln import te
+    a = te.placeholder((4,), name="a")
+    b = te.compute((4,), lambda i: a[i] + 1.0, name="b")
+    good = tmp_path / "good.tar"
+    tvm.build(te.create_schedule(b.op), [a, b], target="llvm", name="inc").export_library(str(good))
+    # Same metadata, but an object that is not ELF: the link fails after the .so path was chosen.
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(good) as src, tarfile.open(bad, "w") as dst:
+        for m in src.getmembers():
+            data = src.extractfile(m).read() if m.name != "lib0.o" else b"not an object" * 10
+            info = tarfile.TarInfo(m.name)
+            info.size = len(data)
+            dst.addfile(info, io.BytesIO(data))
+    with pytest.raises(KilnError):
+        load_module(str(bad))
+    assert not (tmp_path / "bad.tar.so").exists()
+    json  # metadata kept as is
+
+
+def test_load_module_of_a_folder_says_folder(tmp_path):
+    from kiln.runtime.module import load_module
+    with pytest.raises(KilnError, match="is a directory"):
+        load_module(str(tmp_path))
+
+
+def test_graph_json_tib_shape_is_refused_before_allocating(tmp_path):
+    import json
+
+    import kiln
+    from kiln.runtime.graph_executor import GraphExecutor
+    graph = {"nodes": [{"op": "null", "name": "x", "inputs": []}], "arg_nodes": [0], "heads": [[0, 0, 0]],
+             "node_row_ptr": [0, 1], "attrs": {"shape": ["list_shape", [[1 << 20, 1 << 20]]],
+                                               "dltype": ["list_str", ["float32"]], "storage_id": ["list_int", [0]]}}
+    with pytest.raises(SizeLimitError, match=r"attrs\.shape\[0\] needs 4096\.0 GiB"):
+        GraphExecutor(json.dumps(graph), None, kiln.cpu(0))
+    _bomb(lambda p: GraphExecutor(open(p).read(), None, kiln.cpu(0)), "mod.json", json.dumps(graph).encode(), tmp_path)
+    graph["heads"] = [[3, 0, 0]]
+    with pytest.raises(FileFormatError, match=r"heads\[0\]: reads node 3"):
+        GraphExecutor(json.dumps(graph).replace("1048576", "2"), None, kiln.cpu(0))
+
+
+def test_params_blob_declaring_more_than_it_holds(tmp_path):
+    from kiln.runtime.params import load_params, save_params
+    blob = bytearray(save_params({"w": np.ones((2, 2), "float32")}))
+    blob[8:16] = (1 << 40).to_bytes(8, "little")  # a count of 2**40 arrays in a 70-byte blob
+    with pytest.raises(SizeLimitError, match=r"count is 1099511627776, more than the \d+ this file can hold"):
+        load_params(bytes(blob))
+    blob = bytearray(save_params({"w": np.ones((2, 2), "float32")}))
+    with pytest.raises(FileFormatError, match=r"array 'w' data: holds 16 bytes but shape \(\d, \d\) of float32 needs 24"):
+        load_params(bytes(blob).replace((2).to_bytes(8, "little") + (2).to_bytes(8, "little"),
+                                        (2).to_bytes(8, "little") + (3).to_bytes(8, "little")))
