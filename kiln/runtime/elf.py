@@ -9,7 +9,7 @@ from __future__ import annotations
 import platform
 import struct
 
-from ..errors import KilnError
+from ..errors import FileFormatError, KilnError
 
 # ELF e_machine -> our architecture name; 32- and 64-bit variants of a family share a code.
 _E_MACHINE = {3: "i386", 62: "x86_64", 40: "arm", 183: "aarch64", 243: "riscv", 8: "mips",
@@ -50,9 +50,15 @@ def is_host_triple(triple: str) -> bool:
     return normalize_arch(triple) == host_arch() and "android" not in triple
 
 
+_NATURAL_BITS = {"x86_64": 64, "aarch64": 64, "i386": 32, "arm": 32}
+
+
 def describe(arch: tuple[str, int]) -> str:
+    """'aarch64', 'riscv64'; an ELF class that is not the machine's own is said ('x86_64 (32-bit ELF)')."""
     name, bits = arch
-    return name if name in ("x86_64", "aarch64", "i386", "arm") else f"{name}{bits}"
+    if name not in _NATURAL_BITS:
+        return f"{name}{bits}"
+    return name if _NATURAL_BITS[name] == bits else f"{name} ({bits}-bit ELF)"
 
 
 def elf_arch(path: str) -> tuple[str, int]:
@@ -63,16 +69,20 @@ def elf_arch(path: str) -> tuple[str, int]:
     except FileNotFoundError:
         raise KilnError(f"module file {path} does not exist") from None
     if len(head) < 20 or head[:4] != b"\x7fELF":
-        raise KilnError(f"{path} is not an ELF shared object (it starts with {head[:8]!r}); "
+        raise FileFormatError(f"{path} is not an ELF shared object (it starts with {head[:8]!r}); "
                         "load a .so made by export_library or a .tar")
     bits = {1: 32, 2: 64}.get(head[4], 0)
+    if not bits or head[5] not in (1, 2):
+        raise FileFormatError(f"{path.rsplit('/', 1)[-1]} is damaged: its ELF class byte ({head[4]}) or data "
+                              f"byte ({head[5]}) is invalid; export it again with export_library")
     order = "<" if head[5] == 1 else ">"
     (machine,) = struct.unpack(order + "H", head[18:20])
     return _E_MACHINE.get(machine, f"e_machine={machine}"), bits
 
 
 def check_loadable(path: str) -> None:
-    """Raise a KilnError saying what to do when ``path`` was built for another machine."""
+    """Raise a KilnError saying what to do when ``path`` was built for another machine, or a
+    FileFormatError when it is truncated or damaged (integrity.py) — before dlopen sees it."""
     built, here = elf_arch(path), host_arch()
     if built != here:
         name = path.rsplit("/", 1)[-1]
@@ -80,3 +90,5 @@ def check_loadable(path: str) -> None:
             f"{name} was built for {describe(built)}; this machine is {describe(here)}. "
             f"Rebuild with target 'llvm -mtriple={describe(here)}-linux-gnu' or load it on a "
             "matching device (upload it through RPC)")
+    from .integrity import check_intact
+    check_intact(path)

@@ -81,14 +81,21 @@ int kiln_elf_check(const char* path) {
   int bits = h[4] == 1 ? 32 : h[4] == 2 ? 64 : 0;
   int little = h[5] == 1;
   unsigned machine = little ? (unsigned)(h[18] | h[19] << 8) : (unsigned)(h[18] << 8 | h[19]);
+  if (!bits || (h[5] != 1 && h[5] != 2))
+    return kiln_error("%s is damaged: its ELF class or data byte is invalid; export it again with export_library",
+                      base_name(path));
   if (machine != HERE_MACHINE || bits != (int)(8 * sizeof(void*))) {
     const char* name = machine_name(machine, bits);
-    char unknown[32];
+    char described[48];
     if (!name) {
-      snprintf(unknown, sizeof(unknown), "e_machine=%u", machine);
-      name = unknown;
+      snprintf(described, sizeof(described), "e_machine=%u", machine);
+    } else {
+      /* The machine's own ELF class goes unsaid; another one is said, or a 32-bit file for
+       * x86_64 would read "built for x86_64; this device is x86_64". */
+      int natural = machine == EM_X86_64_ || machine == EM_AARCH64_ ? 64 : machine == EM_386_ || machine == EM_ARM_ ? 32 : bits;
+      snprintf(described, sizeof(described), natural == bits ? "%s" : "%s (%d-bit ELF)", name, bits);
     }
-    return wrong_machine(path, name);
+    return wrong_machine(path, described);
   }
 #if defined(__arm__) && defined(__ARM_PCS_VFP)
   /* A hard-float loader treats a soft-float library as "not found" (ELF e_flags at offset 36
@@ -96,7 +103,7 @@ int kiln_elf_check(const char* path) {
   unsigned flags = got >= 40 ? (unsigned)(h[36] | h[37] << 8 | h[38] << 16 | (unsigned)h[39] << 24) : 0;
   if (flags & 0x200u) return wrong_machine(path, "arm soft-float (gnueabi)");
 #endif
-  return 0;
+  return kiln_elf_check_file_intact(path, base_name(path));
 }
 
 /* kiln's names for the architecture part of a triple. */

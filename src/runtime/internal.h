@@ -31,6 +31,12 @@ int kiln_elf_check(const char* path);
 /* Fail when the metadata's triple names another architecture than this device's. */
 int kiln_triple_check(const char* triple, const char* file_label);
 
+/* ---- elf_integrity.c -------------------------------------------------------------------- */
+/* Fail with "NAME is damaged: ..." unless the shared object's structure lies inside its `size`
+ * bytes and its kiln seal, when it has one (or must have one), matches (docs/security.md). */
+int kiln_elf_check_intact(const unsigned char* p, size_t size, const char* name);
+int kiln_elf_check_file_intact(const char* path, const char* name);
+
 /* ---- tar.c ------------------------------------------------------------------------------ */
 /* Extract the members of a module archive that a loader needs (libN.o, metadata.json) into
  * `dir`. Names that could escape `dir`, links and special files are refused. Writes the

@@ -330,11 +330,14 @@ def test_aarch64_board_without_onednn_says_so(tmp_path):
      "this library offloads subgraphs to dnn! (tvmgen_default_dnnl_main_0)"),
 ])
 def test_damaged_subgraph_json_is_one_line(build, convnet, tmp_path, old, new, message):
-    """A library whose __kiln_external_modules was damaged (bytes patched in the .so) fails to
-    load with one line naming the library and the problem."""
-    blob = (convnet[0] / "net.so").read_bytes()
+    """A library whose __kiln_external_modules is wrong (bytes patched in the .so, then sealed again
+    as if export_library had written them) fails to load with one line naming the library and the
+    problem."""
+    from kiln.runtime.integrity import SEAL_BYTES, seal
+    blob = (convnet[0] / "net.so").read_bytes()[:-SEAL_BYTES]
     assert blob.count(old) >= 1 and len(old) == len(new)
     (tmp_path / "bad.so").write_bytes(blob.replace(old, new, 1))
+    seal(str(tmp_path / "bad.so"))
     result = subprocess.run([os.path.join(build, "kiln_run"), "--package", "bad.so"], cwd=tmp_path,  # a bare name
                             capture_output=True, text=True)
     lines = result.stderr.strip().splitlines()
