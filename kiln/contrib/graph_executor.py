@@ -100,7 +100,17 @@ class GraphModule:
 
     def load_params(self, params_bytes):
         """Load a blob written by ``relay.save_param_dict`` (``mod.params``)."""
-        self._load_params(bytes(params_bytes))
+        if getattr(self.module, "_session", None) is None:
+            self._load_params(bytes(params_bytes))
+            return
+        # A remote executor: one set_input per parameter, each array streamed into the
+        # executor's input on the server, so no message holds the whole blob (it may be far
+        # larger than a frame) and the server never keeps the blob next to the arrays.
+        from kiln.runtime.params import load_params
+        names = set(self.module["get_input_names"]())
+        for name, value in load_params(params_bytes, copy=False).items():
+            if name in names:
+                self._set_input(name, value)
 
     def share_params(self, other: "GraphModule", params_bytes):
         self._share_params(other.module, bytes(params_bytes))

@@ -43,7 +43,7 @@ async def accept_handshake(reader, writer, token: str, timeout: float = 5.0) -> 
         _, hello = await read_message(reader)
         problem = P.check_hello(hello)
         if problem:
-            await refuse(writer, problem)
+            await refuse(writer, problem, P.hello_error_code(hello))
             raise P.ProtocolError(problem)
         if token:
             nonce = P.auth_challenge()
@@ -52,7 +52,7 @@ async def accept_handshake(reader, writer, token: str, timeout: float = 5.0) -> 
             _, proof = await read_message(reader)
             if not P.verify_proof(token, nonce, hello, proof):
                 await refuse(writer, "authentication failed: wrong token (set the same "
-                                     "--auth-token / KILN_RPC_TOKEN on both sides)")
+                                     "--auth-token / KILN_RPC_TOKEN on both sides)", P.E_AUTH)
                 raise P.RPCError("authentication failed")
         return hello
     try:
@@ -65,9 +65,9 @@ async def accept_handshake(reader, writer, token: str, timeout: float = 5.0) -> 
         raise P.ProtocolError(f"malformed handshake: {type(e).__name__}: {e}") from None
 
 
-async def refuse(writer, message: str) -> None:
+async def refuse(writer, message: str, code: int = P.E_BAD_REQUEST) -> None:
     try:
-        write_message(writer, {"status": P.HS_ERROR, "message": message})
+        write_message(writer, {"status": P.HS_ERROR, "message": message, "code": code})
         await writer.drain()
     except (ConnectionError, OSError):
         pass
@@ -106,7 +106,8 @@ async def open_and_handshake(host: str, port: int, role: int, key: str, token: s
             _, reply = await asyncio.wait_for(read_message(reader), timeout)
         if not isinstance(reply, dict) or reply.get("status") != P.HS_OK:
             msg = reply.get("message") if isinstance(reply, dict) else "bad reply"
-            raise P.RPCError(f"{host}:{port} refused the connection: {msg}")
+            raise P.CodedError(f"{host}:{port} refused the connection: {msg}",
+                               reply.get("code", 0) if isinstance(reply, dict) else 0)
         return reader, writer, reply
     except BaseException:
         close_writer(writer)

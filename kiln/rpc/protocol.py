@@ -19,11 +19,18 @@ import time
 from ..errors import RPCError
 
 MAGIC = b"KILN"
-VERSION = 1
+# Version 2 added streamed values (T_STREAM, T_STREAM_TENSOR, OP_DATA), error codes in error
+# replies and refusals, and the queued handshake status.
+VERSION = 2
 # A frame may carry at most this many body bytes. Bulk data (uploads, array copies) is sent
 # in CHUNK-sized pieces, so a peer never has to hold more than one frame in memory.
 MAX_FRAME = 64 * 1024 * 1024 + 4096
 CHUNK = 16 * 1024 * 1024
+# Bytes and tensor values are carried inside a frame while the frame's payload stays under
+# this; larger ones are streamed after it in OP_DATA frames of at most CHUNK bytes, so no
+# value size is limited by MAX_FRAME and neither side ever holds more than one chunk of them
+# outside their final place.
+INLINE_BUDGET = CHUNK
 # How long a reader polls a socket before it sleeps in recv(). Waking a sleeping process on
 # another core costs 40-60 us on a loaded VM; polling briefly keeps a small call's round
 # trip near 30 us. The poll is bounded, so an idle side goes to sleep after this long.
@@ -41,6 +48,21 @@ ROLE_PROXY = 4           # a proxy registering with a tracker
 HS_OK = 0
 HS_AUTH = 1
 HS_ERROR = 2
+HS_QUEUED = 3  # the server is busy: wait, the final status follows when this client's turn comes
+
+# Error codes: the "code" of an ERROR reply and of a handshake refusal, so a program can tell
+# failures apart without reading the English message.
+E_REMOTE = 1        # the remote function or kernel raised (the user's code failed)
+E_BAD_REQUEST = 2   # malformed request or arguments that do not follow docs/rpc-protocol.md
+E_UNSUPPORTED = 3   # unknown opcode, protocol version or feature this server does not offer
+E_BUSY = 4          # the server is serving or reserved for another client
+E_TIMEOUT = 5       # the session outlived its session_timeout
+E_WORKER_DIED = 6   # the session's worker process died (signal) or exited abnormally
+E_SHUTDOWN = 7      # the server is shutting down, or ended the session because the client left
+E_AUTH = 8          # authentication failed
+ERROR_NAMES = {E_REMOTE: "remote exception", E_BAD_REQUEST: "bad request", E_UNSUPPORTED: "unsupported",
+               E_BUSY: "session busy", E_TIMEOUT: "timeout", E_WORKER_DIED: "worker died",
+               E_SHUTDOWN: "shutdown", E_AUTH: "authentication failed"}
 
 # Session opcodes (client -> worker). Replies use OP_RETURN or OP_ERROR.
 OP_RETURN = 0
@@ -61,10 +83,12 @@ OP_DEVICE_EXISTS = 14  # [device]                                 -> int
 OP_SHUTDOWN = 15       # []                                       -> None (worker exits)
 OP_SYNC = 16           # [device]                                 -> None
 OP_MODULE_INFO = 17    # [module_id]                              -> {entry_name}
+OP_DATA = 18           # raw bytes of a streamed value (no tag), after the frame announcing it
 
 # Value tags.
 T_NONE, T_INT, T_FLOAT, T_STR, T_BYTES, T_LIST, T_DICT, T_BOOL = 0, 1, 2, 3, 4, 5, 6, 7
 T_TENSOR, T_DEVICE, T_ARRAY_REF, T_MODULE_REF, T_FUNC_REF = 8, 9, 10, 11, 12
+T_STREAM, T_STREAM_TENSOR = 13, 14  # bytes / tensor whose data follows the frame in OP_DATA frames
 
 _yield = getattr(os, "sched_yield", lambda: None)
 
@@ -75,6 +99,7 @@ _I64 = struct.Struct("<q")
 _F64 = struct.Struct("<d")
 _DEV = struct.Struct("<ii")
 _REF = struct.Struct("<BQ")
+_U64 = struct.Struct("<Q")
 _MAX_DEPTH = 32
 
 
@@ -84,6 +109,14 @@ class ProtocolError(RPCError):
 
 class ConnectionLost(RPCError):
     """The peer closed the connection or it broke mid-frame."""
+
+
+class CodedError(RPCError):
+    """An error the peer reported with an error code (``E_*``; 0 when the peer sent none)."""
+
+    def __init__(self, message: str, code: int = 0):
+        super().__init__(message)
+        self.code = int(code) if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,6 +145,18 @@ class Tensor:
 
     def __init__(self, dtype: str, shape, device: Device, data):
         self.dtype, self.shape, self.device, self.data = dtype, tuple(int(s) for s in shape), device, data
+
+
+class Stream:
+    """A streamed value's place in a decoded message: ``nbytes`` bytes that follow the frame in
+    OP_DATA frames (Channel.recv_stream receives them)."""
+    __slots__ = ("nbytes",)
+
+    def __init__(self, nbytes: int):
+        self.nbytes = nbytes
+
+    def __repr__(self):
+        return f"Stream({self.nbytes} bytes)"
 
 
 class Ref:
@@ -146,7 +191,21 @@ def encode(value, parts: list | None = None, hook=None) -> list:
     return out
 
 
-def _encode(v, out: list, hook, depth: int) -> None:
+class _Streams:
+    """What an encoding may stream: the inline bytes left and the views to stream, in order."""
+    __slots__ = ("left", "views")
+
+    def __init__(self, budget: int):
+        self.left, self.views = budget, []
+
+    def inline(self, nbytes: int) -> bool:
+        if nbytes > self.left:
+            return False
+        self.left -= nbytes
+        return True
+
+
+def _encode(v, out: list, hook, depth: int, st: _Streams | None = None) -> None:
     if depth > _MAX_DEPTH:
         raise ProtocolError(f"value nested deeper than {_MAX_DEPTH} levels; flatten it")
     t = type(v)
@@ -172,23 +231,31 @@ def _encode(v, out: list, hook, depth: int) -> None:
         out.append(b"\x03" + _U32.pack(len(b)) + b)
     elif isinstance(v, (bytes, bytearray, memoryview)):
         m = memoryview(v).cast("B")
+        if st is not None and not st.inline(m.nbytes):
+            out.append(b"\x0d" + _U64.pack(m.nbytes))
+            st.views.append(m)
+            return
         out.append(b"\x04" + _U32.pack(m.nbytes))
         out.append(m)
     elif isinstance(v, (list, tuple)):
         out.append(b"\x05" + _U32.pack(len(v)))
         for item in v:
-            _encode(item, out, hook, depth + 1)
+            _encode(item, out, hook, depth + 1, st)
     elif isinstance(v, dict):
         out.append(b"\x06" + _U32.pack(len(v)))
         for k, item in v.items():
             if not isinstance(k, (str, int)) or isinstance(k, bool):
                 raise ProtocolError(f"dict key {k!r} must be a str or an int to cross RPC")
-            _encode(k, out, hook, depth + 1)
-            _encode(item, out, hook, depth + 1)
+            _encode(k, out, hook, depth + 1, st)
+            _encode(item, out, hook, depth + 1, st)
     elif isinstance(v, Device):
         out.append(b"\x09" + _DEV.pack(v.device_type, v.device_id))
     elif isinstance(v, Tensor):
         data = memoryview(v.data).cast("B")
+        if st is not None and not st.inline(data.nbytes):
+            out.append(b"\x0e" + _array_meta(v.dtype, v.shape, v.device) + _U64.pack(data.nbytes))
+            st.views.append(data)
+            return
         out.append(_tensor_header(v.dtype, v.shape, v.device) + _U32.pack(data.nbytes))
         out.append(data)
     elif isinstance(v, Ref):
@@ -199,7 +266,7 @@ def _encode(v, out: list, hook, depth: int) -> None:
         if hook is None:
             raise TypeError(f"cannot send a {type(v).__name__} over RPC; send ints, floats, str, "
                             "bytes, NDArrays, devices, modules, functions, or lists/dicts of them")
-        _encode(hook(v), out, None, depth + 1)
+        _encode(hook(v), out, None, depth + 1, st)
 
 
 def _array_meta(dtype: str, shape, device: Device) -> bytes:
@@ -213,14 +280,15 @@ def _tensor_header(dtype, shape, device) -> bytes:
 
 
 def pack_message(opcode: int, value, hook=None) -> list:
-    """The buffers of one frame: length, opcode and encoded value."""
-    return _pack(opcode, value, hook)[0]
+    """The buffers of one frame: length, opcode and encoded value (nothing streamed)."""
+    return _pack(opcode, value, hook, None)[0]
 
 
-def _pack(opcode: int, value, hook) -> tuple[list, int]:
-    """(pack_message's buffers, the frame's body length)."""
+def _pack(opcode: int, value, hook, st: _Streams | None) -> tuple[list, int]:
+    """(pack_message's buffers, the frame's body length); with ``st``, large bytes and tensors
+    become stream announcements and their views are left in ``st.views``."""
     parts = [b"", _OPCODES[opcode] if 0 <= opcode < 256 else _U8.pack(opcode)]
-    _encode(value, parts, hook, 0)
+    _encode(value, parts, hook, 0, st)
     # Every part is bytes or a byte-format memoryview (_encode casts), so len() is its size.
     length = sum(map(len, parts))
     if length > MAX_FRAME:
@@ -233,7 +301,6 @@ def _pack(opcode: int, value, hook) -> tuple[list, int]:
 # ---------------------------------------------------------------------------------------------
 # Decoding works on a memoryview of one frame; bytes values are zero-copy slices of it.
 
-_U64 = struct.Struct("<Q")
 _SHAPES = [struct.Struct(f"<{n}q") for n in range(65)]
 # Decoded array references by their bytes. A Ref is never changed after it is made, so one
 # object can stand for every occurrence.
@@ -241,10 +308,11 @@ _REF_CACHE: dict[bytes, "Ref"] = {}
 
 
 class _Reader:
-    __slots__ = ("buf", "pos", "ref_hook")
+    __slots__ = ("buf", "pos", "ref_hook", "streams")
 
     def __init__(self, buf: memoryview, pos: int = 0):
         self.buf, self.pos = buf, pos
+        self.streams: list[Stream] = []
 
     # Fixed-size fields are read with unpack_from at the current position: slicing a memoryview
     # per field made decoding a kernel call cost more than the call itself.
@@ -284,6 +352,11 @@ class _Reader:
         if any(s < 0 for s in shape):
             raise ProtocolError(f"tensor shape {shape} has a negative dimension")
         return dtype, shape, self.device()
+
+    def _stream(self) -> Stream:
+        s = Stream(_U64.unpack_from(self.buf, self._need(8))[0])
+        self.streams.append(s)
+        return s
 
     def array_ref(self) -> "Ref":
         """An array reference (after its tag), remembered by its bytes: a kernel call passes the
@@ -352,16 +425,30 @@ class _Reader:
             return Tensor(dtype, shape, dev, self.take(self.u32()))
         if tag in (T_MODULE_REF, T_FUNC_REF):
             return Ref(tag, _U64.unpack_from(self.buf, self._need(8))[0])
+        if tag == T_STREAM:
+            return self._stream()
+        if tag == T_STREAM_TENSOR:
+            dtype, shape, dev = self.array_meta()
+            return Tensor(dtype, shape, dev, self._stream())
         raise ProtocolError(f"unknown value tag {tag} at offset {self.pos - 1}")
 
 
 def decode(buf, pos: int = 0):
-    """Decode the single value that fills ``buf[pos:]``."""
+    """Decode the single value that fills ``buf[pos:]`` (no streamed values allowed)."""
+    v, streams = decode_streamed(buf, pos)
+    if streams:
+        raise ProtocolError("a streamed value where none is allowed (handshake or tracker message)")
+    return v
+
+
+def decode_streamed(buf, pos: int = 0):
+    """(value, [Stream...]): the value filling ``buf[pos:]`` and its streamed parts, in the order
+    their bytes follow the frame."""
     r = _Reader(memoryview(buf), pos)
     v = r.value()
     if r.pos != len(r.buf):
         raise ProtocolError(f"{len(r.buf) - r.pos} stray bytes after the value")
-    return v
+    return v, r.streams
 
 
 def unpack_message(body: memoryview):
@@ -369,6 +456,31 @@ def unpack_message(body: memoryview):
     if len(body) < 1:
         raise ProtocolError("empty frame: a body needs at least an opcode byte")
     return body[0], decode(body, 1)
+
+
+def unpack_request(body: memoryview):
+    """(opcode, value, [Stream...]) of a frame body that may announce streamed values."""
+    if len(body) < 1:
+        raise ProtocolError("empty frame: a body needs at least an opcode byte")
+    if body[0] == OP_DATA:
+        raise ProtocolError("an OP_DATA frame that no streamed value announced")
+    return (body[0], *decode_streamed(body, 1))
+
+
+def replace_streams(value, done: dict):
+    """``value`` with every Stream ``s`` replaced by ``done[id(s)]`` (a Tensor keeps its place and
+    gets the data)."""
+    t = type(value)
+    if t is Stream:
+        return done[id(value)]
+    if t is Tensor and type(value.data) is Stream:
+        value.data = done[id(value.data)]
+        return value
+    if t is list:
+        return [replace_streams(v, done) for v in value]
+    if t is dict:
+        return {k: replace_streams(v, done) for k, v in value.items()}
+    return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,14 +531,21 @@ class Channel:
             raise ConnectionLost(f"connection lost while sending: {e}") from None
 
     def send(self, opcode: int, value, hook=None) -> None:
-        parts, length = _pack(opcode, value, hook)
+        """Send one message; bytes and tensors past the frame's inline budget follow it as
+        OP_DATA frames, sent straight from their buffers."""
+        st = _Streams(INLINE_BUDGET)
+        parts, length = _pack(opcode, value, hook, st)
         if length <= 65532:  # a small frame (most calls): one write of one joined buffer
             try:
                 self.sock.sendall(b"".join(parts))
             except (BrokenPipeError, ConnectionResetError) as e:
                 raise ConnectionLost(f"connection lost while sending: {e}") from None
-            return
-        self.send_parts(parts)
+        else:
+            self.send_parts(parts)
+        for view in st.views:
+            for offset in range(0, view.nbytes, CHUNK):
+                piece = view[offset:offset + CHUNK]
+                self.send_parts([_U32.pack(piece.nbytes + 1) + _OPCODES[OP_DATA], piece])
 
     def _fill(self, need: int) -> None:
         """Ensure at least ``need`` buffered bytes (need <= buffer size)."""
@@ -496,7 +615,64 @@ class Channel:
         return view
 
     def recv_message(self):
-        return unpack_message(self.recv())
+        """(opcode, value) of the next message, its streamed values received into new buffers
+        (bytes become a memoryview of a bytearray, a tensor's data likewise)."""
+        op, value, streams = unpack_request(self.recv())
+        if streams:
+            done = {}
+            for s in streams:
+                try:
+                    buf = memoryview(bytearray(s.nbytes))
+                except (MemoryError, OverflowError):
+                    raise ProtocolError(f"a streamed value of {s.nbytes} bytes does not fit in memory "
+                                        "here") from None
+                self.recv_stream(s.nbytes, buf)
+                done[id(s)] = buf
+            value = replace_streams(value, done)
+        return op, value
+
+    def recv_request(self):
+        """(opcode, value, [Stream...]): the streams' bytes are still on the wire; receive each,
+        in order, with recv_stream before the next recv (the worker picks their destination)."""
+        return unpack_request(self.recv())
+
+    def recv_stream(self, nbytes: int, dest: memoryview | None = None, write=None) -> None:
+        """Receive a streamed value's ``nbytes`` from its OP_DATA frames: straight into the
+        writable byte view ``dest``, or piece by piece through ``write(offset, view)`` (the view
+        is reused for the next piece; at most CHUNK bytes are held here)."""
+        got, scratch = 0, None
+        while got < nbytes:
+            self._fill(5)
+            length = _U32.unpack_from(self._buf, self._start)[0]
+            n = length - 1
+            if self._buf[self._start + 4] != OP_DATA or n < 1 or n > CHUNK or n > nbytes - got:
+                raise ProtocolError(f"expected an OP_DATA frame of at most {min(CHUNK, nbytes - got)} bytes "
+                                    f"({got} of a {nbytes}-byte streamed value received), got opcode "
+                                    f"{self._buf[self._start + 4]} with {n} bytes")
+            self._start += 5
+            if dest is not None:
+                target = dest[got:got + n]
+            else:
+                if scratch is None:
+                    scratch = memoryview(bytearray(min(CHUNK, nbytes)))
+                target = scratch[:n]
+            have = min(self._end - self._start, n)
+            target[:have] = self._view[self._start:self._start + have]
+            self._start += have
+            if self._start == self._end:
+                self._start = self._end = 0
+            while have < n:
+                try:
+                    r = self.sock.recv_into(target[have:])
+                except (ConnectionResetError, BrokenPipeError) as e:
+                    raise ConnectionLost(f"connection lost: {e}") from None
+                if not r:
+                    raise ConnectionLost(f"the peer closed the connection in the middle of a streamed "
+                                         f"value ({got + have} of {nbytes} bytes received)")
+                have += r
+            if write is not None:
+                write(got, target)
+            got += n
 
     def request_into(self, opcode: int, value, dest: memoryview, hook=None) -> None:
         """Like request, for a reply that is bytes of exactly len(dest): they are received
@@ -543,15 +719,22 @@ class Channel:
         return self._end > self._start
 
 
-class RemoteError(RPCError):
-    """An exception raised on the remote side, re-raised on the client with its message."""
+class RemoteError(CodedError):
+    """An exception raised on the remote side, re-raised on the client with its message;
+    ``code`` says what kind of failure it was (``E_*``)."""
 
     def __init__(self, info):
         if isinstance(info, dict):
             msg = f"{info.get('type', 'Error')}: {info.get('message', '')}"
+            code = info.get("code", 0)
         else:
-            msg = str(info)
-        super().__init__(msg)
+            msg, code = str(info), 0
+        super().__init__(msg, code)
+
+
+def error_info(type_name: str, message: str, code: int, traceback: str = "") -> dict:
+    """The value of an ERROR reply."""
+    return {"type": type_name, "message": message, "traceback": traceback, "code": code}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -577,12 +760,21 @@ def client_handshake(ch: Channel, role: int, key: str, token: str, extra: dict |
     reply = _handshake_reply(ch)
     if reply.get("status") == HS_AUTH:
         if not token:
-            raise RPCError("the peer requires an authentication token; pass auth_token=... or set "
-                           "KILN_RPC_TOKEN to the token the server was started with")
+            raise CodedError("the peer requires an authentication token; pass auth_token=... or set "
+                             "KILN_RPC_TOKEN to the token the server was started with", E_AUTH)
         ch.send(0, {"proof": _proof(token, reply.get("nonce", b""), nonce, role)})
         reply = _handshake_reply(ch)
+    if reply.get("status") == HS_QUEUED:
+        # The server finishes another session first (TVM queues such connections too): wait
+        # for our turn however long it takes; the server keeps the connection.
+        timeout = ch.sock.gettimeout()
+        ch.sock.settimeout(None)
+        while reply.get("status") == HS_QUEUED:
+            reply = _handshake_reply(ch)
+        ch.sock.settimeout(timeout)
     if reply.get("status") != HS_OK:
-        raise RPCError(f"connection refused by the peer: {reply.get('message', 'no reason given')}")
+        raise CodedError(f"connection refused by the peer: {reply.get('message', 'no reason given')}",
+                         reply.get("code", 0))
     return reply
 
 
@@ -594,7 +786,7 @@ def _handshake_reply(ch: Channel) -> dict:
 
 
 def check_hello(hello) -> str | None:
-    """Why a hello is invalid, or None when it is acceptable."""
+    """Why a hello is invalid, or None when it is acceptable (hello_error_code says which E_*)."""
     if not isinstance(hello, dict):
         return "handshake must be a dict"
     if bytes(hello.get("magic", b"")) != MAGIC:
@@ -608,6 +800,13 @@ def check_hello(hello) -> str | None:
     if not isinstance(nonce, memoryview) or len(nonce) != 16:
         return "hello needs a 16-byte 'nonce'"
     return None
+
+
+def hello_error_code(hello) -> int:
+    """The error code for check_hello's complaint: another version is unsupported, the rest is bad."""
+    if isinstance(hello, dict) and bytes(hello.get("magic", b"")) == MAGIC and hello.get("version") != VERSION:
+        return E_UNSUPPORTED
+    return E_BAD_REQUEST
 
 
 def auth_challenge() -> bytes:

@@ -135,7 +135,7 @@ class Proxy:
                 known = sorted(k for k, v in self.idle.items() if v)
                 why = ("the lease is not held here (expired?); request again" if lease else
                        f"no idle server with key {key!r} behind this proxy (idle keys: {', '.join(known) or 'none'})")
-                await aio.refuse(writer, why)
+                await aio.refuse(writer, why, P.E_BUSY)
                 aio.close_writer(writer)
                 return
             try:

@@ -8,7 +8,9 @@ it and writes one error frame naming the cause, so the client gets a clear error
 bare disconnect. It also keeps the registration with the tracker alive (tracker_link.py) or,
 with ``--through-proxy``, an idle connection to the proxy for the next client.
 
-One session at a time: a server is one device, and the tracker hands it to one client.
+One session at a time: a server is one device, and the tracker hands it to one client. A
+client that connects while a session runs is told it is queued (HS_QUEUED) and gets the
+server when the sessions before it end, in the order they connected, as TVM's server does.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class _Session:
         self.pid, self.sock, self.workdir, self.timeout = pid, sock, workdir, timeout
         self.started = time.monotonic()
         self.kill_reason = ""
+        self.kill_code = 0
         self.pidfd: int | None = None
 
 
@@ -50,6 +53,8 @@ class Server:
         self._lease_timer = None
         self._link: TrackerLink | None = None
         self._idle: asyncio.Event | None = None
+        self._queue: list[asyncio.Future] = []  # clients waiting for the running session to end
+        self._claimed = False  # a client was admitted and its session is starting
 
     # -- service -------------------------------------------------------------------------------
     async def serve(self, sock: socket.socket | None) -> None:
@@ -79,7 +84,7 @@ class Server:
             for t in tasks:
                 t.cancel()
             if self.session:
-                self._kill(self.session, "the server is shutting down")
+                self._kill(self.session, "the server is shutting down", P.E_SHUTDOWN)
 
     def _preload(self):
         import ctypes
@@ -101,7 +106,10 @@ class Server:
 
     def _registration(self) -> dict:
         return {"op": "register", "key": self.key, "port": self.port, "addr": self.custom_addr or "",
-                "free": self.session is None and not self.lease_token}
+                "free": self._is_free()}
+
+    def _is_free(self) -> bool:
+        return self.session is None and not self.lease_token and not self._claimed and not self._queue
 
     # -- accepting -----------------------------------------------------------------------------
     async def _on_connect(self, reader, writer):
@@ -110,37 +118,84 @@ class Server:
         except (P.RPCError, ConnectionError, OSError):
             aio.close_writer(writer)
             return
-        problem = self._admission_problem(hello)
+        problem, code = self._admission_problem(hello)
+        if code == P.E_BUSY and not self.lease_token and not (hello.get("lease") or ""):
+            try:
+                await self._wait_turn(reader, writer)
+            except (ConnectionError, OSError):
+                aio.close_writer(writer)
+                return
+            problem = None  # the turn is ours: self._claimed is held for this client
         if problem:
-            await aio.refuse(writer, problem)
+            await aio.refuse(writer, problem, code)
             aio.close_writer(writer)
             return
+        self._claimed = True
         try:
             await aio.accept_ok(writer)
             raw = writer.get_extra_info("socket")
             sock = socket.socket(fileno=os.dup(raw.fileno()))
         except (ConnectionError, OSError):
             aio.close_writer(writer)
+            self._claimed = False
+            self._next_turn()
             return
         writer.transport.abort()  # the worker owns the connection from now on
         self._start_session(sock, hello)
 
-    def _admission_problem(self, hello) -> str | None:
+    def _admission_problem(self, hello) -> tuple[str | None, int]:
+        """(why the client cannot have a session now, its error code), or (None, 0)."""
         if hello["role"] != P.ROLE_CLIENT:
-            return "this is an RPC server; only session clients connect here"
+            return "this is an RPC server; only session clients connect here", P.E_BAD_REQUEST
         if hello["key"] and self.key and hello["key"] != self.key and not hello["key"].startswith("client:"):
-            return f"this server has key {self.key!r}, the client asked for {hello['key']!r}"
-        if self.session is not None:
+            return f"this server has key {self.key!r}, the client asked for {hello['key']!r}", P.E_BAD_REQUEST
+        if self.session is not None or self._queue or self._claimed:
             return ("the server is busy with another session; use a tracker (rpc.connect_tracker) to "
-                    "queue for it")
+                    "queue for it"), P.E_BUSY
         lease = hello.get("lease") or ""
         if self.lease_token and lease != self.lease_token:
-            return "the server is reserved by the tracker for another client; request it through the tracker"
+            return ("the server is reserved by the tracker for another client; request it through the "
+                    "tracker"), P.E_BUSY
         if lease and not self.lease_token:
-            return "the tracker's lease for this session expired or was cancelled; request again"
-        return None
+            return "the tracker's lease for this session expired or was cancelled; request again", P.E_BUSY
+        return None, 0
+
+    async def _wait_turn(self, reader, writer) -> None:
+        """Queue a direct client behind the session that runs (or is starting); returns when its
+        turn comes, with the server claimed for it. A client that hangs up while waiting leaves
+        the queue (ConnectionError)."""
+        turn = asyncio.get_running_loop().create_future()
+        self._queue.append(turn)
+        gone = None
+        try:
+            aio.write_message(writer, {"status": P.HS_QUEUED, "position": len(self._queue)})
+            await writer.drain()
+            gone = asyncio.ensure_future(reader.read(1))  # EOF (or stray bytes) while queued: it left
+            await asyncio.wait([turn, gone], return_when=asyncio.FIRST_COMPLETED)
+            if not turn.done():
+                raise ConnectionError("the queued client left")
+        except BaseException:
+            if turn in self._queue:
+                self._queue.remove(turn)
+            elif turn.done():  # its turn had come: pass it on
+                self._claimed = False
+                self._next_turn()
+            raise
+        finally:
+            if gone is not None and not gone.done():
+                gone.cancel()
+                await asyncio.wait([gone])
+
+    def _next_turn(self) -> None:
+        """Claim the idle server for the first queued client and wake it."""
+        while self.session is None and not self._claimed and self._queue:
+            turn = self._queue.pop(0)
+            if not turn.done():
+                self._claimed = True
+                turn.set_result(None)
 
     def _start_session(self, sock: socket.socket, hello: dict) -> None:
+        self._claimed = False
         self._clear_lease()
         timeout = hello.get("session_timeout") or 0
         timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else 0.0
@@ -191,10 +246,12 @@ class Server:
     def _on_timeout(self, session: _Session) -> None:
         if self.session is session:
             self._kill(session, f"session_timeout of {session.timeout:g} s passed; the server ended "
-                                "the session. Pass a larger session_timeout if the work needs longer.")
+                                "the session. Pass a larger session_timeout if the work needs longer.",
+                       P.E_TIMEOUT)
 
-    def _kill(self, session: _Session, reason: str) -> None:
-        session.kill_reason = session.kill_reason or reason
+    def _kill(self, session: _Session, reason: str, code: int) -> None:
+        if not session.kill_reason:
+            session.kill_reason, session.kill_code = reason, code
         try:
             os.kill(session.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -209,7 +266,7 @@ class Server:
                 _, status = os.waitpid(session.pid, 0)
             except ChildProcessError:
                 status = 0
-        message = session.kill_reason
+        message, code = session.kill_reason, session.kill_code or P.E_WORKER_DIED
         if not message and os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
             message = (f"the session's worker process died from {signal.Signals(sig).name} while running "
@@ -221,15 +278,16 @@ class Server:
             log.info("RPCServer: session ended: %s", message)
             try:
                 session.sock.setblocking(False)
-                session.sock.sendall(b"".join(P.pack_message(P.OP_ERROR, {"type": "RPCSessionError",
-                                                                       "message": message})))
+                session.sock.sendall(b"".join(P.pack_message(P.OP_ERROR, P.error_info(
+                    "RPCSessionError", message, code))))
             except OSError:
                 pass
         session.sock.close()
         shutil.rmtree(session.workdir, ignore_errors=True)
         self.session = None
+        self._next_turn()
         self._idle.set()
-        if self._link:
+        if self._link and self._is_free():
             self._link.send({"op": "state", "free": True})
 
     async def _watch_client_loop(self):
@@ -247,15 +305,15 @@ class Server:
                     continue
             try:
                 if s.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
-                    self._kill(s, "the client disconnected")
+                    self._kill(s, "the client disconnected", P.E_SHUTDOWN)
             except (BlockingIOError, InterruptedError):
                 pass
             except OSError:
-                self._kill(s, "the client connection broke")
+                self._kill(s, "the client connection broke", P.E_SHUTDOWN)
 
     # -- tracker leases ------------------------------------------------------------------------
     def _on_lease(self, token: str, lease_s: float) -> bool:
-        if self.session is not None or self.lease_token:
+        if not self._is_free():
             return False
         self.lease_token = token
         self._lease_timer = asyncio.get_running_loop().call_later(lease_s, self._lease_expired, token)
@@ -266,7 +324,7 @@ class Server:
             self._clear_lease()
 
     def _lease_expired(self, token: str) -> None:
-        if self.lease_token == token and self.session is None:
+        if self.lease_token == token and self.session is None and not self._claimed:
             log.info("RPCServer: the granted client never connected; back to the pool")
             self._clear_lease()
             if self._link:

@@ -140,15 +140,16 @@ class RPCSession:
             if final:
                 return
 
-    def download(self, name: str) -> bytes:
-        """The bytes of ``name`` from the session directory."""
-        parts, offset = [], 0
+    def download(self, name: str) -> bytearray:
+        """The bytes of ``name`` from the session directory (a bytearray, as TVM's)."""
+        # Grown in place chunk by chunk (a large bytearray is extended by mremap, not copied):
+        # joining a list of chunks at the end would hold the file twice.
+        out = bytearray()
         while True:
-            chunk = self._request(P.OP_DOWNLOAD, [name, offset, P.CHUNK])
-            parts.append(chunk)
-            offset += len(chunk)
+            chunk = self._request(P.OP_DOWNLOAD, [name, len(out), P.CHUNK])
+            out += chunk
             if len(chunk) < P.CHUNK:
-                return b"".join(parts)
+                return out
 
     def remove(self, name: str) -> None:
         self._request(P.OP_REMOVE, [name])

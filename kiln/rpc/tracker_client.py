@@ -105,9 +105,8 @@ def format_summary(summary: dict, tracker: str | None = None) -> str:
         lines += [f"Tracker address {tracker}", ""]
     lines += ["Server List", "----------------------------", "server-address key",
               "----------------------------"]
-    for info in summary.get("server_info", []):
-        host, port = info["addr"]
-        lines.append(f"{host}:{port} {info['key']}")
+    for addr, key in _server_rows(summary.get("server_info", [])):
+        lines.append(f"{addr} {key}")
     lines += ["----------------------------", "", "Queue Status",
               "---------------------------------------", "key total free pending",
               "---------------------------------------"]
@@ -115,6 +114,27 @@ def format_summary(summary: dict, tracker: str | None = None) -> str:
         lines.append(f"{key} {q['total']} {q['free']} {q['pending']}")
     lines.append("---------------------------------------")
     return "\n".join(lines)
+
+
+def _server_rows(server_info: list) -> list:
+    """(address, key) per line of the server list: the servers behind one proxy share one line,
+    ``server:proxy[K0,K1,K2]``, as in document 001 (each key once, sorted)."""
+    rows, proxied = [], {}
+    for info in server_info:
+        host, port = info["addr"]
+        addr, key = f"{host}:{port}", str(info["key"])
+        if key.startswith("server:proxy[") and key.endswith("]"):
+            keys = proxied.get(addr)
+            if keys is None:
+                keys = proxied[addr] = []
+                rows.append((addr, keys))
+            for k in key[len("server:proxy["):-1].split(","):
+                if k and k not in keys:
+                    keys.append(k)
+        else:
+            rows.append((addr, key))
+    return [(addr, f"server:proxy[{','.join(sorted(key))}]" if isinstance(key, list) else key)
+            for addr, key in rows]
 
 
 def connect_tracker(url: str, port: int, auth_token: str | None = None) -> TrackerSession:

@@ -185,3 +185,20 @@ def test_priority_and_lease_expiry(fleet):
     ch.close()
     svc.wait_until(lambda: queue_row(t.text_summary(), "local")[1] == 1, what="one free right after")
     svc.wait_until(lambda: queue_row(t.text_summary(), "local") == (2, 2, 0), timeout=30, what="lease expired")
+
+
+def test_query_joins_the_keys_behind_a_proxy():
+    """Document 001: three servers behind one proxy are one line, server:proxy[K0,K1,K2]."""
+    tracker = svc.tracker()
+    proxy = svc.proxy("--tracker", f"{svc.HOST}:{tracker.port}")
+    behind = [svc.Service("rpc_server", "--host", svc.HOST, "--port", str(proxy.port), "--through-proxy",
+                          "--key", key, wait_for=None) for key in ("k2", "k0", "k1")]
+    try:
+        text = svc.wait_until(lambda: (lambda t: t if all(queue_row(t, k) == (1, 1, 0) for k in ("k0", "k1", "k2"))
+                                       else None)(query(tracker.port)), what="three proxied servers registered")
+        rows = [line for line in text.splitlines() if "server:proxy" in line]
+        assert len(rows) == 1 and rows[0].endswith(" server:proxy[k0,k1,k2]"), text
+        assert rows[0].split()[0].endswith(f":{proxy.port}")
+    finally:
+        for s in [*behind, proxy, tracker]:
+            s.stop()

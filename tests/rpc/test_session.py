@@ -1,11 +1,15 @@
 """Sessions against a real server process: files, modules, arrays, values, isolation, auth."""
 
+import socket
+import threading
+
 import numpy as np
 import pytest
 
 import kiln as tvm
 from kiln import rpc
 from kiln.errors import RPCError
+from kiln.rpc import protocol as P
 
 import rpc_services as svc
 
@@ -109,11 +113,53 @@ def test_session_timeout_kills_a_hung_kernel(rpc_server, kernel_files):
     svc.wait_until(lambda: _try_connect(rpc_server.port), what="server free after timeout").close()
 
 
-def test_busy_server_refuses_a_second_client(rpc_server):
+def test_busy_server_queues_a_second_client(rpc_server):
+    """As TVM's server: a second client waits for the running session to end, then is served."""
     first = svc.wait_until(lambda: _try_connect(rpc_server.port), what="server free")
-    with pytest.raises(RPCError, match="busy"):
-        rpc.connect(svc.HOST, rpc_server.port)
+    first_pid = first.get_function("rpc.getpid")()
+    got = {}
+
+    def second():
+        try:
+            got["session"] = rpc.connect(svc.HOST, rpc_server.port)
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            got["error"] = e
+
+    waiter = threading.Thread(target=second)
+    waiter.start()
+    waiter.join(1.0)
+    assert waiter.is_alive() and not got, "the second client must wait while the first session runs"
     first.close()
+    waiter.join(10)
+    assert "error" not in got, got.get("error")
+    sess = got["session"]
+    assert sess.get_function("rpc.getpid")() != first_pid  # a fresh worker
+    sess.close()
+
+
+def test_reconnect_right_after_close(rpc_server):
+    """Closing and connecting again at once is not refused as busy, however fast the client is."""
+    for _ in range(20):
+        sess = svc.wait_until(lambda: _try_connect(rpc_server.port), what="server free")
+        assert sess.get_function("rpc.echo")(7) == 7
+        sess.close()
+        again = rpc.connect(svc.HOST, rpc_server.port)  # no retry: must not be refused
+        assert again.get_function("rpc.echo")(8) == 8
+        again.close()
+
+
+def test_queued_client_that_leaves_does_not_block_the_next(rpc_server):
+    first = svc.wait_until(lambda: _try_connect(rpc_server.port), what="server free")
+    sock = socket.create_connection((svc.HOST, rpc_server.port))
+    ch = P.Channel(sock)
+    hello = {"magic": P.MAGIC, "version": P.VERSION, "role": P.ROLE_CLIENT, "key": "", "nonce": b"0" * 16,
+             "session_timeout": 0.0, "lease": ""}
+    ch.send(0, hello)
+    _, reply = ch.recv_message()
+    assert reply["status"] == P.HS_QUEUED and reply["position"] == 1
+    ch.close()  # gives up while queued
+    first.close()
+    svc.wait_until(lambda: _try_connect(rpc_server.port), timeout=5, what="server free").close()
 
 
 @pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/../../b", "~/x"])

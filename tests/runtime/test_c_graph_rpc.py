@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import kiln as tvm
-from kiln import rpc
+from kiln import relay, rpc
 from kiln.contrib import graph_executor
 from kiln.driver import tvmc
 from kiln.driver.tvmc.compiler import export_package
@@ -99,3 +99,50 @@ def test_remote_executor_on_an_opencl_device_of_the_c_server(server, tmp_path):
     for i, w in enumerate(want):
         np.testing.assert_allclose(result.outputs[f"output_{i}"], w, rtol=1e-5, atol=1e-5)
     assert len(result.times) == 2
+
+
+def test_large_parameters_stream_into_the_c_executor(server, tmp_path):
+    """Protocol version 2 on kiln_rpc: a parameter of 5 chunks is streamed straight into the
+    executor's input (the worker grows by about its size once), set_input of a large array too,
+    and error replies carry codes."""
+    from kiln.rpc import protocol as P
+    from kiln.runtime.params import save_params
+
+    rows, cols = 5 * P.CHUNK // (4 * 512) + 3, 512
+    x = relay.var("x", shape=(cols,), dtype="float32")
+    w = relay.var("w", shape=(rows, cols), dtype="float32")
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(tvm.IRModule.from_expr(relay.Function([x, w], relay.add(relay.sum(w, axis=0), x))),
+                          target="llvm")
+    lib.get_lib().export_library(str(tmp_path / "mod.so"))
+    weight = ((np.arange(rows)[:, None] * 7 + np.arange(cols)[None, :] * 3) % 5).astype("float32")
+    xs = np.linspace(-1, 1, cols).astype("float32")
+    remote = rpc.connect("127.0.0.1", server.port)
+    try:
+        remote.upload(str(tmp_path / "mod.so"))
+        m = graph_executor.create(lib.get_graph_json(), remote.load_module("mod.so"), remote.cpu())
+        status = f"/proc/{remote.get_function('rpc.getpid')()}/status"
+
+        def hwm():
+            with open(status) as f:
+                return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+        before = hwm()
+        m.load_params(save_params({"w": weight}))
+        grown = hwm() - before
+        m.set_input("x", xs)
+        m.run()
+        np.testing.assert_array_equal(m.get_output(0).numpy(), weight.sum(axis=0) + xs)
+        assert grown <= weight.nbytes + 2 * P.CHUNK, (grown, weight.nbytes)
+        m.set_input("w", np.ones_like(weight))  # streamed again, over the loaded one
+        m.run()
+        np.testing.assert_array_equal(m.get_output(0).numpy(), rows + xs)
+        with pytest.raises(P.RemoteError, match="input 'w' is float32") as err:
+            m.set_input("w", np.ones((rows + 1, cols), "float32"))  # streamed, wrong shape: materialized, refused
+        assert err.value.code == P.E_REMOTE
+        with pytest.raises(P.RemoteError, match="unknown opcode 99") as err:
+            remote._request(99, [])
+        assert err.value.code == P.E_UNSUPPORTED
+        assert remote.get_function("rpc.echo")(b"z" * (P.INLINE_BUDGET + 5)) == b"z" * (P.INLINE_BUDGET + 5)
+    finally:
+        remote.close()

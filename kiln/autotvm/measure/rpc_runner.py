@@ -61,17 +61,10 @@ class _DeviceLost(Exception):
 
 def _classify(error: RPCError) -> int | None:
     """The candidate's error kind when the server ended the session, None when the server
-    itself disappeared."""
-    text = str(error)
-    # The server's own word on why it ended the session comes first (server.py writes these).
-    if "session_timeout of" in text:
-        return MeasureErrorNo.RUN_TIMEOUT
-    if "worker process died" in text or "exited with code" in text:
-        return MeasureErrorNo.RUNTIME_DEVICE
-    if any(m in text for m in ("lost the session", "shutting down", "cannot connect", "handshake",
-                               "client connection broke")):
-        return None
-    return MeasureErrorNo.RUNTIME_DEVICE  # a remote exception: the kernel raised
+    itself disappeared. The server's error code says which (docs/rpc-protocol.md)."""
+    from kiln.rpc import protocol as P
+    return {P.E_TIMEOUT: MeasureErrorNo.RUN_TIMEOUT, P.E_SHUTDOWN: None, 0: None}.get(
+        getattr(error, "code", 0), MeasureErrorNo.RUNTIME_DEVICE)
 
 
 class RPCRunner(Runner):

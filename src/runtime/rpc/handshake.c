@@ -1,7 +1,8 @@
 /* The versioned handshake of protocol.py, both sides.
  *
  *   C -> S  {magic, version, role, key, nonce, ...}
- *   S -> C  {status: OK} | {status: AUTH, nonce} | {status: ERROR, message}
+ *   S -> C  {status: OK} | {status: AUTH, nonce} | {status: ERROR, message, code}
+ *   (a busy server first sends {status: QUEUED, position} and the final status when the turn comes)
  *   C -> S  (AUTH) {proof: HMAC-SHA256(token, "kiln-rpc" | server nonce | client nonce | role)}
  *   S -> C  {status: OK} | {status: ERROR, message}
  */
@@ -28,13 +29,25 @@ int hs_reply_ok(int fd) {
   return send_value(fd, &b);
 }
 
-int hs_refuse(int fd, const char* message) {
+int hs_refuse(int fd, const char* message, int code) {
   WBuf b = {0};
-  wb_dict(&b, 2);
+  wb_dict(&b, 3);
   wb_str(&b, "status");
   wb_int(&b, HS_ERROR);
   wb_str(&b, "message");
   wb_str(&b, message);
+  wb_str(&b, "code");
+  wb_int(&b, code);
+  return send_value(fd, &b);
+}
+
+int hs_queued(int fd, int position) {
+  WBuf b = {0};
+  wb_dict(&b, 2);
+  wb_str(&b, "status");
+  wb_int(&b, HS_QUEUED);
+  wb_str(&b, "position");
+  wb_int(&b, position);
   return send_value(fd, &b);
 }
 
@@ -65,7 +78,7 @@ static void copy_str(char* dst, size_t size, const KVal* v) {
 }
 
 /* Why a hello is unacceptable, or NULL. */
-static const char* check_hello(const KVal* h) {
+static const char* check_hello(const KVal* h, int* code) {
   const KVal* magic = kv_get(h, "magic");
   const KVal* version = kv_get(h, "version");
   const KVal* role = kv_get(h, "role");
@@ -73,8 +86,10 @@ static const char* check_hello(const KVal* h) {
   const KVal* nonce = kv_get(h, "nonce");
   if (!magic || magic->tag != T_BYTES || magic->len != 4 || memcmp(magic->ptr, RPC_MAGIC, 4) != 0)
     return "bad magic: this port speaks the kiln RPC protocol";
-  if (!version || version->tag != T_INT || version->i != RPC_VERSION)
-    return "protocol version is not supported (this side speaks 1)";
+  if (!version || version->tag != T_INT || version->i != RPC_VERSION) {
+    *code = E_UNSUPPORTED;
+    return "protocol version is not supported (this side speaks 2); use a client of the same kiln release";
+  }
   if (!role || role->tag != T_INT || !key || key->tag != T_STR) return "hello needs an int 'role' and a str 'key'";
   if (!nonce || nonce->tag != T_BYTES || nonce->len != 16) return "hello needs a 16-byte 'nonce'";
   return NULL;
@@ -87,9 +102,10 @@ int hs_accept(int fd, const char* token, Hello* out) {
   int rc = -1;
   uint8_t client_nonce[16];
   if (recv_dict(fd, &f, &arena, &hello)) goto done;
-  const char* problem = check_hello(hello);
+  int code = E_BAD_REQUEST;
+  const char* problem = check_hello(hello, &code);
   if (problem) {
-    hs_refuse(fd, problem);
+    hs_refuse(fd, problem, code);
     kiln_error("%s", problem);
     goto done;
   }
@@ -116,7 +132,8 @@ int hs_accept(int fd, const char* token, Hello* out) {
     uint8_t diff = got && got->tag == T_BYTES && got->len == 32 ? 0 : 1;
     for (int i = 0; got && got->tag == T_BYTES && got->len == 32 && i < 32; i++) diff |= got->ptr[i] ^ expect[i];
     if (diff) {
-      hs_refuse(fd, "authentication failed: wrong token (set the same --auth-token / KILN_RPC_TOKEN on both sides)");
+      hs_refuse(fd, "authentication failed: wrong token (set the same --auth-token / KILN_RPC_TOKEN on both sides)",
+                E_AUTH);
       kiln_error("authentication failed");
       goto done;
     }

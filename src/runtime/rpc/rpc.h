@@ -13,9 +13,9 @@
 
 /* ---- protocol constants (protocol.py) -------------------------------------------------- */
 #define RPC_MAGIC "KILN"
-#define RPC_VERSION 1
+#define RPC_VERSION 2
 #define RPC_MAX_FRAME (64u * 1024 * 1024 + 4096)
-#define RPC_CHUNK (16u * 1024 * 1024)
+#define RPC_CHUNK (16u * 1024 * 1024)  /* the most bytes an OP_DATA frame of a streamed value carries */
 #define RPC_MAX_HANDSHAKE_FRAME 4096u
 /* Each decoded value costs ~100 bytes of bookkeeping; capping their number per frame keeps a
  * hostile frame of 64 MiB of one-byte values from costing gigabytes on a small board. */
@@ -23,16 +23,20 @@
 #define RPC_MAX_DEPTH 32
 
 enum { ROLE_CLIENT = 1, ROLE_SERVER = 2, ROLE_TRACKER_CLIENT = 3, ROLE_PROXY = 4 };
-enum { HS_OK = 0, HS_AUTH = 1, HS_ERROR = 2 };
+enum { HS_OK = 0, HS_AUTH = 1, HS_ERROR = 2, HS_QUEUED = 3 };
+/* Error codes of ERROR replies and refusals (protocol.py's E_*). */
+enum { E_REMOTE = 1, E_BAD_REQUEST = 2, E_UNSUPPORTED = 3, E_BUSY = 4, E_TIMEOUT = 5, E_WORKER_DIED = 6,
+       E_SHUTDOWN = 7, E_AUTH = 8 };
 enum {
   OP_RETURN = 0, OP_ERROR = 1, OP_CALL = 2, OP_GET_FUNCTION = 3, OP_LOAD_MODULE = 4,
   OP_UPLOAD = 5, OP_DOWNLOAD = 6, OP_REMOVE = 7, OP_LISTDIR = 8, OP_EMPTY = 9, OP_COPY_IN = 10,
   OP_COPY_OUT = 11, OP_FREE = 12, OP_TIME_EVAL = 13, OP_DEVICE_EXISTS = 14, OP_SHUTDOWN = 15,
-  OP_SYNC = 16, OP_MODULE_INFO = 17
+  OP_SYNC = 16, OP_MODULE_INFO = 17, OP_DATA = 18
 };
 enum {
   T_NONE = 0, T_INT = 1, T_FLOAT = 2, T_STR = 3, T_BYTES = 4, T_LIST = 5, T_DICT = 6, T_BOOL = 7,
-  T_TENSOR = 8, T_DEVICE = 9, T_ARRAY_REF = 10, T_MODULE_REF = 11, T_FUNC_REF = 12
+  T_TENSOR = 8, T_DEVICE = 9, T_ARRAY_REF = 10, T_MODULE_REF = 11, T_FUNC_REF = 12,
+  T_STREAM = 13, T_STREAM_TENSOR = 14  /* bytes / tensor whose data follows the frame in OP_DATA frames */
 };
 
 /* ---- value.c: decoding and encoding ----------------------------------------------------- */
@@ -52,6 +56,7 @@ typedef struct KVal {
   int32_t dev_type, dev_id;  /* T_DEVICE, T_TENSOR, T_ARRAY_REF */
   const uint8_t* raw;        /* the value's encoded bytes, for echoing it back unchanged */
   size_t raw_len;
+  uint64_t stream_len;       /* T_STREAM, T_STREAM_TENSOR: bytes that follow the frame */
 } KVal;
 
 typedef struct ArenaBlock ArenaBlock;
@@ -89,7 +94,11 @@ typedef struct { uint8_t* body; uint32_t len; } Frame;
 int wire_recv(int fd, uint32_t max_len, int timeout_ms, Frame* out, int* closed);
 /* Send opcode + body + tail as one frame. */
 int wire_send(int fd, uint8_t opcode, const WBuf* body, const void* tail, size_t tail_len);
-int wire_send_error(int fd, const char* type, const char* message);
+int wire_send_error(int fd, const char* type, const char* message, int code);
+/* Receive a streamed value's n bytes from its OP_DATA frames: into dest when it is not NULL,
+ * else piece by piece through sink (each piece at most RPC_CHUNK bytes, from one buffer). */
+typedef int (*StreamSink)(void* ctx, uint64_t offset, const uint8_t* data, size_t n);
+int wire_recv_stream(int fd, uint64_t n, uint8_t* dest, StreamSink sink, void* ctx);
 double wire_now(void);
 int wire_connect(const char* host, int port, int timeout_ms);
 void wire_nodelay(int fd);
@@ -108,7 +117,8 @@ typedef struct {
 /* Accept a peer's hello (and prove its token). On failure the peer has been told why. */
 int hs_accept(int fd, const char* token, Hello* out);
 int hs_reply_ok(int fd);
-int hs_refuse(int fd, const char* message);
+int hs_refuse(int fd, const char* message, int code);
+int hs_queued(int fd, int position);
 /* Connect to a tracker or proxy as `role` with `key`; returns the fd or -1. */
 int hs_connect(const char* host, int port, int role, const char* key, const char* token);
 
@@ -145,6 +155,7 @@ typedef struct {
   size_t tail_len;
   void* owned_tail;          /* freed after sending */
   const char* error_type;    /* set on failure: the exception type the client sees */
+  int error_code;            /* E_*; 0 means E_REMOTE (or E_BAD_REQUEST for a ProtocolError) */
 } Reply;
 
 typedef struct {
@@ -169,6 +180,10 @@ int graph_create(Session* s, const KVal* a, uint32_t n, Reply* r);
 int graph_get_function(Session* s, Obj* o, const char* name, Reply* r);
 int graph_call(Session* s, struct KilnGraph* g, int method, const KVal* a, uint32_t n, Reply* r);
 int graph_time(struct KilnGraph* g, const char* name, int64_t number, int64_t repeat, double min_ms, Reply* r);
+/* CALL args (func, key, streamed tensor) of an executor's set_input whose tensor matches a CPU input:
+ * the stream is received straight into that input. 1 when done that way (reply or error set), 0
+ * when the request is anything else (nothing received), -1 when receiving failed. */
+int graph_stream_set_input(Session* s, const KVal* a, uint32_t n, const KVal* stream, Reply* r);
 
 /* ---- tracker.c ---------------------------------------------------------------------------- */
 typedef struct Server Server;
@@ -212,6 +227,9 @@ struct Server {
   int proxy_fd;
   double proxy_next_try;
   int proxy_announced;
+  int queued[16];              /* direct clients waiting for the session to end, oldest first */
+  double queued_timeout[16];
+  int nqueued;
 };
 int server_run(const Options* opt);
 int server_on_lease(Server* srv, const char* token, double lease_s);

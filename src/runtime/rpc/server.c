@@ -5,7 +5,9 @@
  * from a signal, exits abnormally or outlives the session timeout, it writes one error frame
  * naming the cause, so the client gets a clear error instead of a bare disconnect. It also
  * keeps the tracker registration alive or, with --through-proxy, an idle connection to the
- * proxy for the next client. One session at a time: a server is one device.
+ * proxy for the next client. One session at a time: a server is one device; a client that
+ * connects during a session is told it is queued and gets the server when the session ends, in
+ * the order clients came (as TVM's server, which accepts one connection after another).
  *
  * Everything runs in one thread around poll(); SIGCHLD is turned into a readable byte on a
  * pipe so a finished worker wakes the loop. Handshakes are read in that thread with a 5 s
@@ -44,7 +46,7 @@ static void on_stop(int sig) {
   on_sigchld(sig);
 }
 
-int server_is_free(const Server* srv) { return srv->worker == 0 && !srv->lease[0]; }
+int server_is_free(const Server* srv) { return srv->worker == 0 && !srv->lease[0] && srv->nqueued == 0; }
 
 /* Log lines look like the Python server's, so tools that watch one can watch the other. */
 __attribute__((format(printf, 1, 2))) static void log_info(const char* fmt, ...) {
@@ -59,7 +61,7 @@ __attribute__((format(printf, 1, 2))) static void log_info(const char* fmt, ...)
 
 /* ---- leases from the tracker ---------------------------------------------------------------- */
 int server_on_lease(Server* srv, const char* token, double lease_s) {
-  if (srv->worker || srv->lease[0]) return 0;
+  if (!server_is_free(srv)) return 0;
   snprintf(srv->lease, sizeof(srv->lease), "%s", token);
   srv->lease_deadline = wire_now() + (lease_s > 0 && lease_s < 3600 ? lease_s : 5.0);
   return 1;
@@ -69,14 +71,17 @@ void server_on_cancel(Server* srv, const char* token) {
   if (strcmp(srv->lease, token) == 0) srv->lease[0] = '\0';
 }
 
-static const char* admission_problem(Server* srv, const Hello* h) {
+static const char* admission_problem(Server* srv, const Hello* h, int* code) {
+  *code = E_BAD_REQUEST;
   if (h->role != ROLE_CLIENT) return "this is an RPC server; only session clients connect here";
   if (h->key[0] && srv->opt.key[0] && strcmp(h->key, srv->opt.key) != 0 && strncmp(h->key, "client:", 7) != 0)
     return "this server's key differs from the key the client asked for";
-  if (srv->worker) return "the server is busy with another session; use a tracker (rpc.connect_tracker) to queue for it";
+  *code = E_BUSY;
+  if (srv->worker || srv->nqueued) return "the server is busy with another session; use a tracker (rpc.connect_tracker) to queue for it";
   if (srv->lease[0] && strcmp(h->lease, srv->lease) != 0)
     return "the server is reserved by the tracker for another client; request it through the tracker";
   if (h->lease[0] && !srv->lease[0]) return "the tracker's lease for this session expired or was cancelled; request again";
+  *code = 0;
   return NULL;
 }
 
@@ -89,14 +94,14 @@ static void close_if(int* fd) {
 static void start_session(Server* srv, int fd, double timeout) {
   snprintf(srv->workdir, sizeof(srv->workdir), "%s/kiln-rpc-session-XXXXXX", srv->opt.work_root);
   if (!mkdtemp(srv->workdir)) {
-    wire_send_error(fd, "RPCError", "the server cannot create a session directory");
+    wire_send_error(fd, "RPCError", "the server cannot create a session directory", E_REMOTE);
     close(fd);
     return;
   }
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
-    wire_send_error(fd, "RPCError", "the server cannot fork a session worker");
+    wire_send_error(fd, "RPCError", "the server cannot fork a session worker", E_REMOTE);
     close(fd);
     files_remove_tree(srv->workdir);
     return;
@@ -113,6 +118,7 @@ static void start_session(Server* srv, int fd, double timeout) {
     close_if(&srv->listen_fd);
     close_if(&srv->tracker.fd);
     if (srv->proxy_fd != fd) close_if(&srv->proxy_fd);
+    for (int q = 0; q < srv->nqueued; q++) close(srv->queued[q]);
     close_if(&srv->wake[0]);
     close_if(&srv->wake[1]);
     wake_fd = -1;
@@ -129,8 +135,13 @@ static void start_session(Server* srv, int fd, double timeout) {
   tracker_send_state(&srv->tracker, 0);
 }
 
-static void kill_worker(Server* srv, const char* reason) {
-  if (!srv->kill_reason[0]) snprintf(srv->kill_reason, sizeof(srv->kill_reason), "%s", reason);
+static int kill_code;
+
+static void kill_worker(Server* srv, const char* reason, int code) {
+  if (!srv->kill_reason[0]) {
+    snprintf(srv->kill_reason, sizeof(srv->kill_reason), "%s", reason);
+    kill_code = code;
+  }
   kill(srv->worker, SIGKILL);
 }
 
@@ -147,10 +158,14 @@ static const char* signal_name(int sig) {
   }
 }
 
+static void next_queued(Server* srv);
+
 static void on_worker_exit(Server* srv, int status) {
   char message[768] = "";
+  int code = E_WORKER_DIED;
   if (srv->kill_reason[0]) {
     snprintf(message, sizeof(message), "%s", srv->kill_reason);
+    code = kill_code;
   } else if (WIFSIGNALED(status)) {
     char num[32];
     const char* name = signal_name(WTERMSIG(status));
@@ -165,12 +180,31 @@ static void on_worker_exit(Server* srv, int status) {
   if (message[0]) {
     log_info("session ended: %s", message);
     fcntl(srv->session_fd, F_SETFL, fcntl(srv->session_fd, F_GETFL) | O_NONBLOCK);
-    wire_send_error(srv->session_fd, "RPCSessionError", message);
+    wire_send_error(srv->session_fd, "RPCSessionError", message, code);
   }
   close_if(&srv->session_fd);
   files_remove_tree(srv->workdir);
   srv->worker = 0;
-  tracker_send_state(&srv->tracker, 1);
+  next_queued(srv);
+  if (server_is_free(srv)) tracker_send_state(&srv->tracker, 1);
+}
+
+/* The oldest queued client that is still there gets the server. */
+static void next_queued(Server* srv) {
+  while (!srv->worker && srv->nqueued) {
+    int fd = srv->queued[0];
+    double timeout = srv->queued_timeout[0];
+    srv->nqueued--;
+    memmove(srv->queued, srv->queued + 1, sizeof(int) * (size_t)srv->nqueued);
+    memmove(srv->queued_timeout, srv->queued_timeout + 1, sizeof(double) * (size_t)srv->nqueued);
+    char c;
+    ssize_t gone = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (gone == 0 || (gone < 0 && errno != EAGAIN && errno != EWOULDBLOCK) || hs_reply_ok(fd)) {
+      close(fd);  /* it left while waiting */
+      continue;
+    }
+    start_session(srv, fd, timeout);
+  }
 }
 
 static void reap(Server* srv) {
@@ -187,15 +221,16 @@ static void watch(Server* srv, double now) {
     char why[256];
     snprintf(why, sizeof(why), "session_timeout of %g s passed; the server ended the session. Pass a larger "
              "session_timeout if the work needs longer.", srv->session_timeout);
-    kill_worker(srv, why);
+    kill_worker(srv, why, E_TIMEOUT);
     return;
   }
   if (now < srv->next_watch) return;
   srv->next_watch = now + 1.0;
   char c;
   ssize_t r = recv(srv->session_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (r == 0) kill_worker(srv, "the client disconnected");
-  else if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) kill_worker(srv, "the client connection broke");
+  if (r == 0) kill_worker(srv, "the client disconnected", E_SHUTDOWN);
+  else if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+    kill_worker(srv, "the client connection broke", E_SHUTDOWN);
 }
 
 /* ---- connections ----------------------------------------------------------------------------- */
@@ -208,9 +243,20 @@ static void on_connect(Server* srv) {
     close(fd);
     return;
   }
-  const char* problem = admission_problem(srv, &h);
+  int code;
+  const char* problem = admission_problem(srv, &h, &code);
+  if (problem && code == E_BUSY && srv->worker && !h.lease[0] && !srv->lease[0] &&
+      srv->nqueued < (int)(sizeof(srv->queued) / sizeof(srv->queued[0]))) {
+    if (hs_queued(fd, srv->nqueued + 1)) {
+      close(fd);
+      return;
+    }
+    srv->queued_timeout[srv->nqueued] = h.session_timeout;
+    srv->queued[srv->nqueued++] = fd;
+    return;
+  }
   if (problem || hs_reply_ok(fd)) {
-    if (problem) hs_refuse(fd, problem);
+    if (problem) hs_refuse(fd, problem, code);
     close(fd);
     return;
   }
@@ -331,7 +377,7 @@ int server_run(const Options* opt) {
     if (i_listen >= 0 && pfd[i_listen].revents) on_connect(srv);
   }
   if (srv->worker) {
-    kill_worker(srv, "the server is shutting down");
+    kill_worker(srv, "the server is shutting down", E_SHUTDOWN);
     int status;
     waitpid(srv->worker, &status, 0);
     on_worker_exit(srv, status);

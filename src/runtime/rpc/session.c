@@ -72,8 +72,14 @@ static int call_builtin(Session* s, Obj* o, const KVal* a, uint32_t n, Reply* r)
       return graph_create(s, a, n, r);
     case FN_ECHO:
       /* The values go back exactly as they came: their encoded bytes are copied. */
+      for (uint32_t i = 0; i < n; i++)
+        if (!a[i].raw && a[i].tag != T_BYTES)
+          return fail_with(r, "TypeError", "rpc.echo: a streamed tensor is not echoed; send bytes");
       if (n != 1) wb_list(&r->body, n);
-      for (uint32_t i = 0; i < n; i++) wb_raw(&r->body, a[i].raw, a[i].raw_len);
+      for (uint32_t i = 0; i < n; i++) {
+        if (a[i].raw) wb_raw(&r->body, a[i].raw, a[i].raw_len);
+        else wb_bytes(&r->body, a[i].ptr, a[i].len); /* a streamed value, received into its own buffer */
+      }
       return 0;
     case FN_WORKPATH: {
       char path[PATH_MAX];
@@ -238,6 +244,58 @@ static Handler handler_for(int op) {
   }
 }
 
+/* ---- streamed values ------------------------------------------------------------------------ */
+#define MAX_STREAMS 256
+
+typedef struct {
+  KVal* v[MAX_STREAMS];
+  int n;
+  void* owned[MAX_STREAMS];
+} Streams;
+
+/* The request's stream values in the order their bytes follow the frame (depth first). */
+static int collect_streams(KVal* v, Streams* st) {
+  if (v->tag == T_STREAM || v->tag == T_STREAM_TENSOR) {
+    if (st->n == MAX_STREAMS) return kiln_error("more than %d streamed values in one request", MAX_STREAMS);
+    st->owned[st->n] = NULL;
+    st->v[st->n++] = v;
+    return 0;
+  }
+  uint32_t count = v->tag == T_LIST ? v->count : v->tag == T_DICT ? 2 * v->count : 0;
+  for (uint32_t i = 0; i < count; i++)
+    if (collect_streams(&v->items[i], st)) return -1;
+  return 0;
+}
+
+/* Receive every stream: a tensor for an executor's set_input straight into the input, the rest
+ * into buffers of their own that replace them as plain bytes / tensors (freed after the reply).
+ * Returns 1 when the request was answered that way, 0 to run the handler, -1 on a broken stream. */
+static int receive_streams(Session* s, int op, KVal* v, Streams* st, Reply* r) {
+  int answered = 0;
+  for (int k = 0; k < st->n; k++) {
+    KVal* x = st->v[k];
+    if (op == OP_CALL && v->tag == T_LIST && v->count > 0 && !answered) {
+      int rc = graph_stream_set_input(s, v->items, v->count, x, r);
+      if (rc < 0) return -1;
+      if (rc > 0) {
+        answered = 1;
+        continue;
+      }
+    }
+    if (x->stream_len > UINT32_MAX) return kiln_error("a streamed value of %llu bytes; kiln_rpc takes at most 4 GiB in one value",
+                                                    (unsigned long long)x->stream_len);
+    uint8_t* buf = malloc(x->stream_len ? (size_t)x->stream_len : 1);
+    if (!buf) return kiln_error("out of memory receiving a streamed value of %llu bytes", (unsigned long long)x->stream_len);
+    st->owned[k] = buf;
+    if (wire_recv_stream(s->fd, x->stream_len, buf, NULL, NULL)) return -1;
+    x->tag = x->tag == T_STREAM ? T_BYTES : T_TENSOR;
+    x->ptr = buf;
+    x->len = (uint32_t)x->stream_len;
+    x->raw = NULL; /* its encoded form was only the announcement */
+  }
+  return answered;
+}
+
 /* ---- the loop ----------------------------------------------------------------------------- */
 static void free_ids(Session* s, const KVal* v) {
   for (uint32_t i = 0; v->tag == T_LIST && i < v->count; i++)
@@ -249,17 +307,27 @@ static int handle(Session* s, Frame* f) {
   Arena arena = {0};
   KVal* v;
   Reply r = {0};
-  int op = f->body[0], end = 0;
-  if (kv_decode(&arena, f->body + 1, f->len - 1, &v)) {
+  int op = f->body[0], end = 0, answered = 0;
+  Streams st;
+  st.n = 0;
+  if (op == OP_DATA) kiln_error("an OP_DATA frame that no streamed value announced");
+  if (op == OP_DATA || kv_decode(&arena, f->body + 1, f->len - 1, &v) || collect_streams(v, &st) ||
+      (answered = receive_streams(s, op, v, &st, &r)) < 0) {
     /* The stream can no longer be trusted to be in sync: report and end the session. */
-    wire_send_error(s->fd, "ProtocolError", kiln_last_error());
+    wire_send_error(s->fd, "ProtocolError", kiln_last_error(), E_BAD_REQUEST);
+    for (int k = 0; k < st.n; k++) free(st.owned[k]);
+    wb_free(&r.body);
     arena_free(&arena);
     return 1;
   }
+  if (answered) {
+    if (r.error_type) wire_send_error(s->fd, r.error_type, kiln_last_error(), E_REMOTE);
+    else if (wire_send(s->fd, OP_RETURN, &r.body, NULL, 0)) end = 1;
+    goto done;
+  }
   if (op == OP_FREE) {
     free_ids(s, v);
-    arena_free(&arena);
-    return 0;
+    goto done;
   }
   if (op == OP_SHUTDOWN) {
     wb_none(&r.body);
@@ -267,16 +335,24 @@ static int handle(Session* s, Frame* f) {
   } else {
     Handler h = handler_for(op);
     int rc;
-    if (!h) rc = fail_with(&r, "ProtocolError", "unknown opcode %d", op);
-    else if (v->tag != T_LIST) rc = fail_with(&r, "ProtocolError", "opcode %d needs a list of arguments", op);
-    else rc = h(s, v->items, v->count, &r);
+    if (!h) {
+      rc = fail_with(&r, "ProtocolError", "unknown opcode %d; this server speaks protocol version %d", op, RPC_VERSION);
+      r.error_code = E_UNSUPPORTED;
+    } else if (v->tag != T_LIST) {
+      rc = fail_with(&r, "ProtocolError", "opcode %d needs a list of arguments", op);
+    } else {
+      rc = h(s, v->items, v->count, &r);
+    }
     if (rc) {
-      wire_send_error(s->fd, r.error_type ? r.error_type : "KilnError", kiln_last_error());
+      const char* type = r.error_type ? r.error_type : "KilnError";
+      int code = r.error_code ? r.error_code : strcmp(type, "ProtocolError") == 0 ? E_BAD_REQUEST : E_REMOTE;
+      wire_send_error(s->fd, type, kiln_last_error(), code);
       goto done;
     }
   }
   if (wire_send(s->fd, OP_RETURN, &r.body, r.tail, r.tail_len)) end = 1;
 done:
+  for (int k = 0; k < st.n; k++) free(st.owned[k]);
   wb_free(&r.body);
   free(r.owned_tail);
   arena_free(&arena);
@@ -290,7 +366,7 @@ void session_serve(int fd, const char* workdir) {
     int closed;
     if (wire_recv(fd, RPC_MAX_FRAME, -1, &f, &closed)) {
       /* Best effort: after an oversized or torn frame the client learns why we hang up. */
-      if (!closed) wire_send_error(fd, "ProtocolError", kiln_last_error());
+      if (!closed) wire_send_error(fd, "ProtocolError", kiln_last_error(), E_BAD_REQUEST);
       break;
     }
     int end = handle(&s, &f);

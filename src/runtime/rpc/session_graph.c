@@ -232,6 +232,30 @@ int graph_call(Session* s, KilnGraph* g, int method, const KVal* a, uint32_t n, 
   }
 }
 
+int graph_stream_set_input(Session* s, const KVal* a, uint32_t n, const KVal* stream, Reply* r) {
+  if (n != 3 || &a[2] != stream || stream->tag != T_STREAM_TENSOR || (a[1].tag != T_STR && a[1].tag != T_INT)) return 0;
+  uint64_t id = a[0].tag == T_FUNC_REF ? a[0].id : a[0].tag == T_INT && a[0].i > 0 ? (uint64_t)a[0].i : 0;
+  Obj* o = id && id < s->objs.cap ? &s->objs.slots[id] : NULL;
+  if (!o || o->kind != OBJ_BUILTIN || o->builtin != FN_GRAPH_BASE + G_SET_INPUT) return 0;
+  KilnGraph* g = o->ptr;
+  Reply probe = {0};
+  int i = input_of(g, &a[1], &probe);
+  if (i < 0 || strcmp(kiln_graph_input_scope(g, i), "global") != 0) return 0; /* the usual path reports it */
+  DLTensor* dst = (DLTensor*)kiln_graph_input(g, i);
+  DLDataType dtype;
+  if (dst->device.device_type != KILN_DEVICE_CPU || kiln_dtype_parse((const char*)stream->dtype, stream->dtype_len, &dtype) ||
+      memcmp(&dtype, &dst->dtype, sizeof(dtype)) != 0 || (int32_t)stream->ndim != dst->ndim ||
+      stream->stream_len != kiln_ndarray_nbytes(dst))
+    return 0;
+  for (int d = 0; d < dst->ndim; d++)
+    if (stream->shape[d] != dst->shape[d]) return 0;
+  if (wire_recv_stream(s->fd, stream->stream_len, (uint8_t*)dst->data + dst->byte_offset, NULL, NULL)) return -1;
+  /* Copying the input onto itself (a memmove in place) tells the library its input changed. */
+  if (kiln_graph_set_input_tensor(g, i, dst)) return fail_with(r, "KilnError", NULL), 1;
+  wb_none(&r->body);
+  return 1;
+}
+
 /* time_evaluator("run", ...) on an executor: like kiln_func_time, for whole runs. */
 int graph_time(KilnGraph* g, const char* name, int64_t number, int64_t repeat, double min_ms, Reply* r) {
   if (strcmp(name, "run") != 0)

@@ -156,6 +156,13 @@ static int value(Reader* r, KVal* v, int depth) {
     case T_TENSOR:
       if (array_meta(r, v) || u32(r, &v->len) || take(r, v->len, &v->ptr)) return -1;
       break;
+    case T_STREAM_TENSOR:
+      if (array_meta(r, v)) return -1;
+      __attribute__((fallthrough)); /* then the byte count */
+    case T_STREAM:
+      if (take(r, 8, &p)) return -1;
+      v->stream_len = le64(p);
+      break;
     case T_ARRAY_REF:
     case T_MODULE_REF:
     case T_FUNC_REF:

@@ -101,9 +101,11 @@ int wire_send(int fd, uint8_t opcode, const WBuf* body, const void* tail, size_t
   return 0;
 }
 
-int wire_send_error(int fd, const char* type, const char* message) {
+int wire_send_error(int fd, const char* type, const char* message, int code) {
   WBuf b = {0};
-  wb_dict(&b, 3);
+  wb_dict(&b, 4);
+  wb_str(&b, "code");
+  wb_int(&b, code);
   wb_str(&b, "type");
   wb_str(&b, type);
   wb_str(&b, "message");
@@ -112,6 +114,41 @@ int wire_send_error(int fd, const char* type, const char* message) {
   wb_str(&b, "");
   int rc = wire_send(fd, OP_ERROR, &b, NULL, 0);
   wb_free(&b);
+  return rc;
+}
+
+int wire_recv_stream(int fd, uint64_t n, uint8_t* dest, StreamSink sink, void* ctx) {
+  uint8_t* scratch = NULL;
+  uint64_t got = 0;
+  int rc = 0;
+  size_t pos;
+  while (got < n && rc == 0) {
+    uint8_t head[5];
+    if (read_exact(fd, head, 5, 0, &pos)) return kiln_error("connection lost in a streamed value (%llu of %llu bytes)",
+                                                          (unsigned long long)got, (unsigned long long)n);
+    uint32_t len = (uint32_t)head[0] | (uint32_t)head[1] << 8 | (uint32_t)head[2] << 16 | (uint32_t)head[3] << 24;
+    uint64_t left = n - got, most = left < RPC_CHUNK ? left : RPC_CHUNK;
+    if (head[4] != OP_DATA || len < 2 || len - 1 > most) {
+      rc = kiln_error("expected an OP_DATA frame of at most %llu bytes (%llu of a %llu-byte streamed value received), "
+                      "got opcode %u with %u bytes", (unsigned long long)most, (unsigned long long)got,
+                      (unsigned long long)n, head[4], len ? len - 1 : 0);
+      break;
+    }
+    size_t piece = len - 1;
+    uint8_t* into = dest ? dest + got : scratch;
+    if (!into) {
+      into = scratch = malloc((size_t)most);
+      if (!scratch) return kiln_error("out of memory receiving a streamed value");
+    }
+    if (read_exact(fd, into, piece, 0, &pos)) {
+      rc = kiln_error("connection lost in a streamed value (%llu of %llu bytes)", (unsigned long long)(got + pos),
+                      (unsigned long long)n);
+      break;
+    }
+    if (!dest) rc = sink(ctx, got, into, piece);
+    got += piece;
+  }
+  free(scratch);
   return rc;
 }
 
