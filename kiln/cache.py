@@ -1,6 +1,6 @@
 """The build cache: compiled artifacts on disk, so rebuilding an unchanged model is quick.
 
-An entry is one file ``<KILN_CACHE_DIR>/build-v1/<key>.kc`` named by the SHA-256 of everything
+An entry is one file ``<KILN_CACHE_DIR>/build-v2/<key>.kc`` named by the SHA-256 of everything
 that decides its contents (``key(...)``: the caller's description of the input, plus
 ``fingerprint()``: the kiln sources, the LLVM and Python versions). Writers put the whole
 entry in a temporary file beside it and ``os.replace`` it into place, so concurrent builds of
@@ -9,8 +9,19 @@ Every entry carries a checksum; a truncated or damaged one reads as a miss and i
 After each write the least recently used entries (by mtime; a hit touches its entry) are
 deleted until the total is within ``KILN_CACHE_SIZE``.
 
-The cache never makes a build fail: an unwritable directory or a bad entry costs a rebuild
-and one warning. ``KILN_CACHE_DIR=off`` (or empty) turns it off; ``kiln cache info|clear``.
+Trust (docs/cache.md, docs/security.md): an entry holds compiled code, and its key is no secret
+(anyone can hash a build's inputs), so a checksum proves nothing against a writer of the folder.
+Every entry ends with an HMAC-SHA256 of its bytes under a per-user secret kept *outside* the
+cache folder (``KILN_CACHE_SECRET``, default ``~/.config/kiln/cache-secret``, made 0600 on first
+use); an entry whose tag does not verify was not written by this user's kiln and is removed. The
+cache also refuses a folder (or secret) that is not owned by the user or that group or others
+can write: then builds go on uncached with one warning. Entries are opened without following
+links or blocking (a FIFO or device in place of an entry is a miss), and only if they are regular
+files no larger than ``KILN_CACHE_SIZE``, so a sparse multi-GB entry is never read.
+
+The cache never makes a build fail: an unwritable or untrusted directory, a bad entry or a
+KILN_CACHE_SIZE that is not a size costs a rebuild and one warning. ``KILN_CACHE_DIR=off``
+(or empty) turns it off; ``kiln cache info|clear``.
 """
 
 from __future__ import annotations
@@ -18,9 +29,11 @@ from __future__ import annotations
 import enum
 import functools
 import hashlib
+import hmac
 import json
 import logging
 import os
+import stat
 import struct
 import sys
 import tempfile
@@ -30,9 +43,11 @@ from . import config
 
 logger = logging.getLogger("kiln.cache")
 
-SUBDIR = "build-v1"  # bump when the entry format changes: old entries are then ignored
+SUBDIR = "build-v2"  # bump when the entry format changes: old entries are then ignored
 SUFFIX = ".kc"
-_MAGIC = b"KILNC01\n"
+_MAGIC = b"KILNC02\n"
+_TAG = 32  # bytes of HMAC-SHA256 at the end of every entry
+_SECRET_BYTES = 32
 _HEADER = struct.Struct(">Q")
 _OFF = ("", "off", "0", "none", "false", "no")
 _STALE_TMP_S = 3600  # a temporary file this old belongs to a writer that died
@@ -48,6 +63,95 @@ def directory() -> str | None:
     if root.strip().lower() in _OFF:
         return None
     return os.path.join(os.path.abspath(os.path.expanduser(root)), SUBDIR)
+
+
+# -- trust ---------------------------------------------------------------------------------------
+def _untrusted(path: str) -> str:
+    """Why ``path`` (a folder or the secret) may not be trusted, or "" (missing paths are fine)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return ""
+    except OSError as err:
+        return f"cannot inspect it ({err.strerror or err})"
+    if stat.S_ISLNK(st.st_mode):
+        st = os.stat(path)  # a link the user made to elsewhere is fine; its target is checked
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"it belongs to uid {st.st_uid}, not to you (uid {os.getuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"group or others can write it (mode {stat.S_IMODE(st.st_mode):o}); chmod go-w it"
+    return ""
+
+
+def _trusted_folder(folder: str) -> bool:
+    """The entry folder and the cache root are the user's own and writable by nobody else."""
+    for path in (os.path.dirname(folder), folder):
+        why = _untrusted(path)
+        if why:
+            _warn_once(path, f"not used: {why}")
+            return False
+    return True
+
+
+def secret_path() -> str:
+    return os.path.abspath(os.path.expanduser(config.get().cache_secret))
+
+
+def _secret(folder: str) -> bytes | None:
+    """The per-user HMAC key, created (0600, in a 0700 folder) on first use; None if untrusted."""
+    path = secret_path()
+    root = os.path.dirname(folder)
+    if os.path.commonpath([path, root]) == root:
+        _warn_once(path, "not used: the secret must live outside KILN_CACHE_DIR (set KILN_CACHE_SECRET)")
+        return None
+    for check in (os.path.dirname(path), path):
+        why = _untrusted(check)
+        if why:
+            _warn_once(check, f"not used: {why}")
+            return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return _new_secret(path)
+    except OSError as err:
+        _warn_once(path, f"cannot read the cache secret ({err.strerror or err})")
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077:
+            _warn_once(path, f"not used: the cache secret must be a regular file only you can read "
+                             f"(mode {stat.S_IMODE(st.st_mode):o}); chmod 600 it")
+            return None
+        key = f.read(_SECRET_BYTES + 1)
+    if len(key) != _SECRET_BYTES:
+        _warn_once(path, f"not used: the cache secret is not {_SECRET_BYTES} bytes; delete it to make a new one")
+        return None
+    return key
+
+
+def _new_secret(path: str) -> bytes | None:
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:  # another process made it meanwhile: use theirs
+        return _read_secret_again(path)
+    except OSError as err:
+        _warn_once(path, f"cannot create the cache secret ({err.strerror or err})")
+        return None
+    key = os.urandom(_SECRET_BYTES)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+    return key
+
+
+def _read_secret_again(path: str) -> bytes | None:
+    time.sleep(0.01)  # the creator writes 32 bytes right after creating the file
+    try:
+        with open(path, "rb") as f:
+            key = f.read(_SECRET_BYTES + 1)
+    except OSError:
+        return None
+    return key if len(key) == _SECRET_BYTES else None
 
 
 # -- keys ----------------------------------------------------------------------------------------
@@ -125,15 +229,16 @@ def fingerprint() -> str:
 def load(entry_key: str) -> dict[str, bytes] | None:
     """The files stored under entry_key, or None (missing, unreadable or damaged)."""
     folder = directory()
-    if folder is None:
+    if folder is None or not _trusted_folder(folder):
+        return None
+    secret = _secret(folder)
+    if secret is None:
         return None
     path = os.path.join(folder, entry_key + SUFFIX)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
+    data = _read_entry(path)
+    if data is None:
         return None
-    files = _unpack(data, entry_key)
+    files = _unpack(data, entry_key, secret) if data else None
     if files is None:
         logger.warning("kiln cache: damaged entry %s removed; rebuilding", path)
         _remove(path)
@@ -145,18 +250,41 @@ def load(entry_key: str) -> dict[str, bytes] | None:
     return files
 
 
+def _read_entry(path: str) -> bytes | None:
+    """The entry's bytes; None for a missing one; b"" for one that is not a plain file of at most
+    KILN_CACHE_SIZE bytes (a FIFO would block, a sparse entry would be read whole)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError:  # a link (ELOOP), no permission...: not an entry this cache wrote
+        return b""
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > size_limit():
+            return b""
+        return f.read(st.st_size)
+
+
 def store(entry_key: str, files: dict[str, bytes]) -> bool:
     """Write the entry (atomically), then evict down to the size limit. False if not written."""
     folder = directory()
     if folder is None:
         return False
-    data = _pack(files, entry_key)
-    limit = config.get().cache_size
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError as err:
+        _warn_once(folder, f"cannot write to it ({err.strerror or err})")
+        return False
+    secret = _secret(folder) if _trusted_folder(folder) else None
+    if secret is None:
+        return False
+    data = _pack(files, entry_key, secret)
+    limit = size_limit()
     if len(data) > limit:
         return False
     tmp = None
     try:
-        os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=folder)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -165,21 +293,27 @@ def store(entry_key: str, files: dict[str, bytes]) -> bool:
         evict(limit, keep=entry_key + SUFFIX)
         return True
     except OSError as err:
-        _warn_once(folder, err)
+        _warn_once(folder, f"cannot write to it ({err.strerror or err})")
         return False
     finally:
         if tmp is not None:
             _remove(tmp)
 
 
-def _pack(files: dict[str, bytes], entry_key: str) -> bytes:
+def _pack(files: dict[str, bytes], entry_key: str, secret: bytes) -> bytes:
     payload = b"".join(files.values())
     header = json.dumps({"key": entry_key, "files": [[n, len(b)] for n, b in files.items()],
                          "sha256": hashlib.sha256(payload).hexdigest()}).encode()
-    return _MAGIC + _HEADER.pack(len(header)) + header + payload
+    body = _MAGIC + _HEADER.pack(len(header)) + header + payload
+    return body + hmac.new(secret, body, hashlib.sha256).digest()
 
 
-def _unpack(data: bytes, entry_key: str) -> dict[str, bytes] | None:
+def _unpack(data: bytes, entry_key: str, secret: bytes) -> dict[str, bytes] | None:
+    # The tag first: nothing of an entry another writer made is parsed.
+    if len(data) < _TAG or not hmac.compare_digest(
+            hmac.new(secret, data[:-_TAG], hashlib.sha256).digest(), data[-_TAG:]):
+        return None
+    data = data[:-_TAG]
     try:
         if not data.startswith(_MAGIC):
             return None
@@ -199,6 +333,21 @@ def _unpack(data: bytes, entry_key: str) -> dict[str, bytes] | None:
 
 
 # -- size bound, info, clear ---------------------------------------------------------------------
+DEFAULT_SIZE = 1 << 30
+
+
+def size_limit() -> int:
+    """KILN_CACHE_SIZE, or the default 1G (with one warning) when it is not a size."""
+    limit = config.get().cache_size
+    if limit < 0:
+        if "size" not in _warned:
+            _warned.add("size")
+            logger.warning("kiln cache: KILN_CACHE_SIZE is not a size (use e.g. 500M or 2G); the cache keeps "
+                           "its default bound of 1G")
+        return DEFAULT_SIZE
+    return limit
+
+
 def _entries(folder: str) -> list[tuple[float, int, str]]:
     """(mtime, size, path) of every entry, and stale temporary files removed on the way."""
     out = []
@@ -246,7 +395,7 @@ def info() -> dict:
     folder = directory()
     entries = _entries(folder) if folder else []
     return {"directory": folder, "entries": len(entries), "bytes": sum(s for _, s, _ in entries),
-            "limit": config.get().cache_size}
+            "limit": size_limit()}
 
 
 def clear() -> tuple[int, int]:
@@ -272,8 +421,8 @@ def _remove(path: str) -> bool:
 _warned: set = set()
 
 
-def _warn_once(folder: str, err: OSError) -> None:
-    if folder not in _warned:
-        _warned.add(folder)
-        logger.warning("kiln cache: cannot write to %s (%s); builds go on uncached. Set "
-                       "KILN_CACHE_DIR to a writable folder, or KILN_CACHE_DIR=off", folder, err.strerror or err)
+def _warn_once(path: str, problem: str) -> None:
+    if path not in _warned:
+        _warned.add(path)
+        logger.warning("kiln cache: %s: %s; builds go on uncached. Set KILN_CACHE_DIR to a folder of your own, "
+                       "or KILN_CACHE_DIR=off", path, problem)

@@ -58,6 +58,11 @@ def _cache_home() -> str:
                         "kiln")
 
 
+def _config_home(name: str) -> str:
+    return os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"),
+                        "kiln", name)
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     debug: int = 0
@@ -68,6 +73,8 @@ class Config:
     """KILN_RPC_TOKEN: shared secret for RPC servers, trackers and proxies."""
     cache_dir: str = ""
     """KILN_CACHE_DIR: where relay.build keeps compiled kernels (default ~/.cache/kiln; "off" disables)."""
+    cache_secret: str = ""
+    """KILN_CACHE_SECRET: the file holding the build cache's HMAC key, outside KILN_CACHE_DIR (default ~/.config/kiln/cache-secret)."""
     cache_size: int = 1 << 30
     """KILN_CACHE_SIZE: the build cache's size bound, e.g. 500M or 2G (default 1G; -1: not a size, the cache warns and uses 1G)."""
     load_limit: int = 4 << 30
@@ -90,6 +97,7 @@ def _from_env() -> Config:
         num_threads=_int("KILN_NUM_THREADS", 0, "TVM_NUM_THREADS"),
         rpc_token=_str("KILN_RPC_TOKEN"),
         cache_dir=os.environ.get("KILN_CACHE_DIR", _cache_home()),
+        cache_secret=_str("KILN_CACHE_SECRET", _config_home("cache-secret")),
         cache_size=_size("KILN_CACHE_SIZE", 1 << 30, invalid=-1),
         load_limit=_size("KILN_LOAD_LIMIT", 4 << 30),
         load_expansion=_size("KILN_LOAD_EXPANSION", 64 << 20),

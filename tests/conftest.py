@@ -21,6 +21,9 @@ import pytest
 _CACHE_DIR = tempfile.mkdtemp(prefix="kiln-test-cache-")
 os.environ["KILN_CACHE_DIR"] = _CACHE_DIR
 atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
+_SECRET_DIR = tempfile.mkdtemp(prefix="kiln-test-secret-")  # the cache's HMAC key lives outside its folder
+os.environ["KILN_CACHE_SECRET"] = os.path.join(_SECRET_DIR, "cache-secret")
+atexit.register(shutil.rmtree, _SECRET_DIR, ignore_errors=True)
 
 sys.path.insert(0, os.path.dirname(__file__))  # makes tests/helpers importable as `helpers`
 

@@ -101,7 +101,7 @@ def test_damaged_entry_reads_as_a_miss_and_is_removed(cache_dir, damage):
 
 def test_size_bound_evicts_least_recently_used(cache_dir):
     payload = {"obj": b"x" * 10_000}
-    size = len(cache._pack(payload, "0" * 64))
+    size = len(cache._pack(payload, "0" * 64, b"k" * 32))
     keys = [cache.key("lru", i) for i in range(5)]
     with config.override(cache_size=3 * size + 100):
         for i, k in enumerate(keys[:3]):
@@ -201,3 +201,110 @@ def test_kiln_config_lists_the_cache_settings():
     lines = {line.split()[0]: line for line in out.splitlines()}
     assert "KILN_CACHE_DIR" in lines["cache_dir"] and "KILN_CACHE_SIZE" in lines["cache_size"]
     assert repr(config.get().cache_dir) in lines["cache_dir"]
+
+
+# -- hostile caches (issue 29) ----------------------------------------------------------------------
+def test_fifo_in_place_of_an_entry_is_a_miss_not_a_hang(cache_dir):
+    key = cache.key("fifo")
+    cache.store(key, {"obj": b"x"})
+    os.unlink(_entry(key))
+    os.mkfifo(_entry(key))  # open() for reading would block until a writer came
+    start = time.monotonic()
+    assert cache.load(key) is None
+    assert time.monotonic() - start < 1 and not os.path.exists(_entry(key))
+    assert cache.store(key, {"obj": b"x"}) and cache.load(key) == {"obj": b"x"}
+
+
+def test_sparse_entry_larger_than_the_bound_is_never_read(cache_dir):
+    import resource
+    key = cache.key("sparse")
+    cache.store(key, {"obj": b"x"})
+    with open(_entry(key), "r+b") as f:
+        f.truncate(8 << 30)  # 8 GiB apparent, no blocks
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with config.override(cache_size=1 << 30):
+        assert cache.load(key) is None
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 << 10  # KiB: nothing read
+    assert not os.path.exists(_entry(key))
+
+
+def test_entry_forged_under_another_key_is_refused(cache_dir):
+    """A writer of the folder copies model A's entry under model B's key, rewriting the header and
+    checksum consistently: without the user's secret it cannot make the HMAC tag."""
+    import hashlib
+    import json
+    import struct
+    a, b = cache.key("model A"), cache.key("model B")
+    cache.store(a, {"obj": b"code of A"})
+    data = open(_entry(a), "rb").read()[:-cache._TAG]
+    start = len(cache._MAGIC) + 8
+    (n,) = struct.unpack(">Q", data[len(cache._MAGIC):start])
+    header = json.loads(data[start:start + n])
+    header["key"] = b
+    payload = data[start + n:]
+    new_header = json.dumps(header).encode()
+    forged = cache._MAGIC + struct.pack(">Q", len(new_header)) + new_header + payload
+    for tag in (hashlib.sha256(forged).digest(), b"\0" * cache._TAG):
+        with open(_entry(b), "wb") as f:
+            f.write(forged + tag)
+        assert cache.load(b) is None and not os.path.exists(_entry(b))
+    # The same bytes with the right tag would have been accepted: the tag is what refuses them.
+    secret = cache._secret(cache.directory())
+    with open(_entry(b), "wb") as f:
+        f.write(cache._pack({"obj": b"code of A"}, b, secret))
+    assert cache.load(b) == {"obj": b"code of A"}
+
+
+def test_secret_is_made_once_private_and_outside_the_folder(cache_dir, tmp_path):
+    secret = tmp_path / "conf" / "kiln" / "cache-secret"
+    with config.override(cache_secret=str(secret)):
+        key = cache.key("secret")
+        assert cache.store(key, {"obj": b"1"})
+        assert secret.stat().st_mode & 0o777 == 0o600 and secret.parent.stat().st_mode & 0o777 == 0o700
+        first = secret.read_bytes()
+        assert cache.load(key) == {"obj": b"1"} and secret.read_bytes() == first and len(first) == 32
+    with config.override(cache_secret=str(secret.with_name("other"))):
+        assert cache.load(key) is None  # another secret (another user): the entry is not trusted
+    inside = tmp_path / "cache" / "cache-secret"
+    with config.override(cache_secret=str(inside)):
+        assert not cache.store(key, {"obj": b"1"}) and not inside.exists()
+
+
+def test_folder_writable_by_others_is_not_used(cache_dir, caplog):
+    key = cache.key("shared folder")
+    cache.store(key, {"obj": b"1"})
+    os.chmod(cache_dir, 0o777)
+    try:
+        cache._warned.clear()
+        with caplog.at_level("WARNING", logger="kiln.cache"):
+            assert cache.load(key) is None and not cache.store(key, {"obj": b"2"})
+        assert "group or others can write it" in caplog.text and "builds go on uncached" in caplog.text
+    finally:
+        os.chmod(cache_dir, 0o700)
+    assert cache.load(key) == {"obj": b"1"}
+
+
+def test_cache_size_that_is_not_a_size_warns_and_keeps_the_default(cache_dir, caplog):
+    cache._warned.clear()
+    with config.override(cache_size=-1), caplog.at_level("WARNING", logger="kiln.cache"):
+        key = cache.key("bad size")
+        assert cache.store(key, {"obj": b"1"}) and cache.load(key) == {"obj": b"1"}
+        assert cache.info()["limit"] == cache.DEFAULT_SIZE
+    assert "KILN_CACHE_SIZE is not a size" in caplog.text
+
+
+def test_builds_succeed_with_a_bad_cache_size(tmp_path):
+    """docs/cache.md: the cache never fails a build (KILN_CACHE_SIZE=abc / -5 used to fail all)."""
+    code = textwrap.dedent("""
+        import numpy as np
+        import kiln as tvm
+        from kiln import relay
+        x = relay.var("x", shape=(2, 2), dtype="float32")
+        lib = relay.build(tvm.IRModule.from_expr(relay.Function([x], relay.nn.relu(x))), target="llvm")
+        print("built", len(lib.get_graph_json()) > 0)
+    """)
+    for raw in ("abc", "-5"):
+        env = {**os.environ, "KILN_CACHE_SIZE": raw, "KILN_CACHE_DIR": str(tmp_path / "c")}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0 and "built True" in proc.stdout, proc.stderr[-2000:]
+        assert "KILN_CACHE_SIZE is not a size" in proc.stderr
