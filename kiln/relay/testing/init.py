@@ -26,7 +26,10 @@ def init_value(name: str, shape: tuple, dtype: str, rng: np.random.Generator) ->
 
 def create_workload(net, initializer=None, seed: int = 0):
     """``(mod, params)`` for a relay expression/Function: every parameter except ``data`` gets
-    an initial value (``initializer(name, shape, dtype, rng)`` if given)."""
+    an initial value (``initializer(name, shape, dtype, rng)`` if given), as an NDArray (TVM's
+    type: scripts call ``params[name].numpy()`` or ``.asnumpy()``)."""
+    from kiln.runtime.ndarray import array
+
     func = as_function(net)
     infer(func)
     rng = np.random.default_rng(seed)
@@ -36,5 +39,5 @@ def create_workload(net, initializer=None, seed: int = 0):
         if p.name_hint == "data":
             continue
         t = p.checked_type
-        params[p.name_hint] = init(p.name_hint, t.shape, t.dtype, rng)
+        params[p.name_hint] = array(init(p.name_hint, t.shape, t.dtype, rng))
     return IRModule({"main": func}), params
