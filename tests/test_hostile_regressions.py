@@ -183,3 +183,35 @@ def test_params_blob_declaring_more_than_it_holds(tmp_path):
     with pytest.raises(FileFormatError, match=r"array 'w' data: holds 16 bytes but shape \(\d, \d\) of float32 needs 24"):
         load_params(bytes(blob).replace((2).to_bytes(8, "little") + (2).to_bytes(8, "little"),
                                         (2).to_bytes(8, "little") + (3).to_bytes(8, "little")))
+
+
+def test_limits_accept_real_model_sizes(tmp_path):
+    """Under the default limits: a GPT-2-sized embedding (50257 x 768 float32, 154 MB) imports,
+    and a ResNet-50-sized parameter blob (25.6 M float32 values, 102 MB) loads."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kiln import config
+    from kiln.relay.frontend.onnx import from_onnx
+    from kiln.runtime.params import load_params, save_params
+    assert config.get().load_limit == 4 << 30 and config.get().load_expansion == 64 << 20
+    emb = np.zeros((50257, 768), "float32")
+    emb[7] = 1.5
+    graph = helper.make_graph([helper.make_node("Gather", ["wte", "ids"], ["y"], axis=0)], "gpt2_wte",
+                              [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 768])],
+                              [numpy_helper.from_array(emb, "wte")])
+    path = tmp_path / "wte.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    del emb
+    assert path.stat().st_size > 154_000_000
+    mod, params = from_onnx(str(path), freeze_params=False)
+    assert params["wte"].shape == (50257, 768) and params["wte"][7, 0] == 1.5
+    del mod, params
+    rng = np.random.default_rng(0)
+    resnet50 = {f"conv{i}": rng.standard_normal((256, 256, 3, 3)).astype("float32") for i in range(43)}
+    resnet50["fc"] = rng.standard_normal((1000, 2048)).astype("float32")
+    blob = save_params(resnet50)
+    assert len(blob) > 100_000_000
+    loaded = load_params(blob, copy=False)
+    assert set(loaded) == set(resnet50) and np.array_equal(loaded["fc"], resnet50["fc"])
