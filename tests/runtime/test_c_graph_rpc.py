@@ -146,3 +146,25 @@ def test_large_parameters_stream_into_the_c_executor(server, tmp_path):
         assert remote.get_function("rpc.echo")(b"z" * (P.INLINE_BUDGET + 5)) == b"z" * (P.INLINE_BUDGET + 5)
     finally:
         remote.close()
+
+
+def test_c_server_queues_a_second_client(server):
+    """As the Python server: closing and connecting again at once is not refused as busy, and a
+    client that connects during a session waits for it and is then served."""
+    import threading
+
+    for _ in range(10):
+        first = rpc.connect("127.0.0.1", server.port)
+        assert first.get_function("rpc.echo")(1) == 1
+        first.close()
+    first = rpc.connect("127.0.0.1", server.port)
+    first_pid = first.get_function("rpc.getpid")()
+    got = {}
+    waiter = threading.Thread(target=lambda: got.setdefault("s", rpc.connect("127.0.0.1", server.port)))
+    waiter.start()
+    waiter.join(1.0)
+    assert waiter.is_alive() and not got
+    first.close()
+    waiter.join(10)
+    assert got["s"].get_function("rpc.getpid")() != first_pid
+    got["s"].close()
