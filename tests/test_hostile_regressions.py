@@ -73,6 +73,9 @@ def test_onnx_empty_file_and_folder_say_so(tmp_path):
         from_onnx(str(tmp_path / "empty.onnx"))
     with pytest.raises(FileFormatError, match="is a directory, not a file"):
         from_onnx(str(tmp_path))
+    import onnx
+    with pytest.raises(FileFormatError, match=r"from_onnx: model: is empty \(0 bytes"):  # tvmc loads it first
+        from_onnx(onnx.load(str(tmp_path / "empty.onnx")))
     (tmp_path / "junk.onnx").write_bytes(b"\xff" * 40)
     with pytest.raises(FileFormatError, match=r"junk\.onnx: file: is not an ONNX model"):
         from_onnx(str(tmp_path / "junk.onnx"))

@@ -39,6 +39,9 @@ def read(model) -> tuple:
         if not isinstance(model, onnx.ModelProto):
             raise limits.fail("from_onnx", "model", f"is a {type(model).__name__}",
                               "pass an onnx.ModelProto or the path of a .onnx file")
+        if model.ByteSize() == 0:  # what onnx.load gives for a 0-byte file
+            raise limits.fail("from_onnx", "model", "is empty (0 bytes: no graph, no opset), not an ONNX model",
+                              "export the model again (torch.onnx.export, onnx.save)")
         return model, f"ONNX model {model.graph.name or '(unnamed)'!r}", model.ByteSize()
     path = os.fspath(model)
     size = limits.file_size(path)
