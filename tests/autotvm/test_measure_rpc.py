@@ -134,15 +134,17 @@ def test_runner_waits_for_a_device_that_comes_back(fleet):
 
 
 def _resnet18_layout_task():
-    """A ResNet-18 conv2d task (64->128 channels, 1x1, stride 2, at 32x32 pixels) whose oc_bn
-    knob is a layout knob: each value gives the kernel's arguments other shapes."""
+    """The ResNet-18 conv2d task (at 32x32 pixels) whose oc_bn knob, a layout knob (each value
+    gives the kernel's arguments other shapes), has the most values on this machine: the 1x1
+    stride-2 conv with 32 vector registers (AVX-512), where 16 registers (AVX2) keep that conv's
+    layout and the 3x3 Winograd conv varies it."""
     relay = pytest.importorskip("kiln.relay")
     import kiln.relay.testing  # noqa: F401
     mod, params = relay.testing.resnet.get_workload(num_layers=18, batch_size=1, image_shape=(3, 32, 32))
     tasks = autotvm.task.extract_from_program(mod["main"], target="llvm", params=params,
                                               ops=(relay.op.get("nn.conv2d"),))
-    task = next(t for t in tasks if t.args[0][1] == (1, 64, 8, 8) and t.args[1][1] == (128, 64, 1, 1))
-    assert "oc_bn" in task.config_space.layout_knobs
+    task = max(tasks, key=lambda t: (len(t.config_space.space_map["oc_bn"]), len(t.config_space)))
+    assert "oc_bn" in task.config_space.layout_knobs and len(task.config_space.space_map["oc_bn"]) >= 2
     return task
 
 
@@ -160,11 +162,14 @@ def test_layout_knob_candidates_measure_through_the_fleet(fleet):
     seen = []
     runner = autotvm.RPCRunner("autotvm-test", "127.0.0.1", tracker.port, number=2, repeat=1,
                                timeout=20, cooldown_interval=0, check_correctness=True)
-    option = autotvm.measure_option(builder=autotvm.LocalBuilder(n_parallel=2), runner=runner)
+    # Winograd candidates (the AVX2 pick) take seconds each to build on 2 busy cores: the build
+    # time is not what this test is about
+    option = autotvm.measure_option(builder=autotvm.LocalBuilder(n_parallel=2, timeout=60), runner=runner)
     tuner = XGBTuner(task, loss_type="rank")
-    tuner.tune(n_trial=16, measure_option=option,
+    trials = min(16, len(task.config_space))
+    tuner.tune(n_trial=trials, measure_option=option,
                callbacks=[lambda _, inputs, results: seen.extend(zip(inputs, results))])
-    assert len(seen) == 16
+    assert len(seen) == trials
     ok = [inp for inp, res in seen if res.error_no == MeasureErrorNo.NO_ERROR]
     errors = [str(res) for _, res in seen if res.error_no != MeasureErrorNo.NO_ERROR]
     assert len(ok) >= 0.9 * len(seen), errors
