@@ -103,7 +103,7 @@ class GraphExecutor(Module):
             except AttributeError:
                 raise KilnError(f"graph node {nid}: the library has no kernel {name!r}; was the graph JSON "
                                 "built together with this library?") from None
-            args = [self.entries[self.row_ptr[i] + k] for i, k, *_ in node["inputs"]]
+            args = [self.entries[self.row_ptr[i] + k] for i, k, *_ in node.get("inputs", [])]
             args += [self.entries[e] for e in range(self.row_ptr[nid], self.row_ptr[nid + 1])]
             kernels.append((nid, name, func, args))
         return kernels
