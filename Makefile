@@ -6,9 +6,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := lld qemu-user gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross \
                 pocl-opencl-icd ocl-icd-opencl-dev clinfo libdnnl-dev \
-                gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm
+                gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm \
+                clang libclang-rt-14-dev
 
-.PHONY: setup system-packages demo test test-heavy bench clean
+.PHONY: setup system-packages demo test test-heavy bench fuzz clean
 
 system-packages:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -34,6 +35,11 @@ test: setup
 # The tests marked heavy: full-size models on PoCL and whole tuning examples (tens of minutes on 2 cores).
 test-heavy: setup
 	$(PY) -m pytest -q --durations=15 -m heavy tests
+
+# Every libFuzzer target in fuzz/ for FUZZ_SECONDS each (make test runs each for a few seconds).
+FUZZ_SECONDS ?= 600
+fuzz: system-packages
+	$(MAKE) -C fuzz run SECONDS=$(FUZZ_SECONDS)
 
 bench: setup
 	$(PY) bench/matmul.py && $(PY) bench/build.py && $(PY) bench/import_time.py

@@ -251,6 +251,15 @@ int npz_read(const char* path, NpzCheck check, void* ctx, NpyArray** arrays, int
   *arrays = NULL;
   *count = 0;
   if (map_whole(path, &zip, &len)) return -1;
+  int rc = npz_read_bytes(zip, len, path, check, ctx, arrays, count);
+  if (zip) munmap((void*)zip, len);
+  return rc;
+}
+
+int npz_read_bytes(const unsigned char* zip, size_t len, const char* path, NpzCheck check, void* ctx,
+                   NpyArray** arrays, int* count) {
+  *arrays = NULL;
+  *count = 0;
   int rc = -1;
   size_t eocd = (size_t)-1;
   for (size_t i = len >= 22 ? len - 22 : 0; len >= 22; i--) {
@@ -292,7 +301,6 @@ int npz_read(const char* path, NpzCheck check, void* ctx, NpyArray** arrays, int
   }
   rc = 0;
 done:
-  if (zip) munmap((void*)zip, len);
   if (rc) {
     npz_free(*arrays, *count);
     *arrays = NULL;

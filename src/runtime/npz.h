@@ -30,6 +30,9 @@ typedef int (*NpzCheck)(void* ctx, const NpyArray* header);
  * declares is checked (against the file, `check` when given, and npz_load_limit()) before
  * anything is allocated for it. */
 int npz_read(const char* path, NpzCheck check, void* ctx, NpyArray** arrays, int* count);
+/* The same for a file already in memory (`path` only names it in messages). */
+int npz_read_bytes(const unsigned char* zip, size_t len, const char* path, NpzCheck check, void* ctx,
+                   NpyArray** arrays, int* count);
 /* $KILN_LOAD_LIMIT (bytes, or with a K/M/G/T suffix), else 4 GiB: the most one array may declare. */
 size_t npz_load_limit(void);
 void npz_free(NpyArray* arrays, int count);
