@@ -40,7 +40,8 @@ class RPCSession:
         return f"RPCSession({self.peer})"
 
     # -- transport -----------------------------------------------------------------------------
-    def _request(self, opcode: int, args: list):
+    def _request(self, opcode: int, args: list, raw: bool = False):
+        """Send a request, return its decoded reply (``raw``: bytes stay a view of the frame)."""
         with self._lock:
             if self._closed:
                 raise RPCError(f"the session with {self.peer} is closed; open a new one with rpc.connect")
@@ -48,7 +49,8 @@ class RPCSession:
                 ids, self._to_free = self._to_free, []
                 self._ch.send(P.OP_FREE, ids)
             try:
-                return self._decode(self._ch.request(opcode, args, _to_wire))
+                reply = self._ch.request(opcode, args, _to_wire)
+                return reply if raw else self._decode(reply)
             except P.ConnectionLost as e:
                 self._closed = True
                 raise RPCError(f"lost the session with {self.peer}: {e}. The server or its session "
@@ -146,8 +148,8 @@ class RPCSession:
         # joining a list of chunks at the end would hold the file twice.
         out = bytearray()
         while True:
-            chunk = self._request(P.OP_DOWNLOAD, [name, len(out), P.CHUNK])
-            out += chunk
+            chunk = self._request(P.OP_DOWNLOAD, [name, len(out), P.CHUNK], raw=True)
+            out += chunk  # from the received frame: one copy
             if len(chunk) < P.CHUNK:
                 return out
 
