@@ -229,6 +229,19 @@ static int allocate(KilnGraph* g, const int* sid_of, const char** scopes, int te
     size_t b = kiln_ndarray_nbytes(&g->entries[e]);
     if (!scopes[e] && b > sizes[sid_of[e]]) sizes[sid_of[e]] = b;
   }
+  /* The buffers a graph declares are bounded before any is allocated, as the Python executor
+   * bounds them (docs/security.md). */
+  size_t total = 0, limit = kiln_load_limit();
+  int over = 0;
+  for (size_t sid = 0; sid < slots && !over; sid++) {
+    over = sizes[sid] > limit - total;
+    total += over ? 0 : sizes[sid];
+  }
+  if (over) {
+    free(sizes);
+    return bad("its storage ids together need more bytes than KILN_LOAD_LIMIT allows; if the model is genuine, "
+               "raise KILN_LOAD_LIMIT (docs/security.md)");
+  }
   DLDataType u8 = {KILN_DL_UINT, 8, 1};
   int rc = 0;
   for (size_t e = 0; e < n && !rc; e++) {

@@ -31,6 +31,11 @@ int kiln_elf_check(const char* path);
 /* Fail when the metadata's triple names another architecture than this device's. */
 int kiln_triple_check(const char* triple, const char* file_label);
 
+/* ---- ndarray.c ---------------------------------------------------------------------------- */
+/* $KILN_LOAD_LIMIT (bytes, or with a K/M/G/T suffix), else 4 GiB: the most bytes one array, or a
+ * graph's buffers together, that a loaded file may declare (kiln/limits.py's load_limit). */
+size_t kiln_load_limit(void);
+
 /* ---- elf_integrity.c -------------------------------------------------------------------- */
 /* Fail with "NAME is damaged: ..." unless the shared object's structure lies inside its `size`
  * bytes and its kiln seal, when it has one (or must have one), matches (docs/security.md). */

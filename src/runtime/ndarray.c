@@ -1,4 +1,5 @@
 /* Arrays: dtype names, aligned allocation of compact row-major CPU arrays, byte copies. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,4 +170,25 @@ int kiln_device_attr(DLDevice d, const char* name, int64_t ints[3], int* count, 
   if (d.device_type == KILN_DEVICE_OPENCL) return kiln_opencl_attr(d.device_id, name, ints, count, text, size);
   if (d.device_type == KILN_DEVICE_CUDA) return kiln_cuda_attr(d.device_id, name, ints, count, text, size);
   return kiln_error("device type %d has no attribute '%s' in the kiln C runtime", d.device_type, name);
+}
+
+/* 4 GiB, or half the address space of a 32-bit device. */
+#define DEFAULT_LOAD_LIMIT ((size_t)(4ull << 30 > (unsigned long long)SIZE_MAX / 2 ? SIZE_MAX / 2 : 4ull << 30))
+
+/* The C side of kiln/limits.py's load_limit (docs/security.md). */
+size_t kiln_load_limit(void) {
+  const char* v = getenv("KILN_LOAD_LIMIT");
+  if (!v || !*v) return DEFAULT_LOAD_LIMIT;
+  char* end;
+  unsigned long long n = strtoull(v, &end, 10);
+  unsigned long long unit = 1;
+  switch (*end) {
+    case 'k': case 'K': unit = 1ull << 10; end++; break;
+    case 'm': case 'M': unit = 1ull << 20; end++; break;
+    case 'g': case 'G': unit = 1ull << 30; end++; break;
+    case 't': case 'T': unit = 1ull << 40; end++; break;
+  }
+  if (*end == 'B' || *end == 'b') end++;
+  if (end == v || *end || v[0] == '-' || n > (unsigned long long)SIZE_MAX / unit) return DEFAULT_LOAD_LIMIT;
+  return (size_t)(n * unit);
 }

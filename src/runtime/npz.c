@@ -7,11 +7,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "npz.h"
 
 #define MAX_FILE (1ull << 32)
 #define NPY_HEADER_MAX 65536u
-#define DEFAULT_LOAD_LIMIT (4ull << 30)
 
 /* ---- little-endian fields and CRC-32 ---------------------------------------------------------- */
 static uint64_t le(const unsigned char* p, int n) {
@@ -142,23 +142,6 @@ static int map_whole(const char* path, const unsigned char** data, size_t* len) 
   return 0;
 }
 
-size_t npz_load_limit(void) {
-  const char* v = getenv("KILN_LOAD_LIMIT");
-  if (!v || !*v) return (size_t)DEFAULT_LOAD_LIMIT;
-  char* end;
-  unsigned long long n = strtoull(v, &end, 10);
-  unsigned long long unit = 1;
-  switch (*end) {
-    case 'k': case 'K': unit = 1ull << 10; end++; break;
-    case 'm': case 'M': unit = 1ull << 20; end++; break;
-    case 'g': case 'G': unit = 1ull << 30; end++; break;
-    case 't': case 'T': unit = 1ull << 40; end++; break;
-  }
-  if (*end == 'B' || *end == 'b') end++;
-  if (end == v || *end || v[0] == '-' || n > (unsigned long long)((size_t)-1) / unit) return (size_t)DEFAULT_LOAD_LIMIT;
-  return (size_t)(n * unit);
-}
-
 /* Zip64 sizes/offset for the fields that are 0xFFFFFFFF, from the central entry's extra field. */
 static void zip64_fields(const unsigned char* extra, size_t n, uint64_t* usize, uint64_t* csize, uint64_t* offset) {
   size_t i = 0;
@@ -219,7 +202,7 @@ static int read_member(const char* path, const unsigned char* zip, size_t zlen, 
   if (usize - data_start != a->nbytes)
     return kiln_error("%s: array '%s': its data is %llu bytes, its header says %zu", path, a->name,
                       (unsigned long long)(usize - data_start), a->nbytes);
-  size_t limit = npz_load_limit();
+  size_t limit = kiln_load_limit();
   if (a->nbytes > limit)
     return kiln_error("%s: array '%s' declares %zu bytes, above the limit of %zu (KILN_LOAD_LIMIT); if the file "
                       "is genuine, raise KILN_LOAD_LIMIT", path, a->name, a->nbytes, limit);

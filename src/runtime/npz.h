@@ -27,14 +27,12 @@ typedef struct {
 typedef int (*NpzCheck)(void* ctx, const NpyArray* header);
 
 /* All arrays of `path`; free with npz_free. Errors go to kiln_last_error(). Every size the file
- * declares is checked (against the file, `check` when given, and npz_load_limit()) before
+ * declares is checked (against the file, `check` when given, and kiln_load_limit()) before
  * anything is allocated for it. */
 int npz_read(const char* path, NpzCheck check, void* ctx, NpyArray** arrays, int* count);
 /* The same for a file already in memory (`path` only names it in messages). */
 int npz_read_bytes(const unsigned char* zip, size_t len, const char* path, NpzCheck check, void* ctx,
                    NpyArray** arrays, int* count);
-/* $KILN_LOAD_LIMIT (bytes, or with a K/M/G/T suffix), else 4 GiB: the most one array may declare. */
-size_t npz_load_limit(void);
 void npz_free(NpyArray* arrays, int count);
 /* Write `arrays` to `path` (through a temporary file renamed into place: no partial file). */
 int npz_write(const char* path, const NpyArray* arrays, int count);

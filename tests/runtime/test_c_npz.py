@@ -1,6 +1,7 @@
 """kiln_run --input against hostile .npz files (src/runtime/npz.c, inflate.c): files shorter than
 the zip64 records they point to, DEFLATE bombs and declared sizes far beyond the model's inputs
-are refused with one line before anything is allocated; peak RSS stays near the model's size."""
+are refused with one line before anything is allocated; peak RSS stays near the model's size.
+KILN_LOAD_LIMIT also bounds the buffers a package's graph declares (src/runtime/graph.c)."""
 
 from __future__ import annotations
 
@@ -144,9 +145,36 @@ def test_a_bomb_with_the_models_shape_in_its_header_is_refused(build, package, t
 
 
 def test_kiln_load_limit_caps_one_array(build, package, tmp_path):
-    x = np.ones(INPUT_SHAPE, "float32")
-    np.savez(tmp_path / "in.npz", x=x)
-    result, _ = run(build, package, tmp_path / "in.npz", env={"KILN_LOAD_LIMIT": "1000"})
-    one_line_error(result, "KILN_LOAD_LIMIT", "1024 bytes")
-    result, _ = run(build, package, tmp_path / "in.npz", env={"KILN_LOAD_LIMIT": "1K"})
+    """With a 4 KiB limit (the model's buffers take 2 KiB), a 10 KiB array is refused by the limit
+    before its shape is compared or its data read; a 1 KiB one runs."""
+    np.savez(tmp_path / "big.npz", x=np.ones((1, 4, 8, 80), "float32"))
+    result, _ = run(build, package, tmp_path / "big.npz", env={"KILN_LOAD_LIMIT": "4K"})
+    one_line_error(result, "KILN_LOAD_LIMIT", "10240 bytes")
+    np.savez(tmp_path / "in.npz", x=np.ones(INPUT_SHAPE, "float32"))
+    result, _ = run(build, package, tmp_path / "in.npz", env={"KILN_LOAD_LIMIT": "4K"})
     assert result.returncode == 0, result.stderr
+
+
+def test_kiln_load_limit_caps_the_graphs_buffers(build, package, tmp_path):
+    """A graph whose entries declare 16 GiB is refused from its JSON, before any buffer exists; the
+    same cap (KILN_LOAD_LIMIT) applies to a genuine package when set below its 2 KiB of buffers."""
+    import io
+    import json
+    import tarfile
+    with tarfile.open(package) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    graph = json.loads(files["mod.json"])
+    graph["attrs"]["shape"][1][-1] = [1 << 32, 4]
+    files["mod.json"] = json.dumps(graph).encode()
+    with tarfile.open(tmp_path / "huge.tar", "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    x = tmp_path / "in.npz"
+    np.savez(x, x=np.ones(INPUT_SHAPE, "float32"))
+    result, rss = run(build, str(tmp_path / "huge.tar"), x)
+    one_line_error(result, "graph JSON", "KILN_LOAD_LIMIT")
+    assert rss < 64 << 10, rss
+    result, _ = run(build, package, x, env={"KILN_LOAD_LIMIT": "1K"})
+    one_line_error(result, "graph JSON", "KILN_LOAD_LIMIT")
