@@ -29,7 +29,7 @@ Expr = RelayExpr
 # Heavier parts load on first use: the ONNX frontend imports onnx, testing builds networks,
 # and build_module (written on top of the TE compiler) pulls in codegen.
 _LAZY_MODULES = {"frontend", "testing", "transform", "reference", "build_module", "backend", "visitor", "printer",
-                 "dataflow_pattern"}
+                 "dataflow_pattern", "qnn", "quantize"}
 _LAZY_ATTRS = {"build": ("kiln.relay.build_module", "build"),
                "optimize": ("kiln.relay.build_module", "optimize"),
                "build_config": ("kiln.relay.build_module", "build_config")}

@@ -15,6 +15,7 @@ from .annotate_target import annotate_target
 from .bind import bind_params_by_name
 from .convert_layout import convert_layout
 from .dead_code import dead_code_elimination
+from .fake_quantization_to_integer import fake_quantization_to_integer
 from .fold_constant import fold_constant
 from .fold_scale_axis import fold_scale_axis
 from .fuse_expand_depthwise import fuse_expand_depthwise
@@ -42,6 +43,11 @@ def InferType():  # noqa: N802 - seed names follow TVM
 def FoldConstant():  # noqa: N802
     """Evaluate constant subgraphs with the numpy reference executor."""
     return _function_pass(fold_constant, "FoldConstant", 2)
+
+
+def FakeQuantizationToInteger():  # noqa: N802
+    """QDQ regions (dequantize -> float ops -> quantize) to qnn ops (fake_quantization_to_integer.py)."""
+    return _function_pass(fake_quantization_to_integer, "FakeQuantizationToInteger", 0)
 
 
 def SimplifyInference():  # noqa: N802
@@ -164,7 +170,8 @@ def PartitionGraph(mod_name: str = "default"):  # noqa: N802
 
 def optimize_sequence() -> Sequential:
     """The passes relay.build runs before lowering, in order (each gated by its opt level)."""
-    return Sequential([SimplifyInference(), FoldConstant(), FoldScaleAxis(), FoldConstant(), AlterOpLayout(),
+    from ..qnn.transform import CanonicalizeOps, Legalize  # quantized models: docs/quantization.md
+    return Sequential([FakeQuantizationToInteger(), Legalize(), CanonicalizeOps(), SimplifyInference(), FoldConstant(), FoldScaleAxis(), FoldConstant(), AlterOpLayout(),
                        DeadCodeElimination(), InferType(), FuseExpandDepthwise(), FuseOps(), InferType()], name="relay.optimize")
 
 

@@ -1,0 +1,339 @@
+"""CanonicalizeOps: every qnn op becomes integer relay ops that topi already computes.
+
+- requantize: int64 fixed point (fixed_point.py): ``x * q`` then a rounding shift, written with
+  multiply / add / floor_divide by ``2**s`` (an arithmetic shift), per channel where the scales
+  are. Every target computes it this way (int64 exists on x86, AArch64, CUDA and OpenCL); scales
+  known only at run time (DynamicQuantizeLinear) take float32 instead.
+- conv2d / dense / batch_matmul: the integer op on the raw int8/uint8 tensors with an int32
+  result, minus the zero-point terms:
+  ``sum (x-zx)(w-zw) = sum xw - zw sum x - zx sum w + K zx zw`` (terms with a zero zero point
+  are left out; ``sum w`` of a constant kernel folds at build time). A non-zero data zero point
+  pads explicitly with that zero point, so padding stays real zero.
+- add / subtract / mul / concatenate / global_avg_pool2d: requantize + int32 arithmetic.
+- unary ops: ``take`` from their 256-entry table; avg_pool2d and softmax: float32 inside.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..expr import const
+from ..op import nn as fnn
+from ..op import nn_norm as fnorm
+from ..op import nn_pool as fpool
+from ..op import reduce as fred
+from ..op import tensor as ft
+from ..op import transform as ftf
+from ..transform.infer_type import infer
+from ..visitor import ExprMutator
+from .fixed_point import dtype_range, quantize_multiplier
+from . import op as qop
+from .op.core import multiplier
+from .op.elemwise import lut_table
+from .op.params import along, value_of
+
+
+def _dtype(e) -> str:
+    return infer(e).checked_type.dtype
+
+
+def _ndim(e) -> int:
+    return len(infer(e).checked_type.shape)
+
+
+def _cast(e, dtype):
+    return e if _dtype(e) == dtype else ftf.cast(e, dtype)
+
+
+def _is_zero(zp) -> bool:
+    v = value_of(zp)
+    return v is not None and not np.any(v)
+
+
+def _param(e, axis, ndim, dtype):
+    """A scale/zero point expression shaped to broadcast along ``axis`` (constants reshaped here)."""
+    v = value_of(e)
+    if v is not None:
+        return const(along(v, axis, ndim).astype(dtype))
+    return _cast(e, dtype)
+
+
+def _clip_cast(x, dtype):
+    lo, hi = dtype_range(dtype)
+    return ftf.cast(ft.clip(x, lo, hi), dtype)
+
+
+def fixed_point(x64, real, rounding: str, axis: int, ndim: int):
+    """``round(x64 * real)`` as int64 relay ops (real: numpy, scalar or per channel along axis)."""
+    q, e = quantize_multiplier(real)
+    if not np.any(q):
+        return ft.multiply(x64, const(0, "int64"))
+    c = lambda v: const(along(np.asarray(v, np.int64), axis, ndim).astype("int64"))  # noqa: E731
+    if rounding == "TFLITE":
+        left = np.maximum(e, 0)
+        right = np.maximum(-e, 0)
+        if np.any(left):
+            x64 = ft.clip(ft.multiply(x64, c(np.left_shift(1, left))), -(1 << 31), (1 << 31) - 1)
+        ab = ft.multiply(x64, c(q))
+        nudge = ft.where(ft.greater_equal(ab, const(0, "int64")), const(1 << 30, "int64"),
+                         const(1 - (1 << 30), "int64"))
+        high = ft.divide(ft.add(ab, nudge), const(1 << 31, "int64"))  # truncates toward zero, as C
+        if not np.any(right):
+            return high
+        pot = c(np.left_shift(1, right))
+        rem = ft.floor_mod(high, pot)  # == high & mask in two's complement
+        threshold = ft.add(c(np.right_shift(np.left_shift(1, right) - 1, 1)),
+                           ftf.cast(ft.less(high, const(0, "int64")), "int64"))
+        return ft.add(ft.floor_divide(high, pot), ftf.cast(ft.greater(rem, threshold), "int64"))
+    s = 31 - e
+    p = ft.multiply(x64, c(q))
+    half = c(np.left_shift(1, s - 1))
+    if rounding == "TONEAREST":
+        half = ft.subtract(half, ftf.cast(ft.less(p, const(0, "int64")), "int64"))
+    return ft.floor_divide(ft.add(p, half), c(np.left_shift(1, s)))
+
+
+def requantize_expr(x, si, zi, so, zo, axis=-1, rounding="UPWARD", out_dtype="int8", clip=True):
+    """Lowered qnn.requantize of ``x``; with ``clip=False`` the int64 value before the zero point."""
+    ndim = _ndim(x)
+    axis = axis % ndim if ndim else 0
+    vsi, vso = value_of(si), value_of(so)
+    if vsi is None or vso is None:  # scales computed at run time: float32
+        centered = ftf.cast(_centered(x, zi, axis, ndim, "int32"), "float32")
+        y = ft.round(ft.multiply(centered, ft.divide(_param(si, axis, ndim, "float32"),
+                                                     _param(so, axis, ndim, "float32"))))
+        if not clip:
+            return ftf.cast(y, "int64")
+        return _clip_cast(ft.add(y, _param(zo, axis, ndim, "float32")), out_dtype)
+    real = multiplier(vsi, vso)
+    if clip and np.all(real == 1.0) and _dtype(x) == out_dtype and _same(zi, zo):
+        return x
+    y = fixed_point(_centered(x, zi, axis, ndim, "int64"), real, rounding, axis, ndim)
+    if not clip:
+        return y
+    if not _is_zero(zo):
+        y = ft.add(y, _param(zo, axis, ndim, "int64"))
+    return _clip_cast(y, out_dtype)
+
+
+def _same(a, b) -> bool:
+    va, vb = value_of(a), value_of(b)
+    return va is not None and vb is not None and va.shape == vb.shape and bool(np.all(va == vb))
+
+
+def _centered(x, zp, axis, ndim, dtype):
+    x = _cast(x, dtype)
+    return x if _is_zero(zp) else ft.subtract(x, _param(zp, axis, ndim, dtype))
+
+
+# -- one lowering per op --------------------------------------------------------------------------
+
+def _quantize(call, x, s, z):
+    a = call.attrs
+    ndim = _ndim(x)
+    y = ft.round(ft.divide(x, _param(s, a.axis, ndim, "float32")))
+    if not _is_zero(z):
+        y = ft.add(y, _param(z, a.axis, ndim, "float32"))
+    return _clip_cast(y, a.out_dtype)
+
+
+def _dequantize(call, x, s, z):
+    ndim = _ndim(x)
+    centered = _centered(x, z, call.attrs.axis, ndim, "int32")
+    return ft.multiply(ftf.cast(centered, "float32"), _param(s, call.attrs.axis, ndim, "float32"))
+
+
+def _requantize(call, x, si, zi, so, zo):
+    a = call.attrs
+    return requantize_expr(x, si, zi, so, zo, a.axis, a.rounding, a.out_dtype)
+
+
+def _conv_like(x, w, zx, zw, make, window_sum, weight_sum, k, out_axis, ndim_out):
+    """``make(x, w)`` minus the zero-point terms (see the module docstring)."""
+    out = make(x, w)
+    if not _is_zero(zw):
+        out = ft.subtract(out, ft.multiply(window_sum(), _param(zw, out_axis, ndim_out, "int32")))
+    if not _is_zero(zx):
+        zx32 = _cast(zx, "int32")
+        wsum = weight_sum()
+        if not _is_zero(zw):  # sum (w - zw) = sum w - K zw
+            wsum = ft.subtract(wsum, ft.multiply(const(k, "int32"), _param(zw, out_axis, ndim_out, "int32")))
+        out = ft.subtract(out, ft.multiply(zx32, wsum))
+    return out
+
+
+def _conv2d(call, x, w, zx, zw, sx, sw):
+    a = call.attrs
+    if a.data_layout != "NCHW" or a.kernel_layout != "OIHW":
+        raise _unsupported(call, "canonicalizes NCHW data with OIHW kernels; run ConvertLayout after it")
+    if value_of(zx) is None or value_of(zw) is None:  # zero points computed at run time (ConvInteger)
+        xc, wc = _centered(x, zx, 0, 0, "int32"), _centered(w, zw, 0, 4, "int32")
+        return fnn.conv2d(xc, wc, **_conv_kw(a, a.padding))
+    padding = a.padding
+    if not _is_zero(zx) and any(padding):
+        pt, pl, pb, pr = padding
+        x = fnn.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), pad_value=float(value_of(zx)))
+        padding = (0, 0, 0, 0)
+    o, cg, kh, kw = infer(w).checked_type.shape
+    g = a.groups
+
+    def window_sum():
+        ones = const(np.ones((g, cg, kh, kw), dtype=_dtype(w)))
+        sums = fnn.conv2d(x, ones, **{**_conv_kw(a, padding), "channels": g})  # (N, g, OH, OW)
+        if g == 1:
+            return sums
+        n, _, oh, ow = infer(sums).checked_type.shape
+        return ftf.reshape(ftf.broadcast_to(ftf.reshape(sums, (n, g, 1, oh, ow)), (n, g, o // g, oh, ow)),
+                           (n, o, oh, ow))
+
+    def weight_sum():
+        return ftf.reshape(fred.sum(_cast(w, "int32"), axis=(1, 2, 3)), (1, o, 1, 1))
+
+    return _conv_like(x, w, zx, zw, lambda xx, ww: fnn.conv2d(xx, ww, **_conv_kw(a, padding)),
+                      window_sum, weight_sum, cg * kh * kw, 1, 4)
+
+
+def _conv_kw(a, padding):
+    return dict(strides=a.strides, padding=padding, dilation=a.dilation, groups=a.groups, channels=a.channels,
+                kernel_size=a.kernel_size, data_layout=a.data_layout, kernel_layout=a.kernel_layout,
+                out_dtype="int32")
+
+
+def _conv2d_transpose(call, x, w, zx, zw, sx, sw):
+    a = call.attrs
+    xc, wc = _centered(x, zx, 0, 0, "int32"), _centered(w, zw, 0, 0, "int32")
+    return fnn.conv2d_transpose(xc, wc, strides=a.strides, padding=a.padding, dilation=a.dilation, groups=a.groups,
+                                channels=a.channels, kernel_size=a.kernel_size, data_layout=a.data_layout,
+                                kernel_layout=a.kernel_layout, output_padding=a.output_padding, out_dtype="int32")
+
+
+def _dense(call, x, w, zx, zw, sx, sw):
+    nd = _ndim(x)
+    k = infer(w).checked_type.shape[1]
+    return _conv_like(
+        x, w, zx, zw, lambda xx, ww: fnn.dense(xx, ww, units=call.attrs.units, out_dtype="int32"),
+        lambda: fred.sum(_cast(x, "int32"), axis=-1, keepdims=True),
+        lambda: fred.sum(_cast(w, "int32"), axis=1), k, nd - 1, nd)
+
+
+def _batch_matmul(call, x, y, zx, zy, sx, sy):
+    a = call.attrs
+    xt, yt = infer(x).checked_type.shape, infer(y).checked_type.shape
+    k = xt[1] if a.transpose_a else xt[2]
+
+    def x_sum():  # (B, M, 1)
+        s = fred.sum(_cast(x, "int32"), axis=1 if a.transpose_a else 2, keepdims=True)
+        return ftf.transpose(s, (0, 2, 1)) if a.transpose_a else s
+
+    def y_sum():  # (B, 1, N)
+        s = fred.sum(_cast(y, "int32"), axis=2 if a.transpose_b else 1, keepdims=True)
+        return ftf.transpose(s, (0, 2, 1)) if a.transpose_b else s
+
+    return _conv_like(x, y, zx, zy, lambda xx, yy: fnn.batch_matmul(xx, yy, out_dtype="int32",
+                                                                    transpose_a=a.transpose_a,
+                                                                    transpose_b=a.transpose_b),
+                      x_sum, y_sum, k, 0, 0)
+
+
+def _avg_pool2d(call, x, si, zi, so, zo):
+    a = call.attrs
+    centered = ftf.cast(_centered(x, zi, 0, 0, "int32"), "float32")
+    kw = {k: a[k] for k in ("pool_size", "strides", "dilation", "padding", "layout", "out_layout", "ceil_mode",
+                            "count_include_pad")}
+    mean = fpool.avg_pool2d(centered, **kw)
+    ratio = const(np.float32(multiplier(value_of(si), value_of(so))[0]))
+    y = ft.add(ft.round(ft.multiply(mean, ratio)), _param(zo, 0, 0, "float32"))
+    return _clip_cast(y, _dtype(x))
+
+
+def _global_avg_pool2d(call, x, si, zi, so, zo):
+    a = call.attrs
+    shape = infer(x).checked_type.shape
+    hi, wi = a.layout.index("H"), a.layout.index("W")
+    total = fred.sum(_centered(x, zi, 0, 0, "int32"), axis=(hi, wi), keepdims=True)
+    real = multiplier(value_of(si), value_of(so)) / (shape[hi] * shape[wi])
+    y = fixed_point(_cast(total, "int64"), real, a.rounding, 0, 0)
+    return _clip_cast(ft.add(y, _param(zo, 0, 0, "int64")), _dtype(x))
+
+
+def _add_like(sign):
+    def lower(call, a, b, sa, za, sb, zb, so, zo):
+        r = call.attrs.rounding
+        ya = requantize_expr(a, sa, za, so, zo, rounding=r, clip=False)
+        yb = requantize_expr(b, sb, zb, so, zo, rounding=r, clip=False)
+        y = ft.add(ya, yb) if sign > 0 else ft.subtract(ya, yb)
+        return _clip_cast(ft.add(y, _param(zo, 0, 0, "int64")), call.attrs.out_dtype or _dtype(a))
+    return lower
+
+
+def _mul(call, a, b, sa, za, sb, zb, so, zo):
+    prod = ft.multiply(_centered(a, za, 0, 0, "int64"), _centered(b, zb, 0, 0, "int64"))
+    vs = [value_of(s) for s in (sa, sb, so)]
+    if any(v is None for v in vs):
+        raise _unsupported(call, "needs constant scales")
+    real = np.float64(vs[0]).ravel() * np.float64(vs[1]).ravel() / np.float64(vs[2]).ravel()
+    y = fixed_point(prod, real, call.attrs.rounding, 0, 0)
+    return _clip_cast(ft.add(y, _param(zo, 0, 0, "int64")), call.attrs.out_dtype or _dtype(a))
+
+
+def _concatenate(call, data, scales, zps, so, zo):
+    a = call.attrs
+    dtype = a.out_dtype or _dtype(data.fields[0])
+    parts = [requantize_expr(x, s, z, so, zo, rounding=a.rounding, out_dtype=dtype)
+             for x, s, z in zip(data.fields, scales.fields, zps.fields)]
+    return ftf.concatenate(parts, a.axis)
+
+
+def _unary(name):
+    def lower(call, x, si, zi, so, zo):
+        in_dtype = _dtype(x)
+        out_dtype = call.attrs.out_dtype or in_dtype
+        table = lut_table(name, call.attrs, in_dtype, value_of(si), value_of(zi), value_of(so), value_of(zo),
+                          out_dtype)
+        index = ft.subtract(_cast(x, "int32"), const(dtype_range(in_dtype)[0], "int32"))
+        return ftf.take(const(table), index, axis=0)
+    return lower
+
+
+def _softmax(call, x, si, zi, so, zo):
+    real = ft.multiply(ftf.cast(_centered(x, zi, 0, 0, "int32"), "float32"), _param(si, 0, 0, "float32"))
+    y = fnorm.softmax(real, call.attrs.axis)
+    y = ft.add(ft.round(ft.divide(y, _param(so, 0, 0, "float32"))), _param(zo, 0, 0, "float32"))
+    return _clip_cast(y, call.attrs.out_dtype or _dtype(x))
+
+
+LOWERINGS = {
+    "qnn.quantize": _quantize, "qnn.dequantize": _dequantize, "qnn.requantize": _requantize,
+    "qnn.conv2d": _conv2d, "qnn.conv2d_transpose": _conv2d_transpose, "qnn.dense": _dense,
+    "qnn.batch_matmul": _batch_matmul, "qnn.avg_pool2d": _avg_pool2d, "qnn.global_avg_pool2d": _global_avg_pool2d,
+    "qnn.add": _add_like(1), "qnn.subtract": _add_like(-1), "qnn.mul": _mul, "qnn.concatenate": _concatenate,
+    "qnn.softmax": _softmax,
+    **{f"qnn.{name}": _unary(name) for name in qop.elemwise.UNARY},
+}
+
+
+def _unsupported(call, why: str):
+    from kiln.errors import CompileError
+    return CompileError(f"{call.op.name}: kiln {why}")
+
+
+class _Canonicalize(ExprMutator):
+    def visit_Function(self, f):
+        if f.attrs.get("Primitive"):
+            return f
+        return super().visit_Function(f)
+
+    def visit_Call(self, call):
+        new = super().visit_Call(call)
+        lower = LOWERINGS.get(getattr(new.op, "name", ""))
+        if lower is None:
+            return new
+        return lower(new, *new.args)
+
+
+def canonicalize(func):
+    """``func`` with every qnn op replaced by integer relay ops."""
+    return _Canonicalize().visit(infer(func))
+
+
+__all__ = ["canonicalize", "requantize_expr", "fixed_point", "LOWERINGS"]
