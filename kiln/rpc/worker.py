@@ -145,9 +145,9 @@ class Worker:
                 or type(args[2].data) is not P.Stream:
             return None
         func = self.objects.get(args[0].id if type(args[0]) is P.Ref else args[0])
-        executor = getattr(func, "__self__", None)
-        if getattr(func, "__name__", "") != "set_input" or not hasattr(executor, "get_input"):
+        if not _is_set_input(func):
             return None
+        executor = func.__self__
         t = args[2]
         try:
             dst = executor.get_input(args[1])
@@ -246,6 +246,12 @@ class Worker:
     def call(self, func_ref, *args):
         func = self._get(func_ref, "function")
         objects = self.objects
+        if len(args) == 2 and type(args[1]) is P.Tensor and _is_set_input(func) and _numpy_usable():
+            # A parameter or input sent inline: the executor copies it from the received frame
+            # (a temporary array would be one more allocation and copy per parameter).
+            import numpy as np
+            t = args[1]
+            return func(self.from_wire(args[0]), np.frombuffer(t.data, dtype=t.dtype).reshape(t.shape))
         # Kernel calls pass arrays by reference: look those up directly (from_wire's checks and
         # error text are for everything else, and for ids that do not exist).
         return func(*[objects[a.id] if type(a) is P.Ref and a.id in objects else self.from_wire(a)
@@ -343,6 +349,11 @@ class Worker:
 
     def sync(self, device):
         self.from_wire(device).sync()
+
+
+def _is_set_input(func) -> bool:
+    """Whether ``func`` is a graph executor's set_input (its inputs can receive data in place)."""
+    return getattr(func, "__name__", "") == "set_input" and hasattr(getattr(func, "__self__", None), "get_input")
 
 
 def _numpy_usable() -> bool:
