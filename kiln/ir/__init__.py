@@ -1,5 +1,6 @@
 """The loop IR: expressions, statements, buffers, functions and modules."""
 
+from .block import Block, BlockRealize, BufferRegion
 from .dtype import DType, dtype
 from .expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Broadcast, BufferLoad, Call, Cast, CmpOp, Div,

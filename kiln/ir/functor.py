@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+from .block import BufferRegion
 from .expr import IterVar, PrimExpr, Range, Var
 from .stmt import Buffer, Stmt
 
@@ -38,7 +39,7 @@ def child_fields(node) -> tuple[str, ...]:
 
 
 def _is_ir(value) -> bool:
-    return isinstance(value, (PrimExpr, Stmt, Range, IterVar))
+    return isinstance(value, (PrimExpr, Stmt, Range, IterVar, BufferRegion))
 
 
 class Visitor:

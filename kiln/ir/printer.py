@@ -12,6 +12,7 @@ import keyword
 import math
 import re
 
+from . import block as B
 from . import expr as E
 from . import stmt as S
 
@@ -74,6 +75,7 @@ class _Printer:
         self.data_owner: dict[int, object] = {}  # id(data var) -> the buffer printed as its owner
         self.aliases: dict[int, list] = {}  # id(data var) -> other buffers over the same data
         self.var_by_id: dict[int, object] = {}
+        self.loops: dict[int, object] = {}  # id(loop var) -> its For, for T.axis.remap
 
     def fresh(self, base: str) -> str:
         base = identifier(base)
@@ -221,7 +223,10 @@ class _Printer:
                 self.stmt(item, d, last and i == len(items) - 1)
         elif t is S.For:
             self.emit(d, f"for {self.name(s.loop_var)} in {self.loop_head(s)}:")
+            self.loops[id(s.loop_var)] = s
             self.stmt(s.body, d + 1)
+        elif t is B.BlockRealize:
+            self.block(s, d)
         elif t is S.BufferStore:
             idx = ", ".join(self.expr(i) for i in s.indices) or "()"
             self.emit(d, f"{self.buffer_name(s.buffer)}[{idx}] = {self.expr(s.value)}")
@@ -259,6 +264,59 @@ class _Printer:
             self.emit(d, f"T.evaluate({self.expr(s.value)})")
         else:
             self.emit(d, f"<{t.__name__}>")
+
+    def block(self, realize, d: int) -> None:
+        blk = realize.block
+        self.emit(d, f"with T.block({_string(blk.name_hint)}):")
+        d += 1
+        self.block_axes(blk.iter_vars, realize.iter_values, d)
+        pred = realize.predicate
+        if not (isinstance(pred, E.IntImm) and pred.value):
+            self.emit(d, f"T.where({self.expr(pred)})")
+        self.emit(d, f"T.reads({', '.join(self.region(r) for r in blk.reads)})")
+        self.emit(d, f"T.writes({', '.join(self.region(r) for r in blk.writes)})")
+        if blk.annotations:
+            self.emit(d, f"T.block_attr({self.value(dict(blk.annotations))})")
+        for b in blk.alloc_buffers:
+            self.data_owner[id(b.data)] = b
+            self.emit(d, f"{self.name(b)} = T.alloc_buffer({self.buffer_args(b)})")
+            self.declare_aliases(b, d)
+        if blk.init is not None:
+            self.emit(d, "with T.init():")
+            self.stmt(blk.init, d + 1)
+        self.stmt(blk.body, d)
+
+    def block_axes(self, iter_vars, values, d: int) -> None:
+        kinds = {E.IterType.DATA_PAR: "S", E.IterType.COMM_REDUCE: "R"}
+        remap = bool(iter_vars) and all(
+            iv.iter_type in kinds and isinstance(v, E.Var) and id(v) in self.loops and iv.var.dtype == v.dtype
+            and _same_range(iv.dom, self.loops[id(v)]) for iv, v in zip(iter_vars, values))
+        if remap:
+            names = ", ".join(self.name(iv.var) for iv in iter_vars)
+            code = "".join(kinds[iv.iter_type] for iv in iter_vars)
+            self.emit(d, f"{names} = T.axis.remap(\"{code}\", [{', '.join(self.expr(v) for v in values)}])")
+            return
+        words = {E.IterType.DATA_PAR: "spatial", E.IterType.COMM_REDUCE: "reduce", E.IterType.ORDERED: "scan",
+                 E.IterType.OPAQUE: "opaque"}
+        for iv, v in zip(iter_vars, values):
+            dom = iv.dom
+            if isinstance(dom.min, E.IntImm) and dom.min.value == 0 and dom.extent.dtype == v.dtype:
+                text = self.expr(dom.extent)
+            else:
+                text = f"T.Range({self.expr(dom.min)}, {self.expr(dom.extent)})"
+            self.emit(d, f"{self.name(iv.var)} = T.axis.{words[iv.iter_type]}({text}, {self.expr(v)})")
+
+    def region(self, r) -> str:
+        parts = []
+        for rng in r.region:
+            lo, ext = rng.min, rng.extent
+            if isinstance(ext, E.IntImm) and ext.value == 1 and ext.dtype == lo.dtype:
+                parts.append(self.expr(lo))
+            elif isinstance(lo, E.IntImm) and isinstance(ext, E.IntImm) and lo.dtype == E.INT32 == ext.dtype:
+                parts.append(f"{lo.value}:{lo.value + ext.value}")
+            else:
+                parts.append(f"{self.expr(lo)}:{self.expr(E.Add(lo, ext, lo.dtype))}")
+        return f"{self.buffer_name(r.buffer)}[{', '.join(parts)}]"
 
     def binder(self, s, d: int, last: bool, concise: str, scoped: str, buffer=None) -> None:
         """A statement whose body is the rest of its block when it ends one, a ``with`` block otherwise."""
@@ -363,6 +421,12 @@ def _same_shape(shape, extents) -> bool:
     return len(shape) == len(extents) and all(structural_equal(a, b) for a, b in zip(shape, extents))
 
 
+def _same_range(dom, loop) -> bool:
+    from .structural import structural_equal
+
+    return dom is not None and structural_equal(dom.min, loop.min) and structural_equal(dom.extent, loop.extent)
+
+
 def _simple(buf) -> bool:
     """Whether ``name: T.Buffer(...)`` in the signature describes buf (constant shape, no free vars)."""
     return all(isinstance(x, E.IntImm) for x in buf.shape) and not any(
@@ -423,6 +487,9 @@ class _Scan:
                 self.allocated.add(id(n.buffer.data))
             elif isinstance(n, S.AttrStmt) and isinstance(n.node, E.IterVar) and n.attr_key == "thread_extent":
                 self.defined.add(id(n.node.var))
+            elif isinstance(n, B.Block):
+                self.defined.update(id(iv.var) for iv in n.iter_vars)
+                self.defined.update(id(b.data) for b in n.alloc_buffers)
             children = []
             for f in dataclasses.fields(n):
                 if f.name in ("combiner", "producer", "type_annotation", "dtype"):

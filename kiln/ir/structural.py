@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+from .block import Block
 from .dtype import DType
 from .expr import IterVar, Let, Node, Var
 from .module import IRModule
@@ -76,6 +77,8 @@ def _key(node, vars_: dict | None, buffers: dict):
         vars_[id(var)] = _fresh(vars_)
     if vars_ is not None and isinstance(node, Allocate):
         vars_[id(node.buffer.data)] = _fresh(vars_)
+    if isinstance(node, Block):
+        return _block_key(node, vars_, buffers)
     if dataclasses.is_dataclass(node):
         parts = [type(node).__name__]
         for f in dataclasses.fields(node):
@@ -93,6 +96,19 @@ def _key(node, vars_: dict | None, buffers: dict):
     if isinstance(node, IterVar):
         return ("itervar", _key(node.var, vars_, buffers))
     return ("object", id(node))
+
+
+def _block_key(node: Block, vars_: dict | None, buffers: dict) -> tuple:
+    """A block defines its iteration variables (with domain and kind) and its scratch buffers."""
+    if vars_ is not None:
+        for iv in node.iter_vars:
+            vars_[id(iv.var)] = _fresh(vars_)
+        for b in node.alloc_buffers:
+            vars_[id(b.data)] = _fresh(vars_)
+    ivs = tuple((_key(iv.var, vars_, buffers), _key(iv.dom, vars_, buffers), iv.iter_type) for iv in node.iter_vars)
+    return ("Block", node.name_hint, ivs, _key(node.alloc_buffers, vars_, buffers), _key(node.reads, vars_, buffers),
+            _key(node.writes, vars_, buffers), _key(node.init, vars_, buffers), _key(node.body, vars_, buffers),
+            _key(node.annotations, vars_, buffers))
 
 
 def structural_key(node) -> tuple:

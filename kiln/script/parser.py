@@ -4,10 +4,11 @@ The body is never run as Python. Statements that bind something for the rest of 
 (``x: T.int32 = v``, ``A = T.allocate(...)``, ``T.attr(...)``, ``tx = T.launch_thread(...)``,
 ``assert``) take the following statements as their body, as TVMScript does.
 
-Blocks (``with T.block("C"):``) are lowered while parsing: block variables stand for the loop
-expressions bound to them (``T.axis.spatial/reduce/remap``), ``T.reads``/``T.writes`` are
-checked only for syntax, and the ``T.init()`` statement is placed before the outermost loop
-that runs only reduction axes, which is where kiln's TE lowering puts a reduction's init.
+Blocks (``with T.block("C"):``) become ``BlockRealize``/``Block`` nodes (kiln/ir/block.py), kept
+until ``tir.LowerBlocks`` runs first in the TIR pipeline, so that ``tvm.tir.Schedule`` can work on
+them: ``T.axis.spatial/reduce/remap`` declare the block's iteration variables and bind them,
+``T.reads``/``T.writes`` (inferred from the body when absent), ``T.where``, ``T.block_attr``,
+``T.init()`` and the block's own ``T.alloc_buffer`` go into the block.
 """
 
 from __future__ import annotations
@@ -31,20 +32,6 @@ from .exprs import ExprParser, _Builtin, _DTypeName
 _KINDS = {"serial": ForKind.SERIAL, "parallel": ForKind.PARALLEL, "vectorized": ForKind.VECTORIZED,
           "unroll": ForKind.UNROLLED, "thread_binding": ForKind.THREAD_BINDING}
 _BINDERS = {"allocate", "alloc_buffer", "launch_thread", "attr"}
-
-
-class _PendingInit:
-    """A block's init statement waiting to be placed above the loops that run only reduction axes."""
-
-    def __init__(self, init, body, reduce_ids: set, spatial_ids: set):
-        self.init, self.body, self.reduce_ids, self.spatial_ids = init, body, reduce_ids, spatial_ids
-
-    def resolve(self):
-        return _seq([self.init, _resolve(self.body)])
-
-
-def _resolve(s):
-    return s.resolve() if isinstance(s, _PendingInit) else s
 
 
 def _seq(items: list):
@@ -74,11 +61,15 @@ def _check_depth(tree, parser) -> None:
 
 
 class _Block:
-    def __init__(self):
-        self.init = None
-        self.predicate = None
-        self.reduce_ids: set = set()
-        self.spatial_ids: set = set()
+    """What the statements of a ``with T.block(...)`` body declared so far."""
+
+    def __init__(self, name: str, depth: int):
+        self.name, self.depth = name, depth
+        self.iter_vars: list = []
+        self.values: list = []
+        self.reads = self.writes = self.init = self.predicate = None
+        self.alloc_buffers: list = []
+        self.annotations: dict = {}
 
 
 class Parser(ExprParser):
@@ -95,6 +86,7 @@ class Parser(ExprParser):
         self.t_aliases = {"T"} | {k for k, v in self.outer.items() if getattr(v, "__name__", "") == "kiln.script.tir"}
         self.scopes: list[dict] = []
         self.blocks: list[_Block] = []
+        self.loop_ranges: dict[int, E.Range] = {}  # id(loop var) -> its range, for T.axis.remap
 
     # Entry points ------------------------------------------------------------------------
     def parse_tree(self):
@@ -127,7 +119,7 @@ class Parser(ExprParser):
         self.func_state = {"params": [], "buffer_map": {}, "attrs": {}, "threads": {}}
         for arg in fdef.args.args:
             self.param(arg)
-        body = _resolve(self.stmts(fdef.body, top=True))
+        body = self.stmts(fdef.body, top=True)
         st = self.func_state
         return PrimFunc(tuple(st["params"]), body, None, st["buffer_map"], st["attrs"])
 
@@ -194,9 +186,7 @@ class Parser(ExprParser):
                 break
             if s is not None:
                 out.append(s)
-        if len(out) > 1:
-            out = [_resolve(s) for s in out]
-        return out[0] if len(out) == 1 and isinstance(out[0], _PendingInit) else _seq(out)
+        return _seq(out)
 
     def _is_header(self, node) -> bool:
         call = node.value if isinstance(node, (ast.Expr, ast.Assign)) else None
@@ -242,14 +232,10 @@ class Parser(ExprParser):
             return Evaluate(self.expr(v.args[0]))
         if name == "attr":
             return _Bound(self.attr(v, rest))
-        if name in ("reads", "writes", "block_attr"):
+        if name in ("reads", "writes", "block_attr", "where"):
             if not self.blocks:
                 raise self.error(node, f"T.{name} is only valid inside a T.block")
-            return None
-        if name == "where":
-            if not self.blocks:
-                raise self.error(node, "T.where is only valid inside a T.block")
-            self.blocks[-1].predicate = self.expr(v.args[0])
+            self.block_decl(name, v)
             return None
         value = self.ev(v)
         if not isinstance(value, E.PrimExpr):
@@ -260,22 +246,22 @@ class Parser(ExprParser):
         node, key, value = (self.ev(a) for a in call.args)
         if isinstance(value, (int, float, bool, str)) and not isinstance(value, bool):
             value = E.convert(value)
-        return AttrStmt(node, key, value, _resolve(self.scoped(rest)))
+        return AttrStmt(node, key, value, self.scoped(rest))
 
     def st_Assert(self, node, rest, header):
         msg = self.expr(node.msg) if node.msg is not None else E.StringImm("assertion failed")
-        return _Bound(AssertStmt(self.expr(node.test), msg, _resolve(self.scoped(rest))))
+        return _Bound(AssertStmt(self.expr(node.test), msg, self.scoped(rest)))
 
     def st_If(self, node, rest, header):
         cond = self.expr(node.test)
         if not cond.dtype.is_bool:
             raise self.error(node.test, f"{self.text(node.test)}: an if condition must be bool, got {cond.dtype}")
-        then = _resolve(self.scoped(node.body))
-        other = _resolve(self.scoped(node.orelse)) if node.orelse else None
+        then = self.scoped(node.body)
+        other = self.scoped(node.orelse) if node.orelse else None
         return IfThenElse(cond, then, other)
 
     def st_While(self, node, rest, header):
-        return While(self.expr(node.test), _resolve(self.scoped(node.body)))
+        return While(self.expr(node.test), self.scoped(node.body))
 
     def st_AnnAssign(self, node, rest, header):
         if not isinstance(node.target, ast.Name) or node.value is None:
@@ -289,7 +275,7 @@ class Parser(ExprParser):
             raise self.error(node.value, f"{self.text(node.value)}: type mismatch: value is {value.dtype}, "
                                          f"annotation says {dt}; cast it with T.{dt}(...)")
         var = E.Var(node.target.id, dt)
-        return _Bound(LetStmt(var, value, _resolve(self.scoped(rest, {var.name: var}))))
+        return _Bound(LetStmt(var, value, self.scoped(rest, {var.name: var})))
 
     def st_Assign(self, node, rest, header):
         if len(node.targets) != 1:
@@ -303,10 +289,15 @@ class Parser(ExprParser):
         if not isinstance(target, ast.Name):
             raise self.error(target, f"{self.text(target)}: only names and buffer elements can be assigned")
         name = target.id
+        if call_name == "alloc_buffer" and self.blocks and self.blocks[-1].depth == len(self.scopes):
+            buf = self.make_buffer(name, value)
+            self.blocks[-1].alloc_buffers.append(buf)
+            self.scopes[-1][name] = buf
+            return None
         if call_name in ("allocate", "alloc_buffer"):
             alloc = self.allocate(name, value, call_name)
             body = self.scoped(rest, {name: alloc.buf})
-            return _Bound(Allocate(alloc.buf, alloc.extents, _resolve(body), alloc.cond))
+            return _Bound(Allocate(alloc.buf, alloc.extents, body, alloc.cond))
         if call_name == "launch_thread":
             return _Bound(self.launch_thread(name, value, rest))
         if call_name == "match_buffer":
@@ -322,7 +313,7 @@ class Parser(ExprParser):
                 return None
         v = self.expr(value)
         var = E.Var(name, v.dtype)
-        return _Bound(LetStmt(var, v, _resolve(self.scoped(rest, {name: var}))))
+        return _Bound(LetStmt(var, v, self.scoped(rest, {name: var})))
 
     def store(self, target, value_node):
         buf = self.ev(target.value)
@@ -369,7 +360,7 @@ class Parser(ExprParser):
         dom = self.ev(call_kw(call, "dom")) if call_kw(call, "dom") is not None else None
         var = E.Var(name, INT32)
         iv = E.IterVar(dom, var, E.IterType.THREAD_INDEX, tag)
-        return AttrStmt(iv, "thread_extent", ext, _resolve(self.scoped(rest, {name: var})))
+        return AttrStmt(iv, "thread_extent", ext, self.scoped(rest, {name: var}))
 
     def match_buffer(self, name, call, header):
         if not header:
@@ -408,6 +399,8 @@ class Parser(ExprParser):
             loops = [self.loop_range(name, it)]
         # The loop variable has the dtype of an explicit start, else of the extent.
         vars_ = [E.Var(t.id, (lo if lo is not None else ext).dtype) for t, (_, lo, ext, _, _) in zip(targets, loops)]
+        for var, (_, lo, ext, _, _) in zip(vars_, loops):
+            self.loop_ranges[id(var)] = E.Range(lo if lo is not None else E.const(0, var.dtype), ext)
         body = self.scoped(node.body, {v.name: v for v in vars_})
         for var, (kind, lo, ext, binding, ann) in reversed(list(zip(vars_, loops))):
             lo = lo if lo is not None else E.const(0, var.dtype)
@@ -417,10 +410,6 @@ class Parser(ExprParser):
     def wrap_loop(self, loop: For, body):
         from dataclasses import replace
 
-        if isinstance(body, _PendingInit):
-            if id(loop.loop_var) in body.reduce_ids and id(loop.loop_var) not in body.spatial_ids:
-                return _PendingInit(body.init, replace(loop, body=_resolve(body.body)), body.reduce_ids, body.spatial_ids)
-            return replace(loop, body=body.resolve())
         return replace(loop, body=body)
 
     def loop_range(self, name, call):
@@ -473,24 +462,86 @@ class Parser(ExprParser):
         if name == "init":
             if not self.blocks:
                 raise self.error(node, "T.init() is only valid inside a T.block")
-            self.blocks[-1].init = _resolve(self.scoped(node.body))
+            self.blocks[-1].init = self.scoped(node.body)
             return None
         if name in ("allocate", "LetStmt", "launch_thread", "attr", "Assert"):
             return self.with_binder(name, node, call)
         if name != "block":
             raise self.error(call, f"{self.text(call.func)}: expected T.block, T.init, T.allocate, T.LetStmt, "
                                    "T.launch_thread, T.attr or T.Assert")
-        block = _Block()
+        label = self.ev(call.args[0]) if call.args else self.ev(call_kw(call, "name_hint") or ast.Constant(""))
+        if not isinstance(label, str):
+            raise self.error(call, f"{self.text(call)}: a block's name is a string: T.block(\"C\")")
+        block = _Block(label, len(self.scopes) + 1)
         self.blocks.append(block)
         try:
-            body = _resolve(self.scoped(node.body))
+            body = self.scoped(node.body)
         finally:
             self.blocks.pop()
-        if block.predicate is not None:
-            body = IfThenElse(block.predicate, body)
-        if block.init is None:
-            return body
-        return _PendingInit(block.init, body, block.reduce_ids, block.spatial_ids)
+        return self.make_block(block, body)
+
+    def make_block(self, block: _Block, body):
+        from kiln.ir.block import Block, BlockRealize
+        from kiln.tir.schedule.access import infer_regions
+
+        reads, writes = block.reads, block.writes
+        if reads is None or writes is None:
+            inferred = infer_regions(body, block.alloc_buffers)
+            reads = inferred[0] if reads is None else reads
+            writes = inferred[1] if writes is None else writes
+        blk = Block(block.name, tuple(block.iter_vars), tuple(reads), tuple(writes), body, block.init,
+                    tuple(block.alloc_buffers), block.annotations)
+        pred = block.predicate if block.predicate is not None else E.const(True, E.BOOL_T)
+        return BlockRealize(tuple(block.values), pred, blk)
+
+    def block_decl(self, name: str, call) -> None:
+        block = self.blocks[-1]
+        if name == "where":
+            block.predicate = self.expr(call.args[0])
+            if not block.predicate.dtype.is_bool:
+                raise self.error(call, f"{self.text(call)}: T.where needs a bool condition")
+        elif name == "block_attr":
+            attrs = self.ev(call.args[0]) if call.args else None
+            if not isinstance(attrs, dict):
+                raise self.error(call, f"{self.text(call)}: T.block_attr takes a dict")
+            block.annotations.update(attrs)
+        else:
+            args = list(call.args)
+            if len(args) == 1 and isinstance(args[0], (ast.List, ast.Tuple)):
+                args = list(args[0].elts)
+            setattr(block, name, [self.buffer_region(a) for a in args])
+
+    def buffer_region(self, node):
+        """``A[vi, 0:4]`` (or a whole buffer ``A``) in T.reads/T.writes: a BufferRegion."""
+        from kiln.ir.block import BufferRegion
+
+        if isinstance(node, ast.Subscript):
+            buf, idx = self.ev(node.value), node.slice
+            items = list(idx.elts) if isinstance(idx, ast.Tuple) else [idx]
+        else:
+            buf, items = self.ev(node), None
+        if not isinstance(buf, Buffer):
+            raise self.error(node, f"{self.text(node)}: T.reads/T.writes take buffer regions such as A[vi, 0:4]")
+        if items is None:
+            return BufferRegion(buf, tuple(E.Range(E.const(0, d.dtype), d) for d in buf.shape))
+        if len(items) != len(buf.shape):
+            raise self.error(node, f"{self.text(node)}: {buf.name} has {len(buf.shape)} dimensions, the region {len(items)}")
+        ranges = []
+        for item, dim in zip(items, buf.shape):
+            if isinstance(item, ast.Slice):
+                lo = self.expr(item.lower) if item.lower is not None else E.const(0, dim.dtype)
+                hi = self.expr(item.upper) if item.upper is not None else dim
+                if isinstance(hi, E.Add) and structural_equal(hi.a, lo):
+                    ext = hi.b
+                else:
+                    from kiln.tir.simplify import simplify
+
+                    ext = simplify(hi - lo)
+                ranges.append(E.Range(lo, ext))
+            else:
+                lo = self.expr(item)
+                ranges.append(E.Range(lo, E.const(1, lo.dtype)))
+        return BufferRegion(buf, tuple(ranges))
 
     def with_binder(self, name: str, node, call):
         """``with T.allocate(...) as A:`` and friends: the binding holds for the indented body only."""
@@ -499,19 +550,19 @@ class Parser(ExprParser):
             raise self.error(call, f"{self.text(call)}: write `with T.{name}(...) as name:`")
         if name == "allocate":
             alloc = self.allocate(target.id, call, "allocate")
-            body = _resolve(self.scoped(node.body, {target.id: alloc.buf}))
+            body = self.scoped(node.body, {target.id: alloc.buf})
             return Allocate(alloc.buf, alloc.extents, body, alloc.cond)
         if name == "LetStmt":
             value = self.expr(call.args[0])
             dt = self.dtype_arg(call.args[1]) if len(call.args) > 1 else value.dtype
             var = E.Var(target.id, dt)
-            return LetStmt(var, value, _resolve(self.scoped(node.body, {var.name: var})))
+            return LetStmt(var, value, self.scoped(node.body, {var.name: var}))
         if name == "launch_thread":
             return self.launch_thread(target.id, call, node.body)
         if name == "attr":
             return self.attr(call, node.body)
         msg = self.expr(call.args[1]) if len(call.args) > 1 else E.StringImm("assertion failed")
-        return AssertStmt(self.expr(call.args[0]), msg, _resolve(self.scoped(node.body)))
+        return AssertStmt(self.expr(call.args[0]), msg, self.scoped(node.body))
 
     def axis(self, target, call, name):
         if not self.blocks:
@@ -525,19 +576,45 @@ class Parser(ExprParser):
                 raise self.error(call, f"{self.text(call)}: {len(kinds)} kinds, {len(values)} bindings, {len(names)} names")
             pairs = list(zip(names, kinds, values))
         elif kind in ("spatial", "reduce", "S", "R", "scan", "opaque"):
+            kind = {"S": "spatial", "R": "reduce"}.get(kind, kind)
             if len(call.args) != 2:
                 raise self.error(call, f"{self.text(call)}: T.axis.{kind}(dom, binding)")
-            pairs = [(target, "R" if kind in ("reduce", "R") else "S", self.ev(call.args[1]))]
+            pairs = [(target, kind, self.ev(call.args[1]))]
         else:
             raise self.unknown_t(call.func, name)
+        kinds = {"S": E.IterType.DATA_PAR, "R": E.IterType.COMM_REDUCE, "O": E.IterType.OPAQUE,
+                 "spatial": E.IterType.DATA_PAR, "reduce": E.IterType.COMM_REDUCE, "scan": E.IterType.ORDERED,
+                 "opaque": E.IterType.OPAQUE}
         for tnode, k, value in pairs:
             if not isinstance(tnode, ast.Name):
                 raise self.error(tnode, "block variables must be names")
+            if k not in kinds:
+                raise self.error(call, f"{self.text(call)}: unknown axis kind {k!r}; use S (spatial), R (reduce) or O")
             expr = self.to_expr(value, call)
-            ids = block.reduce_ids if k == "R" else block.spatial_ids
-            ids.update(_var_ids(expr))
-            self.scopes[-1][tnode.id] = expr
+            if kind == "remap":
+                dom = self.loop_ranges.get(id(expr)) if isinstance(expr, E.Var) else None
+                if dom is None:
+                    raise self.error(call, f"{self.text(call)}: T.axis.remap binds loop variables; write "
+                                           f"{tnode.id} = T.axis.spatial(extent, value) for an expression")
+            else:
+                dom = self.axis_domain(call.args[0], expr)
+            var = E.Var(tnode.id, expr.dtype)
+            block.iter_vars.append(E.IterVar(dom, var, kinds[k]))
+            block.values.append(expr)
+            self.scopes[-1][tnode.id] = var
         return None
+
+    def axis_domain(self, node, value) -> E.Range:
+        dom = self.ev(node)
+        if isinstance(dom, E.Range):
+            return dom
+        if isinstance(dom, (tuple, list)) and len(dom) == 2:
+            lo, hi = (self.to_expr(x, node) for x in dom)
+            from kiln.tir.simplify import simplify
+
+            return E.Range(lo, simplify(hi - lo))
+        ext = self.to_expr(dom, node)
+        return E.Range(E.const(0, ext.dtype), ext)
 
 
 class _Bound:
@@ -550,14 +627,6 @@ class _Bound:
 class _AllocLater:
     def __init__(self, buf, extents, cond):
         self.buf, self.extents, self.cond = buf, extents, cond
-
-
-def _var_ids(expr) -> set:
-    from kiln.ir.functor import post_order_visit
-
-    out = set()
-    post_order_visit(expr, lambda n: out.add(id(n)) if isinstance(n, E.Var) else None)
-    return out
 
 
 def call_kw(call, name):

@@ -212,10 +212,15 @@ def size_var(name="size", dtype="int32") -> SizeVar:
 
 
 def create_prim_func(ops: Sequence[Tensor]):
-    """The schedule-free path: a PrimFunc computing the given tensors with the default loop nests."""
+    """The schedule-free path: a PrimFunc computing the given tensors, one T.block per compute op
+    (kiln/te/prim_func.py), for ``tvm.tir.Schedule``; ops the block form does not cover get the
+    default loop nests."""
     from .lower import lower_to_primfunc
+    from .prim_func import block_prim_func, supports
     from .schedule import create_schedule
 
     tensors = list(ops)
+    if supports(tensors):
+        return block_prim_func(tensors)
     outputs = [t.op for t in tensors if not isinstance(t.op, PlaceholderOp)]
     return lower_to_primfunc(create_schedule(outputs), tensors, "main")

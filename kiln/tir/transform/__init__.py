@@ -16,12 +16,14 @@ from .split_host_device import split_host_device
 from .thread_sync import insert_barriers
 from .verify_gpu import verify_thread_binding
 from .loop_partition import partition_loops
+from .lower_blocks import lower_blocks
 from .simplify_stmt import simplify_func
 from .texture import note_textures
 from .unroll import unroll_loops
 from .vectorize import vectorize_loops
 
 PIPELINE = [
+    ("tir.LowerBlocks", lower_blocks),  # T.block / tir.Schedule blocks to plain loops
     ("tir.NoteTextures", note_textures),  # texture tensors' shapes, for the OpenCL texture printer
     ("tir.StorageFlatten", flatten_buffers),
     ("tir.Simplify", simplify_func),
@@ -85,6 +87,7 @@ Simplify = prim_func_pass(simplify_func, "tir.Simplify")
 LoopPartition = prim_func_pass(partition_loops, "tir.LoopPartition")
 VectorizeLoop = prim_func_pass(vectorize_loops, "tir.VectorizeLoop")
 UnrollLoop = prim_func_pass(unroll_loops, "tir.UnrollLoop")
+LowerBlocks = prim_func_pass(lower_blocks, "tir.LowerBlocks")
 
 VerifyThreadBinding = prim_func_pass(verify_thread_binding, "tir.VerifyThreadBinding")
 ThreadSync = prim_func_pass(insert_barriers, "tir.ThreadSync")
