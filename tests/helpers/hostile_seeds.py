@@ -55,7 +55,7 @@ def blind(seeds: list) -> st.SearchStrategy:
 
 
 # -- JSON tree mutations --------------------------------------------------------------------------
-_JSON_VALUES = st.sampled_from([None, True, -1, 0, 1, 2 ** 31, 2 ** 40, 2 ** 64, -(2 ** 63), 1.5, float("nan"),
+_JSON_VALUES = st.sampled_from([None, True, -1, 0, 1, 2 ** 31, 2 ** 40, 2 ** 64, -(2 ** 63), 1.5, 1e308,
                                 "", "x", "float32", "tvm_op", "null", [], [[]], [-1], [2 ** 40, 2 ** 40], {},
                                 {"a": 1}, [0, 0, 0], ["list_int", []]])
 
@@ -92,8 +92,8 @@ def _json_mutation(draw, doc):
             for _ in range(draw(st.sampled_from([2, 50, 5000]))):
                 value = [value]
             parent[path[-1]] = value
-        else:
-            parent[path[-1]] = draw(_JSON_VALUES)
+        else:  # a copy: a later mutation must not change the shared sample itself
+            parent[path[-1]] = json.loads(json.dumps(draw(_JSON_VALUES)))
     try:
         return json.dumps(doc).encode()
     except (ValueError, RecursionError):

@@ -89,7 +89,7 @@ def check_config(config, file: str, field: str = "model_config") -> None:
         _need(isinstance(outs, list), file, f"{field}.config.output_layers", "is not a list")
         outs = [outs] if outs and isinstance(outs[0], str) else outs
         for j, o in enumerate(outs):
-            _need(isinstance(o, list) and o and o[0] in names, file, f"{field}.config.output_layers[{j}]",
+            _need(isinstance(o, list) and o and isinstance(o[0], str) and o[0] in names, file, f"{field}.config.output_layers[{j}]",
                   f"is {str(o)[:40]}, not a layer of the model")
 
 
@@ -100,7 +100,8 @@ def _check_inbound(node, names: set, file: str, where: str) -> None:
             v = stack.pop()
             if isinstance(v, dict) and v.get("class_name") == "__keras_tensor__":
                 history = v.get("config", {}).get("keras_history") if isinstance(v.get("config"), dict) else None
-                _need(isinstance(history, list) and len(history) == 3 and history[0] in names, file, where,
+                _need(isinstance(history, list) and len(history) == 3 and isinstance(history[0], str)
+                      and history[0] in names, file, where,
                       f"reads {str(history)[:40]}, not an earlier layer")
             elif isinstance(v, (list, tuple)):
                 stack.extend(v)
