@@ -108,6 +108,8 @@ class _Elf:
     def __init__(self, f, size: int, name: str):
         self.f, self.size, self.name = f, size, name
         head = self._read(0, 64 if size >= 64 else size)
+        if head[:4] == b"\x7fELF" and len(head) < 52:
+            raise _damaged(name, f"it has {size} bytes, fewer than an ELF header (the file was cut short)")
         if len(head) < 52 or head[:4] != b"\x7fELF":
             raise FileFormatError(f"{name} is not an ELF shared object (it starts with {head[:8]!r}); load a .so "
                                   "made by export_library or a .tar")

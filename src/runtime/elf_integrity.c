@@ -141,6 +141,8 @@ static int seal_build_id(const Elf* e) {
 
 int kiln_elf_check_intact(const unsigned char* p, size_t size, const char* name) {
   Elf e = {p, size, 0, 0, name, 0, 0, 0};
+  if (size >= 4 && size < 52 && memcmp(p, "\x7f" "ELF", 4) == 0)
+    return damaged(&e, "it is shorter than an ELF header (the file was cut short)");
   if (size < 52 || memcmp(p, "\x7f" "ELF", 4) != 0)
     return kiln_error("%s is not an ELF shared object; load a .so made by export_library or a .tar", name);
   if ((p[4] != 1 && p[4] != 2) || (p[5] != 1 && p[5] != 2) || p[6] != 1)
