@@ -26,6 +26,10 @@ class Node:
 
         return to_text(self)
 
+    def show(self) -> None:
+        """Print the node as TVMScript."""
+        print(self.script())
+
     def __str__(self) -> str:
         return self.script()
 

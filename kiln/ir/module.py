@@ -91,6 +91,10 @@ class IRModule:
         """A new module with the same attributes and the given functions."""
         return IRModule(functions, self.type_definitions, self.attrs)
 
+    def show(self) -> None:
+        """Print the module as TVMScript (TVM's ``mod.show()``)."""
+        print(self.script())
+
     def script(self) -> str:
         from kiln.ir.printer import module_to_text
 
