@@ -24,9 +24,15 @@ from . import tree
 class _Rename(Mutator):
     """Accesses of old become accesses of new (loads, stores and the read/write regions)."""
 
-    def __init__(self, old: Buffer, new: Buffer):
+    def __init__(self, old: Buffer, new: Buffer, loads_only: bool = False):
         super().__init__()
-        self.old, self.new = old, new
+        self.old, self.new, self.loads_only = old, new, loads_only
+
+    def visit_Block(self, op):
+        if not self.loads_only:
+            return self.generic_visit(op)
+        return _with(op, reads=tuple(self.visit(r) for r in op.reads), body=self.visit(op.body),
+                     init=self.visit(op.init) if op.init is not None else None)
 
     def visit_BufferLoad(self, op):
         op = self.generic_visit(op)
@@ -34,7 +40,7 @@ class _Rename(Mutator):
 
     def visit_BufferStore(self, op):
         op = self.generic_visit(op)
-        return _with(op, buffer=self.new) if op.buffer is self.old else op
+        return _with(op, buffer=self.new) if op.buffer is self.old and not self.loads_only else op
 
     def visit_BufferRegion(self, op):
         op = self.generic_visit(op)
@@ -93,11 +99,14 @@ def cache_read(body, name: str, index: int, scope: str, consumer_blocks=None) ->
                                            and any(r.buffer is buf for r in n.block.reads)
                                            and (names is None or n.block.name_hint in names))]
     for r in readers:
-        body = tree.replace(body, r, _Rename(buf, cache).visit(r))
+        if any(w.buffer is buf for w in r.block.writes):
+            raise ScheduleError(f"cache_read: block {r.block.name_hint!r} both reads and writes {buf.name}; "
+                                "stage it with cache_write instead")
+        body = tree.replace(body, r, _Rename(buf, cache, loads_only=True).visit(r))
     nest = copy_nest(buf, cache, cache.name)
     producers = tree.find_all(body, lambda n: isinstance(n, BlockRealize) and any(w.buffer is buf for w in n.block.writes))
     if producers:
-        root, _ = tree.subtree_root(*producers[-1])
+        root = tree.scope_root(*producers[-1])
         body = tree.replace(body, root, seq(root, nest))
     else:
         body = _prepend(body, nest)
@@ -108,8 +117,7 @@ def cache_write(body, name: str, index: int, scope: str) -> tuple:
     realize, anc = tree.block_realize(body, name)
     buf = _index_check("cache_write", realize.block, realize.block.writes, index, "writes")
     cache = cache_buffer(buf, scope)
-    root, parents = tree.subtree_root(realize, anc)
+    root = tree.scope_root(realize, anc)
     new_root = tree.replace(root, realize, _with(realize, block=_Rename(buf, cache).visit(realize.block)))
     body = tree.replace(body, root, seq(new_root, copy_nest(cache, buf, cache.name)))
-    del parents
     return _allocate(body, cache), cache.name

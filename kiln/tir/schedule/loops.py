@@ -81,7 +81,7 @@ def split(body, var, factors) -> tuple:
     if not (isinstance(loop.min, E.IntImm) and loop.min.value == 0):
         value = loop.min + value
     exact = isinstance(short, E.IntImm) and short.value == 0
-    pred = None if exact else E.LT(value, loop.min + extent, E.BOOL_T)
+    pred = None if exact else E.LT(value, simplify(loop.min + extent), E.BOOL_T)
     inner = _Rebind({var: value}, pred).visit(loop.body)
     if pred is not None and not _blocks_under(loop.body):
         inner = IfThenElse(pred, inner)

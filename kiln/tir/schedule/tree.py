@@ -105,3 +105,14 @@ def subtree_root(realize, ancestors) -> tuple:
     while k >= 0 and isinstance(ancestors[k], For) and ancestors[k].body is root:
         root, k = ancestors[k], k - 1
     return root, ancestors[:k + 1]
+
+
+def scope_root(realize, ancestors):
+    """The outermost loop around the block within its scope (the function or the enclosing block)."""
+    root = realize
+    for a in reversed(ancestors):
+        if isinstance(a, Block):
+            break
+        if isinstance(a, For):
+            root = a
+    return root
