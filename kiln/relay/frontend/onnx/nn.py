@@ -7,13 +7,30 @@ import math
 
 import numpy as np
 
+from kiln.errors import ShapeError
+
 from ...expr import Constant, const
 from ...op import nn, nn_norm, nn_pool, reduce, tensor
 from ...op import transform as tf
 
 
+def _check_window(in_sizes, kernel, strides, dilations, pads) -> None:
+    """The window attributes a file gives: one value per spatial axis (pads two), all positive."""
+    n = len(in_sizes)
+    for name, values, want in (("kernel_shape", kernel, n), ("strides", strides, n), ("dilations", dilations, n),
+                               ("pads", pads, 2 * n)):
+        values = list(values) if values is not None else None
+        if values is not None and len(values) != want:
+            raise ShapeError(f"{name} has {len(values)} values; a {n}-d window needs {want}")
+        if values is not None and name != "pads" and any(int(v) < 1 for v in values):
+            raise ShapeError(f"{name} {values} must be positive")
+        if values is not None and name == "pads" and any(int(v) < 0 for v in values):
+            raise ShapeError(f"pads {values} must not be negative")
+
+
 def _pads_nd(attrs, in_sizes, kernel, strides, dilations):
     """(begins, ends) per spatial axis from ``pads`` or ``auto_pad``."""
+    _check_window(in_sizes, kernel, strides, dilations, attrs.get("pads"))
     auto = attrs.get("auto_pad", "NOTSET")
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         lo, hi = [], []

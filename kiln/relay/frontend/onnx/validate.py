@@ -88,6 +88,9 @@ def check(proto, name: str) -> None:
     graph = proto.graph
     opsets = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
     opset = opsets[0] if opsets else 13
+    if not 1 <= opset <= 1000:
+        raise limits.fail(name, "opset_import", f"declares opset {opset}", "ONNX opsets are small positive numbers; "
+                          "the file is damaged")
     seen = set()
     for i, t in enumerate(graph.initializer):
         array(t, name, f"graph.initializer[{i}] {t.name!r}")
@@ -101,6 +104,10 @@ def check(proto, name: str) -> None:
                               f"inputs must be tensors of {sorted(set(_ELEM.values()))}")
         seen.add(vi.name)
     for i, node in enumerate(graph.node):
+        texts = [node.op_type, node.domain, node.name, *node.input, *node.output]
+        if not all(isinstance(t, str) for t in texts):  # protobuf hands over invalid UTF-8 as bytes
+            raise limits.fail(name, f"node {i}", "has an op type, name or tensor name that is not UTF-8 text",
+                              "the file is damaged; export it again")
         where = f"node {i} ({node.op_type} {node.name or '(unnamed)'!r})"
         schema = _schema(node, opset) if node.domain in ("", "ai.onnx") else None
         if schema is not None:

@@ -26,7 +26,7 @@ def fused(ctx, x, code: int):
 def _binary(fn, options):
     def convert(ctx, ins):
         out = fn(ins[0], ins[1])
-        if options is None or ctx.op.BuiltinOptions() is None:
+        if options is None or not ctx.has_options():
             return out
         return fused(ctx, out, ctx.options(options()).FusedActivationFunction())
     return convert

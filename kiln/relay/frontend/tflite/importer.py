@@ -102,6 +102,27 @@ class TensorInfo:
         return self.data.astype("float32") if self.dtype == "float16" else self.data
 
 
+class _Options:
+    """An options table whose accessors run inside ``_offsets``; window sizes (strides,
+    dilations, filter sizes) read from the file must be at least 1."""
+
+    def __init__(self, table, ctx):
+        self._table, self._ctx = table, ctx
+
+    def __getattr__(self, name):
+        accessor = getattr(self._table, name)
+        if not callable(accessor):
+            return accessor
+
+        def call(*args):
+            with _offsets(f"operator {self._ctx.op_name} option {name}"):
+                value = accessor(*args)
+            if name.startswith(("Stride", "Dilation", "Filter")) and isinstance(value, int) and value < 1:
+                self._ctx.fail(f"option {name} is {value}; it must be at least 1 (the file is damaged)")
+            return value
+        return call
+
+
 class Ctx:
     """What a converter sees: the op, its tensors, options and helpers."""
 
@@ -127,6 +148,10 @@ class Ctx:
     def fail(self, msg: str):
         raise ImportError_(f"from_tflite: {self.where}: {msg}")
 
+    def has_options(self) -> bool:
+        with _offsets(f"operator {self.op_name}"):
+            return self.op.BuiltinOptions() is not None
+
     def options(self, cls):
         with _offsets(f"operator {self.op_name}"):
             table = self.op.BuiltinOptions()
@@ -134,7 +159,14 @@ class Ctx:
         if table is None:
             self.fail(f"has no {cls.__name__}")
         opts.Init(table.Bytes, table.Pos)
-        return opts
+        return _Options(opts, self)
+
+    def rank(self, x, n: int, what: str = "input") -> tuple:
+        """The shape of ``x`` (a relay value or a numpy constant), which must have ``n`` dims."""
+        shape = tuple(x.shape) if isinstance(x, np.ndarray) else self.shape_of(x)
+        if len(shape) != n:
+            self.fail(f"the {what} has shape {list(shape)}; {self.op_name} needs {n} dimensions")
+        return shape
 
     def info(self, k: int) -> TensorInfo | None:
         """The k-th input's TensorInfo (None for an absent optional input)."""
@@ -244,6 +276,8 @@ class _Importer:
         name = self.op_name(op)
         ctx = Ctx(self, op, name)
         ins = [None if i < 0 else self.value(i) for i in ctx.in_idx]
+        if not ins or ins[0] is None:  # every supported operator reads its first input
+            ctx.fail("has no first input; the file is damaged")
         try:
             out = self.converters[name](ctx, ins)
         except FileFormatError:  # ImportError_ and size limits: already name the file

@@ -33,6 +33,8 @@ def _padding(ctx, opts, x, kernel, strides, dilation=(1, 1)):
 
 
 def _weights(ctx, ins, k, what):
+    if k >= len(ins):
+        ctx.fail(f"has {len(ins)} inputs; the {what} (input {k}) is missing")
     w = ins[k]
     if not isinstance(w, Constant):
         ctx.fail(f"the {what} must be a constant tensor")
@@ -43,6 +45,9 @@ def _conv2d(ctx, ins):
     opts = ctx.options(_tflite().Conv2DOptions)
     x = ins[0]
     w = _weights(ctx, ins, 1, "filter")  # OHWI
+    ctx.rank(x, 4), ctx.rank(w, 4, "filter")
+    if w.shape[3] < 1 or ctx.shape_of(x)[3] % w.shape[3]:
+        ctx.fail(f"the filter's {w.shape[3]} input channels do not divide the input's {ctx.shape_of(x)[3]}")
     strides, dil = (opts.StrideH(), opts.StrideW()), (opts.DilationHFactor(), opts.DilationWFactor())
     cin = ctx.shape_of(x)[3]
     groups = cin // w.shape[3]
@@ -58,6 +63,7 @@ def _depthwise_conv2d(ctx, ins):
     opts = ctx.options(_tflite().DepthwiseConv2DOptions)
     x = ins[0]
     w = _weights(ctx, ins, 1, "filter")  # 1, H, W, C*multiplier
+    ctx.rank(x, 4), ctx.rank(w, 4, "filter")
     cin = ctx.shape_of(x)[3]
     strides, dil = (opts.StrideH(), opts.StrideW()), (opts.DilationHFactor(), opts.DilationWFactor())
     weight = const(np.ascontiguousarray(w.transpose(1, 2, 0, 3)))  # HWIO with I=1: one group per input channel
@@ -87,6 +93,7 @@ def _pool(kind):
     def convert(ctx, ins):
         opts = ctx.options(_tflite().Pool2DOptions)
         x = ins[0]
+        ctx.rank(x, 4)
         size, strides = (opts.FilterHeight(), opts.FilterWidth()), (opts.StrideH(), opts.StrideW())
         pads = _padding(ctx, opts, x, size, strides)
         if kind == "max":
@@ -98,14 +105,14 @@ def _pool(kind):
 
 
 def _softmax(ctx, ins):
-    beta = ctx.options(_tflite().SoftmaxOptions).Beta() if ctx.op.BuiltinOptions() is not None else 1.0
+    beta = ctx.options(_tflite().SoftmaxOptions).Beta() if ctx.has_options() else 1.0
     x = ins[0] if beta == 1.0 else tensor.multiply(ins[0], const(float(beta), "float32"))
     return nn_norm.softmax(x, -1)
 
 
 def _mean(ctx, ins):
     axes = [int(a) for a in np.asarray(ctx.constant(1, "axis")).reshape(-1)]
-    keep = bool(ctx.options(_tflite().ReducerOptions).KeepDims()) if ctx.op.BuiltinOptions() is not None else False
+    keep = bool(ctx.options(_tflite().ReducerOptions).KeepDims()) if ctx.has_options() else False
     nd = len(ctx.shape_of(ins[0]))
     return reduce.mean(ins[0], tuple(a % nd for a in axes), keepdims=keep)
 
