@@ -371,6 +371,12 @@ class Parser(ExprParser):
         call2 = ast.Call(call.func, call.args[1:], call.keywords)
         ast.copy_location(call2, call)
         buf = self.make_buffer(name, call2)
+        if buf.offset_factor and buf.elem_offset is None:
+            # As in TVM: a parameter buffer with an offset_factor starts at a symbolic element
+            # offset, which tensor intrinsics read as ``X.elem_offset``.
+            from dataclasses import replace
+
+            buf = replace(buf, elem_offset=E.Var(f"{name}_elem_offset", INT32))
         self.func_state["buffer_map"][param] = buf
         self.scopes[-1][name] = buf
 

@@ -126,6 +126,11 @@ def reorder(body, vars_) -> object:
     loops = [tree.loop(body, v) for v in vars_]
     if len({id(v) for v in vars_}) != len(vars_):
         raise ScheduleError("reorder: a loop appears twice")
+    for a, anc_a in loops:
+        for b, anc_b in loops:
+            if a is not b and not any(x is a for x in anc_b) and not any(x is b for x in anc_a):
+                raise ScheduleError(f"reorder: loops {a.loop_var.name} and {b.loop_var.name} are not nested in one "
+                                    "another (they belong to different loop nests)")
     outer = min(loops, key=lambda x: len(x[1]))[0]
     deepest = max(loops, key=lambda x: len(x[1]))[0]
     chain = [outer]
@@ -134,12 +139,9 @@ def reorder(body, vars_) -> object:
         if not isinstance(nxt, For):
             names = ", ".join(v.name for v in vars_)
             raise ScheduleError(f"reorder: loops {names} are not one chain of perfectly nested loops (loop "
-                                f"{chain[-1].loop_var.name} holds more than one loop)")
+                                f"{chain[-1].loop_var.name} holds more than the next loop)")
         chain.append(nxt)
     ids = [id(lp) for lp in chain]
-    for lp, _ in loops:
-        if id(lp) not in ids:
-            raise ScheduleError(f"reorder: loop {lp.loop_var.name} is not nested with the others")
     slots = sorted(ids.index(id(lp)) for lp, _ in loops)
     new_chain = list(chain)
     for slot, (lp, _) in zip(slots, loops):
@@ -155,6 +157,7 @@ def reorder(body, vars_) -> object:
     return tree.replace(body, outer, inner)
 
 
+_THREADS = {f"{kind}.{axis}" for kind in ("blockIdx", "threadIdx") for axis in "xyz"}
 _KIND_WORDS = {ForKind.PARALLEL: "parallel", ForKind.VECTORIZED: "vectorize", ForKind.UNROLLED: "unroll"}
 
 
@@ -170,7 +173,7 @@ def set_kind(body, var, kind: ForKind, thread: str | None = None) -> object:
                         f"{'parallel' if kind == ForKind.PARALLEL else 'vector lanes'}")
     binding = None
     if kind == ForKind.THREAD_BINDING:
-        ok = thread.startswith(("blockIdx.", "threadIdx.", "vthread")) if isinstance(thread, str) else False
+        ok = isinstance(thread, str) and (thread in _THREADS or thread.startswith("vthread"))
         if not ok:
             raise ScheduleError(f"bind: loop {var.name}: thread {thread!r} is not blockIdx.x/y/z, threadIdx.x/y/z "
                                 "or vthread")

@@ -76,7 +76,9 @@ def _chain(top, what: str) -> tuple:
         loops.append(s)
         s = s.body
     if not isinstance(s, BlockRealize):
-        raise ScheduleError(f"{what}: the loops must hold exactly one block and nothing else")
+        names = [n.block.name_hint for n, _ in tree.find_all(top, lambda n: isinstance(n, BlockRealize))]
+        raise ScheduleError(f"{what}: the loops must hold exactly one block and nothing else; they hold blocks "
+                            f"{names} and other statements")
     return loops, s
 
 
@@ -161,6 +163,18 @@ class _Instantiate(Mutator):
         hit = self.scalars.get(id(v))
         return v if hit is None else hit
 
+    def rehome(self, buf):
+        """A buffer impl declared over an intrinsic buffer's data (``T.Buffer(..., data=C.data)``)."""
+        hit = self.scalars.get(id(buf.data))
+        if hit is None:
+            return buf
+        key = ("buffer", id(buf))
+        if key not in self.scalars:
+            self.scalars[key] = _with(buf, data=hit, shape=tuple(self.visit(d) for d in buf.shape),
+                                      strides=tuple(self.visit(d) for d in buf.strides),
+                                      elem_offset=self.visit(buf.elem_offset) if buf.elem_offset is not None else None)
+        return self.scalars[key]
+
     def _index(self, buf, indices):
         rbuf, base = self.binds[id(buf)]
         lead = len(base) - len(indices)
@@ -168,13 +182,15 @@ class _Instantiate(Mutator):
 
     def visit_BufferLoad(self, op):
         if id(op.buffer) not in self.binds:
-            return self.generic_visit(op)
+            op = self.generic_visit(op)
+            return _with(op, buffer=self.rehome(op.buffer))
         rbuf, idx = self._index(op.buffer, op.indices)
         return E.BufferLoad(rbuf, idx, op.dtype)
 
     def visit_BufferStore(self, op):
         if id(op.buffer) not in self.binds:
-            return self.generic_visit(op)
+            op = self.generic_visit(op)
+            return _with(op, buffer=self.rehome(op.buffer))
         rbuf, idx = self._index(op.buffer, op.indices)
         return _with(op, buffer=rbuf, value=self.visit(op.value), indices=idx)
 
