@@ -183,3 +183,103 @@ def test_full_size_model_on_graph_textures(name):
             np.testing.assert_allclose(got, want, **TOL)
         else:
             check_float16(got, want)
+
+
+# -- NHWC models (Keras .h5, as document 002 compiles): converted to the NCHW4c texture path ------
+
+def _keras_resnet(tmp_path, image=32):
+    """(model path, numpy forward) of the Keras-style residual net (tests/relay/frontend)."""
+    import os
+    import sys
+    pytest.importorskip("h5py", reason="the Keras frontend reads .h5 files with h5py")
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "frontend"))
+    from test_keras_frontend import resnet_like
+    path = str(tmp_path / "resnet50.h5")
+    return path, resnet_like(path, seed=5, image=image)
+
+
+def _texture_kernels(lib) -> list:
+    src = [m for m in lib.get_lib().imported_modules if m.type_key == "opencl"][0].get_source()
+    return [k for k in src.split("__kernel void")[1:] if "image2d_t" in k]
+
+
+def test_nhwc_keras_model_takes_the_texture_path_and_matches_numpy(tmp_path):
+    from kiln.driver import tvmc
+    path, forward = _keras_resnet(tmp_path)
+    model = tvmc.load(path)
+    x = np.random.default_rng(6).standard_normal((1, 32, 32, 3)).astype("float32")
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(model.mod, target=tvm.target.Target(ADRENO, host="llvm"), params=model.params)
+    convs = [k for k in _texture_kernels(lib) if "conv2d" in k.split("(")[0]]
+    assert len(convs) >= 5  # every conv but the stem's (a per-operator one packing its own images) and more
+    scopes = __import__("json").loads(lib.get_graph_json())["attrs"]["storage_scope"][1]
+    assert scopes.count("global.texture") >= 4 and scopes.count("global.texture-weight") >= 5
+    g = graph_executor.GraphModule(lib["default"](tvm.cl(0)))
+    g.set_input("input_1", x)
+    g.run()
+    np.testing.assert_allclose(g.get_output(0).numpy(), forward(x), rtol=1e-4, atol=1e-6)
+
+
+def test_nhwc_keras_model_conv_tasks_are_tunable_and_the_build_uses_them(tmp_path, caplog):
+    import logging
+    import time
+
+    from kiln import autotvm
+    from kiln.autotvm import record
+    from kiln.autotvm.measure import MeasureInput, MeasureResult
+    from kiln.driver import tvmc
+    path, _ = _keras_resnet(tmp_path, image=16)
+    model = tvmc.load(path)
+    target = tvm.target.Target(ADRENO, host="llvm")
+    with caplog.at_level(logging.WARNING, logger="autotvm"):
+        tasks = autotvm.task.extract_from_program(model.mod["main"], target=target, params=model.params)
+    assert not [r for r in caplog.records if "no tunable template" in r.getMessage()]
+    names = [t.name for t in tasks]
+    assert names.count("conv2d_NCHW4c.adreno") >= 5 and "conv2d_nchw.adreno" in names  # + the stem
+    rows = []
+    for t in tasks:  # a config other than the default for each: the build must read every one
+        space = t.config_space
+        other = next(i for i in range(len(space)) if i != space.default_index())
+        rows.append((MeasureInput(t.target, t, space.get(other)), MeasureResult((1e-4,), 0, 0.1, time.time())))
+    log = str(tmp_path / "adreno.log")
+    record.save_to_file(log, rows)
+    with tvm.transform.PassContext(opt_level=3):
+        untuned = relay.build(model.mod, target=target, params=model.params)
+        with autotvm.apply_history_best(log):
+            tuned = relay.build(model.mod, target=target, params=model.params)
+    assert set(tuned.kernel_workloads.values()) == {t.workload for t in tasks}
+    assert _texture_kernels(tuned) != _texture_kernels(untuned)
+
+
+@pytest.mark.heavy
+def test_full_size_keras_resnet50_nhwc_tunes_and_builds_on_textures(tmp_path):
+    # Document 002's model: Keras ResNet-50, NHWC, 224x224, 1000 classes.
+    import os
+    pytest.importorskip("h5py")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(  # not on sys.path: tests/driver has a conftest of its own
+        "keras_resnet50", os.path.join(os.path.dirname(__file__), "..", "driver", "keras_resnet50.py"))
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+
+    from kiln import autotvm
+    from kiln.driver import tvmc
+    path = str(tmp_path / "resnet50.h5")
+    builder.resnet50_h5(path)
+    model = tvmc.load(path)
+    target = tvm.target.Target(ADRENO, host="llvm")
+    tasks = autotvm.task.extract_from_program(model.mod["main"], target=target, params=model.params)
+    convs = [t for t in tasks if "conv2d" in t.name]
+    assert len(convs) >= 20 and sum(t.name == "conv2d_NCHW4c.adreno" for t in convs) >= 19
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(model.mod, target=target, params=model.params)
+        ref = relay.build(model.mod, target="llvm", params=model.params)
+    assert len(_texture_kernels(lib)) >= 20
+    x = np.random.default_rng(0).uniform(0, 1, (1, 224, 224, 3)).astype("float32")
+    outs = []
+    for built_lib, dev in ((lib, tvm.cl(0)), (ref, tvm.cpu(0))):
+        g = graph_executor.GraphModule(built_lib["default"](dev))
+        g.set_input("input_1", x)
+        g.run()
+        outs.append(g.get_output(0).numpy())
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-3, atol=1e-6)

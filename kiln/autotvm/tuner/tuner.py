@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from .. import record
+from .. import console, record
 from ..measure.measure import MeasureErrorNo, MeasureInput, create_measure_batch
 
 logger = logging.getLogger("autotvm")
@@ -58,6 +58,7 @@ class Tuner:
         without a new best. Callbacks get ``(tuner, inputs, results)`` after every batch, and
         ``(tuner, [], [])`` once at the end."""
         del si_prefix  # progress is always shown in GFLOPS, as in the tutorials
+        console.install()  # so that 004's logging.getLogger('autotvm').setLevel(DEBUG) prints each trial
         batch = create_measure_batch(self.task, measure_option)
         self.n_trial, self.early_stopping = n_trial, early_stopping
         stop_after = early_stopping if early_stopping else float("inf")

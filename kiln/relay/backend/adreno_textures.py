@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..expr import Call, Constant, Function, TupleGetItem
+from ..op import nn as nn_ops
 from ..op.registry import OpDef
 from ..ty import TensorType
 
@@ -36,8 +37,18 @@ def enabled() -> bool:
 
 
 def alter_layout(func, target):
-    """``func`` with convolutions (and the ops between them) on NCHW4c."""
+    """``func`` with convolutions (and the ops between them) on NCHW4c. NHWC convolutions
+    (Keras, TFLite models) are first converted to NCHW, weights transposed at build time, as
+    TVM's Adreno flow converts them: the texture path is NCHW4c, and the graph's inputs and
+    outputs keep the model's own layout."""
     from ..transform.alter_layout import _Rewriter, _shape
+    from ..transform.convert_layout import convert_layout
+    from ..transform.infer_type import infer
+    from ..visitor import post_order
+
+    if any(isinstance(n, Call) and n.op is nn_ops.CONV2D and str(n.attrs.data_layout) == "NHWC"
+           for n in post_order(func.body)):
+        func = infer(convert_layout(func, {"nn.conv2d": ["NCHW", "default"]}))
 
     def conv_block(call) -> int:
         return BLOCK if _shape(call)[1] % BLOCK == 0 and str(call.checked_type.dtype).startswith("float") else 0

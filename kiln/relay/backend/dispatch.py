@@ -11,8 +11,10 @@ computes read) or None, meaning "topi's default schedule". Answers come from, in
 
 The workload is the autotvm task workload of the op (``workload_of``): the template name for
 the target (``conv2d_nchw.x86``), the input tensors as ``("TENSOR", shape, dtype)`` and the op's
-attributes, in the order ``autotvm.task.extract_from_program`` records them, so a log written
-by tuning the extracted tasks is found here.
+attributes. ``asked_workloads`` runs relay.build's own passes and graph codegen and records what
+it asks here, so the tasks ``autotvm.task.extract_from_program`` makes of them are, by
+construction, the workloads a build under the same PassContext looks up: a log written by
+tuning them is found here (layouts, fusion and the target's alter-layout rules included).
 """
 
 from __future__ import annotations
@@ -63,7 +65,17 @@ def template_of(op_name: str, attrs, arg_types, family: str) -> str | None:
             return None  # grouped (not depthwise) convolutions have no tunable schedule
     elif op_name == "nn.batch_matmul" and attrs.get("transpose_a", False):
         return None  # topi.x86 runs the generic compute for it: nothing to tune
+    elif family in ("gpu", "mali", "adreno") and _few_rows(arg_types[0]):
+        return None  # a GPU runs it as a per-row (GEMV) kernel that has no knobs: nothing to tune
     return None if base is None else f"{base}.{family}"
+
+
+def _few_rows(data_type) -> bool:
+    """A dense/batch_matmul whose rows are so few that topi.gpu and topi.mali schedule it
+    without a config (one work-item or one warp per output row): a tuned config never changes it."""
+    from kiln.topi.gpu.dense import SMALL_M
+
+    return int(data_type.shape[-2]) < SMALL_M
 
 
 def _blocked(attrs) -> int:
@@ -108,6 +120,11 @@ def select_config(op_name: str, workload, target):
     provider = _provider.get()
     if provider is not None:
         return provider(op_name, workload, target)
+    return _context_config(workload, target)
+
+
+def _context_config(workload, target):
+    """The active autotvm dispatch context's config for ``workload``, or None."""
     dispatcher = sys.modules.get("kiln.autotvm.dispatcher")
     if dispatcher is None:
         return None
@@ -121,6 +138,31 @@ def select_config(op_name: str, workload, target):
     if cfg is None or getattr(cfg, "is_fallback", False):
         return None
     return cfg
+
+
+def asked_workloads(mod, target, params=None) -> list[tuple[str, tuple]]:
+    """``[(op name, workload)]``, each workload once in the order first asked, of every kernel
+    ``relay.build(mod, target, params=params)`` would ask ``select_config`` for under the current
+    PassContext. It runs the build's passes (``build_module.optimize``) and the graph codegen
+    that calls ``TECompiler.lower`` per fused function, but lowers and compiles nothing."""
+    from ..build_module import _target, optimize
+    from .graph_codegen import GraphCodegen
+    from .te_compiler import TECompiler
+
+    tgt = _target(target, None)
+    with tgt:  # as relay.build: target-dependent passes (AlterOpLayout) read it
+        opt_mod, _ = optimize(mod, tgt, params)
+    asked: dict = {}
+    outer = _provider.get()
+
+    def record(op_name, workload, where):
+        asked.setdefault(workload, op_name)
+        # the answer the build would get: configs may change weight layouts the codegen plans
+        return outer(op_name, workload, where) if outer is not None else _context_config(workload, where)
+
+    with use_config_provider(record):
+        GraphCodegen(TECompiler(tgt)).codegen(opt_mod["main"])
+    return [(op_name, workload) for workload, op_name in asked.items()]
 
 
 @contextlib.contextmanager

@@ -50,7 +50,8 @@ def schedule_dense(outs, cfg=None):
     k = const_int(mm.op.reduce_axis[0].dom.extent)
     if cfg is None and m < SMALL_M:
         return schedule_per_item(outs)
-    conf = config_for(m, n, k, cfg) if cfg is not None else config_for(m, n, k)
+    # the compute records the tuned config it was given (relay builds call this without cfg)
+    conf = config_for(m, n, k, cfg) if cfg is not None else mm.op.attrs.get("gpu_config") or config_for(m, n, k)
     s = te.create_schedule([o.op for o in outs])
     inline_injective(s, outs)
     schedule_tiled(s, mm, out, conf, shared=False, vector=True)
