@@ -81,10 +81,8 @@ int kiln_elf_check(const char* path) {
   int bits = h[4] == 1 ? 32 : h[4] == 2 ? 64 : 0;
   int little = h[5] == 1;
   unsigned machine = little ? (unsigned)(h[18] | h[19] << 8) : (unsigned)(h[18] << 8 | h[19]);
-  if (!bits || (h[5] != 1 && h[5] != 2))
-    return kiln_error("%s is damaged: its ELF class or data byte is invalid; export it again with export_library",
-                      base_name(path));
-  if (machine != HERE_MACHINE || bits != (int)(8 * sizeof(void*))) {
+  /* An invalid class for this machine is damage, reported by the integrity check below. */
+  if (machine != HERE_MACHINE || (bits && bits != (int)(8 * sizeof(void*)))) {
     const char* name = machine_name(machine, bits);
     char described[48];
     if (!name) {
@@ -93,7 +91,7 @@ int kiln_elf_check(const char* path) {
       /* The machine's own ELF class goes unsaid; another one is said, or a 32-bit file for
        * x86_64 would read "built for x86_64; this device is x86_64". */
       int natural = machine == EM_X86_64_ || machine == EM_AARCH64_ ? 64 : machine == EM_386_ || machine == EM_ARM_ ? 32 : bits;
-      snprintf(described, sizeof(described), natural == bits ? "%s" : "%s (%d-bit ELF)", name, bits);
+      snprintf(described, sizeof(described), natural == bits || !bits ? "%s" : "%s (%d-bit ELF)", name, bits);
     }
     return wrong_machine(path, described);
   }

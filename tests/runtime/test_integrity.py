@@ -121,7 +121,7 @@ def test_structure_damage_without_a_seal_is_refused(c_module, tmp_path):
                                                (struct.pack("<qQ", 0x6FFFFFF9, 0) * (dyn_size // 16))), "DT_NULL"),
         "shoff.so": (lambda b: struct.pack_into("<Q", b, 40, len(plain)), "section header table"),
         "type.so": (lambda b: struct.pack_into("<H", b, 16, 2), "ELF type is 2"),
-        "class.so": (lambda b: b.__setitem__(4, 7), "class byte"),
+        "class.so": (lambda b: b.__setitem__(4, 7), "identification bytes (class 7"),
         "tail.so": (lambda b: b.extend(b"\0" * 5), "5 bytes after its ELF content"),
     }
     paths = [damaged(name, edit) for name, (edit, _) in cases.items()]
