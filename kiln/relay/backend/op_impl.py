@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from kiln import te, tir, topi
+from kiln.topi import scatter as topi_scatter
 from kiln.errors import CompileError
 from kiln.ir.expr import const
 from kiln.topi.utils import knob
@@ -404,6 +405,10 @@ OP_IMPLS: dict[str, OpImpl] = {
     "tile": OpImpl(lambda a, x, t, ctx: topi.tile(x[0], a.reps)),
     "layout_transform": OpImpl(lambda a, x, t, ctx: topi.layout_transform(x[0], a.src_layout, a.dst_layout)),
     "nn.pad": OpImpl(_pad),
+    "gather_nd": OpImpl(lambda a, x, t, ctx: topi_scatter.gather_nd(x[0], x[1], a.batch_dims)),
+    "scatter_nd": OpImpl(lambda a, x, t, ctx: topi_scatter.scatter_nd(*x, a.reduction), "generic"),
+    "scatter_elements": OpImpl(lambda a, x, t, ctx: topi_scatter.scatter_elements(*x, a.axis, a.reduction), "generic"),
+    "cumsum": OpImpl(lambda a, x, t, ctx: topi_scatter.cumsum(x[0], a.axis, a.exclusive, a.reverse), "generic"),
     "image.resize2d": OpImpl(_resize2d),
     # anchors
     "nn.conv2d": OpImpl(_conv2d, _conv2d_schedule, "conv2d_nchw", _conv2d_prepack),

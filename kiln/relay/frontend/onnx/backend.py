@@ -32,7 +32,7 @@ SHAPE_ARGUMENTS = {
     "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3), "Resize": (1, 2, 3), "ConstantOfShape": (0,),
     "Range": (0, 1, 2), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
     "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceSumSquare": (1,),
-    "ReduceLogSum": (1,), "ReduceLogSumExp": (1,),
+    "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "CumSum": (1,), "Trilu": (1,),
 }
 
 
@@ -187,7 +187,8 @@ COVERAGE_OPS = frozenset("""
     MaxPool AveragePool GlobalAveragePool Softmax LogSoftmax LayerNormalization Add Sub Mul Div Pow Sqrt
     Reshape Flatten Transpose Concat Split Slice Gather Squeeze Unsqueeze Expand Pad Resize
     ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum
-    ReduceSumSquare Cast Shape ConstantOfShape Where""".split())
+    ReduceSumSquare Cast Shape ConstantOfShape Where
+    GatherND ScatterND ScatterElements Scatter CumSum Trilu InstanceNormalization GroupNormalization""".split())
 
 
 @dataclass(frozen=True)
