@@ -535,8 +535,10 @@ class Parser(ExprParser):
         ranges = []
         for item, dim in zip(items, buf.shape):
             if isinstance(item, ast.Slice):
-                lo = self.expr(item.lower) if item.lower is not None else E.const(0, dim.dtype)
-                hi = self.expr(item.upper) if item.upper is not None else dim
+                if item.step is not None:
+                    raise self.error(item, f"{self.text(node)}: a region has no step")
+                lo = self.index_expr(self.ev(item.lower), item) if item.lower is not None else E.const(0, dim.dtype)
+                hi = self.index_expr(self.ev(item.upper), item) if item.upper is not None else dim
                 if isinstance(hi, E.Add) and structural_equal(hi.a, lo):
                     ext = hi.b
                 else:
@@ -545,7 +547,7 @@ class Parser(ExprParser):
                     ext = simplify(hi - lo)
                 ranges.append(E.Range(lo, ext))
             else:
-                lo = self.expr(item)
+                lo = self.index_expr(self.ev(item), item)
                 ranges.append(E.Range(lo, E.const(1, lo.dtype)))
         return BufferRegion(buf, tuple(ranges))
 
@@ -576,7 +578,12 @@ class Parser(ExprParser):
         block = self.blocks[-1]
         kind = name.split(".", 1)[1]
         if kind == "remap":
+            if len(call.args) != 2:
+                raise self.error(call, f"{self.text(call)}: T.axis.remap(\"SSR\", [i, j, k])")
             kinds, values = self.ev(call.args[0]), self.ev(call.args[1])
+            if not isinstance(kinds, str) or not isinstance(values, (list, tuple)):
+                raise self.error(call, f"{self.text(call)}: T.axis.remap takes a string of kinds and a list of loop "
+                                       "variables: T.axis.remap(\"SSR\", [i, j, k])")
             names = target.elts if isinstance(target, ast.Tuple) else [target]
             if len(kinds) != len(values) or len(names) != len(values):
                 raise self.error(call, f"{self.text(call)}: {len(kinds)} kinds, {len(values)} bindings, {len(names)} names")
@@ -596,7 +603,7 @@ class Parser(ExprParser):
                 raise self.error(tnode, "block variables must be names")
             if k not in kinds:
                 raise self.error(call, f"{self.text(call)}: unknown axis kind {k!r}; use S (spatial), R (reduce) or O")
-            expr = self.to_expr(value, call)
+            expr = self.index_expr(value, call)
             if kind == "remap":
                 dom = self.loop_ranges.get(id(expr)) if isinstance(expr, E.Var) else None
                 if dom is None:
@@ -615,12 +622,23 @@ class Parser(ExprParser):
         if isinstance(dom, E.Range):
             return dom
         if isinstance(dom, (tuple, list)) and len(dom) == 2:
-            lo, hi = (self.to_expr(x, node) for x in dom)
+            lo, hi = (self.index_expr(x, node) for x in dom)
             from kiln.tir.simplify import simplify
 
             return E.Range(lo, simplify(hi - lo))
-        ext = self.to_expr(dom, node)
+        if isinstance(dom, (tuple, list)):
+            raise self.error(node, f"{self.text(node)}: a block axis domain is an extent, (begin, end) or T.Range")
+        ext = self.index_expr(dom, node)
         return E.Range(E.const(0, ext.dtype), ext)
+
+    def index_expr(self, value, node):
+        """value as an integer expression, or a ScriptError naming node."""
+        if isinstance(value, str) or isinstance(value, (tuple, list, dict)):
+            raise self.error(node, f"{self.text(node)}: expected an integer expression")
+        e = self.to_expr(value, node)
+        if not e.dtype.is_integer or e.dtype.is_bool:
+            raise self.error(node, f"{self.text(node)}: expected an integer expression, got {e.dtype}")
+        return e
 
 
 class _Bound:

@@ -85,6 +85,11 @@ def test_blocks_differing_in_an_axis_kind_are_not_equal():
     ('vi = T.axis.remap("X", [i])', r"unknown axis kind 'X'"),
     ('T.reads(A[0:2, 1])', r"A has 1 dimensions, the region 2"),
     ('T.where(i)', r"T.where needs a bool condition"),
+    ('vi = T.axis.remap(3, [i])', r"T.axis.remap takes a string of kinds and a list of loop variables"),
+    ('vi = T.axis.spatial((1, 2, 3), i)', r"a block axis domain is an extent, \(begin, end\) or T.Range"),
+    ('vi = T.axis.spatial(8, A[0])', r"expected an integer expression, got float32"),
+    ('T.reads(A[0:8:2])', r"a region has no step"),
+    ('T.writes(A[i:"x"])', r"expected an integer expression"),
 ])
 def test_block_errors_name_the_line(body, message):
     text = f'''
