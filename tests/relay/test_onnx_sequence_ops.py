@@ -122,3 +122,23 @@ def test_group_norm_groups_must_divide_channels():
                           ("b", TensorProto.FLOAT, [6])], opset=21)
     with pytest.raises(KilnError, match=r"GroupNormalization node 'gn'.*num_groups=4"):
         relay.frontend.from_onnx(model)
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)]),   # attention scores
+    ("...ij,...jk", [(2, 3, 4), (4, 5)]),                 # implicit output, broadcast batch
+    ("ii", [(4, 4)]),                                     # trace
+])
+def test_einsum_against_numpy(equation, shapes):
+    rng = np.random.default_rng(6)
+    xs = [rng.standard_normal(s).astype("float32") for s in shapes]
+    names = [f"x{i}" for i in range(len(xs))]
+    y = _run(helper.make_node("Einsum", names, ["y"], equation=equation), xs, opset=12)
+    np.testing.assert_allclose(y, np.einsum(equation, *xs), rtol=1e-5, atol=1e-5)
+
+
+def test_einsum_bad_equation_names_the_node():
+    from kiln import relay
+    node = helper.make_node("Einsum", ["x"], ["y"], name="es", equation="ij,jk->ik")
+    with pytest.raises(KilnError, match=r"Einsum node 'es'.*names 2 operands"):
+        relay.frontend.from_onnx(_model(node, [("x", TensorProto.FLOAT, [2, 3])], opset=12))

@@ -1,9 +1,9 @@
 """ONNX importer. Converters live in one file per op category; CONVERTERS joins them."""
 
-from . import elementwise, nn, reduce, resize, sequence, tensor
+from . import einsum, elementwise, nn, reduce, resize, sequence, tensor
 from .importer import from_onnx
 
 CONVERTERS = {**elementwise.CONVERTERS, **nn.CONVERTERS, **reduce.CONVERTERS, **resize.CONVERTERS,
-              **tensor.CONVERTERS, **sequence.CONVERTERS}
+              **tensor.CONVERTERS, **sequence.CONVERTERS, **einsum.CONVERTERS}
 
 __all__ = ["from_onnx", "CONVERTERS"]

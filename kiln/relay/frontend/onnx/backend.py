@@ -188,7 +188,7 @@ COVERAGE_OPS = frozenset("""
     Reshape Flatten Transpose Concat Split Slice Gather Squeeze Unsqueeze Expand Pad Resize
     ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum
     ReduceSumSquare Cast Shape ConstantOfShape Where
-    GatherND ScatterND ScatterElements Scatter CumSum Trilu InstanceNormalization GroupNormalization""".split())
+    GatherND ScatterND ScatterElements Scatter CumSum Trilu InstanceNormalization GroupNormalization Einsum""".split())
 
 
 @dataclass(frozen=True)
