@@ -142,3 +142,39 @@ def test_einsum_bad_equation_names_the_node():
     node = helper.make_node("Einsum", ["x"], ["y"], name="es", equation="ij,jk->ik")
     with pytest.raises(KilnError, match=r"Einsum node 'es'.*names 2 operands"):
         relay.frontend.from_onnx(_model(node, [("x", TensorProto.FLOAT, [2, 3])], opset=12))
+
+
+def _ort(node, inputs, opset=17):
+    ort = pytest.importorskip("onnxruntime", reason="3-D conv is checked against onnxruntime")
+    vis = [helper.make_tensor_value_info(n, TensorProto.FLOAT, x.shape) for n, x in zip(node.input, inputs)]
+    graph = helper.make_graph([node], "g", vis, [helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, dict(zip(node.input, inputs)))[0]
+
+
+@pytest.mark.parametrize("attrs", [
+    {"pads": [1, 1, 1, 1, 1, 1]},
+    {"strides": [2, 1, 2], "dilations": [2, 1, 1], "pads": [0, 1, 0, 2, 0, 1], "group": 2},
+    {"auto_pad": "SAME_UPPER", "strides": [2, 2, 2]},
+])
+def test_conv3d_against_onnxruntime(attrs):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 4, 7, 6, 5)).astype("float32")
+    w = rng.standard_normal((6, 4 // attrs.get("group", 1), 3, 3, 2)).astype("float32")
+    b = rng.standard_normal(6).astype("float32")
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    np.testing.assert_allclose(_run(node, [x, w, b], opset=17), _ort(node, [x, w, b]), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"strides": [2, 2, 1], "pads": [1, 0, 0, 0, 1, 0], "output_padding": [1, 1, 0]},
+    {"dilations": [2, 1, 1], "group": 2},
+])
+def test_conv_transpose3d_against_onnxruntime(attrs):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 4, 3, 4, 5)).astype("float32")
+    w = rng.standard_normal((4, 3, 3, 2, 3)).astype("float32")
+    b = rng.standard_normal(3 * attrs.get("group", 1)).astype("float32")
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)
+    np.testing.assert_allclose(_run(node, [x, w, b], opset=17), _ort(node, [x, w, b]), rtol=1e-4, atol=1e-4)
