@@ -121,9 +121,12 @@ class ExprParser:
         if isinstance(value, Buffer):
             raise self.error(node, f"{self.text(node)}: a buffer is not a value; index it (A[i]) or use A.data")
         try:
-            return E._to_expr(value, like) if like is not None else E.convert(value)
+            out = E._to_expr(value, like) if like is not None else E.convert(value)
         except TypeError as exc:
             raise self.error(node, f"{self.text(node)}: not an expression ({exc})") from None
+        if not isinstance(out, E.PrimExpr):
+            raise self.error(node, f"{self.text(node)}: expected an expression, got {type(value).__name__}")
+        return out
 
     def expr(self, node) -> E.PrimExpr:
         value = self.ev(node)
