@@ -102,3 +102,14 @@ def f(A: T.Buffer((8,), "float32")):
 '''
     with pytest.raises(ScriptError, match=r"line 6, col \d+: .*" + message):
         from_source(text)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('@T.prim_func\ndef f(A: T.Buffer((16, T.Range(0, 4)), "float32")):\n    T.evaluate(0)\n',
+     r"line 2, col \d+: .*expected an expression, got Range"),
+    ('@T.prim_func\ndef f(A: T.Buffer((16,), "float32")):\n    A[0] = A[1], + A[2]\n',
+     r"line 3, col \d+: .*expected an expression, got tuple"),
+])
+def test_non_expressions_where_expressions_belong(text, message):
+    with pytest.raises(ScriptError, match=message):
+        from_source(text)
