@@ -21,7 +21,7 @@ from kiln.errors import ScheduleError
 from kiln.ir.module import IRModule
 from kiln.ir.stmt import ForKind, PrimFunc
 
-from . import cache, compute_at as _at, loops as _loops, reduction, tree
+from . import cache, compute_at as _at, inline, loops as _loops, reduction, tree
 from .trace import BlockRV, Instruction, LoopRV, Trace
 
 
@@ -191,6 +191,13 @@ class Schedule:
         self._set_body(_at.compute_at(self._body(), name, var, preserve_unit_loops, reverse))
         self._record(kind, [("block", block), ("loop", loop), ("preserve_unit_loops", preserve_unit_loops),
                             ("index", index)])
+
+    def compute_inline(self, block) -> None:
+        name = self._block_name(block, "compute_inline")
+        func = self._func()
+        params = {id(b.data) for b in func.buffer_map.values()} | {id(p) for p in func.params}
+        self._set_body(inline.compute_inline(self._body(), params, name))
+        self._record("compute_inline", [("block", block)])
 
     def decompose_reduction(self, block, loop) -> BlockRV:
         name = self._block_name(block, "decompose_reduction")
