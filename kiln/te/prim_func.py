@@ -20,8 +20,13 @@ from .tensor import ComputeOp, PlaceholderOp
 
 
 def supports(tensors) -> bool:
-    """Whether every op is one the block form covers (single-output reductions without conditions)."""
-    for op in _ops(tensors):
+    """Whether every op is one the block form covers (tensor arguments only; single-output
+    reductions without conditions)."""
+    from .tensor import Tensor
+
+    if not all(isinstance(t, (Tensor, E.Var)) for t in tensors):
+        return False
+    for op in _ops([t for t in tensors if isinstance(t, Tensor)]):
         if not isinstance(op, ComputeOp):
             return False
         red = op.body[0]
@@ -68,6 +73,9 @@ def block_prim_func(tensors, name: str = "main") -> PrimFunc:
     tensors = list(tensors)
     params, buffer_map, buffers = [], {}, {}
     for t in tensors:
+        if isinstance(t, E.Var):  # a scalar parameter (a symbolic size)
+            params.append(t)
+            continue
         handle = E.Var(t.name, HANDLE_T)
         buf = Buffer(t.name, E.Var(t.name, HANDLE_T), t.dtype, tuple(t.shape))
         params.append(handle)
@@ -75,7 +83,7 @@ def block_prim_func(tensors, name: str = "main") -> PrimFunc:
         buffers[id(t)] = buf
     scratch = []
     nests = []
-    for op in _ops(tensors):
+    for op in _ops([t for t in tensors if not isinstance(t, E.Var)]):
         for t in op.outputs:
             if id(t) not in buffers:
                 buffers[id(t)] = Buffer(t.name, E.Var(t.name, HANDLE_T), t.dtype, tuple(t.shape))

@@ -145,3 +145,25 @@ def test_schedule_of_a_prim_func_and_the_original_is_untouched():
     sch.split(i, factors=[None, 32])
     tvm.ir.assert_structural_equal(sch.mod["main"], SplitNotDivisible["main"])
     assert not tvm.ir.structural_equal(Add, sch.mod)
+
+
+def test_split_of_a_symbolic_loop_from_te_create_prim_func():
+    from kiln import te
+
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
+    func = te.create_prim_func([A, B, n])
+    sch = tir.Schedule(func)
+    (i,) = sch.get_loops(sch.get_block("B"))
+    i0, i1 = sch.split(i, factors=[None, 8])
+    loop = sch.get(i0)
+    assert "(n + 7) // 8" in str(loop.extent)
+    assert "T.where(i_0 * 8 + i_1 < n)" in sch.mod.script()
+    check_schedule(sch, tvm.IRModule({"main": func}))
+    f = tvm.build(sch.mod, target="llvm")
+    for size in (13, 16):
+        a = np.arange(size, dtype="float32")
+        b = tvm.nd.array(np.zeros(size, "float32"))
+        f["main"](tvm.nd.array(a), b, size)
+        np.testing.assert_array_equal(b.numpy(), a * 2)
