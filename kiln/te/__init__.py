@@ -7,6 +7,7 @@ from kiln.tir.op import (  # noqa: F401
     sigmoid, sin, sinh, sqrt, tan, tanh, trunc, truncdiv, truncmod, indexdiv, indexmod,
 )
 
+from .extern import ExternOp, extern  # noqa: F401
 from .reduction import CommReducer, comm_reducer, max, min, prod, sum  # noqa: F401
 from .schedule import Schedule, Stage, create_schedule  # noqa: F401
 from .tensor_intrin import TensorIntrin, decl_tensor_intrin  # noqa: F401

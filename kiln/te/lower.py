@@ -21,6 +21,7 @@ from kiln.tir.simplify import simplify
 
 from .bound import full_domains, infer_region, leaf_info
 from .schedule import Attach, Schedule, Stage
+from .extern import ExternOp
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 
 _KINDS = {"vectorize": ForKind.VECTORIZED, "unroll": ForKind.UNROLLED, "parallel": ForKind.PARALLEL}
@@ -52,15 +53,24 @@ class _Lowering:
             for t in list(st.outputs) + list(st.op.outputs):
                 self.stage_of[id(t)] = st
         inlined = {}
+        # An extern reads its inputs from memory: a stage it reads keeps its buffer.
+        extern_read = {id(t.op) for st in sch.stages if isinstance(st.op, ExternOp) for t in st.op.inputs}
         for st in sch.stages:
+            if isinstance(st.op, ExternOp) and st.attach != Attach.ROOT:
+                raise ScheduleError(f"stage {st.name}: an extern stage is computed as a whole at the root; "
+                                    "it cannot be inlined or computed at another stage")
+            if st.attach == Attach.INLINE and id(st.op) in extern_read:
+                st.attach = Attach.ROOT
             if st.attach == Attach.INLINE:
                 for k, t in enumerate(list(st.outputs)):
                     inlined[id(t)] = (st.op, k)
                 for k, t in enumerate(st.op.outputs):
                     inlined[id(t)] = (st.op, k)
         inliner = _Inliner(inlined)
-        self.active = [st for st in sch.stages if st.attach != Attach.INLINE and isinstance(st.op, ComputeOp)]
-        self.bodies = {st: [inliner.visit(b) for b in st.op.body] for st in self.active}
+        self.active = [st for st in sch.stages
+                       if st.attach != Attach.INLINE and isinstance(st.op, (ComputeOp, ExternOp))]
+        self.bodies = {st: [inliner.visit(b) for b in st.op.body] if isinstance(st.op, ComputeOp) else []
+                       for st in self.active}
         self._check_bindings()
         self.params: list[Var] = []
         self.buffer_map: dict = {}
@@ -115,6 +125,8 @@ class _Lowering:
         from .bound import _Reads
 
         tensors = {id(t) for t in st.outputs}
+        if any(id(t) in tensors for c in self.active if isinstance(c.op, ExternOp) for t in c.op.inputs):
+            return True
         for body in self.bodies.values():
             r = _Reads(tensors)
             for b in body:
@@ -126,6 +138,10 @@ class _Lowering:
     # Bounds ------------------------------------------------------------------------------
     def infer_bounds(self) -> None:
         for st in reversed(self.active):
+            if isinstance(st.op, ExternOp):
+                self.infos[st] = None
+                self.region_min[id(st)] = None
+                continue
             if st.attach == Attach.SCOPE:
                 if not st.scope_set:
                     st.scope = _attached_scope(st)
@@ -133,6 +149,9 @@ class _Lowering:
                 if not consumers:
                     raise ScheduleError(f"stage {st.name}: compute_at, but no stage reads it")
                 for c in consumers:
+                    if isinstance(c.op, ExternOp):
+                        raise ScheduleError(f"stage {st.name}: compute_at cannot place it inside extern stage "
+                                            f"{c.name}; an extern reads whole buffers")
                     if c not in self.infos:
                         raise ScheduleError(f"stage {st.name}: consumer {c.name} must come after it")
                 region = infer_region(st, consumers, self.domains, self.infos, self.bodies)
@@ -148,7 +167,10 @@ class _Lowering:
     def _reads(self, consumer: Stage, producer: Stage) -> bool:
         from .bound import _Reads
 
-        r = _Reads({id(t) for t in producer.outputs} | {id(t) for t in producer.op.outputs})
+        ids = {id(t) for t in producer.outputs} | {id(t) for t in producer.op.outputs}
+        if isinstance(consumer.op, ExternOp):
+            return any(id(t) in ids for t in consumer.op.inputs)
+        r = _Reads(ids)
         for b in self.bodies[consumer]:
             r.visit(b)
         return bool(r.found)
@@ -156,6 +178,11 @@ class _Lowering:
     # Buffers -----------------------------------------------------------------------------
     def buffers_of(self, st: Stage) -> list[Buffer]:
         bufs = self.buffers.get(id(st))
+        if isinstance(st.op, ExternOp) and (bufs is None or any(b is None for b in bufs)):
+            # Outputs of an extern may differ in shape and dtype.
+            bufs = [b if b is not None else Buffer(t.name, Var(t.name, HANDLE_T), t.dtype, tuple(t.shape), scope=st.scope)
+                    for b, t in zip(bufs or [None] * len(st.op.outputs), st.op.outputs)]
+            self.buffers[id(st)] = bufs
         if bufs is None or any(b is None for b in bufs):
             if st.attach == Attach.SCOPE:
                 shape = tuple(self.domains[iv].extent for iv in st.op.axis)
@@ -183,6 +210,8 @@ class _Lowering:
 
     # Loop nests --------------------------------------------------------------------------
     def stage_stmt(self, st: Stage) -> Stmt:
+        if isinstance(st.op, ExternOp):
+            return self._extern_stmt(st)
         info = self.infos[st]
         op = st.op
         values = {}
@@ -222,6 +251,22 @@ class _Lowering:
         stores = [BufferStore(b, expr(v), store_idx) for b, v in zip(bufs, self.bodies[st])]
         inner = _guard(seq(*stores), guards)
         return self._nest(st, st.leaf_iter_vars, info, inner)
+
+    def _extern_stmt(self, st: Stage) -> Stmt:
+        """The extern's statement with its placeholder buffers bound to the real ones."""
+        op: ExternOp = st.op
+        binding = {}
+        for t, ph in zip(op.inputs, op.input_placeholders):
+            src = self.stage_of.get(id(t))
+            if src is None:
+                raise CompileError(f"{self.name}: tensor {t.name}, read by extern {op.name}, is not part of the schedule")
+            bufs = self.buffers.get(id(src)) if isinstance(src.op, PlaceholderOp) else self.buffers_of(src)
+            if bufs is None:
+                raise CompileError(f"{self.name}: placeholder {t.name} is read by extern {op.name} but not in args")
+            binding[id(ph.data)] = bufs[t.value_index]
+        for ph, buf in zip(op.output_placeholders, self.buffers_of(st)):
+            binding[id(ph.data)] = buf
+        return _Rebind(binding).visit(op.body)
 
     def _reduce_nest(self, st, info, bufs, store_idx, guards, expr, leaf_expr) -> Stmt:
         red: Reduce = self.bodies[st][0]
@@ -352,6 +397,39 @@ def attach_leaf(parent: Stage, iv: IterVar) -> IterVar:
         else:
             raise ScheduleError(f"stage {parent.name}: axis {iv.var.name} is no longer a loop of the stage")
     return iv
+
+
+class _Rebind(Mutator):
+    """Accesses through an extern's placeholder buffers (and views sharing their data) go to the
+    real buffers; a view of another shape (ir_builder's flat indexing) keeps its shape."""
+
+    def __init__(self, binding: dict):
+        super().__init__()
+        self.binding = binding  # id(placeholder data Var) -> real Buffer
+        self.views: dict[int, Buffer] = {}
+
+    def buffer(self, b: Buffer) -> Buffer:
+        real = self.binding.get(id(b.data))
+        if real is None:
+            return b
+        if len(b.shape) == len(real.shape):
+            return real
+        view = self.views.get(id(b))
+        if view is None:
+            view = self.views[id(b)] = replace(b, data=real.data, scope=real.scope)
+        return view
+
+    def visit_Var(self, v):
+        real = self.binding.get(id(v))
+        return real.data if real is not None else v
+
+    def visit_BufferLoad(self, op):
+        op = self.generic_visit(op)
+        return E.BufferLoad(self.buffer(op.buffer), op.indices, op.dtype)
+
+    def visit_BufferStore(self, op):
+        op = self.generic_visit(op)
+        return BufferStore(self.buffer(op.buffer), op.value, op.indices)
 
 
 class _ToBuffers(Mutator):

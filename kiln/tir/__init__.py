@@ -14,6 +14,7 @@ from kiln.ir.expr import Range  # noqa: F401
 from .op import *  # noqa: F401,F403
 from .op import abs, all, any, max, min, round, pow  # noqa: F401
 from . import transform  # noqa: F401
+from . import ir_builder  # noqa: F401,E402
 from . import schedule  # noqa: F401,E402
 from .schedule import BlockRV, LoopRV, Schedule, TensorIntrin  # noqa: F401,E402
 from kiln.ir.block import Block, BlockRealize, BufferRegion  # noqa: F401,E402
