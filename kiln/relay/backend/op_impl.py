@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from kiln import te, tir, topi
+from kiln.topi import rnn as topi_rnn
 from kiln.topi import scatter as topi_scatter
 from kiln.errors import CompileError
 from kiln.ir.expr import const
@@ -409,6 +410,9 @@ OP_IMPLS: dict[str, OpImpl] = {
     "scatter_nd": OpImpl(lambda a, x, t, ctx: topi_scatter.scatter_nd(*x, a.reduction), "generic"),
     "scatter_elements": OpImpl(lambda a, x, t, ctx: topi_scatter.scatter_elements(*x, a.axis, a.reduction), "generic"),
     "cumsum": OpImpl(lambda a, x, t, ctx: topi_scatter.cumsum(x[0], a.axis, a.exclusive, a.reverse), "generic"),
+    "nn.rnn_recurrence": OpImpl(lambda a, x, t, ctx: topi_rnn.recurrence(
+        *x, a.mode, len(a.reverse), a.reverse, a.activations, a.clip, a.linear_before_reset, a.input_forget,
+        a.use_peepholes), "generic"),
     "image.resize2d": OpImpl(_resize2d),
     # anchors
     "nn.conv2d": OpImpl(_conv2d, _conv2d_schedule, "conv2d_nchw", _conv2d_prepack),

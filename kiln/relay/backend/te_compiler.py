@@ -251,7 +251,7 @@ def _scalar(node: Constant):
 
 def _materialize(t):
     """A kernel output must be computed by the kernel: copy an input passed straight through."""
-    if isinstance(t.op, te.ComputeOp):
+    if isinstance(t.op, (te.ComputeOp, te.ExternOp)):
         return t
     return te.compute(t.shape, lambda *i: t(*i), name="T_copy", tag="elemwise")
 

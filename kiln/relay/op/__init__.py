@@ -8,6 +8,7 @@ from . import nn_fused as _nn_fused_ops
 from . import nn_norm as _nn_norm_ops
 from . import nn_pool as _nn_pool_ops
 from . import reduce as _reduce_ops
+from . import rnn as _rnn_ops
 from . import scatter as _scatter_ops
 from . import tensor as _tensor_ops
 from . import transform as _transform_ops
@@ -16,7 +17,7 @@ from .registry import REQUIRED, OpDef, OpPattern, RelCtx
 OP_TABLE: dict[str, OpDef] = {
     op.name: op
     for family in (_tensor_ops, _reduce_ops, _transform_ops, _nn_ops, _nn_pool_ops, _nn_norm_ops, _nn_fused_ops,
-                   _image_ops, _scatter_ops)
+                   _image_ops, _scatter_ops, _rnn_ops)
     for op in family.OPS
 }
 

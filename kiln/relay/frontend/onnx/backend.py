@@ -188,7 +188,8 @@ COVERAGE_OPS = frozenset("""
     Reshape Flatten Transpose Concat Split Slice Gather Squeeze Unsqueeze Expand Pad Resize
     ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum
     ReduceSumSquare Cast Shape ConstantOfShape Where
-    GatherND ScatterND ScatterElements Scatter CumSum Trilu InstanceNormalization GroupNormalization Einsum""".split())
+    GatherND ScatterND ScatterElements Scatter CumSum Trilu InstanceNormalization GroupNormalization Einsum
+    LSTM GRU RNN""".split())
 
 
 @dataclass(frozen=True)
