@@ -77,6 +77,30 @@ def _prior(paths) -> tuple[list, list]:
     return pairs, lines
 
 
+class TuningFailed(TVMCException):
+    """Every measured trial failed: the log holds no usable config."""
+
+
+class _Tally:
+    """A tuner callback counting trials and failures, keeping the first failure."""
+
+    def __init__(self):
+        self.trials, self.failed, self.first, self.first_message = 0, 0, None, ""
+
+    def __call__(self, tuner, inputs, results):
+        from kiln.autotvm.measure import MeasureErrorNo
+
+        for res in results:
+            self.trials += 1
+            if res.error_no != MeasureErrorNo.NO_ERROR:
+                self.failed += 1
+                if self.first is None:
+                    self.first = MeasureErrorNo(res.error_no).name
+                    detail = str(res.costs[0] if res.costs else "") or "no message"
+                    detail = detail.split("Traceback (most recent call last)")[0]  # -v shows the rest
+                    self.first_message = " ".join(detail.split())[:400]
+
+
 def tune_model(tvmc_model: TVMCModel, target: str, tuning_records: str | None = None,
                prior_records: str | None = None, rpc_key: str | None = None, hostname: str | None = None,
                port: int = 9190, trials: int = 1000, early_stopping: int | None = None, repeat: int = 3,
@@ -118,6 +142,10 @@ def tune_model(tvmc_model: TVMCModel, target: str, tuning_records: str | None = 
         except KilnError as err:
             raise TVMCException(f"--pick-in-model: {err}") from None
     runner = _runner(rpc_key, hostname, port, number, repeat, min_repeat_ms, timeout)
+    if prior_records and not os.path.exists(prior_records):
+        # 002's first run names the records file it will keep: nothing is known yet
+        print(f"tvmc: {prior_records} does not exist yet; tuning without prior records", file=progress or sys.stdout)
+        prior_records = None
     sources = [p for p in (prior_records, log if os.path.exists(log) else None) if p]
     sources = list(dict.fromkeys(os.path.abspath(p) for p in sources))
     history, lines = _prior(sources)
@@ -140,6 +168,7 @@ def tune_model(tvmc_model: TVMCModel, target: str, tuning_records: str | None = 
     measure = autotvm.measure_option(builder=autotvm.LocalBuilder(timeout=timeout, n_parallel=parallel),
                                      runner=runner)
     stream = progress or sys.stdout
+    tally = _Tally()
     for i, task in enumerate(tasks):
         prefix = "[Task %2d/%2d] " % (i + 1, len(tasks))
         # A task already done is skipped before its tuner learns from the whole history.
@@ -152,7 +181,13 @@ def tune_model(tvmc_model: TVMCModel, target: str, tuning_records: str | None = 
         tuner_obj.load_history(history)
         tuner_obj.tune(n_trial=budget, early_stopping=early_stopping or None, measure_option=measure,
                        callbacks=[autotvm.callback.progress_bar(budget, prefix=prefix, out=stream),
-                                  autotvm.callback.log_to_file(log)])
+                                  autotvm.callback.log_to_file(log), tally])
+    if tally.trials:
+        print(f"tvmc: {tally.trials} trials measured on {len(tasks)} tasks, {tally.failed} failed", file=stream)
+    if tally.trials and tally.failed == tally.trials:
+        raise TuningFailed(f"all {tally.trials} trials failed, so {log} holds no usable config; the first "
+                           f"error ({tally.first}): {tally.first_message}. Check that the device can run "
+                           f"{tgt} code (target, --target-host, --rpc-key); -v shows every trial")
     if pick_in_model and tasks:
         from kiln.autotvm.in_model import pick_in_model as pick
         stem, ext = os.path.splitext(log)

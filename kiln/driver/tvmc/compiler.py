@@ -13,11 +13,13 @@ from __future__ import annotations
 import io
 import logging
 import os
+import shutil
 import tarfile
-import time
 import tempfile
+import time
+import weakref
 
-from .common import TVMCException, require_file
+from .common import Progress, TVMCException, require_file
 from .model import TVMCModel, atomic_path
 from .target import byoc_from_cli, target_from_cli
 from .transform import apply_graph_transforms
@@ -30,28 +32,65 @@ DUMP_FORMATS = {"relay": "relay", "ll": "ll", "llvm": "ll", "asm": "asm", "s": "
 
 class TVMCPackage:
     """A compiled package: ``package_path``, ``graph`` (JSON text), ``params`` (bytes),
-    ``lib_name`` and ``lib_path`` (``mod.so`` extracted to a temporary folder)."""
+    ``lib_name`` and ``lib_path`` (``mod.so``, extracted when first asked for).
+
+    ``mod.so`` goes to ``project_dir`` when given, else to a temporary folder that ``close()``
+    (or leaving a ``with`` block, or the object's collection, or the interpreter's exit) removes:
+    a compile or a run leaves no ``kiln-tvmc-pkg-*`` folder behind, also on error or Ctrl-C."""
 
     def __init__(self, package_path: str, project_dir: str | None = None):
         self.package_path = require_file(package_path, "package", "compile one first: tvmc compile MODEL -o PKG.tar")
-        self._dir = project_dir or tempfile.mkdtemp(prefix="kiln-tvmc-pkg-")
+        self.lib_name = "mod.so"
+        self._project_dir = project_dir
+        self._dir = None
+        self._cleanup = None
         try:
             with tarfile.open(self.package_path) as tar:
-                names = set(tar.getnames())
-                missing = {"mod.so", "mod.json", "mod.params"} - names
+                members = {m.name: m for m in tar.getmembers()}
+                missing = {"mod.so", "mod.json", "mod.params"} - set(members)
                 if missing:
                     raise TVMCException(f"{package_path!r} is not a tvmc package (it lacks {sorted(missing)}); "
                                         "make one with tvmc compile")
-                tar.extractall(self._dir, filter="data")
+                self.graph = self._read(tar, members["mod.json"]).decode("utf-8", "replace")
+                self.params = self._read(tar, members["mod.params"])
         except tarfile.TarError as err:
             raise TVMCException(f"{package_path!r} is not a tvmc package .tar ({err}); make one with "
                                 "tvmc compile") from None
-        self.lib_name = "mod.so"
-        self.lib_path = os.path.join(self._dir, "mod.so")
-        with open(os.path.join(self._dir, "mod.json")) as f:
-            self.graph = f.read()
-        with open(os.path.join(self._dir, "mod.params"), "rb") as f:
-            self.params = f.read()
+
+    def _read(self, tar, member) -> bytes:
+        f = tar.extractfile(member) if member.isfile() else None
+        if f is None:
+            raise TVMCException(f"{self.package_path!r}: {member.name} is not a regular file in the package; "
+                                "make the package with tvmc compile")
+        return f.read()
+
+    @property
+    def lib_path(self) -> str:
+        if self._dir is None:
+            folder = self._project_dir or tempfile.mkdtemp(prefix="kiln-tvmc-pkg-")
+            if self._project_dir is None:
+                self._cleanup = weakref.finalize(self, shutil.rmtree, folder, True)
+            try:
+                with tarfile.open(self.package_path) as tar:
+                    tar.extract("mod.so", folder, filter="data")
+            except (tarfile.TarError, KeyError) as err:
+                self.close()
+                raise TVMCException(f"cannot extract mod.so from {self.package_path!r} ({err}); make the "
+                                    "package with tvmc compile") from None
+            self._dir = folder
+        return os.path.join(self._dir, self.lib_name)
+
+    def close(self) -> None:
+        """Remove the temporary folder of ``mod.so`` (nothing when ``project_dir`` was given)."""
+        if self._cleanup is not None:
+            self._cleanup()
+        self._dir = None if self._project_dir is None else self._dir
+
+    def __enter__(self) -> "TVMCPackage":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         return f"TVMCPackage({self.package_path})"
@@ -114,8 +153,13 @@ def compile_model(tvmc_model: TVMCModel, target: str, opt_level: int = 3, target
         from .model import load
         tvmc_model = load(tvmc_model)
     tgt = target_from_cli(target, target_host, target_options)
+    if tuning_records and not os.path.exists(tuning_records):
+        logger.warning("tvmc compile: the tuning records %s do not exist; building with the default "
+                       "(untuned) schedules -- tune first (tvmc tune -o %s) or fix the path",
+                       tuning_records, tuning_records)
+        tuning_records = None
     if tuning_records:
-        require_file(tuning_records, "tuning records", "tune first (tvmc tune -o LOG) or check the path")
+        require_file(tuning_records, "tuning records", "pass the log written by tvmc tune -o LOG")
     if isinstance(dump_code, str):
         dump_code = [f for f in dump_code.split(",") if f.strip()]
     package_path = os.fspath(package_path or "module.tar")
@@ -123,6 +167,8 @@ def compile_model(tvmc_model: TVMCModel, target: str, opt_level: int = 3, target
     if not (0 <= int(opt_level) <= 3):
         raise TVMCException(f"--opt-level {opt_level}: use 0, 1, 2 or 3")
 
+    progress = Progress("compile")
+    progress(f"compiling {tvmc_model.model_path or 'the model'} for {tgt}")
     mod = apply_graph_transforms(tvmc_model.mod, {
         "mixed_precision": mixed_precision, "mixed_precision_ops": mixed_precision_ops,
         "mixed_precision_calculation_type": mixed_precision_calculation_type,
@@ -134,18 +180,21 @@ def compile_model(tvmc_model: TVMCModel, target: str, opt_level: int = 3, target
         mod = getattr(contrib, f"partition_for_{name}")(mod, tvmc_model.params)
     ctx = pass_infra.PassContext(opt_level=int(opt_level), config=pass_context_configs or {},
                                  disabled_pass=disabled_pass or [])
+    progress("relay.build: optimizing, lowering and compiling the kernels (a minute for a ResNet-50)")
     with ctx:
         if tuning_records:
             with autotvm.apply_history_best(tuning_records):
                 lib = relay.build(mod, target=tgt, mod_name=mod_name)
         else:
             lib = relay.build(mod, target=tgt, mod_name=mod_name)
+    progress(f"linking mod.so and writing {package_path}")
     export_package(lib, package_path, fcompile)
+    progress("done")
     if dump_code:
         for fmt, text in _dump(lib, mod, package_path, dump_code).items():
             with atomic_path(f"{package_path}.{fmt}") as tmp, open(tmp, "w") as f:
                 f.write(text)
-    return TVMCPackage(package_path)
+    return TVMCPackage(package_path)  # mod.so is extracted only if the caller asks for lib_path
 
 
 def export_package(lib, package_path: str, fcompile=None) -> None:

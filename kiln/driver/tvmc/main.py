@@ -26,7 +26,9 @@ def _add_verbose(p) -> None:
 
 def _add_model_arguments(p) -> None:
     _add_verbose(p)
-    p.add_argument("FILE", help="the model file (.onnx; .h5, .tflite, .pt once their frontends exist)")
+    from .model import FRONTENDS
+    kinds = ", ".join(f"{' '.join(fe.extensions)} ({fe.name})" for fe in FRONTENDS.values())
+    p.add_argument("FILE", help=f"the model file: {kinds}")
     p.add_argument("--model-format", choices=["onnx", "keras", "tflite", "pytorch"],
                    help="the model's format, when its extension does not say")
     p.add_argument("--input-shapes", metavar="SHAPES",
@@ -102,8 +104,9 @@ def _add_run(sub) -> None:
     p.add_argument("--outputs", metavar="OUT.npz", help="write the outputs here (output_0, output_1, ...)")
     p.add_argument("--print-time", action="store_true", help="print the execution time summary (ms)")
     p.add_argument("--print-top", type=int, metavar="N", help="print the N largest values of the first output")
-    p.add_argument("--repeat", type=int, default=10, help="timed repeats (default 10)")
-    p.add_argument("--number", type=int, default=10, help="runs per repeat (default 10)")
+    # TVM's tvmc runs the model once per repeat by default; 002 times with --print-time alone
+    p.add_argument("--repeat", type=int, default=1, help="timed repeats (default 1, as TVM's tvmc)")
+    p.add_argument("--number", type=int, default=1, help="runs per repeat (default 1, as TVM's tvmc)")
     p.add_argument("--end-to-end", action="store_true",
                    help="time input upload + run + output download, from here, instead of the run on the device")
     p.add_argument("--profile", action="store_true", help="print the time of every kernel")
@@ -200,6 +203,15 @@ def run(args) -> int:
     except KeyboardInterrupt:
         print("tvmc: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # noqa: BLE001 -- the CLI edge: what a malformed input still raises is one line
+        if args.verbose:
+            traceback.print_exc()
+        subject = f" {args.FILE}" if getattr(args, "FILE", None) else ""
+        message = " ".join(str(err).split())[:300] or "no message"
+        print(f"tvmc: error: {args.tvmc_command}{subject}: unexpected {type(err).__name__} ({message}); the input "
+              "may be malformed -- -v shows the traceback (please report it if the input is valid)",
+              file=sys.stderr)
+        return 2
 
 
 def main(argv=None) -> int:

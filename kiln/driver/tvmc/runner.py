@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from .common import TVMCException, require_file
+from .common import Progress, TVMCException, require_file
 from .compiler import TVMCPackage
 
 DEVICES = ("cpu", "cl", "cuda")
@@ -79,20 +79,25 @@ class TVMCResult:
         return path
 
 
-def _graph_inputs(graph_json: str, params_blob: bytes) -> dict:
+def _graph_inputs(graph_json: str, params_blob: bytes, where: str = "the package") -> dict:
     """``{name: (shape, dtype)}`` of the model's inputs (graph inputs that are not parameters)."""
     from kiln.runtime.params import load_params
 
-    graph = json.loads(graph_json)
-    params = set(load_params(params_blob, copy=False))
-    shapes, dtypes = graph["attrs"]["shape"][1], graph["attrs"]["dltype"][1]
-    out = {}
-    for nid in graph["arg_nodes"]:
-        name = graph["nodes"][nid]["name"]
-        if name not in params:
-            entry = graph["node_row_ptr"][nid]
-            out[name] = (tuple(shapes[entry]), dtypes[entry])
-    return out
+    params = set(load_params(params_blob, copy=False, source=f"{where}'s mod.params"))
+    try:
+        graph = json.loads(graph_json)
+        shapes, dtypes = graph["attrs"]["shape"][1], graph["attrs"]["dltype"][1]
+        arg_nodes, nodes, row_ptr = graph["arg_nodes"], graph["nodes"], graph["node_row_ptr"]
+        out = {}
+        for nid in arg_nodes:
+            name = nodes[nid]["name"]
+            if name not in params:
+                entry = row_ptr[nid]
+                out[name] = (tuple(int(d) for d in shapes[entry]), str(dtypes[entry]))
+        return out
+    except (ValueError, KeyError, IndexError, TypeError) as err:
+        raise TVMCException(f"{where}: mod.json does not describe a graph with inputs ({type(err).__name__}: "
+                            f"{err}); make the package with tvmc compile") from None
 
 
 def make_inputs(wanted: dict, given: dict | None, fill_mode: str, seed: int = 0) -> dict:
@@ -166,7 +171,7 @@ def _device(where, device: str):
     return getattr(where, device)(0)
 
 
-def _executor(package: TVMCPackage, session, device: str):
+def _executor(package: TVMCPackage, session, device: str, progress=lambda message: None):
     """(GraphModule, device) with the package loaded, locally or in ``session``."""
     import kiln as tvm
     from kiln.contrib import graph_executor
@@ -181,13 +186,16 @@ def _executor(package: TVMCPackage, session, device: str):
     else:
         from .remote_graph import KernelByKernel, server_has_graph_executor
         dev = _device(session, device)
+        progress(f"uploading mod.so ({os.path.getsize(package.lib_path) / 1e6:.1f} MB)")
         session.upload(package.lib_path, "mod.so")
+        progress("loading mod.so on the device")
         lib = session.load_module("mod.so")
         if not server_has_graph_executor(session):  # the C server of a board: tvmc walks the graph
             module = KernelByKernel(package.graph, lib, dev)
             module.load_params(package.params)
             return module, dev
     module = graph_executor.create(package.graph, lib, dev)
+    progress(f"loading the parameters ({len(package.params) / 1e6:.1f} MB)")
     module.load_params(package.params)
     return module, dev
 
@@ -197,25 +205,42 @@ def run_module(tvmc_package, device: str = "cpu", hostname: str | None = None, p
                repeat: int = 10, number: int = 10, end_to_end: bool = False, profile: bool = False,
                seed: int = 0) -> TVMCResult:
     """Run ``tvmc_package`` (a TVMCPackage or a path) once for its outputs, then time it."""
-    if not isinstance(tvmc_package, TVMCPackage):
-        tvmc_package = TVMCPackage(tvmc_package)
+    if isinstance(tvmc_package, TVMCPackage):
+        return _run(tvmc_package, device, hostname, port, rpc_key, inputs, fill_mode, benchmark, repeat, number,
+                    end_to_end, profile, seed)
+    with TVMCPackage(tvmc_package) as package:  # its mod.so folder goes when the run ends, however
+        return _run(package, device, hostname, port, rpc_key, inputs, fill_mode, benchmark, repeat, number,
+                    end_to_end, profile, seed)
+
+
+def _run(tvmc_package, device, hostname, port, rpc_key, inputs, fill_mode, benchmark, repeat, number,
+         end_to_end, profile, seed) -> TVMCResult:
     if repeat < 1 or number < 1:
         raise TVMCException(f"--repeat {repeat} and --number {number} must be >= 1")
     if isinstance(inputs, (str, os.PathLike)):
         inputs = _load_npz(os.fspath(inputs))
-    values = make_inputs(_graph_inputs(tvmc_package.graph, tvmc_package.params), inputs, fill_mode, seed)
+    values = make_inputs(_graph_inputs(tvmc_package.graph, tvmc_package.params, repr(tvmc_package.package_path)),
+                         inputs, fill_mode, seed)
+    progress = Progress("run")
+    if rpc_key or hostname:
+        progress(f"connecting to {'the tracker' if rpc_key else 'the server'} at {hostname}:{port}")
     session = _session(hostname, port, rpc_key) if (rpc_key or hostname) else None
     try:
-        module, dev = _executor(tvmc_package, session, device)
+        module, dev = _executor(tvmc_package, session, device, progress)
+        progress("running the model once")
         for name, value in values.items():
             module.set_input(name, value)
         module.run()
         outputs = {f"output_{i}": module.get_output(i).numpy() for i in range(module.get_num_outputs())}
         times = []
+        if benchmark:
+            progress(f"timing {repeat} x {number} runs")
         if benchmark and end_to_end:
             times = _end_to_end(module, values, number, repeat)
         elif benchmark:
             times = _device_times(module, dev, number, repeat)
+        if profile:
+            progress("profiling every kernel")
         rows = _profile(module, number) if profile else None
         return TVMCResult(outputs, times, rows)
     finally:
