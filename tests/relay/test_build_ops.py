@@ -9,6 +9,7 @@ from kiln import relay
 from kiln.contrib import graph_executor
 from kiln.relay import reference
 from kiln.relay.backend.op_impl import OP_IMPLS
+from kiln.relay.op.rnn import rnn_recurrence
 
 RNG = np.random.default_rng(1)
 
@@ -120,6 +121,16 @@ CASES = {
                                     relay.image.resize2d(IMG, (20, 20), method="nearest_neighbor",
                                                          coordinate_transformation_mode="asymmetric")]), IMG_IN),
     "cast_types": (lambda: relay.Tuple([relay.cast(X, "int32"), relay.cast(relay.cast(X, "float16"), "float32")]), X_IN),
+    "rnn_recurrence": (lambda: relay.Tuple([
+        rnn_recurrence(v("xp", 5, 3, 2, 16), c(2, 4, 16), c(2, 16), v("h", 2, 3, 4), v("c", 2, 3, 4),
+                       v("n", 3, dtype="int32"), c(2, 12), "lstm", (False, True),
+                       (("sigmoid", None, None), ("tanh", None, None), ("tanh", None, None)) * 2, clip=1.5,
+                       use_peepholes=True),
+        rnn_recurrence(v("xg", 5, 3, 1, 12), c(1, 4, 12), c(1, 12), v("g", 1, 3, 4), c(1, 3, 4),
+                       v("m", 3, dtype="int32"), c(1, 12), "gru", (True,),
+                       (("hardsigmoid", 0.3, 0.4), ("tanh", None, None)))]),
+        {"xp": arr(5, 3, 2, 16), "h": arr(2, 3, 4), "c": arr(2, 3, 4), "n": np.array([5, 2, 0], "int32"),
+         "xg": arr(5, 3, 1, 12), "g": arr(1, 3, 4), "m": np.array([1, 5, 3], "int32")}),
 }
 
 
