@@ -137,12 +137,64 @@ def _clip(v, clip):
     return tir.max(tir.min(v, E.const(float(clip), v.dtype)), E.const(-float(clip), v.dtype))
 
 
+LANES = 8  # 8 float32 lanes: one AVX2 register, two NEON ones
+VECTORIZE = True
+CHUNK = 128  # columns of one parallel task
+# Below this many multiply-adds per step, waking threads costs more than the work saves.
+PARALLEL_MIN = 1 << 20
+UNROLL_K = 4  # rows of r per pass over acc: a quarter of the acc loads and stores
+
+
 def _matvec(ib, acc, h, r, d, b, lo: int, hi: int, H: int) -> None:
-    """acc[b, lo:hi] += h[b, :] · r[d, :, lo:hi] (the inner loop walks r's rows contiguously)."""
-    with ib.for_range(0, H, name="k") as k:
-        hk = ib.let("hk", h[b, k])
-        with ib.for_range(lo, hi, name="g") as g:
-            acc[b, g] = acc[b, g] + hk * r[d, k, g]
+    """acc[b, lo:hi] += h[b, :] · r[d, :, lo:hi].
+
+    Columns go in blocks of CHUNK, in parallel (each block owns its slice of acc); within a
+    block, UNROLL_K rows of r are accumulated per pass (acc is read and written once per
+    UNROLL_K rows) and the columns are LANES-wide vectors over contiguous rows of r.
+    """
+    n = hi - lo
+    if n <= 0:
+        return
+    vec = n // LANES * LANES if VECTORIZE else 0
+    chunks = vec // CHUNK
+    parallel = H * n >= PARALLEL_MIN
+
+    def rows(k0, count, c0, cols):
+        hs = [ib.let(f"h{u}", h[b, k0 + u]) for u in range(count)]
+
+        def add(g):
+            total = acc[b, g]
+            for u in range(count):
+                total = total + hs[u] * r[d, k0 + u, g]
+            acc[b, g] = total
+
+        if cols is None:
+            with ib.for_range(c0, hi, name="gt") as g:
+                add(g)
+            return
+        with ib.for_range(0, cols // LANES, name="gv") as go:
+            with ib.for_range(0, LANES, name="gl", kind="vectorize") as gi:
+                add(c0 + go * LANES + gi)
+
+    def all_rows(c0, cols):
+        main = H // UNROLL_K * UNROLL_K
+        if main:
+            with ib.for_range(0, H // UNROLL_K, name="k") as ko:
+                with ib.new_scope():
+                    rows(ko * UNROLL_K, UNROLL_K, c0, cols)
+        for k in range(main, H):
+            with ib.new_scope():
+                rows(k, 1, c0, cols)
+
+    if chunks > 1:
+        with ib.for_range(0, chunks, name="gc", kind="parallel" if parallel else "serial") as gc:
+            all_rows(lo + gc * CHUNK, CHUNK)
+    elif chunks == 1:
+        all_rows(lo, CHUNK)
+    if chunks * CHUNK < vec:
+        all_rows(lo + chunks * CHUNK, vec - chunks * CHUNK)
+    if vec < n:
+        all_rows(lo + vec, None)
 
 
 def _update(ib, mode, fns, clip, x, acc, h, c, p, y, t, b, d, j, H, lbr, input_forget, peepholes) -> None:
