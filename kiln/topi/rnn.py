@@ -11,6 +11,7 @@ Inputs (``D`` directions, ``G`` gates, hidden size ``H``):
   rb    (D, G*H)         recurrent bias
   h0, c0 (D, B, H)       initial states (c0 read by LSTM only)
   seq_lens (B,) int32    steps of each batch entry; later steps output 0 and keep the state
+                         (an entry of 0 steps ends with zero states, as in onnxruntime)
   peep  (D, 3*H)         LSTM peepholes [i, o, f]
 Output (T + S, D, B, H): rows 0..T-1 are Y, row T the final hidden state, row T+1 (LSTM) the
 final cell state. Gate orders follow ONNX: LSTM i, o, f, c; GRU z, r, h; RNN one gate.
@@ -120,11 +121,13 @@ def recurrence(xproj, rt, rb, h0, c0, seq_lens, peep, mode: str, directions: int
                     with ib.else_scope():
                         with ib.for_range(0, H, name="j4") as j:
                             y[t, d, b, j] = E.const(0.0, dtype)
+            # Final states; an empty sequence has zero states, as in onnxruntime.
             with ib.for_range(0, B, name="b5") as b:
+                some = lens[b] > 0
                 with ib.for_range(0, H, name="j5") as j:
-                    y[T, d, b, j] = h[b, j]
+                    y[T, d, b, j] = tir.Select(some, h[b, j], E.const(0.0, dtype))
                     if c is not None:
-                        y[T + 1, d, b, j] = c[b, j]
+                        y[T + 1, d, b, j] = tir.Select(some, c[b, j], E.const(0.0, dtype))
         return ib.get()
 
     return te.extern((T + states, D, B, H), [xproj, rt, rb, h0, c0, seq_lens, peep], body,

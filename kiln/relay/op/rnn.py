@@ -99,9 +99,10 @@ def _ref(a, xp, rt, rb, h0, c0, lens, peep):
                 c = np.where(live, cn, c)
             h = np.where(live, hn, h)
             out[t, d] = np.where(live, hn, 0)
-        out[T, d] = h
+        some = (lens > 0)[:, None]
+        out[T, d] = np.where(some, h, 0)
         if a.mode == "lstm":
-            out[T + 1, d] = c
+            out[T + 1, d] = np.where(some, c, 0)
     return out
 
 
