@@ -226,8 +226,17 @@ class IRBuilder:
         return v
 
     def scope_attr(self, node, attr_key: str, value) -> None:
-        """An attribute (e.g. ``"pragma_..."``) over the rest of the current scope."""
+        """An attribute over the rest of the current scope. ``"thread_extent"`` of a
+        ``te.thread_axis`` binds that GPU thread axis with ``value`` threads (kiln keeps thread
+        bindings as loops of kind THREAD_BINDING, so it becomes one)."""
         value = convert(value)
+        if attr_key == "thread_extent":
+            if not isinstance(node, IterVar) or not node.thread_tag:
+                raise TypeError(f"ir_builder.scope_attr: thread_extent needs a te.thread_axis, got {node!r}")
+            iv = node
+            self.emit(lambda body: For(iv.var, E.const(0, iv.var.dtype), E.cast(value, iv.var.dtype)
+                                       if value.dtype != iv.var.dtype else value, ForKind.THREAD_BINDING, body, iv))
+            return
         self.emit(lambda body: AttrStmt(node, attr_key, value, body))
 
     def likely(self, expr) -> PrimExpr:

@@ -68,9 +68,13 @@ def activation(name: str, x, alpha=None, beta=None):
 
 def recurrence(xproj, rt, rb, h0, c0, seq_lens, peep, mode: str, directions: int, reverse: tuple,
                activations: tuple, clip=None, linear_before_reset: bool = False, input_forget: bool = False,
-               use_peepholes: bool = False):
+               use_peepholes: bool = False, gpu: bool = False):
     """The recurrent part of an RNN layer (see the module doc); ``activations`` holds
-    ``(name, alpha, beta)`` per activation, ``NUM_ACTIVATIONS[mode]`` per direction."""
+    ``(name, alpha, beta)`` per activation, ``NUM_ACTIVATIONS[mode]`` per direction.
+
+    ``gpu``: the kernel runs as one GPU thread (state in thread-local memory, no vectors): correct
+    on CUDA and OpenCL targets but sequential, until a kernel that spreads the gates over a block
+    is written."""
     if mode not in GATES:
         raise CompileError(f"rnn mode {mode!r} is not one of {sorted(GATES)}")
     T, B, D, GH = (int(s) for s in xproj.shape)
@@ -88,10 +92,17 @@ def recurrence(xproj, rt, rb, h0, c0, seq_lens, peep, mode: str, directions: int
         ib = tir.ir_builder.create()
         x, r, rbias, hin, cin, lens, p = (ib.buffer_ptr(b) for b in ins)
         y = ib.buffer_ptr(outs[0])
-        h = ib.allocate(dtype, (B, H), name="h_state")
-        c = ib.allocate(dtype, (B, H), name="c_state") if mode == "lstm" else None
-        acc = ib.allocate(dtype, (B, GH), name="gates")
-        rh = ib.allocate(dtype, (B, H), name="reset_h") if mode == "gru" and not linear_before_reset else None
+        scope = "global"
+        if gpu:
+            ib.scope_attr(te.thread_axis("blockIdx.x"), "thread_extent", 1)
+            ib.scope_attr(te.thread_axis("threadIdx.x"), "thread_extent", 1)
+            scope = "local"
+        h = ib.allocate(dtype, (B, H), name="h_state", scope=scope)
+        c = ib.allocate(dtype, (B, H), name="c_state", scope=scope) if mode == "lstm" else None
+        acc = ib.allocate(dtype, (B, GH), name="gates", scope=scope)
+        rh = ib.allocate(dtype, (B, H), name="reset_h", scope=scope) \
+            if mode == "gru" and not linear_before_reset else None
+        mv = _matvec if not gpu else _matvec_scalar
         for d in range(D):
             acts = activations[d * NUM_ACTIVATIONS[mode]:(d + 1) * NUM_ACTIVATIONS[mode]]
             fns = [(lambda v, a=a: activation(a[0], v, a[1], a[2])) for a in acts]
@@ -107,20 +118,19 @@ def recurrence(xproj, rt, rb, h0, c0, seq_lens, peep, mode: str, directions: int
                 with ib.for_range(0, B, name="b1") as b:
                     with ib.for_range(0, GH, name="g1") as g:
                         acc[b, g] = rbias[d, g]
-                    _matvec(ib, acc, h, r, d, b, 0, rec, H)
+                    mv(ib, acc, h, r, d, b, 0, rec, H)
                 if rh is not None:
                     with ib.for_range(0, B, name="b2") as b:
                         with ib.for_range(0, H, name="j2") as j:
                             rh[b, j] = fns[0](_clip(x[t, b, d, H + j] + acc[b, H + j], clip)) * h[b, j]
-                        _matvec(ib, acc, rh, r, d, b, 2 * H, GH, H)
+                        mv(ib, acc, rh, r, d, b, 2 * H, GH, H)
+                # Past its length an entry keeps its state and outputs 0: predicated stores, not
+                # a branch (no control flow for GPU barriers to worry about).
                 with ib.for_range(0, B, name="b3") as b:
-                    with ib.if_scope(t < lens[b]):
-                        with ib.for_range(0, H, name="j3") as j:
-                            _update(ib, mode, fns, clip, x, acc, h, c, p, y, t, b, d, j, H, linear_before_reset,
-                                    input_forget, use_peepholes)
-                    with ib.else_scope():
-                        with ib.for_range(0, H, name="j4") as j:
-                            y[t, d, b, j] = E.const(0.0, dtype)
+                    live = ib.let("live", t < lens[b])
+                    with ib.for_range(0, H, name="j3") as j:
+                        _update(ib, mode, fns, clip, x, acc, h, c, p, y, t, b, d, j, H, linear_before_reset,
+                                input_forget, use_peepholes, live)
             # Final states; an empty sequence has zero states, as in onnxruntime.
             with ib.for_range(0, B, name="b5") as b:
                 some = lens[b] > 0
@@ -200,7 +210,15 @@ def _matvec(ib, acc, h, r, d, b, lo: int, hi: int, H: int) -> None:
         all_rows(lo + vec, None)
 
 
-def _update(ib, mode, fns, clip, x, acc, h, c, p, y, t, b, d, j, H, lbr, input_forget, peepholes) -> None:
+def _matvec_scalar(ib, acc, h, r, d, b, lo: int, hi: int, H: int) -> None:
+    """acc[b, lo:hi] += h[b, :] · r[d, :, lo:hi], plain loops (the one-thread GPU kernel)."""
+    with ib.for_range(0, H, name="k") as k:
+        hk = ib.let("hk", h[b, k])
+        with ib.for_range(lo, hi, name="g") as g:
+            acc[b, g] = acc[b, g] + hk * r[d, k, g]
+
+
+def _update(ib, mode, fns, clip, x, acc, h, c, p, y, t, b, d, j, H, lbr, input_forget, peepholes, live) -> None:
     """The state update of element (b, j) at step t; clip bounds every gate's pre-activation."""
     def pre(gate):
         return x[t, b, d, gate * H + j] + acc[b, gate * H + j]
@@ -229,7 +247,7 @@ def _update(ib, mode, fns, clip, x, acc, h, c, p, y, t, b, d, j, H, lbr, input_f
         if peepholes:
             opre = opre + p[d, H + j] * cn
         hn = fns[0](_clip(opre, clip)) * fns[2](cn)
-        c[b, j] = cn
+        c[b, j] = tir.Select(live, cn, cp)
     hv = ib.let("hn", hn)
-    h[b, j] = hv
-    y[t, d, b, j] = hv
+    h[b, j] = tir.Select(live, hv, h[b, j])
+    y[t, d, b, j] = tir.Select(live, hv, E.const(0.0, hv.dtype))

@@ -79,3 +79,18 @@ def test_bubble_sort_kernel_matches_numpy():
     out = tvm.nd.empty((n,), "float32", tvm.cpu(0))
     f(tvm.nd.array(a, tvm.cpu(0)), out)
     np.testing.assert_array_equal(out.numpy(), np.sort(a))
+
+
+def test_thread_extent_binds_a_thread_axis():
+    ib = tir.ir_builder.create()
+    tx = te.thread_axis("threadIdx.x")
+    ib.scope_attr(tx, "thread_extent", 32)
+    ib.scope_attr(tir.const(0), "pragma_note", 1)
+    x = ib.buffer_ptr(tir.decl_buffer((32,), "float32", "x"))
+    x[tx] = 1.0
+    stmt = ib.get()
+    assert isinstance(stmt, tir.For) and stmt.kind == tir.ForKind.THREAD_BINDING
+    assert stmt.thread_binding is tx and str(stmt.extent) == "32"
+    assert isinstance(stmt.body, tir.AttrStmt) and stmt.body.attr_key == "pragma_note"
+    with pytest.raises(TypeError, match="thread_axis"):
+        ib.scope_attr(tir.const(0), "thread_extent", 4)

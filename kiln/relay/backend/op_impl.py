@@ -412,7 +412,7 @@ OP_IMPLS: dict[str, OpImpl] = {
     "cumsum": OpImpl(lambda a, x, t, ctx: topi_scatter.cumsum(x[0], a.axis, a.exclusive, a.reverse), "generic"),
     "nn.rnn_recurrence": OpImpl(lambda a, x, t, ctx: topi_rnn.recurrence(
         *x, a.mode, len(a.reverse), a.reverse, a.activations, a.clip, a.linear_before_reset, a.input_forget,
-        a.use_peepholes), "generic"),
+        a.use_peepholes, gpu=ctx.topi in GPU_PACKAGES.values()), "generic"),
     "image.resize2d": OpImpl(_resize2d),
     # anchors
     "nn.conv2d": OpImpl(_conv2d, _conv2d_schedule, "conv2d_nchw", _conv2d_prepack),

@@ -198,3 +198,29 @@ def test_bad_attributes_name_the_node(attrs, match):
 
     with pytest.raises(KilnError, match=f"LSTM node 'lstm'.*{match}"):
         relay.frontend.from_onnx(model)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_opencl_build_matches_onnxruntime(op):
+    """GPU targets get the one-thread kernel: built for opencl and run on the local OpenCL
+    device (PoCL here), with sequence lengths, against onnxruntime."""
+    pytest.importorskip("pyopencl", reason="the OpenCL runtime needs pyopencl")
+    import kiln as tvm
+    from kiln.contrib import graph_executor
+
+    rng = np.random.default_rng(5)
+    T, B, I, H = 5, 3, 4, 6
+    node, inits = _layer(op, "", "X", I, H, rng, 2, seq_lens="lens")
+    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in node.output]
+    graph = helper.make_graph([node], "cl", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [T, B, I]),
+                                             helper.make_tensor_value_info("lens", TensorProto.INT32, [B])],
+                              outs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"X": rng.standard_normal((T, B, I)).astype("float32"), "lens": np.array([5, 2, 0], "int32")}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    lib = backend.compile_model(model, target="opencl")
+    g = graph_executor.GraphModule(lib["default"](tvm.cl(0)))
+    g.set_input(**feeds)
+    g.run()
+    for i, w in enumerate(want):
+        np.testing.assert_allclose(g.get_output(i).numpy(), w, rtol=RTOL, atol=ATOL)
