@@ -15,8 +15,9 @@ OEF = OpPattern.OUT_ELEMWISE_FUSABLE
 
 
 def _acc(x: np.ndarray) -> np.ndarray:
-    """The reference accumulates float32 in float64 so it is a better oracle than the kernels."""
-    return x.astype(np.float64) if x.dtype == np.float32 else x
+    """The reference accumulates float32 in float64 so it is a better oracle than the kernels, and
+    integers in int64 (numpy would multiply uint8 by int8 in int16 and wrap)."""
+    return x.astype(np.float64) if x.dtype == np.float32 else x.astype(np.int64) if x.dtype.kind in "iu" else x
 
 
 def _out_dtype(attrs, fallback: str) -> str:

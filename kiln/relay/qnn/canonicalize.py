@@ -1,8 +1,8 @@
 """CanonicalizeOps: every qnn op becomes integer relay ops that topi already computes.
 
 - requantize: int64 fixed point (fixed_point.py): ``x * q`` then a rounding shift, written with
-  multiply / add / floor_divide by ``2**s`` (an arithmetic shift), per channel where the scales
-  are. Every target computes it this way (int64 exists on x86, AArch64, CUDA and OpenCL); scales
+  multiply / add / a truncating divide by ``2**s`` of a numerator made non-negative (so each
+  value is read once in a fused kernel), per channel where the scales are. Every target computes it this way (int64 exists on x86, AArch64, CUDA and OpenCL); scales
   known only at run time (DynamicQuantizeLinear) take float32 instead.
 - conv2d / dense / batch_matmul: the integer op on the raw int8/uint8 tensors with an int32
   result, minus the zero-point terms:
@@ -64,10 +64,14 @@ def _clip_cast(x, dtype):
 
 
 def fixed_point(x64, real, rounding: str, axis: int, ndim: int):
-    """``round(x64 * real)`` as int64 relay ops (real: numpy, scalar or per channel along axis)."""
+    """``round(x64 * real)`` as ``(expr, offset)``: int64 relay ops plus a numpy constant to add.
+
+    The constant comes apart so that a caller adds all of its constants as one: kiln's TIR
+    simplifier keys two scalar constants of a fused kernel alike and merged them (wrong code)."""
     q, e = quantize_multiplier(real)
+    zero = np.zeros((), np.int64)
     if not np.any(q):
-        return ft.multiply(x64, const(0, "int64"))
+        return ft.multiply(x64, const(0, "int64")), zero
     c = lambda v: const(along(np.asarray(v, np.int64), axis, ndim).astype("int64"))  # noqa: E731
     if rounding == "TFLITE":
         left = np.maximum(e, 0)
@@ -79,22 +83,31 @@ def fixed_point(x64, real, rounding: str, axis: int, ndim: int):
                          const(1 - (1 << 30), "int64"))
         high = ft.divide(ft.add(ab, nudge), const(1 << 31, "int64"))  # truncates toward zero, as C
         if not np.any(right):
-            return high
+            return high, zero
         pot = c(np.left_shift(1, right))
         rem = ft.floor_mod(high, pot)  # == high & mask in two's complement
         threshold = ft.add(c(np.right_shift(np.left_shift(1, right) - 1, 1)),
                            ftf.cast(ft.less(high, const(0, "int64")), "int64"))
-        return ft.add(ft.floor_divide(high, pot), ftf.cast(ft.greater(rem, threshold), "int64"))
+        return ft.add(ft.floor_divide(high, pot), ftf.cast(ft.greater(rem, threshold), "int64")), zero
+    # floor((p + half) / 2**s) as a truncating divide of a non-negative numerator: |p| < 2**62,
+    # so adding 2**62 keeps it in int64, and p is referenced once (a floor division's select
+    # would repeat it, and fused chains of requantize would grow exponentially in TIR).
     s = 31 - e
     p = ft.multiply(x64, c(q))
-    half = c(np.left_shift(1, s - 1))
-    if rounding == "TONEAREST":
-        half = ft.subtract(half, ftf.cast(ft.less(p, const(0, "int64")), "int64"))
-    return ft.floor_divide(ft.add(p, half), c(np.left_shift(1, s)))
+    bias = c(np.left_shift(1, s - 1) + (1 << 62))
+    num = ft.add(p, bias)
+    if rounding == "TONEAREST":  # ties away from zero: one less for negative products (sign of x)
+        num = ft.subtract(num, ftf.cast(ft.less(x64, const(0, "int64")), "int64"))
+    return ft.divide(num, c(np.left_shift(1, s))), -along(np.left_shift(np.int64(1), 62 - s), axis, ndim)
+
+
+def _plus(expr, offset):
+    offset = np.asarray(offset, np.int64)
+    return expr if not np.any(offset) else ft.add(expr, const(offset))
 
 
 def requantize_expr(x, si, zi, so, zo, axis=-1, rounding="UPWARD", out_dtype="int8", clip=True):
-    """Lowered qnn.requantize of ``x``; with ``clip=False`` the int64 value before the zero point."""
+    """Lowered qnn.requantize of ``x``; with ``clip=False`` ``(int64 expr, offset)`` before the zero point."""
     ndim = _ndim(x)
     axis = axis % ndim if ndim else 0
     vsi, vso = value_of(si), value_of(so)
@@ -103,17 +116,18 @@ def requantize_expr(x, si, zi, so, zo, axis=-1, rounding="UPWARD", out_dtype="in
         y = ft.round(ft.multiply(centered, ft.divide(_param(si, axis, ndim, "float32"),
                                                      _param(so, axis, ndim, "float32"))))
         if not clip:
-            return ftf.cast(y, "int64")
+            return ftf.cast(y, "int64"), np.zeros((), np.int64)
         return _clip_cast(ft.add(y, _param(zo, axis, ndim, "float32")), out_dtype)
     real = multiplier(vsi, vso)
     if clip and np.all(real == 1.0) and _dtype(x) == out_dtype and _same(zi, zo):
         return x
-    y = fixed_point(_centered(x, zi, axis, ndim, "int64"), real, rounding, axis, ndim)
+    y, offset = fixed_point(_centered(x, zi, axis, ndim, "int64"), real, rounding, axis, ndim)
     if not clip:
-        return y
-    if not _is_zero(zo):
-        y = ft.add(y, _param(zo, axis, ndim, "int64"))
-    return _clip_cast(y, out_dtype)
+        return y, offset
+    vzo = value_of(zo)
+    if vzo is None:
+        return _clip_cast(ft.add(_plus(y, offset), _param(zo, axis, ndim, "int64")), out_dtype)
+    return _clip_cast(_plus(y, offset + along(vzo.astype(np.int64), axis, ndim)), out_dtype)
 
 
 def _same(a, b) -> bool:
@@ -252,17 +266,18 @@ def _global_avg_pool2d(call, x, si, zi, so, zo):
     hi, wi = a.layout.index("H"), a.layout.index("W")
     total = fred.sum(_centered(x, zi, 0, 0, "int32"), axis=(hi, wi), keepdims=True)
     real = multiplier(value_of(si), value_of(so)) / (shape[hi] * shape[wi])
-    y = fixed_point(_cast(total, "int64"), real, a.rounding, 0, 0)
-    return _clip_cast(ft.add(y, _param(zo, 0, 0, "int64")), _dtype(x))
+    y, offset = fixed_point(_cast(total, "int64"), real, a.rounding, 0, 0)
+    return _clip_cast(_plus(y, offset + np.int64(value_of(zo).ravel()[0])), _dtype(x))
 
 
 def _add_like(sign):
     def lower(call, a, b, sa, za, sb, zb, so, zo):
         r = call.attrs.rounding
-        ya = requantize_expr(a, sa, za, so, zo, rounding=r, clip=False)
-        yb = requantize_expr(b, sb, zb, so, zo, rounding=r, clip=False)
+        ya, oa = requantize_expr(a, sa, za, so, zo, rounding=r, clip=False)
+        yb, ob = requantize_expr(b, sb, zb, so, zo, rounding=r, clip=False)
         y = ft.add(ya, yb) if sign > 0 else ft.subtract(ya, yb)
-        return _clip_cast(ft.add(y, _param(zo, 0, 0, "int64")), call.attrs.out_dtype or _dtype(a))
+        offset = oa + sign * ob + np.int64(value_of(zo).ravel()[0])
+        return _clip_cast(_plus(y, offset), call.attrs.out_dtype or _dtype(a))
     return lower
 
 
@@ -272,8 +287,8 @@ def _mul(call, a, b, sa, za, sb, zb, so, zo):
     if any(v is None for v in vs):
         raise _unsupported(call, "needs constant scales")
     real = np.float64(vs[0]).ravel() * np.float64(vs[1]).ravel() / np.float64(vs[2]).ravel()
-    y = fixed_point(prod, real, call.attrs.rounding, 0, 0)
-    return _clip_cast(ft.add(y, _param(zo, 0, 0, "int64")), call.attrs.out_dtype or _dtype(a))
+    y, offset = fixed_point(prod, real, call.attrs.rounding, 0, 0)
+    return _clip_cast(_plus(y, offset + np.int64(value_of(zo).ravel()[0])), call.attrs.out_dtype or _dtype(a))
 
 
 def _concatenate(call, data, scales, zps, so, zo):

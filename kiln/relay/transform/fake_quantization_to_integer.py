@@ -6,7 +6,9 @@ through the float ops it knows how to compute on integers until every path ends 
 ``qnn.dequantize``; that region is then rewritten on the integer tensors (``nn.conv2d`` ->
 ``qnn.conv2d`` on int8 with an int32 result, ``nn.bias_add`` of a dequantized int32 bias -> an
 int32 add, ``add`` -> ``qnn.add``, max pooling and reshapes on the int8 values, ...) and the
-quantize becomes a ``qnn.requantize``. A region with an op not in ``REWRITES``, or a path that
+quantize becomes a ``qnn.requantize``. A conv/dense/matmul of dequantized tensors whose result
+is not quantized again (the classifier's Gemm at a graph output) is computed the same way and
+dequantized once, from its int32 accumulator. A region with an op not in ``REWRITES``, or a path that
 does not start at a dequantize, stays float as written; one log line (logger
 ``kiln.relay.quantize``) lists the float compute ops left in the graph.
 
@@ -126,8 +128,10 @@ def _bias_int32(bias, acc: QTensor):
 def _binary(qnn_fn, int_fn):
     def rewrite(call, args, hint):
         a, b = args
-        if isinstance(a, QTensor) and isinstance(b, Constant) and call.op is ft.ADD:
-            return _bias(call, [a, b], hint) if a.dtype == "int32" else None
+        if call.op is ft.ADD and isinstance(a, QTensor) and a.dtype == "int32" and not np.any(a.zero_point.data):
+            out = _bias(call, [a, b], hint)  # an accumulator plus its bias (Gemm's C, a MatMul's Add)
+            if out is not None or isinstance(b, Constant):
+                return out
         if not isinstance(a, QTensor) or not isinstance(b, QTensor) or not (a.per_tensor and b.per_tensor):
             return None
         if hint is not None and a.dtype != "int32" and b.dtype != "int32":
@@ -168,6 +172,16 @@ def _same_params(fn, per_tensor_only=True):
 
 def _redo(call, q):
     return Call(call.op, [q.expr] + list(call.args[1:]), call.attrs)
+
+
+def _transpose(call, args, hint):
+    q = args[0]
+    if not isinstance(q, QTensor):
+        return None
+    ndim = len(infer(q.expr).checked_type.shape)
+    axes = list(call.attrs.axes) if call.attrs.axes is not None else list(range(ndim))[::-1]
+    axis = [a % ndim for a in axes].index(q.axis % ndim) if not q.per_tensor else q.axis
+    return QTensor(ftf.transpose(q.expr, axes), q.scale, q.zero_point, q.dtype, axis)
 
 
 def _relu(call, q):
@@ -245,7 +259,7 @@ REWRITES = {
     "nn.global_max_pool2d": _same_params(_redo),
     "nn.pad": _same_params(_pad),
     "reshape": _same_params(_redo), "squeeze": _same_params(_redo), "expand_dims": _same_params(_redo),
-    "nn.batch_flatten": _same_params(_redo), "transpose": _same_params(_redo),
+    "nn.batch_flatten": _same_params(_redo), "transpose": _transpose,
     "strided_slice": _same_params(_redo), "copy": _same_params(_redo),
     "concatenate": _concat,
     "sigmoid": _unary(qop.sigmoid), "tanh": _unary(qop.tanh), "exp": _unary(qop.exp), "erf": _unary(qop.erf),
@@ -311,10 +325,9 @@ class _FQ2I(ExprMutator):
     def visit_Call(self, call):
         call = super().visit_Call(call)
         if call.op is not _QUANTIZE:
-            return call
+            return self._accumulator(call)
         x, s, z = call.args
-        if not isinstance(s, Constant) or not isinstance(z, Constant) or \
-                not (isinstance(x, Call) and x.op is not _DEQUANTIZE):
+        if not isinstance(s, Constant) or not isinstance(z, Constant) or not isinstance(x, Call):
             return call
         dtype = call.attrs.out_dtype
         hint = (s.data, z.data, dtype) if s.data.size == 1 and z.data.size == 1 else None
@@ -323,6 +336,26 @@ class _FQ2I(ExprMutator):
             return call
         self.converted += 1
         return _requant(q, s.data, z.data, dtype, call.attrs.axis)
+
+
+    def _accumulator(self, call):
+        """A conv/dense/matmul of dequantized tensors (and the bias added to it) whose result is
+        not quantized again (a graph output, a float op next): int32, then one dequantize."""
+        name = getattr(call.op, "name", "")
+        if name not in _ACC_OPS and not (name in ("add", "nn.bias_add") and any(map(_int32_dq, call.args))):
+            return call
+        q = _Region().convert(call)
+        if q is None or q.dtype != "int32" or np.any(q.zero_point.data):
+            return call
+        self.converted += 1
+        return qop.dequantize(q.expr, q.scale, q.zero_point, axis=q.axis if q.scale.data.size > 1 else -1)
+
+
+_ACC_OPS = ("nn.conv2d", "nn.dense", "nn.batch_matmul")
+
+
+def _int32_dq(e) -> bool:
+    return isinstance(e, Call) and e.op is _DEQUANTIZE and infer(e.args[0]).checked_type.dtype == "int32"
 
 
 class _Hint(tuple):
@@ -338,6 +371,10 @@ class _Hint(tuple):
         return isinstance(other, _Hint) and hash(self) == hash(other)
 
 
+_MOVES = {"reshape", "squeeze", "expand_dims", "transpose", "nn.batch_flatten", "copy", "cast", "strided_slice",
+          "concatenate", "split"}  # data movement, not compute
+
+
 class _FloatOps(ExprVisitor):
     def __init__(self):
         super().__init__()
@@ -349,8 +386,9 @@ class _FloatOps(ExprVisitor):
         name = getattr(call.op, "name", "")
         if name in ("qnn.quantize", "qnn.dequantize"):
             self.qdq += 1
-        elif name in REWRITES or name in ("nn.batch_norm", "nn.layer_norm", "mean", "sum", "nn.conv2d_transpose"):
-            t = getattr(call, "_checked_type", None) or infer(call).checked_type
+        elif name and not name.startswith("qnn.") and name not in _MOVES:
+            t = infer(call).checked_type
+            t = t.fields[0] if hasattr(t, "fields") else t  # batch_norm: (out, mean, var)
             if str(getattr(t, "dtype", "")).startswith("float"):
                 self.float_ops[name] += 1
 

@@ -1,10 +1,11 @@
 """ONNX importer. Converters live in one file per op category; CONVERTERS joins them."""
 
-from . import conv3d, einsum, elementwise, nn, recurrent, reduce, resize, sequence, tensor
+from . import conv3d, einsum, elementwise, nn, quantized, recurrent, reduce, resize, sequence, tensor
 from .importer import from_onnx
 
 CONVERTERS = {**elementwise.CONVERTERS, **nn.CONVERTERS, **reduce.CONVERTERS, **resize.CONVERTERS,
-              **tensor.CONVERTERS, **sequence.CONVERTERS, **einsum.CONVERTERS,
+              **tensor.CONVERTERS, **quantized.CONVERTERS,
+              **sequence.CONVERTERS, **einsum.CONVERTERS,
               **conv3d.CONVERTERS, **recurrent.CONVERTERS}
 
 __all__ = ["from_onnx", "CONVERTERS"]

@@ -20,6 +20,7 @@ from ...expr import Constant, Function, Tuple, TupleWrapper, Var, const, var
 from ...reference import evaluate
 from ...transform.infer_type import infer
 from ...ty import TensorType, dtype_of
+from .quantized import DOMAIN_OPS  # onnxruntime's com.microsoft quantized ops
 
 # Tested on opsets 11-18 (the acceptance range). Other opsets from 7 on are accepted: converters
 # read the attributes and inputs that moved between versions (Clip bounds, Slice/Pad/Split/
@@ -102,7 +103,8 @@ class _Importer:
     def check_supported(self, converters: dict) -> None:
         missing: dict = {}
         for i, node in enumerate(self.graph.node):
-            if node.op_type not in converters or node.domain not in ("", "ai.onnx"):
+            if node.op_type not in converters or (node.domain not in ("", "ai.onnx") and
+                                                   (node.domain, node.op_type) not in DOMAIN_OPS):
                 key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
                 missing.setdefault(key, []).append(node.name or f"#{i}")
         if missing:
@@ -174,7 +176,7 @@ class _Importer:
         if isinstance(out, TupleWrapper):
             out = [out[i] for i in range(len(out))]
         outs = out if isinstance(out, (list, tuple)) else [out]
-        foldable = all(i is None or isinstance(i, Constant) for i in inputs)
+        foldable = all(i is None or isinstance(i, Constant) for i in inputs) and not getattr(fn, "keep_unfolded", False)
         for name, expr in zip(node.output, outs):
             if not name:
                 continue
