@@ -138,7 +138,7 @@ def compile_model(tvmc_model: TVMCModel, target: str, opt_level: int = 3, target
                   mixed_precision_calculation_type: str = "float16", mixed_precision_acc_type: str = "float32",
                   pass_context_configs: dict | None = None, disabled_pass=None, target_options: dict | None = None,
                   mod_name: str = "default", additional_target_options: dict | None = None,
-                  output_format: str = "so") -> TVMCPackage:
+                  output_format: str = "so", quantize: str | None = None) -> TVMCPackage:
     """Compile ``tvmc_model`` for ``target`` into ``package_path`` (default ``module.tar``).
 
     ``target_options`` (TVM's ``additional_target_options``): ``{"llvm": {"mtriple": ...}}``."""
@@ -174,6 +174,8 @@ def compile_model(tvmc_model: TVMCModel, target: str, opt_level: int = 3, target
         "mixed_precision_calculation_type": mixed_precision_calculation_type,
         "mixed_precision_acc_type": mixed_precision_acc_type, "desired_layout": desired_layout},
         params=tvmc_model.params)
+    if quantize:  # int8 post-training quantization calibrated on a .npz (docs/quantization.md)
+        mod = _quantize(mod, quantize, progress)
     for name in byoc_from_cli(target):  # "dnnl, llvm": oneDNN takes what it runs, kiln the rest
         import importlib
         contrib = importlib.import_module(f"kiln.relay.op.contrib.{name}")
@@ -216,3 +218,13 @@ def export_package(lib, package_path: str, fcompile=None) -> None:
                 info = tarfile.TarInfo(name)
                 info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
                 tar.addfile(info, io.BytesIO(data))
+
+
+def _quantize(mod, calibration: str, progress):
+    from kiln import relay
+    from kiln.relay.quantize.dataset import from_npz
+
+    batches = from_npz(calibration, mod["main"])
+    progress(f"relay.quantize: calibrating int8 scales on {len(batches)} batch(es) of {calibration}")
+    with relay.quantize.qconfig(calibrate_mode="kl_divergence", weight_scale="max", per_channel=True):
+        return relay.quantize.quantize(mod, dataset=batches)

@@ -54,6 +54,9 @@ def _add_compile(sub) -> None:
     p.add_argument("--disabled-pass", action="append", metavar="PASS", help="a relay pass not to run (repeatable)")
     p.add_argument("--dump-code", metavar="FORMATS",
                    help="also write these sources next to the package, comma separated: relay, ll, asm, cl, json")
+    p.add_argument("--quantize", metavar="CALIBRATION.npz",
+                   help="int8 post-training quantization (relay.quantize, kl_divergence), calibrated on the .npz's "
+                        "arrays named after the inputs (one batch, or n stacked); docs/quantization.md")
     add_transform_arguments(p)
 
 
@@ -134,7 +137,7 @@ def _compile(args) -> int:
                             cross=args.cross_compiler, cross_options=args.cross_compiler_options,
                             dump_code=args.dump_code, pass_context_configs=parse_pass_config(args.pass_config),
                             disabled_pass=args.disabled_pass, target_options=options_from_args(args),
-                            **transform_args(args))
+                            quantize=args.quantize, **transform_args(args))
     print(f"tvmc: wrote {package.package_path}")
     return 0
 

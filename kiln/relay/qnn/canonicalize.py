@@ -60,7 +60,12 @@ def _param(e, axis, ndim, dtype):
 
 def _clip_cast(x, dtype):
     lo, hi = dtype_range(dtype)
-    return ftf.cast(ft.clip(x, lo, hi), dtype)
+    src = _dtype(x)
+    if src.startswith("float"):
+        return ftf.cast(ft.clip(x, lo, hi), dtype)
+    # integers: minimum(maximum()) reads x once in TIR (clip's two selects read it three times,
+    # and chained requantizes in one fused kernel would repeat whole expressions)
+    return ftf.cast(ft.minimum(ft.maximum(x, const(lo, src)), const(hi, src)), dtype)
 
 
 def fixed_point(x64, real, rounding: str, axis: int, ndim: int):

@@ -17,7 +17,7 @@ from ..expr import Constant, const
 from ..op import tensor as ft
 from ..op import transform as ftf
 from ..transform.infer_type import infer
-from ..visitor import ExprMutator
+from ..visitor import ExprMutator, ExprVisitor
 from .op import nn as qnn_nn
 
 
@@ -75,8 +75,22 @@ class _Legalize(ExprMutator):
         return call.op(x, w, zx, zw, sx, sw, **dict(call.attrs.items()))
 
 
+def _has_matmul(func) -> bool:
+    found = []
+
+    class V(ExprVisitor):
+        def visit_Call(self, call):
+            super().visit_Call(call)
+            if call.op in (qnn_nn.CONV2D, qnn_nn.DENSE):
+                found.append(call)
+    V().visit(func)
+    return bool(found)
+
+
 def legalize(func, target):
     """``func`` with qnn.conv2d / qnn.dense operands in the signedness ``target`` multiplies best."""
+    if not _has_matmul(func):  # float models: nothing to ask LLVM about
+        return func
     want = wanted_signedness(target)
     if want is None:
         return func

@@ -160,12 +160,27 @@ def _centered32(q: QTensor):
     return x if not np.any(q.zero_point.data) else ft.subtract(x, const(q.zero_point.data.astype("int32")))
 
 
+def _per_tensor(q: QTensor):
+    """A per-channel int32 accumulator at one scale (the smallest), so that ops that move channels
+    (reshape, flatten) can take it; None for other per-channel tensors."""
+    if q.per_tensor:
+        return q
+    if q.dtype != "int32" or np.any(q.zero_point.data):
+        return None
+    scale = float(q.scale.data.min())
+    return _qt(_to_int32(q, scale), scale, 0, "int32")
+
+
 def _same_params(fn, per_tensor_only=True):
     """Ops that move or select values: the same op on the integers, same scale and zero point."""
     def rewrite(call, args, hint):
         q = args[0]
-        if not isinstance(q, QTensor) or (per_tensor_only and not q.per_tensor):
+        if not isinstance(q, QTensor):
             return None
+        if per_tensor_only:
+            q = _per_tensor(q)
+            if q is None:
+                return None
         return QTensor(fn(call, q), q.scale, q.zero_point, q.dtype, q.axis)
     return rewrite
 
@@ -185,7 +200,13 @@ def _transpose(call, args, hint):
 
 
 def _relu(call, q):
-    return ft.maximum(q.expr, const(q.zero_point.data.astype(q.dtype).reshape(())))
+    if q.per_tensor:
+        return ft.maximum(q.expr, const(q.zero_point.data.astype(q.dtype).reshape(())))
+    ndim = len(infer(q.expr).checked_type.shape)
+    shape = [1] * ndim
+    shape[q.axis % ndim] = -1
+    zp = np.broadcast_to(q.zero_point.data, q.scale.data.shape).astype(q.dtype).reshape(shape)
+    return ft.maximum(q.expr, const(zp))
 
 
 def _clip(call, args, hint):
@@ -196,7 +217,8 @@ def _clip(call, args, hint):
     s, z = _scalar(q.scale.data), _scalar(q.zero_point.data)
     qlo = max(lo, np.rint(call.attrs.a_min / s) + z) if np.isfinite(call.attrs.a_min) else lo
     qhi = min(hi, np.rint(call.attrs.a_max / s) + z) if np.isfinite(call.attrs.a_max) else hi
-    return QTensor(ft.clip(q.expr, qlo, qhi), q.scale, q.zero_point, q.dtype, q.axis)
+    clamped = ft.minimum(ft.maximum(q.expr, const(int(qlo), q.dtype)), const(int(qhi), q.dtype))
+    return QTensor(clamped, q.scale, q.zero_point, q.dtype, q.axis)
 
 
 def _pad(call, q):
@@ -251,7 +273,7 @@ REWRITES = {
     "add": _binary(qop.add, ft.add),
     "subtract": _binary(qop.subtract, ft.subtract),
     "multiply": _mul,
-    "nn.relu": _same_params(_relu),
+    "nn.relu": _same_params(_relu, per_tensor_only=False),
     "clip": _clip,
     "nn.max_pool2d": _same_params(_redo),
     "nn.avg_pool2d": _avg_pool,
