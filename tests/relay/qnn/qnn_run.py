@@ -17,7 +17,8 @@ def module(body, params=()):
 
 
 def build(mod, target="llvm", opt_level=3):
-    tgt = tvm.target.Target(target) if "opencl" not in target else tvm.target.Target(target, host="llvm")
+    gpu = target.startswith(("opencl", "cuda"))
+    tgt = tvm.target.Target(target, host="llvm") if gpu else tvm.target.Target(target)
     with tvm.transform.PassContext(opt_level=opt_level):
         return relay.build(mod, target=tgt)
 

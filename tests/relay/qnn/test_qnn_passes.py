@@ -133,3 +133,31 @@ def test_legalize_skips_gpu_targets():
     out = legalize(infer(mod["main"]), Target("opencl", host="llvm"))
     assert all(infer(c.args[0]).checked_type.dtype == "int8" for c in _calls(out, "qnn.conv2d"))
     assert qnn_nn.CONV2D.name == "qnn.conv2d"
+
+
+def _cuda_lib(data_dtype):
+    from kiln.codegen import cuda as cg
+    if not cg.have_nvrtc():
+        pytest.skip("needs NVRTC: pip install -e '.[cuda]'")
+    mod, inputs = small_net(data_dtype)
+    return build(mod, "cuda"), mod, inputs
+
+
+@pytest.mark.parametrize("data_dtype", ["int8", "uint8"])
+def test_cuda_builds_integer_graph(data_dtype):
+    """NVRTC compiles every kernel of the integer graph (no GPU needed)."""
+    lib, _, _ = _cuda_lib(data_dtype)
+    ops = anchor_ops(lib)
+    assert ops and all(set(i) <= {"int8", "uint8"} and o == "int32" for _, i, o in ops), ops
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("data_dtype", ["int8", "uint8"])
+def test_integer_graph_exact_on_cuda(data_dtype):
+    import kiln as tvm
+    from kiln.contrib import graph_executor
+    lib, mod, inputs = _cuda_lib(data_dtype)
+    m = graph_executor.GraphModule(lib["default"](tvm.cuda(0)))
+    m.set_input(**inputs)
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), reference(mod, inputs)[0])
