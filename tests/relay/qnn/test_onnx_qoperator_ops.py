@@ -88,3 +88,16 @@ def test_qlinearconv_1d():
     got = run(mod, {"x": x})[0]
     assert got.shape == want.shape == (1, 5, 6)
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+
+
+@pytest.mark.parametrize("op,ins,msg", [
+    ("QLinearAdd", ["x", "xs", "xz"], "has 3 inputs .* QLinearAdd takes 7 to 8"),
+    ("QLinearConcat", ["ys", "yz", "x", "xs", "xz"], "required attribute 'axis'"),
+    ("QLinearAveragePool", ["x", "xs", "xz", "ys", "yz"], "required attribute 'kernel_shape'"),
+])
+def test_malformed_contrib_node_is_one_error(op, ins, msg):
+    from kiln.errors import FileFormatError
+    model = _model(op, ins, Q)
+    with pytest.raises(FileFormatError, match=msg) as info:
+        relay.frontend.from_onnx(model)
+    assert f"{op} node" in str(info.value) and "\n" not in str(info.value)

@@ -253,6 +253,8 @@ def _qlinear_concat(ctx, ins, attrs):
     scales = [_scale(ctx, s, f"input {i} scale") for i, s in enumerate(rest[1::3])]
     zps = [_zero_point(ctx, z, f"input {i} zero point", _dtype(ctx, x))[0]
            for i, (x, z) in enumerate(zip(xs, rest[2::3]))]
+    if "axis" not in attrs:
+        ctx.fail("the required attribute 'axis' is missing")
     return qop.concatenate(xs, scales, zps, sy, zy, attrs["axis"], rounding=ROUNDING, out_dtype=ydtype)
 
 
@@ -273,6 +275,8 @@ def _qlinear_avg_pool(ctx, ins, attrs):
     one_d = len(shape) == 3
     if len(shape) not in (3, 4):
         ctx.fail(f"only 1-D and 2-D pooling is supported; input shape {list(shape)}")
+    if "kernel_shape" not in attrs:
+        ctx.fail("the required attribute 'kernel_shape' is missing")
     kernel = list(attrs["kernel_shape"])
     strides = list(attrs.get("strides", [1] * len(kernel)))
     pads = list(attrs.get("pads", [0] * 2 * len(kernel)))
@@ -327,16 +331,28 @@ def _dynamic_quantize_linear(ctx, ins, attrs):
     return [y, scale, zp]
 
 
+def _arity(fn, least: int, most: int):
+    """onnxruntime's contrib ops have no ONNX schema to check the node against: check here."""
+    def convert(ctx, ins, attrs):
+        if not least <= len(ins) <= most or any(i is None for i in ins[:least]):
+            ctx.fail(f"has {len(ins)} inputs ({sum(i is not None for i in ins)} given); "
+                     f"{ctx.node.op_type} takes {least} to {most}, the first {least} required")
+        return fn(ctx, ins, attrs)
+    return convert
+
+
 CONVERTERS = {
     "QuantizeLinear": _quantize_linear, "DequantizeLinear": _dequantize_linear,
     "QLinearConv": _qlinear_conv, "ConvInteger": _conv_integer, "QLinearMatMul": _qlinear_matmul,
     "MatMulInteger": _matmul_integer, "DynamicQuantizeLinear": _dynamic_quantize_linear,
     # onnxruntime's com.microsoft contrib ops
-    "QGemm": _qgemm, "QLinearAdd": _qlinear_binary(qop.add), "QLinearMul": _qlinear_binary(qop.mul),
-    "QLinearConcat": _qlinear_concat, "QLinearAveragePool": _qlinear_avg_pool,
-    "QLinearGlobalAveragePool": _qlinear_global_avg_pool,
-    "QLinearSigmoid": _qlinear_unary(qop.sigmoid), "QLinearLeakyRelu": _qlinear_unary(qop.leaky_relu, alpha=0.01),
-    "QLinearSoftmax": _qlinear_softmax,
+    "QGemm": _arity(_qgemm, 6, 9), "QLinearAdd": _arity(_qlinear_binary(qop.add), 7, 8),
+    "QLinearMul": _arity(_qlinear_binary(qop.mul), 7, 8), "QLinearConcat": _arity(_qlinear_concat, 5, 10 ** 6),
+    "QLinearAveragePool": _arity(_qlinear_avg_pool, 4, 5),
+    "QLinearGlobalAveragePool": _arity(_qlinear_global_avg_pool, 4, 5),
+    "QLinearSigmoid": _arity(_qlinear_unary(qop.sigmoid), 4, 5),
+    "QLinearLeakyRelu": _arity(_qlinear_unary(qop.leaky_relu, alpha=0.01), 4, 5),
+    "QLinearSoftmax": _arity(_qlinear_softmax, 4, 5),
 }
 
 # Ops of another domain that the importer accepts: (domain, op_type).
