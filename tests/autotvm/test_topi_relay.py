@@ -11,6 +11,18 @@ from kiln.autotvm.measure import MeasureInput, MeasureResult
 
 relay = pytest.importorskip("kiln.relay")
 
+# The blocked layouts follow the target's vector width (8 float lanes on AVX2, 16 on AVX-512),
+# so the layout tests name their CPU instead of taking the host's.
+BLOCKED_CPUS = {"llvm -mcpu=haswell": 8, "llvm -mcpu=skylake-avx512": 16}
+
+
+def _host_cannot_run(target) -> str:
+    from kiln.target.cpu_facts import cpu_facts
+
+    host, want = cpu_facts("llvm"), cpu_facts(target)
+    missing = set(want.features) - set(host.features)
+    return f"this machine lacks {', '.join(sorted(missing))}" if host.arch != want.arch or missing else ""
+
 
 def _net():
     x = relay.var("data", shape=(1, 16, 14, 14), dtype="float32")
@@ -100,41 +112,58 @@ def test_each_templates_declared_default_is_the_untuned_kernel(target):
         assert _lowered(task, space.get(other)) != _lowered(task, space.get(idx)), task.name
 
 
-def test_conv2d_template_measures_the_blocked_kernel_relay_deploys():
+@pytest.mark.parametrize("target", BLOCKED_CPUS)
+def test_conv2d_template_measures_the_blocked_kernel_relay_deploys(target):
     # AlterOpLayout runs x86 conv2d on NCHW{b}c data with pre-packed weights; the template
     # measures that kernel, and its output block (oc_bn) is a layout knob.
+    ib = BLOCKED_CPUS[target]  # the input block: one vector of float32
     x = relay.var("data", shape=(1, 32, 14, 14), dtype="float32")
     y = relay.nn.conv2d(x, relay.var("w", shape=(64, 32, 3, 3)), strides=(2, 2), padding=(1, 1))
     z = relay.nn.conv2d(x, relay.var("w3", shape=(64, 32, 3, 3)), padding=(1, 1))  # 3x3/1: Winograd
     out = relay.Tuple([y, z])
     mod = tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(out), out))
-    direct, wino = sorted(autotvm.task.extract_from_program(mod["main"], target="llvm", params={}),
+    direct, wino = sorted(autotvm.task.extract_from_program(mod["main"], target=target, params={}),
                           key=lambda t: t.args[2] != (2, 2))
     space = direct.config_space
     assert space.layout_knobs == ("oc_bn",) and "vectorize_out" not in space.knobs
-    for bn in (16, 32, 64):
+    blocks = sorted({c["oc_bn"].val for c in space})
+    # AVX2's 16 registers: one block, tiles over several blocks instead (conv2d_nchwc.config_space)
+    assert len(blocks) >= 3 if ib == 16 else blocks == [16], blocks
+    for bn in blocks:
         cfg = next(c for c in space if c["oc_bn"].val == bn)
         _, args = direct.instantiate(cfg)
         shapes = [tuple(int(d) for d in a.shape) for a in args]
-        assert shapes == [(1, 2, 14, 14, 16), (64 // bn, 2, 3, 3, 16, bn), (1, 64 // bn, 7, 7, bn)]
+        assert shapes == [(1, 32 // ib, 14, 14, ib), (64 // bn, 32 // ib, 3, 3, ib, bn), (1, 64 // bn, 7, 7, bn)]
     space = wino.config_space
     assert set(space.knobs) == {"oc_bn", "tile_p"} and space.layout_knobs == ("oc_bn",)
     cfg = next(c for c in space if c["oc_bn"].val == 32)
     _, args = wino.instantiate(cfg)
     # blocked data, the transformed kernel (K/bn, 16 frequencies, C/ib, ib, bn), blocked output
-    assert [tuple(int(d) for d in a.shape) for a in args] == [(1, 2, 14, 14, 16), (2, 16, 2, 16, 32),
+    assert [tuple(int(d) for d in a.shape) for a in args] == [(1, 32 // ib, 14, 14, ib), (2, 16, 32 // ib, ib, 32),
                                                               (1, 2, 14, 14, 32)]
 
 
-def test_check_correctness_compares_each_layout_with_its_untuned_kernel():
+@pytest.mark.parametrize("target", BLOCKED_CPUS)
+def test_check_correctness_compares_each_layout_with_its_untuned_kernel(target):
+    if why := _host_cannot_run(target):
+        pytest.skip(f"{target}: {why} (its layouts are checked by the compile-only test above)")
     from kiln.autotvm.measure.measure import create_measure_batch
     from kiln.autotvm.measure.reference import Reference
 
-    task = autotvm.task.create("conv2d_nchw.x86", (("TENSOR", (1, 16, 8, 8), "float32"),
-                                                   ("TENSOR", (32, 16, 3, 3), "float32"),
-                                                   (2, 2), (1, 1, 1, 1), (1, 1), 1, "float32"), "llvm")
+    # A strided conv and a Winograd one: with 16 vector registers (AVX2) the direct template
+    # keeps one output block (it tunes multi-block tiles instead), so take the task whose
+    # layout knob offers at least three blocks.
+    x = relay.var("data", shape=(1, 16, 8, 8), dtype="float32")
+    y = relay.nn.conv2d(x, relay.var("w", shape=(32, 16, 3, 3)), strides=(2, 2), padding=(1, 1))
+    z = relay.nn.conv2d(x, relay.var("w3", shape=(64, 16, 3, 3)), padding=(1, 1))
+    out = relay.Tuple([y, z])
+    mod = tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(out), out))
+    tasks = autotvm.task.extract_from_program(mod["main"], target=target, params={})
+    task = next(t for t in tasks if len({c["oc_bn"].val for c in t.config_space}) >= 3)
     space = task.config_space
-    picks = [next(c for c in space if c["oc_bn"].val == bn and c["tile_ow"].val == 4) for bn in (8, 16, 32)]
+    default_bn = space.get(space.default_index())["oc_bn"].val
+    bns = [default_bn] + [b for b in sorted({c["oc_bn"].val for c in space}) if b != default_bn][:2]
+    picks = [next(c for c in space if c["oc_bn"].val == bn) for bn in bns]
     option = autotvm.measure_option(
         builder=autotvm.LocalBuilder(n_parallel=2),
         runner=autotvm.LocalRunner(number=1, repeat=1, check_correctness=True, cooldown_interval=0))
@@ -148,7 +177,7 @@ def test_check_correctness_compares_each_layout_with_its_untuned_kernel():
     try:
         variants = [ref.for_config(c) for c in picks]
         assert len({id(v) for v in variants}) == 3  # one untuned kernel per output block
-        assert [v.arg_info[-1][0][-1] for v in variants] == [8, 16, 32]
+        assert [v.arg_info[-1][0][-1] for v in variants] == bns
         assert ref in variants  # the default layout is the plain reference itself
     finally:
         ref.close()
