@@ -36,19 +36,46 @@ GEMV_MIN_K = 64  # below, a work-item per output (schedule_per_item) wastes less
 
 
 def _axis_tiles(n: int, threads: int, inner: int = 8) -> list[int]:
+    """[blocks, 1, work-items, per item] for an axis of n: exact divisors where they give a
+    reasonably wide group, else a ragged last block (guarded) of ``threads`` x ``inner``."""
     i = next((v for v in (inner, 4, 2) if v <= inner and n % v == 0 and n // v >= 2), 1)
     t = divisor(n // i, threads)
+    if t * i * 4 < min(n, threads * inner):  # e.g. ViT's 197 rows: 1 x 1 blocks starve the GPU
+        i = min(inner, 4)
+        t = min(threads, -(-n // i))
+        return [-(-n // (t * i)), 1, t, i]
     return [n // (t * i), 1, t, i]
 
 
-def default_config(m: int, n: int, k: int, threads: int | None = None) -> dict:
-    """Untuned tiles: 16 x 16 work-items of 8 x 8 outputs where the sizes allow."""
+def _side(threads: int) -> int:
+    """Work-items per axis of a square group that fits ``threads``."""
+    return next(v for v in (16, 8, 4, 2, 1) if v * v <= threads)
+
+
+def shared_limit(target=None) -> int:
+    """Bytes of shared (OpenCL local) memory a work-group may use on the target (48 KiB default)."""
+    from kiln.target import Target
+
+    target = target or Target.current(allow_none=True)
+    attrs = getattr(target, "attrs", None) or {}
+    return int(attrs.get("max_shared_memory_per_block", 48 * 1024) or 48 * 1024)
+
+
+def default_config(m: int, n: int, k: int, threads: int | None = None, shared: int | None = None,
+                   dtype_bytes: int = 4) -> dict:
+    """Untuned tiles: 16 x 16 work-items of 8 x 8 outputs where the sizes allow. Always within the
+    target's limits, for any shape: at most ``threads`` work-items (``max_num_threads``) and the
+    two shared slabs, (BM + BN) x BK elements, within ``shared`` bytes (``max_shared_memory_per_block``)."""
     threads = threads or max_threads()
-    side = 16 if threads >= 256 else 8
+    shared = shared or shared_limit()
+    side = _side(threads)
     ty = _axis_tiles(m, side)
-    tx = _axis_tiles(n, max(1, threads // ty[2]) if ty[2] < side else side)
+    tx = _axis_tiles(n, side)
     ki = divisor(k, 8)
-    vec = 4 if ki % 4 == 0 and k % 4 == 0 and n % 4 == 0 else 1
+    bm, bn = ty[1] * ty[2] * ty[3], tx[1] * tx[2] * tx[3]
+    while ki > 1 and (bm + bn) * ki * dtype_bytes > shared:
+        ki = divisor(k, ki - 1)
+    vec = 4 if ki % 4 == 0 and k % 4 == 0 and n % 4 == 0 and tx[3] % 4 == 0 else 1
     return {"tile_y": ty, "tile_x": tx, "tile_k": [k // ki, ki], "vec": vec,
             "auto_unroll_max_step": 512, "unroll_explicit": True}
 
