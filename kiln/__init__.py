@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = {
     "ir", "te", "tir", "target", "codegen", "runtime", "contrib", "rpc", "exec", "relay",
-    "topi", "autotvm", "driver", "micro", "transform", "testing", "nd", "errors", "config", "script",
+    "topi", "autotvm", "driver", "micro", "transform", "testing", "nd", "errors", "config", "script", "vta",
 }
 
 # name -> (module, attribute)
@@ -27,6 +27,7 @@ _ATTRS = {
     "cuda": ("kiln.runtime.device", "cuda"),
     "gpu": ("kiln.runtime.device", "cuda"),
     "cl": ("kiln.runtime.device", "cl"),
+    "ext_dev": ("kiln.runtime.device", "ext_dev"),
     "opencl": ("kiln.runtime.device", "cl"),
     "Device": ("kiln.runtime.device", "Device"),
     "load_module": ("kiln.runtime.module", "load_module"),

@@ -67,6 +67,9 @@ class LocalSession:
     def cl(self, dev_id: int = 0):
         return self.device("cl", dev_id)
 
+    def ext_dev(self, dev_id: int = 0):
+        return self.device("ext_dev", dev_id)
+
     def close(self) -> None:
         self._dir.cleanup()
 

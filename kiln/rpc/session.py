@@ -17,7 +17,7 @@ from ..errors import RPCError
 from . import protocol as P
 
 _DEVICE_CODES = {"cpu": 1, "llvm": 1, "c": 1, "cuda": 2, "gpu": 2, "nvptx": 2, "cl": 4,
-                 "opencl": 4, "vulkan": 7, "metal": 8, "rocm": 10}
+                 "opencl": 4, "vulkan": 7, "metal": 8, "rocm": 10, "ext_dev": 12}
 
 
 class RPCSession:
@@ -193,6 +193,10 @@ class RPCSession:
 
     def cl(self, dev_id: int = 0):
         return self.device(4, dev_id)
+
+    def ext_dev(self, dev_id: int = 0):
+        """The server's accelerator (the VTA simulator, kiln/vta)."""
+        return self.device(12, dev_id)
 
     def _device(self, d: P.Device):
         from ..runtime.device import Device

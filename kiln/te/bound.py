@@ -265,7 +265,7 @@ def thread_rank(tag: str) -> int | None:
 
 def shared_thread_leaves(consumer: Stage, scope: str) -> frozenset:
     """ids of consumer's leaves bound to thread axes whose threads share memory of scope."""
-    rank = _SCOPE_RANK.get(scope, 0)
+    rank = _SCOPE_RANK.get(scope, 3 if scope.startswith("local.") else 0)
     out = set()
     for iv, thread in consumer.bindings.items():
         r = thread_rank(thread.thread_tag)

@@ -192,9 +192,10 @@ class Stage:
     def set_scope(self, scope: str) -> None:
         # global.texture*: an RGBA image (5-D tensors, innermost 4; kiln/tir/transform/texture.py)
         if scope not in ("global", "shared", "local", "warp", "global.texture", "global.texture-nhwc",
-                         "global.texture-weight", "wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator"):
+                         "global.texture-weight", "wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator") \
+                and not scope.startswith("local."):  # local.<tag>: an accelerator's SRAM (kiln/vta)
             raise ScheduleError(f"stage {self.name}: unknown storage scope {scope!r}; use global, shared, local, "
-                                "global.texture[-nhwc|-weight] or wmma.matrix_a|matrix_b|accumulator")
+                                "global.texture[-nhwc|-weight], wmma.matrix_a|matrix_b|accumulator or local.<tag>")
         self.scope = scope
         self.scope_set = True
 
