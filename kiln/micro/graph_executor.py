@@ -10,6 +10,8 @@ import json
 
 import numpy as np
 
+from kiln.errors import KilnError
+
 
 class MicroGraphExecutor:
     def __init__(self, graph_json: str, lib, sess):
@@ -61,29 +63,104 @@ def create_local_graph_executor(graph_json: str, lib, sess) -> MicroGraphExecuto
 
 
 class MicroAOTExecutor:
-    """The AOT run function on the board, driven from the host: inputs and outputs in board memory."""
+    """The AOT run function on the board, driven from the host: inputs and outputs in board memory.
 
-    def __init__(self, sess, module):
-        meta = module.get_executor_config()
-        self.sess = sess
-        self.run_fn = sess.get_system_lib().get_function(f"{meta['prefix']}_run_packed")
-        self.inputs = {t["name"]: sess.empty(t["shape"], t["dtype"]) for t in meta["inputs"]}
-        self.outputs = [sess.empty(t["shape"], t["dtype"]) for t in meta["outputs"]]
+    TVM 0.13's AotModule methods: ``set_input``, ``get_input`` (a board tensor with ``copyfrom``),
+    ``run``, ``get_output``, ``get_num_inputs``, ``get_num_outputs``, ``get_input_index``, and
+    ``module.time_evaluator("run", dev, number=...)``."""
+
+    def __init__(self, sess, config: dict):
+        self.sess, self.config = sess, config
+        self.run_fn = sess.get_system_lib().get_function(f"{config['prefix']}_run_packed")
+        self.inputs = {t["name"]: sess.empty(t["shape"], t["dtype"]) for t in config["inputs"]}
+        self.outputs = [sess.empty(t["shape"], t["dtype"]) for t in config["outputs"]]
+        self.module = _AOTModule(self)
+
+    def get_input_index(self, name: str) -> int:
+        names = list(self.inputs)
+        if name not in names:
+            raise KilnError(f"the model has no input {name!r}; its inputs: {', '.join(names)}")
+        return names.index(name)
+
+    def get_input(self, key):
+        """The board tensor of input ``key`` (a name or an index)."""
+        names = list(self.inputs)
+        if isinstance(key, int):
+            if not 0 <= key < len(names):
+                raise KilnError(f"input index {key} is out of range: the model has {len(names)} inputs")
+            key = names[key]
+        return self.inputs[names[self.get_input_index(key)]]
 
     def set_input(self, key=None, value=None, **inputs) -> None:
         if key is not None:
-            inputs[key] = value
+            inputs[key if isinstance(key, str) else list(self.inputs)[key]] = value
         for name, v in inputs.items():
-            self.inputs[name].copyfrom(v.numpy() if hasattr(v, "numpy") else np.asarray(v))
+            self.get_input(name).copyfrom(v.numpy() if hasattr(v, "numpy") else np.asarray(v))
+
+    def get_num_inputs(self) -> int:
+        return len(self.inputs)
+
+    def get_num_outputs(self) -> int:
+        return len(self.outputs)
 
     def run(self) -> int:
         """Runs the model on the board; returns the board ticks it took."""
         return self.run_fn.call_ticks(*self.inputs.values(), *self.outputs)
 
-    def get_output(self, i: int):
+    def get_output(self, i: int, out=None):
+        if not 0 <= i < len(self.outputs):
+            raise KilnError(f"output index {i} is out of range: the model has {len(self.outputs)} outputs")
+        if out is not None:
+            out.copyfrom(self.outputs[i].numpy())
+            return out
         return self.outputs[i]
 
 
-def create_local_aot_executor(sess, module) -> MicroAOTExecutor:
-    """``module``: what relay.build returned with the AOT executor (its interface: names, shapes)."""
-    return MicroAOTExecutor(sess, module)
+class _AOTModule:
+    """``aot.module.time_evaluator("run", dev, number=1, repeat=1)()``: board seconds per run."""
+
+    def __init__(self, executor: MicroAOTExecutor):
+        self.executor = executor
+
+    def time_evaluator(self, name: str, dev=None, number: int = 1, repeat: int = 1, **_):
+        if name != "run":
+            raise KilnError(f"time_evaluator: the AOT executor times 'run', not {name!r}")
+        ex = self.executor
+
+        def timed():
+            from .session import _Timing
+            hz = ex.sess.ticks_hz
+            return _Timing([sum(ex.run() for _ in range(number)) / number / hz for _ in range(repeat)])
+        return timed
+
+
+def read_aot_config(sess) -> dict:
+    """The AOT interface (prefix, inputs, outputs: names, shapes, dtypes) the firmware carries."""
+    import json
+    import struct
+
+    from .project import CONFIG_FUNC
+    from .session import MicroSessionError
+
+    try:
+        fn = sess.get_system_lib().get_function(CONFIG_FUNC)
+    except MicroSessionError:
+        raise KilnError("create_local_aot_executor: the firmware serves no AOT model; generate the project "
+                        "from an AOT build (Executor('aot'), Runtime('crt', {'system-lib': True})) or pass the "
+                        "relay.build result as the second argument") from None
+    head = sess.empty((4,), "uint8")
+    fn(head)
+    (n,) = struct.unpack("<I", head.numpy().tobytes())
+    head.free()
+    buf = sess.empty((n + 4,), "uint8")
+    fn(buf)
+    text = buf.numpy().tobytes()[4:]
+    buf.free()
+    return json.loads(text)
+
+
+def create_local_aot_executor(sess, module=None) -> MicroAOTExecutor:
+    """The AOT executor of the model the board serves (TVM 0.13: ``create_local_aot_executor(session)``).
+    Its interface is read from the firmware; ``module`` (what relay.build returned) may give it instead."""
+    config = module.get_executor_config() if module is not None else read_aot_config(sess)
+    return MicroAOTExecutor(sess, config)

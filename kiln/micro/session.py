@@ -171,10 +171,19 @@ class SocketTransport:
 
 
 class Session:
-    """``with Session(transport_context_manager=...) as sess``: tensors and calls on the board."""
+    """``with Session(project.transport()) as sess``: tensors and calls on the board.
 
-    def __init__(self, transport_context_manager, timeout: float = 5.0, retries: int = 3):
+    ``timeout`` seconds per request, ``retries`` resends; TVM's ``timeout_override`` (seconds, or an
+    object with ``session_established_timeout_sec``) replaces ``timeout``; ``session_name`` is a label."""
+
+    def __init__(self, transport_context_manager=None, session_name: str = "micro-rpc", timeout_override=None,
+                 timeout: float = 5.0, retries: int = 3):
+        if transport_context_manager is None:
+            raise MicroSessionError("Session: pass the board's transport, e.g. micro.Session(project.transport())")
+        if timeout_override is not None:
+            timeout = float(getattr(timeout_override, "session_established_timeout_sec", timeout_override))
         self.cm = transport_context_manager
+        self.session_name = session_name
         self.timeout = timeout
         self.retries = retries
         self.transport = None
@@ -245,6 +254,11 @@ class Session:
 
     def get_system_lib(self) -> "MicroModule":
         return MicroModule(self)
+
+    def create_aot_executor(self):
+        """The AOT executor of the model the firmware serves (its interface read from the board)."""
+        from .graph_executor import create_local_aot_executor
+        return create_local_aot_executor(self)
 
 
 class MicroNDArray:

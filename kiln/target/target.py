@@ -26,9 +26,10 @@ KINDS = {
     "c": _CPU,
     "cuda": {**_GPU, "arch": "str", "mcpu": "str"},
     "opencl": {**_GPU, "image_base_address_alignment": "int", "texture_spatial_limit": "int"},
+    "ext_dev": _COMMON,  # an accelerator: "ext_dev -device=vta" (kiln/vta)
 }
 # Keys every target of a kind has, after any -device/-keys given by the user.
-_DEFAULT_KEYS = {"llvm": ("cpu",), "c": ("cpu",), "cuda": ("cuda", "gpu"), "opencl": ("opencl", "gpu")}
+_DEFAULT_KEYS = {"llvm": ("cpu",), "c": ("cpu",), "cuda": ("cuda", "gpu"), "opencl": ("opencl", "gpu"), "ext_dev": ()}
 _GPU_DEFAULTS = {"cuda": {"max_num_threads": 1024, "thread_warp_size": 32,
                           "max_shared_memory_per_block": 48 * 1024},
                  "opencl": {"max_num_threads": 256, "thread_warp_size": 1,
@@ -171,7 +172,7 @@ class Target:
 
     def get_target_device_type(self) -> int:
         """The DLPack device type code this target's kernels run on."""
-        return {"llvm": 1, "c": 1, "cuda": 2, "opencl": 4}[self.kind.name]
+        return {"llvm": 1, "c": 1, "cuda": 2, "opencl": 4, "ext_dev": 12}[self.kind.name]
 
     # Text and comparison ----------------------------------------------------------------------
     def __str__(self) -> str:
@@ -348,6 +349,27 @@ def adreno(model: str = "unknown", options=None) -> Target:
     extra = " ".join(options) if isinstance(options, (list, tuple)) else (options or "")
     return Target(f"opencl -device=adreno -model={model} {extra}".strip(),
                   host="llvm -mtriple=aarch64-linux-android")
+
+
+# Microcontroller models TVM 0.13's ``micro()`` knows (and kiln's emulated boards) -> their -mcpu.
+MICRO_SUPPORTED_MODELS = {
+    "host": None, "atsamd51": "cortex-m4", "cxd5602gg": "cortex-m4", "esp32": None, "imxrt10xx": "cortex-m7",
+    "mps2_an385": "cortex-m3", "mps2_an386": "cortex-m4", "mps2_an500": "cortex-m7", "mps2_an521": "cortex-m33",
+    "mps3_an547": "cortex-m55", "nrf52840": "cortex-m4", "nrf5340dk": "cortex-m33", "rp2040": "cortex-m0",
+    "sam3x8e": "cortex-m3", "stm32f746xx": "cortex-m7", "stm32h7xx": "cortex-m7", "stm32l4r5zi": "cortex-m4",
+    "stm32u5xx": "cortex-m33",
+}
+
+
+def micro(model: str = "host", options=None) -> Target:
+    """A microcontroller by model: ``micro("host")`` is ``c -model=host``; ``micro("stm32f746xx")`` is
+    ``c -keys=arm_cpu,cpu -mcpu=cortex-m7 -model=stm32f746xx`` (Cortex-M models get the arm_cpu schedules)."""
+    if model not in MICRO_SUPPORTED_MODELS:
+        raise TargetError(f"micro: model {model!r} is unknown; known: {', '.join(sorted(MICRO_SUPPORTED_MODELS))}")
+    mcpu = MICRO_SUPPORTED_MODELS[model]
+    text = f"c -keys=arm_cpu,cpu -mcpu={mcpu} -model={model}" if mcpu else f"c -model={model}"
+    extra = " ".join(options) if isinstance(options, (list, tuple)) else (options or "")
+    return Target(f"{text} {extra}".strip())
 
 
 def create(target) -> Target:

@@ -75,10 +75,12 @@ class LocalBuilder(Builder):
     """
 
     def __init__(self, timeout: float = 10, n_parallel: int | None = None, build_func="default",
-                 do_fork: bool = True):
+                 do_fork: bool = True, build_kwargs: dict | None = None, runtime=None):
         super().__init__(timeout, n_parallel or os.cpu_count() or 1)
-        del do_fork  # builds always run in forked processes (crash and hang isolation)
+        del do_fork, build_kwargs, runtime  # forked builds always; TVM's micro arguments change nothing here
         self.suffix, self.fcompile = _resolve_build_func(build_func)
+        # A build_func may bring its own per-candidate build (micro.autotvm_build_func: C sources).
+        self._build_one = getattr(build_func, "build_candidate", build_candidate)
         self._pool: ForkPool | None = None
         self._dir: str | None = None
 
@@ -95,7 +97,7 @@ class LocalBuilder(Builder):
                               "create_measure_batch(task, measure_option) first")
         jobs = [inp.config for inp in measure_inputs]
         results = []
-        for outcome in self._pool.map(build_candidate, jobs, self.timeout):
+        for outcome in self._pool.map(self._build_one, jobs, self.timeout):
             if outcome.status == "ok":
                 results.append(outcome.value)
             elif outcome.status == "timeout":

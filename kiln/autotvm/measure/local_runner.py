@@ -56,8 +56,9 @@ class LocalRunner(Runner):
 
     def __init__(self, timeout: float = 10, number: int = 4, repeat: int = 3,
                  min_repeat_ms: float = 0, cooldown_interval: float = 0.1,
-                 enable_cpu_cache_flush: bool = False, check_correctness: bool = False):
-        super().__init__(timeout, n_parallel=1)  # one CPU: parallel timings would disturb each other
+                 enable_cpu_cache_flush: bool = False, check_correctness: bool = False, module_loader=None):
+        super().__init__(timeout, n_parallel=1)
+        self.module_loader = module_loader  # micro.AutoTvmModuleLoader: candidates timed on a board  # one CPU: parallel timings would disturb each other
         if number < 1 or repeat < 1:
             raise TuningError(f"LocalRunner: number={number} and repeat={repeat} must be >= 1")
         self.opts = {"number": int(number), "repeat": int(repeat),
@@ -87,6 +88,9 @@ class LocalRunner(Runner):
         return ref.outputs
 
     def run(self, measure_inputs, build_results) -> list[MeasureResult]:
+        if self.module_loader is not None:
+            return self.module_loader.measure(measure_inputs, build_results, self.opts["number"],
+                                              self.opts["repeat"], self.timeout)
         if self._pool is None:
             raise TuningError("LocalRunner.run before set_task: tune through a Tuner")
         jobs, where, expected = [], [], []

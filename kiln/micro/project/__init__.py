@@ -1,80 +1,133 @@
-"""Project templates: a folder per board that turns an AOT model into firmware (docs/microtvm.md).
+"""Project templates: a folder per board that turns a model into firmware (docs/microtvm.md).
 
-    project = micro.project.generate_project(micro.get_microtvm_template_projects("qemu-mps2-an385"),
-                                             lib, "build/kws", {"inputs": {"input": x}})
-    project.build()          # arm-none-eabi-gcc for the Cortex-M3
+    project = micro.generate_project(micro.get_microtvm_template_projects("crt"), lib, "build/kws")
+    project.build(); project.flash()
+    with micro.Session(project.transport()) as session:      # host-driven: the model served by the CRT
+        m = micro.create_local_aot_executor(session)
+        m.set_input("input", x); m.run(); m.get_output(0).numpy()
+
+    project = micro.generate_project(micro.get_microtvm_template_projects("qemu-mps2-an385"), lib,
+                                     "build/kws", {"inputs": {"input": x}})   # standalone firmware
     result = project.run()   # qemu-system-arm -M mps2-an385 -icount: outputs and board cycles
+
+Which one ``generate_project`` makes for an AOT build: host-driven when ``project_type`` is
+``"host_driven"`` (or ``host_driven`` is true), when the template is ``crt``/``host`` (a process has
+no standalone main), or when the build's runtime is ``Runtime("crt", {"system-lib": True})``;
+standalone otherwise (``project_type="aot_standalone_demo"`` asks for it).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import tarfile
+from dataclasses import dataclass
 
 import numpy as np
 
 from kiln.errors import KilnError
 
-TEMPLATES = ("host", "qemu-mps2-an385", "qemu-mps2-an386")
-_CPU = {"qemu-mps2-an385": ("cortex-m3", "mps2-an385"), "qemu-mps2-an386": ("cortex-m4", "mps2-an386"),
-        "host": (None, None)}
-_BASE = {"qemu-mps2-an386": "qemu-mps2-an385"}  # same board sources, other CPU
-_FLAGS = {"qemu-mps2-an386": ["-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"]}
+
+@dataclass(frozen=True)
+class Board:
+    """How one template's firmware is built and booted."""
+    cpu: str | None          # -mcpu for arm-none-eabi-gcc and qemu's -cpu; None: a host process
+    machine: str | None      # qemu-system-arm -M
+    flags: tuple = ()        # float ABI and FPU
+    base: str | None = None  # the template whose board sources this one reuses
+    ld: str = "mps2_an385.ld"
+    defines: tuple = ()      # board.c / crt_main.c settings (UART base, core clock)
 
 
-def _copy_template(template_dir: str, template: str, project_dir: str) -> None:
-    if os.path.exists(project_dir):
-        shutil.rmtree(project_dir)
-    if template in _BASE:
-        shutil.copytree(os.path.join(os.path.dirname(os.path.normpath(template_dir)), _BASE[template]), project_dir)
-        shutil.copytree(template_dir, project_dir, dirs_exist_ok=True)
-    else:
-        shutil.copytree(template_dir, project_dir)
+BOARDS = {
+    "host": Board(None, None),
+    "qemu-mps2-an385": Board("cortex-m3", "mps2-an385"),
+    "qemu-mps2-an386": Board("cortex-m4", "mps2-an386", ("-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"),
+                             base="qemu-mps2-an385"),
+    "qemu-mps2-an500": Board("cortex-m7", "mps2-an500", ("-mfloat-abi=hard", "-mfpu=fpv5-d16"),
+                             base="qemu-mps2-an385"),
+    "qemu-mps3-an547": Board("cortex-m55", "mps3-an547", ("-mfloat-abi=hard",), base="qemu-mps2-an385",
+                             ld="mps3_an547.ld",
+                             defines=("-DKILN_UART0_BASE=0x49303000u", "-DKILN_CORE_HZ=32000000u")),
+}
+TEMPLATES = tuple(BOARDS)
+# TVM's names for the same templates: "crt" is TVM 0.13's host-process template.
+ALIASES = {"crt": "host", "mps2-an385": "qemu-mps2-an385", "mps2-an386": "qemu-mps2-an386",
+           "mps2-an500": "qemu-mps2-an500", "mps3-an547": "qemu-mps3-an547"}
 CRT_DIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "src", "crt"))
 _CRT_FILES = ("page_allocator.c", "framing.c", "rpc_server.c")
+CONFIG_FUNC = "kiln_aot_executor_config"  # the firmware's copy of the AOT interface (create_local_aot_executor)
 
 
 def get_microtvm_template_projects(name: str) -> str:
-    """The folder of template ``name`` (``"qemu-mps2-an385"``)."""
-    if name not in TEMPLATES:
-        raise KilnError(f"no micro project template {name!r}; templates: {', '.join(TEMPLATES)}")
-    return os.path.join(os.path.dirname(__file__), name)
+    """The folder of template ``name``: ``"crt"`` (alias ``"host"``), ``"qemu-mps2-an385"`` (Cortex-M3),
+    ``"qemu-mps2-an386"`` (M4F), ``"qemu-mps2-an500"`` (M7), ``"qemu-mps3-an547"`` (M55)."""
+    template = ALIASES.get(name, name)
+    if template not in BOARDS:
+        raise KilnError(f"no micro project template {name!r}; templates: crt, {', '.join(TEMPLATES)}")
+    return os.path.join(os.path.dirname(__file__), template)
 
 
-def generate_project(template_dir: str, module, project_dir: str, options: dict | None = None):
-    """Copy the template to ``project_dir`` with the model's Model Library Format unpacked in it.
+def get_standalone_crt_dir() -> str:
+    """The C runtime's sources (src/crt: page allocator, framing, RPC server, crt.h)."""
+    return CRT_DIR
 
-    ``module``: what relay.build returned with the AOT executor, or the path of its MLF tar.
-    ``options``: ``inputs`` ({name: array}, baked into the firmware; zeros when missing),
-    ``cflags`` (extra compiler flags), ``icount_shift`` (qemu -icount shift, default 0),
-    ``host_driven`` (AOT only: firmware that serves the model to a micro.Session instead of running
-    it once on baked-in inputs)."""
-    from ..model_library_format import export_model_library_format
 
+def _template_of(template_dir) -> str:
+    template = os.path.basename(os.path.normpath(os.fspath(template_dir)))
+    template = ALIASES.get(template, template)
+    if template not in BOARDS:
+        raise KilnError(f"{template_dir} is not a kiln micro project template; use "
+                        "micro.get_microtvm_template_projects(NAME)")
+    return template
+
+
+def _copy_template(template: str, project_dir: str) -> None:
+    project_dir = os.fspath(project_dir)
+    if os.path.exists(project_dir):
+        shutil.rmtree(project_dir)
+    here = os.path.dirname(__file__)
+    base = BOARDS[template].base
+    if base:
+        shutil.copytree(os.path.join(here, base), project_dir)
+        shutil.copytree(os.path.join(here, template), project_dir, dirs_exist_ok=True)
+    else:
+        shutil.copytree(os.path.join(here, template), project_dir)
+
+
+def generate_project(template_dir, module, project_dir, options: dict | None = None):
+    """Copy the template to ``project_dir`` with the model in it; returns the project.
+
+    ``module``: what relay.build returned (AOT or graph executor, target ``c``), a C module
+    (``tvm.build(..., target="c")``), or the path of an AOT build's Model Library Format tar.
+    ``options``: ``project_type`` (``"host_driven"`` or ``"aot_standalone_demo"``; see the module
+    docstring for the default), ``inputs`` ({name: array}, baked into standalone firmware; zeros
+    when missing), ``cflags`` (extra compiler flags), ``icount_shift`` (qemu -icount shift, default 0).
+    TVM's other options (``verbose``, ``<platform>_board``, ...) are accepted and ignored."""
     options = dict(options or {})
-    template = os.path.basename(os.path.normpath(template_dir))
-    if template not in _CPU:
-        raise KilnError(f"{template_dir} is not a kiln micro project template")
-    _copy_template(template_dir, template, project_dir)
+    template = _template_of(template_dir)
+    project_dir = os.fspath(project_dir)
+    _copy_template(template, project_dir)
     if not _is_aot(module):  # a C module or graph build: the CRT's RPC server hosts its functions
         return _generate_crt(project_dir, template, module, options)
-    if options.get("host_driven"):  # the AOT model served by the CRT (micro.create_local_aot_executor)
-        for name, text in module.headers.items():
+    if _host_driven(template, module, options):  # the AOT model served by the CRT
+        sources, headers, config = _aot_parts(module, project_dir)
+        for name, text in headers.items():
             with open(os.path.join(project_dir, name), "w") as f:
                 f.write(text)
-        source = "\n".join(module.sources.values())
-        return _crt_project(project_dir, template, source, [f"{module.plan.prefix}_run_packed"], options)
+        return _crt_project(project_dir, template, "\n".join(sources), [f"{config['prefix']}_run_packed"],
+                            options, config)
     mlf = os.path.join(project_dir, "model.tar")
     if isinstance(module, (str, os.PathLike)):
         shutil.copyfile(module, mlf)
     else:
+        from ..model_library_format import export_model_library_format
         export_model_library_format(module, mlf)
     with tarfile.open(mlf) as tar:
         tar.extractall(os.path.join(project_dir, "model"), filter="data")
-    import json
     with open(os.path.join(project_dir, "model", "metadata.json")) as f:
         meta = json.load(f)
     if "aot" not in meta["executors"]:
@@ -82,6 +135,44 @@ def generate_project(template_dir: str, module, project_dir: str, options: dict 
                         "executor=Executor('aot', {'interface-api': 'c', 'unpacked-api': True})")
     _write_io(project_dir, meta["memory"], options.get("inputs", {}))
     return GeneratedProject(project_dir, template, meta, options)
+
+
+_PROJECT_TYPES = ("host_driven", "aot_standalone_demo", "standalone")
+
+
+def _host_driven(template: str, module, options: dict) -> bool:
+    kind = options.get("project_type")
+    if kind is not None and kind not in _PROJECT_TYPES:
+        raise KilnError(f"generate_project: project_type {kind!r} is unknown; use 'host_driven' (a micro.Session "
+                        "runs the model) or 'aot_standalone_demo' (firmware that runs it once)")
+    if kind is not None:
+        host = kind == "host_driven"
+    elif "host_driven" in options:
+        host = bool(options["host_driven"])
+    elif BOARDS[template].cpu is None:
+        host = True
+    elif isinstance(module, (str, os.PathLike)):
+        host = False
+    else:
+        host = module.runtime.name == "crt" and bool(module.runtime.get("system-lib", False))
+    if not host and BOARDS[template].cpu is None:
+        raise KilnError(f"generate_project: the {template} template runs host-driven projects only; use a "
+                        "board template (qemu-mps2-an385, ...) for standalone firmware")
+    return host
+
+
+def _aot_parts(module, project_dir: str):
+    """(C sources, {header name: text}, executor config) of an AOT build or its MLF tar."""
+    if not isinstance(module, (str, os.PathLike)):
+        return list(module.sources.values()), dict(module.headers), module.get_executor_config()
+    where = os.path.join(project_dir, "model")
+    with tarfile.open(module) as tar:
+        tar.extractall(where, filter="data")
+    src, inc = os.path.join(where, "codegen", "host", "src"), os.path.join(where, "codegen", "host", "include")
+    sources = [open(os.path.join(src, f)).read() for f in sorted(os.listdir(src))]
+    headers = {f: open(os.path.join(inc, f)).read() for f in sorted(os.listdir(inc))}
+    with open(os.path.join(where, "metadata.json")) as f:
+        return sources, headers, json.load(f)["memory"]
 
 
 def _is_aot(module) -> bool:
@@ -99,30 +190,82 @@ def _generate_crt(project_dir: str, template: str, module, options: dict):
 
 def generate_crt_project(template_dir: str, source: str, names: list, project_dir: str, options: dict | None = None):
     """A CRT project over C source (the C target's) whose packed functions ``names`` the host may call."""
-    template = os.path.basename(os.path.normpath(template_dir))
-    if template not in _CPU:
-        raise KilnError(f"{template_dir} is not a kiln micro project template")
-    _copy_template(template_dir, template, project_dir)
-    return _crt_project(project_dir, template, source, names, dict(options or {}))
+    template = _template_of(template_dir)
+    _copy_template(template, project_dir)
+    return _crt_project(os.fspath(project_dir), template, source, names, dict(options or {}))
 
 
-def _crt_project(project_dir: str, template: str, source: str, names: list, options: dict):
+def _config_function(config: dict) -> list:
+    """C of a packed function that copies the AOT interface (JSON) into a uint8 tensor:
+    4 bytes of length, then as many bytes as fit. The host reads the model's names, shapes and
+    dtypes from the board, as TVM reads its metadata module."""
+    text = json.dumps(config, separators=(",", ":")).encode()
+    body = ", ".join(str(b) for b in text)
+    return [f"static const uint8_t kiln_aot_config_json[{len(text)}] = {{{body}}};",
+            f"int32_t {CONFIG_FUNC}(const KilnValue* args, const int32_t* type_codes, int32_t num_args) {{",
+            "  (void)type_codes;",
+            "  if (num_args != 1) return -1;",
+            "  DLTensor* t = (DLTensor*)args[0].v_handle;",
+            "  uint8_t* out = (uint8_t*)t->data;",
+            "  int64_t cap = 1;",
+            "  for (int32_t i = 0; i < t->ndim; ++i) cap *= t->shape[i];",
+            "  uint32_t n = (uint32_t)sizeof(kiln_aot_config_json);",
+            "  if (cap < 4) return -1;",
+            "  memcpy(out, &n, 4);",
+            "  memcpy(out + 4, kiln_aot_config_json, (size_t)(cap - 4) < n ? (size_t)(cap - 4) : n);",
+            "  return 0;", "}"]
+
+
+def _crt_project(project_dir: str, template: str, source: str, names: list, options: dict, config: dict | None = None):
     with open(os.path.join(project_dir, "module.c"), "w") as f:
         f.write(source)
     table = [f"int32_t {n}(const KilnValue*, const int32_t*, int32_t);" for n in names]
+    if config is not None:
+        table += _config_function(config)
+        names = [*names, CONFIG_FUNC]
     table += ["const KilnCrtFunc kiln_crt_system_lib[] = {" + ", ".join(f'{{"{n}", {n}}}' for n in names) + "};",
               f"const int32_t kiln_crt_system_lib_size = {len(names)};"]
     with open(os.path.join(project_dir, "syslib.c"), "w") as f:
-        f.write('#include "crt.h"\n' + "\n".join(table) + "\n")
-    return CRTProject(project_dir, template, options)
+        f.write('#include <string.h>\n#include "crt.h"\n' + "\n".join(table) + "\n")
+    return CRTProject(project_dir, template, options, config)
+
+
+def _gcc(board: Board) -> list:
+    from ..toolchain import missing_arm_gcc
+    if missing_arm_gcc():
+        raise KilnError(missing_arm_gcc())
+    return ["arm-none-eabi-gcc", f"-mcpu={board.cpu}", "-mthumb", *board.flags, *board.defines,
+            "-ffunction-sections", "-fdata-sections"]
+
+
+def _link(project_dir: str, board: Board) -> list:
+    return ["-nostartfiles", "--specs=nano.specs", "--specs=nosys.specs", "-T", os.path.join(project_dir, board.ld),
+            "-Wl,--gc-sections", "-lm"]
+
+
+def _qemu(board: Board, options: dict, serial: str, elf: str) -> list:
+    from ..toolchain import missing_qemu
+    if missing_qemu():
+        raise KilnError(missing_qemu())
+    return ["qemu-system-arm", "-M", board.machine, "-cpu", board.cpu, "-display", "none", "-monitor", "none",
+            "-serial", serial, "-semihosting-config", "enable=on,target=native",
+            "-icount", f"shift={options.get('icount_shift', 0)},align=off,sleep=off", "-kernel", elf]
+
+
+def _sizes(elf: str) -> dict:
+    out = subprocess.run(["arm-none-eabi-size", elf], capture_output=True, text=True, check=True)
+    text, data, bss = (int(x) for x in out.stdout.splitlines()[1].split()[:3])
+    return {"text": text, "data": data, "bss": bss, "flash": text + data, "ram": data + bss}
 
 
 class CRTProject:
-    """Firmware that serves the module's functions over RPC: ``build()``, ``flash()``, ``transport()``."""
+    """Firmware that serves functions over RPC: ``build()``, ``flash()``, ``transport()``.
+    ``aot_config``: the AOT interface, when the firmware serves an AOT model (host-driven)."""
 
-    def __init__(self, project_dir: str, template: str, options: dict):
-        self.dir, self.template, self.options = project_dir, template, options
-        self.cpu, self.machine = _CPU[template]
+    def __init__(self, project_dir: str, template: str, options: dict, aot_config: dict | None = None):
+        self.dir, self.template, self.options, self.aot_config = project_dir, template, options, aot_config
+        self.board = BOARDS[template]
+        self.cpu, self.machine = self.board.cpu, self.board.machine
         self.exe = os.path.join(project_dir, "build", "board.elf" if self.cpu else "board")
 
     def build(self) -> str:
@@ -133,22 +276,23 @@ class CRTProject:
         if self.cpu is None:
             cmd = ["cc", *flags, os.path.join(self.dir, "board.c"), *crt, *mine, "-lm", "-o", self.exe]
         else:
-            from ..toolchain import missing_arm_gcc
-            if missing_arm_gcc():
-                raise KilnError(missing_arm_gcc())
-            cmd = ["arm-none-eabi-gcc", f"-mcpu={self.cpu}", "-mthumb", *_FLAGS.get(self.template, []),
-                   "-ffunction-sections", "-fdata-sections",
-                   *flags, os.path.join(self.dir, "board.c"), os.path.join(self.dir, "crt_main.c"), *crt, *mine,
-                   "-nostartfiles", "--specs=nano.specs", "--specs=nosys.specs",
-                   "-T", os.path.join(self.dir, "mps2_an385.ld"), "-Wl,--gc-sections", "-lm", "-o", self.exe]
+            cmd = [*_gcc(self.board), *flags, os.path.join(self.dir, "board.c"), os.path.join(self.dir, "crt_main.c"),
+                   *crt, *mine, *_link(self.dir, self.board), "-o", self.exe]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
-            raise KilnError(f"CRT firmware build failed:\n{out.stderr[-3000:]}")
+            raise KilnError(f"CRT firmware build failed ({self.template}):\n{out.stderr[-3000:]}")
         return self.exe
 
     def flash(self) -> None:
         if not os.path.exists(self.exe):
             raise KilnError("flash: build the project first (project.build())")
+
+    def sizes(self) -> dict:
+        """text/data/bss bytes of the firmware (arm-none-eabi-size); flash = text + data, RAM = data + bss."""
+        if self.cpu is None:
+            raise KilnError("sizes: the host template is a process, not firmware; use a board template")
+        self.flash()
+        return _sizes(self.exe)
 
     def transport(self):
         """A context manager for micro.Session: the board process (host) or qemu over a TCP UART."""
@@ -157,17 +301,12 @@ class CRTProject:
         self.flash()
         if self.cpu is None:
             return PipeTransport([self.exe])
-        from ..toolchain import missing_qemu
-        if missing_qemu():
-            raise KilnError(missing_qemu())
         import socket
         listener = socket.socket()
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
         port = listener.getsockname()[1]
-        cmd = ["qemu-system-arm", "-M", self.machine, "-cpu", self.cpu, "-display", "none", "-monitor", "none",
-               "-serial", f"tcp:127.0.0.1:{port}", "-semihosting-config", "enable=on,target=native",
-               "-icount", f"shift={self.options.get('icount_shift', 0)},align=off,sleep=off", "-kernel", self.exe]
+        cmd = _qemu(self.board, self.options, f"tcp:127.0.0.1:{port}", self.exe)
         return SocketTransport(listener, lambda: subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
@@ -211,23 +350,18 @@ class GeneratedProject:
         self.template = template
         self.meta = meta
         self.options = options
-        self.cpu, self.machine = _CPU[template]
+        self.board = BOARDS[template]
+        self.cpu, self.machine = self.board.cpu, self.board.machine
         self.elf = os.path.join(project_dir, "build", "firmware.elf")
 
     def build(self) -> str:
-        from ..toolchain import missing_arm_gcc
-
-        if missing_arm_gcc():
-            raise KilnError(missing_arm_gcc())
         os.makedirs(os.path.dirname(self.elf), exist_ok=True)
         src = os.path.join(self.dir, "model", "codegen", "host", "src")
         files = [os.path.join(self.dir, f) for f in ("board.c", "main.c", "inputs.c")]
         files += sorted(os.path.join(src, f) for f in os.listdir(src))
-        cmd = ["arm-none-eabi-gcc", f"-mcpu={self.cpu}", "-mthumb", *_FLAGS.get(self.template, []), "-std=gnu99", "-O2",
-               "-ffunction-sections",
-               "-fdata-sections", "-I", self.dir, "-I", os.path.join(self.dir, "model", "codegen", "host", "include"),
-               *self.options.get("cflags", []), *files, "-nostartfiles", "--specs=nano.specs", "--specs=nosys.specs",
-               "-T", os.path.join(self.dir, "mps2_an385.ld"), "-Wl,--gc-sections", "-lm", "-o", self.elf]
+        cmd = [*_gcc(self.board), "-std=gnu99", "-O2", "-I", self.dir,
+               "-I", os.path.join(self.dir, "model", "codegen", "host", "include"),
+               *self.options.get("cflags", []), *files, *_link(self.dir, self.board), "-o", self.elf]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
             raise KilnError(f"firmware build failed ({' '.join(cmd[:3])} ...):\n{out.stderr[-3000:]}")
@@ -239,20 +373,13 @@ class GeneratedProject:
 
     def sizes(self) -> dict:
         """text/data/bss bytes of the firmware (arm-none-eabi-size): flash = text + data, RAM = data + bss."""
-        out = subprocess.run(["arm-none-eabi-size", self.elf], capture_output=True, text=True, check=True)
-        text, data, bss = (int(x) for x in out.stdout.splitlines()[1].split()[:3])
-        return {"text": text, "data": data, "bss": bss, "flash": text + data, "ram": data + bss}
+        self.flash()
+        return _sizes(self.elf)
 
     def run(self, timeout: float = 120.0) -> dict:
         """Boot the firmware in qemu; ``{"outputs": {name: array}, "cycles": int, "log": str}``."""
-        from ..toolchain import missing_qemu
-
-        if missing_qemu():
-            raise KilnError(missing_qemu())
         self.flash()
-        cmd = ["qemu-system-arm", "-M", self.machine, "-cpu", self.cpu, "-display", "none", "-monitor", "none",
-               "-serial", "stdio", "-semihosting-config", "enable=on,target=native",
-               "-icount", f"shift={self.options.get('icount_shift', 0)},align=off,sleep=off", "-kernel", self.elf]
+        cmd = _qemu(self.board, self.options, "stdio", self.elf)
         try:
             out = subprocess.run(cmd, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:

@@ -1,7 +1,8 @@
-/* Start-up and I/O for qemu -M mps2-an385: vector table, .data/.bss set-up, UART0, SysTick. */
+/* Start-up and I/O for qemu -M mps2-an385 (and the boards that reuse it: an386, an500, mps3-an547):
+   vector table, .data/.bss set-up, UART0, SysTick. */
 #include "board.h"
 
-#define UART0_BASE 0x40004000u
+#define UART0_BASE KILN_UART0_BASE
 #define UART_DATA (*(volatile uint32_t*)(UART0_BASE + 0x0))
 #define UART_STATE (*(volatile uint32_t*)(UART0_BASE + 0x4))
 #define UART_CTRL (*(volatile uint32_t*)(UART0_BASE + 0x8))
@@ -22,7 +23,8 @@ __attribute__((section(".vectors"), used)) static void (*const vectors[16])(void
 
 void Reset_Handler(void) {
 #if defined(__ARM_FP)
-  /* Cortex-M4F/M7 built with a hard-float ABI: grant access to the FPU (CP10, CP11) first. */
+  /* Cortex-M4F/M7/M55 built with a hard-float ABI: grant access to the FPU (CP10, CP11; on the
+     M55 also MVE) first. */
   *(volatile uint32_t*)0xE000ED88u |= 0xFu << 20;
   __asm__ volatile("dsb\n\tisb");
 #endif

@@ -2,7 +2,7 @@
 #include "board.h"
 #include "crt.h"
 
-#define UART0_BASE 0x40004000u
+#define UART0_BASE KILN_UART0_BASE
 #define UART_DATA (*(volatile uint32_t*)(UART0_BASE + 0x0))
 #define UART_STATE (*(volatile uint32_t*)(UART0_BASE + 0x4))
 #define UART_CTRL (*(volatile uint32_t*)(UART0_BASE + 0x8))
@@ -18,7 +18,7 @@ void kiln_crt_write(const uint8_t* data, size_t n) {
 }
 
 uint64_t kiln_crt_ticks(void) { return board_ticks(); }
-uint32_t kiln_crt_ticks_hz(void) { return 25000000u; }
+uint32_t kiln_crt_ticks_hz(void) { return KILN_CORE_HZ; }
 
 int main(void) {
   board_init();
