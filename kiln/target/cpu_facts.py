@@ -248,8 +248,10 @@ def _probe(triple: str, cpu: str, features: str) -> CPUFacts:
         live = _functions(_emit(llvm, tm, _pressure_ir(vec, 28)))["live28"]
     highest = max(_register_numbers(live, arch), default=0)
     registers = 32 if highest >= 16 else 16 if highest >= 8 else 8
+    with _LOCK:
+        int8 = _int8_features(llvm, tm, arch, triple, cpu, features)
     return CPUFacts(triple, cpu, features, arch, float_bits, int32_bits, int16_bits, has_fma,
-                    registers, _feature_names(arch, float_bits, int32_bits, int16_bits, has_fma) | half)
+                    registers, _feature_names(arch, float_bits, int32_bits, int16_bits, has_fma) | half | int8)
 
 
 def _register_numbers(asm: str, arch: str):
@@ -292,3 +294,82 @@ def _feature_names(arch, float_bits, int32_bits, int16_bits, has_fma) -> frozens
     if has_fma:
         names.add("fma")
     return frozenset(names)
+
+
+# 8-bit dot products, as the instruction selector uses them: a u8 x s8 (x86) / s8 x s8 (ARM)
+# multiply-and-sum of 64 bytes becomes vpdpbusd on a zmm (AVX-512 VNNI) or, VEX-encoded, a ymm
+# (AVX-VNNI); sdot/udot on AArch64 with the dot-product extension. An intrinsic LLVM cannot
+# select would abort the process, so these are generic IR patterns. AMX has no such pattern:
+# it is read from the feature string (the host's, or -mattr), else asked of LLVM in a child
+# process (compile tdpbusd; an abort there only fails the probe).
+_DOT_IR = """
+declare i32 @llvm.vector.reduce.add.v64i32(<64 x i32>)
+define i32 @dot8(ptr %p, ptr %q) {
+  %a = load <64 x i8>, ptr %p, align 1
+  %b = load <64 x i8>, ptr %q, align 1
+  %az = EXT_A <64 x i8> %a to <64 x i32>
+  %bs = sext <64 x i8> %b to <64 x i32>
+  %m = mul <64 x i32> %az, %bs
+  %r = call i32 @llvm.vector.reduce.add.v64i32(<64 x i32> %m)
+  ret i32 %r
+}
+"""
+
+_AMX_IR = """
+declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)
+declare x86_amx @llvm.x86.tdpbusd.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)
+declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)
+define void @amx(ptr %a, ptr %b, ptr %c) {
+  %ta = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %a, i64 64)
+  %tb = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %b, i64 64)
+  %tc = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %c, i64 64)
+  %r = call x86_amx @llvm.x86.tdpbusd.internal(i16 16, i16 64, i16 64, x86_amx %tc, x86_amx %ta, x86_amx %tb)
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c, i64 64, x86_amx %r)
+  ret void
+}
+"""
+
+
+def _int8_features(llvm, tm, arch, triple, cpu, features) -> frozenset:
+    names = set()
+    if arch == "x86_64" or arch.startswith("i") and arch.endswith("86"):
+        asm = _emit(llvm, tm, _DOT_IR.replace("EXT_A", "zext"))
+        if re.search(r"^\s*vpdpbusd\s.*%zmm", asm, re.M):
+            names.add("avx512vnni")
+        if re.search(r"\{vex\}\s*vpdpbusd", asm):
+            names.add("avxvnni")
+        if arch == "x86_64" and _has_amx(triple, cpu, features):
+            names.add("amx-int8")
+    elif arch == "aarch64":
+        asm = _emit(llvm, tm, _DOT_IR.replace("EXT_A", "sext"))
+        if re.search(r"^\s*sdot\s", asm, re.M):
+            names.add("dotprod")
+    return frozenset(names)
+
+
+def _has_amx(triple: str, cpu: str, features: str) -> bool:
+    flags = features.split(",") if features else []
+    if "+amx-int8" in flags:
+        return True
+    if "-amx-int8" in flags or "-amx-tile" in flags:
+        return False
+    return _child_compiles(_AMX_IR, triple, cpu, features)
+
+
+@functools.lru_cache(maxsize=32)
+def _child_compiles(ir: str, triple: str, cpu: str, features: str) -> bool:
+    """Whether LLVM compiles ``ir`` for the target, asked in a child Python (an abort stays there)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, llvmlite.binding as l\n"
+            "l.initialize_all_targets(); l.initialize_all_asmprinters()\n"
+            "m = l.parse_assembly(sys.stdin.read()); m.verify()\n"
+            "tm = l.Target.from_triple(sys.argv[1]).create_target_machine(cpu=sys.argv[2], features=sys.argv[3])\n"
+            "tm.emit_assembly(m)\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", code, triple, cpu, features], input=ir, text=True,
+                              capture_output=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0

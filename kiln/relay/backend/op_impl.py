@@ -431,6 +431,11 @@ OP_IMPLS: dict[str, OpImpl] = {
     "nn.layer_norm": OpImpl(_layer_norm, "layer_norm"),
 }
 
+# int8 kernels of qnn conv/dense + requantize chains on CPUs (relay/qnn/cpu_int8.py)
+from ..qnn import cpu_int8 as _cpu_int8  # noqa: E402
+
+OP_IMPLS.update({name: OpImpl(fn, key) for name, (fn, key) in _cpu_int8.COMPUTES.items()})
+
 # Schedule families by target family. arm_cpu uses the same algorithms as x86 with tiles derived
 # from the target (topi/arm_cpu), so the two columns differ only in which package they name.
 SCHEDULES: dict[str, dict[str, Callable]] = {
@@ -454,6 +459,8 @@ SCHEDULES: dict[str, dict[str, Callable]] = {
                                "arm_cpu": topi.arm_cpu.schedule_depthwise_conv2d_NCHWc},
     "expand_depthwise_NCHWc": {"x86": topi.x86.schedule_expand_depthwise_NCHWc},  # made on x86 only
 }
+
+SCHEDULES.update(_cpu_int8.SCHEDULES())
 
 CPU_PACKAGES = {"x86": topi.x86, "arm_cpu": topi.arm_cpu}
 

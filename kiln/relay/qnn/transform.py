@@ -6,6 +6,7 @@ from kiln.transform import FunctionPass, PassInfo
 
 from ..transform.infer_type import infer
 from .canonicalize import canonicalize
+from .cpu_int8 import use_int8_kernels
 from .legalize import legalize
 
 
@@ -19,8 +20,13 @@ def Legalize():  # noqa: N802 - seed names follow TVM
 
 
 def CanonicalizeOps():  # noqa: N802
-    """Every qnn op to integer relay ops (canonicalize.py)."""
-    return FunctionPass(lambda func, mod, ctx: infer(canonicalize(func)), PassInfo(0, "qnn.CanonicalizeOps"))
+    """Every qnn op to integer relay ops (canonicalize.py); on CPUs with an 8-bit dot product
+    (the enclosing ``with Target``), conv/dense + requantize chains first become the int8
+    kernels' ops (cpu_int8.py)."""
+    def run(func, mod, ctx):
+        from kiln.target import Target
+        return infer(canonicalize(use_int8_kernels(infer(func), Target.current(allow_none=True))))
+    return FunctionPass(run, PassInfo(0, "qnn.CanonicalizeOps"))
 
 
 __all__ = ["Legalize", "CanonicalizeOps", "legalize", "canonicalize"]

@@ -1,0 +1,161 @@
+"""int8 end to end, batch 1: kiln's int8 kernels against onnxruntime's int8 and kiln's own fp32.
+
+ResNet-50 and MobileNetV2 (224x224, random weights, tests/relay/onnx_models.py) are prepared with
+onnxruntime's ``quant_pre_process`` (batch norms folded) and quantized with its ``quantize_static``
+(QDQ, per-channel int8 weights, uint8 activations, 8 random calibration images). Each model is run
+by onnxruntime (its default graph optimizations, ``--threads`` intra-op threads), by kiln from the
+same QDQ file (int8 kernels: docs/quantization.md) and by kiln from the float model (fp32). The
+sides take turns in every round (timing.interleaved); the figures are medians over the rounds and
+the ratios medians of per-round ratios. The machine is shared: rerun before trusting a figure.
+
+    python bench/int8.py [--threads 2] [--rounds 7] [--number 5] [--models resnet50,mobilenet_v2]
+
+Goals (issue 31): kiln int8 <= 1.0x onnxruntime int8; kiln int8 ResNet-50 >= 2.5x faster than kiln
+fp32 on VNNI/AMX hosts (1.5x on AVX2-only hosts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "relay"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from onnx_models import mobilenet_v2, resnet50  # noqa: E402
+
+from timing import interleaved  # noqa: E402
+
+MODELS = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2}
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine()
+
+
+def quantized(model, inputs: dict, calibration: int = 8):
+    """onnxruntime's quant_pre_process + quantize_static (QDQ, per-channel s8 weights, u8 activations)."""
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    name, x = next(iter(inputs.items()))
+    rng = np.random.default_rng(1)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{name: rng.standard_normal(x.shape).astype("float32")} for _ in range(calibration)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, pre, dst = (os.path.join(tmp, f) for f in ("f.onnx", "pre.onnx", "q.onnx"))
+        onnx.save(model, src)
+        quant_pre_process(src, pre, skip_symbolic_shape=True)
+        quantize_static(pre, dst, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        return onnx.load(dst)
+
+
+def build_kiln(model, threads: int, target: str = "llvm"):
+    import kiln as tvm
+    from kiln import config, relay
+    from kiln.contrib import graph_executor
+
+    mod, params = relay.frontend.from_onnx(model)
+    start = time.perf_counter()
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=target, params=params)
+    compile_s = time.perf_counter() - start
+    with config.override(num_threads=threads):
+        m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    return m, compile_s
+
+
+def ort_session(model, threads: int):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def output_step(qmodel) -> float:
+    """The scale of the model output's last quantization (one step of the int8 result)."""
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in qmodel.graph.initializer}
+    out = qmodel.graph.output[0].name
+    for node in qmodel.graph.node:
+        if node.op_type == "DequantizeLinear" and node.output[0] == out:
+            return float(numpy_helper.to_array(inits[node.input[1]]).max())
+    return float("nan")
+
+
+def bench_model(name: str, threads: int, rounds: int, number: int, target: str) -> dict:
+    model, inputs = MODELS[name]()
+    start = time.perf_counter()
+    qmodel = quantized(model, inputs)
+    print(f"{name}: quantized by onnxruntime in {time.perf_counter() - start:.0f} s", flush=True)
+    k8, c8 = build_kiln(qmodel, threads, target)
+    k32, c32 = build_kiln(model, threads, target)
+    sess = ort_session(qmodel, threads)
+    want = sess.run(None, inputs)[0]
+    k8.set_input(**inputs)
+    k8.run()
+    got = k8.get_output(0).numpy()
+    step = output_step(qmodel)
+    err = float(np.abs(got - want).max())
+    steps = err / step if step == step else float("nan")
+    print(f"{name}: compile int8 {c8:.0f} s, fp32 {c32:.0f} s; kiln int8 vs onnxruntime int8: max diff {err:.4g} "
+          f"= {steps:.1f} output steps ({'ok' if steps <= 1.0 + 1e-6 else 'MORE THAN ONE STEP'})", flush=True)
+    k32.set_input(**inputs)
+    runs = {"kiln_int8": k8.module["run"], "ort_int8": lambda: sess.run(None, inputs), "kiln_fp32": k32.module["run"]}
+    times = interleaved(runs, rounds, number)
+    out = {k: 1e3 * statistics.median(t) for k, t in times.items()}
+    out["vs_ort"] = statistics.median(a / b for a, b in zip(times["kiln_int8"], times["ort_int8"]))
+    out["vs_fp32"] = statistics.median(b / a for a, b in zip(times["kiln_int8"], times["kiln_fp32"]))
+    out["steps"] = steps
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--number", type=int, default=5)
+    ap.add_argument("--models", default="resnet50,mobilenet_v2")
+    ap.add_argument("--target", default="llvm")
+    args = ap.parse_args()
+    from kiln.target.cpu_facts import cpu_facts
+    from kiln.topi.x86.conv2d_int8 import int8_tier
+
+    facts = cpu_facts(args.target)
+    print(f"CPU: {cpu_name()} (LLVM: {facts.cpu}); int8 features: "
+          f"{sorted(f for f in facts.features if 'vnni' in f or 'amx' in f or f == 'avx2')}; kiln int8 tier: "
+          f"{int8_tier(args.target)}; {args.threads} threads; shared machine: figures are noisy")
+    for name in args.models.split(","):
+        r = bench_model(name, args.threads, args.rounds, args.number, args.target)
+        print(f"{name}: kiln int8 {r['kiln_int8']:.2f} ms, onnxruntime int8 {r['ort_int8']:.2f} ms, "
+              f"kiln fp32 {r['kiln_fp32']:.2f} ms | kiln int8 / onnxruntime int8 = {r['vs_ort']:.2f}x (goal <= 1.0), "
+              f"kiln fp32 / kiln int8 = {r['vs_fp32']:.2f}x faster (goal >= 2.5 on VNNI/AMX)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,358 @@
+"""CPU int8 kernels for qnn.conv2d / qnn.dense: the ``conv -> (bias) -> requantize`` chain as one op.
+
+On a CPU with an 8-bit dot product (x86 AVX2 and up: kiln/topi/x86/conv2d_int8.py), a chain
+
+    qnn.requantize(nn.bias_add(qnn.conv2d(x, w, zx, 0, ...), b), si, 0, so, zo)   (or add / no bias)
+
+with a constant weight (per-channel symmetric: kernel zero point 0), u8 data and a groups-1 NCHW
+conv becomes ``qnn.contrib_conv2d_int8(x_blocked, w_packed, bias, q, shift)``:
+
+- the weight is packed at build time for the kernel's tile (kiln/topi/int8_pack.py);
+- the data's zero point moves into the bias at build time: ``sum (x - zx) w = sum x w - zx sum w``
+  (``bias = b - zx * sum w`` per output channel), and padding uses ``zx`` (real zero);
+- requantize's multiplier per channel is the fixed point ``(q, shift)`` of qnn.requantize, applied
+  in the kernel's epilogue with the output zero point and the dtype's clamp.
+
+Data enters in ``NCHW[ib]c`` and the result leaves in ``NCHW[L]c``; ``layout_transform``s around
+the op go back to NCHW for other consumers, and a transform pair between two int8 convs cancels.
+qnn.dense chains become ``qnn.contrib_dense_int8`` (plain (M, K) data, (M, N) result).
+Everything else (depthwise and grouped convs, non-zero kernel zero points, TFLITE rounding) is
+left to CanonicalizeOps. The integers are those of the canonical path, bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..expr import Call, Constant, const
+from ..op import nn as fnn
+from ..op import transform as ftf
+from ..op.registry import OpDef, OpPattern, RelCtx
+from ..ty import TensorType
+from ..transform.infer_type import infer
+from ..visitor import ExprMutator
+from .fixed_point import dtype_range
+from .op import core as qcore
+from .op import nn as qnn_nn
+from .op.core import multiplier
+from .op.params import value_of
+
+_CONV_ATTRS = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "pad_value": 0, "out_zp": 0,
+               "out_dtype": "uint8", "rounding": "UPWARD", "tier": "vnni", "channels": 0}
+_DENSE_ATTRS = {"units": 0, "out_zp": 0, "out_dtype": "uint8", "rounding": "UPWARD", "tier": "vnni"}
+
+
+# -- the ops -------------------------------------------------------------------------------------
+
+def _conv_rel(ctx: RelCtx):
+    d = ctx.ndim(0, 5, "NCHW[ib]c uint8")
+    w = ctx.tensor(1)
+    a = ctx.attrs
+    n, _, h, wd, _ = (int(v) for v in d.shape)
+    kh, kw = int(w.shape[2]), int(w.shape[3])
+    lanes = int(w.shape[-2]) if a.tier == "pmaddwd" else int(w.shape[-2])
+    pt, pl, pb, pr = a.padding
+    oh = (h + pt + pb - (kh - 1) * a.dilation[0] - 1) // a.strides[0] + 1
+    ow = (wd + pl + pr - (kw - 1) * a.dilation[1] - 1) // a.strides[1] + 1
+    return TensorType((n, int(w.shape[0]), oh, ow, lanes), a.out_dtype)
+
+
+def _lanes_of(w_shape, tier) -> int:
+    return int(w_shape[-2])
+
+
+def _unpack_conv_weight(w, tier):
+    """Packed -> OIHW int64 (the inverse of int8_pack.pack_conv_weight)."""
+    w = np.asarray(w, np.int64)
+    if tier == "pmaddwd":  # (.., icq, 2, L, 2) -> (.., icq, L, 4)
+        w = w.swapaxes(-3, -2).reshape(w.shape[:-3] + (w.shape[-2], 4))
+    occ, cc, kh, kw, icq, lanes, _ = w.shape
+    return w.transpose(0, 5, 1, 4, 6, 2, 3).reshape(occ * lanes, cc * icq * 4, kh, kw)
+
+
+def _requant_np(acc, bias, q, s, a, axis):
+    x = acc + np.expand_dims(bias, tuple(i for i in range(acc.ndim) if i != axis)).astype(np.int64) \
+        if acc.ndim > 1 else acc + bias
+    shape = [1] * acc.ndim
+    shape[axis] = -1
+    q, s = q.reshape(shape), s.reshape(shape)
+    p = x * q + np.left_shift(np.int64(1), s - 1)
+    if a.rounding == "TONEAREST":
+        p = p - (x < 0)
+    lo, hi = dtype_range(a.out_dtype)
+    return np.clip(np.right_shift(p, s) + a.out_zp, lo, hi).astype(a.out_dtype)
+
+
+def _conv_ref(a, x, w, bias, q, s):
+    n, cc, h, wd, ib = x.shape
+    plain = x.transpose(0, 1, 4, 2, 3).reshape(n, cc * ib, h, wd).astype(np.int64)
+    pt, pl, pb, pr = a.padding
+    plain = np.pad(plain, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=a.pad_value)
+    acc = fnn.conv2d_nchw_ref(plain, _unpack_conv_weight(w, a.tier), a.strides, (0, 0, 0, 0), a.dilation, 1)
+    out = _requant_np(np.asarray(acc, np.int64), bias, q, s, a, 1)
+    lanes = _lanes_of(w.shape, a.tier)
+    o = out.shape[1]
+    return np.ascontiguousarray(out.reshape(n, o // lanes, lanes, *out.shape[2:]).transpose(0, 1, 3, 4, 2))
+
+
+CONV2D_INT8 = OpDef("qnn.contrib_conv2d_int8", ("data", "weight", "bias", "multiplier", "shift"), dict(_CONV_ATTRS),
+                    _conv_rel, OpPattern.OUT_ELEMWISE_FUSABLE, _conv_ref,
+                    doc="u8 NCHW[ib]c conv x packed s8 weights, requantized per channel (qnn/cpu_int8.py)")
+
+
+def _dense_rel(ctx: RelCtx):
+    d = ctx.ndim(0, 2, "(M, K) uint8")
+    return TensorType((int(d.shape[0]), ctx.attrs.units), ctx.attrs.out_dtype)
+
+
+def _unpack_dense_weight(w, tier):
+    w = np.asarray(w, np.int64)
+    if tier == "pmaddwd":  # (N/L, K/4, 2, L, 2) -> (N/L, K/4, L, 4)
+        w = w.swapaxes(-3, -2).reshape(w.shape[:-3] + (w.shape[-2], 4))
+    nc, kq, lanes, _ = w.shape
+    return w.transpose(0, 2, 1, 3).reshape(nc * lanes, kq * 4)
+
+
+def _dense_ref(a, x, w, bias, q, s):
+    full = _unpack_dense_weight(w, a.tier)
+    acc = x.astype(np.int64) @ full.T
+    units = a.units
+    return _requant_np(acc[:, :units], bias[:units], q[:units], s[:units], a, 1)
+
+
+DENSE_INT8 = OpDef("qnn.contrib_dense_int8", ("data", "weight", "bias", "multiplier", "shift"), dict(_DENSE_ATTRS),
+                   _dense_rel, OpPattern.OUT_ELEMWISE_FUSABLE, _dense_ref,
+                   doc="u8 (M, K) x packed s8 weights, requantized per output (qnn/cpu_int8.py)")
+
+OPS = [CONV2D_INT8, DENSE_INT8]
+
+
+# -- the rewrite ---------------------------------------------------------------------------------
+
+def x86_plan(target):
+    """(tier, widest lanes) for an x86 llvm target with an 8-bit dot product, else None."""
+    if target is None or target.kind.name != "llvm":
+        return None
+    from ..backend.te_compiler import target_family
+    if target_family(target) != "x86":
+        return None
+    from kiln.topi.x86.conv2d_int8 import int8_tier
+    return int8_tier(target)
+
+
+class _Rewrite(ExprMutator):
+    def __init__(self, plan):
+        super().__init__()
+        self.tier, self.lanes = plan
+        self.blocked: dict = {}  # id(NCHW view of an int8 conv) -> (the blocked call, its block)
+        self.views: dict = {}    # (id(x), ib) -> x as NCHW[ib]c, shared by its consumers
+        self.keep: list = []     # the keys' nodes stay alive, so their ids stay unique
+
+    def visit_Function(self, f):
+        if f.attrs.get("Primitive"):
+            return f
+        return super().visit_Function(f)
+
+    def visit_Call(self, call):
+        new = super().visit_Call(call)
+        if new.op is not qcore.REQUANTIZE:
+            return new
+        chain = _match(new)
+        if chain is None:
+            return new
+        mm, bias = chain
+        try:
+            if mm.op is qnn_nn.CONV2D:
+                return self.conv(mm, bias, new)
+            return self.dense(mm, bias, new)
+        except _Skip:
+            return new
+
+    def _tier_for(self, w_cin_axis_major: np.ndarray) -> str:
+        from kiln.topi.int8_pack import pairs_fit_int16
+        if self.tier == "vnni":
+            return "vnni"
+        return "pmaddubsw" if pairs_fit_int16(w_cin_axis_major, 1) else "pmaddwd"
+
+    def conv(self, mm, bias, rq):
+        from kiln.topi.int8_pack import pack_conv_weight, pad_channels
+        from kiln.topi.x86.conv2d_int8 import block_for
+
+        a = mm.attrs
+        x, w, zx = mm.args[0], mm.args[1].data, value_of(mm.args[2])
+        if a.groups != 1 or a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or _dtype(x) != "uint8":
+            raise _Skip
+        o = w.shape[0]
+        lanes = block_for(o, self.lanes)
+        if not lanes:
+            raise _Skip
+        w4 = pad_channels(w, 1, 4)
+        cin = w4.shape[1]
+        ib = block_for(cin, self.lanes)
+        tier = self._tier_for(w4)
+        wsum = w.astype(np.int64).sum(axis=(1, 2, 3))
+        total, q, s, attrs = self._epilogue(rq, bias, wsum, int(zx.ravel()[0]), o)
+        data = self.blocked_input(x, cin, ib, int(zx.ravel()[0]))
+        packed = pack_conv_weight(w4, ib, lanes, tier == "pmaddwd")
+        out = CONV2D_INT8(data, const(packed), const(total), const(q), const(s), strides=tuple(a.strides),
+                          padding=tuple(a.padding), dilation=tuple(a.dilation), pad_value=int(zx.ravel()[0]),
+                          tier=tier, channels=o, **attrs)
+        plain = ftf.layout_transform(out, f"NCHW{lanes}c", "NCHW")
+        self.blocked[id(plain)] = (out, lanes)
+        return plain
+
+    def blocked_input(self, x, cin, ib, zx):
+        """``x`` as NCHW[ib]c (channels padded to ``cin``); reuses a blocked producer."""
+        got = self.blocked.get(id(x))
+        if got is not None and got[1] == ib:
+            return got[0]
+        key = (id(x), ib)
+        if key not in self.views:
+            c = int(infer(x).checked_type.shape[1])
+            self.keep.append(x)
+            y = x if cin == c else fnn.pad(x, ((0, 0), (0, cin - c), (0, 0), (0, 0)), pad_value=float(zx))
+            self.views[key] = ftf.layout_transform(y, "NCHW", f"NCHW{ib}c")
+        return self.views[key]
+
+    def dense(self, mm, bias, rq):
+        from kiln.topi.int8_pack import pack_dense_weight, pad_channels
+        from kiln.topi.x86.conv2d_int8 import block_for
+
+        x, w, zx = mm.args[0], mm.args[1].data, value_of(mm.args[2])
+        if _dtype(x) != "uint8" or len(infer(x).checked_type.shape) != 2:
+            raise _Skip
+        n = w.shape[0]
+        lanes = block_for(n, self.lanes) or min(self.lanes, 16)
+        w4 = pad_channels(pad_channels(w, 1, 4), 0, lanes)
+        tier = self._tier_for(w4)
+        wsum = w.astype(np.int64).sum(axis=1)
+        total, q, s, attrs = self._epilogue(rq, bias, wsum, int(zx.ravel()[0]), n)
+        pad_n = w4.shape[0] - n
+        total, q, s = (np.pad(v, (0, pad_n)) for v in (total, q, s))
+        s = np.where(s == 0, 31, s)
+        k = int(infer(x).checked_type.shape[1])
+        if w4.shape[1] != k:
+            x = fnn.pad(x, ((0, 0), (0, w4.shape[1] - k)), pad_value=0.0)
+        packed = pack_dense_weight(w4, lanes, tier == "pmaddwd")
+        return DENSE_INT8(x, const(packed), const(total), const(q), const(s), units=n, tier=tier, **attrs)
+
+    def _epilogue(self, rq, bias, wsum, zx: int, channels: int):
+        """(bias with the data zero point folded in, q, shift, attrs) of the requantize."""
+        from kiln.topi.int8_pack import requant_params
+
+        _, si, zi, so, zo = rq.args
+        ra = rq.attrs
+        if ra.rounding not in ("UPWARD", "TONEAREST") or ra.out_dtype not in ("uint8", "int8"):
+            raise _Skip
+        vals = [value_of(v) for v in (si, zi, so, zo)]
+        if any(v is None for v in vals) or np.any(vals[1]) or vals[3].size != 1:
+            raise _Skip
+        real = np.broadcast_to(multiplier(vals[0], vals[2]), (channels,))
+        params = requant_params(real)
+        if params is None:
+            raise _Skip
+        b = np.zeros(channels, np.int64) if bias is None else np.broadcast_to(bias.astype(np.int64).ravel(), (channels,))
+        total = b - zx * wsum
+        if np.any(np.abs(total) >= 1 << 31):
+            raise _Skip
+        attrs = dict(out_zp=int(vals[3].ravel()[0]), out_dtype=ra.out_dtype, rounding=ra.rounding)
+        return total.astype(np.int32), params[0], params[1], attrs
+
+
+class _Skip(Exception):
+    """The chain does not fit the int8 kernels: leave it to CanonicalizeOps."""
+
+
+def _dtype(e) -> str:
+    return str(infer(e).checked_type.dtype)
+
+
+def _match(rq):
+    """(qnn.conv2d/qnn.dense call, constant bias array or None) under ``rq``, or None."""
+    src = rq.args[0]
+    bias = None
+    if isinstance(src, Call) and getattr(src.op, "name", "") in ("nn.bias_add", "add"):
+        lhs, rhs = src.args
+        if not isinstance(rhs, Constant) or str(rhs.data.dtype) != "int32":
+            return None
+        if src.op.name == "nn.bias_add" and src.attrs.axis not in (1, -1):
+            return None
+        bias, src = rhs.data, lhs
+    if not isinstance(src, Call) or src.op not in (qnn_nn.CONV2D, qnn_nn.DENSE):
+        return None
+    x, w, zx, zw = src.args[:4]
+    if not isinstance(w, Constant) or str(w.data.dtype) != "int8":
+        return None
+    vzx, vzw = value_of(zx), value_of(zw)
+    if vzx is None or vzw is None or vzx.size != 1 or np.any(vzw):
+        return None
+    channels = w.data.shape[0]
+    axis = rq.attrs.axis
+    if bias is not None:
+        if bias.size not in (1, channels) or (src.op is qnn_nn.CONV2D and bias.size == channels
+                                              and bias.ndim > 1 and bias.shape[-1] != 1 and bias.ndim != 1):
+            return None
+    if value_of(rq.args[1]) is not None and value_of(rq.args[1]).size > 1:
+        want = 1 if src.op is qnn_nn.CONV2D else -1
+        if axis not in (want, want % (4 if src.op is qnn_nn.CONV2D else 2)):
+            return None
+    return src, bias
+
+
+def _cancel_pairs(func):
+    """layout_transform(layout_transform(y, A, B), B, A) -> y (between two int8 convs)."""
+    class C(ExprMutator):
+        def visit_Call(self, call):
+            new = super().visit_Call(call)
+            if new.op is not ftf.LAYOUT_TRANSFORM:
+                return new
+            inner = new.args[0]
+            if isinstance(inner, Call) and inner.op is ftf.LAYOUT_TRANSFORM and \
+                    inner.attrs.src_layout == new.attrs.dst_layout and inner.attrs.dst_layout == new.attrs.src_layout:
+                return inner.args[0]
+            return new
+    return C().visit(func)
+
+
+def use_int8_kernels(func, target):
+    """``func`` with its qnn conv/dense + requantize chains on the target's int8 kernels."""
+    plan = x86_plan(target)
+    if plan is None:
+        return func
+    return _cancel_pairs(infer(_Rewrite(plan).visit(infer(func))))
+
+
+__all__ = ["use_int8_kernels", "CONV2D_INT8", "DENSE_INT8", "OPS", "x86_plan"]
+
+
+# -- computes and schedules (read by relay/backend/op_impl.py) ---------------------------------------
+
+def _conv_compute(a, x, t, ctx):
+    from kiln.topi.x86 import conv2d_int8 as k
+
+    data, w, bias, q, s = x
+    acc = k.conv2d_int8_acc(data, w, tuple(a.strides), tuple(a.padding), tuple(a.dilation), a.pad_value, a.tier)
+    lo, hi = dtype_range(a.out_dtype)
+    return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding)
+
+
+def _dense_compute(a, x, t, ctx):
+    from kiln.topi.x86 import conv2d_int8 as k
+
+    data, w, bias, q, s = x
+    acc = k.dense_int8_acc(data, w, a.tier)
+    lanes = int(acc.shape[-1])
+    lo, hi = dtype_range(a.out_dtype)
+    return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding,
+                                 out_shape=(int(data.shape[0]), a.units),
+                                 index=lambda i, j: ((i, j // lanes, j % lanes), j))
+
+
+def _schedules():
+    from kiln.topi.x86 import conv2d_int8 as k
+    return {"conv2d_int8": {"x86": k.schedule_conv2d_int8}, "dense_int8": {"x86": k.schedule_dense_int8}}
+
+
+# op name -> (compute, schedule key); SCHEDULES() -> schedule key -> {family: schedule}
+COMPUTES = {CONV2D_INT8.name: (_conv_compute, "conv2d_int8"), DENSE_INT8.name: (_dense_compute, "dense_int8")}
+SCHEDULES = _schedules

@@ -1,0 +1,264 @@
+"""x86 int8 conv2d and dense: u8 data x s8 weights -> s32 through the CPU's 8-bit dot product,
+with qnn.requantize (bias, per-channel fixed-point multiplier, zero point, clamp) as the epilogue
+of the register tile, so the int32 accumulators never reach memory.
+
+Layouts: data ``NCHW[ib]c`` uint8 (ib a multiple of 4), weights packed at build time by
+kiln/topi/int8_pack.py (``(O/L, C/ib, KH, KW, ib/4, L, 4)``), output ``NCHW[L]c`` in the output
+dtype; L, the output block, is the vector's int32 lanes (16 zmm, 8 ymm, 4 xmm).
+
+Tiers (``int8_tier``), from LLVM's view of the target (kiln/target/cpu_facts.py): ``vnni``
+(``vpdpbusd``; zmm with AVX-512 VNNI, ymm with AVX-VNNI), else ``pmaddubsw`` (AVX2 / AVX-512BW)
+where the weights make it exact, else ``pmaddwd`` (16-bit weights, always exact). The reduction
+over 4 input channels x L output lanes is one tensor intrinsic (x86/int8_intrin.py).
+
+Requantize (UPWARD / TONEAREST rounding, as qnn.requantize): ``acc + bias`` in int64, times the
+multiplier q, plus half, arithmetic shift right by s, plus the output zero point, clamped; the
+same integers as kiln/relay/qnn/fixed_point.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln import te, tir
+from kiln.errors import CompileError
+
+from .int8_intrin import dot_intrin
+
+CONV_TAG = "conv2d_int8_acc"
+DENSE_TAG = "dense_int8_acc"
+REQUANT_TAG = "int8_requantize"
+
+
+def int8_tier(target=None) -> tuple[str, int] | None:
+    """(tier, widest lanes) of x86 ``target`` (default: the current one), None without AVX2."""
+    from kiln.target.cpu_facts import cpu_facts
+
+    facts = cpu_facts(target)
+    if "avx512vnni" in facts.features:
+        return "vnni", 16
+    if "avxvnni" in facts.features:
+        return "vnni", 8
+    if "avx512bw" in facts.features:
+        return "pmaddubsw", 16
+    if "avx2" in facts.features:
+        return "pmaddubsw", 8
+    return None
+
+
+def block_for(channels: int, lanes: int) -> int:
+    """The widest of lanes, lanes/2, ... (down to 4) that divides ``channels``; 0 if none."""
+    b = lanes
+    while b >= 4:
+        if channels % b == 0:
+            return b
+        b //= 2
+    return 0
+
+
+# -- compute -------------------------------------------------------------------------------------
+
+def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, tier: str):
+    """int32 NCHW[L]c accumulators of a u8 NCHW[ib]c data and a packed kernel (module doc)."""
+    n, cc, h, w, ib = (int(d) for d in data.shape)
+    if tier == "pmaddwd":
+        occ, kcc, kh, kw, icq, _, lanes, _ = (int(d) for d in kernel.shape)
+    else:
+        occ, kcc, kh, kw, icq, lanes, _ = (int(d) for d in kernel.shape)
+    if kcc != cc or icq * 4 != ib:
+        raise CompileError(f"conv2d_int8: kernel {tuple(kernel.shape)} does not match data {tuple(data.shape)}")
+    sh, sw = strides
+    dh, dw = dilation
+    pt, pl, pb, pr = padding
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    if any((pt, pl, pb, pr)):
+        pv = tir.const(pad_value, "uint8")
+        hp, wp = h + pt + pb, w + pl + pr
+
+        def fpad(b, c, y, x, i):
+            inside = tir.all(y >= pt, y < pt + h, x >= pl, x < pl + w)
+            return tir.if_then_else(inside, data[b, c, y - pt, x - pl, i], pv)
+        padded = te.compute((n, cc, hp, wp, ib), fpad, name="data_pad_int8", tag="int8_pad")
+    else:
+        padded = data
+    rco = te.reduce_axis((0, cc), name="rco")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    rcq = te.reduce_axis((0, icq), name="rcq")
+    if tier == "pmaddwd":
+        rp = te.reduce_axis((0, 2), name="rp")
+        r2 = te.reduce_axis((0, 2), name="r2")
+
+        def fconv(b, o, y, x, l):
+            a = padded[b, rco, y * sh + ry * dh, x * sw + rx * dw, rcq * 4 + rp * 2 + r2]
+            return te.sum(a.astype("int32") * kernel[o, rco, ry, rx, rcq, rp, l, r2].astype("int32"),
+                          axis=[rco, ry, rx, rcq, rp, r2])
+    else:
+        r4 = te.reduce_axis((0, 4), name="r4")
+
+        def fconv(b, o, y, x, l):
+            a = padded[b, rco, y * sh + ry * dh, x * sw + rx * dw, rcq * 4 + r4]
+            return te.sum(a.astype("int32") * kernel[o, rco, ry, rx, rcq, l, r4].astype("int32"),
+                          axis=[rco, ry, rx, rcq, r4])
+    return te.compute((n, occ, oh, ow, lanes), fconv, name="conv2d_int8", tag=CONV_TAG,
+                      attrs={"tier": tier, "lanes": lanes})
+
+
+def dense_int8_acc(data, kernel, tier: str):
+    """int32 (M, N) accumulators of u8 data (M, K) and a packed kernel (N/L, K/4, L, 4)."""
+    m, k = (int(d) for d in data.shape)
+    if tier == "pmaddwd":
+        nc, kq, _, lanes, _ = (int(d) for d in kernel.shape)
+    else:
+        nc, kq, lanes, _ = (int(d) for d in kernel.shape)
+    if kq * 4 != k:
+        raise CompileError(f"dense_int8: kernel {tuple(kernel.shape)} does not match data {tuple(data.shape)}")
+    rq = te.reduce_axis((0, kq), name="rq")
+    if tier == "pmaddwd":
+        rp = te.reduce_axis((0, 2), name="rp")
+        r2 = te.reduce_axis((0, 2), name="r2")
+
+        def fdense(i, o, l):
+            return te.sum(data[i, rq * 4 + rp * 2 + r2].astype("int32") * kernel[o, rq, rp, l, r2].astype("int32"),
+                          axis=[rq, rp, r2])
+    else:
+        r4 = te.reduce_axis((0, 4), name="r4")
+
+        def fdense(i, o, l):
+            return te.sum(data[i, rq * 4 + r4].astype("int32") * kernel[o, rq, l, r4].astype("int32"),
+                          axis=[rq, r4])
+    return te.compute((m, nc, lanes), fdense, name="dense_int8", tag=DENSE_TAG, attrs={"tier": tier, "lanes": lanes})
+
+
+def requantize_epilogue(acc, bias, mult, shift, out_zp: int, lo: int, hi: int, out_dtype: str,
+                        rounding: str = "UPWARD", out_shape=None, index=None):
+    """``clamp(((acc + bias) * q + half) >> s + zp)`` per output channel, as ``out_dtype``.
+
+    ``bias``/``mult``/``shift``: 1-D tensors over the channels (int32, int64, int64); ``index``
+    maps an output index to (accumulator index, channel); default: blocked NCHW[L]c."""
+    lanes = int(acc.shape[-1])
+    shape = tuple(int(d) for d in (out_shape or acc.shape))
+    if index is None:
+        def index(*i):
+            return i, i[1] * lanes + i[-1]
+
+    def f(*i):
+        at, ch = index(*i)
+        x = (acc[at] + bias[ch]).astype("int64")
+        s = shift[ch]
+        p = x * mult[ch] + (tir.const(1, "int64") << (s - 1))
+        if rounding == "TONEAREST":
+            p = p - (x < 0).astype("int64")
+        y = (p >> s) + tir.const(out_zp, "int64")
+        y = tir.min(tir.max(y, tir.const(lo, "int64")), tir.const(hi, "int64"))
+        return y.astype(out_dtype)
+    return te.compute(shape, f, name="requantize_int8", tag=REQUANT_TAG)
+
+
+# -- schedules -----------------------------------------------------------------------------------
+
+def _find(out, tag):
+    stack, seen = [out], set()
+    while stack:
+        t = stack.pop()
+        if id(t.op) in seen:
+            continue
+        seen.add(id(t.op))
+        if getattr(t.op, "tag", "") == tag:
+            return t
+        stack.extend(u for u in t.op.input_tensors if isinstance(u.op, te.ComputeOp))
+    return None
+
+
+def _inline_between(s, out, stop):
+    """Inline every compute stage strictly between ``out`` and ``stop`` (the fused epilogue)."""
+    stack, seen = list(out.op.input_tensors), set()
+    while stack:
+        t = stack.pop()
+        if t.op is stop.op or id(t.op) in seen or not isinstance(t.op, te.ComputeOp):
+            continue
+        seen.add(id(t.op))
+        if t.op.reduce_axis:
+            continue
+        s[t].compute_inline()
+        stack.extend(t.op.input_tensors)
+
+
+def tile_width(width: int, most: int = 8) -> int:
+    """The widest register tile of pixels (at most ``most``) that divides ``width``."""
+    return next(t for t in range(min(most, width), 0, -1) if width % t == 0)
+
+
+def schedule_conv2d_int8(outs, cfg=None):
+    """Schedule of an int8 conv (accumulators, requantize, any fused elementwise ops)."""
+    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
+    s = te.create_schedule([o.op for o in outs])
+    out = outs[0]
+    acc = _find(out, CONV_TAG)
+    _inline_between(s, out, acc)
+    tier, lanes = acc.op.attrs["tier"], acc.op.attrs["lanes"]
+    most = _knob(cfg, "tile_ow", 8 if lanes == 16 else 6)
+    n, c, y, x, b = s[out].op.axis
+    xo, xi = s[out].split(x, factor=tile_width(int(out.shape[3]), most))
+    s[out].reorder(n, c, y, xo, xi, b)
+    s[out].vectorize(b)
+    s[out].unroll(xi)
+    s[out].parallel(s[out].fuse(n, c, y))
+    s[acc].compute_at(s[out], xo)
+    an, ac, ay, ax, ab = s[acc].op.axis
+    red = s[acc].op.reduce_axis
+    rco, ry, rx, rcq, *inner = red
+    s[acc].reorder(an, ac, ay, rco, ry, rx, rcq, ax, ab, *inner)
+    s[acc].unroll(ax)
+    s[acc].tensorize(ab, dot_intrin(tier, lanes))
+    for t in acc.op.input_tensors:
+        if getattr(t.op, "tag", "") == "int8_pad":
+            ax_ = s[t].op.axis
+            s[t].parallel(s[t].fuse(ax_[0], ax_[1], ax_[2]))
+            s[t].vectorize(ax_[4])
+    return s
+
+
+def schedule_dense_int8(outs, cfg=None):
+    """Schedule of an int8 dense: rows x one lane block per tile, requantize as epilogue."""
+    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
+    s = te.create_schedule([o.op for o in outs])
+    out = outs[0]
+    acc = _find(out, DENSE_TAG)
+    _inline_between(s, out, acc)
+    tier, lanes = acc.op.attrs["tier"], acc.op.attrs["lanes"]
+    m = int(out.shape[0])
+    i, j = s[out].op.axis
+    jo, jb = s[out].split(j, factor=lanes)
+    io, ii = s[out].split(i, factor=tile_width(m, _knob(cfg, "tile_m", 4)))
+    s[out].reorder(io, jo, ii, jb)
+    s[out].vectorize(jb)
+    s[out].unroll(ii)
+    tile = s[out].fuse(io, jo)
+    s[out].parallel(tile)
+    s[acc].compute_at(s[out], tile)
+    ai, ao, al = s[acc].op.axis
+    rq, *inner = s[acc].op.reduce_axis
+    s[acc].reorder(ao, rq, ai, al, *inner)
+    s[acc].unroll(ai)
+    s[acc].tensorize(al, dot_intrin(tier, lanes))
+    return s
+
+
+def _knob(cfg, name, default):
+    if cfg is None:
+        return default
+    try:
+        v = cfg[name]
+        return getattr(v, "val", v)
+    except (KeyError, TypeError, IndexError):
+        return default
+
+
+def pad_value_u8(zp) -> int:
+    return int(np.asarray(zp).ravel()[0])
+
+
+__all__ = ["int8_tier", "block_for", "conv2d_int8_acc", "dense_int8_acc", "requantize_epilogue",
+           "schedule_conv2d_int8", "schedule_dense_int8", "tile_width", "CONV_TAG", "DENSE_TAG"]
