@@ -1,0 +1,66 @@
+"""The emulated boards beside the M3/M4F: mps2-an500 (Cortex-M7, FPv5-D16) and mps3-an547
+(Cortex-M55, SSE-300, its own memory map and UART). Standalone AOT firmware vs onnxruntime, float
+code on the FPU, and each board's clock: board seconds are instructions (qemu -icount shift=0)."""
+
+import subprocess
+
+import numpy as np
+import pytest
+from kws_model import kws_cnn, run_ort
+
+from kiln import micro, relay
+from kiln.micro.project import BOARDS, generate_crt_project, get_microtvm_template_projects
+from kiln.micro.toolchain import missing_arm_gcc, missing_qemu
+from kiln.relay.backend import Executor
+
+
+@pytest.fixture(autouse=True)
+def _tools():
+    why = missing_arm_gcc() or missing_qemu()
+    if why:
+        pytest.skip(why)
+
+
+BOARD_CPUS = [("qemu-mps2-an385", "cortex-m3"), ("qemu-mps2-an386", "cortex-m4"), ("qemu-mps2-an500", "cortex-m7"),
+              ("qemu-mps3-an547", "cortex-m55")]
+# A packed function whose body is a known number of instructions: 2 per iteration (subs, bne).
+SPIN = r'''
+#include "crt.h"
+char __kiln_last_error[4];
+int32_t spin(const KilnValue* args, const int32_t* type_codes, int32_t num_args) {
+  uint32_t n = (uint32_t)args[0].v_int64;
+  __asm__ volatile("1: subs %0, %0, #1\n\tbne 1b" : "+r"(n) : : "cc");
+  return 0;
+}
+'''
+
+
+@pytest.mark.parametrize("template,cpu", BOARD_CPUS)
+def test_board_time_counts_one_nanosecond_per_instruction(template, cpu, tmp_path):
+    """Under -icount shift=0 an instruction is 1 ns of board time whatever the board's SysTick clock
+    (25 MHz on MPS2, 32 MHz on the AN547): a wrong KILN_CORE_HZ shows as another slope."""
+    assert BOARDS[template].cpu == cpu
+    project = generate_crt_project(get_microtvm_template_projects(template), SPIN, ["spin"], tmp_path / "spin")
+    project.build()
+    with micro.Session(project.transport()) as sess:
+        timer = sess.get_system_lib().time_evaluator("spin", sess.device, number=1)
+        short, long = timer(1_000_000).results[0], timer(3_000_000).results[0]
+    # 4M more instructions; one SysTick tick (40 or 31.25 ns) of quantisation at each end.
+    assert abs((long - short) * 1e9 - 4_000_000) <= 2 * 40
+
+
+@pytest.mark.parametrize("template,cpu,fpu_insn", [("qemu-mps2-an500", "cortex-m7", "vfma.f32"),
+                                                   ("qemu-mps3-an547", "cortex-m55", "vfma.f32")])
+def test_standalone_kws_on_m7_and_m55_matches_onnxruntime_on_the_fpu(template, cpu, fpu_insn, tmp_path):
+    model, inputs = kws_cnn()
+    mod, params = relay.frontend.from_onnx(model)
+    lib = relay.build(mod, target=f"c -keys=arm_cpu -mcpu={cpu}",
+                      executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}), params=params)
+    project = micro.generate_project(get_microtvm_template_projects(template), lib, tmp_path / "fw", {"inputs": inputs})
+    project.build()
+    result = project.run()
+    # Hardware float with fused multiply-adds: a few ulps from onnxruntime's rounding.
+    np.testing.assert_allclose(result["outputs"]["output"], run_ort(model, inputs)[0], rtol=1e-5, atol=1e-6)
+    assert result["cycles"] > 0
+    asm = subprocess.run(["arm-none-eabi-objdump", "-d", project.elf], capture_output=True, text=True).stdout
+    assert fpu_insn in asm and "__aeabi_fmul" not in asm and "__aeabi_fadd" not in asm  # no soft-float calls
