@@ -14,6 +14,7 @@ from __future__ import annotations
 from ..errors import CompileError
 from ..ir import expr as E
 from ..ir.dtype import INT64, DType
+from .llvm_bf16 import promote_bfloat16
 from .llvm_expr import ExprCodegen
 from .llvm_ir import FunctionWriter, llvm_type
 from .llvm_memory import MemoryCodegen
@@ -60,6 +61,7 @@ class FunctionCodegen(ExprCodegen, MemoryCodegen, StmtCodegen, ParallelCodegen):
 
 def emit_prim_func(mw, func, symbol: str, target_info) -> None:
     """Both functions of one PrimFunc into the module writer."""
+    func = promote_bfloat16(func)
     entry = FunctionCodegen(mw, symbol, symbol, target_info)
     fw = entry.fw = FunctionWriter(
         mw, f"define protected i32 @{symbol}(ptr noalias %args, ptr noalias %codes, i32 %num_args) nounwind")

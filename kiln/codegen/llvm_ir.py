@@ -17,6 +17,8 @@ def scalar_type(dt: DType, memory: bool = False) -> str:
     """LLVM type of one lane. bool is i1 in registers and one byte (i8) in memory."""
     if dt.kind == "float":
         return {16: "half", 32: "float", 64: "double"}[dt.bits]
+    if dt.kind == "bfloat":
+        return "bfloat"
     if dt.kind == "bool":
         return "i8" if memory else "i1"
     if dt.kind == "handle":
@@ -30,7 +32,12 @@ def llvm_type(dt: DType, memory: bool = False) -> str:
 
 
 def float_literal(value: float, dt: DType) -> str:
-    """An exact LLVM literal: doubles as 0x + 16 hex digits, float rounded to float first."""
+    """An exact LLVM literal: doubles as 0x + 16 hex digits, float rounded to float first,
+    bfloat16 (0xR) rounded to nearest even."""
+    if dt.kind == "bfloat":
+        from .llvm_bf16 import bfloat16_bits
+
+        return f"0xR{bfloat16_bits(value):04X}"
     if dt.bits == 16:
         (bits,) = struct.unpack("<H", struct.pack("<e", value))
         return f"0xH{bits:04X}"

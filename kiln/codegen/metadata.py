@@ -9,7 +9,9 @@ def arg_entry(func, param) -> dict:
     """One entry of a function's "args": tensor (from buffer_map), handle or scalar."""
     buf = func.buffer_map.get(param)
     if buf is not None:
-        return {"name": buf.name, "kind": "tensor", "dtype": str(buf.dtype),
+        # The runtime (numpy only) holds bfloat16 tensors as their bits: uint16 arrays (docs/abi.md).
+        dtype = "uint16" if buf.dtype.kind == "bfloat" else str(buf.dtype)
+        return {"name": buf.name, "kind": "tensor", "dtype": dtype,
                 "shape": [_dim(d) for d in buf.shape]}
     if param.dtype.is_handle:
         return {"name": param.name, "kind": "handle", "dtype": "handle"}

@@ -1,20 +1,22 @@
-"""Data types as TVM spells them: "float32", "int8", "uint1"/"bool", "float32x4" (vector lanes)."""
+"""Data types as TVM spells them: "float32", "int8", "uint1"/"bool", "float32x4" (vector lanes),
+"bfloat16" (brain float: float32's exponent, 8 significant bits; DLPack type code 4)."""
 
 from __future__ import annotations
 
 import functools
 import re
 
-_PATTERN = re.compile(r"^(float|int|uint|bool|handle)(\d*)(?:x(\d+))?$")
+_PATTERN = re.compile(r"^(bfloat|float|int|uint|bool|handle)(\d*)(?:x(\d+))?$")
 
 # DLPack type codes
-INT, UINT, FLOAT, HANDLE, BOOL = 0, 1, 2, 3, 6
+INT, UINT, FLOAT, HANDLE, BFLOAT, BOOL = 0, 1, 2, 3, 4, 6
 
 
 class DType(str):
     """A scalar or vector type. It *is* its TVM spelling ("float32", "int8x4"), so
     ``A.dtype == "float32"`` and ``np.zeros(3, A.dtype)`` work as they do in TVM, and it knows
-    its kind ('float', 'int', 'uint', 'bool', 'handle'), bits and lanes."""
+    its kind ('float', 'bfloat', 'int', 'uint', 'bool', 'handle'), bits and lanes. bfloat16 counts
+    as a float (``is_float``); ``is_bfloat`` tells it apart."""
 
     __slots__ = ()
 
@@ -45,7 +47,11 @@ class DType(str):
 
     @property
     def is_float(self) -> bool:
-        return self.kind == "float"
+        return self.kind in ("float", "bfloat")
+
+    @property
+    def is_bfloat(self) -> bool:
+        return self.kind == "bfloat"
 
     @property
     def is_int(self) -> bool:
@@ -79,7 +85,7 @@ class DType(str):
 
     @property
     def type_code(self) -> int:
-        return {"int": INT, "uint": UINT, "float": FLOAT, "handle": HANDLE, "bool": BOOL}[self.kind]
+        return {"int": INT, "uint": UINT, "float": FLOAT, "bfloat": BFLOAT, "handle": HANDLE, "bool": BOOL}[self.kind]
 
     def element_of(self) -> "DType":
         return self if self.lanes == 1 else DType(self.kind, self.bits, 1)
@@ -103,11 +109,13 @@ def _parse(text: str) -> DType:
         nbits = 64
     else:
         nbits = int(bits) if bits else 32
-    valid = {"float": (16, 32, 64), "int": (1, 8, 16, 32, 64), "uint": (1, 8, 16, 32, 64)}
+    valid = {"float": (16, 32, 64), "bfloat": (16,), "int": (1, 8, 16, 32, 64), "uint": (1, 8, 16, 32, 64)}
     if kind in valid and nbits not in valid[kind]:
         raise ValueError(f"unknown dtype {text!r}: {kind} has widths {valid[kind]}")
     if kind == "uint" and nbits == 1:
         kind = "bool"
+    if kind == "bfloat":
+        _register_numpy_bfloat16()
     return DType(kind, nbits, int(lanes) if lanes else 1)
 
 
@@ -120,8 +128,18 @@ def dtype(value) -> DType:
     return _parse(value)
 
 
+def _register_numpy_bfloat16() -> None:
+    """Make np.dtype("bfloat16") known (ml_dtypes registers it; onnx depends on ml_dtypes), so
+    constants and references of a bfloat16 graph are numpy arrays like any other. Without it
+    kiln still compiles bfloat16 kernels; numpy-side conversions then fail with ml_dtypes' name."""
+    try:
+        import ml_dtypes  # noqa: F401
+    except ImportError:
+        pass
+
+
 def numpy_name(dt: DType | str) -> str:
-    """The numpy dtype name for a scalar DType."""
+    """The numpy dtype name for a scalar DType (bfloat16: ml_dtypes' "bfloat16")."""
     dt = dtype(dt)
     return "bool" if dt.is_bool else str(dt.element_of())
 

@@ -233,6 +233,8 @@ indexmod = floormod
 
 def max_value(dtype) -> PrimExpr:
     dt = _dtype(dtype)
+    if dt.kind == "bfloat":
+        return FloatImm(dt, 3.3895313892515355e38)  # (2 - 2^-7) * 2^127
     if dt.is_float:
         return FloatImm(dt, {16: 65504.0, 32: 3.4028234663852886e38, 64: 1.7976931348623157e308}[dt.bits])
     if dt.is_bool:

@@ -141,6 +141,26 @@ def test_mixed_precision_flags(tmp_path, small_onnx):
         assert np.abs(got - want[0]).max() <= 1e-2 * np.abs(want[0]).max()
 
 
+def test_mixed_precision_bfloat16(tmp_path, small_onnx):
+    """bfloat16 (float32 accumulation): the compiled graph stores bfloat16 and matches float32 within
+    bfloat16's precision (8 significant bits: 2^-8 per rounding, a few roundings deep)."""
+    model, inputs, want = small_onnx
+    np.savez(tmp_path / "in.npz", **inputs)
+    package = tmp_path / "bf16.tar"
+    tvmc("compile", "--target", "llvm", "-o", str(package), "--mixed-precision",
+         "--mixed-precision-calculation-type", "bfloat16", "--dump-code", "relay", model)
+    assert "bfloat16" in open(f"{package}.relay").read()
+    tvmc("run", str(package), "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "o.npz"))
+    got = np.load(tmp_path / "o.npz")["output_0"]
+    assert got.dtype == np.float32
+    err = np.abs(got - want[0]).max() / np.abs(want[0]).max()
+    assert 0 < err <= 2.0 ** -5
+    bad = tvmc("compile", "--target", "llvm", "-o", str(tmp_path / "x.tar"), "--mixed-precision",
+               "--mixed-precision-calculation-type", "bfloat16", "--mixed-precision-acc-type", "float16", model,
+               check=False)
+    assert bad.returncode != 0 and "--mixed-precision-acc-type 'float16': use float32 with" in bad.stderr
+
+
 def test_cross_compile_for_aarch64(tmp_path, small_onnx):
     """--target-llvm-mtriple with --cross-compiler (the board's gcc), and without it (ld.lld)."""
     import shutil

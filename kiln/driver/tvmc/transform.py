@@ -8,8 +8,9 @@
 
 ``mixed_precision_ops`` are the ops always converted (ToMixedPrecision's ALWAYS list); the
 built-in ALWAYS ops left out of it only follow their inputs. The calculation type is the
-storage and arithmetic type of the converted ops (float16), the accumulation type float16 or
-float32 (a float32 accumulator, cast to float16 after the op).
+storage and arithmetic type of the converted ops (float16 or bfloat16), the accumulation type
+float16 or float32 (a float32 accumulator, cast to the calculation type after the op); bfloat16
+accumulates in float32 only.
 """
 
 from __future__ import annotations
@@ -63,10 +64,12 @@ def apply_graph_transforms(mod, args: dict, params: dict | None = None):
     if args.get("mixed_precision"):
         calc = args.get("mixed_precision_calculation_type") or "float16"
         acc = args.get("mixed_precision_acc_type") or "float32"
-        if calc != "float16":
-            raise TVMCException(f"--mixed-precision-calculation-type {calc!r}: kiln converts to float16")
-        if acc not in ("float16", "float32"):
-            raise TVMCException(f"--mixed-precision-acc-type {acc!r}: use float16 or float32")
+        if calc not in ("float16", "bfloat16"):
+            raise TVMCException(f"--mixed-precision-calculation-type {calc!r}: kiln converts to float16 or bfloat16")
+        if acc not in ("float16", "float32") or (calc == "bfloat16" and acc != "float32"):
+            raise TVMCException(f"--mixed-precision-acc-type {acc!r}: use float32"
+                                + ("" if calc == "bfloat16" else " or float16")
+                                + f" with --mixed-precision-calculation-type {calc}")
         ops = list(args.get("mixed_precision_ops") or DEFAULT_MIXED_PRECISION_OPS)
         mod = transform.ToMixedPrecision(calc, accumulation_dtype=acc,
                                          overrides=mixed_precision_overrides(ops))(mod)
@@ -77,15 +80,16 @@ def add_transform_arguments(parser) -> None:
     parser.add_argument("--desired-layout", choices=["NCHW", "NHWC"],
                         help="convert convolutions to this data layout before compiling")
     parser.add_argument("--mixed-precision", action="store_true",
-                        help="run the heavy ops (and the cheap ops between them) in float16; inputs and "
-                             "outputs stay float32")
+                        help="run the heavy ops (and the cheap ops between them) in float16 or bfloat16; "
+                             "inputs and outputs stay float32")
     parser.add_argument("--mixed-precision-ops", nargs="+", metavar="OP", default=None,
                         help="ops always converted (default: nn.conv2d nn.dense)")
-    parser.add_argument("--mixed-precision-calculation-type", default="float16", choices=["float16"],
-                        help="the low-precision type (float16)")
+    parser.add_argument("--mixed-precision-calculation-type", default="float16", choices=["float16", "bfloat16"],
+                        help="the low-precision type (float16, or bfloat16: float32's range, 8 significant "
+                             "bits; AVX512-BF16/AMX CPUs multiply it natively)")
     parser.add_argument("--mixed-precision-acc-type", default="float32", choices=["float16", "float32"],
                         help="accumulation type of the converted ops: float16, or float32 with a cast to "
-                             "float16 after each op (default: float32)")
+                             "the calculation type after each op (default: float32; bfloat16 needs float32)")
 
 
 def transform_args(args) -> dict:

@@ -100,6 +100,8 @@ class GraphCodegen:
         if ref is None:
             # np.require, not np.ascontiguousarray: the latter turns a 0-d constant into shape (1,)
             data = np.require(transform.fn(const.data) if transform else const.data, requirements="C")
+            if data.dtype.name == "bfloat16":  # the runtime holds bfloat16 as its bits (docs/abi.md)
+                data = data.view(np.uint16)
             name = self._fresh_name()
             self.params[name] = data
             ref = self._input(name, _ArrayType(data), scope)
@@ -162,7 +164,8 @@ class GraphCodegen:
             if isinstance(ty, TupleType):
                 raise CompileError(f"graph codegen: {node['name']} has a nested tuple type {ty}; the graph "
                                    "executor passes tensors only")
-            self.entry_types.append((tuple(int(d) for d in ty.shape), str(ty.dtype)))
+            dtype = "uint16" if str(ty.dtype) == "bfloat16" else str(ty.dtype)  # bfloat16 bits
+            self.entry_types.append((tuple(int(d) for d in ty.shape), dtype))
         self.nodes.append(node)
 
     def _fresh_name(self) -> str:

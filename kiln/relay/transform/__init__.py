@@ -120,7 +120,8 @@ def FuseOps(fuse_opt_level: int = -1):  # noqa: N802
 def ToMixedPrecision(mixed_precision_type: str = "float16", missing_op_mode: int = 1,  # noqa: N802
                      accumulation_dtype: str | None = None, overrides: dict | None = None):
     """Run conv2d/dense/batch_matmul (and the cheap ops around them) in ``mixed_precision_type``
-    (float16), accumulating in ``accumulation_dtype`` (float16 or float32); graph inputs and
+    (float16 or bfloat16), accumulating in ``accumulation_dtype`` (float16 or float32; bfloat16:
+    float32); graph inputs and
     outputs keep their dtype. ``overrides``: ``{op_name: "always" | "follow" | "never"}``
     (see mixed_precision.py for the lists). ``missing_op_mode`` is TVM's knob for ops in no
     list; kiln always keeps those in float32."""

@@ -1,4 +1,5 @@
-"""Run a float32 graph in float16 where that is safe: ``ToMixedPrecision("float16")``.
+"""Run a float32 graph in float16 or bfloat16 where that is safe: ``ToMixedPrecision("float16")``,
+``ToMixedPrecision("bfloat16")``.
 
 Every op call falls in one of three lists:
 
@@ -12,6 +13,12 @@ Every op call falls in one of three lists:
   as possible without converting ops that only ever see float32 data.
 - NEVER: ops that overflow or lose too much in float16 (softmax, exp, log, sums, means, layer
   norm, variance, ...). Their inputs are cast back to float32. Ops in no list count as NEVER.
+
+bfloat16 keeps float32's range with 8 significant bits (float16: 11): its heavy ops accumulate
+in float32 by default (``accumulation_dtype="bfloat16"`` is refused: a sum of K bfloat16-rounded
+terms loses about log2(K) of those 8 bits), and what follows them rounds to bfloat16 once per
+op. Constants are rounded to bfloat16 (nearest even) at compile time with ml_dtypes, which the
+onnx package brings. The runtime holds bfloat16 tensors as their bits, uint16 arrays.
 
 Graph inputs keep their dtype (the cast is inside the graph) and every output whose dtype
 changed is cast back, so the compiled model's interface is the float32 one. The lists are
@@ -48,7 +55,7 @@ NEVER_OPS = (
     "nn.softmax", "nn.log_softmax", "exp", "log", "sqrt", "rsqrt", "power", "erf", "sum", "mean",
     "prod", "variance", "nn.layer_norm", "reciprocal", "sin", "cos",
 )
-SUPPORTED_TYPES = ("float16",)
+SUPPORTED_TYPES = ("float16", "bfloat16")
 
 
 def default_lists() -> dict:
@@ -172,13 +179,26 @@ def _restore_outputs(body, original_type, low: str):
     return body
 
 
+def _need_ml_dtypes() -> None:
+    try:
+        import ml_dtypes  # noqa: F401
+    except ImportError:
+        raise CompileError("ToMixedPrecision('bfloat16') rounds the weights with numpy's bfloat16 from the "
+                           "ml_dtypes package; install it (pip install ml_dtypes)") from None
+
+
 def to_mixed_precision(func: Function, mixed_precision_type: str = "float16",
                        accumulation_dtype: str | None = None, overrides: dict | None = None) -> Function:
     """``func`` with its ALWAYS/FOLLOW ops in ``mixed_precision_type`` (see the module doc)."""
     if mixed_precision_type not in SUPPORTED_TYPES:
         raise CompileError(f"ToMixedPrecision: mixed_precision_type {mixed_precision_type!r} is not supported; "
                            f"use one of {', '.join(SUPPORTED_TYPES)}")
-    acc = accumulation_dtype or mixed_precision_type
+    acc = accumulation_dtype or ("float32" if mixed_precision_type == "bfloat16" else mixed_precision_type)
+    if mixed_precision_type == "bfloat16":
+        _need_ml_dtypes()
+        if acc != "float32":
+            raise CompileError(f"ToMixedPrecision: accumulation dtype {acc!r} with bfloat16: bfloat16 sums lose "
+                               "too much (8 significant bits); use accumulation_dtype='float32' (the default)")
     if acc not in (mixed_precision_type, "float32"):
         raise CompileError(f"ToMixedPrecision: accumulation dtype {acc!r} must be {mixed_precision_type!r} "
                            "or 'float32'")

@@ -17,7 +17,9 @@ each one the same register tile as a 1x1 convolution:
 
 The transforms' 0/1 coefficients are folded away when the frequency loops unroll. Numerically
 F(2x2, 3x3) stays within a few float32 ulps of the direct kernel (its matrices are exact small
-fractions). Knobs: ``oc_bn`` (output block), ``tile_p`` (tiles per register tile).
+fractions). bfloat16 data is transformed in the accumulation dtype (float32: V = B^T d B of
+bfloat16 numbers is exact there, where bfloat16 would round each of its sums to 8 bits); the
+weight's U is rounded to bfloat16 once, from float64, like the weight itself. Knobs: ``oc_bn`` (output block), ``tile_p`` (tiles per register tile).
 """
 
 from __future__ import annotations
@@ -133,9 +135,11 @@ def conv2d_winograd_NCHWc(data, kernel, padding, out_dtype=None, cfg=None, out_c
     padded = pad(data, (0, 0, p.pad_top, p.pad_left, 0),
                  (0, 0, 2 * th + 2 - h - p.pad_top, 2 * tw + 2 - w - p.pad_left, 0), name="data_pad")
 
+    wide = out_dtype if str(data.dtype) == "bfloat16" else str(data.dtype)
+
     def fv(b, e, cb, t, ci):
         y, x = (t // tw) * 2, (t % tw) * 2
-        d = [[padded[b, cb, y + i, x + j, ci] for j in range(4)] for i in range(4)]
+        d = [[padded[b, cb, y + i, x + j, ci].astype(wide) for j in range(4)] for i in range(4)]
         cases = []
         for e1 in range(4):
             rows = [_terms(BT[e1], [d[i][j] for i in range(4)]) for j in range(4)]  # (B^T d)[e1][j]
@@ -169,14 +173,17 @@ def _transform_kernel(kernel, ib: int, bn: int):
     """U = G g G^T as a TE stage (constant-folded when the kernel is a parameter)."""
     k, c = const_int(kernel.shape[0]), const_int(kernel.shape[1])
 
+    dtype = str(kernel.dtype)
+    wide = "float32" if dtype == "bfloat16" else dtype  # one rounding to bfloat16, at the end
+
     def fu(kb, e, cb, ci, kk):
-        g = [[kernel[kb * bn + kk, cb * ib + ci, i, j] for j in range(3)] for i in range(3)]
+        g = [[kernel[kb * bn + kk, cb * ib + ci, i, j].astype(wide) for j in range(3)] for i in range(3)]
         cases = []
         for e1 in range(4):
             rows = [_terms(G[e1], [g[i][j] for i in range(3)]) for j in range(3)]
             for e2 in range(4):
                 cases.append(_terms(G[e2], rows))
-        return _select(e, cases)
+        return _select(e, cases).astype(dtype)
 
     return te.compute((k // bn, 16, c // ib, ib, bn), fu, name="winograd_kernel", tag="injective,kernel_pack")
 

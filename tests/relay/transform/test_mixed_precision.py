@@ -200,3 +200,84 @@ def test_float16_kernel_values():
     f(tvm.nd.array(x), tvm.nd.array(y), out)
     want = (x.astype("float32") * y.astype("float32") + x.astype("float32"))
     np.testing.assert_allclose(out.numpy().astype("float32"), want, rtol=2e-3, atol=2e-3)
+
+
+# -- bfloat16 ---------------------------------------------------------------------------------------
+
+def test_bfloat16_conv_accumulates_in_float32_and_rounds_weights_to_nearest_even():
+    import ml_dtypes
+    f = to_mixed_precision(_conv_net(), "bfloat16")
+    calls = _calls(f)
+    assert [c[0] for c in calls] == ["cast", "nn.conv2d", "cast", "add", "nn.relu", "cast"]
+    assert calls[0][1] == "bfloat16" and calls[1][1] == "float32" and calls[1][2].out_dtype == "float32"
+    assert calls[2][1] == "bfloat16" and calls[-1][1] == "float32"
+    weight = _conv_net().body.args[0].args[0].args[1].data
+    consts = [c.data for c in _conv_consts(f) if c.data.shape == weight.shape]
+    assert consts and consts[0].dtype.name == "bfloat16"
+    # ml_dtypes rounds to nearest even: the reference for the constants' bits
+    np.testing.assert_array_equal(consts[0].view(np.uint16), weight.astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+def test_bfloat16_refuses_bfloat16_accumulation():
+    with pytest.raises(CompileError, match="accumulation dtype 'bfloat16' with bfloat16.*float32"):
+        to_mixed_precision(_conv_net(), "bfloat16", accumulation_dtype="bfloat16")
+
+
+def _bf16_numbers(shape, seed):
+    """float32 numbers that are bfloat16 numbers (8 significant bits), so casts to bfloat16 are exact."""
+    import ml_dtypes
+    return np.random.default_rng(seed).standard_normal(shape).astype(ml_dtypes.bfloat16).astype("float32")
+
+
+def test_small_bfloat16_net_within_its_error_bound():
+    """conv 3x3/2 (the direct blocked kernel) + bias + relu in bfloat16 (float32 accumulation),
+    against float64: inputs and weights are bfloat16 numbers, so the error is the float32 sum
+    (1e-6 relative, generously) plus one bfloat16 rounding of the conv output and one of the bias
+    add (|err| <= 2^-8 |value| each, the first carried through the add); relu changes nothing."""
+    from kiln.topi import testing
+    x, w, b = _bf16_numbers((1, 4, 8, 8), 1), _bf16_numbers((8, 4, 3, 3), 2), _bf16_numbers((8, 1, 1), 3)
+    data = relay.var("x", shape=x.shape)
+    y = relay.nn.relu(relay.add(relay.nn.conv2d(data, relay.const(w), strides=(2, 2), padding=(1, 1),
+                                                channels=8, kernel_size=(3, 3)), relay.const(b)))
+    f = to_mixed_precision(relay.Function([data], y), "bfloat16")
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(tvm.IRModule.from_expr(f), target="llvm")
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu()))
+    m.set_input("x", x)
+    m.run()
+    got = m.get_output(0).numpy()
+    conv = testing.conv2d_nchw_python(x.astype("float64"), w.astype("float64"), 2, 1)
+    want = np.maximum(conv + b, 0)
+    u = 2.0 ** -8  # bfloat16 unit roundoff
+    bound = u * np.abs(conv) * (1 + u) + u * (np.abs(conv + b) + u * np.abs(conv)) + 1e-6 * np.abs(conv)
+    assert got.dtype == np.float32
+    assert np.all(np.abs(got - want) <= bound)
+    assert np.abs(got - want).max() > 0  # it did round to bfloat16
+
+
+# bfloat16 keeps 8 significant bits: a logit of this network is within a few bfloat16 steps at the
+# logits' scale (measured on this ResNet: 2.7); classes more than two such bounds apart keep their
+# order on every CPU.
+BFLOAT16_LOGIT_STEPS = 6
+
+
+def test_resnet18_bfloat16_ranking_and_error():
+    """ResNet-18 in bfloat16 (float32 accumulation) against onnxruntime's float32: the ranking the
+    bfloat16 margin determines, and max relative error (max |diff| / max |logit|) <= 2^-5."""
+    from helpers.ranking import bfloat16_step
+    model, inputs = resnet18()
+    want = run_ort(model, inputs)[0]
+    mod, params = relay.frontend.from_onnx(model, shape={"data": inputs["data"].shape})
+    mod = relay.transform.BindParams(params)(mod)
+    mod = relay.transform.ToMixedPrecision("bfloat16")(mod)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target="llvm")
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu()))
+    m.set_input("data", inputs["data"])
+    m.run()
+    got = m.get_output(0).numpy()
+    assert got.dtype == np.float32
+    print(assert_ranking_kept(got[0], want[0], bound=BFLOAT16_LOGIT_STEPS * bfloat16_step(want[0])))
+    rel = np.abs(got - want).max() / np.abs(want).max()
+    print(f"ResNet-18 bfloat16: max relative error {rel:.2e}")
+    assert 0 < rel <= 2.0 ** -5
