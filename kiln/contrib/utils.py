@@ -35,6 +35,11 @@ class TempDirectory:
     def listdir(self) -> list[str]:
         return sorted(os.listdir(self.path))
 
+    def __truediv__(self, name):
+        """``temp / "project"``: a pathlib.Path inside this directory (TVM's microTVM tutorials)."""
+        import pathlib
+        return pathlib.Path(self.path) / name
+
     def remove(self) -> None:
         """Delete the directory now (also a directory passed as ``custom_path``)."""
         if self._finalizer is not None:
