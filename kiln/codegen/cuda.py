@@ -27,6 +27,8 @@ from ..errors import CompileError
 from ..ir import expr as E
 from ..ir.dtype import DType
 from ..ir.functor import substitute
+from ..runtime.devices.nvrtc import (DEFAULT_ARCH, compile_source, have_nvrtc,  # noqa: F401 - NVRTC is
+                                     normalize_arch, nvrtc, ptx_of, source_of)  # the runtime's; names kept
 from ..runtime.module import Module
 from .c_family import ALIGN, CStylePrinter, Lang, _const_size
 from .c_family_expr import _contiguous
@@ -34,7 +36,6 @@ from .cuda_warp import SHFL_OP, warp_reductions
 from ..tir.transform.double_buffer import ASYNC, WAIT_OP
 from .cuda_wmma import OPS as WMMA_OPS, STRUCTS as WMMA_STRUCTS, WmmaPrinter, access_ptr
 
-DEFAULT_ARCH = "sm_80"  # when the target names none and no GPU is present (runs on sm_80 and newer)
 STATIC_SHARED_LIMIT = 48 * 1024  # larger shared memory must be dynamic
 
 _TYPES = {("float", 16): "half", ("float", 32): "float", ("float", 64): "double",
@@ -325,77 +326,6 @@ def kernel_source(kernels, arch: str | None = None) -> tuple[str, list[int]]:
     return PREAMBLE + wmma + "\n" + "\n".join(parts), shared
 
 
-# NVRTC ---------------------------------------------------------------------------------------------
-
-def nvrtc():
-    """cuda.bindings.nvrtc, or a CompileError saying how to install it."""
-    try:
-        from cuda.bindings import nvrtc as mod
-    except ImportError:
-        raise CompileError("compiling CUDA needs NVRTC: pip install 'kiln[cuda]' "
-                           "(cuda-bindings and nvidia-cuda-nvrtc)") from None
-    return mod
-
-
-def have_nvrtc() -> bool:
-    try:
-        nvrtc().nvrtcVersion()
-    except Exception:  # noqa: BLE001 - no module, or the library cannot be found
-        return False
-    return True
-
-
-def _ok(err, what: str) -> None:
-    if int(err) != 0:
-        raise CompileError(f"NVRTC {what} failed: {getattr(err, 'name', err)}")
-
-
-@functools.lru_cache(maxsize=64)
-def compile_source(source: str, arch: str, fmt: str = "ptx", name: str = "kiln_kernels.cu") -> bytes:
-    """The kernels compiled by NVRTC for arch ("sm_90"): PTX text, or a cubin with fmt="cubin"."""
-    if fmt not in ("ptx", "cubin"):
-        raise CompileError(f"NVRTC makes 'ptx' or 'cubin', not {fmt!r}")
-    lib = nvrtc()
-    arch = normalize_arch(arch)
-    err, prog = lib.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
-    _ok(err, "create program")
-    try:
-        # PTX for a virtual arch (compute_XX) runs on that arch and newer; a cubin is for one chip.
-        gpu = arch.replace("sm_", "compute_") if fmt == "ptx" else arch
-        # No --use_fast_math: division and sqrt stay IEEE-exact, as the CPU backends compute them.
-        opts = [f"--gpu-architecture={gpu}".encode(), b"--std=c++17", b"-default-device"]
-        (err,) = lib.nvrtcCompileProgram(prog, len(opts), opts)
-        if int(err) != 0:
-            size = lib.nvrtcGetProgramLogSize(prog)[1]
-            log = b" " * size
-            lib.nvrtcGetProgramLog(prog, log)
-            text = log.decode(errors="replace").rstrip("\x00").strip()
-            raise CompileError(f"NVRTC could not compile the CUDA kernels for {arch}:\n{text}")
-        get_size, get = ((lib.nvrtcGetPTXSize, lib.nvrtcGetPTX) if fmt == "ptx"
-                         else (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN))
-        err, size = get_size(prog)
-        _ok(err, f"{fmt} size")
-        out = b" " * size
-        _ok(get(prog, out)[0], f"get {fmt}")
-        return bytes(out)
-    finally:
-        lib.nvrtcDestroyProgram(prog)
-
-
-def normalize_arch(arch: str) -> str:
-    """"sm_90", "90", "9.0", "compute_90" -> "sm_90"."""
-    text = str(arch).strip().lower()
-    for prefix in ("sm_", "compute_"):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
-    if "." in text:
-        major, _, minor = text.partition(".")
-        text = major + minor
-    if not text[:-1].isdigit() and not text.isdigit():
-        raise CompileError(f"CUDA arch {arch!r} is not like 'sm_90'")
-    return "sm_" + text
-
-
 @functools.lru_cache(maxsize=1)  # also spares forked build workers a driver call
 def default_arch() -> str:
     """The arch of CUDA device 0 when this machine has one, else DEFAULT_ARCH."""
@@ -429,7 +359,7 @@ def build(mod, target):
         entries.append(entry)
     device_code = {"type_key": "cuda", "source": source, "arch": arch, "kernels": entries}
     if have_nvrtc():  # compile errors show at build time; the PTX runs where NVRTC is absent
-        device_code["ptx"] = compile_source(source, arch, "ptx").rstrip(b"\x00").decode()
+        ptx_of(device_code)
     host_target = target.host if target.host is not None else Target("llvm")
     module = build_host(host_mod, host_target, target, device_code)
     module.sources["cu"] = source
@@ -464,15 +394,3 @@ class CUDASourceModule(Module):
 
     def __repr__(self) -> str:
         return f"CUDASourceModule({', '.join(self.function_names())})"
-
-
-def source_of(device_code: dict, fmt: str = "") -> str:
-    """The CUDA C ("", "cu", "cuda") or PTX ("ptx") of a module's device code."""
-    if fmt in ("", "cu", "cuda"):
-        return device_code["source"]
-    if fmt == "ptx":
-        if "ptx" not in device_code:
-            device_code["ptx"] = compile_source(device_code["source"], device_code.get("arch", DEFAULT_ARCH),
-                                                "ptx").rstrip(b"\x00").decode()
-        return device_code["ptx"]
-    raise CompileError(f"a cuda module has its source as 'cu' or 'ptx', not {fmt!r}")

@@ -7,16 +7,11 @@ dispatched to that session (see ``kiln.runtime.ndarray``).
 
 from __future__ import annotations
 
-# DLPack device type codes (dlpack.h); the kernel ABI uses the same numbers.
-CPU, CUDA, CUDA_HOST, OPENCL = 1, 2, 3, 4
-VULKAN, METAL, ROCM = 7, 8, 10
-
-_TYPE_NAMES = {CPU: "cpu", CUDA: "cuda", CUDA_HOST: "cuda_host", OPENCL: "opencl",
-               VULKAN: "vulkan", METAL: "metal", ROCM: "rocm"}
+from .device_types import _TYPE_NAMES, CPU, CUDA, CUDA_HOST, EXT_DEV, METAL, OPENCL, ROCM, VULKAN  # noqa: F401
 
 # Every spelling users (and target strings) use for a device kind.
 _NAME_TO_TYPE = {
-    "cpu": CPU, "llvm": CPU, "c": CPU, "stackvm": CPU, "ext_dev": CPU,
+    "cpu": CPU, "llvm": CPU, "c": CPU, "stackvm": CPU, "ext_dev": EXT_DEV,
     "cuda": CUDA, "gpu": CUDA, "nvptx": CUDA,
     "cuda_host": CUDA_HOST,
     "opencl": OPENCL, "cl": OPENCL,
@@ -131,6 +126,11 @@ def cuda(dev_id: int = 0) -> Device:
 
 def cl(dev_id: int = 0) -> Device:
     return Device(OPENCL, dev_id)
+
+
+def ext_dev(dev_id: int = 0) -> Device:
+    """The accelerator (kiln's VTA simulator): ``tvm.ext_dev(0)``."""
+    return Device(EXT_DEV, dev_id)
 
 
 gpu = cuda

@@ -66,7 +66,7 @@ class CuBLASExecutor:
         return g["constants"][entry - len(g["inputs"])]["shape"]
 
     def bind(self, arrays):
-        from .json_runtime import _address
+        from .json_graph import address as _address
 
         g = self.graph
         ptr = {i: _address(a) for i, a in enumerate(arrays[:self.n_in])}

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import KilnError
 from . import json_cuda_graph
-from .json_runtime import entry_shape, load_error
+from .json_graph import entry_shape, load_error
 
 INSTALL_HINT = ("cuDNN is not installed: pip install nvidia-cudnn-cu13 (or nvidia-cudnn-cu12 with CUDA 12), "
                 "or install the system's libcudnn9")
@@ -254,7 +254,7 @@ class CuDNNExecutor:
 
     def bind(self, arrays):
         """A function running the graph on ``arrays`` (inputs, constants, outputs: CUDA NDArrays)."""
-        from .json_runtime import _address
+        from .json_graph import address as _address
 
         g = self.graph
         n_out = len(g["outputs"])

@@ -6,6 +6,7 @@ fresh from the compiler, compiled.py). The RPC client subclasses Module for remo
 
 from __future__ import annotations
 
+import importlib
 import os
 
 from ..errors import KilnError
@@ -92,8 +93,18 @@ def load_module(path: str, fmt: str = "") -> Module:
         raise KilnError(f"module file {path} does not exist")
     if os.path.isdir(path):
         raise KilnError(f"module file {path} is a directory; pass the .so or .tar file inside it")
-    if (fmt or path.rsplit(".", 1)[-1]) == "tar":
-        from .compiled import load_tar
-        return load_tar(path)
-    from .library import LibraryModule
-    return LibraryModule(path)
+    kind = "tar" if (fmt or path.rsplit(".", 1)[-1]) == "tar" else "so"
+    with open(path, "rb") as f:
+        if f.read(8) == b"KILNVTA1":  # an accelerator's instruction stream, whatever its name
+            kind = "vta"
+    module_name, attr = LOADERS[kind]
+    return getattr(importlib.import_module(module_name), attr)(path)
+
+
+# Which loader reads which file kind: one literal table, so this base module does not import
+# the Module subclasses that import it (compiled.py: .tar relinked here; library.py: .so).
+LOADERS = {
+    "tar": ("kiln.runtime.compiled", "load_tar"),
+    "so": ("kiln.runtime.library", "LibraryModule"),
+    "vta": ("kiln.vta.module", "load"),
+}

@@ -10,13 +10,14 @@ from __future__ import annotations
 import importlib
 
 from ...errors import KilnError
-from ..device import _TYPE_NAMES
+from ..device_types import _TYPE_NAMES
 
 # DLPack device type -> module implementing it. Kinds without an entry are not in this build.
 DEVICE_APIS = {
     1: "kiln.runtime.devices.cpu",
     2: "kiln.runtime.devices.cuda",
     4: "kiln.runtime.devices.opencl",
+    12: "kiln.vta.device",  # ext_dev: the VTA simulator's memory (runtime-side, numpy + ctypes only)
 }
 
 _loaded: dict[int, object] = {}

@@ -12,6 +12,7 @@ and without a driver.
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import os
 import threading
@@ -19,6 +20,7 @@ import threading
 import numpy as np
 
 from ...errors import KilnError
+from . import nvrtc
 
 _INSTALL = "pip install 'kiln[cuda]' (cuda-bindings, nvidia-cuda-nvrtc) and an NVIDIA driver"
 
@@ -255,8 +257,7 @@ class CUDAModule:
         self._raw: dict = {}  # the same, keyed by the launch hook's raw argument bytes
 
     def get_source(self, fmt: str = "") -> str:
-        from ...codegen.cuda import source_of
-        return source_of(self.device_code, fmt)
+        return nvrtc.source_of(self.device_code, fmt)
 
     def function_names(self) -> list[str]:
         return [k["name"] for k in self.kernels]
@@ -269,18 +270,22 @@ class CUDAModule:
                              "launched by the host module's functions; call those")
 
     def image_for(self, device_id: int) -> bytes:
-        """What cuModuleLoadData gets: a cubin for the device's arch, else the PTX."""
+        """What cuModuleLoadData gets: the carried cubin when it is for this device's arch, else
+        a cubin NVRTC compiles for it (runtime/devices/nvrtc.py, when installed), else the PTX."""
         arch = "sm_" + API.attribute(device_id, "compute_version").replace(".", "")
-        from ...codegen import cuda as codegen
-        if codegen.have_nvrtc():
+        code = self.device_code
+        if code.get("cubin") and code.get("cubin_arch") == arch:
+            return base64.b64decode(code["cubin"])
+        if nvrtc.have_nvrtc():
             try:
-                return codegen.compile_source(self.device_code["source"], arch, "cubin")
+                return nvrtc.compile_source(code["source"], arch, "cubin")
             except KilnError:
-                if "ptx" not in self.device_code:
+                if "ptx" not in code:
                     raise
-        if "ptx" not in self.device_code:
-            raise KilnError(f"this CUDA module carries no PTX and NVRTC is missing: {_INSTALL}")
-        return self.device_code["ptx"].encode() + b"\0"
+        if "ptx" not in code:
+            raise KilnError(f"this CUDA module carries no PTX (nor a cubin for {arch}) and NVRTC is "
+                            f"missing: {_INSTALL}, or rebuild the module where NVRTC is installed")
+        return code["ptx"].encode() + b"\0"
 
     def load(self, device_id: int = 0) -> tuple:
         got = self._loaded.get(device_id)

@@ -69,8 +69,17 @@ def attach_external(lib, external: list, target, mod_name: str = "default"):
 
     if lib is None:  # every op was offloaded: a one-kernel host library still carries the JSON
         lib = _empty_host_module(target, mod_name)
-    modules = [JSONRuntimeModule(e.compiler, e.symbol, e.source) for e in external]
-    extra = data_object(lib.objects[0], [(SYMBOL, to_library(modules).encode() + b"\0", 8)])
+    symbols, shim = [], None
+    if any(e.compiler == "dnnl" for e in external):  # the device gets oneDNN's shim inside the library
+        from kiln.contrib.dnnl_shim import shim_bytes
+        from kiln.runtime.json_dnnl import SHIM_SYMBOL
+
+        shim = shim_bytes(lib.triple)  # None for another triple: the device's package ships it
+        if shim is not None:
+            symbols.append((SHIM_SYMBOL, len(shim).to_bytes(8, "little") + shim, 16))
+    modules = [JSONRuntimeModule(e.compiler, e.symbol, e.source, shim if e.compiler == "dnnl" else None)
+               for e in external]
+    extra = data_object(lib.objects[0], [(SYMBOL, to_library(modules).encode() + b"\0", 8)] + symbols)
     out = CompiledModule(lib.objects + [extra], lib.metadata, lib.sources, lib.triple, lib.type_key)
     out.imported_modules = list(lib.imported_modules) + modules
     return out
