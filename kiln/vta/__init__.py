@@ -15,12 +15,12 @@ _ATTRS = {
     "get_env": ("kiln.vta.environment", "get_env"),
     "from_file": ("kiln.vta.environment", "from_file"),
     "VTAConfigError": ("kiln.vta.environment", "VTAConfigError"),
-    "build": ("kiln.vta.build", "build"),
-    "lower": ("kiln.vta.build", "lower"),
-    "build_config": ("kiln.vta.build", "build_config"),
+    "build": ("kiln.vta.compiler", "build"),
+    "lower": ("kiln.vta.compiler", "lower"),
+    "build_config": ("kiln.vta.compiler", "build_config"),
     "VTAModule": ("kiln.vta.module", "VTAModule"),
 }
-_SUBMODULES = {"isa", "simulator", "environment", "module", "device", "build", "emit", "deps", "intrin",
+_SUBMODULES = {"isa", "simulator", "environment", "module", "device", "compiler", "emit", "deps", "intrin",
                "top", "cost_model", "search", "graph", "testing"}
 
 

@@ -12,8 +12,9 @@ and next module of the load -> compute -> store pipeline):
 - GEMM: for i_out < iter_out, i_in < iter_in, for each micro-op u in [uop_bgn, uop_end):
   acc[u.acc + i_out*dst_factor_out + i_in*dst_factor_in] (+)= inp[...] x wgt[...]^T, the
   indices of inp and wgt advanced by src_/wgt_factor_* the same way; ``reset`` writes zeros.
-- ALU: the same two loops over micro-ops (dst, src): acc[dst] = op(acc[dst], acc[src] or imm)
-  with op in MIN, MAX, ADD, SHR (arithmetic; a negative shift shifts left). No multiply.
+- ALU: the same two loops over micro-ops (dst, src): acc[dst] = op(acc[src], imm) with
+  ``use_imm``, else acc[dst] = op(acc[dst], acc[src]); op is MIN, MAX, ADD or SHR (arithmetic;
+  a negative shift shifts left). No multiply.
 - FINISH: the end of the stream.
 
 Field widths of the index fields follow the configuration (``layout(env)``); the C

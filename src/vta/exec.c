@@ -237,7 +237,10 @@ static int exec_alu(vta_state *s, const vta_insn *in, vta_stats *st, char *err, 
         if (d >= c->acc_depth || r >= c->acc_depth) return fail(err, errlen, "ALU indexes past the accumulator SRAM");
         int32_t *dst = s->acc + d * n;
         const int32_t *src = s->acc + r * n;
-        for (int e = 0; e < n; e++) dst[e] = alu(in->alu_opcode, dst[e], in->use_imm ? in->imm : src[e]);
+        if (in->use_imm) /* dst = op(src, imm) */
+          for (int e = 0; e < n; e++) dst[e] = alu(in->alu_opcode, src[e], in->imm);
+        else /* dst = op(dst, src) */
+          for (int e = 0; e < n; e++) dst[e] = alu(in->alu_opcode, dst[e], src[e]);
       }
   st->alu_blocks += vta_insn_ops(in);
   return 0;

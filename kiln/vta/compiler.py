@@ -1,0 +1,93 @@
+"""``vta.lower`` and ``vta.build``: a TE schedule -> the accelerator's instruction stream.
+
+The schedule is lowered by kiln's TE pipeline; loops bound to ``te.thread_axis("cthread")``
+(VTA's virtual threads) become interleaved copies with private SRAM tiles
+(tir/transform/inject_virtual_thread.py), so one thread's loads overlap another's GEMMs; then
+emit.py walks the loops into instructions and deps.py adds the dependency tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+
+import numpy as np
+
+from kiln.errors import CompileError
+from kiln.ir.functor import Mutator
+from kiln.ir.stmt import For, ForKind
+
+from . import isa
+from .deps import insert_tokens
+from .emit import Emitter
+from .environment import get_env
+from .module import VTAFunction, VTAModule
+
+
+@contextlib.contextmanager
+def build_config(**_options):
+    """VTA's ``with vta.build_config():`` block; kiln's VTA passes need no options."""
+    yield
+
+
+class _Retag(Mutator):
+    def visit_For(self, op):
+        body = self.visit(op.body)
+        tag = getattr(op.thread_binding, "thread_tag", "") or ""
+        if op.kind == ForKind.THREAD_BINDING and tag == "cthread":
+            iv = replace(op.thread_binding, thread_tag="vthread")
+            return replace(op, body=body, thread_binding=iv)
+        return op if body is op.body else replace(op, body=body)
+
+
+def lower(s, args, name: str = "main", simple_mode: bool = False):
+    """The loop IR of a VTA schedule, virtual threads injected: ``print(vta.lower(s, [A, B, C]))``."""
+    from kiln.driver.build_module import lower as tvm_lower
+    from kiln.tir.transform.inject_virtual_thread import inject_virtual_threads
+
+    mod = tvm_lower(s, args, name=name)
+    out = {}
+    for key, func in mod.items():
+        func = replace(func, body=_Retag().visit(func.body))
+        out[key] = inject_virtual_threads(func)
+    return mod.with_functions(out)
+
+
+def compile_func(func, env=None, name: str = "main", mode: str | None = None) -> VTAFunction:
+    """One lowered PrimFunc -> a VTAFunction (instructions, micro-ops, argument specs)."""
+    env = env or get_env()
+    em = Emitter(func, env)
+    em.run(func.body)
+    insns = insert_tokens(em.ops, env)
+    words = isa.encode(insns, env)
+    uops = np.array(em.uop_words, dtype=np.uint32)
+    args = []
+    for p in func.params:
+        buf = func.buffer_map.get(p)
+        if buf is None:
+            raise CompileError(f"vta: parameter {p.name} of {name} is a scalar; accelerator kernels take arrays only")
+        shape = [int(getattr(d, "value", d)) for d in buf.shape]
+        args.append({"name": buf.name, "shape": shape, "dtype": str(buf.dtype)})
+    fn = VTAFunction(name, env.export(), words, uops, args, mode or ("cycle" if env.TARGET == "tsim" else "functional"))
+    fn.sram_peak = {isa.MEM_NAMES[m]: v for m, v in em.peak.items()}
+    return fn
+
+
+def build(s, args, target=None, name: str = "default_function", env=None, mode: str | None = None) -> VTAModule:
+    """``vta.build(s, [A, B, C], tvm.target.Target("ext_dev", host=env.target_host), name="gemm")``.
+
+    Returns a VTAModule; call it with arrays on ``tvm.ext_dev(0)`` (or the CPU), or ``save`` it
+    and load it through RPC on a server with the simulator.
+    """
+    from kiln.target import Target
+
+    env = env or get_env()
+    if target is not None:
+        tgt = target if isinstance(target, Target) else Target(target)
+        if tgt.kind.name != "ext_dev":
+            raise CompileError(f"vta.build: target {tgt} is not the accelerator; use "
+                               "Target('ext_dev', host=env.target_host) (tvm.build handles CPU targets)")
+    mod = lower(s, args, name=name)
+    func = mod[name] if name in mod else next(iter(mod.values()))
+    fn = compile_func(func, env, name, mode)
+    return VTAModule({name: fn}, env.export())
