@@ -36,7 +36,8 @@ class CPUFacts:
 
     ``float_bits`` / ``int32_bits`` / ``int16_bits``: widest vector register LLVM uses for float,
     32-bit and 16/8-bit integer adds (32 when only scalars); ``has_fma``; ``vector_registers``;
-    ``features``: ISA extensions found (x86: sse2 avx avx2 fma avx512f avx512bw f16c avx512fp16;
+    ``features``: ISA extensions found (x86: sse2 avx avx2 fma avx512f avx512bw f16c avx512fp16
+    avx512bf16 amx-bf16 and the int8 ones;
     ARM: neon fma fp16 fullfp16), where f16c / fp16 are vector float16 conversions and
     avx512fp16 / fullfp16 native half arithmetic;
     ``triple``/``cpu``/``llvm_features``: what LLVM compiles for.
@@ -250,8 +251,9 @@ def _probe(triple: str, cpu: str, features: str) -> CPUFacts:
     registers = 32 if highest >= 16 else 16 if highest >= 8 else 8
     with _LOCK:
         int8 = _int8_features(llvm, tm, arch, triple, cpu, features)
-    return CPUFacts(triple, cpu, features, arch, float_bits, int32_bits, int16_bits, has_fma,
-                    registers, _feature_names(arch, float_bits, int32_bits, int16_bits, has_fma) | half | int8)
+        bf16 = _bf16_features(llvm, tm, arch, triple, cpu, features)
+    return CPUFacts(triple, cpu, features, arch, float_bits, int32_bits, int16_bits, has_fma, registers,
+                    _feature_names(arch, float_bits, int32_bits, int16_bits, has_fma) | half | int8 | bf16)
 
 
 def _register_numbers(asm: str, arch: str):
@@ -373,3 +375,32 @@ def _child_compiles(ir: str, triple: str, cpu: str, features: str) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
+
+
+# bfloat16: a float32 -> bfloat16 conversion of a zmm becomes vcvtneps2bf16 where the CPU has
+# AVX512-BF16 (and with it vdpbf16ps); elsewhere LLVM calls __truncsfbf2. AMX-BF16 (tdpbf16ps)
+# is read from the feature string, else asked of LLVM in a child process, as AMX-INT8 is.
+_BF16_IR = """
+define void @bf16(ptr %p, ptr %o) {
+  %a = load <16 x float>, ptr %p, align 4
+  %b = fadd <16 x float> %a, %a
+  %r = fptrunc <16 x float> %b to <16 x bfloat>
+  store <16 x bfloat> %r, ptr %o, align 2
+  ret void
+}
+"""
+
+_AMX_BF16_IR = _AMX_IR.replace("tdpbusd", "tdpbf16ps")
+
+
+def _bf16_features(llvm, tm, arch, triple, cpu, features) -> frozenset:
+    if arch != "x86_64":
+        return frozenset()
+    names = set()
+    if re.search(r"^\s*vcvtneps2bf16\s+%zmm", _emit(llvm, tm, _BF16_IR), re.M):
+        names.add("avx512bf16")
+    flags = features.split(",") if features else []
+    if "+amx-bf16" in flags or ("-amx-bf16" not in flags and "-amx-tile" not in flags
+                                and _child_compiles(_AMX_BF16_IR, triple, cpu, features)):
+        names.add("amx-bf16")
+    return frozenset(names)
