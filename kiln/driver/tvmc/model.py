@@ -13,6 +13,7 @@ import io
 import json
 import os
 import shutil
+import sys
 import tarfile
 import time
 import tempfile
@@ -93,7 +94,8 @@ class TVMCModel:
         self.shape_dict = dict(shape_dict or {})
 
     def summary(self, file=None) -> str:
-        """Inputs, outputs, op counts and parameter size, as text (also printed to ``file``)."""
+        """Prints the model's inputs, output, parameter size, op counts and relay text to ``file``
+        (default stdout) and returns that text."""
         from collections import Counter
 
         import numpy as np
@@ -110,9 +112,9 @@ class TVMCModel:
         lines.append(f"output: {func.body.checked_type}")
         lines.append(f"params: {len(self.params)} arrays, {size / 1e6:.2f} MB")
         lines += [f"  {count:5d}  {name}" for name, count in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))]
+        lines += ["relay:", str(self.mod)]
         text = "\n".join(lines)
-        if file is not None:
-            print(text, file=file)
+        print(text, file=file if file is not None else sys.stdout)
         return text
 
     def save(self, path: str) -> str:
@@ -194,3 +196,11 @@ class atomic_path:
             os.replace(self.tmp, self.path)
         elif os.path.exists(self.tmp):
             os.remove(self.tmp)
+
+
+def __getattr__(name):
+    # TVMCPackage lives with the compiler (which imports this module); TVM 0.13 users import it from here.
+    if name == "TVMCPackage":
+        from .compiler import TVMCPackage
+        return TVMCPackage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

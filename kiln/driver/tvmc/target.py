@@ -23,9 +23,26 @@ PARTITIONED = ("dnnl", "clml", "cublas", "cudnn")
 NEEDS_CUDA = ("cublas", "cudnn")  # NVIDIA libraries: their subgraphs run on the CUDA target's device
 
 
-def byoc_from_cli(text: str) -> list[str]:
-    """The offload names of a target string, in order: ``"dnnl, llvm"`` -> ``["dnnl"]``."""
+def byoc_from_cli(text) -> list[str]:
+    """The offload names of a target string, in order: ``"dnnl, llvm"`` -> ``["dnnl"]`` (none for a Target)."""
+    if not isinstance(text, str):
+        return []
     return [p.split(" ", 1)[0] for p in split_targets(text) if p.split(" ", 1)[0] in PARTITIONED]
+
+
+def _as_text(target, what: str) -> str | None:
+    """A target string for ``target``: a string as it is; a ``Target`` as the string that parses back
+    to it, a GPU target's host as the CPU target of the list (``"opencl -device=adreno, llvm ..."``)."""
+    from kiln.target import Target
+
+    if target is None or isinstance(target, str):
+        return target
+    if isinstance(target, Target):
+        if target.host is not None and target.kind.name in GPU_KINDS:
+            return f"{target}, {target.host}"
+        return str(target)
+    raise TVMCException(f"{what} must be a target string or a kiln.target.Target, not {type(target).__name__} "
+                        f"{target!r}; e.g. \"llvm\" or tvm.target.Target(\"llvm -mcpu=skylake\")")
 
 
 def split_targets(text: str) -> list[str]:
@@ -47,11 +64,13 @@ def _with_options(text: str, kind: str, options: dict) -> str:
     return " ".join([text, *extra])
 
 
-def target_from_cli(text: str, target_host: str | None = None, options: dict | None = None):
-    """The kiln Target for a tvmc target string. ``options``: ``{kind: {option: value}}`` from the
-    ``--target-<kind>-<option>`` flags (``{"llvm": {"mtriple": "aarch64-linux-gnu"}}``)."""
+def target_from_cli(text, target_host=None, options: dict | None = None):
+    """The kiln Target for a tvmc target string (or a ``Target``; ``target_host`` too). ``options``:
+    ``{kind: {option: value}}`` from the ``--target-<kind>-<option>`` flags
+    (``{"llvm": {"mtriple": "aarch64-linux-gnu"}}``)."""
     from kiln.target import Target
 
+    text, target_host = _as_text(text, "target"), _as_text(target_host, "target_host")
     if not text or not text.strip():
         raise TVMCException("--target is empty; pass e.g. --target llvm or --target \"opencl, llvm\"")
     options = options or {}
