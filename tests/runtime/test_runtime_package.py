@@ -1,0 +1,285 @@
+"""The runtime package on a device: tools/build_runtime_package.sh unpacked into a fresh venv
+that holds numpy and nothing else (the compiler's files are physically absent), running what
+the compiler exported, locally and through the package's RPC server (issue 34).
+
+Device environments, as in pyproject's runtime-* extras: numpy only (LLVM .so modules,
+graph_executor, oneDNN-offloaded graphs, the RPC server); + pyopencl (OpenCL modules on PoCL);
++ cuda-bindings without NVRTC (CUDA modules up to the first launch; the launch on a GPU).
+The venv links the packages from this test's own environment instead of downloading them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import te
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "rpc"))
+import rpc_services as svc  # noqa: E402
+
+SITE = Path(sysconfig.get_paths()["purelib"])
+EXTRAS = {  # device environment -> the distributions it links (code and metadata) from this environment
+    "numpy": ["numpy", "numpy.libs", "numpy-*.dist-info"],
+    "opencl": ["pyopencl*", "pytools*", "platformdirs*", "siphash24*", "typing_extensions*"],
+    "cuda": ["cuda", "cuda_bindings*", "cuda_pathfinder*"],  # cuda-bindings; nvidia/ (NVRTC) left out
+}
+
+# Every device script starts by proving the compiler is not there.
+PROLOGUE = """
+import importlib.util, sys
+import kiln
+assert kiln.__file__.startswith({pkg!r}), kiln.__file__
+for name in ("kiln.codegen", "kiln.ir", "kiln.te", "kiln.tir", "kiln.relay", "kiln.target", "kiln.topi",
+             "kiln.autotvm", "kiln.driver", "llvmlite", "onnx", "onnxruntime"):
+    assert importlib.util.find_spec(name) is None, name + " is importable on the device"
+import numpy as np
+import kiln as tvm
+"""
+
+
+@pytest.fixture(scope="module")
+def device(tmp_path_factory):
+    """(run(script, extras) -> stdout, env(extras) -> environment, package dir)."""
+    base = tmp_path_factory.mktemp("device")
+    subprocess.run(["sh", str(ROOT / "tools" / "build_runtime_package.sh"), str(base / "rt.tar.gz")],
+                   check=True, capture_output=True)
+    subprocess.run(["tar", "-xzf", str(base / "rt.tar.gz"), "-C", str(base)], check=True)
+    pkg = base / "kiln_runtime" / "python"
+    shipped = {p.relative_to(pkg).parts[1] for p in (pkg / "kiln").rglob("*.py") if len(p.relative_to(pkg).parts) > 2}
+    assert shipped == {"runtime", "rpc", "exec", "contrib"}, shipped
+    assert not (pkg / "kiln" / "exec" / "tune_cli.py").exists()
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    extras_dirs = {}
+    for extra, names in EXTRAS.items():
+        target = site if extra == "numpy" else base / f"extra-{extra}"
+        target.mkdir(exist_ok=True)
+        for pattern in names:
+            found = list(SITE.glob(pattern))
+            if not found and extra == "numpy":
+                pytest.skip(f"numpy is not installed in {SITE}")
+            for src in found:
+                (target / src.name).symlink_to(src)
+        extras_dirs[extra] = target
+    python = str(venv / "bin" / "python")
+
+    def env(*extras: str) -> dict:
+        path = [str(pkg)] + [str(extras_dirs[e]) for e in extras]
+        out = {"PATH": os.environ["PATH"], "HOME": str(base), "PYTHONPATH": os.pathsep.join(path),
+               "KILN_CACHE_DIR": str(base / "cache")}
+        for key in ("OCL_ICD_VENDORS", "POCL_DEVICES", "LD_LIBRARY_PATH"):
+            if key in os.environ:
+                out[key] = os.environ[key]
+        return out
+
+    def run(script: str, *extras: str) -> str:
+        code = PROLOGUE.format(pkg=str(pkg)) + textwrap.dedent(script)
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env(*extras),
+                              cwd=str(base), timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    return run, env, python, base
+
+
+def _add_one(target: str, bind: bool = False):
+    n = 64
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0 + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    if bind:
+        bx, tx = s[B].split(B.op.axis[0], factor=16)
+        s[B].bind(bx, te.thread_axis("blockIdx.x"))
+        s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    return tvm.build(s, [A, B], target=target, name="add_one")
+
+
+def test_llvm_module_runs_in_numpy_only_python(device, tmp_path):
+    run, *_ = device
+    _add_one("llvm").export_library(str(tmp_path / "add.so"))
+    x = np.arange(64, dtype="float32")
+    np.save(tmp_path / "x.npy", x)
+    run(f"""
+        f = tvm.runtime.load_module({str(tmp_path / 'add.so')!r})
+        x = np.load({str(tmp_path / 'x.npy')!r})
+        b = tvm.nd.empty((64,), "float32")
+        f(tvm.nd.array(x), b)
+        np.save({str(tmp_path / 'y.npy')!r}, b.numpy())
+    """)
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), x * 2 + 1)  # exact: one rounding each
+
+
+def _small_graph(dnnl: bool = False):
+    from kiln import relay
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 8)).astype("float32")
+    x = relay.var("x", shape=(4, 8))
+    y = relay.nn.relu(relay.nn.dense(x, relay.const(w))) + relay.const(np.float32(0.5))
+    mod = tvm.IRModule.from_expr(relay.Function([x], y))
+    if dnnl:
+        from kiln.relay.op.contrib.dnnl import partition_for_dnnl
+        mod = partition_for_dnnl(mod)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target="llvm")
+    return lib, w
+
+
+GRAPH_SCRIPT = """
+    from kiln.contrib import graph_executor
+    lib = tvm.runtime.load_module({so!r})
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    m.set_input("x", np.load({x!r}))
+    m.run()
+    np.save({y!r}, m.get_output(0).numpy())
+"""
+
+
+def _check_graph(path: Path, x, w):
+    want = np.maximum(x.astype("float64") @ w.T.astype("float64"), 0) + 0.5
+    # 8 float32 products summed: error below 8 * eps * sum|x||w| (here sum|x||w| < 40)
+    np.testing.assert_allclose(np.load(path), want, rtol=0, atol=8 * 40 * np.finfo("float32").eps)
+
+
+def test_graph_executor_runs_in_numpy_only_python(device, tmp_path):
+    run, *_ = device
+    lib, w = _small_graph()
+    lib.export_library(str(tmp_path / "net.so"))
+    x = np.random.default_rng(1).standard_normal((4, 8)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    run(GRAPH_SCRIPT.format(so=str(tmp_path / "net.so"), x=str(tmp_path / "x.npy"), y=str(tmp_path / "y.npy")))
+    _check_graph(tmp_path / "y.npy", x, w)
+
+
+def test_onednn_graph_runs_in_numpy_only_python(device, tmp_path):
+    from kiln.runtime.json_runtime import dnnl_available
+
+    if dnnl_available() is not None:
+        pytest.skip(f"needs oneDNN: {dnnl_available()}")
+    run, *_ = device
+    lib, w = _small_graph(dnnl=True)
+    assert any(m.type_key == "dnnl" for m in lib.get_lib().imported_modules)
+    lib.export_library(str(tmp_path / "net.so"))
+    x = np.random.default_rng(2).standard_normal((4, 8)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    # No kiln sources and no C++ compiler on this device's PATH: the library carries the shim.
+    run("import os; os.environ['PATH'] = '/nonexistent'\n" + textwrap.dedent(GRAPH_SCRIPT).format(
+        so=str(tmp_path / "net.so"), x=str(tmp_path / "x.npy"), y=str(tmp_path / "y.npy")))
+    _check_graph(tmp_path / "y.npy", x, w)
+
+
+def test_rpc_server_from_the_package(device, tmp_path):
+    """The package's ``python -m kiln.exec.rpc_server`` serves a client that has the compiler."""
+    _, env, python, base = device
+    from kiln import rpc
+
+    log = open(tmp_path / "server.log", "w+")
+    port = svc.free_port()
+    proc = subprocess.Popen([python, "-m", "kiln.exec.rpc_server", "--host", svc.HOST, "--port", str(port),
+                             "--port-end", str(port + 20)], stdout=log, stderr=subprocess.STDOUT, env=env(),
+                            cwd=str(base))
+    try:
+        svc.wait_until(lambda: "bind to" in (tmp_path / "server.log").read_text(), what="server start")
+        port = int((tmp_path / "server.log").read_text().split("bind to")[1].split(":")[1].split()[0])
+        remote = rpc.connect(svc.HOST, port)
+        _add_one("llvm").export_library(str(tmp_path / "add.so"))
+        remote.upload(str(tmp_path / "add.so"))
+        f = remote.load_module("add.so")
+        dev = remote.cpu(0)
+        x = np.linspace(-3, 3, 64).astype("float32")
+        a, b = tvm.nd.array(x, dev), tvm.nd.empty((64,), "float32", dev)
+        f(a, b)
+        np.testing.assert_array_equal(b.numpy(), x * np.float32(2) + np.float32(1))
+        lib, w = _small_graph()
+        lib.export_library(str(tmp_path / "net.so"))
+        remote.upload(str(tmp_path / "net.so"))
+        from kiln.contrib import graph_executor
+        m = graph_executor.GraphModule(remote.load_module("net.so")["default"](dev))
+        xg = np.random.default_rng(3).standard_normal((4, 8)).astype("float32")
+        m.set_input("x", xg)
+        m.run()
+        np.save(tmp_path / "y.npy", m.get_output(0).numpy())
+        _check_graph(tmp_path / "y.npy", xg, w)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+def test_opencl_module_runs_with_pyopencl(device, tmp_path):
+    from conftest import _opencl_missing
+
+    if _opencl_missing():
+        pytest.skip(_opencl_missing())
+    run, *_ = device
+    _add_one("opencl", bind=True).export_library(str(tmp_path / "add_cl.so"))
+    x = np.arange(64, dtype="float32") - 7
+    np.save(tmp_path / "x.npy", x)
+    run(f"""
+        f = tvm.runtime.load_module({str(tmp_path / 'add_cl.so')!r})
+        assert [m.type_key for m in f.imported_modules] == ["opencl"]
+        dev = tvm.cl(0)
+        a = tvm.nd.array(np.load({str(tmp_path / 'x.npy')!r}), dev)
+        b = tvm.nd.empty((64,), "float32", dev)
+        f(a, b)
+        np.save({str(tmp_path / 'y.npy')!r}, b.numpy())
+    """, "opencl")
+    # OpenCL may contract a*2+1 into one fma: exact either way for these small integers
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), x * 2 + 1)
+
+
+@pytest.fixture(scope="module")
+def cuda_library(tmp_path_factory):
+    from kiln.runtime.devices.nvrtc import have_nvrtc
+
+    if not have_nvrtc():
+        pytest.skip("building CUDA needs NVRTC: pip install -e '.[cuda]'")
+    path = tmp_path_factory.mktemp("cuda") / "add_cu.so"
+    _add_one("cuda", bind=True).export_library(str(path))
+    return path
+
+
+CUDA_LOAD = """
+    from kiln.runtime.devices import nvrtc
+    assert not nvrtc.have_nvrtc()  # this environment has cuda-bindings but no NVRTC library
+    f = tvm.runtime.load_module({so!r})
+    (cu,) = f.imported_modules
+    assert cu.type_key == "cuda" and ".entry add_one_kernel" in cu.get_source("ptx"), cu.get_source("ptx")[:300]
+"""
+
+
+def test_cuda_module_loads_without_nvrtc(device, cuda_library):
+    """cuda-bindings without NVRTC: the module loads and shows its PTX, carried since the build."""
+    run, *_ = device
+    run(CUDA_LOAD.format(so=str(cuda_library)), "cuda")
+
+
+def test_cuda_module_launches_from_its_ptx(device, cuda_library, tmp_path):
+    """The first launch, on an NVIDIA GPU: the driver JIT-compiles the carried PTX (no NVRTC)."""
+    run, *_ = device
+    x = np.arange(64, dtype="float32")
+    np.save(tmp_path / "x.npy", x)
+    out = run(CUDA_LOAD.format(so=str(cuda_library)) + f"""
+    dev = tvm.cuda(0)
+    if not dev.exist:
+        print("no GPU")
+    else:
+        a = tvm.nd.array(np.load({str(tmp_path / 'x.npy')!r}), dev)
+        b = tvm.nd.empty((64,), "float32", dev)
+        f(a, b)
+        np.save({str(tmp_path / 'y.npy')!r}, b.numpy())
+""", "cuda")
+    if "no GPU" in out:
+        pytest.skip("needs an NVIDIA GPU (the module loaded; the launch is the GPU's)")
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), x * 2 + 1)
