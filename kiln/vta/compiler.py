@@ -1,9 +1,8 @@
 """``vta.lower`` and ``vta.build``: a TE schedule -> the accelerator's instruction stream.
 
-The schedule is lowered by kiln's TE pipeline; loops bound to ``te.thread_axis("cthread")``
-(VTA's virtual threads) become interleaved copies with private SRAM tiles
-(tir/transform/inject_virtual_thread.py), so one thread's loads overlap another's GEMMs; then
-emit.py walks the loops into instructions and deps.py adds the dependency tokens.
+The schedule is lowered by kiln's TE pipeline; emit.py walks the loops into instructions (loops
+bound to ``te.thread_axis("vthread")``, VTA's virtual threads, run in lockstep with private SRAM
+tiles, so one thread's loads overlap another's GEMMs) and deps.py adds the dependency tokens.
 """
 
 from __future__ import annotations
@@ -43,13 +42,11 @@ class _Retag(Mutator):
 def lower(s, args, name: str = "main", simple_mode: bool = False):
     """The loop IR of a VTA schedule, virtual threads injected: ``print(vta.lower(s, [A, B, C]))``."""
     from kiln.driver.build_module import lower as tvm_lower
-    from kiln.tir.transform.inject_virtual_thread import inject_virtual_threads
 
     mod = tvm_lower(s, args, name=name)
     out = {}
     for key, func in mod.items():
-        func = replace(func, body=_Retag().visit(func.body))
-        out[key] = inject_virtual_threads(func)
+        out[key] = replace(func, body=_Retag().visit(func.body))
     return mod.with_functions(out)
 
 

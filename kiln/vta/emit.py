@@ -25,8 +25,8 @@ import numpy as np
 from kiln.errors import CompileError
 from kiln.ir import expr as E
 from kiln.ir.functor import uses_var
-from kiln.ir.stmt import (Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse, LetStmt,
-                          SeqStmt)
+from kiln.ir.stmt import (Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, ForKind, IfThenElse,
+                          LetStmt, SeqStmt)
 
 from . import isa
 from .dma import compress_uops, dma_insns
@@ -69,7 +69,7 @@ class Emitter:
                 self.args[buf.data] = k
         if len(self.args) > isa.MAX_ARGS:
             raise CompileError(f"vta: {len(self.args)} array arguments; the DMA addresses at most {isa.MAX_ARGS}")
-        self.allocs: dict = {}
+        self.allocs: dict = {}  # the SRAM buffers of the leaf being emitted
         self.top = {m: 0 for m in self.elems}
         self.peak = dict(self.top)
         self.pending: list = []  # GEMM micro-ops (reset, acc, inp, wgt) not yet emitted
@@ -79,65 +79,102 @@ class Emitter:
         self.uop_top = 0
 
     # -- the walk ------------------------------------------------------------------------------
+    # ctxs: one (constants, SRAM buffers) pair per virtual thread. A loop bound to "vthread" runs
+    # its body for every thread in lockstep: each thread allocates its own SRAM tiles, loops
+    # holding copies advance together, and each leaf (a copy, an ALU nest, a loop of GEMMs) runs
+    # once per thread, so one thread's loads can overlap another's GEMMs.
     def run(self, body) -> None:
-        self.walk(body, {})
+        self.walk(body, [({}, {})])
         self.flush()
 
-    def walk(self, s, consts: dict) -> None:
+    def walk(self, s, ctxs) -> None:
         if isinstance(s, SeqStmt):
             for x in s.seq:
-                self.walk(x, consts)
+                self.walk(x, ctxs)
         elif isinstance(s, (AttrStmt, AssertStmt)):
-            self.walk(s.body, consts)
+            self.walk(s.body, ctxs)
         elif isinstance(s, LetStmt):
-            self.walk(s.body, {**consts, s.var: evaluate(s.value, consts)})
+            self.walk(s.body, [({**c, s.var: evaluate(s.value, c)}, a) for c, a in ctxs])
         elif isinstance(s, Allocate):
-            self.allocate(s, consts)
+            self.allocate(s, ctxs)
         elif isinstance(s, IfThenElse):
-            if evaluate(s.condition, consts):
-                self.walk(s.then_case, consts)
-            elif s.else_case is not None:
-                self.walk(s.else_case, consts)
-        elif isinstance(s, For):
-            loops, inner = [s], s.body
-            while isinstance(inner, For):
-                loops.append(inner)
-                inner = inner.body
-            if isinstance(inner, BufferStore):
-                self.nest(loops, inner, consts)
+            if len(ctxs) > 1:
+                for ctx in ctxs:
+                    self.walk(s, [ctx])
                 return
-            lo, n = evaluate(s.min, consts), evaluate(s.extent, consts)
-            for v in range(lo, lo + n):
-                self.walk(s.body, {**consts, s.loop_var: v})
-        elif isinstance(s, BufferStore):
-            self.nest([], s, consts)
-        elif isinstance(s, Evaluate):
-            self.evaluate_call(s.value, consts)
+            if evaluate(s.condition, ctxs[0][0]):
+                self.walk(s.then_case, ctxs)
+            elif s.else_case is not None:
+                self.walk(s.else_case, ctxs)
+        elif isinstance(s, For):
+            self.loop(s, ctxs)
+        elif isinstance(s, (BufferStore, Evaluate)):
+            for ctx in ctxs:
+                self.leaf([], s, ctx)
         else:
             raise CompileError(f"vta: cannot run a {type(s).__name__} on the accelerator")
 
-    def allocate(self, s: Allocate, consts) -> None:
+    def loop(self, s: For, ctxs) -> None:
+        tag = getattr(s.thread_binding, "thread_tag", "") or ""
+        if s.kind == ForKind.THREAD_BINDING and tag in ("vthread", "cthread"):
+            n = evaluate(s.extent, ctxs[0][0])
+            self.walk(s.body, [({**c, s.loop_var: t}, a) for c, a in ctxs for t in range(n)])
+            return
+        loops, inner = [s], s.body
+        while isinstance(inner, For):
+            loops.append(inner)
+            inner = inner.body
+        if isinstance(inner, BufferStore):
+            for ctx in ctxs:
+                self.leaf(loops, inner, ctx)
+            return
+        if len(ctxs) > 1 and _only_gemm(s):
+            for ctx in ctxs:  # one thread's block of GEMMs, then the next's
+                self.walk(s, [ctx])
+                self.flush()
+            return
+        bounds = {(evaluate(s.min, c), evaluate(s.extent, c)) for c, _ in ctxs}
+        if len(bounds) > 1:
+            for ctx in ctxs:
+                self.walk(s, [ctx])
+            return
+        (lo, n), = bounds
+        for v in range(lo, lo + n):
+            self.walk(s.body, [({**c, s.loop_var: v}, a) for c, a in ctxs])
+
+    def leaf(self, loops, s, ctx) -> None:
+        consts, self.allocs = ctx
+        if isinstance(s, Evaluate):
+            if loops:
+                raise AssertionError("GEMM leaves come without loops")
+            self.evaluate_call(s.value, consts)
+        else:
+            self.nest(loops, s, consts)
+
+    def allocate(self, s: Allocate, ctxs) -> None:
         scope = s.buffer.scope
         if scope not in self.scopes:
             raise CompileError(f"vta: buffer {s.buffer.name} is allocated in scope {scope!r}; intermediate "
                                f"tensors must live in {sorted(self.scopes)} (set_scope / cache_read)")
         mem = self.scopes[scope]
-        n = 1
-        for e in s.extents:
-            n *= evaluate(e, consts)
-        blocks = -(-n // self.elems[mem])
-        base = self.top[mem]
-        if base + blocks > self.depth[mem]:
-            name = isa.MEM_NAMES[mem]
-            raise CompileError(f"vta: buffer {s.buffer.name} needs {blocks} {name} blocks at block {base}; the "
-                               f"{name} SRAM holds {self.depth[mem]} (LOG_{name.upper()}_BUFF_SIZE="
-                               f"{getattr(self.env, f'LOG_{name.upper()}_BUFF_SIZE')}); use smaller tiles")
-        self.allocs[s.buffer.data] = _Alloc(mem, base, blocks, s.buffer.name)
-        self.top[mem] = base + blocks
-        self.peak[mem] = max(self.peak[mem], self.top[mem])
-        self.walk(s.body, consts)
-        self.top[mem] = base
-        del self.allocs[s.buffer.data]
+        saved = self.top[mem]
+        inner = []
+        for consts, allocs in ctxs:
+            n = 1
+            for e in s.extents:
+                n *= evaluate(e, consts)
+            blocks = -(-n // self.elems[mem])
+            base = self.top[mem]
+            if base + blocks > self.depth[mem]:
+                name = isa.MEM_NAMES[mem]
+                raise CompileError(f"vta: buffer {s.buffer.name} needs {blocks} {name} blocks at block {base}; the "
+                                   f"{name} SRAM holds {self.depth[mem]} (LOG_{name.upper()}_BUFF_SIZE="
+                                   f"{getattr(self.env, f'LOG_{name.upper()}_BUFF_SIZE')}); use smaller tiles")
+            self.top[mem] = base + blocks
+            self.peak[mem] = max(self.peak[mem], self.top[mem])
+            inner.append((consts, {**allocs, s.buffer.data: _Alloc(mem, base, blocks, s.buffer.name)}))
+        self.walk(s.body, inner)
+        self.top[mem] = saved
 
     # -- GEMM ------------------------------------------------------------------------------------
     def evaluate_call(self, call, consts) -> None:
@@ -299,7 +336,21 @@ class Emitter:
             self.ops.append(Op(insn, 2, [(isa.MEM_ACC, lo, lo + insn["y_size"] * insn["x_size"])], []))
 
     def alu_nest(self, loops, store, alloc, value, consts) -> None:
-        op, x, y, imm = _alu_pattern(value, store.buffer.name)
+        chain = []  # min(max(x >> 8, 0), 127): the innermost op runs first, then the others in place
+        while True:
+            step = _imm_step(value)
+            if step is None:
+                break
+            value, op_imm = step
+            chain.append(op_imm)
+        if chain and not isinstance(value, E.BufferLoad):
+            raise CompileError(f"vta: {store.buffer.name}: an ALU chain must start from one accumulator load, "
+                               f"got {value}")
+        if chain:
+            op, imm = chain.pop()
+            x, y = value, None
+        else:
+            op, x, y, imm = _alu_pattern(value, store.buffer.name)
         srcs = [x] + ([y] if y is not None else [])
         for ld in srcs:
             self._sram(ld.buffer.data, isa.MEM_ACC, f"ALU ({store.buffer.name})")
@@ -314,6 +365,8 @@ class Emitter:
         dst, sx = uops[:, 0], uops[:, 1]
         if y is None:
             self._alu(np.stack([dst, sx], 1), op, imm)
+            for op, imm in reversed(chain):
+                self._alu(np.stack([dst, dst], 1), op, imm)
             return
         sy = uops[:, 2]
         if (dst == sx).all():
@@ -335,6 +388,15 @@ class Emitter:
             d = _span(kernel[:, 0], a, b, fo[0], fi[0])
             s = _span(kernel[:, 1], a, b, fo[1], fi[1])
             self.ops.append(Op(insn, 1, [(isa.MEM_ACC, *s), (isa.MEM_ACC, *d)], [(isa.MEM_ACC, *d)]))
+
+
+def _only_gemm(s) -> bool:
+    """Whether s is loops around GEMM calls only (no copies, ALU nests or allocations)."""
+    while isinstance(s, For):
+        s = s.body
+    if isinstance(s, SeqStmt):
+        return all(_only_gemm(x) for x in s.seq)
+    return isinstance(s, Evaluate)
 
 
 def _span(col, a, b, fo, fi):
@@ -376,6 +438,26 @@ def _load_of(value):
     if isinstance(t, E.BufferLoad) and isinstance(f, E.IntImm) and f.value == 0:
         return t, cond
     return None, None
+
+
+def _imm_step(value):
+    """(inner expression, (alu opcode, immediate)) when value is op(inner, constant), else None."""
+    value = _strip_cast(value)
+    if isinstance(value, E.Call) and value.op in ("tir.shift_right", "tir.shift_left"):
+        a, b = (_strip_cast(x) for x in value.args)
+        if isinstance(b, E.IntImm):
+            return a, (isa.ALU_SHR, int(b.value) if value.op == "tir.shift_right" else -int(b.value))
+        return None
+    if isinstance(value, E.Sub):
+        a, b = _strip_cast(value.a), _strip_cast(value.b)
+        return (a, (isa.ALU_ADD, -int(b.value))) if isinstance(b, E.IntImm) else None
+    op = _ALU_OPS.get(type(value))
+    if op is None:
+        return None
+    a, b = _strip_cast(value.a), _strip_cast(value.b)
+    if isinstance(a, E.IntImm):
+        a, b = b, a
+    return (a, (op, int(b.value))) if isinstance(b, E.IntImm) and not isinstance(a, E.IntImm) else None
 
 
 def _alu_pattern(value, name):
