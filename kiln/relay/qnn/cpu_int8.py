@@ -5,7 +5,7 @@ On a CPU with an 8-bit dot product (x86 AVX2 and up: kiln/topi/x86/conv2d_int8.p
     qnn.requantize(nn.bias_add(qnn.conv2d(x, w, zx, 0, ...), b), si, 0, so, zo)   (or add / no bias)
 
 with a constant weight (per-channel symmetric: kernel zero point 0), u8 data and a groups-1 NCHW
-conv becomes ``qnn.contrib_conv2d_int8(x_blocked, w_packed, bias, q, shift)``:
+conv becomes ``nn.contrib_conv2d_int8(x_blocked, w_packed, bias, q, shift)``:
 
 - the weight is packed at build time for the kernel's tile (kiln/topi/int8_pack.py);
 - the data's zero point moves into the bias at build time: ``sum (x - zx) w = sum x w - zx sum w``
@@ -15,7 +15,7 @@ conv becomes ``qnn.contrib_conv2d_int8(x_blocked, w_packed, bias, q, shift)``:
 
 Data enters in ``NCHW[ib]c`` and the result leaves in ``NCHW[L]c``; ``layout_transform``s around
 the op go back to NCHW for other consumers, and a transform pair between two int8 convs cancels.
-qnn.dense chains become ``qnn.contrib_dense_int8`` (plain (M, K) data, (M, N) result).
+qnn.dense chains become ``nn.contrib_dense_int8`` (plain (M, K) data, (M, N) result).
 Everything else (depthwise and grouped convs, non-zero kernel zero points, TFLITE rounding) is
 left to CanonicalizeOps. The integers are those of the canonical path, bit for bit.
 """
@@ -95,7 +95,7 @@ def _conv_ref(a, x, w, bias, q, s):
     return np.ascontiguousarray(out.reshape(n, o // lanes, lanes, *out.shape[2:]).transpose(0, 1, 3, 4, 2))
 
 
-CONV2D_INT8 = OpDef("qnn.contrib_conv2d_int8", ("data", "weight", "bias", "multiplier", "shift"), dict(_CONV_ATTRS),
+CONV2D_INT8 = OpDef("nn.contrib_conv2d_int8", ("data", "weight", "bias", "multiplier", "shift"), dict(_CONV_ATTRS),
                     _conv_rel, OpPattern.OUT_ELEMWISE_FUSABLE, _conv_ref,
                     doc="u8 NCHW[ib]c conv x packed s8 weights, requantized per channel (qnn/cpu_int8.py)")
 
@@ -120,7 +120,7 @@ def _dense_ref(a, x, w, bias, q, s):
     return _requant_np(acc[:, :units], bias[:units], q[:units], s[:units], a, 1)
 
 
-DENSE_INT8 = OpDef("qnn.contrib_dense_int8", ("data", "weight", "bias", "multiplier", "shift"), dict(_DENSE_ATTRS),
+DENSE_INT8 = OpDef("nn.contrib_dense_int8", ("data", "weight", "bias", "multiplier", "shift"), dict(_DENSE_ATTRS),
                    _dense_rel, OpPattern.OUT_ELEMWISE_FUSABLE, _dense_ref,
                    doc="u8 (M, K) x packed s8 weights, requantized per output (qnn/cpu_int8.py)")
 
@@ -316,6 +316,10 @@ def _cancel_pairs(func):
 
 def use_int8_kernels(func, target):
     """``func`` with its qnn conv/dense + requantize chains on the target's int8 kernels."""
+    from kiln.transform import PassContext
+
+    if not PassContext.current().config.get("relay.qnn.int8_kernels", True):
+        return func
     plan = x86_plan(target)
     if plan is None:
         return func

@@ -16,10 +16,10 @@ def module(body, params=()):
     return IRModule.from_expr(relay.Function(free, body))
 
 
-def build(mod, target="llvm", opt_level=3):
+def build(mod, target="llvm", opt_level=3, config=None):
     gpu = target.startswith(("opencl", "cuda"))
     tgt = tvm.target.Target(target, host="llvm") if gpu else tvm.target.Target(target)
-    with tvm.transform.PassContext(opt_level=opt_level):
+    with tvm.transform.PassContext(opt_level=opt_level, config=config or {}):
         return relay.build(mod, target=tgt)
 
 
@@ -39,9 +39,14 @@ def reference(mod, inputs: dict):
     return [np.asarray(out.numpy() if hasattr(out, "numpy") else out)]
 
 
-def anchor_ops(lib, names=("nn.conv2d", "nn.dense", "nn.batch_matmul", "nn.conv2d_transpose")) -> list:
+INT8_KERNELS = ("nn.contrib_conv2d_int8", "nn.contrib_dense_int8")
+
+
+def anchor_ops(lib, names=("nn.conv2d", "nn.dense", "nn.batch_matmul", "nn.conv2d_transpose") + INT8_KERNELS) -> list:
     """(op name, input dtypes, output dtype) of every ``names`` call in the built graph's fused
-    kernels (the relay the kernels were lowered from)."""
+    kernels (the relay the kernels were lowered from). The CPU int8 kernels (relay/qnn/cpu_int8.py)
+    report (data, "int8") and their int32 accumulators: their weights hold int8 values (packed as
+    int16 for the exact 16-bit x86 path) and their requantized output is the epilogue's."""
     from kiln.relay.expr import Call, Function
     from kiln.relay.transform.infer_type import infer
     from kiln.relay.visitor import ExprVisitor
@@ -57,7 +62,9 @@ def anchor_ops(lib, names=("nn.conv2d", "nn.dense", "nn.batch_matmul", "nn.conv2
             if isinstance(call.op, Function):
                 self.visit(call.op)
             name = getattr(call.op, "name", "")
-            if name in names:
+            if name in names and name in INT8_KERNELS:
+                found.append((name, (infer(call.args[0]).checked_type.dtype, "int8"), "int32"))
+            elif name in names:
                 found.append((name, tuple(infer(a).checked_type.dtype for a in call.args),
                               infer(call).checked_type.dtype))
     V().visit(lib.ir_mod["main"])

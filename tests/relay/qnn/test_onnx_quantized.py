@@ -250,7 +250,9 @@ def _qdq_resnet18(tmpdir):
 def test_qdq_resnet18_is_integer(tmp_path_factory):
     qmodel, inputs, got, lib = _qdq_resnet18(str(tmp_path_factory.getbasetemp()))
     ops = anchor_ops(lib)
-    assert sum(op == "nn.conv2d" for op, _, _ in ops) >= 20 and any(op == "nn.dense" for op, _, _ in ops)
+    convs = ("nn.conv2d", "nn.contrib_conv2d_int8")  # the latter: the CPU int8 kernels
+    assert sum(op in convs for op, _, _ in ops) >= 20 and any(op.endswith("dense") or op.endswith("dense_int8")
+                                                            for op, _, _ in ops)
     floats = [(op, ins) for op, ins, out in ops if any(d.startswith("float") for d in ins) or out != "int32"]
     assert not floats, f"float conv2d/dense left in the kernels: {floats}"
     # the graph is integer ops with requantize: no dequantize -> float -> quantize left inside

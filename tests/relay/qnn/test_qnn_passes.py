@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from qnn_run import anchor_ops, build, module, reference, run
 
+import kiln as tvm
 from kiln import config, relay
 from kiln.contrib import cc
 from kiln.relay import qnn
@@ -100,15 +101,23 @@ def test_passes_visible_with_kiln_debug_2():
     for name in ("FakeQuantizationToInteger", "qnn.Legalize", "qnn.CanonicalizeOps"):
         assert f"after pass {name}\n" in text
     after = text.split("after pass qnn.CanonicalizeOps\n", 1)[1].split("# kiln: after pass", 1)[0]
-    assert "qnn." not in after and "nn.conv2d" in after
+    assert "qnn." not in after and ("nn.conv2d" in after or "nn.contrib_conv2d_int8" in after)
 
 
 def test_no_float_conv_or_dense_in_lowered_kernels():
-    lib = build(small_net()[0], "llvm -mcpu=haswell")
+    lib = build(small_net()[0], "llvm -mcpu=haswell", config={"relay.qnn.int8_kernels": False})  # canonical path
     ops = anchor_ops(lib)
     assert sorted({name for name, _, _ in ops}) == ["nn.conv2d", "nn.dense"]
     for name, ins, out in ops:
         assert set(ins) <= {"int8", "uint8"} and out == "int32", (name, ins, out)
+
+
+def test_int8_kernels_replace_conv_and_dense_on_avx2():
+    """With the CPU int8 kernels (the default), the conv and dense anchors are theirs: u8 data."""
+    lib = build(small_net()[0], "llvm -mcpu=haswell")
+    ops = anchor_ops(lib, ("nn.conv2d", "nn.dense", "nn.contrib_conv2d_int8", "nn.contrib_dense_int8"))
+    assert sorted({name for name, _, _ in ops}) == ["nn.contrib_conv2d_int8", "nn.contrib_dense_int8"]
+    assert {ins[0] for _, ins, _ in ops} == {"uint8"}
 
 
 @pytest.mark.skipif(cc.find_lld() is None, reason="needs ld.lld to link an aarch64 library")
