@@ -134,6 +134,10 @@ def generate_project(template_dir, module, project_dir, options: dict | None = N
         raise KilnError("generate_project: the firmware runs the AOT executor; build with "
                         "executor=Executor('aot', {'interface-api': 'c', 'unpacked-api': True})")
     _write_io(project_dir, meta["memory"], options.get("inputs", {}))
+    if BOARDS[template].cpu is None:  # a standalone program here: the MPS2 main.c over stdio (standalone.c)
+        for name in ("main.c", "board.h"):
+            shutil.copyfile(os.path.join(os.path.dirname(__file__), "qemu-mps2-an385", name),
+                            os.path.join(project_dir, name))
     return GeneratedProject(project_dir, template, meta, options)
 
 
@@ -155,9 +159,6 @@ def _host_driven(template: str, module, options: dict) -> bool:
         host = False
     else:
         host = module.runtime.name == "crt" and bool(module.runtime.get("system-lib", False))
-    if not host and BOARDS[template].cpu is None:
-        raise KilnError(f"generate_project: the {template} template runs host-driven projects only; use a "
-                        "board template (qemu-mps2-an385, ...) for standalone firmware")
     return host
 
 
@@ -352,16 +353,20 @@ class GeneratedProject:
         self.options = options
         self.board = BOARDS[template]
         self.cpu, self.machine = self.board.cpu, self.board.machine
-        self.elf = os.path.join(project_dir, "build", "firmware.elf")
+        self.elf = os.path.join(project_dir, "build", "firmware.elf" if self.cpu else "firmware")
 
     def build(self) -> str:
         os.makedirs(os.path.dirname(self.elf), exist_ok=True)
         src = os.path.join(self.dir, "model", "codegen", "host", "src")
-        files = [os.path.join(self.dir, f) for f in ("board.c", "main.c", "inputs.c")]
+        board = "board.c" if self.cpu else "standalone.c"
+        files = [os.path.join(self.dir, f) for f in (board, "main.c", "inputs.c")]
         files += sorted(os.path.join(src, f) for f in os.listdir(src))
-        cmd = [*_gcc(self.board), "-std=gnu99", "-O2", "-I", self.dir,
-               "-I", os.path.join(self.dir, "model", "codegen", "host", "include"),
-               *self.options.get("cflags", []), *files, *_link(self.dir, self.board), "-o", self.elf]
+        flags = ["-std=gnu99", "-O2", "-I", self.dir, "-I", os.path.join(self.dir, "model", "codegen", "host", "include"),
+                 *self.options.get("cflags", [])]
+        if self.cpu is None:
+            cmd = ["cc", *flags, *files, "-lm", "-o", self.elf]
+        else:
+            cmd = [*_gcc(self.board), *flags, *files, *_link(self.dir, self.board), "-o", self.elf]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
             raise KilnError(f"firmware build failed ({' '.join(cmd[:3])} ...):\n{out.stderr[-3000:]}")
@@ -373,17 +378,20 @@ class GeneratedProject:
 
     def sizes(self) -> dict:
         """text/data/bss bytes of the firmware (arm-none-eabi-size): flash = text + data, RAM = data + bss."""
+        if self.cpu is None:
+            raise KilnError("sizes: the host template builds a program, not firmware; use a board template")
         self.flash()
         return _sizes(self.elf)
 
     def run(self, timeout: float = 120.0) -> dict:
-        """Boot the firmware in qemu; ``{"outputs": {name: array}, "cycles": int, "log": str}``."""
+        """Boot the firmware in qemu (or run the host program); ``{"outputs": {name: array}, "cycles":
+        int (board ticks; nanoseconds on the host), "log": str}``."""
         self.flash()
-        cmd = _qemu(self.board, self.options, "stdio", self.elf)
+        cmd = _qemu(self.board, self.options, "stdio", self.elf) if self.cpu else [self.elf]
         try:
             out = subprocess.run(cmd, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
-            raise KilnError(f"the board did not finish within {timeout:.0f} s (qemu {self.machine})") from None
+            raise KilnError(f"the board did not finish within {timeout:.0f} s ({self.machine or 'host program'})") from None
         log = out.stdout.decode(errors="replace")
         if out.returncode != 0 or "KILN-ERROR" in log:
             raise KilnError(f"the board exited with {out.returncode}: {log[-2000:]}{out.stderr.decode()[-1000:]}")

@@ -7,6 +7,9 @@
         seconds, accuracy, labels = micro.testing.evaluate_model_accuracy(session, aot, samples, labels)
     micro.testing.check_tune_log("tune.log")
 
+AOT test helpers (``AOTTestModel``, ``compile_and_run``, ``generate_ref_data``, the default and
+Corstone-300 runners) are in ``micro.testing.aot_test_utils``.
+
 Platforms: ``"crt"`` (a host process; board ``None`` or ``"host"``) and ``"qemu"`` (kiln's emulated
 boards: ``mps2_an385`` Cortex-M3, ``mps2_an386`` M4F, ``mps2_an500`` M7, ``mps3_an547`` M55).
 """
