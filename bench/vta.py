@@ -1,0 +1,129 @@
+"""VTA-class accelerator: static schedule search vs exhaustive cycle-model search, per-layer GEMM
+utilization and whole-model cycles of ResNet-18's convs, and a hardware design-space sweep.
+
+    .venv/bin/python bench/vta.py search [--layers N] [--max-points P]
+    .venv/bin/python bench/vta.py resnet [--size 224] [--layers N]
+    .venv/bin/python bench/vta.py sweep [--budget-kib 512]
+
+search: for each layer, every valid tile of the space in kiln/vta/search.py (output-row,
+column, channel-block and input-channel-block divisors x 1 or 2 virtual threads, SRAM-pruned)
+is built and run on the cycle model (the exhaustive baseline) and scored by the cost model; it
+prints the space size, Spearman rank correlation, the model pick's cycles against the best
+found, and the two search times (wall clock, on a machine shared with other jobs: noisy).
+The layers are ResNet-18's channel shapes at reduced spatial sizes so the exhaustive baseline
+fits in minutes. resnet: every conv of ResNet-18 except the 3-channel stem, at the cost model's
+pick, on the cycle model, bit-exact against numpy; GEMM utilization per layer, total cycles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from kiln import vta  # noqa: E402
+from kiln.vta import search, top  # noqa: E402
+
+# (C, H, O, k, stride, pad) of ResNet-18's convs after the stem, for a 224x224 input
+RESNET18 = [(64, 56, 64, 3, 1, 1)] * 4 + [(64, 56, 128, 3, 2, 1), (128, 28, 128, 3, 1, 1), (64, 56, 128, 1, 2, 0)] + \
+    [(128, 28, 128, 3, 1, 1)] * 2 + [(128, 28, 256, 3, 2, 1), (256, 14, 256, 3, 1, 1), (128, 28, 256, 1, 2, 0)] + \
+    [(256, 14, 256, 3, 1, 1)] * 2 + [(256, 14, 512, 3, 2, 1), (512, 7, 512, 3, 1, 1), (256, 14, 512, 1, 2, 0)] + \
+    [(512, 7, 512, 3, 1, 1)] * 2
+SEARCH_LAYERS = [top.ConvShape(1, 32, 8, 8, 32, 3, 3, 1, 1), top.ConvShape(1, 64, 8, 8, 64, 3, 3, 1, 1),
+                 top.ConvShape(1, 64, 8, 8, 64, 1, 1, 2, 0), top.ConvShape(1, 128, 4, 4, 128, 3, 3, 1, 1)]
+
+
+def run_layer(env, shape, tile, rng, check=True):
+    tens = top.conv2d(env, shape, shift=8)
+    s, args = top.schedule_conv2d(env, tens, tile)
+    t0 = time.perf_counter()
+    f = vta.build(s, args, env.target, name="conv", env=env, mode="cycle")
+    build_s = time.perf_counter() - t0
+    x = rng.integers(-128, 128, (shape.n, shape.c, shape.h, shape.w)).astype(np.int8)
+    w = rng.integers(-8, 8, (shape.o, shape.c, shape.kh, shape.kw)).astype(np.int8)
+    out = np.zeros(tuple(int(d.value) for d in args[2].shape), np.int8)
+    f(top.pack_nchw(x, env.BATCH, env.BLOCK_IN), top.pack_oihw(w, env.BLOCK_OUT, env.BLOCK_IN), out)
+    if check:
+        ref = top.conv2d_reference(x, w, shape.stride, shape.pad, 8)
+        assert np.array_equal(top.unpack_nchw(out), ref), f"{shape} {tile}: not bit-exact"
+    return f["conv"].last_stats, build_s
+
+
+def cmd_search(args):
+    env = vta.get_env()
+    rng = np.random.default_rng(0)
+    rhos, gaps, speedups = [], [], []
+    for shape in SEARCH_LAYERS[:args.layers]:
+        tiles = search.space(env, shape, max_points=args.max_points)
+        t0 = time.perf_counter()
+        costs = [search.cost(env, shape, t) for t in tiles]
+        pick = tiles[int(np.argmin(costs))]
+        model_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cycles = [run_layer(env, shape, t, rng, check=False)[0]["cycles"] for t in tiles]
+        exhaustive_s = time.perf_counter() - t0
+        rho = search.spearman(costs, cycles)
+        got, best = cycles[tiles.index(pick)], min(cycles)
+        rhos.append(rho)
+        gaps.append(got / best - 1)
+        speedups.append(exhaustive_s / model_s)
+        print(f"{shape}: {len(tiles)} valid tiles; spearman {rho:.3f}; pick {pick} {got} cycles vs best "
+              f"{best} ({100 * (got / best - 1):.1f}% slower); search {model_s * 1e3:.2f} ms vs exhaustive "
+              f"{exhaustive_s:.1f} s ({exhaustive_s / model_s:.0f}x)", flush=True)
+    print(f"median spearman {np.median(rhos):.3f}; worst pick gap {100 * max(gaps):.1f}%; "
+          f"min speedup {min(speedups):.0f}x")
+
+
+def cmd_resnet(args):
+    env = vta.get_env()
+    rng = np.random.default_rng(0)
+    scale = args.size / 224
+    total = 0
+    for k, (c, h, o, ks, s, p) in enumerate(RESNET18[:args.layers]):
+        hh = max(1, round(h * scale))
+        shape = top.ConvShape(1, c, hh, hh, o, ks, ks, s, p)
+        tile, est = search.best(env, shape)
+        stats, build_s = run_layer(env, shape, tile, rng)
+        util = stats.utilization()
+        total += stats["cycles"]
+        print(f"conv{k + 1:02d} {c}x{hh}x{hh} -> {o} k{ks} s{s}: tile {tile}; {stats['cycles']} cycles (model "
+              f"{est:.0f}); GEMM utilization {100 * util['gemm']:.1f}%, DMA {100 * util['dma']:.1f}%; "
+              f"build {build_s:.1f} s; bit-exact", flush=True)
+    print(f"total {total} cycles = {total / env.CLOCK_MHZ / 1e3:.2f} ms at {env.CLOCK_MHZ} MHz "
+          f"({len(RESNET18[:args.layers])} convs, stem and CPU ops excluded)")
+
+
+def cmd_sweep(args):
+    env = vta.get_env()
+    layers = [top.ConvShape(1, c, h, h, o, k, k, s, p) for c, h, o, k, s, p in sorted(set(RESNET18))]
+    t0 = time.perf_counter()
+    ranked = search.sweep(env, layers, args.budget_kib * 1024)
+    print(f"{len(ranked)} valid configurations within {args.budget_kib} KiB of inp+wgt+acc SRAM "
+          f"({time.perf_counter() - t0:.1f} s); best first (model cycles for ResNet-18's distinct conv shapes):")
+    for cycles, cfg in ranked[:args.top]:
+        print(f"  {cfg.model}: {cycles:.3e}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("search")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--max-points", type=int, default=None)
+    p = sub.add_parser("resnet")
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--layers", type=int, default=len(RESNET18))
+    p = sub.add_parser("sweep")
+    p.add_argument("--budget-kib", type=int, default=512)
+    p.add_argument("--top", type=int, default=8)
+    args = parser.parse_args()
+    {"search": cmd_search, "resnet": cmd_resnet, "sweep": cmd_sweep}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
