@@ -128,10 +128,11 @@ class Emitter:
             for ctx in ctxs:
                 self.leaf(loops, inner, ctx)
             return
-        if len(ctxs) > 1 and _only_gemm(s):
+        if _only_gemm(s):
             for ctx in ctxs:  # one thread's block of GEMMs, then the next's
-                self.walk(s, [ctx])
-                self.flush()
+                self.gemm_loops(s, ctx)
+                if len(ctxs) > 1:
+                    self.flush()
             return
         bounds = {(evaluate(s.min, c), evaluate(s.extent, c)) for c, _ in ctxs}
         if len(bounds) > 1:
@@ -141,6 +142,41 @@ class Emitter:
         (lo, n), = bounds
         for v in range(lo, lo + n):
             self.walk(s.body, [({**c, s.loop_var: v}, a) for c, a in ctxs])
+
+    def gemm_loops(self, s, ctx) -> None:
+        """A perfect loop nest around one vta.gemm call, its micro-ops computed with numpy."""
+        consts, self.allocs = ctx
+        loops, inner = [], s
+        while isinstance(inner, For):
+            loops.append(inner)
+            inner = inner.body
+        if not isinstance(inner, Evaluate) or any(uses_var(lp.extent, lambda v: True) for lp in loops):
+            return self.walk(s, [ctx])  # a sequence inside the loops: keep program order, slowly
+        call = inner.value
+        if not (isinstance(call, E.Call) and call.op == "tir.vta.gemm"):
+            return self.evaluate_call(call, consts)
+        mode = evaluate(call.args[0], consts)
+        vars_ = [lp.loop_var for lp in loops]
+        grids = np.meshgrid(*[np.arange(evaluate(lp.min, consts), evaluate(lp.min, consts) + evaluate(lp.extent, consts),
+                                        dtype=np.int64) for lp in loops], indexing="ij")
+        flat = [g.reshape(-1) for g in grids]
+        cols = []
+        for (data, off), mem in zip(((call.args[1], call.args[2]), (call.args[3], call.args[4]),
+                                     (call.args[5], call.args[6])), (isa.MEM_ACC, isa.MEM_INP, isa.MEM_WGT)):
+            if mode == 1 and mem != isa.MEM_ACC:
+                cols.append(np.zeros_like(cols[0]))
+                continue
+            alloc = self._sram(data, mem, "GEMM")
+            offset = np.broadcast_to(np.asarray(compile_expr(off, vars_, consts)(*flat), dtype=np.int64),
+                                     flat[0].shape if flat else ())
+            offset = np.atleast_1d(offset)
+            if (offset % self.elems[mem]).any():
+                raise CompileError(f"vta: GEMM operand {alloc.name} is not block-aligned ({self.elems[mem]} "
+                                   "elements); tensorize at the block axis")
+            cols.append(alloc.base + offset // self.elems[mem])
+        idx = np.stack(cols, 1)
+        for flag in ((1,) if mode == 1 else (0,) if mode == 0 else (1, 0)):
+            self.pending.extend((flag, *u) for u in idx.tolist())
 
     def leaf(self, loops, s, ctx) -> None:
         consts, self.allocs = ctx
