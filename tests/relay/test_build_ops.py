@@ -9,7 +9,9 @@ from kiln import relay
 from kiln.contrib import graph_executor
 from kiln.relay import reference
 from kiln.relay.backend.op_impl import OP_IMPLS
+from kiln.relay.op import math_ops
 from kiln.relay.op.rnn import rnn_recurrence
+from kiln.relay.op.scatter import cumsum, gather_nd, scatter_elements, scatter_nd
 
 RNG = np.random.default_rng(1)
 
@@ -38,6 +40,8 @@ I6 = v("i", 6, dtype="int32")
 B3 = v("b", 3)
 BMM = v("b", 2, 20, 24)
 I3 = v("i", 3, dtype="int64")
+J6 = v("j", 6, dtype="int32")
+S5, T5 = v("s", 5, dtype="uint8"), v("t", 5, dtype="uint8")
 IMG = v("x", 1, 8, 10, 10)
 IMG_IN = {"x": arr(1, 8, 10, 10)}
 
@@ -121,6 +125,25 @@ CASES = {
                                     relay.image.resize2d(IMG, (20, 20), method="nearest_neighbor",
                                                          coordinate_transformation_mode="asymmetric")]), IMG_IN),
     "cast_types": (lambda: relay.Tuple([relay.cast(X, "int32"), relay.cast(relay.cast(X, "float16"), "float32")]), X_IN),
+    "index_ops": (lambda: relay.Tuple([
+        gather_nd(X, v("gn", 2, 2, dtype="int64")),
+        gather_nd(X, v("gb", 2, 3, 1, dtype="int64"), batch_dims=1),
+        scatter_nd(X, relay.const(np.array([[1, 2], [0, -1], [1, 0]], "int64")), v("u", 3, 4, 5)),
+        scatter_nd(X, v("sd", 4, 1, dtype="int64"), v("w", 4, 3, 4, 5), reduction="add"),
+        scatter_elements(X, v("se", 2, 3, 4, 2, dtype="int64"), v("z", 2, 3, 4, 2), axis=3, reduction="max"),
+        scatter_elements(X, relay.const(np.array([[[[4, -5]]]], "int64")), v("q", 1, 1, 1, 2), axis=-1),
+        cumsum(X, axis=2), cumsum(X, axis=-1, exclusive=True, reverse=True)]),
+        {**X_IN, "gn": np.array([[1, 2], [-1, 0]], "int64"), "gb": arr(2, 3, 1, dtype="int64", low=-3, high=3),
+         "u": arr(3, 4, 5), "sd": np.array([[1], [0], [1], [-1]], "int64"), "w": arr(4, 3, 4, 5),
+         "se": arr(2, 3, 4, 2, dtype="int64", low=-5, high=5), "z": arr(2, 3, 4, 2), "q": arr(1, 1, 1, 2)}),
+    "math_ops": (lambda: relay.Tuple([
+        math_ops.tan(X * relay.const(0.5)), math_ops.asin(X * relay.const(0.4)), math_ops.acos(X * relay.const(0.4)),
+        math_ops.atan(X), math_ops.sinh(X), math_ops.cosh(X),
+        relay.cast(math_ops.isinf(relay.const(np.array([1.0, np.inf, -np.inf, np.nan], "float32"))), "int32"),
+        math_ops.bitwise_not(I6), math_ops.bitwise_and(I6, J6), math_ops.bitwise_or(I6, J6),
+        math_ops.bitwise_xor(I6, J6), math_ops.left_shift(S5, T5), math_ops.right_shift(S5, T5)]),
+        {**X_IN, "i": np.array([-7, -4, -1, 0, 5, 9], "int32"), "j": np.array([3, -2, 12, 7, -9, 5], "int32"),
+         "s": np.array([1, 200, 17, 255, 3], "uint8"), "t": np.array([1, 3, 0, 8, 9], "uint8")}),
     "rnn_recurrence": (lambda: relay.Tuple([
         rnn_recurrence(v("xp", 5, 3, 2, 16), c(2, 4, 16), c(2, 16), v("h", 2, 3, 4), v("c", 2, 3, 4),
                        v("n", 3, dtype="int32"), c(2, 12), "lstm", (False, True),

@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from kiln import te, tir, topi
+from kiln.topi import bitwise as topi_bitwise
 from kiln.topi import rnn as topi_rnn
 from kiln.topi import scatter as topi_scatter
 from kiln.errors import CompileError
@@ -369,6 +370,8 @@ _UNARY = {
     "isnan": topi.isnan, "log": topi.log, "negative": topi.negative, "round": topi.round, "rsqrt": topi.rsqrt,
     "sigmoid": topi.sigmoid, "sign": topi.sign, "sin": topi.sin, "sqrt": topi.sqrt, "tanh": topi.tanh,
     "logical_not": topi.logical_not, "reciprocal": topi.reciprocal, "copy": topi.identity, "nn.relu": topi.nn.relu,
+    "tan": topi.tan, "asin": topi.asin, "acos": topi.acos, "atan": topi.atan, "sinh": topi.sinh, "cosh": topi.cosh,
+    "isinf": topi.isinf, "bitwise_not": topi.bitwise_not,
 }
 _BINARY = {
     "add": topi.add, "subtract": topi.subtract, "multiply": topi.multiply, "divide": topi.divide,
@@ -376,6 +379,8 @@ _BINARY = {
     "maximum": topi.maximum, "minimum": topi.minimum, "equal": topi.equal, "not_equal": topi.not_equal,
     "less": topi.less, "less_equal": topi.less_equal, "greater": topi.greater, "greater_equal": topi.greater_equal,
     "logical_and": topi.logical_and, "logical_or": topi.logical_or, "logical_xor": topi.logical_xor,
+    "bitwise_and": topi.bitwise_and, "bitwise_or": topi.bitwise_or, "bitwise_xor": topi.bitwise_xor,
+    "left_shift": topi_bitwise.left_shift, "right_shift": topi_bitwise.right_shift,
 }
 
 OP_IMPLS: dict[str, OpImpl] = {
