@@ -26,6 +26,7 @@ import numpy as np
 
 from ..expr import Call, Constant, const
 from ..op import nn as fnn
+from ..op import nn_pool as fpool
 from ..op import transform as ftf
 from ..op.registry import OpDef, OpPattern, RelCtx
 from ..ty import TensorType
@@ -33,6 +34,7 @@ from ..transform.infer_type import infer
 from ..visitor import ExprMutator
 from .fixed_point import dtype_range
 from .op import core as qcore
+from .op import elemwise as qelem
 from .op import nn as qnn_nn
 from .op.core import multiplier
 from .op.params import value_of
@@ -155,6 +157,10 @@ class _Rewrite(ExprMutator):
 
     def visit_Call(self, call):
         new = super().visit_Call(call)
+        if new.op in (qelem.ADD, qelem.SUBTRACT, qelem.MUL):
+            return self.blocked_binary(new)
+        if new.op is fpool.MAX_POOL2D and new.attrs.layout == "NCHW":
+            return self.blocked_pool(new)
         if new.op is not qcore.REQUANTIZE:
             return new
         chain = _match(new)
@@ -167,6 +173,42 @@ class _Rewrite(ExprMutator):
             return self.dense(mm, bias, new)
         except _Skip:
             return new
+
+    def _record(self, blocked, block: int):
+        """The NCHW view of ``blocked`` (NCHW{block}c), remembered for blocked consumers."""
+        plain = ftf.layout_transform(blocked, f"NCHW{block}c", "NCHW")
+        self.blocked[id(plain)] = (blocked, block)
+        return plain
+
+    def to_block(self, x, block: int):
+        got = self.blocked.get(id(x))
+        if got is not None and got[1] == block:
+            return got[0]
+        key = (id(x), block)
+        if key not in self.views:
+            self.keep.append(x)
+            self.views[key] = ftf.layout_transform(x, "NCHW", f"NCHW{block}c")
+        return self.views[key]
+
+    def blocked_binary(self, call):
+        """A qnn add/subtract/mul of an int8 conv's result stays blocked (fused into its kernel)."""
+        a, b = call.args[:2]
+        known = [self.blocked.get(id(v)) for v in (a, b)]
+        if not any(known) or any(value_of(p) is None or value_of(p).size != 1 for p in call.args[2:]):
+            return call
+        shapes = [tuple(int(d) for d in infer(v).checked_type.shape) for v in (a, b)]
+        block = next(k for k in known if k)[1]
+        if shapes[0] != shapes[1] or len(shapes[0]) != 4 or shapes[0][1] % block:
+            return call
+        out = Call(call.op, [self.to_block(a, block), self.to_block(b, block), *call.args[2:]], call.attrs)
+        return self._record(out, block)
+
+    def blocked_pool(self, call):
+        got = self.blocked.get(id(call.args[0]))
+        if got is None:
+            return call
+        blocked, block = got
+        return self._record(Call(call.op, [blocked], call.attrs.with_changes(layout=f"NCHW{block}c")), block)
 
     def _tier_for(self, w_cin_axis_major: np.ndarray) -> str:
         from kiln.topi.int8_pack import pairs_fit_int16
@@ -197,20 +239,17 @@ class _Rewrite(ExprMutator):
         out = CONV2D_INT8(data, const(packed), const(total), const(q), const(s), strides=tuple(a.strides),
                           padding=tuple(a.padding), dilation=tuple(a.dilation), pad_value=int(zx.ravel()[0]),
                           tier=tier, channels=o, **attrs)
-        plain = ftf.layout_transform(out, f"NCHW{lanes}c", "NCHW")
-        self.blocked[id(plain)] = (out, lanes)
-        return plain
+        return self._record(out, lanes)
 
     def blocked_input(self, x, cin, ib, zx):
         """``x`` as NCHW[ib]c (channels padded to ``cin``); reuses a blocked producer."""
-        got = self.blocked.get(id(x))
-        if got is not None and got[1] == ib:
-            return got[0]
-        key = (id(x), ib)
+        c = int(infer(x).checked_type.shape[1])
+        if cin == c:
+            return self.to_block(x, ib)
+        key = (id(x), ib, "padded")
         if key not in self.views:
-            c = int(infer(x).checked_type.shape[1])
             self.keep.append(x)
-            y = x if cin == c else fnn.pad(x, ((0, 0), (0, cin - c), (0, 0), (0, 0)), pad_value=float(zx))
+            y = fnn.pad(x, ((0, 0), (0, cin - c), (0, 0), (0, 0)), pad_value=float(zx))
             self.views[key] = ftf.layout_transform(y, "NCHW", f"NCHW{ib}c")
         return self.views[key]
 
