@@ -95,8 +95,8 @@ def test_qdq_int8_model_on_the_board_matches_onnxruntime(qdq, template, cpu, tmp
             m.run()
             # The same integer graph on both: equal bits (the last dequantize is one float multiply).
             np.testing.assert_array_equal(got, m.get_output(0).numpy())
-            # onnxruntime rounds requantization half to even, kiln's ONNX import rounds ties upward:
-            # the int8 outputs may differ by one quantization step where a tie was hit.
+            # onnxruntime requantizes with a float32 scale rounding ties to even, kiln with an int64
+            # fixed-point multiplier rounding ties upward: the outputs may differ by one step.
             steps = np.abs(got - run_ort(model, {"data": x})[0]) / out_scale
             worst = max(worst, float(steps.max()))
     assert worst <= 1 + 1e-3, worst
