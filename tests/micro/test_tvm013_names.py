@@ -164,3 +164,24 @@ def test_aot_session_helpers_and_workspace_size(kws, tmp_path):
                       executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}))
     mlf = tvm.micro.export_model_library_format(lib, str(tmp_path / "m.tar"))
     assert tvm.micro.testing.mlf_extract_workspace_size_bytes(mlf) == lib.workspace_size > 0
+
+
+def test_micro_tflite_tutorial_flow_graph_executor_on_the_crt_template(kws):
+    """TVM 0.13's micro_tflite.py with the graph executor (the model from ONNX here)."""
+    model, inputs, mod, params, host = kws
+    with tvm.transform.PassContext(opt_level=3, config={"tir.disable_vectorize": True}):
+        module = relay.build(mod, target=tvm.micro.testing.get_target("crt"), runtime=RUNTIME, params=params)
+    temp_dir = tvm.contrib.utils.tempdir()
+    tvm.micro.export_model_library_format(module, temp_dir / "model.tar")
+    project = tvm.micro.generate_project(tvm.micro.get_microtvm_template_projects("crt"), module,
+                                         temp_dir / "generated-project", {"project_type": "host_driven"})
+    project.build()
+    project.flash()
+    with tvm.micro.Session(transport_context_manager=project.transport()) as session:
+        graph_mod = tvm.micro.create_local_graph_executor(module.get_graph_json(), session.get_system_lib(),
+                                                          session.device)
+        graph_mod.set_input(**module.get_params())
+        graph_mod.set_input("input", tvm.nd.array(inputs["input"]))
+        graph_mod.run()
+        got = graph_mod.get_output(0).numpy()
+    np.testing.assert_allclose(got, _host_numbers(host, inputs["input"]), rtol=1e-5, atol=1e-6)
