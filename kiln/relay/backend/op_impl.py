@@ -322,6 +322,10 @@ def _conv2d_blocked_prepack(a, types, cfg):
         dshape = layout.blocked_shape(_shape(types[0]), a.data_layout, "NCHW")
         bn = _nchwc_config(a, dshape, (o, i, kh, kw), cfg)["oc_bn"]
         ib = max(ib, 1)
+        from kiln.topi.x86 import conv2d_bf16
+        if conv2d_bf16.pairs_apply(types[0].dtype, types[1].dtype, ib):  # channel pairs (docs/topi.md)
+            return WeightTransform(1, (o // bn, i // ib, kh, kw, ib // 2, bn, 2),
+                                   lambda w: conv2d_bf16.prepack_kernel_nchwc_bf16(w, ib, bn), ("nchwc-bf16", ib, bn))
         return WeightTransform(1, (o // bn, i // ib, kh, kw, ib, bn),
                                lambda w: prepack_kernel_nchwc(w, ib, bn), ("nchwc", ib, bn))
     return WeightTransform(1, (o // ob, kh, kw, ob), lambda w: prepack_depthwise_kernel(w, ob), ("dw_nchwc", ob))
@@ -344,7 +348,22 @@ def _conv2d_transpose(a, x, t, ctx):
 
 
 def _dense(a, x, t, ctx):
+    if ctx.prepacked:  # CPU panels; units: the last panel may be zero-padded
+        return ctx.topi.dense(x[0], x[1], None, _out_dtype(a, x[0]), cfg=ctx.cfg, units=_shape(t)[-1])
     return ctx.topi.dense(x[0], x[1], None, _out_dtype(a, x[0]), cfg=ctx.cfg)
+
+
+def _dense_prepack(a, types, cfg):
+    """A constant (N, K) weight in the column panels (N/tile_n, K, tile_n) the CPU GEMM reads,
+    made once at build time instead of in every call (docs/topi.md, "dense and batch_matmul")."""
+    from kiln.topi.x86.dense import config_for, prepack_weight
+
+    (m, k), (n, _) = _shape(types[0]), _shape(types[1])
+    conf = config_for(m, n, k, cfg)
+    if conf["kernel"] != "gemm":
+        return None
+    nr = int(conf["tile_n"])
+    return WeightTransform(1, (-(-n // nr), k, nr), lambda w: prepack_weight(w, nr), ("dense_panels", nr))
 
 
 def _batch_matmul(a, x, t, ctx):
@@ -423,7 +442,7 @@ OP_IMPLS: dict[str, OpImpl] = {
     "nn.conv2d": OpImpl(_conv2d, _conv2d_schedule, "conv2d_nchw", _conv2d_prepack),
     "nn.conv2d_transpose": OpImpl(_conv2d_transpose, "conv2d_transpose_nchw"),
     "nn.contrib_expand_depthwise_NCHWc": OpImpl(_expand_depthwise, "expand_depthwise_NCHWc"),
-    "nn.dense": OpImpl(_dense, "dense", "dense_nopack"),
+    "nn.dense": OpImpl(_dense, "dense", "dense_nopack", _dense_prepack),
     "nn.batch_matmul": OpImpl(_batch_matmul, "batch_matmul", "batch_matmul"),
     "nn.max_pool2d": _pool("max"),
     "nn.avg_pool2d": _pool("avg"),

@@ -160,6 +160,9 @@ def schedule_any_dot(s, out):
     except ValueError:
         schedule_dot_tile(s, find_tagged(out, TAG), out)
         return
+    if mm.op.attrs.get("padded_rows"):
+        matmul_nn.schedule_padded(s, mm, out)
+        return
     matmul_nn.schedule_nn_tile(s, mm, tile_root(s, out, mm, mm))
 
 

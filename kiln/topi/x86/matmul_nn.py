@@ -6,14 +6,25 @@ A ``tile_m`` x ``tile_n`` tile of accumulators (``tile_n`` a multiple of the vec
 computed at the output's tile loop: per k it loads tile_n/lanes vectors of b and broadcasts tile_m
 values of a. When b arrives as (N, K) (dense weights, batch_matmul with transpose_b) it is first
 copied into column panels ``[.., N/tile_n, K, tile_n]`` so each k step reads one contiguous run;
-that pass costs N*K against the kernel's M*N*K.
+that pass costs N*K against the kernel's M*N*K; relay.build does it once at build time for
+constant weights (``prepack_weight`` in dense.py), so then the kernel reads the panels directly.
+
+Work order: the parallel loop runs over (column panel, row tile) with the panel outermost, so a
+thread walks down M with one panel of b (K x tile_n) in its L2 while rows of a stream by; a
+transformer's M is the sequence length (64 to 1500), not a batch of 1.
+
+Rows that ``tile_m`` does not divide (ViT's 197 tokens): the product is computed over M rounded
+up to a multiple of ``tile_m`` (the extra rows read row M-1 again and are dropped) into a buffer,
+and the output (with its elementwise epilogue) copies the first M rows: the tile loop keeps its
+constant extents, so the accumulators stay in registers (a guarded tail tile made LLVM keep them
+in memory: 2.5x slower for 197 rows).
 """
 
 from __future__ import annotations
 
 from kiln import te
 
-from ..cpu import tile_fits, vector_lanes, vector_registers
+from ..cpu import accumulator_rows, vector_lanes, vector_registers
 from ..utils import with_default
 
 NN_TAG = "matmul_nn"
@@ -21,13 +32,26 @@ PACK_TAG = "matmul_panel_pack"
 
 
 def default_config(m: int, n: int) -> dict:
-    """Two vectors of columns; as many rows (at most 8) as keep the tile, a row of b and the
-    broadcast of a in registers: 8x32 with AVX-512 (19 of 32), 6x16 with AVX2 (15 of 16)."""
+    """Two vectors of columns; as many rows as keep the tile, a row of b and the broadcast of a in
+    registers (``cpu.accumulator_rows``): up to 12x32 with AVX-512 (32 registers), 6x16 with AVX2
+    (16); fewer rows where they divide M (``_rows_for``: 8 for 128 rows, 11 for 197)."""
     lanes, regs = vector_lanes(), vector_registers()
     tile_n = 2 * lanes if n >= 2 * lanes else lanes
     vectors = tile_n // lanes
-    tile_m = next((r for r in range(8, 0, -1) if tile_fits(r, vectors, regs)), 1)
-    return {"tile_m": min(tile_m, m), "tile_n": tile_n}
+    most = max(1, min(accumulator_rows(vectors, regs), 12))
+    return {"tile_m": _rows_for(m, most), "tile_n": tile_n}
+
+
+def _rows_for(m: int, most: int) -> int:
+    """Rows per tile: the largest divisor of m above most/2 + 1 (no padded rows); else the row
+    count that costs least per useful row, counting the padded last tile and the tile's fixed
+    loads (``tile_n`` vectors of b per k step, about two rows' worth of work)."""
+    if m <= most:
+        return max(m, 1)
+    for r in range(most, most // 2 + 1, -1):
+        if m % r == 0:
+            return r
+    return min(range(most, max(1, most // 2) - 1, -1), key=lambda r: -(-m // r) * r * (r + 2) / r)
 
 
 def config_space(m: int, n: int) -> dict:
@@ -59,13 +83,26 @@ def pack_panels(batch: tuple, n, k, fb_nk, nr: int, name: str):
 
 
 def dot_nn(batch: tuple, m, n, k, fa, fb_kn, out_dtype: str, conf: dict, name: str):
+    from kiln import tir
+
+    from ..utils import const_int
+
     rk = te.reduce_axis((0, k), name="k")
+    mi, tm = const_int(m), int(conf["tile_m"])
+    rows = -(-mi // tm) * tm
+
+    def row(i):
+        return i if rows == mi else tir.min(i, mi - 1)
 
     def fcompute(*idx):
         *b, i, j = idx
-        return te.sum(fa(*b, i, rk.var).astype(out_dtype) * fb_kn(*b, rk.var, j).astype(out_dtype), axis=rk)
+        return te.sum(fa(*b, row(i), rk.var).astype(out_dtype) * fb_kn(*b, rk.var, j).astype(out_dtype), axis=rk)
 
-    return te.compute(tuple(batch) + (m, n), fcompute, name=f"T_{name}", tag=NN_TAG, attrs={"config": conf})
+    mm = te.compute(tuple(batch) + (rows, n), fcompute, name=f"T_{name}" if rows == mi else f"T_{name}_rows",
+                    tag=NN_TAG, attrs={"config": conf, "padded_rows": rows != mi})
+    if rows == mi:
+        return mm
+    return te.compute(tuple(batch) + (m, n), lambda *idx: mm(*idx), name=f"T_{name}", tag=f"{NN_TAG}_unpad,injective")
 
 
 def dot_nt_packed(batch: tuple, m, n, k, fa, fb_nk, out_dtype: str, conf: dict, name: str):
@@ -79,13 +116,33 @@ def dot_nt_packed(batch: tuple, m, n, k, fa, fb_nk, out_dtype: str, conf: dict, 
 def schedule_nn_tile(s, mm, out):
     """out: mm itself or an elementwise epilogue with mm's shape (see injective.tile_root)."""
     conf = mm.op.attrs["config"]
-    lanes = vector_lanes()
     mm_stage = s[s.cache_write(out, "local")] if mm.op is out.op else s[mm]
-    *batch, i, j = s[out].op.axis
-    io, jo, ii, ji = s[out].tile(i, j, conf["tile_m"], conf["tile_n"])
-    s[out].parallel(s[out].fuse(*batch, io, jo))
-    s[out].vectorize(s[out].split(ji, factor=lanes)[1])
-    mm_stage.compute_at(s[out], _parallel_axis(s[out]))
+    _tile(s, s[out], mm_stage, conf)
+    _schedule_pack(s, mm)
+
+
+def schedule_padded(s, mm, out):
+    """mm computed over padded rows (module docstring): tile mm itself; ``out`` (the unpadded
+    copy and any epilogue, inlined) gets plain parallel, vectorized loops."""
+    from ..generic.default import schedule_stage
+    from .injective import inline_injective_between
+
+    conf = mm.op.attrs["config"]
+    local = s.cache_write(mm, "local")
+    _tile(s, s[mm], s[local], conf)
+    _schedule_pack(s, mm)
+    inline_injective_between(s, out, mm)
+    schedule_stage(s, out)
+
+
+def _tile(s, st, mm_stage, conf):
+    lanes = vector_lanes()
+    *batch, i, j = st.op.axis
+    io, jo, ii, ji = st.tile(i, j, conf["tile_m"], conf["tile_n"])
+    st.reorder(*batch, jo, io, ii, ji)  # a panel of b outermost: it stays in cache down M
+    st.parallel(st.fuse(*batch, jo, io))
+    st.vectorize(st.split(ji, factor=lanes)[1])
+    mm_stage.compute_at(st, _parallel_axis(st))
     *_, ci, cj = mm_stage.op.axis
     (rk,) = mm_stage.op.reduce_axis
     mm_stage.reorder(rk, ci, cj)
@@ -93,6 +150,9 @@ def schedule_nn_tile(s, mm, out):
     cjo, cji = mm_stage.split(cj, factor=lanes)
     mm_stage.unroll(cjo)
     mm_stage.vectorize(cji)
+
+
+def _schedule_pack(s, mm):
     for t in mm.op.input_tensors:
         if t.op.tag == PACK_TAG:
             st = s[t]
