@@ -1,5 +1,6 @@
 """``relay.nn``: constructors of the neural-network ops (see relay/op/nn*.py for the OpDefs)."""
 
+from .op.attention import attention
 from .op.nn import (batch_flatten, batch_matmul, bias_add, conv2d, conv2d_transpose, dense, leaky_relu, pad,
                     prelu, relu)
 from .op.nn_fused import contrib_expand_depthwise_NCHWc
@@ -9,4 +10,4 @@ from .op.nn_pool import adaptive_avg_pool2d, avg_pool2d, global_avg_pool2d, glob
 __all__ = ["conv2d", "conv2d_transpose", "dense", "batch_matmul", "bias_add", "relu", "leaky_relu", "prelu", "pad",
            "batch_flatten", "batch_norm", "layer_norm", "softmax", "log_softmax", "dropout", "dropout_raw",
            "max_pool2d", "avg_pool2d", "global_avg_pool2d", "global_max_pool2d", "adaptive_avg_pool2d",
-           "contrib_expand_depthwise_NCHWc"]
+           "contrib_expand_depthwise_NCHWc", "attention"]
