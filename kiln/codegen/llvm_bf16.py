@@ -1,20 +1,22 @@
-"""bfloat16 in the LLVM backend: storage as LLVM ``bfloat``, arithmetic in float32.
+"""bfloat16 in the LLVM backend: its bits (LLVM ``i16``) in memory and registers, arithmetic in float32.
 
-LLVM compiles ``bfloat`` loads, stores and ``fpext`` to float inline on every x86/ARM CPU (the
-16 bits are float32's top half: widening is a shift), but its ``fptrunc`` to bfloat becomes a
-call of compiler-rt's ``__truncsfbf2`` on CPUs without AVX512-BF16, and bfloat arithmetic is
-done through that same call per operation. So kiln never hands LLVM bfloat arithmetic:
+LLVM has a ``bfloat`` type, but on CPUs without AVX512-BF16 its ``fptrunc`` to bfloat is a call
+of compiler-rt's ``__truncsfbf2``, and so is every bfloat arithmetic operation, ``select`` and
+``phi`` (LLVM promotes them to float and rounds back). So kiln never hands LLVM bfloat values:
+they are i16 bit patterns, widened to float32 by a shift (bfloat16 is float32's top half) and
 
 - ``promote_bfloat16`` rewrites a PrimFunc so that every operation on bfloat16 values
   (arithmetic, min/max, comparisons, math calls) runs on float32 conversions of its operands,
   with one rounding to bfloat16 of the result, which is the result bfloat16 arithmetic defines;
-- ``round_to_bfloat16`` emits float32 -> bfloat16 as integer instructions, round to nearest
+- ``widen_bfloat16`` is that shift; ``round_to_bfloat16`` emits float32 -> bfloat16 as integer
+  instructions, round to nearest
   even, as numpy's ml_dtypes and ``vcvtneps2bf16`` round (unlike that instruction, subnormals
   are kept, so every CPU computes the same bits), NaN stays a (quiet) NaN of the same sign.
 
 Kernels that multiply bfloat16 pairs into float32 sums (``vdpbf16ps``, AMX ``tdpbf16ps``) call
-those instructions through ``call_llvm_pure_intrin`` with bfloat16 vector operands; the pass
-leaves intrinsic calls alone.
+those instructions through ``call_llvm_pure_intrin`` with bfloat16 vector operands, which the
+call bitcasts to LLVM's ``bfloat`` vectors (kiln/codegen/llvm_intrin.py); the pass leaves
+intrinsic calls alone.
 """
 
 from __future__ import annotations
@@ -118,7 +120,6 @@ def round_to_bfloat16(cg, value: str, src: DType) -> str:
     i32 = "i32" if n == 1 else f"<{n} x i32>"
     i16 = "i16" if n == 1 else f"<{n} x i16>"
     ty = "float" if n == 1 else f"<{n} x float>"
-    out = "bfloat" if n == 1 else f"<{n} x bfloat>"
 
     def c(v: int, t: str = i32) -> str:
         return str(v) if n == 1 else f"splat ({t.split(' x ')[1][:-1]} {v})"
@@ -131,4 +132,15 @@ def round_to_bfloat16(cg, value: str, src: DType) -> str:
     quiet = fw.emit(f"or {i32} {fw.emit(f'lshr {i32} {bits}, {c(16)}')}, {c(0x40)}")
     nan = fw.emit(f"fcmp uno {ty} {value}, {value}")
     picked = fw.emit(f"select {'i1' if n == 1 else f'<{n} x i1>'} {nan}, {i32} {quiet}, {i32} {high}")
-    return fw.emit(f"bitcast {i16} {fw.emit(f'trunc {i32} {picked} to {i16}')} to {out}")
+    return fw.emit(f"trunc {i32} {picked} to {i16}")
+
+
+def widen_bfloat16(cg, value: str, src: DType) -> str:
+    """LLVM instructions: bfloat16 bits (i16, scalar or vector) -> float32, exactly."""
+    n = src.lanes
+    i32 = "i32" if n == 1 else f"<{n} x i32>"
+    i16 = "i16" if n == 1 else f"<{n} x i16>"
+    sixteen = "16" if n == 1 else "splat (i32 16)"
+    fw = cg.fw
+    wide = fw.emit(f"shl {i32} {fw.emit(f'zext {i16} {value} to {i32}')}, {sixteen}")
+    return fw.emit(f"bitcast {i32} {wide} to {'float' if n == 1 else f'<{n} x float>'}")

@@ -16,7 +16,7 @@ from .llvm_ir import float_literal, llvm_type, scalar_type
 
 def mangle(dt: DType) -> str:
     """Overload suffix of an LLVM intrinsic: f32, v16f32, i64, v8i32."""
-    base = {"half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}.get(scalar_type(dt)) or scalar_type(dt)
+    base = {"half": "f16", "float": "f32", "double": "f64"}.get(scalar_type(dt)) or scalar_type(dt)
     return base if dt.lanes == 1 else f"v{dt.lanes}{base}"
 
 
@@ -250,7 +250,7 @@ class ExprCodegen:
             raise CompileError(f"{self.func_name}: cannot cast {src} to {dst}: lane counts differ")
         if src == dst:
             return v
-        if (src.kind == "bfloat") != (dst.kind == "bfloat") and not dst.is_bool:
+        if (src.kind == "bfloat") != (dst.kind == "bfloat"):
             return self._cast_bfloat16(v, src, dst)
         st, dt_ = llvm_type(src), llvm_type(dst)
         if dst.is_bool:
@@ -275,11 +275,11 @@ class ExprCodegen:
 
     def _cast_bfloat16(self, v: str, src: DType, dst: DType) -> str:
         """To or from bfloat16, through float32 (llvm_bf16.py: LLVM's own rounding is a libcall)."""
-        from .llvm_bf16 import round_to_bfloat16
+        from .llvm_bf16 import round_to_bfloat16, widen_bfloat16
 
         wide = DType("float", 32, src.lanes)
         if src.kind == "bfloat":
-            return self.cast(self.fw.emit(f"fpext {llvm_type(src)} {v} to {llvm_type(wide)}"), wide, dst)
+            return self.cast(widen_bfloat16(self, v, src), wide, dst)
         return round_to_bfloat16(self, self.cast(v, src, wide), wide)
 
     def _zero(self, dt: DType) -> str:

@@ -89,6 +89,11 @@ def _libm(cg, name: str, args: list[str], dt: DType) -> str:
 def _extern(cg, fname: str, args, ret: DType) -> str:
     values = [cg.expr(a) for a in args]
     types = [llvm_type(a.dtype) for a in args]
+    for k, a in enumerate(args):  # bfloat16 bits travel as i16; intrinsics take LLVM bfloat
+        if a.dtype.kind == "bfloat" and fname.startswith("llvm."):
+            n = a.dtype.lanes
+            bf = "bfloat" if n == 1 else f"<{n} x bfloat>"
+            values[k], types[k] = cg.fw.emit(f"bitcast {types[k]} {values[k]} to {bf}"), bf
     rty = llvm_type(ret)
     cg.mw.declare(fname, f"declare {rty} @{fname}({', '.join(types)})")
     return cg.fw.emit(f"call {rty} @{fname}({', '.join(f'{t} {v}' for t, v in zip(types, values))})")

@@ -18,7 +18,7 @@ def scalar_type(dt: DType, memory: bool = False) -> str:
     if dt.kind == "float":
         return {16: "half", 32: "float", 64: "double"}[dt.bits]
     if dt.kind == "bfloat":
-        return "bfloat"
+        return "i16"  # its bits: LLVM's bfloat type would turn phis and selects into libcalls
     if dt.kind == "bool":
         return "i8" if memory else "i1"
     if dt.kind == "handle":
@@ -33,11 +33,12 @@ def llvm_type(dt: DType, memory: bool = False) -> str:
 
 def float_literal(value: float, dt: DType) -> str:
     """An exact LLVM literal: doubles as 0x + 16 hex digits, float rounded to float first,
-    bfloat16 (0xR) rounded to nearest even."""
+    bfloat16 (its bits, an i16) rounded to nearest even."""
     if dt.kind == "bfloat":
         from .llvm_bf16 import bfloat16_bits
 
-        return f"0xR{bfloat16_bits(value):04X}"
+        bits = bfloat16_bits(value)
+        return str(bits - 65536 if bits >= 32768 else bits)
     if dt.bits == 16:
         (bits,) = struct.unpack("<H", struct.pack("<e", value))
         return f"0xH{bits:04X}"

@@ -24,8 +24,9 @@ from kiln import te
 from ..cpu import tile_operands, vector_lanes, vector_registers
 from ..nn.conv2d import conv2d_shape
 from ..nn.pad import pad
-from ..utils import const_int, const_shape, knob, with_default
+from ..utils import const_int, const_shape, find_stage, knob, with_default
 from . import conv2d as _nchw
+from . import conv2d_bf16 as bf16
 from .conv2d import _schedule_packing, _schedule_tile, find_tagged, schedule_blocked_tile
 from .injective import tile_root
 
@@ -114,9 +115,11 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
     dshape = const_shape(data, "conv2d_NCHWc data")
     ib = dshape[4] if ndim == 5 else 1
     channels = dshape[1] * ib
-    prepacked = len(kernel.shape) == 6
+    prepacked = len(kernel.shape) in (6, 7)
     kshape = const_shape(kernel, "conv2d_NCHWc kernel")
-    if prepacked:
+    if len(kshape) == 7:  # bfloat16 channel pairs (conv2d_bf16.prepack_kernel_nchwc_bf16)
+        kshape = (out_channels or kshape[0] * kshape[5], kshape[1] * kshape[4] * 2, kshape[2], kshape[3])
+    elif prepacked:
         kshape = (out_channels or kshape[0] * kshape[5], kshape[1] * kshape[4], kshape[2], kshape[3])
     elif len(kshape) != 4:
         raise ValueError(f"conv2d_NCHWc: input 'kernel' has {len(kshape)} dims; expected 4 (OIHW) or 6 (pre-packed)")
@@ -135,6 +138,9 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
     if not bn or p.out_channel % bn:
         raise ValueError(f"conv2d_NCHWc: no channel block divides the {p.out_channel} output channels "
                          f"(oc_bn={bn}); use x86.conv2d_nchw")
+    if bf16.pairs_apply(data.dtype, kernel.dtype, ib) and len(kernel.shape) != 6:
+        tile = bf16.default_tile_ow(p.out_width, bn, vector_lanes())
+        return bf16.conv2d_nchwc_bf16(data, kernel, p, bn, knob(cfg, "tile_ow", tile) if cfg else tile, plain_output)
     if ndim == 4:  # plain NCHW is NCHW1c
         plain = data
         data = te.compute(dshape + (1,), lambda n, c, y, x, b: plain[n, c, y, x], name="data_1c", tag="injective")
@@ -249,9 +255,14 @@ def schedule_conv2d_NCHWc(outs, cfg=None):  # noqa: N802
     del cfg  # the knobs travel in the compute's attrs
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([o.op for o in outs])
-    conv = find_tagged(outs[0], TAG)
+    conv = find_stage(outs[0], lambda op: getattr(op, "tag", "") in (TAG, bf16.TAG), f"{TAG} stage")
     store = find_tagged(outs[0], "injective,conv2d_store")
     out = tile_root(s, outs[0], store, conv)
+    if conv.op.tag == bf16.TAG:
+        if out.op is not store.op:
+            s[store].compute_inline()
+        bf16.schedule_conv2d_nchwc_bf16(s, conv, out)
+        return s
     if out.op is not store.op:
         s[store].compute_inline()
     for t in conv.op.input_tensors:
