@@ -48,8 +48,11 @@ class ConvShape:
         return (self.w + 2 * self.pad - self.kw) // self.stride + 1
 
 
-def conv2d(env, shape: ConvShape, shift: int, clip=(-128, 127)):
-    """The packed conv2d + requantize: (data, kernel, acc, res) tensors."""
+def conv2d(env, shape: ConvShape, shift: int, clip=(-128, 127), round_half_up: bool = False):
+    """The packed conv2d + requantize: (data, kernel, data_pad, acc, alu, res) tensors.
+
+    The requantize is ``clip(acc >> shift)``, or with round_half_up ``clip((acc + 2**(shift-1))
+    >> shift)``: qnn.requantize of a power-of-two scale ratio with rounding="UPWARD"."""
     from kiln import te
 
     B, BI, BO = env.BATCH, env.BLOCK_IN, env.BLOCK_OUT
@@ -76,7 +79,11 @@ def conv2d(env, shape: ConvShape, shift: int, clip=(-128, 127)):
                          kernel[o, ic, dy, dx, j, ki].astype(env.acc_dtype), axis=[ic, dy, dx, ki]),
                      name="res_conv")
     lo, hi = clip
-    out = te.compute(acc.shape, lambda *i: te.min(te.max(acc(*i) >> shift, lo), hi), name="res_alu")
+    half = (1 << (shift - 1)) if round_half_up and shift > 0 else 0
+    if half:
+        out = te.compute(acc.shape, lambda *i: te.min(te.max((acc(*i) + half) >> shift, lo), hi), name="res_alu")
+    else:
+        out = te.compute(acc.shape, lambda *i: te.min(te.max(acc(*i) >> shift, lo), hi), name="res_alu")
     res = te.compute(acc.shape, lambda *i: out(*i).astype(env.out_dtype), name="res")
     return data, kernel, dpad, acc, out, res
 
