@@ -1,0 +1,161 @@
+"""The opset-23 transformer ops: Attention, RMSNormalization, RotaryEmbedding.
+
+Attention is written as plain relay ops (scale, batch_matmul, mask add, softmax, batch_matmul),
+the pattern the attention fusion looks for; grouped-query heads repeat each K/V head, a KV
+cache (past_key/past_value) is concatenated on the sequence axis."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...expr import const
+from ...op import nn_norm, reduce, tensor
+from ...op import transform as tf
+
+
+def _c(value, dtype):
+    return const(np.asarray(value, dtype=dtype))
+
+
+def _bmm(ctx, a, b):
+    from .nn import CONVERTERS as NN
+    return NN["MatMul"](ctx, [a, b], {})
+
+
+def _heads_first(ctx, x, heads, what):
+    """(B, S, H*D) -> (B, H, S, D); 4-D inputs pass through."""
+    shape = ctx.shape_of(x)
+    if len(shape) == 4:
+        return x
+    if len(shape) != 3:
+        ctx.fail(f"input {what} must be 3-D (batch, sequence, hidden) or 4-D (batch, heads, sequence, head size), "
+                 f"got shape {list(shape)}")
+    if not heads or shape[2] % heads:
+        ctx.fail(f"input {what} of shape {list(shape)} needs the attribute q_num_heads/kv_num_heads "
+                 f"dividing its hidden size, got {heads}")
+    return tf.transpose(tf.reshape(x, (shape[0], shape[1], heads, shape[2] // heads)), (0, 2, 1, 3))
+
+
+def _as_bias(ctx, mask, dtype):
+    """A boolean mask (True: attend) as 0/-inf; a float mask as is."""
+    if ctx.type_of(mask).dtype == "bool":
+        return tensor.where(mask, _c(0, dtype), _c(-np.inf, dtype))
+    return tf.cast(mask, dtype) if ctx.type_of(mask).dtype != dtype else mask
+
+
+def _attention(ctx, ins, attrs):
+    ins = list(ins) + [None] * (7 - len(ins))
+    q, k, v, mask, past_k, past_v, nonpad = ins[:7]
+    dtype = ctx.type_of(q).dtype
+    three_d = len(ctx.shape_of(q)) == 3
+    q = _heads_first(ctx, q, attrs.get("q_num_heads"), "Q")
+    k = _heads_first(ctx, k, attrs.get("kv_num_heads"), "K")
+    v = _heads_first(ctx, v, attrs.get("kv_num_heads"), "V")
+    if past_k is not None:
+        k = tf.concatenate([past_k, k], 2)
+    if past_v is not None:
+        v = tf.concatenate([past_v, v], 2)
+    present_k, present_v = k, v
+    b, hq, sq, d = ctx.shape_of(q)
+    hk, skv = ctx.shape_of(k)[1], ctx.shape_of(k)[2]
+    past = ctx.shape_of(past_k)[2] if past_k is not None else 0
+    scale = attrs.get("scale")
+    scale = float(np.sqrt(scale if scale is not None else 1 / np.sqrt(d)))
+    if hq != hk:
+        if hq % hk:
+            ctx.fail(f"Q has {hq} heads, not a multiple of the {hk} heads of K and V")
+        rep = hq // hk
+
+        def repeat(x):
+            s = ctx.shape_of(x)
+            wide = tf.broadcast_to(tf.expand_dims(x, 2), (s[0], s[1], rep) + tuple(s[2:]))
+            return tf.reshape(wide, (s[0], s[1] * rep) + tuple(s[2:]))
+        k, v = repeat(k), repeat(v)
+    qs = tensor.multiply(q, _c(scale, dtype))
+    ks = tensor.multiply(tf.transpose(k, (0, 1, 3, 2)), _c(scale, dtype))
+    scores = _bmm(ctx, qs, ks)
+    softcap = attrs.get("softcap", 0.0)
+    if softcap and softcap > 0:
+        scores = tensor.multiply(tensor.tanh(tensor.divide(scores, _c(softcap, dtype))), _c(softcap, dtype))
+    capped = scores
+    bias = None
+    if mask is not None:
+        mshape = ctx.shape_of(mask)
+        if mshape[-1] < skv:  # a mask shorter than the keys: the missing columns are masked out
+            fill = False if ctx.type_of(mask).dtype == "bool" else -np.inf
+            pad = np.full(tuple(mshape[:-1]) + (skv - mshape[-1],), fill,
+                          dtype="bool" if fill is False else ctx.type_of(mask).dtype)
+            mask = tf.concatenate([mask, const(pad)], len(mshape) - 1)
+        bias = _as_bias(ctx, mask, dtype)
+    if attrs.get("is_causal", 0):
+        causal = np.where(np.arange(skv)[None, :] > np.arange(sq)[:, None] + past, -np.inf, 0).astype(dtype)
+        bias = const(causal) if bias is None else tensor.add(bias, const(causal))
+    if nonpad is not None:
+        keep = tensor.less(const(np.arange(skv, dtype="int64")[None, :]), tf.reshape(tf.cast(nonpad, "int64"), (-1, 1)))
+        pad_bias = tf.reshape(tensor.where(keep, _c(0, dtype), _c(-np.inf, dtype)), (b, 1, 1, skv))
+        bias = pad_bias if bias is None else tensor.add(bias, pad_bias)
+    with_bias = tensor.add(scores, bias) if bias is not None else scores
+    probs = nn_norm.softmax(with_bias, -1)
+    out = _bmm(ctx, probs, v)
+    if three_d:
+        dv = ctx.shape_of(out)[3]
+        out = tf.reshape(tf.transpose(out, (0, 2, 1, 3)), (b, sq, hq * dv))
+    mode = attrs.get("qk_matmul_output_mode", 0)
+    qk = {0: capped, 1: capped, 2: with_bias, 3: probs}.get(mode)
+    if qk is None:
+        ctx.fail(f"attribute qk_matmul_output_mode={mode} is not one of 0, 1, 2, 3")
+    return [out, present_k, present_v, qk]
+
+
+def _rms_norm(ctx, ins, attrs):
+    x, scale = ins[0], ins[1]
+    shape = ctx.shape_of(x)
+    dtype = ctx.type_of(x).dtype
+    axis = attrs.get("axis", -1) % len(shape)
+    axes = list(range(axis, len(shape)))
+    mean_sq = reduce.mean(tensor.multiply(x, x), axes, keepdims=True)
+    inv = tensor.rsqrt(tensor.add(mean_sq, _c(attrs.get("epsilon", 1e-5), dtype)))
+    return tensor.multiply(tensor.multiply(x, inv), scale)
+
+
+def _rotary(ctx, ins, attrs):
+    x, cos, sin = ins[0], ins[1], ins[2]
+    pos = ins[3] if len(ins) > 3 else None
+    shape = ctx.shape_of(x)
+    if len(shape) == 4:  # (B, H, S, D) -> (B, S, H, D)
+        xs = tf.transpose(x, (0, 2, 1, 3))
+    else:
+        heads = attrs.get("num_heads", 0)
+        if len(shape) != 3 or not heads or shape[2] % heads:
+            ctx.fail(f"input of shape {list(shape)} must be 4-D, or 3-D with num_heads dividing its last axis")
+        xs = tf.reshape(x, (shape[0], shape[1], heads, shape[2] // heads))
+    b, s, h, d = ctx.shape_of(xs)
+    rot = attrs.get("rotary_embedding_dim", 0) or d
+    half = rot // 2
+    if pos is not None:
+        cos, sin = tf.take(cos, pos, axis=0), tf.take(sin, pos, axis=0)
+    if ctx.shape_of(cos)[-1] != half:
+        ctx.fail(f"cos_cache's last axis is {ctx.shape_of(cos)[-1]}, not rotary_embedding_dim/2 = {half}")
+    cos, sin = tf.expand_dims(cos, 2), tf.expand_dims(sin, 2)
+    part = tf.strided_slice(xs, [0], [rot], axes=[3])
+    if attrs.get("interleaved", 0):
+        pairs = tf.reshape(part, (b, s, h, half, 2))
+        x1 = tf.squeeze(tf.strided_slice(pairs, [0], [1], axes=[4]), [4])
+        x2 = tf.squeeze(tf.strided_slice(pairs, [1], [2], axes=[4]), [4])
+    else:
+        x1 = tf.strided_slice(part, [0], [half], axes=[3])
+        x2 = tf.strided_slice(part, [half], [rot], axes=[3])
+    real = tensor.subtract(tensor.multiply(cos, x1), tensor.multiply(sin, x2))
+    imag = tensor.add(tensor.multiply(sin, x1), tensor.multiply(cos, x2))
+    if attrs.get("interleaved", 0):
+        rotated = tf.reshape(tf.stack([real, imag], 4), (b, s, h, rot))
+    else:
+        rotated = tf.concatenate([real, imag], 3)
+    if rot < d:
+        rotated = tf.concatenate([rotated, tf.strided_slice(xs, [rot], [d], axes=[3])], 3)
+    if len(shape) == 4:
+        return tf.transpose(rotated, (0, 2, 1, 3))
+    return tf.reshape(rotated, shape)
+
+
+CONVERTERS = {"Attention": _attention, "RMSNormalization": _rms_norm, "RotaryEmbedding": _rotary}
