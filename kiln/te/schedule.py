@@ -176,11 +176,11 @@ class Stage:
         if not isinstance(thread_ivar, IterVar) or not thread_ivar.thread_tag:
             raise ScheduleError(f"stage {self.name}: bind axis {iv.var.name} to a te.thread_axis(...)")
         tag = thread_ivar.thread_tag
-        if tag not in _THREAD_TAGS and not tag.startswith("vthread"):
+        if tag not in _THREAD_TAGS and not tag.startswith(("vthread", "cthread")):  # cthread: VTA's vthread
             raise ScheduleError(f"stage {self.name}: unknown thread tag {tag!r}; use blockIdx.x|y|z, "
                                 "threadIdx.x|y|z or vthread")
         for other, t in self.bindings.items():
-            if t.thread_tag == tag and other is not iv and not tag.startswith("vthread"):
+            if t.thread_tag == tag and other is not iv and not tag.startswith(("vthread", "cthread")):
                 raise ScheduleError(f"stage {self.name}: axes {other.var.name} and {iv.var.name} are both "
                                     f"bound to {tag}; fuse them first or bind one to another thread axis")
         self.bindings[iv] = thread_ivar

@@ -103,7 +103,7 @@ def schedule_conv2d(env, tensors, tile: Tile):
     attach = x_o
     if tile.vthreads > 1:
         v, o_i2 = s[res].split(o_i, nparts=tile.vthreads)
-        s[res].bind(v, te.thread_axis("vthread"))
+        s[res].bind(v, te.thread_axis("cthread"))
         s[res].reorder(n, o_o, y_o, x_o, v, o_i2, y_i, x_i, b, j)
         attach = v
     s[acc].set_scope(env.acc_scope)
@@ -155,7 +155,7 @@ def schedule_dense(env, tensors, tile_n: int, tile_k: int, vthreads: int = 1):
     attach = j_o
     if vthreads > 1:
         v, j_i2 = s[res].split(j_i, nparts=vthreads)
-        s[res].bind(v, te.thread_axis("vthread"))
+        s[res].bind(v, te.thread_axis("cthread"))
         attach = v
     for t in (acc, out):
         s[t].set_scope(env.acc_scope)
