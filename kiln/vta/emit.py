@@ -379,13 +379,10 @@ class Emitter:
                 break
             value, op_imm = step
             chain.append(op_imm)
-        if chain and not isinstance(value, E.BufferLoad):
-            raise CompileError(f"vta: {store.buffer.name}: an ALU chain must start from one accumulator load, "
-                               f"got {value}")
-        if chain:
+        if chain and isinstance(value, E.BufferLoad):
             op, imm = chain.pop()
             x, y = value, None
-        else:
+        else:  # e.g. (conv + bias) >> 8: the two-operand op first, then the chain in place
             op, x, y, imm = _alu_pattern(value, store.buffer.name)
         srcs = [x] + ([y] if y is not None else [])
         for ld in srcs:
@@ -412,6 +409,8 @@ class Emitter:
         else:  # dst = x first (x + 0), then dst = op(dst, y)
             self._alu(np.stack([dst, sx], 1), isa.ALU_ADD, 0)
             self._alu(np.stack([dst, sy], 1), op, None)
+        for op, imm in reversed(chain):
+            self._alu(np.stack([dst, dst], 1), op, imm)
 
     def _alu(self, uops, op, imm) -> None:
         for kernel, a, b, fo, fi in compress_uops(uops, MAX_KERNEL):

@@ -48,11 +48,13 @@ class ConvShape:
         return (self.w + 2 * self.pad - self.kw) // self.stride + 1
 
 
-def conv2d(env, shape: ConvShape, shift: int, clip=(-128, 127), round_half_up: bool = False):
+def conv2d(env, shape: ConvShape, shift: int, clip=(-128, 127), round_half_up: bool = False, bias: bool = False):
     """The packed conv2d + requantize: (data, kernel, data_pad, acc, alu, res) tensors.
 
     The requantize is ``clip(acc >> shift)``, or with round_half_up ``clip((acc + 2**(shift-1))
-    >> shift)``: qnn.requantize of a power-of-two scale ratio with rounding="UPWARD"."""
+    >> shift)``: qnn.requantize of a power-of-two scale ratio with rounding="UPWARD". With bias, an
+    int32 (O/BLOCK_OUT, BATCH, BLOCK_OUT) tensor is added to the accumulators first (the tensors
+    then end with it: data, kernel, data_pad, acc, alu, res, bias)."""
     from kiln import te
 
     B, BI, BO = env.BATCH, env.BLOCK_IN, env.BLOCK_OUT
@@ -80,18 +82,23 @@ def conv2d(env, shape: ConvShape, shift: int, clip=(-128, 127), round_half_up: b
                      name="res_conv")
     lo, hi = clip
     half = (1 << (shift - 1)) if round_half_up and shift > 0 else 0
+    bias_t = te.placeholder((kshape[0], B, BO), env.acc_dtype, name="bias") if bias else None
+
+    def total(n, o, y, x, b, j):
+        return acc[n, o, y, x, b, j] + bias_t[o, b, j] if bias else acc[n, o, y, x, b, j]
     if half:
-        out = te.compute(acc.shape, lambda *i: te.min(te.max((acc(*i) + half) >> shift, lo), hi), name="res_alu")
+        out = te.compute(acc.shape, lambda *i: te.min(te.max((total(*i) + half) >> shift, lo), hi), name="res_alu")
     else:
-        out = te.compute(acc.shape, lambda *i: te.min(te.max(acc(*i) >> shift, lo), hi), name="res_alu")
+        out = te.compute(acc.shape, lambda *i: te.min(te.max(total(*i) >> shift, lo), hi), name="res_alu")
     res = te.compute(acc.shape, lambda *i: out(*i).astype(env.out_dtype), name="res")
-    return data, kernel, dpad, acc, out, res
+    return (data, kernel, dpad, acc, out, res) + ((bias_t,) if bias else ())
 
 
 def schedule_conv2d(env, tensors, tile: Tile):
     from kiln import te
 
-    data, kernel, dpad, acc, out, res = tensors
+    data, kernel, dpad, acc, out, res = tensors[:6]
+    bias = tensors[6] if len(tensors) > 6 else None
     s = te.create_schedule(res.op)
     if dpad is not data:
         s[dpad].compute_inline()
@@ -123,6 +130,11 @@ def schedule_conv2d(env, tensors, tile: Tile):
     s[cdata].pragma(s[cdata].op.axis[0], env.dma_copy)
     s[ckernel].pragma(s[ckernel].op.axis[0], env.dma_copy)
     s[acc].tensorize(ab, env.gemm)
+    if bias is not None:
+        cbias = s.cache_read(bias, env.acc_scope, [out])
+        s[cbias].compute_at(s[res], attach)
+        s[cbias].pragma(s[cbias].op.axis[0], env.dma_copy)
+        return s, [data, kernel, bias, res]
     return s, [data, kernel, res]
 
 
@@ -190,8 +202,9 @@ def pack_oihw(w: np.ndarray, bo: int, bi: int) -> np.ndarray:
     return w.reshape(o // bo, bo, i // bi, bi, kh, kw).transpose(0, 2, 4, 5, 1, 3).copy()
 
 
-def conv2d_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int, shift: int, clip=(-128, 127)):
-    """int8 NCHW x OIHW -> int8, computed in int64 by numpy: clip(conv >> shift)."""
+def conv2d_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int, shift: int, clip=(-128, 127),
+                     bias: np.ndarray | None = None, round_half_up: bool = False):
+    """int8 NCHW x OIHW -> int8, computed in int64 by numpy: clip((conv + bias [+ half]) >> shift)."""
     x = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
@@ -201,5 +214,9 @@ def conv2d_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int, shift:
         for dx in range(kw):
             patch = x[:, :, dy:dy + stride * oh:stride, dx:dx + stride * ow:stride]
             out += np.einsum("nchw,oc->nohw", patch, w[:, :, dy, dx].astype(np.int64))
+    if bias is not None:
+        out += bias.astype(np.int64).reshape(1, -1, 1, 1)
+    if round_half_up and shift > 0:
+        out += 1 << (shift - 1)
     out = out.astype(np.int32)  # the accelerator accumulates in int32 (no overflow at these sizes)
     return np.clip(out >> shift, *clip).astype(np.int8)

@@ -163,3 +163,25 @@ def test_tile_too_big_for_sram_refused():
     s, args = top.schedule_conv2d(env, tens, top.Tile(8, 8, 2, 1, 1))
     with pytest.raises(CompileError, match=r"buffer res_conv needs 128 acc blocks .* holds 64 \(LOG_ACC_BUFF_SIZE=12\)"):
         vta.build(s, args, env.target, env=env)
+
+
+def test_conv2d_with_bias_loaded_into_accumulators():
+    env = vta.get_env()
+    shape = top.ConvShape(1, 32, 8, 8, 32, 3, 3, 1, 1)
+    tens = top.conv2d(env, shape, shift=7, clip=(0, 127), round_half_up=True, bias=True)
+    s, args = top.schedule_conv2d(env, tens, top.Tile(4, 8, 2, 2, 2))
+    f = vta.build(s, args, env.target, name="conv")
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, (1, 32, 8, 8)).astype(np.int8)
+    w = rng.integers(-128, 128, (32, 32, 3, 3)).astype(np.int8)
+    b = rng.integers(-20000, 20000, 32).astype(np.int32)
+    ref = top.conv2d_reference(x, w, 1, 1, 7, (0, 127), bias=b, round_half_up=True)
+    dev = tvm.ext_dev(0)
+    packed_bias = b.reshape(2, 1, 16)  # (O/BLOCK_OUT, BATCH, BLOCK_OUT)
+    out = tvm.nd.empty((1, 2, 8, 8, 1, 16), "int8", dev)
+    for mode in ("functional", "cycle"):
+        f.set_mode(mode)
+        f(tvm.nd.array(top.pack_nchw(x, 1, 16), dev), tvm.nd.array(top.pack_oihw(w, 16, 16), dev),
+          tvm.nd.array(packed_bias, dev), out)
+        np.testing.assert_array_equal(top.unpack_nchw(out.numpy()), ref)
+    assert f["conv"].last_stats["insn_count"]["ALU"] >= 5  # copy, + bias, + half, >>, max, min
