@@ -66,19 +66,16 @@ def check_runs_here(target) -> None:
     """Raise KilnError unless this machine runs ``target``'s code (same architecture, and every
     feature the target compiles for is one this CPU has): the picks are timed here."""
     from kiln.errors import KilnError
-    from kiln.target.cpu_facts import cpu_facts
+    from kiln.target.cpu_facts import why_host_cannot_run
     from kiln.target.target import Target
 
     tgt = Target(target) if isinstance(target, str) else target
     if tgt.kind.name != "llvm":
         raise KilnError(f"pick_in_model: target {tgt} is not CPU code this machine runs; pick on a CPU "
                         "target (llvm ...), or use the tuned log as it is")
-    want, host = cpu_facts(tgt), cpu_facts("llvm")
-    missing = sorted(want.features - host.features)
-    if want.arch != host.arch or missing:
-        why = f"it is {host.arch}, the code {want.arch}" if want.arch != host.arch else f"it lacks {', '.join(missing)}"
-        raise KilnError(f"pick_in_model: this machine ({host.cpu}) cannot run code for {tgt}: {why}; pick on "
-                        "a machine of the target's kind, or use the tuned log as it is")
+    if why := why_host_cannot_run(tgt):
+        raise KilnError(f"pick_in_model: cannot run code for {tgt} here: {why}; pick on a machine of the "
+                        "target's kind, or use the tuned log as it is")
 
 
 def _build(mod, params, target, assign: dict):

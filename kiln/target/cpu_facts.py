@@ -37,7 +37,8 @@ class CPUFacts:
     ``float_bits`` / ``int32_bits`` / ``int16_bits``: widest vector register LLVM uses for float,
     32-bit and 16/8-bit integer adds (32 when only scalars); ``has_fma``; ``vector_registers``;
     ``features``: ISA extensions found (x86: sse2 avx avx2 fma avx512f avx512bw f16c avx512fp16
-    avx512bf16 amx-bf16 and the int8 ones;
+    avx512bf16 amx-bf16, the int8 ones, and sse4a, AMD's extension that LLVM uses for some
+    shuffles, so code for an AMD CPU is not taken to run on an Intel one;
     ARM: neon fma fp16 fullfp16), where f16c / fp16 are vector float16 conversions and
     avx512fp16 / fullfp16 native half arithmetic;
     ``triple``/``cpu``/``llvm_features``: what LLVM compiles for.
@@ -115,6 +116,17 @@ def _facts_of(text: str) -> CPUFacts:
     return _probe(info.triple, info.cpu, info.features)
 
 
+def why_host_cannot_run(target) -> str:
+    """'' when this machine can execute code compiled for ``target``, else why not (another
+    architecture, or extensions the target's code may use that this CPU lacks, e.g. AMD's SSE4A
+    in code for -mcpu=znver3 on an Intel CPU)."""
+    host, want = cpu_facts("llvm"), cpu_facts(target)
+    if host.arch != want.arch:
+        return f"this machine is {host.arch}, the code {want.arch}"
+    missing = sorted(want.features - host.features)
+    return f"this machine ({host.cpu}) lacks {', '.join(missing)}" if missing else ""
+
+
 def host_cpu() -> tuple[str, str]:
     """(LLVM's name for this machine's CPU, its feature string)."""
     from ..codegen.llvm_target import _host
@@ -163,6 +175,10 @@ define void @h_ext(ptr %p, ptr %o) {
   store <8 x float> %r, ptr %o, align 4
   ret void
 }
+define <8 x i16> @sse4a(<8 x i16> %a, <8 x i16> %b) {
+  %r = shufflevector <8 x i16> %a, <8 x i16> %b, <8 x i32> <i32 0, i32 8, i32 2, i32 3, i32 undef, i32 undef, i32 undef, i32 undef>
+  ret <8 x i16> %r
+}
 declare <4 x float> @llvm.fma.v4f32(<4 x float>, <4 x float>, <4 x float>)
 define void @fma(ptr %p) {
   %q = getelementptr i8, ptr %p, i64 16
@@ -200,7 +216,7 @@ def _functions(asm: str) -> dict:
     out, name, lines = {}, None, []
     for line in asm.splitlines():
         m = re.match(r"^_?([A-Za-z_][\w.]*):", line)  # Mach-O prefixes an underscore
-        if m and m.group(1) in ("w_f32", "w_i32", "w_i16", "h_add", "h_ext", "fma", "live28"):
+        if m and m.group(1) in ("w_f32", "w_i32", "w_i16", "h_add", "h_ext", "sse4a", "fma", "live28"):
             if name:
                 out[name] = "\n".join(lines)
             name, lines = m.group(1), []
@@ -245,6 +261,8 @@ def _probe(triple: str, cpu: str, features: str) -> CPUFacts:
         int16_bits = _width(body["w_i16"], arch, 16)
         has_fma = "fmaf" not in body["fma"]
         half = _half_support(body["h_add"], body["h_ext"], arch)
+        # A word inserted into the low quadword: one insertq where SSE4A exists (AMD's CPUs)
+        half |= {"sse4a"} if re.search(r"\binsertq\b", body["sse4a"]) else set()
         vec = f"<{max(1, float_bits // 32)} x float>"
         live = _functions(_emit(llvm, tm, _pressure_ir(vec, 28)))["live28"]
     highest = max(_register_numbers(live, arch), default=0)

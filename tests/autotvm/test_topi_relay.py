@@ -8,20 +8,13 @@ import kiln as tvm
 from kiln import autotvm
 from kiln.autotvm import record
 from kiln.autotvm.measure import MeasureInput, MeasureResult
+from kiln.target.cpu_facts import why_host_cannot_run
 
 relay = pytest.importorskip("kiln.relay")
 
 # The blocked layouts follow the target's vector width (8 float lanes on AVX2, 16 on AVX-512),
 # so the layout tests name their CPU instead of taking the host's.
 BLOCKED_CPUS = {"llvm -mcpu=haswell": 8, "llvm -mcpu=skylake-avx512": 16}
-
-
-def _host_cannot_run(target) -> str:
-    from kiln.target.cpu_facts import cpu_facts
-
-    host, want = cpu_facts("llvm"), cpu_facts(target)
-    missing = set(want.features) - set(host.features)
-    return f"this machine lacks {', '.join(sorted(missing))}" if host.arch != want.arch or missing else ""
 
 
 def _net():
@@ -145,7 +138,7 @@ def test_conv2d_template_measures_the_blocked_kernel_relay_deploys(target):
 
 @pytest.mark.parametrize("target", BLOCKED_CPUS)
 def test_check_correctness_compares_each_layout_with_its_untuned_kernel(target):
-    if why := _host_cannot_run(target):
+    if why := why_host_cannot_run(target):
         pytest.skip(f"{target}: {why} (its layouts are checked by the compile-only test above)")
     from kiln.autotvm.measure.measure import create_measure_batch
     from kiln.autotvm.measure.reference import Reference

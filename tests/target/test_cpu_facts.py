@@ -10,6 +10,8 @@ X86 = "llvm -mtriple=x86_64-linux-gnu"
 AVX512 = {"sse2", "avx", "avx2", "fma", "avx512f", "avx512bw", "f16c"}
 AVX2 = {"sse2", "avx", "avx2", "fma", "f16c"}
 NEON64 = {"neon", "fma", "fp16"}
+# Sapphire Rapids' int8 and bfloat16 units: VNNI (the zmm form hides AVX-VNNI), AVX512-BF16, AMX
+SPR_EXTRA = {"avx512vnni", "avx512bf16", "amx-int8", "amx-bf16"}
 
 # target -> (float32 lanes, FMA, vector registers, features); checked against the CPUs' manuals.
 EXPECTED = {
@@ -20,24 +22,24 @@ EXPECTED = {
     f"{X86} -mcpu=haswell": (8, True, 16, AVX2),
     f"{X86} -mcpu=broadwell": (8, True, 16, AVX2),
     f"{X86} -mcpu=core-avx2": (8, True, 16, AVX2),
-    f"{X86} -mcpu=alderlake": (8, True, 16, AVX2),
-    f"{X86} -mcpu=znver2": (8, True, 16, AVX2),
-    f"{X86} -mcpu=znver3": (8, True, 16, AVX2),
-    f"{X86} -mcpu=znver4": (16, True, 32, AVX512),
+    f"{X86} -mcpu=alderlake": (8, True, 16, AVX2 | {"avxvnni"}),  # VEX-encoded int8 dot products
+    f"{X86} -mcpu=znver2": (8, True, 16, AVX2 | {"sse4a"}),  # AMD's own: Intel CPUs cannot run its code
+    f"{X86} -mcpu=znver3": (8, True, 16, AVX2 | {"sse4a"}),
+    f"{X86} -mcpu=znver4": (16, True, 32, AVX512 | {"avx512vnni", "avx512bf16", "sse4a"}),
     f"{X86} -mcpu=skylake-avx512": (16, True, 32, AVX512),
-    f"{X86} -mcpu=tigerlake": (16, True, 32, AVX512),
-    f"{X86} -mcpu=sapphirerapids": (16, True, 32, AVX512 | {"avx512fp16"}),  # half arithmetic
+    f"{X86} -mcpu=tigerlake": (16, True, 32, AVX512 | {"avx512vnni"}),
+    f"{X86} -mcpu=sapphirerapids": (16, True, 32, AVX512 | SPR_EXTRA | {"avx512fp16"}),  # half arithmetic
     f"{X86} -mcpu=x86-64-v4 -mattr=+avx512fp16": (16, True, 32, AVX512 | {"avx512fp16"}),
     # Disabling avx512f takes every AVX-512 extension with it; AVX2 and FMA stay.
     f"{X86} -mcpu=skylake-avx512 -mattr=-avx512f": (8, True, 16, AVX2),
-    f"{X86} -mcpu=sapphirerapids -mattr=-avx512fp16": (16, True, 32, AVX512),
-    f"{X86} -mcpu=znver4 -mattr=-avx512f": (8, True, 16, AVX2),
+    f"{X86} -mcpu=sapphirerapids -mattr=-avx512fp16": (16, True, 32, AVX512 | SPR_EXTRA),
+    f"{X86} -mcpu=znver4 -mattr=-avx512f": (8, True, 16, AVX2 | {"sse4a"}),
     f"{X86} -mcpu=haswell -mattr=-fma": (8, False, 16, {"sse2", "avx", "avx2", "f16c"}),
     f"{X86} -mcpu=haswell -mattr=-f16c": (8, True, 16, {"sse2", "avx", "avx2", "fma"}),
     f"{X86} -mcpu=sandybridge": (8, False, 16, {"sse2", "avx"}),  # AVX without AVX2 (128-bit ints) or F16C
     "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72": (4, True, 32, NEON64),
     "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a53": (4, True, 32, NEON64),
-    "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76": (4, True, 32, NEON64 | {"fullfp16"}),  # ARMv8.2
+    "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76": (4, True, 32, NEON64 | {"fullfp16", "dotprod"}),  # ARMv8.2
     "llvm -mtriple=aarch64-linux-gnu -mattr=+fullfp16": (4, True, 32, NEON64 | {"fullfp16"}),
     "llvm -mtriple=armv7l-linux-gnueabihf -mattr=+neon": (4, False, 16, {"neon"}),
     "llvm -mtriple=armv7l-linux-gnueabihf -mcpu=cortex-a7": (4, True, 16, {"neon", "fma"}),

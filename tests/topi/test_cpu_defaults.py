@@ -15,7 +15,7 @@ import pytest
 import kiln as tvm
 from kiln import autotvm, te, topi
 from kiln.target import Target
-from kiln.target.cpu_facts import cpu_facts
+from kiln.target.cpu_facts import cpu_facts, why_host_cannot_run
 from kiln.topi.cpu import pixel_major, tile_fits, tile_operands
 from kiln.topi.nn.conv2d import conv2d_shape
 
@@ -210,15 +210,6 @@ def test_every_templates_space_holds_its_declared_default(target):
 
 
 # -- code generated for other CPUs -----------------------------------------------------------------
-def _host_runs(target) -> str:
-    """'' when this machine can execute code for ``target``, else why not."""
-    host, want = cpu_facts("llvm"), cpu_facts(target)
-    if host.arch != want.arch:
-        return f"this machine is {host.arch}, the code {want.arch}"
-    missing = set(want.features) - set(host.features)
-    return f"this machine lacks {', '.join(sorted(missing))}" if missing else ""
-
-
 def _kernels(runner):
     """(name, schedule builder, inputs, numpy reference) for the kernels with CPU-derived tiles."""
     a, b = runner.rand(96, 80), runner.rand(72, 80)
@@ -300,7 +291,7 @@ def test_code_for_other_cpus_matches_numpy(cpu, runner):
         pytest.skip("x86 code: this machine is not x86-64")
     target = Target(f"llvm -mcpu={cpu}")
     f = cpu_facts(target)
-    why_not = _host_runs(target)
+    why_not = why_host_cannot_run(target)
     for name, case, inputs, want in _kernels(runner):
         with target:
             s, args = case()
@@ -414,7 +405,7 @@ def test_float16_code_for_each_cpu(cpu):
     if cpu_facts("llvm").arch != "x86_64":
         pytest.skip("x86 code: this machine is not x86-64")
     target = Target(f"{X86} -mcpu={cpu}")
-    kind, why_not = F16_CPUS[cpu], _host_runs(target)
+    kind, why_not = F16_CPUS[cpu], why_host_cannot_run(target)
     assert ({"f16c", "avx512fp16"} & cpu_facts(target).features) == {
         "native": {"f16c", "avx512fp16"}, "f16c": {"f16c"}, "soft": set()}[kind]
 
