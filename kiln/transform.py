@@ -44,7 +44,8 @@ class PassContext:
         self.required_pass = frozenset(required_pass or ())
         self.disabled_pass = frozenset(disabled_pass or ())
         self.config = dict(config or {})
-        self.instruments = list(instruments or ())
+        # Instruments stay on in nested contexts that name none (a test harness's checks, say).
+        self.instruments = list(instruments) if instruments is not None else list(PassContext.current().instruments)
         self._tokens: list[contextvars.Token] = []
 
     @staticmethod
@@ -71,7 +72,14 @@ class PassContext:
 
 
 _CURRENT: contextvars.ContextVar[PassContext | None] = contextvars.ContextVar("kiln_pass_context", default=None)
-_DEFAULT = PassContext()
+_DEFAULT = PassContext(instruments=())
+
+
+def set_default_context(ctx: PassContext) -> None:
+    """The context every thread's passes see outside any ``with PassContext`` (and whose
+    instruments nested contexts keep): kiln/script/roundtrip.py installs its checks here."""
+    global _DEFAULT
+    _DEFAULT = ctx
 
 
 class Pass:

@@ -13,7 +13,7 @@ stack, larger scratch comes from ``KilnBackendAllocWorkspace``, which the runtim
 module carries a weak default: a LIFO arena of ``KILN_WORKSPACE_BYTES`` static bytes, by default
 the most scratch any of its functions holds at once). Parallel
 loops run serially (microcontrollers have one core); vector stores become loops over lanes
-(c_scalarize.py). ``build`` also compiles the source with the system cc, so the module runs here
+(tir/transform/scalarize.py, run by C_PIPELINE). ``build`` also compiles the source with the system cc, so the module runs here
 like any other; cross-compiling for a board is the micro project's job (kiln/micro/).
 """
 
@@ -29,7 +29,6 @@ from ..errors import CompileError, KilnError
 from ..ir import expr as E
 from ..ir.stmt import ForKind, PrimFunc
 from .c_family import CStylePrinter, Lang, _const_size
-from .c_scalarize import scalarize
 
 _DL_CODE = {"int": 0, "uint": 1, "float": 2, "bool": 1}
 STACK_BYTES = 1024  # scratch up to this size is a local array: MCU stacks are a few KiB
@@ -49,7 +48,7 @@ C99 = Lang(
     barrier="",
     thread_index={},
     types=_TYPES,
-    vector_type="",  # no vectors: c_scalarize removes them before printing
+    vector_type="",  # no vectors: C_PIPELINE's tir.Scalarize removes them before printing
     unroll_pragma="",
     align=" __attribute__((aligned({n})))",
     int64_suffix="LL",
@@ -133,7 +132,6 @@ class CPrinter(CStylePrinter):
     # Functions ------------------------------------------------------------------------------
     def print_function(self, symbol: str, func: PrimFunc) -> dict:
         self.func_name = symbol
-        func = scalarize(func)
         params, unpack, call = [], [], []
         shape_vars: list = []
         for i, p in enumerate(func.params):
@@ -324,7 +322,12 @@ def generate_source(mod, target, with_metadata: bool = True) -> tuple[str, list[
     """(C source, [{name, proto, ...}], metadata) of every PrimFunc in mod."""
     from .metadata import module_metadata
 
+    from ..ir.module import IRModule
+    from ..tir.transform import C_PIPELINE
+
     funcs = _functions(mod)
+    lowered = C_PIPELINE(IRModule(dict(funcs)))  # vectors as loops over lanes (tir/transform/scalarize.py)
+    funcs = [(symbol, lowered[symbol]) for symbol, _ in funcs]
     printed, peak, symbolic = [], 0, False
     for symbol, func in funcs:
         if not symbol.isidentifier() or symbol.startswith("__kiln") or symbol.startswith("kiln_"):

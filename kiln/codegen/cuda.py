@@ -1,6 +1,7 @@
-"""The CUDA backend: lowered GPU PrimFuncs -> an LLVM host module carrying CUDA C kernels.
+"""The CUDA backend: CUDA C's spellings, its printer, and a one-line build.
 
-The same GPU passes as OpenCL (``opencl.lower_device``), then the shared C-family printer with
+``build`` is the shared GPU driver (gpu.py: GPU_PIPELINE, with warp shuffles and asynchronous
+copies, which CUDA has), then the shared C-family printer with
 CUDA's spellings (``extern "C" __global__``, ``__launch_bounds__``, ``__shared__``,
 ``__syncthreads()``). Where CUDA C differs in structure rather than in words:
 
@@ -15,8 +16,8 @@ CUDA's spellings (``extern "C" __global__``, ``__launch_bounds__``, ``__shared__
 
 The kernels are compiled with NVRTC (``cuda.bindings.nvrtc``, no GPU needed) to PTX for the
 target's arch; the PTX travels in the module's metadata beside the source. The runtime
-(kiln/runtime/devices/cuda.py) compiles the source for the exact device when NVRTC is there,
-else loads the PTX.
+(kiln/runtime/devices/cuda.py) loads a carried cubin made for the device's arch, else compiles
+the source for the exact device when NVRTC is there (runtime/devices/nvrtc.py), else the PTX.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from ..ir.dtype import DType
 from ..ir.functor import substitute
 from ..runtime.devices.nvrtc import (DEFAULT_ARCH, compile_source, have_nvrtc,  # noqa: F401 - NVRTC is
                                      normalize_arch, nvrtc, ptx_of, source_of)  # the runtime's; names kept
-from ..runtime.module import Module
+from ..tir.transform.double_buffer import ASYNC, WAIT_OP
+from ..tir.transform.warp_reduction import SHFL_OP
+from . import gpu
 from .c_family import ALIGN, CStylePrinter, Lang, _const_size
 from .c_family_expr import _contiguous
-from .cuda_warp import SHFL_OP, warp_reductions
-from ..tir.transform.double_buffer import ASYNC, WAIT_OP
+from .gpu import KernelLanguage
 from .cuda_wmma import OPS as WMMA_OPS, STRUCTS as WMMA_STRUCTS, WmmaPrinter, access_ptr
 
 STATIC_SHARED_LIMIT = 48 * 1024  # larger shared memory must be dynamic
@@ -340,57 +342,26 @@ def default_arch() -> str:
 
 # Build -----------------------------------------------------------------------------------------
 
-def build(mod, target):
-    """Host CompiledModule (LLVM, for target.host or 'llvm') importing a CUDA module."""
-    from ..target import Target
-    from .llvm import build_host
-    from .opencl import kernel_entry, lower_device
+def print_kernels(kernels, target) -> tuple[str, list[dict]]:
+    source, shared = kernel_source(kernels, _arch(target))
+    return source, [{"shared_bytes": n} if n else {} for n in shared]
 
-    target = target if isinstance(target, Target) else Target(target)
-    host_mod, kernels = lower_device(mod, target)
-    kernels = [warp_reductions(k) for k in kernels]
-    arch = normalize_arch(target.arch) if target.arch else default_arch()
-    source, shared = kernel_source(kernels, arch)
-    entries = []
-    for k, nbytes in zip(kernels, shared):
-        entry = kernel_entry(k)
-        if nbytes:
-            entry["shared_bytes"] = nbytes
-        entries.append(entry)
-    device_code = {"type_key": "cuda", "source": source, "arch": arch, "kernels": entries}
-    if have_nvrtc():  # compile errors show at build time; the PTX runs where NVRTC is absent
+
+def finish(device_code: dict, target) -> None:
+    """The arch, and the PTX where NVRTC is here: compile errors show at build time, and the
+    device runs the module without NVRTC (the driver JIT-compiles the PTX)."""
+    device_code["arch"] = _arch(target)
+    if have_nvrtc():
         ptx_of(device_code)
-    host_target = target.host if target.host is not None else Target("llvm")
-    module = build_host(host_mod, host_target, target, device_code)
-    module.sources["cu"] = source
-    module.imported_modules = [device_module(device_code)]
-    return module
 
 
-def device_module(device_code: dict) -> Module:
-    """The runtime's CUDAModule when cuda-python imports, else a source-only module."""
-    try:
-        from ..runtime.devices.cuda import CUDAModule
-    except ImportError:
-        return CUDASourceModule(device_code)
-    return CUDAModule(device_code)
+def _arch(target) -> str:
+    return normalize_arch(target.arch) if target.arch else default_arch()
 
 
-class CUDASourceModule(Module):
-    """CUDA kernels as text (``get_source()``, ``get_source("ptx")``); running them is the runtime's job."""
+LANGUAGE = KernelLanguage("cuda", "cu", print_kernels, warp_shuffle=True, async_copy=True, finish=finish)
 
-    type_key = "cuda"
 
-    def __init__(self, device_code: dict):
-        super().__init__()
-        self.device_code = device_code
-        self.kernels = list(device_code["kernels"])
-
-    def function_names(self) -> list[str]:
-        return [k["name"] for k in self.kernels]
-
-    def get_source(self, fmt: str = "") -> str:
-        return source_of(self.device_code, fmt)
-
-    def __repr__(self) -> str:
-        return f"CUDASourceModule({', '.join(self.function_names())})"
+def build(mod, target):
+    """Host CompiledModule (LLVM, for target.host or 'llvm') carrying CUDA C kernels and their PTX."""
+    return gpu.build(mod, target, LANGUAGE)

@@ -1,22 +1,17 @@
-"""The OpenCL backend: lowered GPU PrimFuncs -> an LLVM host module carrying OpenCL C kernels.
+"""The OpenCL backend: OpenCL C's spellings, its printer, and a one-line build.
 
-``build(mod, target)`` checks thread binding, splits each function into host code and kernels
-(kiln/tir/transform/split_host_device.py), inserts barriers, checks the kernels against the
-target's limits, prints them as OpenCL C, and compiles the host functions with the LLVM
-backend for ``target.host`` (default "llvm"). The kernels travel in the host module's metadata
-(``device_code``, docs/abi.md "GPU modules"), so exported .so/.tar files carry them; the host
-calls ``__kiln_device_launch`` for every kernel launch. pyopencl is never imported here.
+``build`` is the shared GPU driver (gpu.py: GPU_PIPELINE, then the printer below, then the
+LLVM host module whose metadata carries the kernels, docs/abi.md "GPU modules"). Kernels
+touching texture-scoped tensors print through opencl_texture.py, halves through opencl_half.py.
+pyopencl is never imported here.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from ..errors import CompileError
-from ..ir.module import IRModule
 from ..ir.stmt import PrimFunc
-from ..runtime.module import Module
+from . import gpu
 from .c_family import CStylePrinter, Lang
+from .gpu import KernelLanguage
 
 _TYPES = {("float", 16): "half", ("float", 32): "float", ("float", 64): "double",
           ("int", 8): "char", ("int", 16): "short", ("int", 32): "int", ("int", 64): "long",
@@ -78,97 +73,15 @@ def kernel_source(kernels: list[PrimFunc]) -> str:
     return head + ("\n" if head else "") + "\n".join(parts)
 
 
-def kernel_entry(kernel: PrimFunc) -> dict:
-    """The kernels entry of the device code (docs/abi.md "GPU modules")."""
-    params, images = [], kernel.attrs.get("texture", {})
-    for p in kernel.params:
-        buf = kernel.buffer_map.get(p)
-        if buf is not None:
-            params.append({"name": buf.name, "kind": "buffer", "dtype": str(buf.dtype)})
-            if id(p) in images:  # an image2d_t of this size: runtimes check what they are given
-                params[-1]["image"] = [images[id(p)].width, images[id(p)].height]
-        else:
-            params.append({"name": p.name, "kind": "scalar", "dtype": str(p.dtype)})
-    return {"name": kernel.attrs["global_symbol"], "params": params, "thread_tags": list(kernel.attrs["thread_tags"])}
+def print_kernels(kernels: list[PrimFunc], target) -> tuple[str, list[dict]]:
+    return kernel_source(kernels), [{} for _ in kernels]
 
 
-def lower_device(mod, target) -> tuple[IRModule, list[PrimFunc]]:
-    """(host IRModule, kernels) of a lowered module for a GPU target: the GPU passes in order."""
-    from ..tir.transform.device_workspace import device_workspace
-    from ..tir.transform.inject_virtual_thread import inject_virtual_threads
-    from ..tir.transform.split_host_device import split_host_device
-    from ..tir.transform.texture import DEFAULT_LIMIT, texture_layouts
-    from ..tir.transform.thread_sync import insert_barriers
-    from ..tir.transform.verify_gpu import check_kernel_limits, verify_thread_binding
-
-    hosts, kernels = {}, []
-    for key, func in mod.items():
-        if not isinstance(func, PrimFunc):
-            raise CompileError(f"function {key!r} is a {type(func).__name__}, not a lowered PrimFunc")
-        func = inject_virtual_threads(verify_thread_binding(func))
-        if target.kind == "cuda":  # double-buffered shared tiles (cp.async on sm_80+)
-            from ..tir.transform.double_buffer import inject_double_buffer
-            func = inject_double_buffer(func)
-        textures = texture_layouts(func, target.attrs.get("texture_spatial_limit") or DEFAULT_LIMIT)
-        host, ks = split_host_device(func, len(kernels))
-        if textures:  # image layouts of texture-scoped tensors, for the printer and the workspace
-            ks = [_with_textures(k, textures) for k in ks]
-            host = replace(host, attrs={**host.attrs, "texture": textures})
-        if target.kind == "opencl":  # float16 computed in float: no cl_khr_fp16 needed (codegen/opencl_half.py)
-            ks = [replace(k, attrs={**k.attrs, "half_storage": True}) for k in ks]
-        for k in ks:
-            kernels.append(check_kernel_limits(insert_barriers(k), target))
-        hosts[key] = device_workspace(host)
-    return IRModule(hosts), kernels
-
-
-def _with_textures(kernel: PrimFunc, textures: dict) -> PrimFunc:
-    mine = {key: t for key, t in textures.items() if any(id(p) == key for p in kernel.params)}
-    return replace(kernel, attrs={**kernel.attrs, "texture": mine}) if mine else kernel
+# OpenCL C has no warp shuffles kiln uses, and half arithmetic only with cl_khr_fp16: halves are
+# stored as halves and computed in float (opencl_half.py), so no extension is needed.
+LANGUAGE = KernelLanguage("opencl", "cl", print_kernels, fp16_arith=False)
 
 
 def build(mod, target):
-    """Host CompiledModule (LLVM, for target.host or 'llvm') importing an OpenCL source module."""
-    from ..target import Target
-    from .llvm import build_host
-
-    target = target if isinstance(target, Target) else Target(target)
-    host_mod, kernels = lower_device(mod, target)
-    source = kernel_source(kernels)
-    device_code = {"type_key": "opencl", "source": source, "kernels": [kernel_entry(k) for k in kernels]}
-    host_target = target.host if target.host is not None else Target("llvm")
-    module = build_host(host_mod, host_target, target, device_code)
-    module.sources["cl"] = source
-    module.imported_modules = [device_module(device_code)]
-    return module
-
-
-def device_module(device_code: dict) -> Module:
-    """The runtime's OpenCLModule when it exists, else a source-only module (no pyopencl needed)."""
-    try:
-        from ..runtime.devices.opencl import OpenCLModule
-    except ImportError:
-        return OpenCLSourceModule(device_code["source"], device_code["kernels"])
-    return OpenCLModule(device_code["source"], device_code["kernels"])
-
-
-class OpenCLSourceModule(Module):
-    """OpenCL C kernels as text: ``get_source()``; running them is the runtime's OpenCLModule's job."""
-
-    type_key = "opencl"
-
-    def __init__(self, source: str, kernels: list):
-        super().__init__()
-        self.source = source
-        self.kernels = list(kernels)
-
-    def function_names(self) -> list[str]:
-        return [k["name"] for k in self.kernels]
-
-    def get_source(self, fmt: str = "") -> str:
-        if fmt not in ("", "cl", "opencl"):
-            raise CompileError(f"an opencl module has its source as 'cl', not {fmt!r}")
-        return self.source
-
-    def __repr__(self) -> str:
-        return f"OpenCLSourceModule({', '.join(self.function_names())})"
+    """Host CompiledModule (LLVM, for target.host or 'llvm') carrying OpenCL C kernels."""
+    return gpu.build(mod, target, LANGUAGE)

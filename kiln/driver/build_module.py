@@ -30,16 +30,12 @@ def _as_module(inputs, args, name: str) -> IRModule:
 
 
 def _run_pipeline(mod: IRModule) -> IRModule:
-    from kiln.tir.transform import run_pipeline
+    from kiln.tir.transform import PIPELINE
 
-    out = {}
-    for key, func in mod.items():
-        if isinstance(func, PrimFunc):
-            if "global_symbol" not in func.attrs:
-                func = func.with_attr("global_symbol", key)
-            func = run_pipeline(func)
-        out[key] = func
-    return mod.with_functions(out)
+    named = {key: func.with_attr("global_symbol", key)
+             if isinstance(func, PrimFunc) and "global_symbol" not in func.attrs else func
+             for key, func in mod.items()}
+    return PIPELINE(mod.with_functions(named))
 
 
 def lower(inputs, args=None, name: str = "main", binds=None, simple_mode: bool = False) -> IRModule:

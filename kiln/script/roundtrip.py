@@ -1,16 +1,15 @@
 """Print-then-parse checks: every PrimFunc kiln lowers must come back structurally equal.
 
-``install()`` (the test suite calls it when KILN_ROUNDTRIP=1) wraps the places where kiln
-produces PrimFuncs -- the TIR pipeline of ``tvm.lower``/``tvm.build`` (its input and its
-output) and the host/kernel split of GPU builds -- so each function is printed, parsed back and
-compared; a difference raises AssertionError with both texts. ``counts`` says how many
-functions were checked, by stage.
+``install()`` (the test suite calls it when KILN_ROUNDTRIP=1) adds a pass instrument
+(``RoundTrip``) to the default PassContext: at the TIR pipeline of ``tvm.lower``/``tvm.build``
+(its input and its output) and after the GPU pipeline (host functions and kernels), each
+function is printed, parsed back and compared; a difference raises AssertionError with both
+texts. ``counts`` says how many functions were checked, by stage.
 """
 
 from __future__ import annotations
 
 import collections
-import functools
 
 from kiln.ir.module import IRModule
 from kiln.ir.stmt import PrimFunc
@@ -56,41 +55,39 @@ def check_module(mod, stage: str) -> None:
                 check(func, stage)
 
 
+class RoundTrip:
+    """A pass instrument: checks the functions entering and leaving the TIR pipeline
+    ("before pipeline", "lowered") and the host functions and kernels the GPU pipeline makes
+    ("gpu host", "gpu kernel"). Use it in a PassContext, or for every build with ``install()``."""
+
+    def run_before_pass(self, mod, info) -> None:
+        if info.name == "tir.Pipeline":
+            check_module(mod, "before pipeline")
+
+    def run_after_pass(self, mod, info) -> None:
+        if info.name == "tir.Pipeline":
+            check_module(mod, "lowered")
+        elif info.name == "tir.GPUPipeline":
+            from kiln.tir.transform import is_kernel
+
+            for _, func in mod.items():
+                if isinstance(func, PrimFunc):
+                    check(func, "gpu kernel" if is_kernel(func) else "gpu host")
+
+
 _installed = False
 
 
 def install() -> None:
-    """Check every PrimFunc that tvm.lower/tvm.build and the GPU split produce from now on."""
+    """Check every PrimFunc that tvm.lower/tvm.build and the GPU split produce from now on: the
+    default PassContext gets a RoundTrip instrument (contexts made later keep it)."""
     global _installed
     if _installed:
         return
     _installed = True
-    from kiln.driver import build_module
+    from kiln import transform
 
-    pipeline = build_module._run_pipeline
-
-    @functools.wraps(pipeline)
-    def run_pipeline(mod):
-        check_module(mod, "before pipeline")
-        out = pipeline(mod)
-        check_module(out, "lowered")
-        return out
-
-    build_module._run_pipeline = run_pipeline
-    try:
-        from kiln.codegen import opencl
-    except ImportError:
-        return
-    lower_device = getattr(opencl, "lower_device", None)
-    if lower_device is None:
-        return
-
-    @functools.wraps(lower_device)
-    def checked_lower_device(mod, target):
-        hosts, kernels = lower_device(mod, target)
-        check_module(hosts, "gpu host")
-        for k in kernels:
-            check(k, "gpu kernel")
-        return hosts, kernels
-
-    opencl.lower_device = checked_lower_device
+    default = transform.PassContext.current()
+    transform.set_default_context(transform.PassContext(
+        default.opt_level, default.required_pass, default.disabled_pass, default.config,
+        [*default.instruments, RoundTrip()]))

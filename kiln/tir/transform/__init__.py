@@ -1,4 +1,5 @@
-"""The TIR pipeline: each pass is a function PrimFunc -> PrimFunc; the list below runs in order.
+"""The TIR pipelines: each pass is a function PrimFunc -> PrimFunc; the lists below run in order
+(pipeline.py runs them: PassContext, instruments, KILN_DEBUG=2).
 
 Seed names (``tvm.tir.transform.Simplify`` ...) are module passes built from these functions.
 """
@@ -7,54 +8,76 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kiln import config
 from kiln.ir.module import IRModule
 from kiln.ir.stmt import PrimFunc
 
+from .device_workspace import device_workspace
+from .double_buffer import inject_double_buffer
 from .flatten import flatten_buffers
-from .split_host_device import split_host_device
-from .thread_sync import insert_barriers
-from .verify_gpu import verify_thread_binding
+from .half_storage import store_half
+from .inject_virtual_thread import inject_virtual_threads
 from .loop_partition import partition_loops
 from .lower_blocks import lower_blocks
+from .pipeline import GPUCaps, Pipeline, Step, is_kernel  # noqa: F401
+from .scalarize import scalarize
 from .simplify_stmt import simplify_func
-from .texture import note_textures
+from .split_host_device import split_host_device, split_module
+from .texture import note_textures, plan_textures
+from .thread_sync import insert_barriers
 from .unroll import unroll_loops
 from .vectorize import vectorize_loops
+from .verify_gpu import check_kernel_limits, verify_thread_binding
+from .warp_reduction import warp_reductions
 
-PIPELINE = [
-    ("tir.LowerBlocks", lower_blocks),  # T.block / tir.Schedule blocks to plain loops
-    ("tir.NoteTextures", note_textures),  # texture tensors' shapes, for the OpenCL texture printer
-    ("tir.StorageFlatten", flatten_buffers),
-    ("tir.Simplify", simplify_func),
-    ("tir.LoopPartition", partition_loops),
-    ("tir.Simplify", simplify_func),
-    ("tir.VectorizeLoop", vectorize_loops),
+PIPELINE = Pipeline("tir.Pipeline", [
+    Step("tir.LowerBlocks", lower_blocks),  # T.block / tir.Schedule blocks to plain loops
+    Step("tir.NoteTextures", note_textures),  # texture tensors' shapes, for the OpenCL texture printer
+    Step("tir.StorageFlatten", flatten_buffers, essential=True),
+    Step("tir.Simplify", simplify_func),
+    Step("tir.LoopPartition", partition_loops),
+    Step("tir.Simplify", simplify_func),
+    Step("tir.VectorizeLoop", vectorize_loops),
     # Vector loops that stayed scalar (split tails) are serial now: partition their guards too.
-    ("tir.LoopPartition", partition_loops),
-    ("tir.UnrollLoop", unroll_loops),
-    ("tir.Simplify", simplify_func),
-]
+    Step("tir.LoopPartition", partition_loops),
+    Step("tir.UnrollLoop", unroll_loops),
+    Step("tir.Simplify", simplify_func),
+])
 
+# After PIPELINE, every GPU build (kiln/codegen/gpu.py) runs this one, whatever the kernel language;
+# steps are gated by what the device can do (GPUCaps), not by the target's kind.
+GPU_PIPELINE = Pipeline("tir.GPUPipeline", [
+    # every global write under blockIdx/threadIdx loops
+    Step("tir.VerifyThreadBinding", verify_thread_binding),
+    # vthread loops pushed down: shared work once, private tiles per vthread
+    Step("tir.InjectVirtualThread", inject_virtual_threads),
+    # double-buffered shared tiles, prefetched asynchronously (cp.async on sm_80+)
+    Step("tir.InjectDoubleBuffer", inject_double_buffer, when=lambda caps: caps.async_copy),
+    # image layouts of texture-scoped tensors, for the printer and the workspace
+    Step("tir.TextureLayouts", plan_textures, takes_caps=True),
+    # host PrimFunc launching kernel PrimFuncs (attrs in split_host_device.py's docstring)
+    Step("tir.SplitHostDevice", split_module, on="module", essential=True),
+    # float16 stored as half, computed in float, where the language has no half arithmetic
+    Step("tir.HalfStorage", store_half, on="kernel", when=lambda caps: not caps.fp16_arith),
+    # barriers where threads share memory
+    Step("tir.ThreadSync", insert_barriers, on="kernel", essential=True),
+    # threads per block, shared bytes against the target's limits
+    Step("tir.VerifyGPULimits", lambda k, caps: check_kernel_limits(k, caps.target), on="kernel", takes_caps=True),
+    # the last levels of cross-thread reductions as warp shuffles
+    Step("tir.WarpReduction", warp_reductions, on="kernel", when=lambda caps: caps.warp_shuffle),
+    # tensors between kernels allocated on the device
+    Step("tir.DeviceWorkspace", device_workspace, on="host", essential=True),
+])
 
-# After PIPELINE, a GPU target's build (kiln/codegen/opencl.py lower_device) runs these, in order:
-#   verify_thread_binding (every global write under blockIdx/threadIdx loops)
-#   inject_virtual_threads (vthread loops pushed down: shared work once, private tiles per vthread)
-#   split_host_device     (host PrimFunc launching kernel PrimFuncs; attrs in its docstring)
-#   insert_barriers       (each kernel: barriers where threads share memory)
-#   check_kernel_limits   (each kernel: threads per block, shared bytes against the target)
-#   device_workspace      (host: tensors between kernels allocated on the device)
-GPU_PIPELINE = ["tir.VerifyThreadBinding", "tir.InjectVirtualThread", "tir.SplitHostDevice", "tir.ThreadSync", "tir.VerifyGPULimits",
-                "tir.DeviceWorkspace"]
+# After PIPELINE, the C target (kiln/codegen/c.py) runs this: plain C99 has no vector types.
+C_PIPELINE = Pipeline("tir.CPipeline", [
+    Step("tir.Scalarize", scalarize, essential=True),
+])
 
 
 def run_pipeline(func: PrimFunc) -> PrimFunc:
-    debug = config.get().debug
-    for name, fn in PIPELINE:
-        func = fn(func)
-        if debug >= 2:
-            print(f"# after {name}\n{func}\n")
-    return func
+    """PIPELINE on one function (its global_symbol names it)."""
+    key = func.attrs.get("global_symbol", "main")
+    return PIPELINE(IRModule({key: func}))[key]
 
 
 class ModulePass:

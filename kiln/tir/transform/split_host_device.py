@@ -222,3 +222,30 @@ def _free(body, thread_vars: set, by_data: dict | None = None):
                and id(v) not in thread_vars and not v.dtype.is_handle]
     return bufs, scalars
 
+
+
+def split_module(mod, caps=None):
+    """GPU pipeline step tir.SplitHostDevice: each PrimFunc becomes its host function (same key)
+    followed by its kernels (keyed by symbol, kernel ids counting across the module). Kernels
+    take the texture layouts (attr "texture", tir.TextureLayouts) of their own parameters."""
+    from kiln.ir.module import IRModule
+
+    out, count = {}, 0
+    for key, func in mod.items():
+        if not isinstance(func, PrimFunc):
+            raise CompileError(f"function {key!r} is a {type(func).__name__}, not a lowered PrimFunc")
+        host, kernels = split_host_device(func, count)
+        count += len(kernels)
+        textures = func.attrs.get("texture")
+        if textures:
+            kernels = [_with_textures(k, textures) for k in kernels]
+        out[key] = host
+        for k in kernels:
+            out[k.attrs["global_symbol"]] = k
+    return IRModule(out)
+
+
+def _with_textures(kernel: PrimFunc, textures: dict) -> PrimFunc:
+    mine = {key: t for key, t in textures.items() if any(id(p) == key for p in kernel.params)}
+    attrs = {k: v for k, v in kernel.attrs.items() if k != "texture"}
+    return replace(kernel, attrs={**attrs, "texture": mine} if mine else attrs)

@@ -118,3 +118,15 @@ def texel_coords(index: E.PrimExpr, width: int):
     texel = E.FloorDiv(index, four, dt)
     return (simplify(E.FloorMod(texel, w, dt)), simplify(E.FloorDiv(texel, w, dt)),
             simplify(E.FloorMod(index, four, dt)))
+
+
+def plan_textures(func, caps):
+    """GPU pipeline step tir.TextureLayouts: the image layout of each texture-scoped tensor in
+    ``func.attrs["texture"]``, sized by the target's ``texture_spatial_limit``; tir.SplitHostDevice
+    hands each kernel the layouts of its parameters (the printer's images), and the host keeps
+    them all (device_workspace allocates images for them)."""
+    from dataclasses import replace
+
+    limit = caps.target.attrs.get("texture_spatial_limit") or DEFAULT_LIMIT if caps is not None else DEFAULT_LIMIT
+    textures = texture_layouts(func, limit)
+    return replace(func, attrs={**func.attrs, "texture": textures}) if textures else func

@@ -1,4 +1,5 @@
-"""Vector statements as loops over lanes, for targets that print portable C (no vector types).
+"""Vector statements as loops over lanes, for targets that print portable C (no vector types):
+the C target's pipeline step tir.Scalarize (C_PIPELINE).
 
 After the TIR pipeline a vectorized loop is a store of a vector value at a Ramp index. Plain C99
 has no vector types, and the microcontrollers the C target is for have no SIMD the compiler could
@@ -10,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..errors import CompileError
-from ..ir import expr as E
-from ..ir.functor import Mutator
-from ..ir.stmt import BufferStore, For, ForKind, PrimFunc
+from kiln.errors import CompileError
+from kiln.ir import expr as E
+from kiln.ir.functor import Mutator
+from kiln.ir.stmt import BufferStore, For, ForKind, PrimFunc
 
 
 def _lane(e, k):

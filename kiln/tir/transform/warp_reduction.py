@@ -1,4 +1,5 @@
-"""Warp shuffles for the last levels of cross-thread reductions (CUDA kernels only).
+"""Warp shuffles for the last levels of cross-thread reductions (GPU pipeline step tir.WarpReduction,
+run for devices whose kernel language has warp shuffles: GPUCaps.warp_shuffle).
 
 kiln/te/cross_thread.py combines the partial results of a reduction bound to threadIdx by a
 tree in shared memory, one barrier per level. Within a warp the threads run in lockstep and can
@@ -22,12 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir import expr as E
-from ..ir.dtype import BOOL_T
-from ..ir.functor import Mutator, post_order_visit
-from ..ir.stmt import BufferStore, Evaluate, IfThenElse, LetStmt, SeqStmt
-from ..ir.structural import structural_equal
-from ..tir.simplify import simplify
+from kiln.ir import expr as E
+from kiln.ir.dtype import BOOL_T
+from kiln.ir.functor import Mutator, post_order_visit
+from kiln.ir.stmt import BufferStore, Evaluate, IfThenElse, LetStmt, SeqStmt
+from kiln.ir.structural import structural_equal
+from kiln.tir.simplify import simplify
 
 SHFL_OP = "kiln.cuda_shfl_down"  # args: value, delta, width, mask
 _DTYPES = {"float32", "float64", "int32", "int64", "uint32"}
