@@ -141,6 +141,10 @@ class _Sync(Mutator):
             else:
                 written |= a.writes
                 read |= a.reads
+        # Unchanged sequences stay the same object: visit_IfThenElse tells by identity whether
+        # a branch needed a barrier.
+        if len(out) == len(op.seq) and all(x is y for x, y in zip(out, op.seq)):
+            return op
         return seq(*out)
 
 

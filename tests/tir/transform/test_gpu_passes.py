@@ -196,6 +196,20 @@ def test_shared_memory_under_a_thread_condition_is_an_error():
         insert_barriers(k)
 
 
+def test_a_condition_over_statements_that_need_no_barrier_is_kept():
+    # A branch holding a sequence (no shared memory in it) needs no barrier: the pass leaves it
+    # as it is instead of mistaking the rebuilt sequence for an inserted barrier.
+    from dataclasses import replace
+
+    from kiln.ir.stmt import IfThenElse, SeqStmt
+
+    s, args = _add_one()
+    _, (k,) = split_host_device(_lowered(s, args))
+    cond = E.Var("n") < 5
+    branchy = replace(k, body=IfThenElse(cond, SeqStmt((k.body, k.body)), None))
+    assert insert_barriers(branchy).body is branchy.body
+
+
 def test_virtual_threads_are_interleaved():
     from kiln.tir.transform.inject_virtual_thread import inject_virtual_threads
 
