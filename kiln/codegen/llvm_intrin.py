@@ -86,7 +86,21 @@ def _libm(cg, name: str, args: list[str], dt: DType) -> str:
     return vec
 
 
+# LLVM intrinsics that return nothing, called for their effect (Evaluate): AMX tile configuration,
+# loads, stores and dot products on tile registers named by immediates (x86 AMX, kiln/runtime/amx.py).
+VOID_INTRINSICS = {"llvm.x86.ldtilecfg", "llvm.x86.sttilecfg", "llvm.x86.tilerelease", "llvm.x86.tilezero",
+                   "llvm.x86.tileloadd64", "llvm.x86.tileloaddt164", "llvm.x86.tilestored64",
+                   "llvm.x86.tdpbf16ps", "llvm.x86.tdpfp16ps", "llvm.x86.tdpbssd", "llvm.x86.tdpbsud",
+                   "llvm.x86.tdpbusd", "llvm.x86.tdpbuud"}
+
+
 def _extern(cg, fname: str, args, ret: DType) -> str:
+    if fname in VOID_INTRINSICS:
+        values = [cg.expr(a) for a in args]
+        types = [llvm_type(a.dtype) for a in args]
+        cg.mw.declare(fname, f"declare void @{fname}({', '.join(types)})")
+        cg.fw.emit_void(f"call void @{fname}({', '.join(f'{t} {v}' for t, v in zip(types, values))})")
+        return "0"
     values = [cg.expr(a) for a in args]
     types = [llvm_type(a.dtype) for a in args]
     for k, a in enumerate(args):  # bfloat16 bits travel as i16; intrinsics take LLVM bfloat
@@ -189,6 +203,14 @@ def _reinterpret(cg, e) -> str:
     return cg.fw.emit(f"bitcast {llvm_type(src)} {cg.expr(a)} to {llvm_type(dst)}")
 
 
+def _address_of(cg, e) -> str:
+    """tir.address_of(buffer[i]): a pointer to that element (AMX tile loads take addresses)."""
+    load = e.args[0] if e.args else None
+    if not isinstance(load, E.BufferLoad):
+        raise CompileError(f"{cg.func_name}: tir.address_of takes a buffer element (buf[i]), got {load}")
+    return cg._address(load.buffer, cg._index(load))
+
+
 def _likely(cg, e) -> str:
     return cg.expr(e.args[0])
 
@@ -270,7 +292,7 @@ _SPECIAL = {
     "bitwise_and": _bitwise("and"), "bitwise_or": _bitwise("or"), "bitwise_xor": _bitwise("xor"),
     "bitwise_not": _bitwise_not, "shift_left": _bitwise("shl"), "shift_right": _shift_right,
     "popcount": _popcount, "clz": _clz, "fma": _fma, "reinterpret": _reinterpret,
-    "likely": _likely, "if_then_else": _if_then_else, "fabs": _abs,
+    "likely": _likely, "if_then_else": _if_then_else, "fabs": _abs, "address_of": _address_of,
     "kiln_launch": lambda cg, e: _launch("emit_launch", cg, e),
     "kiln_device_alloc": lambda cg, e: _launch("emit_alloc", cg, e),
     "kiln_device_free": lambda cg, e: _launch("emit_free", cg, e),

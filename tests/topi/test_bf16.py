@@ -1,6 +1,7 @@
 """bfloat16 on CPUs: conversions bit for bit against ml_dtypes, the conv kernels per CPU model
-(vdpbf16ps where LLVM says the CPU has AVX512-BF16, float32 arithmetic elsewhere), executed
-where this machine can, within the error bound of float32 sums of exact bfloat16 products."""
+(AMX tdpbf16ps where LLVM says the CPU has AMX-BF16, else vdpbf16ps where it has AVX512-BF16,
+float32 arithmetic elsewhere), executed where this machine can, within the error bound of
+float32 sums of exact bfloat16 products."""
 
 from __future__ import annotations
 
@@ -17,9 +18,12 @@ from kiln.target.cpu_facts import cpu_facts
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="numpy's bfloat16 (pip install ml_dtypes) is the reference")
 
 X86 = "llvm -mtriple=x86_64-linux-gnu"
-# -mcpu -> whether LLVM gives it AVX512-BF16 (vdpbf16ps)
-BF16_CPUS = {"skylake-avx512": False, "cooperlake": True, "sapphirerapids": True, "znver3": False,
-             "znver4": True, "haswell": False, "x86-64-v2": False}
+# -mcpu -> the instruction its bfloat16 conv multiplies with: AMX-BF16, AVX512-BF16, float32 FMA
+BF16_CPUS = {"skylake-avx512": "fma", "cooperlake": "vdpbf16ps", "sapphirerapids": "tdpbf16ps",
+             "sapphirerapids -mattr=-amx-bf16": "vdpbf16ps", "znver3": "fma", "znver4": "vdpbf16ps",
+             "haswell": "fma", "x86-64-v2": "mulps"}
+INSTRUCTION = {"tdpbf16ps": r"\btdpbf16ps\b", "vdpbf16ps": r"\bvdpbf16ps\b", "fma": r"\bvfmadd\d+ps\b",
+               "mulps": r"\bmulps\b"}
 U32 = 2.0 ** -24  # float32 unit roundoff
 
 
@@ -79,7 +83,7 @@ def test_conversions_round_to_nearest_even_bit_for_bit(cpu):
     np.testing.assert_array_equal(out_c.numpy(), want_c)
 
 
-def _conv_case(cpu_target, stride: int, k: int):
+def _conv_case(cpu_target, stride: int, k: int, c: int = 32, o: int = 48, ib: int = 16):
     """A bfloat16 NCHW16c conv (pre-packed channel-pair weights) built for the target, its
     inputs, and the float64 result with its bound: the products of bfloat16 numbers are exact in
     float32 and a float32 sum of K terms is within K * u * sum |a w| (Higham, with u = 2^-24)."""
@@ -87,7 +91,7 @@ def _conv_case(cpu_target, stride: int, k: int):
     from kiln.topi.x86.conv2d_bf16 import prepack_kernel_nchwc_bf16
     from kiln.topi.x86.conv2d_nchwc import config_for_nchwc, conv2d_NCHWc, schedule_conv2d_NCHWc
 
-    n, c, h, o, ib = 1, 32, 10, 48, 16
+    n, h = 1, 10
     rng = np.random.default_rng(1)
     x = rng.standard_normal((n, c, h, h)).astype(ml_dtypes.bfloat16)
     w = rng.standard_normal((o, c, k, k)).astype(ml_dtypes.bfloat16)
@@ -110,15 +114,21 @@ def _conv_case(cpu_target, stride: int, k: int):
 
 @pytest.mark.parametrize("cpu", list(BF16_CPUS))
 def test_bf16_conv_per_cpu(cpu):
-    """vdpbf16ps exactly where LLVM gives the CPU AVX512-BF16; the result within the float32
-    rounding bound of the exact bfloat16 products, wherever this machine runs the code."""
+    """The CPU's bfloat16 instruction (BF16_CPUS) in the assembly, none of the others'; the
+    result within the float32 rounding bound of the exact bfloat16 products, wherever this
+    machine runs the code."""
     _x86_only()
     target = Target(f"{X86} -mcpu={cpu}")
-    assert ("avx512bf16" in cpu_facts(target).features) == BF16_CPUS[cpu]
+    kind = BF16_CPUS[cpu]
+    features = cpu_facts(target).features
+    assert ("amx-bf16" in features) == (kind == "tdpbf16ps")
+    assert ("avx512bf16" in features) == (kind in ("tdpbf16ps", "vdpbf16ps"))
     for stride, k in ((1, 3), (2, 3), (1, 1)):
         mod, inputs, shape, want, bound = _conv_case(target, stride, k)
         asm = mod.get_source("asm")
-        assert bool(re.search(r"\bvdpbf16ps\b", asm)) == BF16_CPUS[cpu], f"{cpu} {k}x{k}/{stride}"
+        for name, pattern in INSTRUCTION.items():
+            if name in ("tdpbf16ps", "vdpbf16ps") or name == kind:
+                assert bool(re.search(pattern, asm)) == (name == kind), f"{cpu} {k}x{k}/{stride}: {name}"
         assert "__truncsfbf2" not in asm
         if _host_runs(target):
             continue
@@ -126,3 +136,22 @@ def test_bf16_conv_per_cpu(cpu):
         mod(*[tvm.nd.array(v) for v in inputs], out)
         err = np.abs(out.numpy().astype(np.float64) - want)
         assert np.all(err <= bound), f"{cpu} {k}x{k}/{stride}: max excess {np.max(err - bound):.3g}"
+
+
+@pytest.mark.parametrize("c, o, ib", [(64, 64, 32), (32, 64, 16), (64, 128, 32)])
+def test_amx_conv_blocks(c, o, ib):
+    """AMX with 32-channel A rows (K = 32) and output blocks of 32 and 64 channels (two C tiles at
+    a time, one A load for both), against float64 within the float32 sum bound."""
+    _x86_only()
+    target = Target(f"{X86} -mcpu=sapphirerapids")
+    why_not = _host_runs(target)
+    if why_not:
+        pytest.skip(f"AMX code cannot run here: {why_not} (its assembly is checked in test_bf16_conv_per_cpu)")
+    from kiln.runtime import amx
+    assert amx.request_permission(), "Linux refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)"
+    mod, inputs, shape, want, bound = _conv_case(target, 1, 3, c, o, ib)
+    assert re.search(r"\btdpbf16ps\b", mod.get_source("asm"))
+    out = tvm.nd.empty(shape, "float32")
+    mod(*[tvm.nd.array(v) for v in inputs], out)
+    err = np.abs(out.numpy().astype(np.float64) - want)
+    assert np.all(err <= bound), f"max excess {np.max(err - bound):.3g}"

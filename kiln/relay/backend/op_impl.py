@@ -29,6 +29,7 @@ from kiln import te, tir, topi
 from kiln.topi import bitwise as topi_bitwise
 from kiln.topi import rnn as topi_rnn
 from kiln.topi import scatter as topi_scatter
+from kiln.topi import sort as topi_sort
 from kiln.errors import CompileError
 from kiln.ir.expr import const
 from kiln.topi.utils import knob
@@ -204,12 +205,15 @@ def _blocks(a) -> tuple[int, int]:
     return layout.channel_block(a.data_layout), layout.channel_block(a.out_layout or a.data_layout)
 
 
-def _winograd(a, kernel_hw) -> bool:
-    """Blocked in and out, 3x3, stride 1, no dilation, groups 1: Winograd F(2x2, 3x3) (x86)."""
-    from kiln.topi.x86.conv2d_winograd import applies_to
+def _winograd(a, kernel_hw, dtype=None) -> bool:
+    """Blocked in and out, 3x3, stride 1, no dilation, groups 1: Winograd F(2x2, 3x3) (x86); not
+    for bfloat16 data on AMX CPUs (``dtype``: the direct kernel's tile products are faster there;
+    the schedule named for Winograd hands such a compute to the direct one)."""
+    from kiln.topi.x86.conv2d_winograd import applies_to, direct_is_faster
 
     ib, ob = _blocks(a)
-    return bool(ib and ob) and applies_to(kernel_hw, a.strides, a.dilation, a.groups)
+    return bool(ib and ob) and applies_to(kernel_hw, a.strides, a.dilation, a.groups) and \
+        not (dtype is not None and direct_is_faster(dtype))
 
 
 def _conv2d_schedule(a) -> str:
@@ -241,7 +245,7 @@ def _conv2d_blocked(a, x, t, ctx):
     if ctx.topi is topi.adreno:  # NCHW4c data, OIHW4o weights, read and written as images
         return topi.adreno.conv2d_NCHW4c(data, kernel, a.strides, tuple(a.padding), a.dilation, a.groups,
                                          args[3], ib, ob, prepacked=ctx.prepacked, cfg=ctx.cfg)
-    if _winograd(a, a.kernel_size or ()):
+    if _winograd(a, a.kernel_size or (), data.dtype):
         conf = {"oc_bn": ob}
         tile_p = knob(ctx.cfg, "tile_p", None)
         if tile_p:
@@ -314,7 +318,7 @@ def _conv2d_blocked_prepack(a, types, cfg):
 
     ib, ob = _blocks(a)
     o, i, kh, kw = _shape(types[1])
-    if _winograd(a, (kh, kw)):
+    if _winograd(a, (kh, kw), types[0].dtype):
         from kiln.topi.x86.conv2d_winograd import prepack_kernel_winograd
         return WeightTransform(1, (o // ob, 16, i // ib, ib, ob), lambda w: prepack_kernel_winograd(w, ib, ob),
                                ("winograd-kb", ib, ob))
@@ -364,6 +368,13 @@ def _dense_prepack(a, types, cfg):
         return None
     nr = int(conf["tile_n"])
     return WeightTransform(1, (-(-n // nr), k, nr), lambda w: prepack_weight(w, nr), ("dense_panels", nr))
+
+
+def _attention(a, x, t, ctx):
+    if not hasattr(ctx.topi, "attention"):
+        raise CompileError("nn.attention has a compute for x86 CPUs only; FuseAttention forms it for x86 targets "
+                           "(build for an x86 llvm target, or leave the batch_matmul/softmax chain unfused)")
+    return ctx.topi.attention(*x, a.scale, a.key_transposed, a.value_transposed, cfg=ctx.cfg)
 
 
 def _batch_matmul(a, x, t, ctx):
@@ -434,6 +445,10 @@ OP_IMPLS: dict[str, OpImpl] = {
     "scatter_nd": OpImpl(lambda a, x, t, ctx: topi_scatter.scatter_nd(*x, a.reduction), "generic"),
     "scatter_elements": OpImpl(lambda a, x, t, ctx: topi_scatter.scatter_elements(*x, a.axis, a.reduction), "generic"),
     "cumsum": OpImpl(lambda a, x, t, ctx: topi_scatter.cumsum(x[0], a.axis, a.exclusive, a.reverse), "generic"),
+    "cumprod": OpImpl(lambda a, x, t, ctx: topi_scatter.cumprod(x[0], a.axis, a.exclusive, a.reverse), "generic"),
+    "topk_indices": OpImpl(lambda a, x, t, ctx: topi_sort.select_by_rank(topi_sort.rank(x[0], a.axis, a.largest),
+                                                                          a.k, a.axis), "generic"),
+    "reinterpret": OpImpl(lambda a, x, t, ctx: topi_bitwise.reinterpret(x[0], a.dtype)),
     "nn.rnn_recurrence": OpImpl(lambda a, x, t, ctx: topi_rnn.recurrence(
         *x, a.mode, len(a.reverse), a.reverse, a.activations, a.clip, a.linear_before_reset, a.input_forget,
         a.use_peepholes, gpu=ctx.topi in GPU_PACKAGES.values()), "generic"),
@@ -444,6 +459,7 @@ OP_IMPLS: dict[str, OpImpl] = {
     "nn.contrib_expand_depthwise_NCHWc": OpImpl(_expand_depthwise, "expand_depthwise_NCHWc"),
     "nn.dense": OpImpl(_dense, "dense", "dense_nopack", _dense_prepack),
     "nn.batch_matmul": OpImpl(_batch_matmul, "batch_matmul", "batch_matmul"),
+    "nn.attention": OpImpl(_attention, "attention"),
     "nn.max_pool2d": _pool("max"),
     "nn.avg_pool2d": _pool("avg"),
     "nn.global_avg_pool2d": _global_pool("avg"),
@@ -482,6 +498,7 @@ SCHEDULES: dict[str, dict[str, Callable]] = {
     "depthwise_conv2d_NCHWc": {"x86": topi.x86.schedule_depthwise_conv2d_NCHWc,
                                "arm_cpu": topi.arm_cpu.schedule_depthwise_conv2d_NCHWc},
     "expand_depthwise_NCHWc": {"x86": topi.x86.schedule_expand_depthwise_NCHWc},  # made on x86 only
+    "attention": {"x86": topi.x86.schedule_attention},  # FuseAttention forms it on x86 only
 }
 
 SCHEDULES.update(_cpu_int8.SCHEDULES())

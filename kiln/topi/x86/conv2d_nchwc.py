@@ -26,6 +26,7 @@ from ..nn.conv2d import conv2d_shape
 from ..nn.pad import pad
 from ..utils import const_int, const_shape, find_stage, knob, with_default
 from . import conv2d as _nchw
+from . import amx_bf16 as amx
 from . import conv2d_bf16 as bf16
 from .conv2d import _schedule_packing, _schedule_tile, find_tagged, schedule_blocked_tile
 from .injective import tile_root
@@ -139,6 +140,9 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
         raise ValueError(f"conv2d_NCHWc: no channel block divides the {p.out_channel} output channels "
                          f"(oc_bn={bn}); use x86.conv2d_nchw")
     if bf16.pairs_apply(data.dtype, kernel.dtype, ib) and len(kernel.shape) != 6:
+        if amx.applies(data.dtype, kernel.dtype, ib, bn):
+            packed = kernel if len(kernel.shape) == 7 else bf16.pack_kernel_nchwc_bf16(kernel, ib, bn)
+            return amx.conv2d_nchwc_amx(data, packed, p, bn, plain_output)
         tile = bf16.default_tile_ow(p.out_width, bn, vector_lanes())
         return bf16.conv2d_nchwc_bf16(data, kernel, p, bn, knob(cfg, "tile_ow", tile) if cfg else tile, plain_output)
     if ndim == 4:  # plain NCHW is NCHW1c
@@ -255,13 +259,13 @@ def schedule_conv2d_NCHWc(outs, cfg=None):  # noqa: N802
     del cfg  # the knobs travel in the compute's attrs
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([o.op for o in outs])
-    conv = find_stage(outs[0], lambda op: getattr(op, "tag", "") in (TAG, bf16.TAG), f"{TAG} stage")
+    conv = find_stage(outs[0], lambda op: getattr(op, "tag", "") in (TAG, bf16.TAG, amx.TAG), f"{TAG} stage")
     store = find_tagged(outs[0], "injective,conv2d_store")
     out = tile_root(s, outs[0], store, conv)
-    if conv.op.tag == bf16.TAG:
+    if conv.op.tag in (bf16.TAG, amx.TAG):
         if out.op is not store.op:
             s[store].compute_inline()
-        bf16.schedule_conv2d_nchwc_bf16(s, conv, out)
+        (amx.schedule_conv2d_nchwc_amx if conv.op.tag == amx.TAG else bf16.schedule_conv2d_nchwc_bf16)(s, conv, out)
         return s
     if out.op is not store.op:
         s[store].compute_inline()

@@ -1,0 +1,134 @@
+"""bfloat16 conv2d on Intel AMX (``tdpbf16ps``): tiles of 16 pixels x 16 channels in tile registers.
+
+AMX multiplies tile registers: ``tdpbf16ps C, A, B`` adds to C (M rows x 16 float32) the product
+of A (M rows x K bfloat16) and B, stored as K/2 rows of 16 *pairs* (the channel-pair layout
+``conv2d_bf16.prepack_kernel_nchwc_bf16`` gives the weight: ``(O/bn, C/ib, KH, KW, ib/2, bn, 2)``,
+so B is one tile load with a row stride of ``bn`` pairs). With NCHW16c data one pixel's 16
+input channels are one 32-byte A row, M output pixels of a row are M A rows (stride: the conv's
+stride in pixels), and C's rows are the output pixels' 16-channel pieces of the NCHW{bn}c output.
+
+One task per (image, output block, output row): for each run of M pixels (the widest divisor
+of the row <= 16) and each pair of 16-channel pieces of the block, two C tiles (32 channels)
+accumulate over (C/16, KH, KW), each A load shared by both B tiles; float32 results are stored straight into the output and the fused
+epilogue runs over it afterwards. Each task loads the tile configuration (a per-thread state)
+and releases it; the kernel asks Linux for the AMX state on entry (kiln/runtime/amx.py explains
+why; one system call per kernel call).
+
+Tile registers: C0, C1 = 0, 1; A = 2; B0, B1 = 3, 4.
+"""
+
+from __future__ import annotations
+
+from kiln import te, tir
+from kiln.ir import expr as E
+from kiln.ir.dtype import dtype as _dt
+from kiln.ir.stmt import Evaluate
+
+from ..nn.pad import pad
+from ..utils import const_int
+
+TAG = "conv2d_NCHWc_amx_bf16"
+SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 158, 0x1023, 18
+
+
+def applies(data_dtype, kernel_dtype, ib: int, bn: int, target=None) -> bool:
+    """bfloat16 NCHW16c or NCHW32c data (an A row: 16 or 32 channels, 64 bytes at most), output
+    blocks of 16k channels, and a CPU LLVM gives AMX-BF16."""
+    from kiln.target.cpu_facts import cpu_facts
+
+    return (str(data_dtype) == "bfloat16" and str(kernel_dtype) == "bfloat16" and ib in (16, 32)
+            and bn % 16 == 0 and "amx-bf16" in cpu_facts(target).features)
+
+
+def _i8(v: int):
+    return E.const(v, "int8")
+
+
+def _amx(name: str, *args):
+    return Evaluate(E.Call(_dt("int32"), "tir.call_llvm_intrin", (E.StringImm(f"llvm.x86.{name}"), *args)))
+
+
+def _addr(load):
+    return E.Call(_dt("handle"), "tir.address_of", (load,))
+
+
+def row_tile(width: int) -> int:
+    """Pixels per A tile: the widest divisor of the row that is at most 16 (tile rows)."""
+    return next(m for m in range(min(16, width), 0, -1) if width % m == 0)
+
+
+def conv2d_nchwc_amx(data, kernel, p, bn: int, plain_output: bool = False):
+    """float32 NCHW{bn}c conv of bfloat16 NCHW16c ``data`` and a pair-packed 7-dim ``kernel``."""
+    n, chunks, _, _, ib = (const_int(d) for d in data.shape)
+    padded = pad(data, (0, 0, p.pad_top, p.pad_left, 0), (0, 0, p.pad_bottom, p.pad_right, 0), name="data_pad")
+    hp, wp = const_int(padded.shape[2]), const_int(padded.shape[3])
+    oh, ow, kh, kw = p.out_height, p.out_width, p.kernel_h, p.kernel_w
+    ocb = p.out_channel // bn
+    m = row_tile(ow)
+    pieces = bn // 16
+    nc = min(2, pieces)  # C tiles at a time
+
+    def body(ins, outs):
+        x, w = ins
+        (y,) = outs
+        ib_ = tir.ir_builder.create()
+        ib_.emit(Evaluate(tir.call_extern("int64", "syscall", E.const(SYS_ARCH_PRCTL, "int64"),
+                                          E.const(ARCH_REQ_XCOMP_PERM, "int64"), E.const(XFEATURE_XTILEDATA, "int64"))))
+        xv, wv, yv = ib_.buffer_ptr(x), ib_.buffer_ptr(w), ib_.buffer_ptr(y)
+        with ib_.for_range(0, n * ocb * oh, name="task", kind="parallel") as task:
+            cfg = ib_.allocate("uint8", (64,), name="tilecfg", scope="local")
+            for i in range(64):
+                cfg[i] = E.const(0, "uint8")
+            cfg[0] = E.const(1, "uint8")  # palette 1
+            tiles = [(m, 64)] * nc + [(m, ib * 2)] + [(ib // 2, 64)] * nc  # (rows, bytes per row)
+            for t, (rows, colsb) in enumerate(tiles):
+                cfg[16 + 2 * t] = E.const(colsb & 255, "uint8")
+                cfg[17 + 2 * t] = E.const(colsb >> 8, "uint8")
+                cfg[48 + t] = E.const(rows, "uint8")
+            ib_.emit(_amx("ldtilecfg", _addr(cfg[0])))
+            b = task // (ocb * oh)
+            oc = task // oh % ocb
+            r = task % oh
+            with ib_.for_range(0, ow // m, name="xt") as xt:
+                for g in range(0, pieces, nc):  # C tiles for channels 16g .. 16(g + nc)
+                    for j in range(nc):
+                        ib_.emit(_amx("tilezero", _i8(j)))
+                    with ib_.for_range(0, chunks, name="rco") as rco:
+                        with ib_.for_range(0, kh, name="ry") as ry:
+                            with ib_.for_range(0, kw, name="rx") as rx:
+                                yy = r * p.stride_h + ry * p.dilation_h
+                                xx = xt * (m * p.stride_w) + rx * p.dilation_w
+                                a_off = (((b * chunks + rco) * hp + yy) * wp + xx) * ib
+                                ib_.emit(_amx("tileloadd64", _i8(nc), _addr(xv[a_off]),
+                                              E.const(p.stride_w * ib * 2, "int64")))
+                                w_off = (((oc * chunks + rco) * kh + ry) * kw + rx) * (ib * bn)
+                                for j in range(nc):
+                                    ib_.emit(_amx("tileloadd64", _i8(nc + 1 + j), _addr(wv[w_off + 32 * (g + j)]),
+                                                  E.const(bn * 4, "int64")))
+                                for j in range(nc):
+                                    ib_.emit(_amx("tdpbf16ps", _i8(j), _i8(nc), _i8(nc + 1 + j)))
+                    y_off = (((b * ocb + oc) * oh + r) * ow + xt * m) * bn
+                    for j in range(nc):
+                        ib_.emit(_amx("tilestored64", _i8(j), _addr(yv[y_off + 16 * (g + j)]), E.const(bn * 4, "int64")))
+            ib_.emit(_amx("tilerelease"))
+        return ib_.get()
+
+    conv = te.extern((n, ocb, oh, ow, bn), [padded, kernel], body, name="conv2d_NCHWc_amx", dtype="float32",
+                     tag=TAG, attrs={"workload": p, "config": {"oc_bn": bn, "tile_ow": m}})
+    if plain_output:
+        return te.compute((n, p.out_channel, oh, ow), lambda b_, c, y_, x_: conv[b_, c // bn, y_, x_, c % bn],
+                          name="conv2d_nchw", tag="injective,conv2d_store")
+    return te.compute(conv.shape, lambda *i: conv(*i), name="conv2d_NCHWc", tag="injective,conv2d_store")
+
+
+def schedule_conv2d_nchwc_amx(s, conv, out):
+    """The AMX kernel at root; the padding a parallel pass; ``out`` (the store with any fused
+    epilogue inlined) parallel over its outer axes, vectorized over the channel block."""
+    from ..generic.default import schedule_stage
+
+    padded = conv.op.input_tensors[0]
+    if "pad" in padded.op.tag:
+        axes = s[padded].op.axis
+        s[padded].parallel(s[padded].fuse(axes[0], axes[1]))
+        s[padded].vectorize(axes[-1])
+    schedule_stage(s, out)
