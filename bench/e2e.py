@@ -1,6 +1,6 @@
 """End to end, batch 1, fp32: kiln's relay.build against onnxruntime on the same ONNX models.
 
-ResNet-18 and MobileNetV2 (224x224, random weights, built by tests/relay/onnx_models.py) are
+ResNet-18, ResNet-50 and MobileNetV2 (224x224, random weights, built by tests/relay/onnx_models.py) are
 compiled by kiln (opt_level 3, target llvm, untuned: topi's default schedules) and loaded by
 onnxruntime (all graph optimizations). Both use the same number of threads; their timings
 interleave so machine noise hits both alike (with a pause between them, so neither measures
@@ -11,7 +11,13 @@ MISMATCH, the model's verdict says so, and the run exits with status 1.
 
     python bench/e2e.py [--threads 2] [--rounds 7] [--number 10] [--models resnet18,mobilenet_v2]
                         [--target "llvm -mcpu=znver3"] [--tune-dir logs/ [--tune-trials 16]]
-                        [--cpu-time]
+                        [--cpu-time] [--precision float32,bfloat16,float16]
+
+``--precision`` adds kiln builds in bfloat16 / float16 (tvmc's --mixed-precision: batch norms
+folded in float32, then ToMixedPrecision with float32 accumulation), timed interleaved with the
+others; each prints its ratio to onnxruntime's float32 and to kiln's float32, and whether its
+ranking of the classes keeps onnxruntime's where the precision's margin determines it
+(tests/helpers/ranking.py: 6 bfloat16 or 16 float16 steps at the logits' scale).
 
 ``--cpu-time`` (with ``--threads 1``) times each side by the CPU time its process used rather
 than the wall clock: on a shared machine at load 5 the wall-clock medians of one model varied
@@ -49,11 +55,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "relay"))
 
-from onnx_models import mobilenet_v2, resnet18  # noqa: E402
+from onnx_models import mobilenet_v2, resnet18, resnet50  # noqa: E402
 
 from timing import interleaved  # noqa: E402
 
-MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}
+MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "resnet50": resnet50}
+DEFAULT_MODELS = "resnet18,mobilenet_v2"
+LOGIT_STEPS = {"bfloat16": 6, "float16": 16}  # the margins of tests/relay/transform/test_mixed_precision.py
 UNTUNED_GOAL, TUNED_GOAL = 1.0, 0.9
 
 
@@ -103,7 +111,7 @@ def tune_log(name: str, model, tune_dir: str, trials: int, target: str = "llvm")
     return log
 
 
-def build_kiln(model, threads: int, log: str | None = None, target: str = "llvm"):
+def build_kiln(model, threads: int, log: str | None = None, target: str = "llvm", precision: str = "float32"):
     import contextlib
 
     import kiln as tvm
@@ -111,6 +119,11 @@ def build_kiln(model, threads: int, log: str | None = None, target: str = "llvm"
     from kiln.contrib import graph_executor
 
     mod, params = relay.frontend.from_onnx(model)
+    if precision != "float32":
+        from kiln.driver.tvmc.transform import apply_graph_transforms
+        mod = apply_graph_transforms(mod, {"mixed_precision": True, "mixed_precision_calculation_type": precision,
+                                           "mixed_precision_acc_type": "float32"}, params)
+        params = None
     tuned = contextlib.nullcontext()
     if log is not None:
         from kiln import autotvm
@@ -163,8 +176,25 @@ def _cpu_interleaved(sides: dict, rounds: int, number: int) -> dict:
     return times
 
 
+def _ranking(name: str, m, inputs, want, precision: str) -> bool:
+    """Whether the reduced-precision build keeps onnxruntime's ranking where the margin decides."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from helpers.ranking import bfloat16_step, compare_rankings, float16_step
+
+    m.set_input(**inputs)
+    m.run()
+    got = m.get_output(0).numpy()
+    step = (bfloat16_step if precision == "bfloat16" else float16_step)(want[0])
+    report = compare_rankings(got[0], want[0], LOGIT_STEPS[precision] * step)
+    rel = float(np.abs(got - want).max() / np.abs(want).max())
+    ok = bool(report.determined) and not report.swapped
+    print(f"{name} {precision}: max |diff| / max |logit| {rel:.2e}; {len(report.determined)} determined pairs, "
+          f"{len(report.swapped)} swapped{'' if ok else '   RANKING CHANGED'}")
+    return ok
+
+
 def bench_model(name: str, threads: int, rounds: int, number: int, tune_dir=None, trials: int = 16,
-                target: str = "llvm", cpu_time: bool = False) -> dict:
+                target: str = "llvm", cpu_time: bool = False, precisions=()) -> dict:
     model, inputs = MODELS[name]()
     log = tune_log(name, model, tune_dir, trials, target) if tune_dir else None
     m, compile_s = build_kiln(model, threads, target=target)
@@ -178,6 +208,10 @@ def bench_model(name: str, threads: int, rounds: int, number: int, tune_dir=None
         tuned_err, tuned_ok = _checked(f"{name} (tuned)", tuned, inputs, want)
         err = max(err, tuned_err)
         runs["tuned"] = tuned.module["run"]
+    for precision in precisions:
+        low, _ = build_kiln(model, threads, target=target, precision=precision)
+        tuned_ok = _ranking(name, low, inputs, want, precision) and tuned_ok
+        runs[precision] = low.module["run"]
     times = interleaved(runs, rounds, number) if not cpu_time else _cpu_interleaved(runs, rounds, number)
     out = {"compile_s": compile_s, "err": err, "ok": ok, "tuned_ok": tuned_ok}
     for k, t in times.items():
@@ -198,7 +232,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--number", type=int, default=10)
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default=DEFAULT_MODELS, help=f"some of {','.join(MODELS)}")
+    ap.add_argument("--precision", default="float32",
+                    help="kiln builds to time: float32 and any of bfloat16, float16 (comma-separated)")
     ap.add_argument("--target", default="llvm", help="kiln's target (default: this machine)")
     ap.add_argument("--tune-dir", default=None, help="tune (or reuse logs in) this directory; adds the tuned column")
     ap.add_argument("--tune-trials", type=int, default=16, help="trials per task when tuning")
@@ -216,8 +252,9 @@ def main() -> None:
     print(f"{'model':<14}{'kiln ms':>10}{'ort ms':>10}{'kiln/ort':>10}  {'(min: kiln / ort)':<22}{'compile s':>10}")
     results = {}
     for name in args.models.split(","):
+        low = [p for p in args.precision.split(",") if p in LOGIT_STEPS]
         r = results[name] = bench_model(name, args.threads, args.rounds, args.number, args.tune_dir,
-                                        args.tune_trials, args.target, args.cpu_time)
+                                        args.tune_trials, args.target, args.cpu_time, low)
         ratio = r["kiln_ratio"]
         verdict = "ok" if ratio <= UNTUNED_GOAL else f"over the {UNTUNED_GOAL}x goal"
         if not r["ok"]:
@@ -231,6 +268,10 @@ def main() -> None:
                   f"{'ok' if tr <= TUNED_GOAL else 'over'} the {TUNED_GOAL}x tuned goal; "
                   f"untuned/tuned {paired_ratio(r['kiln_times'], r['tuned_times']):.2f}x"
                   f"{'' if r['tuned_ok'] else '   MISMATCH: the tuned output is wrong'}")
+        for p in low:
+            print(f"{'  ' + p:<14}{r[p + '_ms']:>10.2f}{r['ort_ms']:>10.2f}{r[p + '_ratio']:>9.2f}x  "
+                  f"({r[p + '_min']:.2f} / {r['ort_min']:.2f}){'':<18}   "
+                  f"kiln {p} / kiln float32 {paired_ratio(r[p + '_times'], r['kiln_times']):.2f}x")
     if "resnet18" in results:
         c = results["resnet18"]["compile_s"]
         print(f"ResNet-18 compile time: {c:.1f} s ({'ok' if c < 60 else 'over'} the 60 s goal)")
