@@ -358,6 +358,8 @@ def _int8_features(llvm, tm, arch, triple, cpu, features) -> frozenset:
             names.add("avx512vnni")
         if re.search(r"\{vex\}\s*vpdpbusd", asm):
             names.add("avxvnni")
+        # a CPU with both (Sapphire Rapids) picks the zmm form; the feature string says the rest
+        names |= {f[1:] for f in (features or "").split(",") if f in ("+avxvnni", "+avx512vnni")}
         if arch == "x86_64" and _has_amx(triple, cpu, features):
             names.add("amx-int8")
     elif arch == "aarch64":

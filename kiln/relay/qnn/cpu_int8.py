@@ -102,6 +102,35 @@ CONV2D_INT8 = OpDef("nn.contrib_conv2d_int8", ("data", "weight", "bias", "multip
                     doc="u8 NCHW[ib]c conv x packed s8 weights, requantized per channel (qnn/cpu_int8.py)")
 
 
+def _depthwise_rel(ctx: RelCtx):
+    d = ctx.ndim(0, 5, "NCHW[b]c uint8")
+    w = ctx.tensor(1)
+    a = ctx.attrs
+    n, cc, h, wd, b = (int(v) for v in d.shape)
+    kh, kw = int(w.shape[1]), int(w.shape[2])
+    pt, pl, pb, pr = a.padding
+    oh = (h + pt + pb - (kh - 1) * a.dilation[0] - 1) // a.strides[0] + 1
+    ow = (wd + pl + pr - (kw - 1) * a.dilation[1] - 1) // a.strides[1] + 1
+    return TensorType((n, cc, oh, ow, b), a.out_dtype)
+
+
+def _depthwise_ref(a, x, w, bias, q, s):
+    n, cc, h, wd, b = x.shape
+    plain = x.transpose(0, 1, 4, 2, 3).reshape(n, cc * b, h, wd).astype(np.int64)
+    pt, pl, pb, pr = a.padding
+    plain = np.pad(plain, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=a.pad_value)
+    oihw = np.asarray(w, np.int64).transpose(0, 3, 1, 2).reshape(cc * b, 1, w.shape[1], w.shape[2])
+    acc = fnn.conv2d_nchw_ref(plain, oihw, a.strides, (0, 0, 0, 0), a.dilation, cc * b)
+    out = _requant_np(np.asarray(acc, np.int64), bias, q, s, a, 1)
+    return np.ascontiguousarray(out.reshape(n, cc, b, *out.shape[2:]).transpose(0, 1, 3, 4, 2))
+
+
+DEPTHWISE_INT8 = OpDef("nn.contrib_depthwise_conv2d_int8", ("data", "weight", "bias", "multiplier", "shift"),
+                       {k: v for k, v in _CONV_ATTRS.items() if k != "tier"}, _depthwise_rel,
+                       OpPattern.OUT_ELEMWISE_FUSABLE, _depthwise_ref,
+                       doc="u8 NCHW[b]c depthwise conv x s8 (C/b, KH, KW, b) weights, requantized per channel")
+
+
 def _dense_rel(ctx: RelCtx):
     d = ctx.ndim(0, 2, "(M, K) uint8")
     return TensorType((int(d.shape[0]), ctx.attrs.units), ctx.attrs.out_dtype)
@@ -126,7 +155,7 @@ DENSE_INT8 = OpDef("nn.contrib_dense_int8", ("data", "weight", "bias", "multipli
                    _dense_rel, OpPattern.OUT_ELEMWISE_FUSABLE, _dense_ref,
                    doc="u8 (M, K) x packed s8 weights, requantized per output (qnn/cpu_int8.py)")
 
-OPS = [CONV2D_INT8, DENSE_INT8]
+OPS = [CONV2D_INT8, DEPTHWISE_INT8, DENSE_INT8]
 
 
 # -- the rewrite ---------------------------------------------------------------------------------
@@ -222,7 +251,11 @@ class _Rewrite(ExprMutator):
 
         a = mm.attrs
         x, w, zx = mm.args[0], mm.args[1].data, value_of(mm.args[2])
-        if a.groups != 1 or a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or _dtype(x) != "uint8":
+        if a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or _dtype(x) != "uint8":
+            raise _Skip
+        if a.groups > 1 and a.groups == w.shape[0] and w.shape[1] == 1:
+            return self.depthwise(mm, bias, rq)
+        if a.groups != 1:
             raise _Skip
         o = w.shape[0]
         lanes = block_for(o, self.lanes)
@@ -240,6 +273,25 @@ class _Rewrite(ExprMutator):
                           padding=tuple(a.padding), dilation=tuple(a.dilation), pad_value=int(zx.ravel()[0]),
                           tier=tier, channels=o, **attrs)
         return self._record(out, lanes)
+
+    def depthwise(self, mm, bias, rq):
+        from kiln.topi.x86.conv2d_int8 import block_for
+
+        a = mm.attrs
+        x, w, zx = mm.args[0], mm.args[1].data, int(value_of(mm.args[2]).ravel()[0])
+        c = w.shape[0]
+        got = self.blocked.get(id(x))
+        block = got[1] if got is not None and c % got[1] == 0 else block_for(c, self.lanes)
+        if not block or int(infer(x).checked_type.shape[1]) != c:
+            raise _Skip
+        wsum = w.astype(np.int64).sum(axis=(1, 2, 3))
+        total, q, s, attrs = self._epilogue(rq, bias, wsum, zx, c)
+        kh, kw = w.shape[2:]
+        packed = np.ascontiguousarray(w.reshape(c // block, block, kh, kw).transpose(0, 2, 3, 1))
+        out = DEPTHWISE_INT8(self.to_block(x, block), const(packed), const(total), const(q), const(s),
+                             strides=tuple(a.strides), padding=tuple(a.padding), dilation=tuple(a.dilation),
+                             pad_value=zx, channels=c, **attrs)
+        return self._record(out, block)
 
     def blocked_input(self, x, cin, ib, zx):
         """``x`` as NCHW[ib]c (channels padded to ``cin``); reuses a blocked producer."""
@@ -379,6 +431,15 @@ def _conv_compute(a, x, t, ctx):
     return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding)
 
 
+def _depthwise_compute(a, x, t, ctx):
+    from kiln.topi.x86 import conv2d_int8 as k
+
+    data, w, bias, q, s = x
+    acc = k.depthwise_int8_acc(data, w, tuple(a.strides), tuple(a.padding), tuple(a.dilation), a.pad_value)
+    lo, hi = dtype_range(a.out_dtype)
+    return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding)
+
+
 def _dense_compute(a, x, t, ctx):
     from kiln.topi.x86 import conv2d_int8 as k
 
@@ -393,9 +454,11 @@ def _dense_compute(a, x, t, ctx):
 
 def _schedules():
     from kiln.topi.x86 import conv2d_int8 as k
-    return {"conv2d_int8": {"x86": k.schedule_conv2d_int8}, "dense_int8": {"x86": k.schedule_dense_int8}}
+    return {"conv2d_int8": {"x86": k.schedule_conv2d_int8}, "dense_int8": {"x86": k.schedule_dense_int8},
+            "depthwise_int8": {"x86": k.schedule_depthwise_int8}}
 
 
 # op name -> (compute, schedule key); SCHEDULES() -> schedule key -> {family: schedule}
-COMPUTES = {CONV2D_INT8.name: (_conv_compute, "conv2d_int8"), DENSE_INT8.name: (_dense_compute, "dense_int8")}
+COMPUTES = {CONV2D_INT8.name: (_conv_compute, "conv2d_int8"), DENSE_INT8.name: (_dense_compute, "dense_int8"),
+            DEPTHWISE_INT8.name: (_depthwise_compute, "depthwise_int8")}
 SCHEDULES = _schedules

@@ -26,6 +26,7 @@ from kiln.errors import CompileError
 from .int8_intrin import dot_intrin
 
 CONV_TAG = "conv2d_int8_acc"
+DEPTHWISE_TAG = "depthwise_int8_acc"
 DENSE_TAG = "dense_int8_acc"
 REQUANT_TAG = "int8_requantize"
 
@@ -72,16 +73,7 @@ def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, ti
     pt, pl, pb, pr = padding
     oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
     ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
-    if any((pt, pl, pb, pr)):
-        pv = tir.const(pad_value, "uint8")
-        hp, wp = h + pt + pb, w + pl + pr
-
-        def fpad(b, c, y, x, i):
-            inside = tir.all(y >= pt, y < pt + h, x >= pl, x < pl + w)
-            return tir.if_then_else(inside, data[b, c, y - pt, x - pl, i], pv)
-        padded = te.compute((n, cc, hp, wp, ib), fpad, name="data_pad_int8", tag="int8_pad")
-    else:
-        padded = data
+    padded = _padded(data, padding, pad_value)
     rco = te.reduce_axis((0, cc), name="rco")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -103,6 +95,43 @@ def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, ti
                           axis=[rco, ry, rx, rcq, r4])
     return te.compute((n, occ, oh, ow, lanes), fconv, name="conv2d_int8", tag=CONV_TAG,
                       attrs={"tier": tier, "lanes": lanes})
+
+
+def depthwise_int8_acc(data, kernel, strides, padding, dilation, pad_value: int):
+    """int32 NCHW[b]c accumulators of a depthwise conv: u8 NCHW[b]c data, s8 (C/b, KH, KW, b) kernel.
+
+    No dot-product instruction fits (each channel sums only its own taps): the lanes are the
+    channels, widened to int32 and multiplied (``vpmovzxbd``/``vpmovsxbd``, ``vpmulld``)."""
+    n, cc, h, w, b = (int(d) for d in data.shape)
+    kc, kh, kw, kb = (int(d) for d in kernel.shape)
+    if (kc, kb) != (cc, b):
+        raise CompileError(f"depthwise_int8: kernel {tuple(kernel.shape)} does not match data {tuple(data.shape)}")
+    sh, sw = strides
+    dh, dw = dilation
+    pt, pl, pb, pr = padding
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    padded = _padded(data, padding, pad_value)
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    return te.compute(
+        (n, cc, oh, ow, b),
+        lambda i, c, y, x, l: te.sum(padded[i, c, y * sh + ry * dh, x * sw + rx * dw, l].astype("int32")
+                                     * kernel[c, ry, rx, l].astype("int32"), axis=[ry, rx]),
+        name="depthwise_int8", tag=DEPTHWISE_TAG, attrs={"lanes": b})
+
+
+def _padded(data, padding, pad_value: int):
+    n, cc, h, w, ib = (int(d) for d in data.shape)
+    pt, pl, pb, pr = padding
+    if not any((pt, pl, pb, pr)):
+        return data
+    pv = tir.const(pad_value, "uint8")
+
+    def fpad(b, c, y, x, i):
+        inside = tir.all(y >= pt, y < pt + h, x >= pl, x < pl + w)
+        return tir.if_then_else(inside, data[b, c, y - pt, x - pl, i], pv)
+    return te.compute((n, cc, h + pt + pb, w + pl + pr, ib), fpad, name="data_pad_int8", tag="int8_pad")
 
 
 def dense_int8_acc(data, kernel, tier: str):
@@ -212,12 +241,39 @@ def schedule_conv2d_int8(outs, cfg=None):
     s[acc].reorder(an, ac, ay, rco, ry, rx, rcq, ax, ab, *inner)
     s[acc].unroll(ax)
     s[acc].tensorize(ab, dot_intrin(tier, lanes))
+    _schedule_pad(s, acc)
+    return s
+
+
+def schedule_depthwise_int8(outs, cfg=None):
+    """Schedule of an int8 depthwise conv: a tile of pixels x one channel vector in registers."""
+    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
+    s = te.create_schedule([o.op for o in outs])
+    out = outs[0]
+    acc = _find(out, DEPTHWISE_TAG)
+    _inline_between(s, out, acc)
+    n, c, y, x, b = s[out].op.axis
+    xo, xi = s[out].split(x, factor=tile_width(int(out.shape[3]), _knob(cfg, "tile_ow", 8)))
+    s[out].reorder(n, c, y, xo, xi, b)
+    s[out].vectorize(b)
+    s[out].unroll(xi)
+    s[out].parallel(s[out].fuse(n, c, y))
+    s[acc].compute_at(s[out], xo)
+    an, ac, ay, ax, ab = s[acc].op.axis
+    ry, rx = s[acc].op.reduce_axis
+    s[acc].reorder(an, ac, ay, ry, rx, ax, ab)
+    s[acc].unroll(ax)
+    s[acc].vectorize(ab)
+    _schedule_pad(s, acc)
+    return s
+
+
+def _schedule_pad(s, acc):
     for t in acc.op.input_tensors:
         if getattr(t.op, "tag", "") == "int8_pad":
-            ax_ = s[t].op.axis
-            s[t].parallel(s[t].fuse(ax_[0], ax_[1], ax_[2]))
-            s[t].vectorize(ax_[4])
-    return s
+            axes = s[t].op.axis
+            s[t].parallel(s[t].fuse(axes[0], axes[1], axes[2]))
+            s[t].vectorize(axes[4])
 
 
 def schedule_dense_int8(outs, cfg=None):
@@ -260,5 +316,6 @@ def pad_value_u8(zp) -> int:
     return int(np.asarray(zp).ravel()[0])
 
 
-__all__ = ["int8_tier", "block_for", "conv2d_int8_acc", "dense_int8_acc", "requantize_epilogue",
+__all__ = ["int8_tier", "block_for", "conv2d_int8_acc", "dense_int8_acc", "depthwise_int8_acc",
+           "schedule_depthwise_int8", "requantize_epilogue",
            "schedule_conv2d_int8", "schedule_dense_int8", "tile_width", "CONV_TAG", "DENSE_TAG"]
