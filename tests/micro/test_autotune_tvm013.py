@@ -98,3 +98,12 @@ def test_a_task_for_llvm_is_a_clear_build_error(tmp_path):
     _tune("crt", "llvm", log, 1)
     record = json.loads(log.read_text().splitlines()[0])
     assert record["result"][1] != 0 and "create it for a C target" in str(record["result"][0])
+
+
+def test_micro_testing_tune_model_on_the_int8_conv(tmp_path):
+    mod = tvm.micro.testing.get_conv2d_relay_module()
+    log = tvm.micro.testing.tune_model("crt", None, tvm.micro.testing.get_target("crt"), mod, {}, 1)
+    (tmp_path / "t.log").write_text(log.read())
+    tvm.micro.testing.check_tune_log(tmp_path / "t.log")
+    record = json.loads((tmp_path / "t.log").read_text().splitlines()[0])
+    assert record["input"][0] == "c -model=host" and record["input"][1].startswith("conv2d")

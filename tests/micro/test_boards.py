@@ -64,3 +64,52 @@ def test_standalone_kws_on_m7_and_m55_matches_onnxruntime_on_the_fpu(template, c
     assert result["cycles"] > 0
     asm = subprocess.run(["arm-none-eabi-objdump", "-d", project.elf], capture_output=True, text=True).stdout
     assert fpu_insn in asm and "__aeabi_fmul" not in asm and "__aeabi_fadd" not in asm  # no soft-float calls
+
+
+def _aot(body_fn, shape, target, runtime):
+    import kiln as tvm
+    from kiln.relay.backend import Runtime
+
+    x = relay.var("x", shape=shape, dtype="float32")
+    mod = tvm.IRModule.from_expr(relay.Function([x], body_fn(x)))
+    return relay.build(mod, target=target, executor=Executor("aot"),
+                       runtime=Runtime("crt", {"system-lib": True}) if runtime == "system-lib" else Runtime("crt"))
+
+
+def test_a_model_too_big_for_the_board_is_one_line_naming_the_sizes(tmp_path):
+    from kiln.errors import KilnError
+
+    # RAM: a 6 MiB intermediate (exp(x) feeds a sum and an add) on a board with 4 MiB of RAM.
+    def exp_plus_sum(x):
+        e = relay.exp(x)
+        return relay.add(e, relay.sum(e))
+    big = _aot(exp_plus_sum, (1536 * 1024,), "c -mcpu=cortex-m3", "system-lib")
+    project = micro.generate_project(get_microtvm_template_projects("qemu-mps2-an385"), big, tmp_path / "ram")
+    with pytest.raises(KilnError, match=r"does not fit the qemu-mps2-an385 board: it needs [\d,]+ bytes of ram "
+                                        r"\(the board has 4,194,304\) \(the model's AOT arena 6,291,456 B") as info:
+        project.build()
+    assert "\n" not in str(info.value)
+    # Flash: 640 KB of float32 weights for the M55 board's 512 KiB of code memory (standalone firmware).
+    w = relay.const(np.ones((400, 400), "float32") / 400)
+    heavy = _aot(lambda x: relay.nn.dense(x, w), (1, 400), "c -mcpu=cortex-m55", "crt")
+    project = micro.generate_project(get_microtvm_template_projects("qemu-mps3-an547"), heavy, tmp_path / "flash")
+    with pytest.raises(KilnError, match=r"it needs [\d,]+ bytes of flash \(the board has 524,288\) .*constants "
+                                        r"640,000 B") as info:
+        project.build()
+    assert "\n" not in str(info.value)
+
+
+def test_host_driven_inputs_larger_than_the_default_crt_arena(tmp_path):
+    """600 KB of inputs and outputs: the CRT arena is sized for them (256 KiB + the model's I/O).
+    On the host template: 600 KB through qemu's emulated UART takes a minute."""
+    lib = _aot(lambda x: relay.exp(x), (75_000,), "c", "system-lib")
+    project = micro.generate_project(get_microtvm_template_projects("crt"), lib, tmp_path / "io")
+    assert project.arena_bytes() == 256 * 1024 + 2 * 300_032
+    project.build()
+    x = np.linspace(-3, 3, 75_000, dtype="float32")
+    with micro.Session(project.transport(), timeout_override=30) as session:
+        aot = micro.create_local_aot_executor(session)
+        aot.set_input("x", x)
+        aot.run()
+        # libm's expf vs numpy's float32 exp: each within an ulp or two of the true value
+        np.testing.assert_allclose(aot.get_output(0).numpy(), np.exp(x), rtol=4 * 2.0 ** -23)

@@ -253,6 +253,28 @@ def _qemu(board: Board, options: dict, serial: str, elf: str) -> list:
             "-icount", f"shift={options.get('icount_shift', 0)},align=off,sleep=off", "-kernel", elf]
 
 
+def _board_memory(project_dir: str, board: Board) -> dict:
+    """{"FLASH": bytes, "RAM": bytes} from the project's linker script."""
+    with open(os.path.join(project_dir, board.ld)) as f:
+        text = f.read()
+    out = {}
+    for name, size, unit in re.findall(r"(\w+)\s*\([^)]*\)\s*:\s*ORIGIN\s*=\s*\w+\s*,\s*LENGTH\s*=\s*(\d+)\s*([KM]?)", text):
+        out[name] = int(size) * {"": 1, "K": 1024, "M": 1024 * 1024}[unit]
+    return out
+
+
+def _link_failed(stderr: str, project_dir: str, template: str, board: Board, what: str,
+                 detail: str = "") -> KilnError:
+    """One line for a firmware that does not fit its board (the linker's region overflow), else the log."""
+    over = dict((region, int(n)) for region, n in re.findall(r"region `(\w+)' overflowed by (\d+) bytes", stderr))
+    if not over:
+        return KilnError(f"{what} build failed ({template}):\n{stderr[-3000:]}")
+    have = _board_memory(project_dir, board)
+    parts = [f"{have[r] + n:,} bytes of {r.lower()} (the board has {have[r]:,})" for r, n in sorted(over.items())]
+    return KilnError(f"the {what} does not fit the {template} board: it needs {' and '.join(parts)}{detail}; make the model "
+                     "smaller (fewer or int8 weights, smaller inputs) or use a board with more memory")
+
+
 def _sizes(elf: str) -> dict:
     out = subprocess.run(["arm-none-eabi-size", elf], capture_output=True, text=True, check=True)
     text, data, bss = (int(x) for x in out.stdout.splitlines()[1].split()[:3])
@@ -274,6 +296,8 @@ class CRTProject:
         crt = [os.path.join(CRT_DIR, f) for f in _CRT_FILES]
         mine = [os.path.join(self.dir, f) for f in ("module.c", "syslib.c")]
         flags = ["-std=gnu99", "-O2", "-I", CRT_DIR, "-I", self.dir, *self.options.get("cflags", [])]
+        if self.aot_config is not None and not any("KILN_CRT_ARENA_BYTES" in f for f in flags):
+            flags.append(f"-DKILN_CRT_ARENA_BYTES={self.arena_bytes()}")
         if self.cpu is None:
             cmd = ["cc", *flags, os.path.join(self.dir, "board.c"), *crt, *mine, "-lm", "-o", self.exe]
         else:
@@ -281,8 +305,18 @@ class CRTProject:
                    *crt, *mine, *_link(self.dir, self.board), "-o", self.exe]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
-            raise KilnError(f"CRT firmware build failed ({self.template}):\n{out.stderr[-3000:]}")
+            detail = "" if self.aot_config is None else \
+                (f" (the model's AOT arena {self.aot_config['workspace_size_bytes']:,} B, constants "
+                 f"{self.aot_config['constant_size_bytes']:,} B, the CRT arena {self.arena_bytes():,} B with its inputs "
+                 "and outputs)")
+            raise _link_failed(out.stderr, self.dir, self.template, self.board, "CRT firmware", detail)
         return self.exe
+
+    def arena_bytes(self) -> int:
+        """The CRT's page arena: its default 256 KiB (kernel scratch, uploads) plus, for an AOT model,
+        room for its inputs and outputs, which the host allocates there."""
+        io = sum(-(-t["size_bytes"] // 64) * 64 for t in self.aot_config["inputs"] + self.aot_config["outputs"])
+        return 256 * 1024 + io
 
     def flash(self) -> None:
         if not os.path.exists(self.exe):
@@ -369,7 +403,12 @@ class GeneratedProject:
             cmd = [*_gcc(self.board), *flags, *files, *_link(self.dir, self.board), "-o", self.elf]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
-            raise KilnError(f"firmware build failed ({' '.join(cmd[:3])} ...):\n{out.stderr[-3000:]}")
+            if self.cpu is None:
+                raise KilnError(f"program build failed ({' '.join(cmd[:3])} ...):\n{out.stderr[-3000:]}")
+            mem = self.meta["memory"]
+            raise _link_failed(out.stderr, self.dir, self.template, self.board, "firmware",
+                               f" (the model's AOT arena {mem['workspace_size_bytes']:,} B, constants "
+                               f"{mem['constant_size_bytes']:,} B)")
         return self.elf
 
     def flash(self) -> None:

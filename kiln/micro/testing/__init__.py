@@ -99,7 +99,7 @@ def create_aot_session(platform: str, board, target, mod, params, build_dir=None
     from kiln import autotvm, relay, transform
     from kiln.relay.backend import Executor, Runtime
 
-    from . import Session, generate_project, get_microtvm_template_projects
+    from kiln.micro import Session, generate_project, get_microtvm_template_projects
 
     if use_cmsis_nn:
         raise KilnError("create_aot_session: use_cmsis_nn needs the CMSIS-NN library, which kiln does not "
@@ -140,7 +140,7 @@ def tune_model(platform: str, board, target, mod, params, num_trials: int, tuner
     """Tune every task of ``mod`` on the board; returns the log as a StringIO."""
     from kiln import autotvm, transform
 
-    from . import AutoTvmModuleLoader, autotvm_build_func, get_microtvm_template_projects
+    from kiln.micro import AutoTvmModuleLoader, autotvm_build_func, get_microtvm_template_projects
 
     with transform.PassContext(opt_level=3, config={"tir.disable_vectorize": True}):
         tasks = autotvm.task.extract_from_program(mod["main"], {}, target)
