@@ -5,7 +5,8 @@ their configs (random weights, nothing downloaded), exported by ``torch.onnx.exp
 
 ``size="base"`` is the published architecture (BERT-base, GPT-2 small, ViT-B/16, Whisper-tiny's
 encoder); ``size="tiny"`` keeps every op and shape pattern at a width and depth that builds in
-seconds (tests). Needs ``torch`` (pin ``torch==2.13.0``: a plain ``pip install torch`` pulls a
+seconds; ``size="test"`` is smaller still (one layer, width 32: the ONNX files kept in
+tests/relay/data/transformers/, written by ``python bench/transformer_models.py DIR``). Needs ``torch`` (pin ``torch==2.13.0``: a plain ``pip install torch`` pulls a
 CUDA build of several GB) and ``transformers``.
 """
 
@@ -22,6 +23,8 @@ def _config(name: str, size: str):
     import transformers as hf
 
     base = size == "base"
+    if size == "test":
+        return _test_config(name)
     if name == "bert":
         kw = {} if base else dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                                   vocab_size=512, max_position_embeddings=128)
@@ -45,11 +48,32 @@ def _config(name: str, size: str):
     raise ValueError(f"unknown model {name!r}; one of bert, gpt2, vit, whisper")
 
 
+def _test_config(name: str):
+    import transformers as hf
+
+    if name == "bert":
+        return hf.BertModel(hf.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                          intermediate_size=64, vocab_size=64, max_position_embeddings=32,
+                                          attn_implementation="eager"))
+    if name == "gpt2":
+        return hf.GPT2Model(hf.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64, n_positions=32,
+                                          bos_token_id=0, eos_token_id=0, attn_implementation="eager"))
+    if name == "vit":
+        return hf.ViTModel(hf.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                        image_size=20, patch_size=4, attn_implementation="eager"),
+                           add_pooling_layer=False)
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    return WhisperEncoder(hf.WhisperConfig(d_model=32, encoder_layers=1, encoder_attention_heads=2,
+                                           decoder_attention_heads=2, encoder_ffn_dim=64, num_mel_bins=8,
+                                           max_source_positions=24, attn_implementation="eager"))
+
+
 def _inputs(name: str, model, size: str) -> dict:
     rng = np.random.default_rng(0)
     cfg = model.config
     if name in ("bert", "gpt2"):
-        seq = SEQ[name] if size == "base" else 16
+        seq = {"base": SEQ[name], "tiny": 16, "test": 12}[size]
         ids = rng.integers(0, cfg.vocab_size, (1, seq), dtype=np.int64)
         if name == "gpt2":
             return {"input_ids": ids}
@@ -85,3 +109,26 @@ def export(name: str, size: str = "base", dynamo: bool = False, opset: int = 17)
         torch.onnx.export(Last(model), args, buf, input_names=list(inputs), output_names=["last_hidden_state"],
                           opset_version=opset, dynamo=dynamo)
     return onnx.load_from_string(buf.getvalue()), inputs
+
+
+def main() -> None:
+    """Write the ``size="test"`` exports (TorchScript exporter) and their inputs into a folder."""
+    import sys
+    from pathlib import Path
+
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/relay/data/transformers")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("bert", "gpt2", "vit", "whisper"):
+        model, inputs = export(name, "test")
+        (out / f"{name}.onnx").write_bytes(model.SerializeToString())
+        np.savez(out / f"{name}_inputs.npz", **inputs)
+        print(f"{out / name}.onnx: {len(model.graph.node)} nodes")
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    # bench/transformers.py would shadow the ``transformers`` package
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+    main()

@@ -7,6 +7,7 @@ compute records the knobs it used in its op's attrs, so the schedule agrees with
     s = topi.x86.schedule_conv2d_nchw([out])
 """
 
+from .attention import attention, schedule_attention  # noqa: F401
 from .batch_matmul import batch_matmul, schedule_batch_matmul  # noqa: F401
 from .conv2d import conv2d_nchw, schedule_conv2d_nchw  # noqa: F401
 from .conv2d_nchwc import conv2d_NCHWc, schedule_conv2d_NCHWc  # noqa: F401

@@ -1,0 +1,167 @@
+"""FuseAttention: the attention chain of a transformer as one ``nn.attention`` op (relay/op/attention.py).
+
+``torch.onnx.export`` writes a head's attention as two batched products around a softmax; kiln's
+ONNX importer gives (BERT; GPT-2 and ViT differ only in the mask: causal constant / none):
+
+    %s = nn.batch_matmul(%q, %kt, transpose_b=False)            q (B, M, D), kt (B, D, N)
+    %1 = reshape(%s, newshape=[1, H, M, N])
+    %2 = multiply(%1, 0.125f)                                   or divide by sqrt(D), or none
+    %3 = add(%2, %mask)                                         optional, broadcast to (1, H, M, N)
+    %4 = nn.softmax(%3)                                         last axis
+    %5 = reshape(%4, newshape=[B, M, N])                        (and same-dtype casts anywhere)
+    %o = nn.batch_matmul(%5, %v, transpose_b=False)             v (B, N, E)
+  ->
+    %o = nn.attention(%q, %kt, %v, reshape(%mask, [1, M, N]), scale=0.125, key_transposed=True)
+
+Every intermediate must have the next node as its only consumer (otherwise the scores are needed
+anyway). The mask keeps its own shape when it broadcasts over the batch (one copy for all heads);
+a mask that varies over some leading axes only is broadcast to all of them. Runs for x86 targets
+(the only ones with an nn.attention compute) after constant folding, before FuseOps.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..analysis import users
+from ..expr import Call, Constant, Function, const
+from ..op import nn as nn_ops
+from ..op import nn_norm, tensor
+from ..op import transform as tf
+from ..op.attention import attention
+from ..visitor import DataflowRewriter
+
+
+def _shape(e) -> tuple:
+    return tuple(int(d) for d in e.checked_type.shape)
+
+
+def _dtype(e) -> str:
+    return str(e.checked_type.dtype)
+
+
+def _scalar(e):
+    """The value of a scalar (or one-element) float constant, else None."""
+    if isinstance(e, Constant) and e.data.size == 1 and e.data.dtype.kind == "f":
+        return float(e.data.reshape(()))
+    return None
+
+
+class _Chain:
+    """Walks producer links that the fusion may skip, checking single use."""
+
+    def __init__(self, consumers: dict):
+        self.consumers = consumers
+
+    def single(self, node, user) -> bool:
+        return self.consumers.get(node, []) == [user]
+
+    def skip_moves(self, node):
+        """Through reshapes and same-dtype casts (each used once) to the node that computes."""
+        while isinstance(node, Call) and (node.op is tf.RESHAPE or (
+                node.op is tf.CAST and _dtype(node) == _dtype(node.args[0]))):
+            inner = node.args[0]
+            if not self.single(inner, node):
+                return node
+            node = inner
+        return node
+
+    def scores(self, node):
+        """(batch_matmul, scale) when node is scale * batch_matmul (through moves), else None."""
+        scale = 1.0
+        while True:
+            node = self.skip_moves(node)
+            if not isinstance(node, Call):
+                return None
+            if node.op is nn_ops.BATCH_MATMUL:
+                return (node, scale) if not node.attrs.transpose_a else None
+            if node.op not in (tensor.MULTIPLY, tensor.DIVIDE):
+                return None
+            x, c = node.args
+            if node.op is tensor.MULTIPLY and _scalar(x) is not None:
+                x, c = c, x
+            value = _scalar(c)
+            if value is None or value == 0.0 or not self.single(x, node):
+                return None
+            scale = scale * value if node.op is tensor.MULTIPLY else scale / value
+            node = x
+
+
+def _match(bmm2: Call, chain: _Chain):
+    """The pieces of the pattern ending at ``bmm2`` (module docstring), or None."""
+    if bmm2.op is not nn_ops.BATCH_MATMUL or bmm2.attrs.transpose_a:
+        return None
+    probs, value = bmm2.args
+    sm = chain.skip_moves(probs)
+    if not (isinstance(sm, Call) and sm.op is nn_norm.SOFTMAX and chain.single(probs, bmm2)):
+        return None
+    if sm.attrs.axis not in (-1, len(_shape(sm)) - 1) or not chain.single(sm.args[0], sm):
+        return None
+    x = chain.skip_moves(sm.args[0])
+    mask, found = None, chain.scores(x)
+    if found is None and isinstance(x, Call) and x.op is tensor.ADD:
+        for s_side, m_side in ((0, 1), (1, 0)):
+            found = chain.scores(x.args[s_side]) if chain.single(x.args[s_side], x) else None
+            if found is not None:
+                mask = x.args[m_side]
+                break
+    if found is None:
+        return None
+    bmm1, scale = found
+    q, k = bmm1.args
+    b, m, n = _shape(bmm1)
+    if _shape(probs) != (b, m, n) or len({_shape(q)[0], _shape(k)[0], _shape(value)[0], b}) != 1:
+        return None
+    if len({_dtype(q), _dtype(k), _dtype(value), _dtype(bmm2)}) != 1 or not _dtype(q).startswith("float"):
+        return None
+    lead = _shape(sm)[:-2]
+    if _shape(sm)[-2:] != (m, n) or math.prod(lead) != b:
+        return None
+    return q, k, value, bmm1.attrs.transpose_b, bmm2.attrs.transpose_b, scale, mask, lead
+
+
+def _mask3(typed, mask, lead: tuple, m: int, n: int, b: int):
+    """The mask (``typed``: the original node, ``mask``: its rewritten form) as (1 or B, 1 or M, N)
+    for nn.attention, or None when it does not broadcast so."""
+    ms = _shape(typed)
+    if len(ms) > len(lead) + 2:
+        return None
+    ms = (1,) * (len(lead) + 2 - len(ms)) + ms
+    if ms[-1] != n or ms[-2] not in (1, m):
+        return None
+    mlead = ms[:-2]
+    if any(d not in (1, full) for d, full in zip(mlead, lead)):
+        return None
+    rows = ms[-2]
+    if all(d == 1 for d in mlead):
+        shape = (1, rows, n)
+    else:
+        if tuple(mlead) != tuple(lead):
+            mask = tf.BROADCAST_TO(mask, shape=tuple(lead) + (rows, n))
+        shape = (b, rows, n)
+    if isinstance(mask, Constant):
+        return const(np.ascontiguousarray(mask.data.reshape(shape)))
+    return tf.RESHAPE(mask, newshape=shape)
+
+
+class _Fuse(DataflowRewriter):
+    def visit_Call(self, call):
+        found = _match(call, _Chain(self.consumers))
+        if found is None:
+            return super().visit_Call(call)
+        q, k, v, k_nd, v_en, scale, mask, lead = found
+        b, m, n = _shape(call.args[0])
+        mask3 = None
+        if mask is not None:
+            mask3 = _mask3(mask, self.visit(mask), lead, m, n, b)
+            if mask3 is None:
+                return super().visit_Call(call)
+        return attention(self.visit(q), self.visit(k), self.visit(v), mask3, scale, key_transposed=not k_nd,
+                         value_transposed=bool(v_en))
+
+
+def fuse_attention(func: Function) -> Function:
+    """Replace each attention chain of ``func`` (typed) by nn.attention."""
+    return _Fuse(users(func.body)).visit(func)

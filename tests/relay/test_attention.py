@@ -1,0 +1,95 @@
+"""nn.attention and the FuseAttention pass (issue 32).
+
+The models are ``transformers`` BERT (padding mask), GPT-2 (causal mask), ViT (no mask) and
+Whisper's encoder with random weights, one layer of width 32, exported by ``torch.onnx.export``
+(tests/relay/data/transformers/, written by ``python bench/transformer_models.py``). Each must get
+exactly one nn.attention per layer from relay.build's passes on x86, and its output must match
+onnxruntime's; the op alone is checked against its float64 numpy reference for several CPUs.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import relay
+from kiln.errors import ShapeError
+from kiln.relay.analysis import op_calls
+from kiln.relay.transform import infer
+
+DATA = Path(__file__).parent / "data" / "transformers"
+MODELS = ["bert", "gpt2", "vit", "whisper"]
+
+
+def _load(name):
+    import onnx
+
+    inputs = dict(np.load(DATA / f"{name}_inputs.npz"))
+    return onnx.load(str(DATA / f"{name}.onnx")), inputs
+
+
+def _optimized(mod, params, target="llvm"):
+    from kiln.relay import build_module
+
+    with tvm.transform.PassContext(opt_level=3), tvm.target.Target(target):
+        return build_module.optimize(mod, target, params)[0]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_attention_is_formed_and_matches_onnxruntime(name):
+    ort = pytest.importorskip("onnxruntime")
+    model, inputs = _load(name)
+    mod, params = relay.frontend.from_onnx(model, shape={k: v.shape for k, v in inputs.items()})
+    fused = _optimized(mod, params)
+    calls = op_calls(fused["main"], ["nn.attention"])
+    assert len(calls) == 1, f"{name}: {len(calls)} nn.attention ops (one layer: want 1)"
+    assert not op_calls(fused["main"], ["nn.softmax"]), f"{name}: a softmax was left unfused"
+    mask = calls[0].args[3].checked_type.shape
+    # BERT: a padding mask over keys; GPT-2: the causal mask (a row per query); ViT, Whisper: none.
+    want = {"bert": 3, "gpt2": 3, "vit": 0, "whisper": 0}[name]
+    assert len(mask) == want, f"{name}: mask shape {mask}"
+    if name == "gpt2":
+        assert int(mask[1]) == int(mask[2]), mask
+
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target="llvm", params=params)
+    from kiln.contrib import graph_executor
+
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    m.set_input(**inputs)
+    m.run()
+    got = m.get_output(0).numpy()
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want_out = sess.run(None, inputs)[0]
+    # Layer-normed outputs of order 1; float32 sums over at most 64 terms of order 1 each.
+    np.testing.assert_allclose(got, want_out, rtol=1e-4, atol=1e-4)
+
+
+def test_chain_with_extra_use_is_left_alone():
+    """Scores read by another op too: nothing to gain, the chain stays."""
+    q = relay.var("q", shape=(2, 8, 16))
+    k = relay.var("k", shape=(2, 8, 16))
+    v = relay.var("v", shape=(2, 8, 16))
+    s = relay.nn.batch_matmul(q, k)
+    p = relay.nn.softmax(relay.multiply(s, relay.const(0.25)))
+    out = relay.Tuple([relay.nn.batch_matmul(p, v, transpose_b=False), s])
+    mod = tvm.IRModule.from_expr(relay.Function([q, k, v], out))
+    fused = _optimized(mod, {})
+    assert not op_calls(fused["main"], ["nn.attention"])
+
+
+def test_not_formed_for_gpu_targets():
+    q = relay.var("q", shape=(2, 8, 16))
+    p = relay.nn.softmax(relay.nn.batch_matmul(q, q))
+    mod = tvm.IRModule.from_expr(relay.Function([q], relay.nn.batch_matmul(p, q, transpose_b=False)))
+    assert op_calls(_optimized(mod, {}, "llvm")["main"], ["nn.attention"])
+    assert not op_calls(_optimized(mod, {}, "opencl")["main"], ["nn.attention"])
+
+
+def test_relay_op_type_errors():
+    q = relay.var("q", shape=(2, 8, 16))
+    k = relay.var("k", shape=(2, 9, 16))
+    v = relay.var("v", shape=(2, 8, 16))
+    with pytest.raises(ShapeError, match="nn.attention: input 'value' .* has 8 positions; 'key' .* has 9"):
+        infer(relay.Function([q, k, v], relay.nn.attention(q, k, v)))

@@ -1,0 +1,121 @@
+"""x86 kernels at transformer shapes, for several CPUs (issue 32): dense on pre-packed weights with
+M = sequence length (rows the tile divides and rows it does not: ViT's 197), batch_matmul, and the
+fused attention (topi.x86.attention) with each kind of mask, against numpy.
+
+Code is compiled for each -mcpu (its tiles come from LLVM's facts of that CPU, not of this
+machine), its assembly inspected for the vector width, and run where this machine can run it.
+"""
+
+import importlib
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import te, topi
+from kiln.target import Target
+from kiln.target.cpu_facts import cpu_facts, why_host_cannot_run
+
+x86_dense = importlib.import_module("kiln.topi.x86.dense")
+x86_attention = importlib.import_module("kiln.topi.x86.attention")
+
+CPUS = ["haswell", "skylake-avx512", "x86-64-v2"]
+
+
+def _target(cpu):
+    if cpu_facts("llvm").arch != "x86_64":
+        pytest.skip("x86 code: this machine is not x86-64")
+    return Target(f"llvm -mcpu={cpu}")
+
+
+def _check_asm(mod, target, what):
+    asm = mod.get_source("asm")
+    lanes = cpu_facts(target).lanes()
+    assert ("zmm" in asm) == (lanes == 16), (target, what)
+    assert ("ymm" in asm) == (lanes >= 8), (target, what)
+
+
+def _run(mod, inputs, shape, target):
+    out = tvm.nd.empty(shape)
+    mod(*[tvm.nd.array(x) for x in inputs], out)
+    return out.numpy()
+
+
+def _dot_tol(k: int) -> dict:
+    # float32 sums of k products of standard normals: error ~ k * eps * |terms|, rows of size ~sqrt(k)
+    return {"rtol": 1e-5 * np.sqrt(k), "atol": 1e-5 * k}
+
+
+@pytest.mark.parametrize("cpu", CPUS)
+@pytest.mark.parametrize("mnk", [(64, 96, 48), (197, 80, 40), (21, 50, 33)], ids=["64rows", "197rows", "ragged"])
+def test_dense_prepacked(cpu, mnk):
+    m, n, k = mnk
+    target = _target(cpu)
+    rng = np.random.default_rng(0)
+    a, w = rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((n, k)).astype("float32")
+    with target:
+        conf = x86_dense.config_for(m, n, k)
+        assert conf["kernel"] == "gemm", conf  # M >= 16: the panel GEMM, weights pre-packed by relay.build
+        nr = conf["tile_n"]
+        data = te.placeholder((m, k), name="data")
+        panels = te.placeholder((-(-n // nr), k, nr), name="panels")
+        out = topi.x86.dense(data, panels, units=n)
+        s = topi.x86.schedule_dense([out])
+        mod = tvm.build(s, [data, panels, out], target=target)
+    _check_asm(mod, target, "dense")
+    if why_host_cannot_run(target):
+        return
+    got = _run(mod, [a, x86_dense.prepack_weight(w, nr)], (m, n), target)
+    np.testing.assert_allclose(got, a @ w.T, **_dot_tol(k))
+
+
+def _attention_case(b, m, n, d, e, key_transposed, mask_shape, rng):
+    q = rng.standard_normal((b, m, d)).astype("float32")
+    k = rng.standard_normal((b, d, n) if key_transposed else (b, n, d)).astype("float32")
+    v = rng.standard_normal((b, n, e)).astype("float32")
+    if mask_shape == "causal":
+        mask = np.triu(np.full((m, n), np.finfo("float32").min, "float32"), 1)[None]
+    elif mask_shape == "padding":
+        mask = np.zeros((1, 1, n), "float32")
+        mask[..., n * 3 // 4:] = np.finfo("float32").min
+    else:
+        mask = np.zeros((), "float32")
+    kk = k if key_transposed else k.transpose(0, 2, 1)
+    s = (q.astype(np.float64) @ kk) * 0.125 + mask
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ v
+    return [q, k, v, mask], want
+
+
+@pytest.mark.parametrize("cpu", CPUS)
+@pytest.mark.parametrize("case", [(4, 32, 32, 16, 16, True, "padding"), (2, 16, 16, 16, 32, False, "causal"),
+                                  (2, 37, 37, 8, 16, True, "none"), (1, 5, 70, 16, 24, False, "none")],
+                         ids=["bert-like", "gpt2-like", "vit-like-197", "short-queries"])
+def test_attention(cpu, case):
+    target = _target(cpu)
+    b, m, n, d, e, kt, mask_kind = case
+    inputs, want = _attention_case(b, m, n, d, e, kt, mask_kind, np.random.default_rng(1))
+    with target:
+        ts = [te.placeholder(x.shape, name=f"in{i}") for i, x in enumerate(inputs)]
+        out = topi.x86.attention(*ts, 0.125, kt, False)
+        s = topi.x86.schedule_attention([out])
+        mod = tvm.build(s, ts + [out], target=target)
+    _check_asm(mod, target, "attention")
+    if why_host_cannot_run(target):
+        return
+    got = _run(mod, inputs, (b, m, e), target)
+    # softmax weights sum to 1: the output is a convex mix of value rows (|v| ~ 1); the scores'
+    # float32 error (d terms) moves the weights by ~d * eps relatively. fast_exp: 1e-7 relative.
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * d)
+
+
+def test_attention_tiles_follow_the_target():
+    """Rows per block and vector columns from the target's registers, not this machine's."""
+    with Target("llvm -mcpu=haswell"):
+        avx2 = x86_attention.default_config(128, 128, 64)
+    with Target("llvm -mcpu=skylake-avx512"):
+        avx512 = x86_attention.default_config(128, 128, 64)
+    assert (avx2["tile_n"], avx2["tile_e"]) == (16, 16) and avx2["tile_m"] <= 6
+    assert (avx512["tile_n"], avx512["tile_e"]) == (32, 32) and avx512["tile_m"] == 8
+    with Target("llvm -mcpu=skylake-avx512"):
+        assert x86_attention.default_config(197, 197, 64)["tile_m"] == 11  # 198 rows: one padded
