@@ -113,3 +113,35 @@ def test_host_driven_inputs_larger_than_the_default_crt_arena(tmp_path):
         aot.run()
         # libm's expf vs numpy's float32 exp: each within an ulp or two of the true value
         np.testing.assert_allclose(aot.get_output(0).numpy(), np.exp(x), rtol=4 * 2.0 ** -23)
+
+
+MVE_DOT = r'''
+#include <arm_mve.h>
+#include "crt.h"
+char __kiln_last_error[4];
+int32_t dot(const KilnValue* args, const int32_t* type_codes, int32_t num_args) {
+  const int8_t* a = (const int8_t*)((DLTensor*)args[0].v_handle)->data;
+  const int8_t* b = (const int8_t*)((DLTensor*)args[1].v_handle)->data;
+  int32_t* out = (int32_t*)((DLTensor*)args[2].v_handle)->data;
+  int32_t acc = 0;
+  for (int i = 0; i < 64; i += 16) acc = vmladavaq_s8(acc, vld1q_s8(a + i), vld1q_s8(b + i));
+  out[0] = acc;
+  return 0;
+}
+'''
+
+
+def test_the_m55_board_runs_mve(tmp_path):
+    """Helium on the Cortex-M55 board: an int8 dot product with vmladava (MVE is enabled with the
+    FPU at reset) against numpy. objdump shows MVE only when told the architecture (-m armv8.1-m.main)."""
+    project = generate_crt_project(get_microtvm_template_projects("qemu-mps3-an547"), MVE_DOT, ["dot"], tmp_path / "mve")
+    project.build()
+    asm = subprocess.run(["arm-none-eabi-objdump", "-d", "-m", "armv8.1-m.main", project.exe], capture_output=True,
+                         text=True).stdout
+    assert "vmlava.s8" in asm  # objdump's spelling of vmladava.s8
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(-128, 128, 64, dtype=np.int8), rng.integers(-128, 128, 64, dtype=np.int8)
+    with micro.Session(project.transport()) as sess:
+        out = sess.empty((1,), "int32")
+        sess.get_system_lib()["dot"](sess.array(a), sess.array(b), out)
+        assert int(out.numpy()[0]) == int(a.astype(np.int32) @ b.astype(np.int32))
