@@ -279,3 +279,89 @@ def resnet18_qnn(image: int = 224, width: int = 64, seed: int = 0, classes: int 
     w = rng.integers(-20, 21, (classes, cin)).astype(np.int8)
     logits = qnn.op.dense(x, C(w), C(0), C(0), C(sa), C(sw), units=classes)
     return IRModule.from_expr(relay.Function([data], logits))
+
+
+def realize_power2(mod):
+    """``relay.quantize(weight_scale="power2")`` output (after FakeQuantizationToInteger) in the
+    integer form the accelerator runs: each ``dequantize(qnn.conv2d) + float bias`` becomes
+    ``qnn.requantize(qnn.conv2d + round(bias / s_acc))`` to the activation scale (a shift: the
+    ratio is the power-of-two weight scale when activations share one scale), ReLU of a
+    dequantized int8 becomes a clip, an add of dequantized int8 values a ``qnn.add``, and
+    ``quantize(dequantize(x))`` at one scale is x. The CPU reference builds this same graph."""
+    from kiln import relay
+    from kiln.relay import qnn
+    from kiln.relay.expr import Call, Constant
+    from kiln.relay.transform import InferType
+    from kiln.relay.visitor import ExprMutator
+
+    func = InferType()(mod)["main"]
+    name = lambda e: getattr(getattr(e, "op", None), "name", "")  # noqa: E731
+    C = relay.const
+
+    def deq(e):
+        """(int expr, scale) when e is qnn.dequantize(int, scalar scale, zero point 0)."""
+        if name(e) == "qnn.dequantize":
+            s, z = _scalar(e.args[1]), _scalar(e.args[2])
+            if s is not None and z == 0:
+                return e.args[0], s
+        return None, None
+
+    scales = set()
+
+    class _Scales(ExprMutator):
+        def visit_Call(self, call):
+            if name(call) == "qnn.quantize" and _scalar(call.args[1]) is not None:
+                scales.add(_scalar(call.args[1]))
+            return super().visit_Call(call)
+    _Scales().visit(func.body)
+    if len(scales) != 1:
+        raise CompileError(f"realize_power2: activations use {len(scales)} scales; quantize with "
+                           "calibrate_mode='global_scale' so one shift requantizes every conv")
+    (s_act,) = scales
+
+    def dq(i):
+        return qnn.op.dequantize(i, C(np.float32(s_act)), C(0))
+
+    class _Realize(ExprMutator):
+        def visit_Call(self, call):
+            new = super().visit_Call(call)
+            op = name(new)
+            if op == "qnn.quantize":
+                i, s = deq(new.args[0])
+                if i is not None and s == _scalar(new.args[1]) and _is_int8(i):
+                    return i
+            elif op == "nn.relu":
+                i, s = deq(new.args[0])
+                if i is not None and _is_int8(i):
+                    return dq(relay.clip(i, 0, 127))
+            elif op == "add":
+                a, b = new.args
+                if isinstance(b, Constant) and name(a) == "qnn.dequantize":
+                    acc, s_acc = deq(a)
+                    if acc is not None and name(acc) == "qnn.conv2d" and b.data.dtype == np.float32:
+                        bias = np.rint(b.data / np.float32(s_acc)).astype(np.int32)
+                        r = qnn.op.requantize(relay.add(acc, C(bias)), C(np.float32(s_acc)), C(0),
+                                              C(np.float32(s_act)), C(0), out_dtype="int8")
+                        return dq(r)
+                ia, sa_ = deq(a)
+                ib, sb_ = deq(b)
+                if ia is not None or ib is not None:
+                    qa = ia if ia is not None and sa_ == s_act and _is_int8(ia) else \
+                        qnn.op.quantize(a, C(np.float32(s_act)), C(0), out_dtype="int8")
+                    qb = ib if ib is not None and sb_ == s_act and _is_int8(ib) else \
+                        qnn.op.quantize(b, C(np.float32(s_act)), C(0), out_dtype="int8")
+                    s = C(np.float32(s_act))
+                    return dq(qnn.op.add(qa, qb, s, C(0), s, C(0), s, C(0)))
+            return new
+
+    body = _Realize().visit(func.body)
+    from kiln.ir.module import IRModule
+    return InferType()(IRModule.from_expr(relay.Function(list(func.params), body)))
+
+
+def _is_int8(e) -> bool:
+    from kiln.relay.transform.infer_type import infer
+    try:
+        return str(infer(e).checked_type.dtype) == "int8"
+    except Exception:  # noqa: BLE001 - an expression that does not type: not ours to rewrite
+        return False

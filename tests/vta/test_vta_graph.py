@@ -39,3 +39,61 @@ def test_small_resnet18_packed_matches_cpu_build():
 @pytest.mark.heavy
 def test_resnet18_224_packed_matches_cpu_build():
     _check(224, 64)
+
+
+def _quantized_resnet18(image):
+    from kiln.relay import transform as T
+    from kiln.relay.testing import resnet
+    mod, params = resnet.get_workload(num_layers=18, image_shape=(3, image, image), num_classes=10)
+    mod = T.BindParams(params)(mod)
+    with tvm.transform.PassContext(opt_level=3):  # batch norms folded into the convs, as VTA's flow
+        mod = T.Sequential([T.InferType(), T.SimplifyInference(), T.FoldConstant(), T.FoldScaleAxis(),
+                            T.FoldConstant()])(mod)
+    with relay.quantize.qconfig(weight_scale="power2", calibrate_mode="global_scale", global_scale=8.0):
+        qmod = relay.quantize.quantize(mod)  # the stem (conv 0) stays float
+    return qmod, T.Sequential([T.InferType(), T.FakeQuantizationToInteger(), T.InferType()])(qmod)
+
+
+@pytest.mark.heavy
+def test_relay_quantize_power2_resnet18_packed():
+    qmod, fq = _quantized_resnet18(32)
+    imod = graph.realize_power2(fq)
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    want = _cpu(imod, x)
+    qdq = _cpu(qmod, x)  # the realized graph stays close to the QDQ model it came from
+    assert np.abs(want - qdq).max() < 0.05 and want.argmax() == qdq.argmax()
+    packed = graph.graph_pack(imod)
+    assert len(packed.chains) == 19
+    np.testing.assert_array_equal(packed.run(data=x)[0], want)
+
+
+def test_relay_quantize_power2_small_residual_net():
+    """stem conv (float) -> [conv relu conv + residual, relu] x 2 -> pool -> dense, quantized by
+    relay.quantize(power2), realized, packed: both inner convs of each block on the accelerator."""
+    from kiln.ir.module import IRModule
+    rng = np.random.default_rng(4)
+    x = relay.var("data", shape=(1, 3, 16, 16), dtype="float32")
+
+    def conv(y, cin, cout, k=3, stride=1):
+        w = relay.const((rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32))
+        b = relay.const((0.1 * rng.standard_normal((cout, 1, 1))).astype(np.float32))
+        return relay.add(relay.nn.conv2d(y, w, strides=(stride, stride), padding=(k // 2, k // 2), channels=cout,
+                                         kernel_size=(k, k)), b)
+
+    y = relay.nn.relu(conv(x, 3, 16))
+    for _ in range(2):
+        y = relay.nn.relu(relay.add(conv(relay.nn.relu(conv(y, 16, 16)), 16, 16), y))
+    y = relay.nn.batch_flatten(relay.nn.global_avg_pool2d(y))
+    y = relay.nn.dense(y, relay.const(rng.standard_normal((10, 16)).astype(np.float32)))
+    mod = IRModule.from_expr(relay.Function([x], y))
+    from kiln.relay import transform as T
+    with relay.quantize.qconfig(weight_scale="power2", calibrate_mode="global_scale", global_scale=4.0):
+        qmod = relay.quantize.quantize(mod)
+    fq = T.Sequential([T.InferType(), T.FakeQuantizationToInteger(), T.InferType()])(qmod)
+    imod = graph.realize_power2(fq)
+    data = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    want = _cpu(imod, data)
+    assert np.abs(want - _cpu(qmod, data)).max() < 0.1 * np.abs(want).max()
+    packed = graph.graph_pack(imod)
+    assert len(packed.chains) == 4 and all(c.shape.c == 16 for c in packed.chains)
+    np.testing.assert_array_equal(packed.run(data=data)[0], want)
