@@ -17,3 +17,9 @@ def _shift(a, b, left: bool):
 
 left_shift = _binary("left_shift", lambda a, b: _shift(a, b, True))
 right_shift = _binary("right_shift", lambda a, b: _shift(a, b, False))
+
+
+def reinterpret(x, dtype):
+    """The bits of each element of ``x`` read as ``dtype`` (of the same width)."""
+    from kiln import te
+    return te.compute(x.shape, lambda *i: tir.reinterpret(dtype, x(*i)), name="T_reinterpret", tag="elemwise")

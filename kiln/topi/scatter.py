@@ -157,3 +157,21 @@ def cumsum(data, axis: int = 0, exclusive: bool = False, reverse: bool = False):
         return te.sum(tir.if_then_else(keep, data(*src), zero), axis=r)
 
     return te.compute(tuple(data.shape), fcompute, name="T_cumsum", tag="cumsum")
+
+
+def cumprod(data, axis: int = 0, exclusive: bool = False, reverse: bool = False):
+    """ONNX CumProd along ``axis``: the running product (exclusive leaves out the element itself,
+    reverse multiplies from the end)."""
+    ndim = len(data.shape)
+    axis = axis % ndim
+    r = te.reduce_axis((0, data.shape[axis]), name="j")
+    one = const(1, str(data.dtype))
+
+    def fcompute(*i):
+        j, here = r.var, i[axis]
+        keep = (j > here if exclusive else j >= here) if reverse else (j < here if exclusive else j <= here)
+        src = list(i)
+        src[axis] = j
+        return te.prod(tir.if_then_else(keep, data(*src), one), axis=r)
+
+    return te.compute(tuple(data.shape), fcompute, name="T_cumprod", tag="cumprod")

@@ -11,7 +11,8 @@ from kiln.relay import reference
 from kiln.relay.backend.op_impl import OP_IMPLS
 from kiln.relay.op import math_ops
 from kiln.relay.op.rnn import rnn_recurrence
-from kiln.relay.op.scatter import cumsum, gather_nd, scatter_elements, scatter_nd
+from kiln.relay.op.scatter import cumprod, cumsum, gather_nd, scatter_elements, scatter_nd
+from kiln.relay.op.sort import topk_indices
 
 RNG = np.random.default_rng(1)
 
@@ -132,7 +133,9 @@ CASES = {
         scatter_nd(X, v("sd", 4, 1, dtype="int64"), v("w", 4, 3, 4, 5), reduction="add"),
         scatter_elements(X, v("se", 2, 3, 4, 2, dtype="int64"), v("z", 2, 3, 4, 2), axis=3, reduction="max"),
         scatter_elements(X, relay.const(np.array([[[[4, -5]]]], "int64")), v("q", 1, 1, 1, 2), axis=-1),
-        cumsum(X, axis=2), cumsum(X, axis=-1, exclusive=True, reverse=True)]),
+        cumsum(X, axis=2), cumsum(X, axis=-1, exclusive=True, reverse=True),
+        cumprod(X, axis=1), cumprod(X, axis=-1, exclusive=True, reverse=True),
+        topk_indices(X, 3, axis=-1), topk_indices(relay.round(X), 2, axis=1, largest=False)]),
         {**X_IN, "gn": np.array([[1, 2], [-1, 0]], "int64"), "gb": arr(2, 3, 1, dtype="int64", low=-3, high=3),
          "u": arr(3, 4, 5), "sd": np.array([[1], [0], [1], [-1]], "int64"), "w": arr(4, 3, 4, 5),
          "se": arr(2, 3, 4, 2, dtype="int64", low=-5, high=5), "z": arr(2, 3, 4, 2), "q": arr(1, 1, 1, 2)}),
@@ -141,7 +144,8 @@ CASES = {
         math_ops.atan(X), math_ops.sinh(X), math_ops.cosh(X),
         relay.cast(math_ops.isinf(relay.const(np.array([1.0, np.inf, -np.inf, np.nan], "float32"))), "int32"),
         math_ops.bitwise_not(I6), math_ops.bitwise_and(I6, J6), math_ops.bitwise_or(I6, J6),
-        math_ops.bitwise_xor(I6, J6), math_ops.left_shift(S5, T5), math_ops.right_shift(S5, T5)]),
+        math_ops.bitwise_xor(I6, J6), math_ops.left_shift(S5, T5), math_ops.right_shift(S5, T5),
+        math_ops.reinterpret(X, "int32"), math_ops.reinterpret(I6, "float32")]),
         {**X_IN, "i": np.array([-7, -4, -1, 0, 5, 9], "int32"), "j": np.array([3, -2, 12, 7, -9, 5], "int32"),
          "s": np.array([1, 200, 17, 255, 3], "uint8"), "t": np.array([1, 3, 0, 8, 9], "uint8")}),
     "rnn_recurrence": (lambda: relay.Tuple([

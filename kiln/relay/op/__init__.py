@@ -12,6 +12,7 @@ from . import nn_pool as _nn_pool_ops
 from . import reduce as _reduce_ops
 from . import rnn as _rnn_ops
 from . import scatter as _scatter_ops
+from . import sort as _sort_ops
 from . import tensor as _tensor_ops
 from . import transform as _transform_ops
 from .registry import REQUIRED, OpDef, OpPattern, RelCtx

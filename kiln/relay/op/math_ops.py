@@ -60,7 +60,19 @@ BITWISE_XOR = _int_binary("bitwise_xor", np.bitwise_xor, "lhs ^ rhs (integers)")
 LEFT_SHIFT = _int_binary("left_shift", lambda a, b: _shift(a, b, True), "lhs << rhs (0 past the width)")
 RIGHT_SHIFT = _int_binary("right_shift", lambda a, b: _shift(a, b, False), "lhs >> rhs (0 past the width)")
 
-OPS = [TAN, ASIN, ACOS, ATAN, SINH, COSH, ISINF, BITWISE_NOT, BITWISE_AND, BITWISE_OR, BITWISE_XOR,
+
+
+def _reinterpret_rel(ctx: RelCtx) -> TensorType:
+    t = ctx.tensor(0)
+    if np.dtype(t.dtype).itemsize != np.dtype(ctx.attrs.dtype).itemsize:
+        ctx.fail(f"reinterpret {t.dtype} as {ctx.attrs.dtype}: the element sizes differ")
+    return TensorType(t.shape, ctx.attrs.dtype)
+
+
+REINTERPRET = OpDef("reinterpret", ("data",), {"dtype": "int32"}, _reinterpret_rel, ELEMWISE,
+                    lambda attrs, x: x.view(attrs.dtype), doc="the same bits read as another dtype of one width")
+
+OPS = [REINTERPRET, TAN, ASIN, ACOS, ATAN, SINH, COSH, ISINF, BITWISE_NOT, BITWISE_AND, BITWISE_OR, BITWISE_XOR,
        LEFT_SHIFT, RIGHT_SHIFT]
 
 
@@ -77,3 +89,4 @@ def bitwise_or(lhs, rhs) -> Call: return BITWISE_OR(lhs, rhs)
 def bitwise_xor(lhs, rhs) -> Call: return BITWISE_XOR(lhs, rhs)
 def left_shift(lhs, rhs) -> Call: return LEFT_SHIFT(lhs, rhs)
 def right_shift(lhs, rhs) -> Call: return RIGHT_SHIFT(lhs, rhs)
+def reinterpret(data, dtype) -> Call: return REINTERPRET(data, dtype=str(dtype))

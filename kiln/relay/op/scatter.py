@@ -1,5 +1,5 @@
 """Index-driven ops of sequence and transformer models: gather_nd, scatter_nd, scatter_elements,
-cumsum. The scatters and cumsum reduce over update positions (topi/scatter.py), so they are
+cumsum, cumprod. The scatters and the running sums/products reduce over update positions (topi/scatter.py), so they are
 never fused (OPAQUE); gather_nd reads one element per output and is injective."""
 
 from __future__ import annotations
@@ -145,7 +145,23 @@ def _cumsum_ref(a, x):
 CUMSUM = OpDef("cumsum", ("data",), {"axis": 0, "exclusive": False, "reverse": False}, _cumsum_rel,
                OpPattern.OPAQUE, _cumsum_ref, doc="running sum along axis (ONNX CumSum)")
 
-OPS = [GATHER_ND, SCATTER_ND, SCATTER_ELEMENTS, CUMSUM]
+
+
+def _cumprod_ref(a, x):
+    axis = a.axis % x.ndim
+    y = np.flip(x, axis) if a.reverse else x
+    if a.exclusive:  # shift by one: the product of the elements before
+        pad = [(0, 0)] * x.ndim
+        pad[axis] = (1, 0)
+        y = np.take(np.pad(y, pad, constant_values=1), np.arange(x.shape[axis]), axis=axis)
+    out = np.cumprod(y, axis=axis, dtype=x.dtype)
+    return np.flip(out, axis) if a.reverse else out
+
+
+CUMPROD = OpDef("cumprod", ("data",), {"axis": 0, "exclusive": False, "reverse": False}, _cumsum_rel,
+                OpPattern.OPAQUE, _cumprod_ref, doc="running product along axis (ONNX CumProd)")
+
+OPS = [GATHER_ND, SCATTER_ND, SCATTER_ELEMENTS, CUMSUM, CUMPROD]
 
 
 def gather_nd(data, indices, batch_dims=0) -> Call:
@@ -162,3 +178,7 @@ def scatter_elements(data, indices, updates, axis=0, reduction="none") -> Call:
 
 def cumsum(data, axis=0, exclusive=False, reverse=False) -> Call:
     return CUMSUM(data, axis=int(axis), exclusive=bool(exclusive), reverse=bool(reverse))
+
+
+def cumprod(data, axis=0, exclusive=False, reverse=False) -> Call:
+    return CUMPROD(data, axis=int(axis), exclusive=bool(exclusive), reverse=bool(reverse))

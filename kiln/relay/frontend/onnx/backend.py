@@ -33,6 +33,8 @@ SHAPE_ARGUMENTS = {
     "Range": (0, 1, 2), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
     "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceSumSquare": (1,),
     "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "CumSum": (1,), "Trilu": (1,),
+    "CumProd": (1,), "CenterCropPad": (1,), "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,),
+    "OneHot": (1,), "TopK": (1,), "Compress": (1,),
     # quantized ops: scales and zero points (kiln quantizes with static ones)
     "QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "QLinearConv": (1, 2, 4, 5, 6, 7),
     "QLinearMatMul": (1, 2, 4, 5, 6, 7), "ConvInteger": (2, 3), "MatMulInteger": (2, 3),
@@ -44,14 +46,28 @@ class BackendError(KilnError):
 
 
 def shape_argument_inputs(model) -> list[str]:
-    """Names of the graph inputs (not initializers) that some node reads as a shape argument."""
+    """Names of the graph inputs (not initializers) whose values some node reads as a shape
+    argument, directly or through the nodes that compute it (a window length cast before a
+    Range). Shape and Size read only their input's shape, so the search stops there."""
     inits = {t.name for t in model.graph.initializer}
     graph_inputs = [i.name for i in model.graph.input if i.name not in inits]
-    wanted = set()
+    producer = {out: node for node in model.graph.node for out in node.output}
+    wanted, todo = set(), []
     for node in model.graph.node:
         for pos in SHAPE_ARGUMENTS.get(node.op_type, ()):
-            if pos < len(node.input) and node.input[pos] in graph_inputs:
-                wanted.add(node.input[pos])
+            if pos < len(node.input) and node.input[pos]:
+                todo.append(node.input[pos])
+    seen = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = producer.get(name)
+        if node is None:
+            wanted.add(name)
+        elif node.op_type not in ("Shape", "Size"):
+            todo.extend(i for i in node.input if i)
     return [n for n in graph_inputs if n in wanted]
 
 

@@ -60,7 +60,7 @@ def _attention(ctx, ins, attrs):
     hk, skv = ctx.shape_of(k)[1], ctx.shape_of(k)[2]
     past = ctx.shape_of(past_k)[2] if past_k is not None else 0
     scale = attrs.get("scale")
-    scale = float(np.sqrt(scale if scale is not None else 1 / np.sqrt(d)))
+    scale = float(scale if scale is not None else 1 / np.sqrt(d))
     if hq != hk:
         if hq % hk:
             ctx.fail(f"Q has {hq} heads, not a multiple of the {hk} heads of K and V")
@@ -71,9 +71,8 @@ def _attention(ctx, ins, attrs):
             wide = tf.broadcast_to(tf.expand_dims(x, 2), (s[0], s[1], rep) + tuple(s[2:]))
             return tf.reshape(wide, (s[0], s[1] * rep) + tuple(s[2:]))
         k, v = repeat(k), repeat(v)
-    qs = tensor.multiply(q, _c(scale, dtype))
-    ks = tensor.multiply(tf.transpose(k, (0, 1, 3, 2)), _c(scale, dtype))
-    scores = _bmm(ctx, qs, ks)
+    # scaled after the product, as exporters write it (the FuseAttention pattern)
+    scores = tensor.multiply(_bmm(ctx, q, tf.transpose(k, (0, 1, 3, 2))), _c(scale, dtype))
     softcap = attrs.get("softcap", 0.0)
     if softcap and softcap > 0:
         scores = tensor.multiply(tensor.tanh(tensor.divide(scores, _c(softcap, dtype))), _c(softcap, dtype))
