@@ -4,6 +4,7 @@ utilization and whole-model cycles of ResNet-18's convs, and a hardware design-s
     .venv/bin/python bench/vta.py search [--layers N] [--max-points P]
     .venv/bin/python bench/vta.py resnet [--size 224] [--layers N]
     .venv/bin/python bench/vta.py sweep [--budget-kib 512]
+    .venv/bin/python bench/vta.py graph [--size 224] [--mode cycle]
 
 search: for each layer, every valid tile of the space in kiln/vta/search.py (output-row,
 column, channel-block and input-channel-block divisors x 1 or 2 virtual threads, SRAM-pruned)
@@ -13,6 +14,9 @@ found, and the two search times (wall clock, on a machine shared with other jobs
 The layers are ResNet-18's channel shapes at reduced spatial sizes so the exhaustive baseline
 fits in minutes. resnet: every conv of ResNet-18 except the 3-channel stem, at the cost model's
 pick, on the cycle model, bit-exact against numpy; GEMM utilization per layer, total cycles.
+graph: relay.testing's ResNet-18 quantized by relay.quantize(weight_scale="power2"), realized to
+shift requantization, packed (19 convs on the accelerator, stem and the rest on the CPU) and
+compared with the CPU int8 build of the same graph, element for element.
 """
 
 from __future__ import annotations
@@ -109,6 +113,54 @@ def cmd_sweep(args):
         print(f"  {cfg.model}: {cycles:.3e}")
 
 
+def cmd_graph(args):
+    """relay.testing ResNet-18 -> relay.quantize(power2) -> realize -> graph_pack; bit-exact vs the CPU build."""
+    import kiln as tvm
+    from kiln import relay
+    from kiln.contrib import graph_executor
+    from kiln.relay import transform as T
+    from kiln.relay.testing import resnet
+    from kiln.vta import graph
+
+    mod, params = resnet.get_workload(num_layers=18, image_shape=(3, args.size, args.size))
+    mod = T.BindParams(params)(mod)
+    with tvm.transform.PassContext(opt_level=3):
+        mod = T.Sequential([T.InferType(), T.SimplifyInference(), T.FoldConstant(), T.FoldScaleAxis(),
+                            T.FoldConstant()])(mod)
+    with relay.quantize.qconfig(weight_scale="power2", calibrate_mode="global_scale", global_scale=8.0):
+        qmod = relay.quantize.quantize(mod)
+    imod = graph.realize_power2(T.Sequential([T.InferType(), T.FakeQuantizationToInteger(), T.InferType()])(qmod))
+    x = np.random.default_rng(0).standard_normal((1, 3, args.size, args.size)).astype(np.float32)
+    t0 = time.perf_counter()
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(imod, target="llvm")
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    m.set_input(data=x)
+    m.run()
+    want = m.get_output(0).numpy()
+    print(f"CPU int8 build {time.perf_counter() - t0:.1f} s", flush=True)
+    t0 = time.perf_counter()
+    packed = graph.graph_pack(imod)
+    print(f"graph_pack {time.perf_counter() - t0:.1f} s: {len(packed.chains)} convs on the accelerator, "
+          f"{len(packed.steps) - len(packed.chains)} CPU functions", flush=True)
+    got = packed.set_mode(args.mode).run(data=x)[0]
+    exact = np.array_equal(got, want)
+    print(f"output bit-exact with the CPU build: {exact}")
+    total = 0
+    for k, step in enumerate(packed.accelerator_steps):
+        st = step.stats
+        total += st["cycles"]
+        if args.mode == "cycle":
+            print(f"  conv{k + 1:02d} {step.chain.shape.c}->{step.chain.shape.o} {step.chain.shape.h}x{step.chain.shape.w} "
+                  f"k{step.chain.shape.kh} s{step.chain.shape.stride}: {st['cycles']} cycles, GEMM utilization "
+                  f"{100 * st.utilization()['gemm']:.1f}%")
+    if args.mode == "cycle":
+        env = vta.get_env()
+        print(f"accelerator total {total} cycles = {total / env.CLOCK_MHZ / 1e3:.2f} ms at {env.CLOCK_MHZ} MHz")
+    if not exact:
+        sys.exit(1)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -118,11 +170,14 @@ def main():
     p = sub.add_parser("resnet")
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--layers", type=int, default=len(RESNET18))
+    p = sub.add_parser("graph")
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--mode", choices=("functional", "cycle"), default="cycle")
     p = sub.add_parser("sweep")
     p.add_argument("--budget-kib", type=int, default=512)
     p.add_argument("--top", type=int, default=8)
     args = parser.parse_args()
-    {"search": cmd_search, "resnet": cmd_resnet, "sweep": cmd_sweep}[args.cmd](args)
+    {"search": cmd_search, "resnet": cmd_resnet, "sweep": cmd_sweep, "graph": cmd_graph}[args.cmd](args)
 
 
 if __name__ == "__main__":

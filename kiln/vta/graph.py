@@ -168,6 +168,12 @@ class PackedGraph:
     def accelerator_steps(self) -> list:
         return [s for kind, s in self.steps if kind == "vta"]
 
+    def set_mode(self, mode: str) -> "PackedGraph":
+        """Run the accelerator's steps on the "functional" simulator or the "cycle" model."""
+        for step in self.accelerator_steps:
+            step.module.set_mode(mode)
+        return self
+
     def run(self, **inputs) -> list:
         values = {p: np.asarray(inputs[p.name_hint]) for p in self.params}
         for kind, step in self.steps:
