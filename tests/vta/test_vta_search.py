@@ -61,3 +61,12 @@ def test_sweep_ranks_configurations_within_budget():
     # a larger SRAM budget can only help the best configuration
     more = search.sweep(env, layers, 1024 * 1024, blocks=(4, 5), logs=range(14, 19))
     assert more[0][0] <= ranked[0][0]
+
+
+def test_sram_too_small_for_minimum_tile_refused():
+    env = vta.get_env().replace(LOG_WGT_BUFF_SIZE=11)  # 8 weight blocks; a 3x3 conv needs 9 at least
+    shape = top.ConvShape(1, 16, 8, 8, 16, 3, 3, 1, 1)
+    assert search.space(env, shape) == []
+    with pytest.raises(ValueError, match=r"no tile of .* fits configuration .*'wgt': 9") as info:
+        search.best(env, shape)
+    assert "\n" not in str(info.value)
