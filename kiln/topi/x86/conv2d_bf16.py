@@ -69,6 +69,9 @@ def conv2d_nchwc_bf16(data, kernel, p, bn: int, tile_ow: int, plain_output: bool
     n, chunks, _, _, ib = (const_int(d) for d in data.shape)
     kernel_vec = kernel if len(kernel.shape) == 7 else pack_kernel_nchwc_bf16(kernel, ib, bn)
     padded = pad(data, (0, 0, p.pad_top, p.pad_left, 0), (0, 0, p.pad_bottom, p.pad_right, 0), name="data_pad")
+    if not bf16_tier():  # float32 FMAs: the input converted once, in the packing pass
+        from .conv2d_nchwc import widened
+        padded = widened(padded, "float32")
     rco = te.reduce_axis((0, chunks), name="rco")
     ry = te.reduce_axis((0, p.kernel_h), name="ry")
     rx = te.reduce_axis((0, p.kernel_w), name="rx")

@@ -148,7 +148,8 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
     if ndim == 4:  # plain NCHW is NCHW1c
         plain = data
         data = te.compute(dshape + (1,), lambda n, c, y, x, b: plain[n, c, y, x], name="data_1c", tag="injective")
-    padded = pad(data, (0, 0, p.pad_top, p.pad_left, 0), (0, 0, p.pad_bottom, p.pad_right, 0), name="data_pad")
+    padded = widened(pad(data, (0, 0, p.pad_top, p.pad_left, 0), (0, 0, p.pad_bottom, p.pad_right, 0),
+                         name="data_pad"), out_dtype)
     kernel_vec = kernel if prepacked else pack_kernel_nchwc(kernel, ib, bn)
     rco = te.reduce_axis((0, channels // ib), name="rco")
     rci = te.reduce_axis((0, ib), name="rci")
@@ -184,6 +185,16 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
     # The stored output is the tile itself; a copy stage gives the schedule a loop nest to put
     # the tile (and any fused epilogue) in.
     return te.compute(conv.shape, lambda *i: conv(*i), name="conv2d_NCHWc", tag="injective,conv2d_store")
+
+
+def widened(padded, out_dtype: str):
+    """The padded input of a float32-accumulating conv on bfloat16 / float16 data, converted to
+    float32 in the packing pass: once per input element, where the tile would convert each
+    broadcast pixel again for every FMA (1.5x slower for ResNet's 7x7 conv in bfloat16)."""
+    if str(padded.dtype) not in ("bfloat16", "float16") or str(out_dtype) != "float32":
+        return padded
+    return te.compute(padded.shape, lambda *i: padded(*i).astype(out_dtype), name="data_pad_f32",
+                      tag="injective,pad")
 
 
 def flat_pixels(p) -> bool:
