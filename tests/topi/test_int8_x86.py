@@ -215,3 +215,33 @@ def test_onnxruntime_quantized_model_close_to_onnxruntime(tmp_path):
         np.testing.assert_array_equal(got, _run(plain, {"x": x})[0])
         want = sess.run(None, {"x": x})[0]
         assert np.abs(got - want).max() <= 2 * step * 1.001, (np.abs(got - want).max() / step)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_amx_tiles_exact(stride):
+    """-mcpu=sapphirerapids (AMX-INT8): convs with >= 16 input channels run on tdpbusd tiles
+    (16-pixel rows of 32 channels here: two C tiles sharing each A load), exact; the kernel asks
+    Linux for the tile state itself (kiln/runtime/amx.py)."""
+    target = "llvm -mcpu=sapphirerapids"
+    rng = np.random.default_rng(stride)
+    mod, inputs = conv_graph(rng, ic=32, oc=32, hw=17 if stride == 2 else 16, stride=stride, zx=129)
+    lib = _build(mod, target)
+    asm = lib.get_lib().get_source("asm")
+    assert re.search(r"^\s*tdpbusd\s", asm, re.M) and "ldtilecfg" in asm and "tilerelease" in asm
+    reason = why_host_cannot_run(target)
+    if reason:
+        pytest.skip(f"-mcpu=sapphirerapids: {reason} (checked its assembly only)")
+    from kiln.runtime import amx
+    if not amx.request_permission():
+        pytest.skip("Linux does not grant this process the AMX tile state (kernel < 5.16?)")
+    for got, want in zip(_run(lib, inputs), reference(mod, inputs)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_amx_can_be_turned_off():
+    rng = np.random.default_rng(0)
+    mod, _ = conv_graph(rng, ic=32, oc=32, hw=16)
+    with tvm.transform.PassContext(opt_level=3, config={"relay.qnn.int8_amx": False}):
+        lib = relay.build(mod, target="llvm -mcpu=sapphirerapids")
+    asm = lib.get_lib().get_source("asm")
+    assert "tdpbusd" not in asm and re.search(r"^\s*vpdpbusd\s.*%zmm", asm, re.M)

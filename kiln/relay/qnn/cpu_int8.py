@@ -52,7 +52,7 @@ def _conv_rel(ctx: RelCtx):
     a = ctx.attrs
     n, _, h, wd, _ = (int(v) for v in d.shape)
     kh, kw = int(w.shape[2]), int(w.shape[3])
-    lanes = int(w.shape[-2]) if a.tier == "pmaddwd" else int(w.shape[-2])
+    lanes = int(w.shape[-2])
     pt, pl, pb, pr = a.padding
     oh = (h + pt + pb - (kh - 1) * a.dilation[0] - 1) // a.strides[0] + 1
     ow = (wd + pl + pr - (kw - 1) * a.dilation[1] - 1) // a.strides[1] + 1
@@ -161,20 +161,29 @@ OPS = [CONV2D_INT8, DEPTHWISE_INT8, DENSE_INT8]
 # -- the rewrite ---------------------------------------------------------------------------------
 
 def x86_plan(target):
-    """(tier, widest lanes) for an x86 llvm target with an 8-bit dot product, else None."""
+    """(tier, widest lanes, AMX) for an x86 llvm target with an 8-bit dot product, else None.
+    ``PassContext(config={"relay.qnn.int8_amx": False})`` keeps AMX hosts on VNNI."""
+    from kiln.transform import PassContext
+
     if target is None or target.kind.name != "llvm":
         return None
     from ..backend.te_compiler import target_family
     if target_family(target) != "x86":
         return None
+    from kiln.target.cpu_facts import cpu_facts
     from kiln.topi.x86.conv2d_int8 import int8_tier
-    return int8_tier(target)
+    tier = int8_tier(target)
+    if tier is None:
+        return None
+    amx = "amx-int8" in cpu_facts(target).features and \
+        PassContext.current().config.get("relay.qnn.int8_amx", True)
+    return tier + (amx,)
 
 
 class _Rewrite(ExprMutator):
     def __init__(self, plan):
         super().__init__()
-        self.tier, self.lanes = plan
+        self.tier, self.lanes, self.amx = plan
         self.blocked: dict = {}  # id(NCHW view of an int8 conv) -> (the blocked call, its block)
         self.views: dict = {}    # (id(x), ib) -> x as NCHW[ib]c, shared by its consumers
         self.keep: list = []     # the keys' nodes stay alive, so their ids stay unique
@@ -265,6 +274,10 @@ class _Rewrite(ExprMutator):
         cin = w4.shape[1]
         ib = block_for(cin, self.lanes)
         tier = self._tier_for(w4)
+        if self.amx and block_for(o, 64) % 16 == 0 and block_for(cin, 64) >= 16:
+            from kiln.topi.x86.amx_int8 import applies
+            if applies(block_for(cin, 64), block_for(o, 64)):
+                tier, ib, lanes = "amx", block_for(cin, 64), block_for(o, 64)
         wsum = w.astype(np.int64).sum(axis=(1, 2, 3))
         total, q, s, attrs = self._epilogue(rq, bias, wsum, int(zx.ravel()[0]), o)
         data = self.blocked_input(x, cin, ib, int(zx.ravel()[0]))
@@ -426,6 +439,13 @@ def _conv_compute(a, x, t, ctx):
     from kiln.topi.x86 import conv2d_int8 as k
 
     data, w, bias, q, s = x
+    if a.tier == "amx":
+        from kiln.topi.x86.amx_int8 import conv2d_int8_amx_acc
+        oh, ow = (int(d) for d in t.shape[2:4])
+        acc = conv2d_int8_amx_acc(k.padded_input(data, tuple(a.padding), a.pad_value), w, (oh, ow),
+                                  tuple(a.strides), tuple(a.dilation))
+        lo, hi = dtype_range(a.out_dtype)
+        return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding)
     acc = k.conv2d_int8_acc(data, w, tuple(a.strides), tuple(a.padding), tuple(a.dilation), a.pad_value, a.tier)
     lo, hi = dtype_range(a.out_dtype)
     return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding)
@@ -453,12 +473,17 @@ def _dense_compute(a, x, t, ctx):
 
 
 def _schedules():
+    from kiln.topi.x86 import amx_int8
     from kiln.topi.x86 import conv2d_int8 as k
-    return {"conv2d_int8": {"x86": k.schedule_conv2d_int8}, "dense_int8": {"x86": k.schedule_dense_int8},
+    return {"conv2d_int8": {"x86": k.schedule_conv2d_int8}, "conv2d_int8_amx": {"x86": amx_int8.schedule_conv2d_int8_amx}, "dense_int8": {"x86": k.schedule_dense_int8},
             "depthwise_int8": {"x86": k.schedule_depthwise_int8}}
 
 
 # op name -> (compute, schedule key); SCHEDULES() -> schedule key -> {family: schedule}
-COMPUTES = {CONV2D_INT8.name: (_conv_compute, "conv2d_int8"), DENSE_INT8.name: (_dense_compute, "dense_int8"),
+def _conv_schedule_key(a) -> str:
+    return "conv2d_int8_amx" if a.tier == "amx" else "conv2d_int8"
+
+
+COMPUTES = {CONV2D_INT8.name: (_conv_compute, _conv_schedule_key), DENSE_INT8.name: (_dense_compute, "dense_int8"),
             DEPTHWISE_INT8.name: (_depthwise_compute, "depthwise_int8")}
 SCHEDULES = _schedules

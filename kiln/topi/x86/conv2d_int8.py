@@ -121,6 +121,11 @@ def depthwise_int8_acc(data, kernel, strides, padding, dilation, pad_value: int)
         name="depthwise_int8", tag=DEPTHWISE_TAG, attrs={"lanes": b})
 
 
+def padded_input(data, padding, pad_value: int):
+    """``data`` (u8 NCHW[ib]c) padded with ``pad_value`` (the zero point: real zero)."""
+    return _padded(data, padding, pad_value)
+
+
 def _padded(data, padding, pad_value: int):
     n, cc, h, w, ib = (int(d) for d in data.shape)
     pt, pl, pb, pr = padding
