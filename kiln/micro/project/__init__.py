@@ -51,7 +51,7 @@ BOARDS = {
                              base="qemu-mps2-an385"),
     "qemu-mps3-an547": Board("cortex-m55", "mps3-an547", ("-mfloat-abi=hard",), base="qemu-mps2-an385",
                              ld="mps3_an547.ld",
-                             defines=("-DKILN_UART0_BASE=0x49303000u", "-DKILN_CORE_HZ=32000000u")),
+                             defines=("-DKILN_UART0_BASE=0x49303000u", "-DKILN_UART0_IRQ=33", "-DKILN_CORE_HZ=32000000u")),
 }
 TEMPLATES = tuple(BOARDS)
 # TVM's names for the same templates: "crt" is TVM 0.13's host-process template.
@@ -249,7 +249,7 @@ def _qemu(board: Board, options: dict, serial: str, elf: str) -> list:
     if missing_qemu():
         raise KilnError(missing_qemu())
     return ["qemu-system-arm", "-M", board.machine, "-cpu", board.cpu, "-display", "none", "-monitor", "none",
-            "-serial", serial, "-semihosting-config", "enable=on,target=native",
+            "-serial", serial + (",nodelay=on" if serial.startswith("tcp:") else ""), "-semihosting-config", "enable=on,target=native",
             "-icount", f"shift={options.get('icount_shift', 0)},align=off,sleep=off", "-kernel", elf]
 
 

@@ -8,6 +8,9 @@
 #ifndef KILN_UART0_BASE
 #define KILN_UART0_BASE 0x40004000u /* MPS2 AN385/AN386/AN500 */
 #endif
+#ifndef KILN_UART0_IRQ
+#define KILN_UART0_IRQ 0            /* MPS2: UART0's RX and TX interrupts are 0 and 1 */
+#endif
 #ifndef KILN_CORE_HZ
 #define KILN_CORE_HZ 25000000u      /* the MPS2 core clock SysTick counts */
 #endif
