@@ -155,3 +155,35 @@ def test_amx_conv_blocks(c, o, ib):
     mod(*[tvm.nd.array(v) for v in inputs], out)
     err = np.abs(out.numpy().astype(np.float64) - want)
     assert np.all(err <= bound), f"max excess {np.max(err - bound):.3g}"
+
+
+@pytest.mark.parametrize("c, k, stride", [(3, 7, 2), (1, 3, 1), (4, 5, 1)])
+def test_amx_plain_input_rows(c, k, stride):
+    """A plain NCHW image of few channels (ResNet's RGB 7x7/2 conv) on AMX: rows of (kernel
+    column, channel) read straight from a padded NHWC4 copy, against float64."""
+    _x86_only()
+    from kiln.topi import testing
+    from kiln.topi.x86.conv2d_nchwc import config_for_nchwc, conv2d_NCHWc, prepack_kernel_nchwc, schedule_conv2d_NCHWc
+
+    target = Target(f"{X86} -mcpu=sapphirerapids")
+    h, o = 20, 32
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, c, h, h)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((o, c, k, k)).astype(ml_dtypes.bfloat16)
+    with target:
+        bn = config_for_nchwc(x.shape, w.shape, stride, k // 2, 1)["oc_bn"]
+        X = te.placeholder(x.shape, "bfloat16", name="X")
+        W = te.placeholder((o // bn, c, k, k, 1, bn), "bfloat16", name="W")
+        out = conv2d_NCHWc(X, W, stride, k // 2, 1, "float32", out_channels=o)
+        mod = tvm.build(schedule_conv2d_NCHWc([out]), [X, W, out], target=target)
+    assert re.search(r"\btdpbf16ps\b", mod.get_source("asm"))
+    why_not = _host_runs(target)
+    if why_not:
+        pytest.skip(f"AMX code cannot run here: {why_not}")
+    res = tvm.nd.empty(tuple(int(d) for d in out.shape), "float32")
+    mod(tvm.nd.array(x.view(np.uint16)), tvm.nd.array(prepack_kernel_nchwc(w, 1, bn).view(np.uint16)), res)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    want = testing.conv2d_nchw_python(x64, w64, stride, k // 2)
+    bound = c * k * k * U32 * testing.conv2d_nchw_python(np.abs(x64), np.abs(w64), stride, k // 2)
+    got = res.numpy().transpose(0, 1, 4, 2, 3).reshape(want.shape)
+    assert np.all(np.abs(got - want) <= bound), f"max excess {np.max(np.abs(got - want) - bound):.3g}"
