@@ -131,4 +131,9 @@ def load(path: str) -> VTAModule:
         raise FileFormatError(f"{path}: damaged VTA module ({err}); rebuild it with vta.build") from None
     if not functions:
         raise KilnError(f"{path}: a VTA module without functions")
+    from .environment import Environment, VTAConfigError
+    try:  # the simulator sizes its SRAMs from this: only configurations that pass the checks
+        Environment(header["hw"])
+    except (VTAConfigError, TypeError, AttributeError) as err:
+        raise FileFormatError(f"{path}: its accelerator configuration is invalid ({err})") from None
     return VTAModule(functions, header["hw"])

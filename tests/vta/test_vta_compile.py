@@ -211,3 +211,20 @@ def test_missing_dependency_tokens_give_wrong_results():
         f.mode = mode
         f(a, b, c)
         np.testing.assert_array_equal(c, _gemm_ref(a, b, 3))
+
+
+def test_module_file_with_bad_configuration_refused(tmp_path):
+    import json
+    from kiln.errors import FileFormatError
+    env = vta.get_env()
+    s, args = _gemm_schedule(env)
+    path = tmp_path / "gemm.vta"
+    vta.build(s, args, env.target, name="g").save(str(path))
+    data = path.read_bytes()
+    n = int.from_bytes(data[8:16], "little")
+    header = json.loads(data[16:16 + n])
+    header["hw"]["LOG_ACC_BUFF_SIZE"] = 40  # would size a 1 TiB accumulator SRAM
+    text = json.dumps(header).encode()
+    path.write_bytes(data[:8] + len(text).to_bytes(8, "little") + text + data[16 + n:])
+    with pytest.raises(FileFormatError, match="configuration is invalid"):
+        tvm.runtime.load_module(str(path))
