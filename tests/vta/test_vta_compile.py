@@ -228,3 +228,23 @@ def test_module_file_with_bad_configuration_refused(tmp_path):
     path.write_bytes(data[:8] + len(text).to_bytes(8, "little") + text + data[16 + n:])
     with pytest.raises(FileFormatError, match="configuration is invalid"):
         tvm.runtime.load_module(str(path))
+
+
+@pytest.mark.parametrize("vthreads", [1, 2])
+def test_dense_bit_exact(vthreads):
+    env = vta.get_env()
+    m, k, n, shift = 4, 128, 64, 9
+    tens = top.dense(env, m, k, n, shift)
+    s, args = top.schedule_dense(env, tens, tile_n=4, tile_k=2, vthreads=vthreads)
+    f = vta.build(s, args, env.target, name="dense")
+    rng = np.random.default_rng(7)
+    x = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+    ref = np.clip((x.astype(np.int64) @ w.T.astype(np.int64)).astype(np.int32) >> shift, -128, 127).astype(np.int8)
+    xp = x.reshape(m, k // 16, 1, 16)  # BATCH=1: (M, K/16, 1, 16)
+    wp = w.reshape(n // 16, 16, k // 16, 16).transpose(0, 2, 1, 3).copy()
+    out = np.zeros((m, n // 16, 1, 16), np.int8)
+    for mode in ("functional", "cycle"):
+        f.set_mode(mode)
+        f(xp, wp, out)
+        np.testing.assert_array_equal(out.reshape(m, n), ref)
