@@ -168,7 +168,12 @@ def x86_plan(target):
     if target is None or target.kind.name != "llvm":
         return None
     from ..backend.te_compiler import target_family
-    if target_family(target) != "x86":
+    family = target_family(target)
+    if family == "arm_cpu":
+        from kiln.topi.arm_cpu.int8_intrin import int8_tier as arm_tier
+        tier = arm_tier(target)
+        return None if tier is None else tier + (False,)
+    if family != "x86":
         return None
     from kiln.target.cpu_facts import cpu_facts
     from kiln.topi.x86.conv2d_int8 import int8_tier
@@ -212,6 +217,10 @@ class _Rewrite(ExprMutator):
         except _Skip:
             return new
 
+    def data_ok(self, dtype: str) -> bool:
+        """x86 multiplies u8 data (qnn.Legalize makes it so), sdot s8; NEON widens either."""
+        return dtype == {"sdot": "int8", "neon": dtype if dtype in ("int8", "uint8") else ""}.get(self.tier, "uint8")
+
     def _record(self, blocked, block: int):
         """The NCHW view of ``blocked`` (NCHW{block}c), remembered for blocked consumers."""
         plain = ftf.layout_transform(blocked, f"NCHW{block}c", "NCHW")
@@ -250,8 +259,8 @@ class _Rewrite(ExprMutator):
 
     def _tier_for(self, w_cin_axis_major: np.ndarray) -> str:
         from kiln.topi.int8_pack import pairs_fit_int16
-        if self.tier == "vnni":
-            return "vnni"
+        if self.tier in ("vnni", "sdot", "neon"):
+            return self.tier
         return "pmaddubsw" if pairs_fit_int16(w_cin_axis_major, 1) else "pmaddwd"
 
     def conv(self, mm, bias, rq):
@@ -260,7 +269,7 @@ class _Rewrite(ExprMutator):
 
         a = mm.attrs
         x, w, zx = mm.args[0], mm.args[1].data, value_of(mm.args[2])
-        if a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or _dtype(x) != "uint8":
+        if a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or not self.data_ok(_dtype(x)):
             raise _Skip
         if a.groups > 1 and a.groups == w.shape[0] and w.shape[1] == 1:
             return self.depthwise(mm, bias, rq)
@@ -323,7 +332,7 @@ class _Rewrite(ExprMutator):
         from kiln.topi.x86.conv2d_int8 import block_for
 
         x, w, zx = mm.args[0], mm.args[1].data, value_of(mm.args[2])
-        if _dtype(x) != "uint8" or len(infer(x).checked_type.shape) != 2:
+        if not self.data_ok(_dtype(x)) or len(infer(x).checked_type.shape) != 2:
             raise _Skip
         n = w.shape[0]
         lanes = block_for(n, self.lanes) or min(self.lanes, 16)
@@ -475,8 +484,10 @@ def _dense_compute(a, x, t, ctx):
 def _schedules():
     from kiln.topi.x86 import amx_int8
     from kiln.topi.x86 import conv2d_int8 as k
-    return {"conv2d_int8": {"x86": k.schedule_conv2d_int8}, "conv2d_int8_amx": {"x86": amx_int8.schedule_conv2d_int8_amx}, "dense_int8": {"x86": k.schedule_dense_int8},
-            "depthwise_int8": {"x86": k.schedule_depthwise_int8}}
+    return {"conv2d_int8": {"x86": k.schedule_conv2d_int8, "arm_cpu": k.schedule_conv2d_int8},
+            "conv2d_int8_amx": {"x86": amx_int8.schedule_conv2d_int8_amx},
+            "dense_int8": {"x86": k.schedule_dense_int8, "arm_cpu": k.schedule_dense_int8},
+            "depthwise_int8": {"x86": k.schedule_depthwise_int8, "arm_cpu": k.schedule_depthwise_int8}}
 
 
 # op name -> (compute, schedule key); SCHEDULES() -> schedule key -> {family: schedule}

@@ -94,7 +94,7 @@ def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, ti
             return te.sum(a.astype("int32") * kernel[o, rco, ry, rx, rcq, l, r4].astype("int32"),
                           axis=[rco, ry, rx, rcq, r4])
     return te.compute((n, occ, oh, ow, lanes), fconv, name="conv2d_int8", tag=CONV_TAG,
-                      attrs={"tier": tier, "lanes": lanes})
+                      attrs={"tier": tier, "lanes": lanes, "dtypes": (str(data.dtype), str(kernel.dtype))})
 
 
 def depthwise_int8_acc(data, kernel, strides, padding, dilation, pad_value: int):
@@ -131,7 +131,7 @@ def _padded(data, padding, pad_value: int):
     pt, pl, pb, pr = padding
     if not any((pt, pl, pb, pr)):
         return data
-    pv = tir.const(pad_value, "uint8")
+    pv = tir.const(pad_value, str(data.dtype))
 
     def fpad(b, c, y, x, i):
         inside = tir.all(y >= pt, y < pt + h, x >= pl, x < pl + w)
@@ -162,7 +162,8 @@ def dense_int8_acc(data, kernel, tier: str):
         def fdense(i, o, l):
             return te.sum(data[i, rq * 4 + r4].astype("int32") * kernel[o, rq, l, r4].astype("int32"),
                           axis=[rq, r4])
-    return te.compute((m, nc, lanes), fdense, name="dense_int8", tag=DENSE_TAG, attrs={"tier": tier, "lanes": lanes})
+    return te.compute((m, nc, lanes), fdense, name="dense_int8", tag=DENSE_TAG,
+                      attrs={"tier": tier, "lanes": lanes, "dtypes": (str(data.dtype), str(kernel.dtype))})
 
 
 def requantize_epilogue(acc, bias, mult, shift, out_zp: int, lo: int, hi: int, out_dtype: str,
@@ -243,11 +244,27 @@ def schedule_conv2d_int8(outs, cfg=None):
     an, ac, ay, ax, ab = s[acc].op.axis
     red = s[acc].op.reduce_axis
     rco, ry, rx, rcq, *inner = red
-    s[acc].reorder(an, ac, ay, rco, ry, rx, rcq, ax, ab, *inner)
-    s[acc].unroll(ax)
-    s[acc].tensorize(ab, dot_intrin(tier, lanes))
+    if tier == "neon":  # no dot product: int32 lanes, LLVM widens and multiplies
+        s[acc].reorder(an, ac, ay, rco, ry, rx, rcq, ax, *inner, ab)
+        s[acc].unroll(ax)
+        for r in inner:
+            s[acc].unroll(r)
+        s[acc].vectorize(ab)
+    else:
+        s[acc].reorder(an, ac, ay, rco, ry, rx, rcq, ax, ab, *inner)
+        s[acc].unroll(ax)
+        s[acc].tensorize(ab, intrin_for(acc))
     _schedule_pad(s, acc)
     return s
+
+
+def intrin_for(acc):
+    """The dot-product intrinsic of an accumulator stage's tier (x86 or AArch64)."""
+    tier, lanes = acc.op.attrs["tier"], acc.op.attrs["lanes"]
+    if tier == "sdot":
+        from ..arm_cpu.int8_intrin import dot_intrin as arm_dot
+        return arm_dot(*acc.op.attrs["dtypes"])
+    return dot_intrin(tier, lanes)
 
 
 def schedule_depthwise_int8(outs, cfg=None):
@@ -301,9 +318,16 @@ def schedule_dense_int8(outs, cfg=None):
     s[acc].compute_at(s[out], tile)
     ai, ao, al = s[acc].op.axis
     rq, *inner = s[acc].op.reduce_axis
-    s[acc].reorder(ao, rq, ai, al, *inner)
-    s[acc].unroll(ai)
-    s[acc].tensorize(al, dot_intrin(tier, lanes))
+    if tier == "neon":
+        s[acc].reorder(ao, rq, ai, *inner, al)
+        s[acc].unroll(ai)
+        for r in inner:
+            s[acc].unroll(r)
+        s[acc].vectorize(al)
+    else:
+        s[acc].reorder(ao, rq, ai, al, *inner)
+        s[acc].unroll(ai)
+        s[acc].tensorize(al, intrin_for(acc))
     return s
 
 

@@ -1,0 +1,77 @@
+"""AArch64 int8 kernels: ``sdot`` with the dot-product extension, the NEON fallback without it;
+built by relay for aarch64, the instruction checked in the assembly, and the model run by kiln_rpc
+under qemu-aarch64 (``-cpu max``: it has the extension), exactly against the numpy int64 reference
+of the qnn ops."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import relay, rpc
+from kiln.contrib import graph_executor
+from kiln.runtime.params import save_params
+
+HERE = os.path.dirname(__file__)
+sys.path.insert(0, os.path.join(HERE, "..", "crossdev"))
+sys.path.insert(0, os.path.join(HERE, "..", "relay", "qnn"))
+import boards  # noqa: E402
+from boards import svc  # noqa: E402
+from qnn_run import anchor_ops, reference  # noqa: E402
+from test_int8_x86 import conv_graph  # noqa: E402
+
+ATTRS = {"sdot": "+neon,+dotprod", "neon": "+neon"}
+WANT = {"sdot": [r"^\s*sdot\s+v\d+\.4s"], "neon": [r"^\s*(mla|smlal2?|smull2?)\s+v\d+"]}
+
+
+def _build(tier: str, mod):
+    with tvm.transform.PassContext(opt_level=3):
+        return relay.build(mod, target=f"llvm -mtriple=aarch64-linux-gnu -mattr={ATTRS[tier]}")
+
+
+@pytest.mark.parametrize("tier", sorted(ATTRS))
+def test_aarch64_tier_instructions(tier):
+    mod, _ = conv_graph(np.random.default_rng(0))
+    lib = _build(tier, mod)
+    assert {op for op, _, _ in anchor_ops(lib)} == {"nn.contrib_conv2d_int8", "nn.contrib_dense_int8"}
+    asm = lib.get_lib().get_source("asm")
+    for pattern in WANT[tier]:
+        assert re.search(pattern, asm, re.M), f"{tier}: no {pattern}"
+    if tier == "neon":
+        assert not re.search(r"^\s*sdot\s", asm, re.M)
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory):
+    arch = boards.ARCHES["aarch64"]
+    missing = arch.missing()
+    if missing:
+        pytest.skip(f"aarch64 board {missing}")
+    out = boards.build_runtime(str(tmp_path_factory.mktemp("kiln-rpc-aarch64-int8")), arch.cross)
+    b = boards.start_board(os.path.join(out, "kiln_rpc"), arch)
+    yield b
+    b.stop()
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("tier", sorted(ATTRS))
+def test_aarch64_int8_exact_on_qemu(board, tier, tmp_path):
+    rng = np.random.default_rng(7)
+    mod, inputs = conv_graph(rng, stride=2, zx=200)
+    lib = _build(tier, mod)
+    path = str(tmp_path / "mod.so")
+    lib.get_lib().export_library(path)
+    with rpc.connect(svc.HOST, board.port) as remote:
+        remote.upload(path)
+        m = graph_executor.create(lib.get_graph_json(), remote.load_module("mod.so"), remote.cpu())
+        m.load_params(save_params(lib.get_params()))  # the packed weights and requantize constants
+        m.set_input("x", inputs["x"])
+        m.run()
+        got = [m.get_output(i).numpy() for i in range(2)]
+    for g, want in zip(got, reference(mod, inputs)):
+        np.testing.assert_array_equal(g, want)
