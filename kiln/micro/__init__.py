@@ -5,7 +5,8 @@ mps3-an547) as project templates. TVM 0.13's names: ``generate_project``, ``Sess
 ``AutoTvmModuleLoader``, ``testing``. See docs/microtvm.md."""
 
 from .model_library_format import export_model_library_format  # noqa: F401
-from .project import generate_project, get_microtvm_template_projects, get_standalone_crt_dir  # noqa: F401
+from .project import generate_project, generate_project_from_mlf  # noqa: F401
+from .project import get_microtvm_template_projects, get_standalone_crt_dir  # noqa: F401
 from . import project  # noqa: F401,E402
 from .graph_executor import create_local_aot_executor, create_local_graph_executor  # noqa: F401,E402
 from .graph_executor import create_local_graph_executor as create_local_debug_executor  # noqa: F401,E402

@@ -185,3 +185,18 @@ def test_micro_tflite_tutorial_flow_graph_executor_on_the_crt_template(kws):
         graph_mod.run()
         got = graph_mod.get_output(0).numpy()
     np.testing.assert_allclose(got, _host_numbers(host, inputs["input"]), rtol=1e-5, atol=1e-6)
+
+
+def test_host_driven_project_from_a_model_library_format_tar(kws, tmp_path):
+    model, inputs, mod, params, host = kws
+    module = relay.build(mod, target="c", params=params, runtime=RUNTIME, executor=EXECUTOR)
+    mlf = tvm.micro.export_model_library_format(module, tmp_path / "model.tar")
+    project = tvm.micro.project.generate_project_from_mlf(tvm.micro.get_microtvm_template_projects("crt"),
+                                                          tmp_path / "project", mlf, {"project_type": "host_driven"})
+    project.build()
+    with tvm.micro.Session(project.transport()) as session:
+        aot = tvm.micro.create_local_aot_executor(session)
+        aot.set_input("input", inputs["input"])
+        aot.run()
+        np.testing.assert_allclose(aot.get_output(0).numpy(), _host_numbers(host, inputs["input"]),
+                                   rtol=1e-5, atol=1e-6)

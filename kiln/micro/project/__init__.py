@@ -141,6 +141,11 @@ def generate_project(template_dir, module, project_dir, options: dict | None = N
     return GeneratedProject(project_dir, template, meta, options)
 
 
+def generate_project_from_mlf(template_project_dir, project_dir, mlf_path, options: dict | None = None):
+    """``generate_project`` from an AOT build's Model Library Format tar (TVM 0.13's argument order)."""
+    return generate_project(template_project_dir, os.fspath(mlf_path), project_dir, options)
+
+
 _PROJECT_TYPES = ("host_driven", "aot_standalone_demo", "standalone")
 
 
