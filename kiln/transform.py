@@ -120,13 +120,19 @@ class FunctionPass(Pass):
     """
 
     def _transform(self, mod, ctx):
-        from kiln.relay.expr import Function
-
         out = {}
         for name, func in mod.items():
-            primitive = isinstance(func, Function) and func.attrs and func.attrs.get("Primitive")
-            out[name] = self._fn(func, mod, ctx) if isinstance(func, Function) and not primitive else func
+            primitive = _is_graph_function(func) and func.attrs and func.attrs.get("Primitive")
+            out[name] = self._fn(func, mod, ctx) if _is_graph_function(func) and not primitive else func
         return mod.with_functions(out)
+
+
+def _is_graph_function(func) -> bool:
+    """A relay Function: a function of the module that is not loop-level TIR. (Told apart by
+    what it is not, so this base layer never imports relay, which is built on it.)"""
+    from kiln.ir.stmt import PrimFunc
+
+    return not isinstance(func, PrimFunc) and hasattr(func, "params") and hasattr(func, "body")
 
 
 class Sequential(Pass):

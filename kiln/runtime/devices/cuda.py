@@ -21,6 +21,7 @@ import numpy as np
 
 from ...errors import KilnError
 from . import nvrtc
+from .kernel_args import check_launch, launch_device, scalar_casts
 
 _INSTALL = "pip install 'kiln[cuda]' (cuda-bindings, nvidia-cuda-nvrtc) and an NVIDIA driver"
 
@@ -252,7 +253,7 @@ class CUDAModule:
         self.device_api = API
         self._loaded: dict[int, tuple] = {}  # device id -> (CUmodule, [CUfunction], {fid: shared set})
         self._lock = threading.Lock()
-        self._casts = [[_cast(k, p) for p in k.get("params", [])] for k in self.kernels]
+        self._casts = [scalar_casts(k, _SCALARS, "CUDA") for k in self.kernels]
         self._prepared: dict = {}  # launch key -> (function, dims, shared bytes, params, device, keep-alive)
         self._raw: dict = {}  # the same, keyed by the launch hook's raw argument bytes
 
@@ -354,17 +355,11 @@ class CUDAModule:
                            f"threads ({shared} bytes of dynamic shared memory) on cuda({dev})")
 
     def _prepare(self, kernel_id, values, grid, block, dyn_shared_bytes, device_id):
-        if not 0 <= kernel_id < len(self.kernels):
-            raise KilnError(f"cuda module has {len(self.kernels)} kernels; kernel id {kernel_id} "
-                            "is out of range (host and device code do not match: rebuild)")
+        check_launch("cuda", self.kernels, self._casts, kernel_id, values)
         casts = self._casts[kernel_id]
         entry = self.kernels[kernel_id]
-        if len(values) != len(casts):
-            raise KilnError(f"{entry['name']} takes {len(casts)} arguments, the host code passed "
-                            f"{len(values)}: rebuild the module")
         if device_id is None:
-            device_id = next((d for c, v in zip(casts, values)
-                              if c is None and (d := API.device_of(int(v))) is not None), 0)
+            device_id = launch_device(API, casts, values)
         grid = tuple(int(g) for g in grid)
         block = tuple(int(b) for b in block)
         if any(g == 0 for g in grid):
@@ -386,14 +381,3 @@ class CUDAModule:
 
     def __repr__(self) -> str:
         return f"CUDAModule(kernels=[{', '.join(self.function_names())}])"
-
-
-def _cast(kernel: dict, param: dict):
-    """None for a buffer (passed as its device pointer), else the ctypes type of a scalar."""
-    if param.get("kind") == "buffer":
-        return None
-    dtype = param.get("dtype", "")
-    if dtype not in _SCALARS:
-        raise KilnError(f"{kernel.get('name')}: parameter {param.get('name')!r} has dtype {dtype!r}, "
-                        "which the CUDA runtime cannot pass")
-    return _SCALARS[dtype]

@@ -17,6 +17,7 @@ import weakref
 import numpy as np
 
 from ...errors import KilnError
+from .kernel_args import check_launch, launch_device, scalar_casts
 
 _INSTALL = "pip install 'kiln[opencl]' (pyopencl) and an OpenCL driver (apt-get install pocl-opencl-icd)"
 
@@ -314,7 +315,7 @@ class OpenCLModule:
         self.imported_modules: list = []
         self._built: dict[int, list] = {}   # device id -> pyopencl Kernel per kernels entry
         self._lock = threading.Lock()
-        self._casts = [[_cast(k, p) for p in k.get("params", [])] for k in kernels]
+        self._casts = [scalar_casts(k, _SCALARS, "OpenCL") for k in kernels]
         # [w, h] of each image2d_t parameter (texture scopes), None for buffers: checked at launch,
         # since a buffer bound to an image parameter (or the reverse) crashes some drivers.
         self._images = [[tuple(p["image"]) if p.get("image") else None for p in k.get("params", [])]
@@ -365,16 +366,10 @@ class OpenCLModule:
         ``values`` follow the kernel's params: cl_mem handles for buffers, numbers for scalars.
         The device is the one the first buffer lives on (device 0 when there is none).
         """
-        if not 0 <= kernel_id < len(self.kernels):
-            raise KilnError(f"opencl module has {len(self.kernels)} kernels; kernel id {kernel_id} "
-                            "is out of range (host and device code do not match: rebuild)")
+        check_launch("opencl", self.kernels, self._casts, kernel_id, values)
         casts = self._casts[kernel_id]
-        if len(values) != len(casts):
-            raise KilnError(f"{self.kernels[kernel_id]['name']} takes {len(casts)} arguments, "
-                            f"the host code passed {len(values)}: rebuild the module")
         if device_id is None:
-            device_id = next((d for c, v in zip(casts, values)
-                              if c is None and (d := API.device_of(int(v))) is not None), 0)
+            device_id = launch_device(API, casts, values)
         kernel = self.build(device_id)[kernel_id]
         images = self._images[kernel_id]
         for i, (cast, value) in enumerate(zip(casts, values)):
@@ -427,14 +422,3 @@ def _launch_failure(name: str, grid, block, device_id: int, err) -> str:
         text += (f". The block has {threads} threads; opencl({device_id}) allows {limit} per block: "
                  "split the thread axes by smaller factors")
     return text
-
-
-def _cast(kernel: dict, param: dict):
-    """None for a buffer (passed as its Buffer), else the numpy type a scalar is sent as."""
-    if param.get("kind") == "buffer":
-        return None
-    dtype = param.get("dtype", "")
-    if dtype not in _SCALARS:
-        raise KilnError(f"{kernel.get('name')}: parameter {param.get('name')!r} has dtype "
-                        f"{dtype!r}, which the OpenCL runtime cannot pass")
-    return _SCALARS[dtype]

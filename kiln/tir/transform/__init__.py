@@ -6,10 +6,9 @@ Seed names (``tvm.tir.transform.Simplify`` ...) are module passes built from the
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from kiln.ir.module import IRModule
 from kiln.ir.stmt import PrimFunc
+from kiln.transform import ModulePass, Pass, PassInfo
 
 from .device_workspace import device_workspace
 from .double_buffer import inject_double_buffer
@@ -80,26 +79,21 @@ def run_pipeline(func: PrimFunc) -> PrimFunc:
     return PIPELINE(IRModule({key: func}))[key]
 
 
-class ModulePass:
-    """A pass over every PrimFunc of an IRModule: ``mod = tvm.tir.transform.Simplify()(mod)``."""
+class PrimFuncPass(Pass):
+    """A pass over every PrimFunc of an IRModule: ``mod = tvm.tir.transform.Simplify()(mod)``.
+    A ``kiln.transform.Pass``, so PassContext, instruments and KILN_DEBUG=2 treat it as any pass."""
 
     def __init__(self, fn, name: str):
-        self.fn = fn
-        self.name = name
+        super().__init__(fn, PassInfo(0, name))
 
-    def __call__(self, mod: IRModule) -> IRModule:
-        out = {}
-        for key, func in mod.items():
-            out[key] = self.fn(func) if isinstance(func, PrimFunc) else func
-        return mod.with_functions(out)
-
-    def __repr__(self) -> str:
-        return f"Pass({self.name})"
+    def _transform(self, mod: IRModule, ctx) -> IRModule:
+        return mod.with_functions({key: self._fn(func) if isinstance(func, PrimFunc) else func
+                                   for key, func in mod.items()})
 
 
 def prim_func_pass(fn, name: str):
     def make():
-        return ModulePass(fn, name)
+        return PrimFuncPass(fn, name)
 
     make.__name__ = name.split(".")[-1]
     return make
@@ -119,7 +113,7 @@ ThreadSync = prim_func_pass(insert_barriers, "tir.ThreadSync")
 def SplitHostDevice():  # noqa: N802 - the seed's name
     """A module pass: each function becomes its host function plus its kernels (by symbol)."""
 
-    def run(mod: IRModule) -> IRModule:
+    def run(mod: IRModule, ctx) -> IRModule:
         out, count = {}, 0
         for key, func in mod.items():
             if not isinstance(func, PrimFunc):
@@ -132,18 +126,4 @@ def SplitHostDevice():  # noqa: N802 - the seed's name
                 out[k.attrs["global_symbol"]] = k
         return mod.with_functions(out)
 
-    return _FnPass(run, "tir.SplitHostDevice")
-
-
-class _FnPass:
-    def __init__(self, fn, name):
-        self.fn, self.name = fn, name
-
-    def __call__(self, mod):
-        return self.fn(mod)
-
-    def __repr__(self) -> str:
-        return f"Pass({self.name})"
-
-
-_ = replace
+    return ModulePass(run, PassInfo(0, "tir.SplitHostDevice"))
