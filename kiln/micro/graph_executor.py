@@ -78,6 +78,9 @@ class MicroAOTExecutor:
 
     def get_input_index(self, name: str) -> int:
         names = list(self.inputs)
+        if name not in names:  # the interface names inputs as C identifiers ("input_1:0" -> "input_1_0")
+            from kiln.relay.backend.aot import c_ident
+            name = c_ident(name) if c_ident(name) in names else name
         if name not in names:
             raise KilnError(f"the model has no input {name!r}; its inputs: {', '.join(names)}")
         return names.index(name)

@@ -200,3 +200,17 @@ def test_host_driven_project_from_a_model_library_format_tar(kws, tmp_path):
         aot.run()
         np.testing.assert_allclose(aot.get_output(0).numpy(), _host_numbers(host, inputs["input"]),
                                    rtol=1e-5, atol=1e-6)
+
+
+def test_inputs_by_their_model_names_even_when_not_c_identifiers(tmp_path):
+    x = relay.var("input_1:0", shape=(4,), dtype="float32")
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.multiply(x, relay.const(2.0))))
+    lib = relay.build(mod, target="c", executor=EXECUTOR, runtime=RUNTIME)
+    project = tvm.micro.generate_project(tvm.micro.get_microtvm_template_projects("crt"), lib, tmp_path / "p")
+    project.build()
+    with tvm.micro.Session(project.transport()) as session:
+        aot = tvm.micro.create_local_aot_executor(session)
+        aot.set_input("input_1:0", np.arange(4, dtype="float32"))
+        aot.run()
+        np.testing.assert_array_equal(aot.get_output(0).numpy(), np.arange(4, dtype="float32") * 2)
+        assert aot.get_input_index("input_1:0") == 0 and aot.get_input(0) is aot.get_input("input_1_0")
