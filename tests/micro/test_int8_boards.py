@@ -1,5 +1,6 @@
 """int8 models on the emulated boards through the AOT flow (issue 36 item 1): a small
-keyword-spotting-shaped CNN quantized by onnxruntime (QDQ, per-channel int8) imported as integer
+keyword-spotting-shaped CNN quantized by onnxruntime (QDQ with int8 activations, and QOperator
+with uint8 activations; per-channel int8 weights) imported as integer
 relay (qnn, FakeQuantizationToInteger), built for target c with -keys=arm_cpu -mcpu=cortex-m4 /
 m7 / m55, run as standalone firmware on mps2-an386 / mps2-an500 / mps3-an547 and compared with
 onnxruntime's int8 run and with the host (llvm) build of the same integer graph."""
@@ -51,34 +52,44 @@ class _Calibration(oq.CalibrationDataReader):
         return next(self.data, None)
 
 
-@pytest.fixture(scope="module")
-def qdq(tmp_path_factory):
-    work = tmp_path_factory.mktemp("qdq")
+_CACHE = {}
+
+
+def _quantized(fmt, work):
+    """(model, relay mod, params, host build, output scale) of the CNN quantized by onnxruntime:
+    QDQ with int8 activations, or QOperator (QLinearConv, QGemm, ...) with uint8 activations."""
+    if fmt in _CACHE:
+        return _CACHE[fmt]
     onnx.save(_kws_cnn(), str(work / "f.onnx"))
     # reduce_range (7-bit weights): onnxruntime's x86 u8 x s8 kernels saturate otherwise (docs/quantization.md)
-    oq.quantize_static(str(work / "f.onnx"), str(work / "q.onnx"), _Calibration(), quant_format=oq.QuantFormat.QDQ,
-                       activation_type=oq.QuantType.QInt8, weight_type=oq.QuantType.QInt8, per_channel=True,
-                       reduce_range=True)
+    oq.quantize_static(str(work / "f.onnx"), str(work / "q.onnx"), _Calibration(),
+                       quant_format=getattr(oq.QuantFormat, fmt),
+                       activation_type=oq.QuantType.QInt8 if fmt == "QDQ" else oq.QuantType.QUInt8,
+                       weight_type=oq.QuantType.QInt8, per_channel=True, reduce_range=True)
     model = onnx.load(str(work / "q.onnx"))
     last = model.graph.node[-1]
     assert last.op_type == "DequantizeLinear"
     scale = next(onnx.numpy_helper.to_array(t) for t in model.graph.initializer if t.name == last.input[1])
     mod, params = relay.frontend.from_onnx(model)
     host = relay.build(mod, target="llvm", params=params)
-    return model, mod, params, host, float(scale)
+    _CACHE[fmt] = model, mod, params, host, float(scale)
+    return _CACHE[fmt]
 
 
-@pytest.mark.parametrize("template,cpu", [("qemu-mps2-an386", "cortex-m4"), ("qemu-mps2-an500", "cortex-m7"),
-                                          ("qemu-mps3-an547", "cortex-m55")])
-def test_qdq_int8_model_on_the_board_matches_onnxruntime(qdq, template, cpu, tmp_path):
+@pytest.mark.parametrize("fmt,template,cpu", [("QDQ", "qemu-mps2-an386", "cortex-m4"),
+                                              ("QDQ", "qemu-mps2-an500", "cortex-m7"),
+                                              ("QDQ", "qemu-mps3-an547", "cortex-m55"),
+                                              ("QOperator", "qemu-mps2-an386", "cortex-m4")])
+def test_quantized_onnx_model_on_the_board_matches_onnxruntime(fmt, template, cpu, tmp_path):
     why = missing_arm_gcc() or missing_qemu()
     if why:
         pytest.skip(why)
-    model, mod, params, host, out_scale = qdq
+    model, mod, params, host, out_scale = _quantized(fmt, tmp_path)
     lib = relay.build(mod, target=f"c -keys=arm_cpu -mcpu={cpu}", params=params,
                       runtime=Runtime("crt", {"system-lib": True}), executor=Executor("aot"))
     ops = anchor_ops(lib)
-    assert len(ops) == 4 and all(set(ins) <= {"int8"} and out == "int32" for _, ins, out in ops), ops
+    acts = "int8" if fmt == "QDQ" else "uint8"
+    assert len(ops) == 4 and all(ins == (acts, "int8") and out == "int32" for _, ins, out in ops), ops
     project = micro.generate_project(micro.get_microtvm_template_projects(template), lib, tmp_path / "fw")
     project.build()
     rng = np.random.default_rng(5)
