@@ -32,3 +32,21 @@ def build(mod, target):
                           f"(backends with code generation: "
                           f"{', '.join(k for k, v in BACKENDS.items() if v)})")
     return importlib.import_module(module).build(mod, target)
+
+
+def lowered_functions(mod, kind: str) -> list:
+    """[(symbol, PrimFunc)] of a module (or one PrimFunc) a ``kind`` backend builds; an error
+    naming what is not lowered TIR."""
+    from ..errors import CompileError
+    from ..ir.stmt import PrimFunc
+
+    items = mod.items() if hasattr(mod, "items") else [("main", mod)]
+    funcs = []
+    for key, func in items:
+        if not isinstance(func, PrimFunc):
+            raise CompileError(f"function {key!r} is a {type(func).__name__}, not a lowered PrimFunc; "
+                               f"lower it (tvm.lower) before building for {kind}")
+        funcs.append((func.attrs.get("global_symbol", key), func))
+    if not funcs:
+        raise CompileError("the module has no functions to build")
+    return funcs

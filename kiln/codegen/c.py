@@ -28,6 +28,7 @@ import tempfile
 from ..errors import CompileError, KilnError
 from ..ir import expr as E
 from ..ir.stmt import ForKind, PrimFunc
+from . import lowered_functions
 from .c_family import CStylePrinter, Lang, _const_size
 
 _DL_CODE = {"int": 0, "uint": 1, "float": 2, "bool": 1}
@@ -305,19 +306,6 @@ class CPrinter(CStylePrinter):
         return super().expr_Call(e)
 
 
-def _functions(mod) -> list[tuple[str, PrimFunc]]:
-    items = mod.items() if hasattr(mod, "items") else [("main", mod)]
-    funcs = []
-    for key, func in items:
-        if not isinstance(func, PrimFunc):
-            raise CompileError(f"function {key!r} is a {type(func).__name__}, not a lowered PrimFunc; "
-                               "lower it (tvm.lower) before building for c")
-        funcs.append((func.attrs.get("global_symbol", key), func))
-    if not funcs:
-        raise CompileError("the module has no functions to build")
-    return funcs
-
-
 def generate_source(mod, target, with_metadata: bool = True) -> tuple[str, list[dict], dict]:
     """(C source, [{name, proto, ...}], metadata) of every PrimFunc in mod."""
     from .metadata import module_metadata
@@ -325,7 +313,7 @@ def generate_source(mod, target, with_metadata: bool = True) -> tuple[str, list[
     from ..ir.module import IRModule
     from ..tir.transform import C_PIPELINE
 
-    funcs = _functions(mod)
+    funcs = lowered_functions(mod, "c")
     lowered = C_PIPELINE(IRModule(dict(funcs)))  # vectors as loops over lanes (tir/transform/scalarize.py)
     funcs = [(symbol, lowered[symbol]) for symbol, _ in funcs]
     printed, peak, symbolic = [], 0, False

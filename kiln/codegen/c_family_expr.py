@@ -12,6 +12,7 @@ import struct
 
 from ..errors import CompileError
 from ..ir import expr as E
+from ..tir.lanes import index_lane
 
 _FLOAT_MATH = ("exp", "exp2", "exp10", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tan",
                "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "floor", "ceil",
@@ -194,11 +195,8 @@ class ExprPrinter:
 
     def lane_of(self, e, k: int) -> str:
         """Lane k of an integer vector expression (index vectors of gathers and scatters)."""
-        if isinstance(e, E.Ramp):
-            return self.expr(E.Add(e.base, E.Mul(e.stride, E.const(k, e.stride.dtype), e.stride.dtype), e.base.dtype))
-        if isinstance(e, E.Broadcast):
-            return self.expr(e.value)
-        return self.lang.lane.format(x=self.expr(e), k=k)
+        scalar = index_lane(e, k)
+        return self.expr(scalar) if scalar is not None else self.lang.lane.format(x=self.expr(e), k=k)
 
     def expr_BufferLoad(self, e):
         buf, idx = e.buffer, e.indices[0]

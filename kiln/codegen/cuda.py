@@ -27,9 +27,9 @@ import functools
 from ..errors import CompileError
 from ..ir import expr as E
 from ..ir.dtype import DType
-from ..ir.functor import substitute
 from ..runtime.devices.nvrtc import (DEFAULT_ARCH, compile_source, have_nvrtc,  # noqa: F401 - NVRTC is
                                      normalize_arch, nvrtc, ptx_of, source_of)  # the runtime's; names kept
+from ..tir.lanes import lane
 from ..tir.transform.double_buffer import ASYNC, WAIT_OP
 from ..tir.transform.warp_reduction import SHFL_OP
 from . import gpu
@@ -165,42 +165,21 @@ class CUDAPrinter(CStylePrinter):
         return super().select(c, t, f)
 
     def lane(self, e, k: int):
-        """Lane k of vector expression e, as a scalar expression."""
-        if e.dtype.lanes == 1:
-            return e
-        el = e.dtype.element_of()
-        if isinstance(e, E.Ramp):
-            if isinstance(e.stride, E.IntImm):
-                return E.Add(e.base, E.const(k * e.stride.value, e.stride.dtype), e.base.dtype) if k else e.base
-            return E.Add(e.base, E.Mul(e.stride, E.const(k, e.stride.dtype), e.stride.dtype), e.base.dtype)
-        if isinstance(e, E.Broadcast):
-            return e.value
-        if isinstance(e, E.BinaryOp):
-            return type(e)(self.lane(e.a, k), self.lane(e.b, k), el)
-        if isinstance(e, E.Not):
-            return E.Not(self.lane(e.a, k))
-        if isinstance(e, E.Cast):
-            return E.Cast(el, self.lane(e.value, k))
-        if isinstance(e, E.Select):
-            return E.Select(self.lane(e.condition, k), self.lane(e.true_value, k), self.lane(e.false_value, k), el)
-        if isinstance(e, E.Let):
-            return self.lane(substitute(e.body, {e.var: e.value}), k)
+        """Lane k of vector expression e, as a scalar expression (kiln/tir/lanes.py)."""
+        return lane(e, k, self._lane_leaf, what=self.func_name)
+
+    def _lane_leaf(self, e, k: int):
         if isinstance(e, E.Var):
             lanes = self.vector_lanes.get(id(e))
             if lanes is None:
                 raise CompileError(f"{self.func_name}: vector variable {e.name} is used but not defined")
             return lanes[k]
-        if isinstance(e, E.Call):
-            return E.Call(el, e.op, tuple(self.lane(a, k) if isinstance(a, E.PrimExpr) else a for a in e.args))
-        if isinstance(e, E.BufferLoad):
-            idx = e.indices[0]
-            base = _contiguous(idx)
-            # Registers (local arrays) stay scalar: a struct access could push them to the stack.
-            if base is not None and e.buffer.scope != "local" and self.chunk(e.dtype) and \
-                    self._aligned(e.buffer, base, e.dtype.lanes):
-                return E.Call(el, _LANE_OP, (e, E.const(k)))
-            return E.BufferLoad(e.buffer, (self.lane(idx, k),), el)
-        raise CompileError(f"{self.func_name}: cannot print vector {type(e).__name__} ({e}) for CUDA")
+        base = _contiguous(e.indices[0])
+        # Registers (local arrays) stay scalar: a struct access could push them to the stack.
+        if base is not None and e.buffer.scope != "local" and self.chunk(e.dtype) and \
+                self._aligned(e.buffer, base, e.dtype.lanes):
+            return E.Call(e.dtype.element_of(), _LANE_OP, (e, E.const(k)))
+        return None
 
     def stmt_AttrStmt(self, s) -> None:
         if s.attr_key != ASYNC or not self.async_copies:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from ..errors import CompileError, InternalError, KilnError
-from ..ir.stmt import PrimFunc
+from . import lowered_functions
 from .llvm_function import DLTENSOR_TYPE, SUPPORT_IR, emit_prim_func
 from .llvm_ir import ModuleWriter, string_literal
 from .llvm_launch import launch_globals
@@ -27,7 +27,7 @@ def generate_ir(mod, target, device_target=None, device_code=None) -> tuple[str,
     With device_code (GPU modules), mod holds the host functions, which launch kernels through
     the __kiln_device_launch hook (llvm_launch.py), and the metadata carries the kernels."""
     info = target_info(target)
-    funcs = _functions(mod)
+    funcs = lowered_functions(mod, "llvm")
     mw = ModuleWriter(info.triple, info.datalayout)
     mw.header.append(DLTENSOR_TYPE)
     for symbol, func in funcs:
@@ -118,16 +118,3 @@ def _check_names(funcs, mw) -> None:
         if symbol in mw.declared or symbol in _RUNTIME_NAMES or symbol.startswith("__kiln"):
             raise CompileError(f"function name {symbol!r} is also the name of a C library function "
                                "the module calls (or a kiln runtime symbol); rename the function")
-
-
-def _functions(mod) -> list[tuple[str, PrimFunc]]:
-    items = mod.items() if hasattr(mod, "items") else [("main", mod)]
-    funcs = []
-    for key, func in items:
-        if not isinstance(func, PrimFunc):
-            raise CompileError(f"function {key!r} is a {type(func).__name__}, not a lowered PrimFunc; "
-                               "lower it (tvm.lower) before building for llvm")
-        funcs.append((func.attrs.get("global_symbol", key), func))
-    if not funcs:
-        raise CompileError("the module has no functions to build")
-    return funcs

@@ -16,6 +16,7 @@ from ..errors import CompileError
 from ..ir import expr as E
 from ..ir.dtype import DType
 from ..ir.functor import Visitor
+from ..tir.lanes import index_lane
 from .c_family_expr import _contiguous, _multiple_of
 from .opencl import OpenCLPrinter
 from .opencl_half import HalfStorage
@@ -188,10 +189,9 @@ def _half_vector_load(value):
 
 
 def _lane_index(idx, k: int):
-    if isinstance(idx, E.Ramp):
-        return E.Add(idx.base, E.Mul(idx.stride, E.const(k, idx.stride.dtype), idx.stride.dtype), idx.base.dtype)
-    if isinstance(idx, E.Broadcast):
-        return idx.value
+    scalar = index_lane(idx, k)
+    if scalar is not None:
+        return scalar
     raise CompileError(f"cannot take lane {k} of texture index {idx}; do not vectorize this read")
 
 

@@ -15,37 +15,7 @@ from kiln.errors import CompileError
 from kiln.ir import expr as E
 from kiln.ir.functor import Mutator
 from kiln.ir.stmt import BufferStore, For, ForKind, PrimFunc
-
-
-def _lane(e, k):
-    """Lane k (an int32 expression) of e; a scalar is the same in every lane."""
-    if e.dtype.lanes == 1:
-        return e
-    if isinstance(e, E.Ramp):
-        kk = _as(k, e.base)
-        unit = isinstance(e.stride, E.IntImm) and e.stride.value == 1
-        return E.Add(e.base, kk if unit else E.Mul(e.stride, kk, e.base.dtype), e.base.dtype)
-    if isinstance(e, E.Broadcast):
-        return e.value
-    elem = e.dtype.element_of()
-    if isinstance(e, E.BufferLoad):
-        return E.BufferLoad(e.buffer, tuple(_lane(i, k) for i in e.indices), elem)
-    if isinstance(e, E.Cast):
-        return E.Cast(elem, _lane(e.value, k))
-    if isinstance(e, E.BinaryOp):
-        return replace(e, a=_lane(e.a, k), b=_lane(e.b, k), dtype=elem)
-    if isinstance(e, E.Not):
-        return E.Not(_lane(e.a, k), elem)
-    if isinstance(e, E.Select):
-        return E.Select(_lane(e.condition, k), _lane(e.true_value, k), _lane(e.false_value, k), elem)
-    if isinstance(e, E.Call):
-        return E.Call(elem, e.op, tuple(_lane(a, k) if isinstance(a, E.PrimExpr) else a for a in e.args))
-    raise CompileError(f"the C target cannot split the vector expression {type(e).__name__} ({e}) into lanes; "
-                       "do not vectorize this loop")
-
-
-def _as(k, like):
-    return k if like.dtype == k.dtype else E.Cast(like.dtype, k)
+from kiln.tir.lanes import lane
 
 
 class _Scalarize(Mutator):
@@ -55,7 +25,7 @@ class _Scalarize(Mutator):
         if lanes == 1:
             return s
         k = E.Var("lane", E.const(0).dtype)
-        body = BufferStore(s.buffer, _lane(s.value, k), tuple(_lane(i, k) for i in s.indices))
+        body = BufferStore(s.buffer, lane(s.value, k, what="the C target"), tuple(lane(i, k, what="the C target") for i in s.indices))
         return For(k, E.const(0), E.const(lanes), ForKind.SERIAL, body)
 
     def visit_LetStmt(self, s):
