@@ -10,6 +10,7 @@ from kiln.contrib import graph_executor
 from kiln.relay import reference
 from kiln.relay.backend.op_impl import OP_IMPLS
 from kiln.relay.op import math_ops
+from kiln.relay.op.grid_sample import grid_sample
 from kiln.relay.op.rnn import rnn_recurrence
 from kiln.relay.op.scatter import cumprod, cumsum, gather_nd, scatter_elements, scatter_nd
 from kiln.relay.op.sort import topk_indices
@@ -42,6 +43,7 @@ B3 = v("b", 3)
 BMM = v("b", 2, 20, 24)
 I3 = v("i", 3, dtype="int64")
 J6 = v("j", 6, dtype="int32")
+G2 = v("g2", 1, 4, 6, 2)
 S5, T5 = v("s", 5, dtype="uint8"), v("t", 5, dtype="uint8")
 IMG = v("x", 1, 8, 10, 10)
 IMG_IN = {"x": arr(1, 8, 10, 10)}
@@ -148,6 +150,12 @@ CASES = {
         math_ops.reinterpret(X, "int32"), math_ops.reinterpret(I6, "float32")]),
         {**X_IN, "i": np.array([-7, -4, -1, 0, 5, 9], "int32"), "j": np.array([3, -2, 12, 7, -9, 5], "int32"),
          "s": np.array([1, 200, 17, 255, 3], "uint8"), "t": np.array([1, 3, 0, 8, 9], "uint8")}),
+    "grid_sample": (lambda: relay.Tuple([
+        grid_sample(IMG, G2, "linear", "zeros"), grid_sample(IMG, G2, "cubic", "border", align_corners=True),
+        grid_sample(IMG, G2, "nearest", "reflection"),
+        grid_sample(v("vol", 1, 2, 3, 4, 5), v("g3", 1, 2, 3, 2, 3), "linear", "reflection")]),
+        {**IMG_IN, "g2": arr(1, 4, 6, 2, low=-1.6, high=1.6), "vol": arr(1, 2, 3, 4, 5),
+         "g3": arr(1, 2, 3, 2, 3, low=-1.6, high=1.6)}),
     "rnn_recurrence": (lambda: relay.Tuple([
         rnn_recurrence(v("xp", 5, 3, 2, 16), c(2, 4, 16), c(2, 16), v("h", 2, 3, 4), v("c", 2, 3, 4),
                        v("n", 3, dtype="int32"), c(2, 12), "lstm", (False, True),

@@ -27,6 +27,7 @@ import numpy as np
 
 from kiln import te, tir, topi
 from kiln.topi import bitwise as topi_bitwise
+from kiln.topi import grid_sample as topi_grid_sample
 from kiln.topi import rnn as topi_rnn
 from kiln.topi import scatter as topi_scatter
 from kiln.topi import sort as topi_sort
@@ -449,6 +450,8 @@ OP_IMPLS: dict[str, OpImpl] = {
     "topk_indices": OpImpl(lambda a, x, t, ctx: topi_sort.select_by_rank(topi_sort.rank(x[0], a.axis, a.largest),
                                                                           a.k, a.axis), "generic"),
     "reinterpret": OpImpl(lambda a, x, t, ctx: topi_bitwise.reinterpret(x[0], a.dtype)),
+    "image.grid_sample": OpImpl(lambda a, x, t, ctx: topi_grid_sample.grid_sample(
+        x[0], x[1], a.mode, a.padding_mode, a.align_corners), "generic"),
     "nn.rnn_recurrence": OpImpl(lambda a, x, t, ctx: topi_rnn.recurrence(
         *x, a.mode, len(a.reverse), a.reverse, a.activations, a.clip, a.linear_before_reset, a.input_forget,
         a.use_peepholes, gpu=ctx.topi in GPU_PACKAGES.values()), "generic"),

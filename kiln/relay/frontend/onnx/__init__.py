@@ -1,12 +1,13 @@
 """ONNX importer. Converters live in one file per op category; CONVERTERS joins them."""
 
-from . import conv3d, einsum, elementwise, generate, math_ops, nn, quantized, recurrent, reduce, resize, sequence, tensor, transformer
+from . import conv3d, einsum, elementwise, generate, grid, math_ops, nn, quantized, recurrent, reduce, resize, sequence, spectral, tensor, transformer
 from .importer import from_onnx
 
 CONVERTERS = {**elementwise.CONVERTERS, **nn.CONVERTERS, **reduce.CONVERTERS, **resize.CONVERTERS,
               **tensor.CONVERTERS, **quantized.CONVERTERS,
               **sequence.CONVERTERS, **einsum.CONVERTERS,
               **conv3d.CONVERTERS, **recurrent.CONVERTERS, **math_ops.CONVERTERS,
-              **transformer.CONVERTERS, **generate.CONVERTERS}
+              **transformer.CONVERTERS, **generate.CONVERTERS,
+              **grid.CONVERTERS, **spectral.CONVERTERS}
 
 __all__ = ["from_onnx", "CONVERTERS"]
