@@ -245,3 +245,37 @@ def test_amx_can_be_turned_off():
         lib = relay.build(mod, target="llvm -mcpu=sapphirerapids")
     asm = lib.get_lib().get_source("asm")
     assert "tdpbusd" not in asm and re.search(r"^\s*vpdpbusd\s.*%zmm", asm, re.M)
+
+
+# -- AutoTVM ----------------------------------------------------------------------------------------
+
+def test_autotvm_tasks_have_the_untuned_tile_as_default_and_a_tuned_log_builds_exact(tmp_path):
+    from kiln import autotvm
+    from kiln.autotvm import record
+    from kiln.autotvm.tuner import GridSearchTuner
+    from kiln.topi.x86.conv2d_int8 import default_tile_ow
+
+    rng = np.random.default_rng(4)
+    mod, inputs = conv_graph(rng, ic=12, oc=32, hw=12)
+    target = "llvm -mcpu=cascadelake"
+    tasks = autotvm.task.extract_from_program(mod["main"], target=target, params={})
+    names = sorted(t.name for t in tasks)
+    assert names == ["conv2d_int8.x86", "dense_int8.x86"], names
+    conv = next(t for t in tasks if t.name == "conv2d_int8.x86")
+    space = conv.config_space
+    default = space.get(space.default_index())
+    assert default["tile_ow"].val == default_tile_ow(12, 16) == 6
+    assert sorted(e.val for e in space.space_map["tile_ow"].entities) == [1, 2, 3, 4, 6, 12]
+    if why_host_cannot_run(target):
+        pytest.skip(f"{target}: {why_host_cannot_run(target)}")
+    log = str(tmp_path / "int8.log")
+    option = autotvm.measure_option(builder=autotvm.LocalBuilder(n_parallel=1, timeout=60),
+                                    runner=autotvm.LocalRunner(number=2, repeat=1, timeout=60, cooldown_interval=0,
+                                                               check_correctness=True))
+    GridSearchTuner(conv).tune(n_trial=3, measure_option=option, callbacks=[autotvm.callback.log_to_file(log)])
+    rows = list(record.load_from_file(log))
+    assert len(rows) == 3 and all(r.error_no == 0 for _, r in rows), rows
+    with autotvm.apply_history_best(log):
+        lib = _build(mod, target)
+    for got, want in zip(_run(lib, inputs), reference(mod, inputs)):
+        np.testing.assert_array_equal(got, want)

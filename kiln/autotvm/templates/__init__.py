@@ -19,6 +19,7 @@ kiln.topi). Importing this package registers them:
 from .conv2d import conv2d_nchw  # noqa: F401
 from .matmul import matmul  # noqa: F401
 from .topi_cpu import ARM_CPU, X86  # noqa: F401
+from . import int8_cpu  # noqa: F401  (the CPU int8 kernels of qnn graphs)
 from .topi_gpu import GPU, MALI  # noqa: F401
 from . import adreno  # noqa: F401
 from .topi_cuda import batch_matmul_tensorcore, dense_tensorcore  # noqa: F401

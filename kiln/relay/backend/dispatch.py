@@ -36,6 +36,10 @@ TEMPLATES = {
     "nn.conv2d": "conv2d_nchw",
     "nn.dense": "dense_nopack",
     "nn.batch_matmul": "batch_matmul",
+    # the CPU int8 kernels of qnn chains (relay/qnn/cpu_int8.py, autotvm/templates/int8_cpu.py)
+    "nn.contrib_conv2d_int8": "conv2d_int8",
+    "nn.contrib_depthwise_conv2d_int8": "depthwise_conv2d_int8",
+    "nn.contrib_dense_int8": "dense_int8",
 }
 
 
@@ -98,6 +102,9 @@ def workload_of(op_name: str, attrs, arg_types, family: str):
                 tuple(int(v) for v in attrs.dilation), int(attrs.groups),
                 str(attrs.get("out_dtype", "") or arg_types[0].dtype),
                 layout.channel_block(str(attrs.out_layout or attrs.data_layout)))
+    if op_name.startswith("nn.contrib_") and op_name.endswith("_int8"):  # attrs as (name, value) pairs
+        from ..qnn.cpu_int8 import workload_attrs
+        return (template, *tensors, *workload_attrs(op_name, attrs))
     if op_name == "nn.conv2d" and layout.channel_block(str(attrs.data_layout)):
         data = arg_types[0]
         nchw = layout.blocked_shape(tuple(int(d) for d in data.shape), str(attrs.data_layout), "NCHW")

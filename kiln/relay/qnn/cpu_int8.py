@@ -445,40 +445,75 @@ __all__ = ["use_int8_kernels", "CONV2D_INT8", "DENSE_INT8", "OPS", "x86_plan"]
 # -- computes and schedules (read by relay/backend/op_impl.py) ---------------------------------------
 
 def _conv_compute(a, x, t, ctx):
+    from kiln.topi.utils import knob
     from kiln.topi.x86 import conv2d_int8 as k
 
     data, w, bias, q, s = x
+    lo, hi = dtype_range(a.out_dtype)
     if a.tier == "amx":
         from kiln.topi.x86.amx_int8 import conv2d_int8_amx_acc
-        oh, ow = (int(d) for d in t.shape[2:4])
-        acc = conv2d_int8_amx_acc(k.padded_input(data, tuple(a.padding), a.pad_value), w, (oh, ow),
-                                  tuple(a.strides), tuple(a.dilation))
-        lo, hi = dtype_range(a.out_dtype)
-        return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding)
-    acc = k.conv2d_int8_acc(data, w, tuple(a.strides), tuple(a.padding), tuple(a.dilation), a.pad_value, a.tier)
-    lo, hi = dtype_range(a.out_dtype)
+        padded = k.padded_input(data, tuple(a.padding), a.pad_value)
+        kh, kw = int(w.shape[2]), int(w.shape[3])
+        oh = (int(padded.shape[2]) - (kh - 1) * a.dilation[0] - 1) // a.strides[0] + 1
+        ow = (int(padded.shape[3]) - (kw - 1) * a.dilation[1] - 1) // a.strides[1] + 1
+        acc = conv2d_int8_amx_acc(padded, w, (oh, ow), tuple(a.strides), tuple(a.dilation))
+    else:
+        acc = k.conv2d_int8_acc(data, w, tuple(a.strides), tuple(a.padding), tuple(a.dilation), a.pad_value,
+                                a.tier, tile_ow=knob(ctx.cfg, "tile_ow", None))
     return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding)
 
 
 def _depthwise_compute(a, x, t, ctx):
+    from kiln.topi.utils import knob
     from kiln.topi.x86 import conv2d_int8 as k
 
     data, w, bias, q, s = x
-    acc = k.depthwise_int8_acc(data, w, tuple(a.strides), tuple(a.padding), tuple(a.dilation), a.pad_value)
+    acc = k.depthwise_int8_acc(data, w, tuple(a.strides), tuple(a.padding), tuple(a.dilation), a.pad_value,
+                               tile_ow=knob(ctx.cfg, "tile_ow", None))
     lo, hi = dtype_range(a.out_dtype)
     return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding)
 
 
 def _dense_compute(a, x, t, ctx):
+    from kiln.topi.utils import knob
     from kiln.topi.x86 import conv2d_int8 as k
 
     data, w, bias, q, s = x
-    acc = k.dense_int8_acc(data, w, a.tier)
+    acc = k.dense_int8_acc(data, w, a.tier, tile_m=knob(ctx.cfg, "tile_m", None))
     lanes = int(acc.shape[-1])
     lo, hi = dtype_range(a.out_dtype)
     return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding,
                                  out_shape=(int(data.shape[0]), a.units),
                                  index=lambda i, j: ((i, j // lanes, j % lanes), j))
+
+
+# -- tuning: the ops' autotvm workloads (relay/backend/dispatch.py) and computes (autotvm/templates)
+
+TEMPLATES = {"nn.contrib_conv2d_int8": "conv2d_int8", "nn.contrib_depthwise_conv2d_int8": "depthwise_conv2d_int8",
+             "nn.contrib_dense_int8": "dense_int8"}
+
+
+def workload_attrs(op_name: str, attrs) -> tuple:
+    """The attributes of an int8 op in a workload: (name, value) pairs, in the op's attr order."""
+    op = {o.name: o for o in OPS}[op_name]
+    return tuple((k, _plain(attrs[k])) for k in op.attrs)
+
+
+def _plain(v):
+    return tuple(_plain(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+
+def compute_from_workload(op_name: str, inputs, attr_pairs, cfg):
+    """The op's TE output for an autotvm template: ``inputs`` placeholders, attrs from the workload."""
+    op = {o.name: o for o in OPS}[op_name]
+    a = op.make_attrs({k: (tuple(v) if isinstance(v, list) else v) for k, v in attr_pairs})
+
+    class _Ctx:
+        pass
+    ctx = _Ctx()
+    ctx.cfg = cfg
+    fn = COMPUTES[op_name][0]
+    return fn(a, list(inputs), None, ctx)
 
 
 def _schedules():

@@ -59,8 +59,9 @@ def block_for(channels: int, lanes: int) -> int:
 
 # -- compute -------------------------------------------------------------------------------------
 
-def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, tier: str):
-    """int32 NCHW[L]c accumulators of a u8 NCHW[ib]c data and a packed kernel (module doc)."""
+def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, tier: str, tile_ow=None):
+    """int32 NCHW[L]c accumulators of a u8 NCHW[ib]c data and a packed kernel (module doc);
+    ``tile_ow``: the register tile's pixels (a tuning knob; default ``default_tile_ow``)."""
     n, cc, h, w, ib = (int(d) for d in data.shape)
     if tier == "pmaddwd":
         occ, kcc, kh, kw, icq, _, lanes, _ = (int(d) for d in kernel.shape)
@@ -94,10 +95,22 @@ def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, ti
             return te.sum(a.astype("int32") * kernel[o, rco, ry, rx, rcq, l, r4].astype("int32"),
                           axis=[rco, ry, rx, rcq, r4])
     return te.compute((n, occ, oh, ow, lanes), fconv, name="conv2d_int8", tag=CONV_TAG,
-                      attrs={"tier": tier, "lanes": lanes, "dtypes": (str(data.dtype), str(kernel.dtype))})
+                      attrs={"tier": tier, "lanes": lanes, "dtypes": (str(data.dtype), str(kernel.dtype)),
+                             "tile": int(tile_ow or default_tile_ow(ow, lanes))})
 
 
-def depthwise_int8_acc(data, kernel, strides, padding, dilation, pad_value: int):
+def default_tile_ow(width: int, lanes: int) -> int:
+    """The untuned register tile: the widest divisor of the row up to 8 pixels (zmm: 8 accumulators
+    of 32 registers) or 6 (ymm/xmm: 16 registers)."""
+    return tile_width(width, 8 if lanes >= 16 else 6)
+
+
+def tile_candidates(width: int, most: int = 16) -> list:
+    """Every register tile of a row (divisors of its width up to ``most``): the tuning space."""
+    return [t for t in range(1, min(most, width) + 1) if width % t == 0]
+
+
+def depthwise_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, tile_ow=None):
     """int32 NCHW[b]c accumulators of a depthwise conv: u8 NCHW[b]c data, s8 (C/b, KH, KW, b) kernel.
 
     No dot-product instruction fits (each channel sums only its own taps): the lanes are the
@@ -118,7 +131,7 @@ def depthwise_int8_acc(data, kernel, strides, padding, dilation, pad_value: int)
         (n, cc, oh, ow, b),
         lambda i, c, y, x, l: te.sum(padded[i, c, y * sh + ry * dh, x * sw + rx * dw, l].astype("int32")
                                      * kernel[c, ry, rx, l].astype("int32"), axis=[ry, rx]),
-        name="depthwise_int8", tag=DEPTHWISE_TAG, attrs={"lanes": b})
+        name="depthwise_int8", tag=DEPTHWISE_TAG, attrs={"lanes": b, "tile": int(tile_ow or tile_width(ow, 8))})
 
 
 def padded_input(data, padding, pad_value: int):
@@ -139,7 +152,7 @@ def _padded(data, padding, pad_value: int):
     return te.compute((n, cc, h + pt + pb, w + pl + pr, ib), fpad, name="data_pad_int8", tag="int8_pad")
 
 
-def dense_int8_acc(data, kernel, tier: str):
+def dense_int8_acc(data, kernel, tier: str, tile_m=None):
     """int32 (M, N) accumulators of u8 data (M, K) and a packed kernel (N/L, K/4, L, 4)."""
     m, k = (int(d) for d in data.shape)
     if tier == "pmaddwd":
@@ -163,7 +176,8 @@ def dense_int8_acc(data, kernel, tier: str):
             return te.sum(data[i, rq * 4 + r4].astype("int32") * kernel[o, rq, l, r4].astype("int32"),
                           axis=[rq, r4])
     return te.compute((m, nc, lanes), fdense, name="dense_int8", tag=DENSE_TAG,
-                      attrs={"tier": tier, "lanes": lanes, "dtypes": (str(data.dtype), str(kernel.dtype))})
+                      attrs={"tier": tier, "lanes": lanes, "dtypes": (str(data.dtype), str(kernel.dtype)),
+                             "tile": int(tile_m or tile_width(m, 4))})
 
 
 def requantize_epilogue(acc, bias, mult, shift, out_zp: int, lo: int, hi: int, out_dtype: str,
@@ -232,10 +246,9 @@ def schedule_conv2d_int8(outs, cfg=None):
     out = outs[0]
     acc = _find(out, CONV_TAG)
     _inline_between(s, out, acc)
-    tier, lanes = acc.op.attrs["tier"], acc.op.attrs["lanes"]
-    most = _knob(cfg, "tile_ow", 8 if lanes == 16 else 6)
+    tier = acc.op.attrs["tier"]
     n, c, y, x, b = s[out].op.axis
-    xo, xi = s[out].split(x, factor=tile_width(int(out.shape[3]), most))
+    xo, xi = s[out].split(x, factor=acc.op.attrs["tile"])
     s[out].reorder(n, c, y, xo, xi, b)
     s[out].vectorize(b)
     s[out].unroll(xi)
@@ -275,7 +288,7 @@ def schedule_depthwise_int8(outs, cfg=None):
     acc = _find(out, DEPTHWISE_TAG)
     _inline_between(s, out, acc)
     n, c, y, x, b = s[out].op.axis
-    xo, xi = s[out].split(x, factor=tile_width(int(out.shape[3]), _knob(cfg, "tile_ow", 8)))
+    xo, xi = s[out].split(x, factor=acc.op.attrs["tile"])
     s[out].reorder(n, c, y, xo, xi, b)
     s[out].vectorize(b)
     s[out].unroll(xi)
@@ -309,7 +322,7 @@ def schedule_dense_int8(outs, cfg=None):
     m = int(out.shape[0])
     i, j = s[out].op.axis
     jo, jb = s[out].split(j, factor=lanes)
-    io, ii = s[out].split(i, factor=tile_width(m, _knob(cfg, "tile_m", 4)))
+    io, ii = s[out].split(i, factor=acc.op.attrs["tile"])
     s[out].reorder(io, jo, ii, jb)
     s[out].vectorize(jb)
     s[out].unroll(ii)

@@ -1,0 +1,117 @@
+"""Tunable CPU int8 kernels (kiln/relay/qnn/cpu_int8.py, kiln/topi/x86/conv2d_int8.py):
+``conv2d_int8``, ``depthwise_conv2d_int8`` and ``dense_int8``, each ``.x86`` and ``.arm_cpu``.
+
+The workload is the op's five inputs (data, packed weight, bias, multiplier, shift) and its
+attributes as (name, value) pairs (``cpu_int8.workload_attrs``), so a task computes exactly the
+kernel relay.build deploys. The knob is the register tile: ``tile_ow`` (pixels of a row, every
+divisor of the row up to 16) for the convs, ``tile_m`` (rows, divisors up to 8) for dense. The
+untuned tile (``default_tile_ow``, ``tile_width(m, 4)``) is one of the candidates and the declared
+default, so tuning measures it first and never ends slower. AMX convs have no knob (one value).
+"""
+
+from __future__ import annotations
+
+from ..task import register_topi_compute, register_topi_schedule
+
+FAMILIES = ("x86", "arm_cpu")
+
+
+def _ints(shape) -> tuple:
+    return tuple(int(getattr(d, "value", d)) for d in shape)
+
+
+def _out_width(data, weight, attrs: dict) -> int:
+    kw = _ints(weight.shape)[2 if "tier" not in attrs else 3]
+    pad = attrs["padding"]
+    w = _ints(data.shape)[3] + pad[1] + pad[3]
+    return (w - (kw - 1) * attrs["dilation"][1] - 1) // attrs["strides"][1] + 1
+
+
+def _space(cfg, name: str, candidates: list, default: int) -> None:
+    if getattr(cfg, "is_fallback", False):
+        return
+    cfg.define_knob(name, candidates)
+    cfg.define_default({name: default})
+
+
+def _register(family: str) -> dict:
+    from kiln.relay.qnn import cpu_int8
+    from kiln.topi.x86 import conv2d_int8 as k
+    from kiln.topi.x86.amx_int8 import schedule_conv2d_int8_amx
+
+    def untuned(cfg):
+        return None if getattr(cfg, "is_fallback", False) else cfg
+
+    @register_topi_compute(f"conv2d_int8.{family}")
+    def conv2d_int8(cfg, data, weight, bias, mult, shift, *attr_pairs):
+        attrs = dict(attr_pairs)
+        ow = _out_width(data, weight, attrs)
+        lanes = _ints(weight.shape)[-2]
+        if attrs["tier"] == "amx":
+            _space(cfg, "tile_ow", [0], 0)
+        else:
+            _space(cfg, "tile_ow", k.tile_candidates(ow), k.default_tile_ow(ow, lanes))
+        out = cpu_int8.compute_from_workload("nn.contrib_conv2d_int8", (data, weight, bias, mult, shift),
+                                             attr_pairs, untuned(cfg))
+        _flop(cfg, out, _ints(weight.shape))
+        return out
+
+    @register_topi_schedule(f"conv2d_int8.{family}")
+    def schedule_conv2d_int8(cfg, outs):
+        if any(getattr(t.op, "tag", "") == "conv2d_int8_amx" for t in _stages(outs[0])):
+            return schedule_conv2d_int8_amx(outs)
+        return k.schedule_conv2d_int8(outs)
+
+    @register_topi_compute(f"depthwise_conv2d_int8.{family}")
+    def depthwise_conv2d_int8(cfg, data, weight, bias, mult, shift, *attr_pairs):
+        attrs = dict(attr_pairs)
+        ow = _out_width(data, weight, attrs)
+        _space(cfg, "tile_ow", k.tile_candidates(ow), k.tile_width(ow, 8))
+        out = cpu_int8.compute_from_workload("nn.contrib_depthwise_conv2d_int8", (data, weight, bias, mult, shift),
+                                             attr_pairs, untuned(cfg))
+        return out
+
+    @register_topi_schedule(f"depthwise_conv2d_int8.{family}")
+    def schedule_depthwise_conv2d_int8(cfg, outs):
+        return k.schedule_depthwise_int8(outs)
+
+    @register_topi_compute(f"dense_int8.{family}")
+    def dense_int8(cfg, data, weight, bias, mult, shift, *attr_pairs):
+        m = _ints(data.shape)[0]
+        _space(cfg, "tile_m", k.tile_candidates(m, 8), k.tile_width(m, 4))
+        return cpu_int8.compute_from_workload("nn.contrib_dense_int8", (data, weight, bias, mult, shift),
+                                              attr_pairs, untuned(cfg))
+
+    @register_topi_schedule(f"dense_int8.{family}")
+    def schedule_dense_int8(cfg, outs):
+        return k.schedule_dense_int8(outs)
+
+    return {"conv2d_int8": conv2d_int8, "depthwise_conv2d_int8": depthwise_conv2d_int8, "dense_int8": dense_int8}
+
+
+def _stages(out):
+    stack, seen = [out], []
+    while stack:
+        t = stack.pop()
+        if any(t.op is s.op for s in seen):
+            continue
+        seen.append(t)
+        stack.extend(t.op.input_tensors)
+    return seen
+
+
+def _flop(cfg, out, wshape) -> None:
+    """2 x the multiply-adds of the conv (the packed weight holds every weight once)."""
+    n_out = 1
+    for d in _ints(out.shape):
+        n_out *= d
+    per_output = 1
+    for d in wshape[1:-2]:
+        per_output *= d
+    per_output *= wshape[-1]
+    if hasattr(cfg, "add_flop"):
+        cfg.add_flop(2.0 * n_out * per_output)
+
+
+X86 = _register("x86")
+ARM_CPU = _register("arm_cpu")
