@@ -151,8 +151,9 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
     if ndim == 4:  # plain NCHW is NCHW1c
         plain = data
         data = te.compute(dshape + (1,), lambda n, c, y, x, b: plain[n, c, y, x], name="data_1c", tag="injective")
+    acc = accumulation_dtype(data.dtype, out_dtype)
     padded = widened(pad(data, (0, 0, p.pad_top, p.pad_left, 0), (0, 0, p.pad_bottom, p.pad_right, 0),
-                         name="data_pad"), out_dtype)
+                         name="data_pad"), acc)
     kernel_vec = kernel if prepacked else pack_kernel_nchwc(kernel, ib, bn)
     rco = te.reduce_axis((0, channels // ib), name="rco")
     rci = te.reduce_axis((0, ib), name="rci")
@@ -162,7 +163,7 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
     def fconv(n, occ, y, x, ocb):
         a = padded[n, rco, y * p.stride_h + ry * p.dilation_h, x * p.stride_w + rx * p.dilation_w, rci]
         w = kernel_vec[occ, rco, ry, rx, rci, ocb]
-        return te.sum(a.astype(out_dtype) * w.astype(out_dtype), axis=[rco, ry, rx, rci])
+        return te.sum(a.astype(acc) * w.astype(acc), axis=[rco, ry, rx, rci])
 
     if not plain_output and flat_pixels(p) and flat_tasks(p, conf):
         # One axis over all H x W pixels: register tiles run on across rows, so a row whose
@@ -172,22 +173,35 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
         def fflat(n, occ, q, ocb):
             a = padded[n, rco, q // width, q % width, rci]
             w = kernel_vec[occ, rco, 0, 0, rci, ocb]
-            return te.sum(a.astype(out_dtype) * w.astype(out_dtype), axis=[rco, rci])
+            return te.sum(a.astype(acc) * w.astype(acc), axis=[rco, rci])
 
         conv = te.compute((p.batch, p.out_channel // bn, p.out_height * width, bn), fflat,
                           name="conv2d_NCHWc_tile", tag=TAG, attrs={"workload": p, "config": conf})
         return te.compute((p.batch, p.out_channel // bn, p.out_height, width, bn),
-                          lambda n, c, y, x, b: conv[n, c, y * width + x, b], name="conv2d_NCHWc",
+                          lambda n, c, y, x, b: conv[n, c, y * width + x, b].astype(out_dtype), name="conv2d_NCHWc",
                           tag="injective,conv2d_store")
     conv = te.compute((p.batch, p.out_channel // bn, p.out_height, p.out_width, bn), fconv,
                       name="conv2d_NCHWc_tile", tag=TAG, attrs={"workload": p, "config": conf})
     if plain_output:
         return te.compute((p.batch, p.out_channel, p.out_height, p.out_width),
-                          lambda n, c, y, x: conv[n, c // bn, y, x, c % bn], name="conv2d_nchw",
+                          lambda n, c, y, x: conv[n, c // bn, y, x, c % bn].astype(out_dtype), name="conv2d_nchw",
                           tag="injective,conv2d_store")
     # The stored output is the tile itself; a copy stage gives the schedule a loop nest to put
     # the tile (and any fused epilogue) in.
-    return te.compute(conv.shape, lambda *i: conv(*i), name="conv2d_NCHWc", tag="injective,conv2d_store")
+    return te.compute(conv.shape, lambda *i: conv(*i).astype(out_dtype), name="conv2d_NCHWc",
+                      tag="injective,conv2d_store")
+
+
+def accumulation_dtype(data_dtype, out_dtype) -> str:
+    """float32 for a float16 conv on a CPU without native half arithmetic (F16C only, or no
+    conversions at all: cpu_facts), else ``out_dtype``. Each float16 FMA would there be two
+    conversions around a float32 one, per operation (~8x slower than float32); summing in
+    float32 and rounding once at the store converts only the loads, and is no less accurate."""
+    if str(data_dtype) != "float16" or str(out_dtype) != "float16":
+        return str(out_dtype)
+    from kiln.target.cpu_facts import cpu_facts
+
+    return "float16" if {"avx512fp16", "fullfp16"} & cpu_facts().features else "float32"
 
 
 def widened(padded, out_dtype: str):
