@@ -27,6 +27,8 @@ _LAZY = {
 
 
 def __getattr__(name: str):
+    if name == "executor":  # tvm.runtime.executor.aot_executor.AotModule (wrappers only, no compiler)
+        return importlib.import_module("kiln.runtime.executor")
     if name not in _LAZY:
         raise AttributeError(f"module 'kiln.runtime' has no attribute {name!r}")
     module, attr = _LAZY[name]

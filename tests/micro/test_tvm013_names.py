@@ -214,3 +214,21 @@ def test_inputs_by_their_model_names_even_when_not_c_identifiers(tmp_path):
         aot.run()
         np.testing.assert_array_equal(aot.get_output(0).numpy(), np.arange(4, dtype="float32") * 2)
         assert aot.get_input_index("input_1:0") == 0 and aot.get_input(0) is aot.get_input("input_1_0")
+
+
+def test_the_tutorials_aot_module_wrapper(kws, tmp_path):
+    """micro_aot.py's own line: tvm.runtime.executor.aot_executor.AotModule(session.create_aot_executor())."""
+    model, inputs, mod, params, host = kws
+    module = relay.build(mod, target=tvm.target.target.micro("host"), params=params, runtime=RUNTIME, executor=EXECUTOR)
+    project = tvm.micro.generate_project(tvm.micro.get_microtvm_template_projects("crt"), module, tmp_path / "p", {})
+    project.build()
+    project.flash()
+    with tvm.micro.Session(project.transport()) as session:
+        aot_executor = tvm.runtime.executor.aot_executor.AotModule(session.create_aot_executor())
+        aot_executor.get_input("input").copyfrom(inputs["input"])
+        aot_executor.run()
+        np.testing.assert_allclose(aot_executor.get_output(0).numpy(), _host_numbers(host, inputs["input"]),
+                                   rtol=1e-5, atol=1e-6)
+        assert aot_executor.module.time_evaluator("run", session.device, number=2)().mean > 0
+    with pytest.raises(TypeError, match="not an AOT executor"):
+        tvm.runtime.executor.aot_executor.AotModule(object())
