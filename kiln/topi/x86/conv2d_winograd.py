@@ -19,7 +19,9 @@ The transforms' 0/1 coefficients are folded away when the frequency loops unroll
 F(2x2, 3x3) stays within a few float32 ulps of the direct kernel (its matrices are exact small
 fractions). bfloat16 data is transformed in the accumulation dtype (float32: V = B^T d B of
 bfloat16 numbers is exact there, where bfloat16 would round each of its sums to 8 bits); the
-weight's U is rounded to bfloat16 once, from float64, like the weight itself. Knobs: ``oc_bn`` (output block), ``tile_p`` (tiles per register tile).
+weight's U is rounded to bfloat16 once, from float64, like the weight itself. float16 on a CPU
+without native half arithmetic is transformed and summed in float32 too (conv2d_nchwc's
+``accumulation_dtype``) and rounded once at the output. Knobs: ``oc_bn`` (output block), ``tile_p`` (tiles per register tile).
 """
 
 from __future__ import annotations
@@ -144,7 +146,10 @@ def conv2d_winograd_NCHWc(data, kernel, padding, out_dtype=None, cfg=None, out_c
     padded = pad(data, (0, 0, p.pad_top, p.pad_left, 0),
                  (0, 0, 2 * th + 2 - h - p.pad_top, 2 * tw + 2 - w - p.pad_left, 0), name="data_pad")
 
-    wide = out_dtype if str(data.dtype) == "bfloat16" else str(data.dtype)
+    from .conv2d_nchwc import accumulation_dtype
+
+    acc = accumulation_dtype(data.dtype, out_dtype)  # float32 for float16 without native half
+    wide = acc if str(data.dtype) in ("bfloat16", "float16") and acc == "float32" else str(data.dtype)
 
     def fv(b, e, cb, t, ci):
         y, x = (t // tw) * 2, (t % tw) * 2
@@ -161,8 +166,8 @@ def conv2d_winograd_NCHWc(data, kernel, padding, out_dtype=None, cfg=None, out_c
     rco = te.reduce_axis((0, chunks), name="rco")
     rci = te.reduce_axis((0, ib), name="rci")
     m = te.compute((n, 16, k // bn, th * tw, bn),
-                   lambda b, e, kb, t, kk: te.sum(v[b, e, rco, t, rci].astype(out_dtype)
-                                                  * u[kb, e, rco, rci, kk].astype(out_dtype), axis=[rco, rci]),
+                   lambda b, e, kb, t, kk: te.sum(v[b, e, rco, t, rci].astype(acc)
+                                                  * u[kb, e, rco, rci, kk].astype(acc), axis=[rco, rci]),
                    name="winograd_product", tag=TAG, attrs={"workload": p, "config": conf})
 
     def fout(b, kb, y, x, kk):
@@ -172,7 +177,8 @@ def conv2d_winograd_NCHWc(data, kernel, padding, out_dtype=None, cfg=None, out_c
             for c2 in range(2):
                 cases.append(_terms([AT[a][e1] * AT[c2][e2] for e1 in range(4) for e2 in range(4)],
                                     [m[b, e, kb, t, kk] for e in range(16)]))
-        return _select((y % 2) * 2 + x % 2, cases)
+        out = _select((y % 2) * 2 + x % 2, cases)
+        return out if acc == str(out_dtype) else out.astype(out_dtype)
 
     return te.compute((n, k // bn, p.out_height, p.out_width, bn), fout, name="conv2d_winograd",
                       tag="injective,winograd_output")
