@@ -67,3 +67,32 @@ def test_target_objects_keep_their_host_and_bad_types_are_one_error():
     assert str(target_from_cli(tvm.target.Target("llvm"), options={"llvm": {"mcpu": "znver3"}})) == "llvm -mcpu=znver3"
     with pytest.raises(TVMCException, match="target must be a target string or a kiln.target.Target, not int"):
         target_from_cli(3)
+
+
+def test_compile_to_model_library_format_for_a_board(tmp_path, small_onnx):
+    """TVM 0.13's tvmc.compile(..., executor=Executor("aot"), runtime=Runtime("crt"), output_format="mlf"):
+    the package is what micro.generate_project builds into firmware (run on the emulated M4F)."""
+    from kiln import micro
+    from kiln.driver.tvmc.model import TVMCPackage
+    from kiln.micro.toolchain import missing_arm_gcc, missing_qemu
+    from kiln.relay.backend import Executor, Runtime
+
+    path, inputs, want = small_onnx
+    package = tvmc.compile(tvmc.load(path), target=tvm.target.Target("c -keys=arm_cpu -mcpu=cortex-m4"),
+                           executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}),
+                           runtime=Runtime("crt"), output_format="mlf", package_path=str(tmp_path / "model.tar"))
+    assert isinstance(package, TVMCPackage) and package.type == "mlf" and '"nodes"' in package.graph
+    with pytest.raises(TVMCException, match="Model Library Format package .* micro.generate_project"):
+        package.lib_path  # noqa: B018
+    with pytest.raises(TVMCException, match="compile with output_format='mlf'"):
+        tvmc.compile(tvmc.load(path), target="c", executor=Executor("aot"), package_path=str(tmp_path / "x.tar"))
+    with pytest.raises(TVMCException, match="output_format='mlf': .*build it with target 'c'"):
+        tvmc.compile(tvmc.load(path), target="llvm", output_format="mlf", package_path=str(tmp_path / "y.tar"))
+    why = missing_arm_gcc() or missing_qemu()
+    if why:
+        pytest.skip(why)
+    project = micro.generate_project(micro.get_microtvm_template_projects("qemu-mps2-an386"), package.package_path,
+                                     tmp_path / "fw", {"inputs": inputs})
+    project.build()
+    got = project.run()["outputs"]["output"]
+    np.testing.assert_allclose(got, want[0], rtol=1e-4, atol=1e-4)  # the tolerance the other tvmc tests use

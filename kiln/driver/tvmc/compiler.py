@@ -19,6 +19,8 @@ import tempfile
 import time
 import weakref
 
+from kiln.errors import KilnError
+
 from .common import Progress, TVMCException, require_file
 from .model import TVMCModel, atomic_path
 from .target import byoc_from_cli, target_from_cli
@@ -41,12 +43,16 @@ class TVMCPackage:
     def __init__(self, package_path: str, project_dir: str | None = None):
         self.package_path = require_file(package_path, "package", "compile one first: tvmc compile MODEL -o PKG.tar")
         self.lib_name = "mod.so"
+        self.type = "mod"  # "mlf": a Model Library Format tar (output_format="mlf"), C sources for a board
         self._project_dir = project_dir
         self._dir = None
         self._cleanup = None
         try:
             with tarfile.open(self.package_path) as tar:
                 members = {m.name: m for m in tar.getmembers()}
+                if "metadata.json" in members and "mod.so" not in members:
+                    self._read_mlf(tar, members)
+                    return
                 missing = {"mod.so", "mod.json", "mod.params"} - set(members)
                 if missing:
                     raise TVMCException(f"{package_path!r} is not a tvmc package (it lacks {sorted(missing)}); "
@@ -57,6 +63,16 @@ class TVMCPackage:
             raise TVMCException(f"{package_path!r} is not a tvmc package .tar ({err}); make one with "
                                 "tvmc compile") from None
 
+    def _read_mlf(self, tar, members) -> None:
+        import json
+        meta = json.loads(self._read(tar, members["metadata.json"]))
+        name = meta.get("model_name", "default")
+        self.type, self.lib_name = "mlf", None
+        graph = members.get(f"executor-config/graph/{name}.graph")
+        self.graph = self._read(tar, graph).decode("utf-8", "replace") if graph is not None else None
+        params = members.get(f"parameters/{name}.params")
+        self.params = self._read(tar, params) if params is not None else None
+
     def _read(self, tar, member) -> bytes:
         f = tar.extractfile(member) if member.isfile() else None
         if f is None:
@@ -66,6 +82,9 @@ class TVMCPackage:
 
     @property
     def lib_path(self) -> str:
+        if self.type == "mlf":
+            raise TVMCException(f"{self.package_path!r} is a Model Library Format package (C sources, no mod.so): "
+                                "build it for a board with micro.generate_project(template, package_path, dir)")
         if self._dir is None:
             folder = self._project_dir or tempfile.mkdtemp(prefix="kiln-tvmc-pkg-")
             if self._project_dir is None:
@@ -138,13 +157,20 @@ def compile_model(tvmc_model: TVMCModel, target: str, opt_level: int = 3, target
                   mixed_precision_calculation_type: str = "float16", mixed_precision_acc_type: str = "float32",
                   pass_context_configs: dict | None = None, disabled_pass=None, target_options: dict | None = None,
                   mod_name: str = "default", additional_target_options: dict | None = None,
-                  output_format: str = "so", quantize: str | None = None) -> TVMCPackage:
+                  output_format: str = "so", quantize: str | None = None, executor=None,
+                  runtime=None) -> TVMCPackage:
     """Compile ``tvmc_model`` for ``target`` into ``package_path`` (default ``module.tar``).
 
-    ``target_options`` (TVM's ``additional_target_options``): ``{"llvm": {"mtriple": ...}}``."""
-    if output_format != "so":
-        raise TVMCException(f"output_format {output_format!r}: kiln packages are mod.so + mod.json + mod.params "
-                            "('so'); Model Library Format is not supported")
+    ``target_options`` (TVM's ``additional_target_options``): ``{"llvm": {"mtriple": ...}}``.
+    ``executor``/``runtime``: relay.backend ``Executor``/``Runtime`` (TVM 0.13's arguments);
+    ``output_format="mlf"`` writes the Model Library Format tar a micro project builds (target
+    ``c``, e.g. ``Executor("aot")``, ``Runtime("crt")``)."""
+    if output_format not in ("so", "mlf"):
+        raise TVMCException(f"output_format {output_format!r}: use 'so' (mod.so + mod.json + mod.params) or "
+                            "'mlf' (Model Library Format, for microcontrollers)")
+    if getattr(executor, "name", "graph") == "aot" and output_format != "mlf":
+        raise TVMCException("executor 'aot' makes C for a microcontroller: compile with output_format='mlf' "
+                            "(tvmc compile --output-format mlf) and build it with micro.generate_project")
     target_options = target_options or additional_target_options
     from kiln import autotvm, relay
     from kiln import transform as pass_infra
@@ -183,12 +209,22 @@ def compile_model(tvmc_model: TVMCModel, target: str, opt_level: int = 3, target
     ctx = pass_infra.PassContext(opt_level=int(opt_level), config=pass_context_configs or {},
                                  disabled_pass=disabled_pass or [])
     progress("relay.build: optimizing, lowering and compiling the kernels (a minute for a ResNet-50)")
+    build = {k: v for k, v in (("executor", executor), ("runtime", runtime)) if v is not None}
     with ctx:
         if tuning_records:
             with autotvm.apply_history_best(tuning_records):
-                lib = relay.build(mod, target=tgt, mod_name=mod_name)
+                lib = relay.build(mod, target=tgt, mod_name=mod_name, **build)
         else:
-            lib = relay.build(mod, target=tgt, mod_name=mod_name)
+            lib = relay.build(mod, target=tgt, mod_name=mod_name, **build)
+    if output_format == "mlf":
+        from kiln.micro import export_model_library_format
+        progress(f"writing the Model Library Format {package_path}")
+        try:
+            export_model_library_format(lib, package_path)
+        except KilnError as err:
+            raise TVMCException(f"output_format='mlf': {err}") from None
+        progress("done")
+        return TVMCPackage(package_path)
     progress(f"linking mod.so and writing {package_path}")
     export_package(lib, package_path, fcompile)
     progress("done")
