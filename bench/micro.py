@@ -109,7 +109,7 @@ def tune_matmul(work: str, template: str, cpu: str, size: int = 32, trials: int 
     from kiln import autotvm
     from kiln.autotvm.space import FallbackConfigEntity
     from kiln.autotvm.tuner import RandomTuner
-    from kiln.driver.build_module import build
+    from kiln.build_module import build
     from kiln.micro import autotvm as micro_autotvm
 
     task = autotvm.task.create("kiln/matmul", (size, size, size, "float32"), f"c -mcpu={cpu}")

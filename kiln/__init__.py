@@ -19,8 +19,8 @@ _SUBMODULES = {
 
 # name -> (module, attribute)
 _ATTRS = {
-    "build": ("kiln.driver.build_module", "build"),
-    "lower": ("kiln.driver.build_module", "lower"),
+    "build": ("kiln.build_module", "build"),
+    "lower": ("kiln.build_module", "lower"),
     "IRModule": ("kiln.ir.module", "IRModule"),
     "device": ("kiln.runtime.device", "device"),
     "cpu": ("kiln.runtime.device", "cpu"),

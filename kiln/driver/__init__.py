@@ -1,1 +1,2 @@
-"""Drivers: ``tvm.build`` / ``tvm.lower`` (build_module) and, later, the tvmc command line."""
+"""Drivers above the whole stack: the tvmc command line and its Python API (``tvm.build`` and
+``tvm.lower`` sit lower, in kiln/build_module.py, below relay)."""

@@ -24,7 +24,7 @@ import sys
 import numpy as np
 
 from ..errors import KilnError
-from . import json_cuda_graph
+from . import cuda_graphs
 from .json_graph import entry_shape, load_error
 
 INSTALL_HINT = ("cuDNN is not installed: pip install nvidia-cudnn-cu13 (or nvidia-cudnn-cu12 with CUDA 12), "
@@ -272,9 +272,9 @@ class CuDNNExecutor:
         ptr.update({e: b._address() for e, b in self._buffers.items()})
         calls = [self._call(step, ptr) for step in self.steps]
         steps = [(step["node"], call) for step, call in zip(self.steps, calls)]  # bench/byoc.py --profile
-        if json_cuda_graph.enabled():  # one graph launch per run instead of the calls' host time
+        if cuda_graphs.enabled():  # one graph launch per run instead of the calls' host time
             lib = self.lib
-            launch, self.capture_failure = json_cuda_graph.capture(
+            launch, self.capture_failure = cuda_graphs.capture(
                 lambda stream: _check(lib, lib.cudnnSetStream(self.handle, stream or None), "cudnnSetStream"), calls)
             self.captured = launch is not None
             if launch is not None:

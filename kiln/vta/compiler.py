@@ -41,7 +41,7 @@ class _Retag(Mutator):
 
 def lower(s, args, name: str = "main", simple_mode: bool = False):
     """The loop IR of a VTA schedule, virtual threads injected: ``print(vta.lower(s, [A, B, C]))``."""
-    from kiln.driver.build_module import lower as tvm_lower
+    from kiln.build_module import lower as tvm_lower
 
     mod = tvm_lower(s, args, name=name)
     out = {}

@@ -21,7 +21,7 @@ N = 16
 def kernels():
     """add_one(x) -> y and scale(a, w) -> b = a * w, in one module."""
     from kiln import codegen
-    from kiln.driver.build_module import lower
+    from kiln.build_module import lower
     from kiln.ir.module import IRModule
     from kiln.te.lower import lower_to_primfunc
 

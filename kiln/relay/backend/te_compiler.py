@@ -224,7 +224,7 @@ class TECompiler:
     def build(self):
         """Run the TIR pipeline and code generation over every kernel; a runtime CompiledModule."""
         from kiln import codegen
-        from kiln.driver.build_module import lower
+        from kiln.build_module import lower
         from kiln.ir.module import IRModule
 
         if not self.lowered:
