@@ -9,6 +9,7 @@ names; `from pkg import name` counts `pkg.name` when that is a module, else `pkg
     python tools/import_cycles.py            # count and largest circle
     python tools/import_cycles.py -v         # every circle, with its members
     python tools/import_cycles.py --under kiln/runtime   # only circles touching that folder
+    python tools/import_cycles.py --tree /tmp/old        # another checkout (an old commit)
 """
 from __future__ import annotations
 
@@ -120,8 +121,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-v", "--verbose", action="store_true", help="list every circle's members")
     ap.add_argument("--under", help="only circles with a module under this folder (e.g. kiln/runtime)")
+    ap.add_argument("--tree", default=str(ROOT), help="the checkout to read (e.g. an old commit unpacked with "
+                    "git archive REV kiln | tar -x -C DIR)")
     args = ap.parse_args(argv)
-    found = circles()
+    found = circles(Path(args.tree) / "kiln")
     if args.under:
         prefix = args.under.strip("/").replace("/", ".")
         found = [c for c in found if any(m == prefix or m.startswith(prefix + ".") for m in c)]
