@@ -101,7 +101,9 @@ def test_project_types_and_standalone_firmware_has_no_transport(kws, tmp_path):
     module = relay.build(mod, target="c -mcpu=cortex-m3", params=params, runtime=Runtime("crt"), executor=EXECUTOR)
     template = tvm.micro.get_microtvm_template_projects("qemu-mps2-an385")
     standalone = tvm.micro.generate_project(template, module, tmp_path / "s")  # no system-lib: standalone
-    assert not hasattr(standalone, "transport") and hasattr(standalone, "run")
+    assert hasattr(standalone, "run")
+    with pytest.raises(KilnError, match="standalone firmware, which runs the model once .*'project_type': 'host_driven'"):
+        standalone.transport()
     hosted = tvm.micro.generate_project(template, module, tmp_path / "h", {"project_type": "host_driven"})
     assert hasattr(hosted, "transport")
     with pytest.raises(KilnError, match="project_type 'zephyr' is unknown"):

@@ -420,6 +420,11 @@ class GeneratedProject:
         if not os.path.exists(self.elf):
             raise KilnError("flash: build the project first (project.build())")
 
+    def transport(self):
+        raise KilnError("transport: this is standalone firmware, which runs the model once (project.run()); for a "
+                        "micro.Session generate the project with {'project_type': 'host_driven'} or build with "
+                        "Runtime('crt', {'system-lib': True})")
+
     def sizes(self) -> dict:
         """text/data/bss bytes of the firmware (arm-none-eabi-size): flash = text + data, RAM = data + bss."""
         if self.cpu is None:
