@@ -28,6 +28,7 @@ import tempfile
 from ..errors import CompileError, KilnError
 from ..ir import expr as E
 from ..ir.stmt import ForKind, PrimFunc
+from ..tir.math_expand import expand
 from . import lowered_functions
 from .c_family import CStylePrinter, Lang, _const_size
 
@@ -283,15 +284,11 @@ class CPrinter(CStylePrinter):
         if name in ("abs", "fabs"):
             x = self.expr(e.args[0])
             return f"(({x}) < 0 ? -({x}) : ({x}))"
-        if name == "sigmoid":
-            x = self.expr(e.args[0])
-            return f"(1.0{f} / (1.0{f} + exp{f}(-{x})))"
+        expanded = expand(e, ("sigmoid", "rsqrt", "exp10"))  # C99 has none of them
+        if expanded is not None and e.dtype.is_float:
+            return self.expr(expanded)
         if name in ("nearbyint", "rint", "round"):
             return f"rint{f}({self.expr(e.args[0])})"
-        if name == "rsqrt":
-            return f"(1.0{f} / sqrt{f}({self.expr(e.args[0])}))"
-        if name == "exp10":
-            return f"pow{f}(10.0{f}, {self.expr(e.args[0])})"
         if name == "popcount":
             return f"__builtin_popcountll((uint64_t){self.expr(e.args[0])})"
         if name == "clz":

@@ -13,6 +13,7 @@ import struct
 from ..errors import CompileError
 from ..ir import expr as E
 from ..tir.lanes import index_lane
+from ..tir.math_expand import expand
 
 _FLOAT_MATH = ("exp", "exp2", "exp10", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tan",
                "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "floor", "ceil",
@@ -228,11 +229,8 @@ class ExprPrinter:
             return self.select(*args)
         if name in ("abs", "fabs"):
             return f"{'fabs' if e.dtype.is_float else 'abs'}({self.expr(args[0])})"
-        if name == "sigmoid":
-            x = self.expr(args[0])
-            one = self.expr(E.const(1.0, e.dtype.element_of()) if e.dtype.lanes == 1 else
-                            E.Broadcast(E.const(1.0, e.dtype.element_of()), e.dtype.lanes, e.dtype))
-            return f"({one} / ({one} + exp(-{x})))"
+        if name == "sigmoid":  # no GPU language has it
+            return self.expr(expand(e))
         if name in ("isnan", "isinf", "isfinite"):
             return f"{name}({self.expr(args[0])})"
         if name in ("nearbyint", "rint", "round"):
