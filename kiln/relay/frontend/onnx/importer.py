@@ -2,7 +2,8 @@
 
 Initializers become Constants (``freeze_params=True``) or, for float tensors, function
 params returned in ``params`` (integer initializers stay constants). Shapes are static: every graph input needs a concrete shape (from the model or
-the ``shape`` argument). A node whose inputs are all constants is evaluated right away with
+the ``shape`` argument; a symbolic dim such as ``sequence`` takes the size a given input binds
+it to, so giving ``input_ids`` fixes ``attention_mask`` too). A node whose inputs are all constants is evaluated right away with
 the numpy reference executor, so shape-computing subgraphs (Shape -> Gather -> Concat ->
 Reshape) arrive at their consumers as constants.
 """
@@ -122,17 +123,64 @@ class _Importer:
             dtype = self.dtype.get(name, dtype)
         elif dtype is None or (dtype.startswith("float") and self.dtype):
             dtype = dtype or self.dtype
-        if name in self.shape:
-            dims = tuple(int(d) for d in self.shape[name])
-        else:
-            dims = []
-            for d in tt.shape.dim:
-                if not d.HasField("dim_value") or d.dim_value <= 0:
-                    raise ImportError_(f"from_onnx: input {name!r} has a dynamic dimension "
-                                       f"{d.dim_param or '?'}; pass shape={{{name!r}: (...)}}")
-                dims.append(d.dim_value)
-            dims = tuple(dims)
-        return var(name, shape=dims, dtype=dtype)
+        return var(name, shape=self.input_shapes[name], dtype=dtype)
+
+    def resolve_input_shapes(self, inputs) -> dict:
+        """{input name: static shape}: the model's dims, the ``shape`` argument where given, and
+        symbolic dims (``batch``, ``sequence``) bound by a given input that shares their name.
+        Every axis still unknown is listed in one error naming the input and the axis."""
+        declared = {}
+        for vi in inputs:
+            tt = vi.type.tensor_type
+            declared[vi.name] = ([d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None)
+                                  for d in tt.shape.dim] if tt.HasField("shape") else None)
+        unknown_names = [n for n in self.shape if n not in declared]
+        if unknown_names:
+            raise ImportError_(f"from_onnx: shape names {unknown_names}, which are not inputs of the model; "
+                               f"its inputs are {list(declared)}")
+        bound: dict = {}
+        for name, dims in declared.items():
+            if name not in self.shape:
+                continue
+            given = tuple(int(d) for d in self.shape[name])
+            if dims is not None and len(dims) != len(given):
+                raise ImportError_(f"from_onnx: shape[{name!r}] = {given} has {len(given)} axes; the model's "
+                                   f"input {name!r} has {len(dims)} ({self._spell(dims)})")
+            for axis, (d, g) in enumerate(zip(dims or (), given)):
+                if isinstance(d, int) and d != g:
+                    raise ImportError_(f"from_onnx: shape[{name!r}] = {given} sets axis {axis} to {g}; the model "
+                                       f"fixes it to {d} ({self._spell(dims)})")
+                if isinstance(d, str):
+                    bound.setdefault(d, g)
+        shapes, missing = {}, []
+        for name, dims in declared.items():
+            if name in self.shape:
+                shapes[name] = tuple(int(d) for d in self.shape[name])
+                continue
+            if dims is None:
+                missing.append(f"{name!r} (no shape at all)")
+                continue
+            out, open_axes = [], []
+            for axis, d in enumerate(dims):
+                value = d if isinstance(d, int) else bound.get(d)
+                if value is None:
+                    open_axes.append(f"axis {axis} ({d or 'unnamed'})")
+                out.append(value)
+            if open_axes:
+                missing.append(f"{name!r} {', '.join(open_axes)}")
+            shapes[name] = tuple(out)
+        if missing:
+            example = ", ".join(f"{n!r}: ({', '.join(str(d) if isinstance(d, int) else '...' for d in declared[n] or ['...'])})"
+                                for n in declared if n not in self.shape and
+                                (declared[n] is None or any(not isinstance(d, int) for d in declared[n])))
+            raise ImportError_(f"from_onnx: the model's inputs have dynamic axes kiln must know: {'; '.join(missing)}. "
+                               f"Pass shape={{{example}}} with the sizes to compile for (one build per size; "
+                               "docs/frontends.md, 'Dynamic axes')")
+        return shapes
+
+    @staticmethod
+    def _spell(dims) -> str:
+        return "[" + ", ".join(str(d) if d is not None else "?" for d in dims) + "]"
 
     def run(self, converters: dict):
         if self.opset < MIN_OPSET:
@@ -148,6 +196,8 @@ class _Importer:
                 v = var(name, shape=value.shape, dtype=dtype_of(value))
                 self.tensors[name] = v
                 self.params[name] = value
+        self.input_shapes = self.resolve_input_shapes([vi for vi in self.graph.input
+                                                       if vi.name not in self.initializers])
         for vi in self.graph.input:
             if vi.name not in self.initializers:
                 v = self.input_var(vi)
