@@ -22,6 +22,7 @@ the source for the exact device when NVRTC is there (runtime/devices/nvrtc.py), 
 
 from __future__ import annotations
 
+import base64
 import functools
 
 from ..errors import CompileError
@@ -328,10 +329,16 @@ def print_kernels(kernels, target) -> tuple[str, list[dict]]:
 
 def finish(device_code: dict, target) -> None:
     """The arch, and the PTX where NVRTC is here: compile errors show at build time, and the
-    device runs the module without NVRTC (the driver JIT-compiles the PTX)."""
+    device runs the module without NVRTC (the driver JIT-compiles the PTX). A target naming its
+    arch (``cuda -arch=sm_90``) also gets that chip's cubin, which a device of that arch loads
+    as is (no JIT at load)."""
     device_code["arch"] = _arch(target)
     if have_nvrtc():
         ptx_of(device_code)
+        if target.arch:
+            cubin = compile_source(device_code["source"], device_code["arch"], "cubin")
+            device_code["cubin"] = base64.b64encode(cubin).decode()
+            device_code["cubin_arch"] = device_code["arch"]
 
 
 def _arch(target) -> str:

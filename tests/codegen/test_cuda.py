@@ -68,6 +68,19 @@ def test_target_cuda_arch_keys_and_default():
         assert want == cg.DEFAULT_ARCH == "sm_80"
 
 
+def test_named_arch_carries_its_cubin():
+    """cuda -arch=sm_90: the device code carries that chip's cubin (an ELF image) beside the PTX;
+    a default-arch build carries the PTX only (its device's arch is not known at build time)."""
+    import base64
+
+    s, A, B = add_one(100)
+    code = tvm.build(s, [A, B], target="cuda -arch=sm_90", name="add_one").metadata["device_code"]
+    assert code["cubin_arch"] == "sm_90" and base64.b64decode(code["cubin"])[:4] == b"\x7fELF"
+    assert ".entry add_one_kernel" in code["ptx"]
+    code = tvm.build(s, [A, B], target="cuda", name="add_one").metadata["device_code"]
+    assert "cubin" not in code and "ptx" in code
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "90", "compute_90", "9.0"])
 def test_arch_spellings(arch):
     assert cg.normalize_arch(arch) in ("sm_80", "sm_90")
