@@ -123,6 +123,8 @@ def main() -> None:
         (out / f"{name}.onnx").write_bytes(model.SerializeToString())
         np.savez(out / f"{name}_inputs.npz", **inputs)
         print(f"{out / name}.onnx: {len(model.graph.node)} nodes")
+    model, _ = export("bert", "test", dynamo=True, opset=18)  # the other exporter (needs onnxscript)
+    (out / "bert_dynamo.onnx").write_bytes(model.SerializeToString())
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 The models are ``transformers`` BERT (padding mask), GPT-2 (causal mask), ViT (no mask) and
 Whisper's encoder with random weights, one layer of width 32, exported by ``torch.onnx.export``
+(TorchScript exporter; BERT also by the dynamo one)
 (tests/relay/data/transformers/, written by ``python bench/transformer_models.py``). Each must get
 exactly one nn.attention per layer from relay.build's passes on x86, and its output must match
 onnxruntime's; the op alone is checked against its float64 numpy reference for several CPUs.
@@ -19,13 +20,13 @@ from kiln.relay.analysis import op_calls
 from kiln.relay.transform import infer
 
 DATA = Path(__file__).parent / "data" / "transformers"
-MODELS = ["bert", "gpt2", "vit", "whisper"]
+MODELS = ["bert", "bert_dynamo", "gpt2", "vit", "whisper"]  # bert_dynamo: torch.onnx.export(dynamo=True)
 
 
 def _load(name):
     import onnx
 
-    inputs = dict(np.load(DATA / f"{name}_inputs.npz"))
+    inputs = dict(np.load(DATA / f"{name.split('_')[0]}_inputs.npz"))
     return onnx.load(str(DATA / f"{name}.onnx")), inputs
 
 
@@ -47,7 +48,7 @@ def test_attention_is_formed_and_matches_onnxruntime(name):
     assert not op_calls(fused["main"], ["nn.softmax"]), f"{name}: a softmax was left unfused"
     mask = calls[0].args[3].checked_type.shape
     # BERT: a padding mask over keys; GPT-2: the causal mask (a row per query); ViT, Whisper: none.
-    want = {"bert": 3, "gpt2": 3, "vit": 0, "whisper": 0}[name]
+    want = {"bert": 3, "bert_dynamo": 3, "gpt2": 3, "vit": 0, "whisper": 0}[name]
     assert len(mask) == want, f"{name}: mask shape {mask}"
     if name == "gpt2":
         assert int(mask[1]) == int(mask[2]), mask
