@@ -127,3 +127,7 @@ def main(name: str, argv=None) -> int:
     except RPCError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C / SIGINT before a service's own handler is in place (while it binds, or while
+        # asyncio starts): a stop, not a death by signal (exit status -2).
+        return 0 if name != "query" else 130
