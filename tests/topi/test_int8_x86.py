@@ -219,12 +219,12 @@ def test_onnxruntime_quantized_model_close_to_onnxruntime(tmp_path):
 
 @pytest.mark.parametrize("stride", [1, 2])
 def test_amx_tiles_exact(stride):
-    """-mcpu=sapphirerapids (AMX-INT8): convs with >= 16 input channels run on tdpbusd tiles
+    """-mcpu=sapphirerapids (AMX-INT8): convs with >= 128 input channels run on tdpbusd tiles
     (16-pixel rows of 32 channels here: two C tiles sharing each A load), exact; the kernel asks
     Linux for the tile state itself (kiln/runtime/amx.py)."""
     target = "llvm -mcpu=sapphirerapids"
     rng = np.random.default_rng(stride)
-    mod, inputs = conv_graph(rng, ic=32, oc=32, hw=17 if stride == 2 else 16, stride=stride, zx=129)
+    mod, inputs = conv_graph(rng, ic=128, oc=32, hw=17 if stride == 2 else 16, stride=stride, zx=129)
     lib = _build(mod, target)
     asm = lib.get_lib().get_source("asm")
     assert re.search(r"^\s*tdpbusd\s", asm, re.M) and "ldtilecfg" in asm and "tilerelease" in asm
@@ -240,7 +240,7 @@ def test_amx_tiles_exact(stride):
 
 def test_amx_can_be_turned_off():
     rng = np.random.default_rng(0)
-    mod, _ = conv_graph(rng, ic=32, oc=32, hw=16)
+    mod, _ = conv_graph(rng, ic=128, oc=32, hw=16)
     with tvm.transform.PassContext(opt_level=3, config={"relay.qnn.int8_amx": False}):
         lib = relay.build(mod, target="llvm -mcpu=sapphirerapids")
     asm = lib.get_lib().get_source("asm")
