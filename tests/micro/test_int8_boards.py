@@ -111,3 +111,46 @@ def test_quantized_onnx_model_on_the_board_matches_onnxruntime(fmt, template, cp
             steps = np.abs(got - run_ort(model, {"data": x})[0]) / out_scale
             worst = max(worst, float(steps.max()))
     assert worst <= 1 + 1e-3, worst
+
+
+def _requantize_reference(x, reals, zo):
+    """round-half-up(x * real) + zo with Python integers: (q, e) from math.frexp (kiln's own
+    quantize_multiplier is not used), ``floor((x q + 2**(s-1)) / 2**s)``, s = 31 - e."""
+    import math
+    out = np.empty(x.shape, np.int64)
+    for idx in np.ndindex(*x.shape):
+        m, e = math.frexp(float(reals[idx[-1]]))
+        q = int(m * 2 ** 31 + 0.5)
+        if q == 2 ** 31:
+            q, e = q // 2, e + 1
+        s = 31 - e
+        out[idx] = ((int(x[idx]) * q + (1 << (s - 1))) >> s) + zo
+    return np.clip(out, -128, 127).astype("int8")
+
+
+def test_per_channel_requantize_on_the_m4_is_a_shift_and_exact(tmp_path):
+    """A per-channel requantize (NHWC, channels last) on the M4F board: the rounding divide by 2**s
+    is an arithmetic shift, so the firmware calls no 64-bit division helper, and the outputs equal
+    the Python-integer reference."""
+    why = missing_arm_gcc() or missing_qemu()
+    if why:
+        pytest.skip(why)
+    import subprocess
+    from kiln.relay import qnn
+    rng = np.random.default_rng(3)
+    x = rng.integers(-(1 << 18), 1 << 18, size=(1, 4, 5, 6)).astype("int32")
+    x[0, 0, 0, :] = [-(1 << 31) + 7, (1 << 31) - 7, 0, -1, 1, -2]
+    si = np.array([0.5, 0.013, 2.5e-4, 0.0071, 1.7e-3, 3e-5], "float32")
+    body = qnn.op.requantize(relay.var("x", shape=x.shape, dtype="int32"), si, 0, np.float32(1.0), -3,
+                             axis=3, out_dtype="int8")
+    mod = tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(body), body))
+    lib = relay.build(mod, target="c -keys=arm_cpu -mcpu=cortex-m4",
+                      executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}))
+    project = micro.generate_project(micro.get_microtvm_template_projects("qemu-mps2-an386"), lib,
+                                     tmp_path / "fw", {"inputs": {"x": x}})
+    project.build()
+    dis = subprocess.run(["arm-none-eabi-objdump", "-d", project.elf], capture_output=True, text=True,
+                         check=True).stdout
+    assert "__aeabi_ldivmod" not in dis
+    got = next(iter(project.run()["outputs"].values()))
+    np.testing.assert_array_equal(got, _requantize_reference(x, si.astype(np.float64), -3))

@@ -1,7 +1,7 @@
 """CanonicalizeOps: every qnn op becomes integer relay ops that topi already computes.
 
 - requantize: int64 fixed point (fixed_point.py): ``x * q`` then a rounding shift, written with
-  multiply / add / a truncating divide by ``2**s`` of a numerator made non-negative (so each
+  multiply / add / a right shift by ``s`` of a numerator made non-negative (so each
   value is read once in a fused kernel), per channel where the scales are. Every target computes it this way (int64 exists on x86, AArch64, CUDA and OpenCL); scales
   known only at run time (DynamicQuantizeLinear) take float32 instead.
 - conv2d / dense / batch_matmul: the integer op on the raw int8/uint8 tensors with an int32
@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..expr import const
+from ..op import math_ops as fmath
 from ..op import nn as fnn
 from ..op import nn_norm as fnorm
 from ..op import nn_pool as fpool
@@ -89,21 +90,23 @@ def fixed_point(x64, real, rounding: str, axis: int, ndim: int):
         high = ft.divide(ft.add(ab, nudge), const(1 << 31, "int64"))  # truncates toward zero, as C
         if not np.any(right):
             return high, zero
-        pot = c(np.left_shift(1, right))
-        rem = ft.floor_mod(high, pot)  # == high & mask in two's complement
+        # floor_mod / floor_divide by 2**right as a mask and an arithmetic shift (same integers in
+        # two's complement): a per-channel divisor is a run-time 64-bit division on 32-bit cores
+        rem = fmath.bitwise_and(high, c(np.left_shift(1, right) - 1))
         threshold = ft.add(c(np.right_shift(np.left_shift(1, right) - 1, 1)),
                            ftf.cast(ft.less(high, const(0, "int64")), "int64"))
-        return ft.add(ft.floor_divide(high, pot), ftf.cast(ft.greater(rem, threshold), "int64")), zero
-    # floor((p + half) / 2**s) as a truncating divide of a non-negative numerator: |p| < 2**62,
-    # so adding 2**62 keeps it in int64, and p is referenced once (a floor division's select
-    # would repeat it, and fused chains of requantize would grow exponentially in TIR).
+        return ft.add(fmath.right_shift(high, c(right)), ftf.cast(ft.greater(rem, threshold), "int64")), zero
+    # floor((p + half) / 2**s) as a shift of a non-negative numerator: |p| < 2**62, so adding 2**62
+    # keeps it in int64, and p is referenced once (a floor division's select would repeat it, and
+    # fused chains of requantize would grow exponentially in TIR). A shift, not a divide: a
+    # per-channel 2**s is a run-time 64-bit division (__aeabi_ldivmod) on 32-bit cores.
     s = 31 - e
     p = ft.multiply(x64, c(q))
     bias = c(np.left_shift(1, s - 1) + (1 << 62))
     num = ft.add(p, bias)
     if rounding == "TONEAREST":  # ties away from zero: one less for negative products (sign of x)
         num = ft.subtract(num, ftf.cast(ft.less(x64, const(0, "int64")), "int64"))
-    return ft.divide(num, c(np.left_shift(1, s))), -along(np.left_shift(np.int64(1), 62 - s), axis, ndim)
+    return fmath.right_shift(num, c(s)), -along(np.left_shift(np.int64(1), 62 - s), axis, ndim)
 
 
 def _plus(expr, offset):
