@@ -90,13 +90,13 @@ def _reshape(a, x, t, ctx):
 def _clip(a, x, t, ctx):
     data = x[0]
     lo, hi = float(a.a_min), float(a.a_max)
-    if not str(data.dtype).startswith("float"):
+    if not str(data.dtype).startswith(("float", "bfloat")):
         info = np.iinfo(str(data.dtype))
         lo, hi = max(lo, info.min), min(hi, info.max)
         lo, hi = int(lo), int(hi)
     else:
-        finfo = np.finfo(str(data.dtype))
-        lo, hi = max(lo, float(finfo.min)), min(hi, float(finfo.max))  # no inf constants in TIR
+        top = 3.3895313892515355e38 if str(data.dtype) == "bfloat16" else float(np.finfo(str(data.dtype)).max)
+        lo, hi = max(lo, -top), min(hi, top)  # no inf constants in TIR
     return topi.nn.clip(data, lo, hi)
 
 
