@@ -281,3 +281,33 @@ def test_resnet18_bfloat16_ranking_and_error():
     rel = np.abs(got - want).max() / np.abs(want).max()
     print(f"ResNet-18 bfloat16: max relative error {rel:.2e}")
     assert 0 < rel <= 2.0 ** -5
+
+
+def test_bfloat16_depthwise_and_clip_within_bound():
+    """MobileNet's pieces in bfloat16: 1x1 conv, depthwise 3x3, clip(0, 6) (relu6), against float64.
+    Three bfloat16 roundings reach the output (the input cast, the 1x1 conv's output, the
+    depthwise output), each <= 2^-8 of a value bounded by M, the same network on |x| and |w|;
+    clip is 1-Lipschitz: |err| <= 3 * 2^-8 * M (+ float32 sums, 1e-6 M)."""
+    from kiln.topi import testing
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 16, 12, 12)).astype("float32")
+    w1 = rng.standard_normal((32, 16, 1, 1)).astype("float32")
+    w2 = rng.standard_normal((32, 1, 3, 3)).astype("float32")
+    data = relay.var("x", shape=x.shape)
+    y = relay.nn.conv2d(data, relay.const(w1), channels=32, kernel_size=(1, 1))
+    y = relay.nn.conv2d(y, relay.const(w2), padding=(1, 1), groups=32, channels=32, kernel_size=(3, 3))
+    f = to_mixed_precision(relay.Function([data], relay.clip(y, 0.0, 6.0)), "bfloat16")
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(tvm.IRModule.from_expr(f), target="llvm")
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu()))
+    m.set_input("x", x)
+    m.run()
+    got = m.get_output(0).numpy()
+
+    def net(a, k1, k2):
+        return testing.depthwise_conv2d_nchw_python(testing.conv2d_nchw_python(a, k1, 1, 0), k2, 1, 1)
+    x64, w1_64, w2_64 = x.astype("float64"), w1.astype("float64"), w2.astype("float64")
+    want = np.clip(net(x64, w1_64, w2_64), 0, 6)
+    mag = net(np.abs(x64), np.abs(w1_64), np.abs(w2_64))
+    assert np.all(np.abs(got - want) <= (3 * 2.0 ** -8 + 1e-6) * mag)
+    assert np.abs(got - want).max() > 0
