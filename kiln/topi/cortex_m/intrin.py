@@ -1,0 +1,102 @@
+"""Dot-product tensor intrinsics of Cortex-M cores, declared in TE.
+
+The pattern is ``c[j] += sum_k a[k] * b[j, k]`` (int8 x int8 -> int32) for ``j < rows``: one
+slice of the data (``a``, ``width`` contiguous bytes) against ``rows`` weight rows, so the data is
+loaded (and, for the DSP, sign-extended) once per ``rows`` accumulators.
+
+- ``dsp`` (Cortex-M4/M7/M33/M55, Armv7E-M DSP extension): width 4. A 32-bit word of 4 int8 splits
+  into two pairs of int16 with ``__sxtb16`` (bytes 0, 2) and ``__sxtb16`` of ``x`` rotated by 8 (bytes
+  1, 3); ``__smlad`` adds both products of a pair to the accumulator: 4 MACs in 2 instructions
+  plus the unpacking, against 4 ``mla`` plus 8 byte loads in plain C.
+- ``mve`` (Cortex-M55/M85, Helium): width 16, ``vmladavaq_s8(acc, vldrbq_s8(a), vldrbq_s8(b))``
+  (16 MACs summed into a scalar accumulator).
+
+The C printer (kiln/codegen/c.py) includes ``arm_acle.h`` / ``arm_mve.h`` when a function calls
+these and provides ``kiln_read_s32`` (an unaligned 32-bit load, which these cores allow).
+"""
+
+from __future__ import annotations
+
+from kiln import te
+from kiln.ir import expr as E
+from kiln.ir.dtype import dtype as _dt
+from kiln.ir.stmt import LetStmt, SeqStmt, decl_buffer
+
+# -mcpu -> the best int8 tier of the core (Arm's Technical Reference Manuals: the DSP extension
+# is part of the M4/M7, optional on the M33/M35P (enabled by the compilers' default for -mcpu),
+# and MVE integer on the M55/M85).
+_TIERS = {"cortex-m4": "dsp", "cortex-m7": "dsp", "cortex-m33": "dsp", "cortex-m35p": "dsp",
+          "cortex-m55": "mve", "cortex-m85": "mve"}
+WIDTH = {"dsp": 4, "mve": 16}
+
+
+def isa_tier(target) -> str | None:
+    """"mve", "dsp" or None (plain C loops) for a target's ``-mcpu``."""
+    if target is None:
+        return None
+    mcpu = getattr(target, "mcpu", None) or ""
+    if not mcpu:
+        attrs = getattr(target, "attrs", {}) or {}
+        mcpu = attrs.get("mcpu", "") or ""
+    return _TIERS.get(str(mcpu).lower())
+
+
+def _pure(dtype: str, name: str, *args):
+    return E.Call(_dt(dtype), "tir.call_pure_extern", (E.StringImm(name), *args))
+
+
+def _addr(buf, *idx):
+    return E.Call(_dt("handle"), "tir.address_of", (buf.vload(tuple(idx)),))
+
+
+def dot_intrin(tier: str, rows: int = 1):
+    """``c[j] += sum_k a[k] * b[j, k]``, ``j < rows``, ``k < WIDTH[tier]``, for the ``tier``."""
+    if tier not in WIDTH:
+        raise ValueError(f"cortex-m dot intrinsic: tier {tier!r} is not one of {sorted(WIDTH)}")
+    width = WIDTH[tier]
+    a = te.placeholder((width,), "int8", name="a")
+    b = te.placeholder((rows, width), "int8", name="b")
+    k = te.reduce_axis((0, width), name="k")
+    c = te.compute((rows,), lambda j: te.sum(a[k].astype("int32") * b[j, k].astype("int32"), axis=k), name="c")
+    # rows of b and the data are strided as the real tensors are; only the innermost is contiguous
+    binds = {a: decl_buffer(a.shape, a.dtype, name="A", offset_factor=1),
+             b: decl_buffer(b.shape, b.dtype, name="B", offset_factor=1, strides=[te.var("ldb"), 1]),
+             c: decl_buffer(c.shape, c.dtype, name="C", offset_factor=1)}
+
+    def fintrin(ins, outs):
+        A, B = ins
+        (C,) = outs
+        zero = E.const(0, "int32")
+        if tier == "dsp":
+            lo, hi = E.Var("a_lo", _dt("int32")), E.Var("a_hi", _dt("int32"))
+
+            def dot(j, acc):
+                w = E.Var("w", _dt("int32"))
+                wl = _pure("int32", "__sxtb16", w)
+                wh = _pure("int32", "__sxtb16", _pure("int32", "kiln_ror32", w, E.const(8, "int32")))
+                return w, _pure("int32", "__smlad", hi, wh, _pure("int32", "__smlad", lo, wl, acc))
+
+            def rows_of(acc_of):
+                stmts = []
+                for j in range(rows):
+                    w, value = dot(j, acc_of(j))
+                    stmts.append(LetStmt(w, _pure("int32", "kiln_read_s32", _addr(B, j, 0)), C.vstore((j,), value)))
+                word = _pure("int32", "kiln_read_s32", _addr(A, 0))
+                body = SeqStmt(tuple(stmts)) if rows > 1 else stmts[0]
+                return LetStmt(lo, _pure("int32", "__sxtb16", word),
+                               LetStmt(hi, _pure("int32", "__sxtb16", _pure("int32", "kiln_ror32", word,
+                                                                             E.const(8, "int32"))), body))
+        else:
+            def rows_of(acc_of):
+                va = _pure("handle", "vldrbq_s8", _addr(A, 0))
+                stmts = [C.vstore((j,), _pure("int32", "vmladavaq_s8", acc_of(j), va,
+                                              _pure("handle", "vldrbq_s8", _addr(B, j, 0)))) for j in range(rows)]
+                return SeqStmt(tuple(stmts)) if rows > 1 else stmts[0]
+
+        reset = SeqStmt(tuple(C.vstore((j,), zero) for j in range(rows))) if rows > 1 else C.vstore((0,), zero)
+        return rows_of(lambda j: zero), reset, rows_of(lambda j: C.vload((j,)))
+
+    return te.decl_tensor_intrin(c.op, fintrin, name=f"cortex_m_{tier}_dot_{rows}", binds=binds)
+
+
+__all__ = ["dot_intrin", "isa_tier", "WIDTH"]
