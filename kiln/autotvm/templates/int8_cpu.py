@@ -3,8 +3,8 @@
 
 The workload is the op's five inputs (data, packed weight, bias, multiplier, shift) and its
 attributes as (name, value) pairs (``cpu_int8.workload_attrs``), so a task computes exactly the
-kernel relay.build deploys. The knob is the register tile: ``tile_ow`` (pixels of a row, every
-divisor of the row up to 16) for the convs, ``tile_m`` (rows, divisors up to 8) for dense. The
+kernel relay.build deploys. The knobs are the register tile: ``tile_ow`` (pixels of a row, every
+divisor of the row up to 16) and ``oc_chunks`` (output blocks, 1 or 2) for the convs, ``tile_m`` (rows, divisors up to 8) for dense. The
 untuned tile (``default_tile_ow``, ``tile_width(m, 4)``) is one of the candidates and the declared
 default, so tuning measures it first and never ends slower. AMX convs have no knob (one value).
 """
@@ -51,6 +51,8 @@ def _register(family: str) -> dict:
             _space(cfg, "tile_ow", [0], 0)
         else:
             _space(cfg, "tile_ow", k.tile_candidates(ow), k.default_tile_ow(ow, lanes))
+            blocks = _ints(weight.shape)[0]
+            _space(cfg, "oc_chunks", [1, 2] if blocks % 2 == 0 else [1], k.default_chunks(blocks, attrs["tier"]))
         out = cpu_int8.compute_from_workload("nn.contrib_conv2d_int8", (data, weight, bias, mult, shift),
                                              attr_pairs, untuned(cfg))
         _flop(cfg, out, _ints(weight.shape))

@@ -466,7 +466,7 @@ def _conv_compute(a, x, t, ctx):
         acc = conv2d_int8_amx_acc(padded, w, (oh, ow), tuple(a.strides), tuple(a.dilation))
     else:
         acc = k.conv2d_int8_acc(data, w, tuple(a.strides), tuple(a.padding), tuple(a.dilation), a.pad_value,
-                                a.tier, tile_ow=knob(ctx.cfg, "tile_ow", None))
+                                a.tier, tile_ow=knob(ctx.cfg, "tile_ow", None), oc_chunks=knob(ctx.cfg, "oc_chunks", None))
     return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding)
 
 

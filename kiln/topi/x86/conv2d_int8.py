@@ -59,7 +59,8 @@ def block_for(channels: int, lanes: int) -> int:
 
 # -- compute -------------------------------------------------------------------------------------
 
-def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, tier: str, tile_ow=None):
+def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, tier: str, tile_ow=None,
+                    oc_chunks=None):
     """int32 NCHW[L]c accumulators of a u8 NCHW[ib]c data and a packed kernel (module doc);
     ``tile_ow``: the register tile's pixels (a tuning knob; default ``default_tile_ow``)."""
     n, cc, h, w, ib = (int(d) for d in data.shape)
@@ -96,13 +97,21 @@ def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, ti
                           axis=[rco, ry, rx, rcq, r4])
     return te.compute((n, occ, oh, ow, lanes), fconv, name="conv2d_int8", tag=CONV_TAG,
                       attrs={"tier": tier, "lanes": lanes, "dtypes": (str(data.dtype), str(kernel.dtype)),
-                             "tile": int(tile_ow or default_tile_ow(ow, lanes))})
+                             "tile": int(tile_ow or default_tile_ow(ow, lanes)),
+                             "chunks": int(oc_chunks or default_chunks(occ, tier))})
 
 
 def default_tile_ow(width: int, lanes: int) -> int:
     """The untuned register tile: the widest divisor of the row up to 8 pixels (zmm: 8 accumulators
     of 32 registers) or 6 (ymm/xmm: 16 registers)."""
     return tile_width(width, 8 if lanes >= 16 else 6)
+
+
+def default_chunks(blocks: int, tier: str) -> int:
+    """Output blocks per register tile, untuned: 2 for vpdpbusd (each broadcast of 4 data bytes
+    then feeds two products; 2 x 8 accumulators fit 32 zmm, 2 x 6 fit 16 ymm), else 1 (the
+    vpmaddubsw sequence needs its own temporaries)."""
+    return 2 if tier == "vnni" and blocks % 2 == 0 else 1
 
 
 def tile_candidates(width: int, most: int = 16) -> list:
@@ -246,10 +255,15 @@ def schedule_conv2d_int8(outs, cfg=None):
     out = outs[0]
     acc = _find(out, CONV_TAG)
     _inline_between(s, out, acc)
-    tier = acc.op.attrs["tier"]
+    tier, chunks = acc.op.attrs["tier"], acc.op.attrs.get("chunks", 1)
     n, c, y, x, b = s[out].op.axis
     xo, xi = s[out].split(x, factor=acc.op.attrs["tile"])
-    s[out].reorder(n, c, y, xo, xi, b)
+    if chunks > 1:  # the tile spans `chunks` output blocks: each data broadcast feeds all of them
+        c, ci = s[out].split(c, factor=chunks)
+        s[out].reorder(n, c, y, xo, ci, xi, b)
+        s[out].unroll(ci)
+    else:
+        s[out].reorder(n, c, y, xo, xi, b)
     s[out].vectorize(b)
     s[out].unroll(xi)
     s[out].parallel(s[out].fuse(n, c, y))
@@ -257,7 +271,12 @@ def schedule_conv2d_int8(outs, cfg=None):
     an, ac, ay, ax, ab = s[acc].op.axis
     red = s[acc].op.reduce_axis
     rco, ry, rx, rcq, *inner = red
-    if tier == "neon":  # no dot product: int32 lanes, LLVM widens and multiplies
+    if chunks > 1 and tier != "neon":
+        s[acc].reorder(an, ay, rco, ry, rx, rcq, ax, ac, ab, *inner)
+        s[acc].unroll(ax)
+        s[acc].unroll(ac)
+        s[acc].tensorize(ab, intrin_for(acc))
+    elif tier == "neon":  # no dot product: int32 lanes, LLVM widens and multiplies
         s[acc].reorder(an, ac, ay, rco, ry, rx, rcq, ax, *inner, ab)
         s[acc].unroll(ax)
         for r in inner:
