@@ -62,32 +62,48 @@ def read_shim(lib: ctypes.CDLL) -> bytes | None:
 
 def shipped_shim() -> str | None:
     """The shim of this runtime package (kiln_runtime/host/libkiln_dnnl.so), if it has one."""
-    for d in Path(__file__).resolve().parents[3:4]:
-        path = d / "host" / "libkiln_dnnl.so"
-        if path.is_file():
-            return str(path)
-    return None
+    path = Path(__file__).resolve().parents[3] / "host" / "libkiln_dnnl.so"
+    return str(path) if path.is_file() else None
+
+
+def _shim_file(blob: bytes) -> str:
+    """A file holding ``blob`` (the kiln cache directory, else the temp directory), named by its
+    hash; a file of that name with other bytes is written again, never trusted."""
+    name = f"kiln-dnnl-{hashlib.sha256(blob).hexdigest()[:16]}.so"
+    cache = os.environ.get("KILN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kiln")
+    for folder in ([cache] if cache not in ("off", "") else []) + [tempfile.gettempdir()]:
+        so = os.path.join(folder, name)
+        try:
+            with open(so, "rb") as f:
+                if f.read() == blob:
+                    return so
+        except OSError:
+            pass
+        try:
+            os.makedirs(folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+            os.replace(tmp, so)
+            return so
+        except OSError:
+            continue
+    raise KilnError(f"cannot write the library's oneDNN shim to {cache} or {tempfile.gettempdir()}: "
+                    "set KILN_CACHE_DIR to a writable folder")
 
 
 def dnnl_shim(blob: bytes | None = None) -> ctypes.CDLL:
     """The shim a library carried (``blob``), else the one this runtime package ships; loaded
     once per content. Never compiled here."""
     if blob:
-        cache = os.environ.get("KILN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kiln")
-        if cache in ("off", ""):
-            cache = tempfile.gettempdir()
-        os.makedirs(cache, exist_ok=True)
-        so = os.path.join(cache, f"kiln-dnnl-{hashlib.sha256(blob).hexdigest()[:16]}.so")
-        if not os.path.exists(so):
-            fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-            os.replace(tmp, so)
+        so = _shim_file(blob)
     else:
         so = shipped_shim()
         if so is None:
             raise KilnError("this library's oneDNN subgraphs came without their runtime (the oneDNN shim): "
-                            "export the library again with this kiln version, which links it in")
+                            "export the library again with this kiln version, which embeds it, or use a "
+                            "runtime package built where oneDNN is installed (it ships kiln_runtime/host/"
+                            "libkiln_dnnl.so)")
     lib = _loaded.get(so)
     if lib is not None:
         return lib
