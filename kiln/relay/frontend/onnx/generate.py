@@ -142,7 +142,18 @@ def _compress(ctx, ins, attrs):
     return tf.take(x, const(keep), axis=axis)
 
 
-CONVERTERS = {
+def _reverse_sequence(ctx, ins, attrs):
+    x, lens = ins[0], ins[1]
+    shape = ctx.shape_of(x)
+    t_axis, b_axis = attrs.get("time_axis", 0), attrs.get("batch_axis", 1)
+    steps = shape[t_axis]
+    t = const(np.arange(steps, dtype="int64").reshape([steps if a == t_axis else 1 for a in range(len(shape))]))
+    n = tf.reshape(tf.cast(lens, "int64"), [shape[b_axis] if a == b_axis else 1 for a in range(len(shape))])
+    src = tensor.where(tensor.less(t, n), tensor.subtract(tensor.subtract(n, const(np.array(1, "int64"))), t), t)
+    return tf.gather(x, t_axis, tf.broadcast_to(src, shape))
+
+
+CONVERTERS = {"ReverseSequence": _reverse_sequence,
     "CenterCropPad": _center_crop_pad, "HannWindow": _window("hann"), "HammingWindow": _window("hamming"),
     "BlackmanWindow": _window("blackman"), "EyeLike": _eye_like, "OneHot": _one_hot,
     "DepthToSpace": _depth_to_space, "SpaceToDepth": _space_to_depth, "BitCast": _bit_cast, "CumProd": _cumprod,

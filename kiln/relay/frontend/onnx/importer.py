@@ -27,6 +27,8 @@ from .quantized import DOMAIN_OPS  # onnxruntime's com.microsoft quantized ops
 # read the attributes and inputs that moved between versions (Clip bounds, Slice/Pad/Split/
 # Squeeze/Reduce axes) and fail naming the feature they lack.
 MIN_OPSET = 7
+# Ops whose definition has not changed since opset 1: models of only these import at any opset.
+OPSET_STABLE = frozenset({"Not"})
 
 
 class ImportError_(FileFormatError):
@@ -183,7 +185,7 @@ class _Importer:
         return "[" + ", ".join(str(d) if d is not None else "?" for d in dims) + "]"
 
     def run(self, converters: dict):
-        if self.opset < MIN_OPSET:
+        if self.opset < MIN_OPSET and not all(n.op_type in OPSET_STABLE for n in self.graph.node):
             raise ImportError_(f"from_onnx: opset {self.opset} is not supported; kiln imports opset 7 and newer "
                                "(convert the model with onnx.version_converter)")
         self.check_supported(converters)

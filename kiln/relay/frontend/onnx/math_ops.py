@@ -51,7 +51,13 @@ def _softplus(ctx, x):
 
 
 def _mish(ctx, ins, attrs):
-    return tensor.multiply(ins[0], tensor.tanh(_softplus(ctx, ins[0])))
+    # tanh(softplus(x)) = n (n + 2) / (n (n + 2) + 2) with n = e^x: one exp, no log or tanh (the
+    # nested form makes a fused kernel whose expression takes minutes to compile); x is capped
+    # at 20, where the ratio is 1 in float, so e^x does not overflow to inf / inf
+    x = ins[0]
+    n = tensor.exp(tensor.minimum(x, _c(ctx, x, 20.0)))
+    m = tensor.multiply(n, tensor.add(n, _c(ctx, x, 2.0)))
+    return tensor.multiply(x, tensor.divide(m, tensor.add(m, _c(ctx, x, 2.0))))
 
 
 def _swish(ctx, ins, attrs):

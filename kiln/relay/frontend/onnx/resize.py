@@ -211,4 +211,13 @@ def convert_resize(ctx, ins, attrs):
     return _general(ctx, x, shape, out, scale, box, attrs)
 
 
-CONVERTERS = {"Resize": convert_resize}
+def convert_upsample(ctx, ins, attrs):
+    """Upsample (opset 7-9, deprecated): Resize with asymmetric coordinates, nearest rounding down."""
+    scales = ins[1] if len(ins) > 1 else const(np.asarray(attrs["scales"], dtype="float32"))
+    ctx.opset = max(ctx.opset, 11)  # read as the Resize that replaced it
+    mode = attrs.get("mode", "nearest")
+    return convert_resize(ctx, [ins[0], None, scales], {"mode": mode, "coordinate_transformation_mode": "asymmetric",
+                                                        "nearest_mode": "floor"})
+
+
+CONVERTERS = {"Resize": convert_resize, "Upsample": convert_upsample}

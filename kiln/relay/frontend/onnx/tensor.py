@@ -119,6 +119,15 @@ def _pad(ctx, ins, attrs):
     if any(lo < 0 or hi < 0 for lo, hi in width):
         ctx.fail("negative pads (cropping) are not supported")
     mode = attrs.get("mode", "constant")
+    if mode == "wrap":  # periodic: the end of the axis before it, its start after it
+        for a, (lo, hi) in enumerate(width):
+            dim = ctx.shape_of(x)[a]
+            if lo > dim or hi > dim:
+                ctx.fail(f"wrap padding of ({lo}, {hi}) on an axis of {dim}: at most one period each side")
+            parts = ([tf.strided_slice(x, [dim - lo], [dim], axes=[a])] if lo else []) + [x] + \
+                ([tf.strided_slice(x, [0], [hi], axes=[a])] if hi else [])
+            x = tf.concatenate(parts, a) if len(parts) > 1 else x
+        return x
     return nn_ops.pad(x, width, value, {"constant": "constant", "edge": "edge", "reflect": "reflect"}.get(mode, mode))
 
 

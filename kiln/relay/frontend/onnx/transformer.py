@@ -1,4 +1,5 @@
-"""The opset-23 transformer ops: Attention, RMSNormalization, RotaryEmbedding.
+"""The opset-23+ sequence-model ops: Attention, RMSNormalization, RotaryEmbedding, TensorScatter
+(a KV-cache write), CausalConvWithState (a depthwise causal conv1d carrying its state).
 
 Attention is written as plain relay ops (scale, batch_matmul, mask add, softmax, batch_matmul),
 the pattern the attention fusion looks for; grouped-query heads repeat each K/V head, a KV
@@ -157,4 +158,52 @@ def _rotary(ctx, ins, attrs):
     return tf.reshape(rotated, shape)
 
 
-CONVERTERS = {"Attention": _attention, "RMSNormalization": _rms_norm, "RotaryEmbedding": _rotary}
+def _tensor_scatter(ctx, ins, attrs):
+    cache, update = ins[0], ins[1]
+    where = ins[2] if len(ins) > 2 else None
+    shape, ushape = ctx.shape_of(cache), ctx.shape_of(update)
+    rank = len(shape)
+    axis = attrs.get("axis", -2) % rank
+    if axis == 0:
+        ctx.fail("attribute axis must not be the batch axis 0")
+    length, seq = shape[axis], ushape[axis]
+    # the update position each cache position takes: p - write_index[batch] (mod length if circular)
+    pos = const(np.arange(length, dtype="int64").reshape([length if a == axis else 1 for a in range(rank)]))
+    start = tf.reshape(tf.cast(where, "int64"), [shape[0]] + [1] * (rank - 1)) if where is not None else \
+        const(np.zeros([1] * rank, "int64"))
+    src = tensor.subtract(pos, start)
+    if attrs.get("mode", "linear") == "circular":
+        src = tensor.floor_mod(src, const(np.array(length, "int64")))
+    hit = tensor.logical_and(tensor.greater_equal(src, const(np.array(0, "int64"))),
+                             tensor.less(src, const(np.array(seq, "int64"))))
+    full = tuple(ushape[:axis]) + (length,) + tuple(ushape[axis + 1:])
+    safe = tf.broadcast_to(tensor.minimum(tensor.maximum(src, const(np.array(0, "int64"))),
+                                          const(np.array(max(seq - 1, 0), "int64"))), full)
+    return tensor.where(tf.broadcast_to(hit, full), tf.gather(update, axis, safe), cache)
+
+
+def _causal_conv(ctx, ins, attrs):
+    from .nn import CONVERTERS as NN
+    x, w = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    past = ins[3] if len(ins) > 3 else None
+    n, c, _ = ctx.shape_of(x)
+    k = ctx.shape_of(w)[2]
+    dtype = ctx.type_of(x).dtype
+    if past is None:
+        past = const(np.zeros((n, c, k - 1), dtype))
+    padded = tf.concatenate([past, x], 2) if k > 1 else x
+    conv_ins = [padded, w] + ([bias] if bias is not None else [])
+    out = NN["Conv"](ctx, conv_ins, {"group": c, "kernel_shape": [k], "pads": [0, 0], "strides": [1]})
+    act = attrs.get("activation", "none")
+    if act in ("silu", "swish"):
+        out = tensor.multiply(out, tensor.sigmoid(out))
+    elif act != "none":
+        ctx.fail(f"attribute activation={act!r} must be 'none', 'silu' or 'swish'")
+    total = ctx.shape_of(padded)[2]
+    state = tf.strided_slice(padded, [total - (k - 1)], [total], axes=[2])
+    return [out, state]
+
+
+CONVERTERS = {"Attention": _attention, "RMSNormalization": _rms_norm, "RotaryEmbedding": _rotary,
+              "TensorScatter": _tensor_scatter, "CausalConvWithState": _causal_conv}
