@@ -62,8 +62,13 @@ def cmd_search(args):
     env = vta.get_env()
     rng = np.random.default_rng(0)
     rhos, gaps, speedups = [], [], []
-    for shape in SEARCH_LAYERS[:args.layers]:
+    layers = SEARCH_LAYERS[:args.layers]
+    if args.full_size:  # one ResNet-18 layer at full size, tiles of whole output rows (w = 28)
+        layers = [top.ConvShape(1, 128, 28, 28, 128, 3, 3, 1, 1)]
+    for shape in layers:
         tiles = search.space(env, shape, max_points=args.max_points)
+        if args.full_size:
+            tiles = [t for t in tiles if t.w == shape.ow]
         t0 = time.perf_counter()
         costs = [search.cost(env, shape, t) for t in tiles]
         pick = tiles[int(np.argmin(costs))]
@@ -71,6 +76,11 @@ def cmd_search(args):
         t0 = time.perf_counter()
         cycles = [run_layer(env, shape, t, rng, check=False)[0]["cycles"] for t in tiles]
         exhaustive_s = time.perf_counter() - t0
+        if args.save:
+            import json
+            with open(args.save, "a") as out:
+                out.write(json.dumps({"shape": list(shape.__dict__.values()), "env": env.export(),
+                                      "tiles": [list(t.__dict__.values()) for t in tiles], "cycles": cycles}) + "\n")
         rho = search.spearman(costs, cycles)
         got, best = cycles[tiles.index(pick)], min(cycles)
         rhos.append(rho)
@@ -170,6 +180,8 @@ def main():
     p = sub.add_parser("search")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--max-points", type=int, default=None)
+    p.add_argument("--full-size", action="store_true", help="ResNet-18's 128x28x28 3x3 conv, whole-row tiles")
+    p.add_argument("--save", default="", help="append each layer's tiles and measured cycles to this JSON-lines file")
     p = sub.add_parser("resnet")
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--layers", type=int, default=len(RESNET18))

@@ -3,11 +3,12 @@ over hardware configurations. Nothing here runs the simulators.
 
 For a conv layer and a ``top.Tile`` the model counts what the schedule in top.py issues:
 per output tile and input-channel step, an input tile (with its halo, once per virtual thread,
-as each thread keeps a private copy) and a weight tile over the DMA port, and
-``co*h*w*ci*kh*kw`` GEMM blocks; then the reset, the 3-op ALU chain and the STORE. With one
-thread, a step's loads wait for the previous step's GEMMs (same buffers), so load and compute
-add; with two or more, one thread's loads overlap another's GEMMs, so the step costs the larger
-of the two. Tiles that do not fit an SRAM are pruned before costing (``fits``).
+as each thread keeps a private copy) and a weight tile over the DMA port, one DMA latency per
+2-D LOAD, and ``co*h*w*ci*kh*kw`` GEMM blocks; then the reset, the 3-op ALU chain and the
+STOREs. With one thread, a step's loads wait for the previous step's GEMMs (same buffers), so
+load and compute add; with two or more, the threads alternate, one loading while another
+computes, so after the first load each thread-step costs the larger of the two. Tiles that do
+not fit an SRAM are pruned before costing (``fits``).
 """
 
 from __future__ import annotations
@@ -63,20 +64,27 @@ def cost(env, shape: ConvShape, tile: Tile) -> float:
     bw, lat = env.DMA_BYTES_PER_CYCLE, env.DMA_LATENCY
     ob, ib = shape.o // env.BLOCK_OUT, shape.c // env.BLOCK_IN
     tiles = (ob // tile.co) * (shape.oh // tile.h) * (shape.ow // tile.w) * (shape.n // env.BATCH)
+    if not tiles:
+        return math.inf
     steps = ib // tile.ci
     hin = (tile.h - 1) * shape.stride + shape.kh
     win = (tile.w - 1) * shape.stride + shape.kw
     vt = tile.vthreads
     inp_bytes = vt * tile.ci * hin * win * env.INP_ELEM_BYTES
     wgt_bytes = tile.co * tile.ci * shape.kh * shape.kw * env.WGT_ELEM_BYTES
-    n_loads = vt * (tile.ci * hin + 1)  # roughly one 2-D LOAD per input row band, one for weights
-    load = (inp_bytes + wgt_bytes) / bw + lat
+    # per thread and step: one 2-D LOAD per input-channel block, one for the weights; the load
+    # module waits out each one's latency
+    load = (inp_bytes + wgt_bytes) / bw + vt * (tile.ci + 1) * lat
     gemm = tile.co * tile.h * tile.w * tile.ci * shape.kh * shape.kw + vt * GEMM_FILL
-    step = max(load, gemm) + lat / 2 if vt > 1 else load + gemm
+    if vt == 1:  # the next step's loads overwrite the tiles this step's GEMMs read
+        body = steps * (load + gemm)
+    else:  # threads alternate: one loads while another computes, after the first load
+        lt, gt = load / vt, gemm / vt
+        body = lt + (steps * vt - 1) * max(lt, gt) + gt
     blocks = tile.co * tile.h * tile.w
-    epilogue = blocks * (1 + 3) + vt * (GEMM_FILL + 3 * ALU_FILL) + blocks * env.OUT_ELEM_BYTES / bw + lat
-    fetch = (n_loads * steps + 8 * vt) * 16 / bw
-    return tiles * (steps * step + epilogue + fetch / tiles) if tiles else math.inf
+    stores = vt * (1 if tile.w == shape.ow else tile.co // vt)  # whole rows store as one 2-D STORE
+    epilogue = blocks * (1 + 3) + vt * (GEMM_FILL + 3 * ALU_FILL) + blocks * env.OUT_ELEM_BYTES / bw + stores * lat
+    return tiles * (body + epilogue)
 
 
 def best(env, shape: ConvShape, tiles=None) -> tuple[Tile, float]:
