@@ -80,18 +80,16 @@ class AOTPlan:
         self._plan_arena()
 
     def _plan_arena(self) -> None:
+        """Offsets of the intermediate tensors in one static arena (aot_memory_plan.py)."""
+        from .aot_memory_plan import lifetimes, peak_live_bytes, plan_offsets
+
         io = {e for _, e in self.inputs} | {e for _, e in self.outputs} | {e for _, e in self.consts}
-        sizes: dict = {}
-        for eid in range(self.row[-1]):
-            if eid in io:
-                continue
-            sizes[self.sid[eid]] = max(sizes.get(self.sid[eid], 0), _nbytes(self.shape[eid], self.dtype[eid]))
-        self.offset, top = {}, 0
-        for sid in sorted(sizes):
-            top = (top + self.align - 1) // self.align * self.align
-            self.offset[sid] = top
-            top += sizes[sid]
-        self.workspace_size = (top + self.align - 1) // self.align * self.align
+        live = lifetimes(self.g, self.row, io, lambda e: _nbytes(self.shape[e], self.dtype[e]))
+        eids = sorted(live)
+        offsets, self.workspace_size = plan_offsets([live[e] for e in eids], self.align)
+        self.offset = dict(zip(eids, offsets))  # entry id -> byte offset in the arena
+        self.lifetimes = live
+        self.peak_live_bytes = peak_live_bytes(list(live.values()))
         self.constant_size = sum(_nbytes(self.shape[e], self.dtype[e]) for _, e in self.consts)
         self.io_role = {e: f"inputs->{c_ident(n)}" for n, e in self.inputs}
         self.io_role.update({e: f"outputs->{n}" for n, e in self.outputs})
@@ -100,7 +98,7 @@ class AOTPlan:
     def ptr(self, eid: int) -> str:
         if eid in self.io_role:
             return self.io_role[eid]
-        return f"({self.prefix}_workspace + {self.offset[self.sid[eid]]})"
+        return f"({self.prefix}_workspace + {self.offset[eid]})"
 
     # -- the C ----------------------------------------------------------------------------------
     def header(self) -> str:

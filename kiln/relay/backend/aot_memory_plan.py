@@ -1,0 +1,80 @@
+"""Static memory plan of the AOT arena: an offset for every intermediate tensor.
+
+The AOT run function calls the kernels in graph order. An intermediate tensor is live from the
+node that writes it to the last node that reads it (both included: a kernel never writes over a
+tensor it is reading, so no in-place reuse across a kernel's own inputs and outputs). Two
+tensors may share bytes when their lifetimes are disjoint.
+
+``plan_offsets`` places the tensors largest first, each at the lowest aligned offset where it
+overlaps no placed tensor whose lifetime meets its own (first fit over the gaps between those
+tensors, sorted by offset). The arena is the highest end. ``peak_live_bytes`` is the lower bound
+any plan must reach: the largest sum of the sizes of tensors live at one node.
+
+The graph executor's planner (memory_plan.py) shares whole buffers between tensors (a storage
+id, sized by the largest tensor it ever holds); offsets let a large tensor's bytes hold two
+smaller ones at once, which is what a microcontroller's RAM wants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Live:
+    """A tensor of ``size`` bytes live from node ``first`` to node ``last`` (inclusive)."""
+
+    first: int
+    last: int
+    size: int
+
+
+def _up(x: int, align: int) -> int:
+    return (x + align - 1) // align * align
+
+
+def plan_offsets(tensors: list, align: int = 16) -> tuple[list, int]:
+    """(offset of each tensor, arena bytes); offsets are multiples of ``align``."""
+    order = sorted(range(len(tensors)), key=lambda i: (-tensors[i].size, tensors[i].first, i))
+    offsets = [0] * len(tensors)
+    placed: list = []  # indices already given an offset
+    arena = 0
+    for i in order:
+        t = tensors[i]
+        busy = sorted((offsets[j], offsets[j] + tensors[j].size) for j in placed
+                      if tensors[j].first <= t.last and t.first <= tensors[j].last)
+        at = 0
+        for lo, hi in busy:
+            if at + t.size <= lo:
+                break
+            at = max(at, _up(hi, align))
+        offsets[i] = at
+        placed.append(i)
+        arena = max(arena, at + t.size)
+    return offsets, _up(arena, align)
+
+
+def peak_live_bytes(tensors: list) -> int:
+    """The largest sum of sizes of the tensors live at one node."""
+    if not tensors:
+        return 0
+    nodes = range(min(t.first for t in tensors), max(t.last for t in tensors) + 1)
+    return max(sum(t.size for t in tensors if t.first <= n <= t.last) for n in nodes)
+
+
+def lifetimes(graph: dict, row: list, skip: set, nbytes) -> dict:
+    """{entry id: Live} of the graph's intermediate entries (those not in ``skip``: inputs,
+    outputs, constants), from graph JSON nodes in execution order; ``nbytes(eid)`` sizes one."""
+    first, last = {}, {}
+    for nid, node in enumerate(graph["nodes"]):
+        if node["op"] != "tvm_op":
+            continue
+        for i, k, *_ in node["inputs"]:
+            eid = row[i] + k
+            last[eid] = nid
+        for eid in range(row[nid], row[nid + 1]):
+            first.setdefault(eid, nid)
+    return {e: Live(first[e], max(first[e], last.get(e, first[e])), nbytes(e)) for e in first if e not in skip}
+
+
+__all__ = ["Live", "plan_offsets", "peak_live_bytes", "lifetimes"]
