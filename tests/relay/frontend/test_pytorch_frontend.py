@@ -206,3 +206,44 @@ def test_more_ops_match_torch():
         want = [w.numpy() for w in model(x, y)]
     mod, params = relay.frontend.from_pytorch(traced, [("x", (2, 3, 5, 5)), ("y", ([2, 6], "float32"))])
     _check(run_reference(mod, params, {"x": x.numpy(), "y": y.numpy()}), want)
+
+
+class TinyDecoder(nn.Module):
+    """The aten ops of BERT/GPT-2 traces (issue 32): embedding, arange position ids, cumsum over
+    a mask, comparisons and &, gather, one-tensor index, new_ones, diff, and
+    scaled_dot_product_attention with a causal flag and with a boolean mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(30, 16)
+        self.pos = nn.Embedding(12, 16)
+        self.qkv = nn.Linear(16, 48)
+
+    def forward(self, ids, mask):
+        seq = ids.shape[1]
+        positions = torch.arange(seq).unsqueeze(0)
+        run = torch.cumsum(mask, dim=1)
+        h = self.tok(ids) + self.pos(positions)
+        q, k, v = self.qkv(h).view(1, seq, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        causal = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        keep = (mask[:, None, None, :] == 1) & (run[:, None, None, :] >= 1) & (run[:, None, None, :] != 99)
+        masked = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        picked = torch.gather(h, 1, ids[:, :4, None].expand(1, 4, 16) % seq)
+        rows = h[:, torch.tensor([0, 2, 5])]
+        ones = h.new_ones((2, 3))
+        steps = torch.diff(run, dim=1)
+        flags = (run <= 3).to(torch.float32) + (run > 1).to(torch.float32) + (run < 2).to(torch.float32) \
+            + (ids >= 5).to(torch.float32)
+        return causal, masked, picked, rows, ones, steps, flags
+
+
+def test_transformer_aten_ops_match_torch():
+    torch.manual_seed(7)
+    model = TinyDecoder().eval()
+    ids = torch.randint(0, 30, (1, 7))
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0, 0]])
+    with torch.no_grad():
+        traced = torch.jit.trace(model, (ids, mask))
+        want = [w.numpy() for w in model(ids, mask)]
+    mod, params = relay.frontend.from_pytorch(traced, [("ids", ([1, 7], "int64")), ("mask", ([1, 7], "int64"))])
+    _check(run_reference(mod, params, {"ids": ids.numpy(), "mask": mask.numpy()}), want)

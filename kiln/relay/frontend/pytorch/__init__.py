@@ -4,9 +4,9 @@ Converters live in one file per op category; CONVERTERS joins them (keys are ``a
 without the in-place ``_`` suffix).
 """
 
-from . import elementwise, nn, tensor
+from . import elementwise, nn, sequence, tensor
 from .importer import from_pytorch
 
-CONVERTERS = {**elementwise.CONVERTERS, **nn.CONVERTERS, **tensor.CONVERTERS}
+CONVERTERS = {**elementwise.CONVERTERS, **nn.CONVERTERS, **tensor.CONVERTERS, **sequence.CONVERTERS}
 
 __all__ = ["from_pytorch", "CONVERTERS"]
