@@ -1,6 +1,6 @@
 """ONNX importer. Converters live in one file per op category; CONVERTERS joins them."""
 
-from . import conv3d, einsum, elementwise, generate, grid, math_ops, nn, quantized, recurrent, reduce, resize, sequence, spectral, tensor, transformer
+from . import conv3d, einsum, elementwise, generate, grid, math_ops, unfold, nn, quantized, recurrent, reduce, resize, sequence, spectral, tensor, transformer
 from .importer import from_onnx
 
 CONVERTERS = {**elementwise.CONVERTERS, **nn.CONVERTERS, **reduce.CONVERTERS, **resize.CONVERTERS,
@@ -8,6 +8,6 @@ CONVERTERS = {**elementwise.CONVERTERS, **nn.CONVERTERS, **reduce.CONVERTERS, **
               **sequence.CONVERTERS, **einsum.CONVERTERS,
               **conv3d.CONVERTERS, **recurrent.CONVERTERS, **math_ops.CONVERTERS,
               **transformer.CONVERTERS, **generate.CONVERTERS,
-              **grid.CONVERTERS, **spectral.CONVERTERS}
+              **grid.CONVERTERS, **spectral.CONVERTERS, **unfold.CONVERTERS}
 
 __all__ = ["from_onnx", "CONVERTERS"]
