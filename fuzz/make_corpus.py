@@ -94,6 +94,50 @@ def module_seeds() -> None:
         put("graph", "no_kernels", json.dumps(g).encode() + b"\0" + params)
 
 
+def tar_seeds() -> None:
+    """Module archives as export_library writes them (.tar), and a tvmc package."""
+    import kiln as tvm
+    from kiln import relay, te
+    from kiln.driver.tvmc.compiler import export_package
+
+    A = te.placeholder((8,), name="A")
+    B = te.compute((8,), lambda i: A[i] * 2.0, name="B")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.tar")
+        tvm.build(te.create_schedule(B.op), [A, B], target="llvm", name="twice").export_library(path)
+        with open(path, "rb") as fh:
+            put("tar", "module", fh.read())
+        x = relay.var("x", shape=(1, 4), dtype="float32")
+        lib = relay.build(tvm.IRModule.from_expr(relay.Function([x], relay.nn.relu(x))), target="llvm")
+        export_package(lib, os.path.join(tmp, "p.tar"))
+        with open(os.path.join(tmp, "p.tar"), "rb") as fh:
+            put("tar", "package", fh.read())
+
+
+def json_external_seeds() -> None:
+    """The __kiln_external_modules text of a library offloading to oneDNN (conv and dense)."""
+    import ctypes
+
+    import kiln as tvm
+    from kiln import relay
+    from kiln.relay.op.contrib.dnnl import partition_for_dnnl
+    from kiln.runtime.json_runtime import read_symbol, to_library
+
+    x = relay.var("x", shape=(1, 3, 6, 6), dtype="float32")
+    w = relay.const(np.ones((4, 3, 3, 3), "float32"))
+    y = relay.nn.relu(relay.nn.conv2d(x, w, padding=(1, 1)))
+    y = relay.nn.dense(relay.nn.batch_flatten(y), relay.const(np.ones((5, 144), "float32")))
+    mod = tvm.IRModule.from_expr(relay.Function([x], y))
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(partition_for_dnnl(mod, {}), target="llvm")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "net.so")
+        lib.export_library(path)
+        put("json_external", "dnnl_conv_dense", to_library(read_symbol(ctypes.CDLL(path))).encode())
+    put("json_external", "unknown_compiler", json.dumps(
+        [{"type_key": "tensorrt", "symbol": "trt_0", "source": "{}"}]).encode())
+
+
 def rpc_seeds() -> None:
     from kiln.rpc import protocol
     values = [None, 1, -5, 2.5, True, "add_one", b"\x00\x01\x02", [1, "a", [2.0]], {"key": "x", "n": 3},
@@ -133,6 +177,8 @@ if __name__ == "__main__":
     module_seeds()
     rpc_seeds()
     crt_seeds()
+    tar_seeds()
+    json_external_seeds()
     for target in sorted(os.listdir(os.path.join(HERE, "corpus"))):
         folder = os.path.join(HERE, "corpus", target)
         sizes = [os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)]

@@ -191,6 +191,8 @@ typedef struct KilnExternalKind {
   void (*input_changed)(void* executor, const void* data);
 } KilnExternalKind;
 int kiln_external_load(KilnModule* mod, const char* label);
+/* The same from the symbol's text (the fuzz target feeds it directly). */
+int kiln_external_load_text(KilnModule* mod, const char* text, const char* label);
 void kiln_external_free(KilnModule* mod);
 void kiln_external_input_changed(KilnModule* mod, const void* data);
 /* dnnl.c: the oneDNN executor of "dnnl" subgraphs (through the libkiln_dnnl.so shim). */

@@ -117,7 +117,10 @@ static int unsupported(const char* label, const char* type_key, const char* symb
 
 int kiln_external_load(KilnModule* mod, const char* label) {
   const char* text = dlsym(mod->lib, SYMBOL);
-  if (!text) return 0;
+  return text ? kiln_external_load_text(mod, text, label) : 0;
+}
+
+int kiln_external_load_text(KilnModule* mod, const char* text, const char* label) {
   JsonNode* list = json_parse(text, strlen(text));
   if (!list) {
     char why[256];

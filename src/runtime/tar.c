@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -59,6 +60,15 @@ static int object_index(const char* name) {
   return digits && strcmp(p, ".o") == 0 && v < MAX_OBJECTS ? v : -1;
 }
 
+/* Whether the member's declared size lies inside the file: checked before anything is allocated,
+ * written or skipped (a seek past the end succeeds silently). */
+static int member_in_file(FILE* in, unsigned long long size) {
+  struct stat st;
+  long pos = ftell(in);
+  if (pos < 0 || fstat(fileno(in), &st) != 0 || (unsigned long long)st.st_size < (unsigned long long)pos) return 0;
+  return size <= (unsigned long long)st.st_size - (unsigned long long)pos;
+}
+
 static int copy_member(FILE* in, unsigned long long size, const char* dir, const char* name) {
   size_t n = strlen(dir) + strlen(name) + 2;
   char* path = malloc(n);
@@ -99,6 +109,11 @@ int kiln_untar_module(const char* tar_path, const char* dir, int* num_objects) {
     unsigned long long size;
     if (!checksum_ok(h) || parse_octal(h + 124, 12, &size) || size > MAX_MEMBER) {
       rc = kiln_error("%s is not a valid tar archive (bad header after %d members); re-export it", base, members);
+      break;
+    }
+    if (!member_in_file(in, size)) {
+      rc = kiln_error("%s: member %d declares %llu bytes, past the end of the file (truncated archive); re-export it",
+                      base, members + 1, size);
       break;
     }
     members++;
@@ -161,6 +176,11 @@ int kiln_untar_named(const char* tar_path, const char* dir, const char* const* n
     unsigned long long size;
     if (!checksum_ok(h) || parse_octal(h + 124, 12, &size) || size > MAX_MEMBER) {
       rc = kiln_error("%s is not a valid tar archive (bad header after %d members)", base, members);
+      break;
+    }
+    if (!member_in_file(in, size)) {
+      rc = kiln_error("%s: member %d declares %llu bytes, past the end of the file (truncated archive)", base,
+                      members + 1, size);
       break;
     }
     members++;

@@ -223,6 +223,8 @@ HOSTILE_ARCHIVES = [
     (_tar([("metadata.json", GOOD_META), ("lib0.o", b"x"), ("lib2.o", b"y")]), r"not numbered lib0.o .. libN.o without gaps"),
     (_tar([("lib0.o", b"x")]), r"has no metadata.json"),
     (b"\x00junk" * 300, r"not a valid tar archive"),
+    # a member declaring more bytes than the file holds: refused before anything is written
+    (_tar([("metadata.json", GOOD_META), ("lib0.o", b"x" * 5000)])[:2048], r"member 2 declares 5000 bytes, past the end"),
     (_tar([("metadata.json", GOOD_META.replace(b"x86_64", b"aarch64")), ("lib0.o", b"x")]),
      r"built for aarch64-linux-gnu; this device is"),
     (_tar([("metadata.json", GOOD_META), ("lib0.o", b"not an object")]), r"relinking the .tar module with 'cc' failed"),

@@ -1,6 +1,6 @@
 """A short, bounded run of every libFuzzer target in fuzz/ (the C parsers: .npz and DEFLATE, the
-shared-object checks, graph JSON and parameters, module metadata, RPC frame bodies, the CRT request
-handler) under AddressSanitizer and UBSan, from the committed seed corpora. `make fuzz` runs them
+shared-object checks, graph JSON and parameters, module metadata, module archives, offloaded-subgraph
+lists, RPC frame bodies, the CRT request handler) under AddressSanitizer and UBSan, from the committed seed corpora. `make fuzz` runs them
 for long; this keeps every target building and every seed clean in `make test` (about 2 minutes
 with the sanitizer builds)."""
 
@@ -15,7 +15,7 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FUZZ = os.path.join(ROOT, "fuzz")
-TARGETS = ["npz", "inflate", "elf", "graph", "metadata", "rpc_value", "crt_request"]
+TARGETS = ["npz", "inflate", "elf", "graph", "metadata", "rpc_value", "crt_request", "tar", "json_external"]
 SECONDS = 8
 
 
