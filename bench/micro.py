@@ -11,7 +11,14 @@ Outputs of both are checked against onnxruntime. The same AOT model on the Corte
 (MicroBuilder/MicroRunner, random tuner, 10 trials) vs its untuned default. One run: the
 counts are deterministic.
 
-    python bench/micro.py
+int8 (issue 36; ``--int8`` runs only this part): MLPerf Tiny's DS-CNN (tests/micro/ds_cnn_model.py,
+published layer shapes; its MAC and parameter counts beside the published ones) in float32 and
+quantized by onnxruntime (QDQ, int8) on the M4F and the M55: instructions per inference, flash
+and RAM of the firmware, the AOT arena against the peak of live activations. Then the int8 dense
+kernel of a DS-CNN pointwise layer (kiln/topi/cortex_m, template cortex_m/dense_int8) on each
+board: the naive schedule, the untuned default and the best of a grid search, by instruction count.
+
+    python bench/micro.py [--int8]
 """
 
 from __future__ import annotations
@@ -126,5 +133,79 @@ def tune_matmul(work: str, template: str, cpu: str, size: int = 32, trials: int 
           f"candidates {tuned * 1e3:.3f} ms (x{untuned / tuned:.2f}) {tuner.best_config}")
 
 
+def int8_section(work: str) -> None:
+    import onnx
+    import onnxruntime.quantization as oq
+    from ds_cnn_model import PUBLISHED, SHAPE, counts, ds_cnn
+
+    ours = counts()
+    print(f"DS-CNN: {ours['macs']:,} MACs, {ours['params']:,} parameters (published DS-CNN: "
+          f"~{PUBLISHED['macs']:,} MACs, {PUBLISHED['params']:,} parameters with batch-norm)")
+    model, inputs = ds_cnn()
+    onnx.save(model, os.path.join(work, "ds_cnn.onnx"))
+
+    class Calibration(oq.CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(0)
+            self.data = iter([{"input": rng.standard_normal(SHAPE).astype("float32")} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.data, None)
+
+    oq.quantize_static(os.path.join(work, "ds_cnn.onnx"), os.path.join(work, "ds_cnn_q.onnx"), Calibration(),
+                       quant_format=oq.QuantFormat.QDQ, activation_type=oq.QuantType.QInt8,
+                       weight_type=oq.QuantType.QInt8, per_channel=True, reduce_range=True)
+    quantized = onnx.load(os.path.join(work, "ds_cnn_q.onnx"))
+    hz = {"qemu-mps2-an386": 25e6, "qemu-mps3-an547": 32e6}
+    for template, cpu in (("qemu-mps2-an386", "cortex-m4"), ("qemu-mps3-an547", "cortex-m55")):
+        counted = {}
+        for name, m in (("float32", model), ("int8", quantized)):
+            mod, params = relay.frontend.from_onnx(m)
+            lib = relay.build(mod, target=f"c -keys=arm_cpu -mcpu={cpu}", params=params,
+                              executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}))
+            p = micro.project.generate_project(micro.get_microtvm_template_projects(template), lib,
+                                               os.path.join(work, f"ds_{cpu}_{name}"), {"inputs": inputs})
+            p.build()
+            r = p.run()
+            counted[name] = r["cycles"] * 1e9 / hz[template]
+            sz = p.sizes()
+            print(f"DS-CNN {name} on {cpu}: {counted[name] / 1e6:.2f} M instructions; flash {sz['flash']:,} B, "
+                  f"RAM {sz['ram']:,} B; AOT arena {lib.plan.workspace_size:,} B (peak of live activations "
+                  f"{lib.plan.peak_live_bytes:,} B), constants {lib.plan.constant_size:,} B")
+        print(f"DS-CNN on {cpu}: int8 / float32 instructions {counted['int8'] / counted['float32']:.2f} "
+              "(int8 convs are still plain C loops: the relay build does not yet pick kiln/topi/cortex_m)")
+        tune_dense_int8(work, template, cpu)
+
+
+def tune_dense_int8(work: str, template: str, cpu: str, shape=(125, 64, 64)) -> None:
+    """The int8 dense kernel of a DS-CNN pointwise layer (25x5 pixels, 64 -> 64 channels) on the board."""
+    from kiln import autotvm
+    from kiln.autotvm.record import load_from_file
+    from kiln.micro import autotvm as micro_autotvm
+    from kiln.micro import templates
+
+    task = autotvm.task.create("cortex_m/dense_int8", (*shape, cpu), f"c -mcpu={cpu}")
+    log = os.path.join(work, f"dense_{cpu}.json")
+    option = autotvm.measure_option(builder=micro_autotvm.MicroBuilder(n_parallel=2),
+                                    runner=micro_autotvm.MicroRunner(template, number=1))
+    autotvm.tuner.GridSearchTuner(task).tune(n_trial=len(task.config_space), measure_option=option,
+                                             callbacks=[autotvm.callback.log_to_file(log)])
+    costs = {str(i.config): float(np.mean(r.costs)) * 1e9 for i, r in load_from_file(log) if r.error_no == 0}
+    naive = costs[min((k for k in costs if "'plain'" in k), key=costs.get)]
+    default = costs[str(templates.default_config(task))]
+    best_key = min(costs, key=costs.get)
+    macs = shape[0] * shape[1] * shape[2]
+    print(f"int8 dense {shape} ({macs:,} MACs) on {cpu}: naive {naive:,.0f} instructions, untuned default "
+          f"{default:,.0f} ({naive / default:.2f}x fewer), tuned best {costs[best_key]:,.0f} "
+          f"({naive / costs[best_key]:.2f}x fewer than naive; default/best {default / costs[best_key]:.2f}) {best_key}")
+
+
 if __name__ == "__main__":
-    main()
+    if "--int8" in sys.argv[1:]:
+        why = missing_arm_gcc() or missing_qemu()
+        if why:
+            sys.exit(f"bench/micro.py: {why}")
+        int8_section(tempfile.mkdtemp(prefix="kiln-bench-micro-int8-"))
+    else:
+        main()
+        int8_section(tempfile.mkdtemp(prefix="kiln-bench-micro-int8-"))
