@@ -1,6 +1,7 @@
 """ONNX importer. Converters live in one file per op category; CONVERTERS joins them."""
 
-from . import conv3d, einsum, elementwise, generate, grid, math_ops, unfold, nn, quantized, recurrent, reduce, resize, sequence, spectral, tensor, transformer
+from . import (conv3d, einsum, elementwise, generate, grid, math_ops, nn, quantized, recurrent, reduce, resize,
+               sequence, spectral, tensor, transformer, unfold)
 from .importer import from_onnx
 
 CONVERTERS = {**elementwise.CONVERTERS, **nn.CONVERTERS, **reduce.CONVERTERS, **resize.CONVERTERS,

@@ -140,7 +140,10 @@ def _lp_norm(ctx, x, p, axes, keepdims=True):
 def _lp_normalization(ctx, ins, attrs):
     x = ins[0]
     axis = attrs.get("axis", -1) % len(ctx.shape_of(x))
-    return tensor.divide(x, _lp_norm(ctx, x, attrs.get("p", 2), [axis]))
+    norm = _lp_norm(ctx, x, attrs.get("p", 2), [axis])
+    # an all-zero vector stays zero (0 / 0 would be NaN)
+    safe = tensor.where(tensor.equal(norm, _c(ctx, x, 0.0)), _c(ctx, x, 1.0), norm)
+    return tensor.divide(x, safe)
 
 
 def _lp_pool(ctx, ins, attrs):

@@ -1,4 +1,4 @@
-"""ONNX DFT as dense products with constant cosine/sine matrices along the signal axis (a DFT of
+"""ONNX DFT (and STFT, framed then DFT) as dense products with constant cosine/sine matrices along the signal axis (a DFT of
 length n costs n^2 multiply-adds per signal: fine for the short transforms models carry).
 Forward, inverse (1/n), one-sided forward (n//2 + 1 bins) and one-sided inverse (a real signal
 from the half spectrum, as numpy's irfft)."""
@@ -84,4 +84,27 @@ def _dft(ctx, ins, attrs):
     return tf.transpose(out, inv)
 
 
-CONVERTERS = {"DFT": _dft}
+def _stft(ctx, ins, attrs):
+    """Frames of the signal (a take with a constant index table), times the window, then DFT."""
+    signal = ins[0]
+    step = _scalar(ctx, ins[1], "input 'frame_step'")
+    window = ins[2] if len(ins) > 2 else None
+    if len(ins) > 3 and ins[3] is not None:
+        length = _scalar(ctx, ins[3], "input 'frame_length'")
+    elif window is not None:
+        length = ctx.shape_of(window)[0]
+    else:
+        ctx.fail("needs a window or a frame_length to know the frame size")
+    b, total, comps = ctx.shape_of(signal)
+    frames = 1 + (total - length) // step
+    if frames < 1:
+        ctx.fail(f"a signal of {total} samples holds no frame of {length}")
+    table = (np.arange(frames)[:, None] * step + np.arange(length)[None, :]).astype("int64")
+    framed = tf.take(signal, const(table), axis=1)  # (B, frames, length, comps)
+    if window is not None:
+        framed = tensor.multiply(framed, tf.reshape(window, (1, 1, length, 1)))
+    return _dft(ctx, [framed, const(np.array(length, "int64")), const(np.array(2, "int64"))],
+                {"axis": 2, "onesided": attrs.get("onesided", 1)})
+
+
+CONVERTERS = {"DFT": _dft, "STFT": _stft}
