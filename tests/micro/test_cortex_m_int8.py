@@ -67,3 +67,31 @@ def test_dense_int8_on_the_board_uses_the_core(tier, cpu, template, insn, tmp_pa
         out = sess.empty((M, N), "int32")
         sess.get_system_lib()["default_function"](sess.array(a), sess.array(w), out)
         np.testing.assert_array_equal(out.numpy(), want)
+
+
+def test_relay_picks_the_dsp_kernel_for_int8_pointwise_convs(tmp_path):
+    """An int8 1x1 conv with a requantize after it, built by relay for the M4: the fused kernel
+    calls __smlad, and the board's output equals numpy's integers."""
+    why = missing_arm_gcc() or missing_qemu()
+    if why:
+        pytest.skip(why)
+    from kiln import relay
+    from kiln.relay.backend import Executor
+
+    rng = np.random.default_rng(1)
+    x = rng.integers(-128, 128, (1, 16, 5, 3), dtype=np.int8)
+    w = rng.integers(-128, 128, (8, 16, 1, 1), dtype=np.int8)
+    data = relay.var("x", shape=x.shape, dtype="int8")
+    conv = relay.nn.conv2d(data, relay.const(w), kernel_size=(1, 1), channels=8, out_dtype="int32")
+    body = relay.cast(relay.clip(relay.op.math_ops.right_shift(conv, relay.const(7, "int32")), -128, 127), "int8")
+    mod = tvm.IRModule.from_expr(relay.Function([data], body))
+    lib = relay.build(mod, target="c -keys=arm_cpu -mcpu=cortex-m4",
+                      executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}))
+    project = micro.generate_project(get_microtvm_template_projects("qemu-mps2-an386"), lib, tmp_path / "fw",
+                                     {"inputs": {"x": x}})
+    project.build()
+    asm = subprocess.run(["arm-none-eabi-objdump", "-d", project.elf], capture_output=True, text=True).stdout
+    assert "\tsmlad" in asm
+    acc = np.einsum("nchw,oc->nohw", x.astype(np.int64), w[:, :, 0, 0].astype(np.int64))
+    want = np.clip(acc >> 7, -128, 127).astype(np.int8)
+    np.testing.assert_array_equal(next(iter(project.run()["outputs"].values())), want)

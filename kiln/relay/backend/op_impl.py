@@ -263,8 +263,25 @@ def _conv2d_blocked(a, x, t, ctx):
                        f"with groups={a.groups}; blocked layouts take groups 1 or depthwise convolutions")
 
 
+def _cortex_m_tier(a, data_dtype, kernel_dtype, kshape):
+    """The Cortex-M int8 tier of an NCHW/OIHW 1x1 conv on the current target (kiln/topi/cortex_m), or None."""
+    from kiln.target import Target
+    from kiln.topi.cortex_m.conv2d_int8 import applies
+
+    if a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or any(_blocks(a)) or len(kshape) != 4:
+        return None
+    return applies(Target.current(allow_none=True), data_dtype, kernel_dtype, kshape, a.strides, a.padding,
+                   a.dilation, a.groups)
+
+
 def _conv2d(a, x, t, ctx):
     data, kernel = x
+    kshape = (_shape(t)[1], int(data.shape[1]), 1, 1) if ctx.prepacked else tuple(int(d) for d in kernel.shape)
+    tier = _cortex_m_tier(a, data.dtype, kernel.dtype, kshape)
+    if tier is not None:  # int8 on a Cortex-M core: the DSP/MVE dot product (kernel pre-shaped (O, C))
+        from kiln.topi.cortex_m.conv2d_int8 import conv2d_1x1_int8
+        kernel2d = kernel if ctx.prepacked else topi.reshape(kernel, kshape[:2])
+        return conv2d_1x1_int8(data, kernel2d, tier, rows=knob(ctx.cfg, "rows", 4))
     if any(_blocks(a)):
         return _conv2d_blocked(a, x, t, ctx)
     out_dtype = _out_dtype(a, data)
@@ -301,6 +318,8 @@ def _conv2d_prepack(a, types, cfg):
     from kiln.topi.x86.conv2d import config_for, prepack_kernel
 
     dshape, wshape = _shape(types[0]), _shape(types[1])
+    if _cortex_m_tier(a, types[0].dtype, types[1].dtype, wshape) is not None:  # (O, C) for the 1x1 dot
+        return WeightTransform(1, wshape[:2], lambda w: np.ascontiguousarray(w.reshape(wshape[:2])), ("cortex_m_oc",))
     if any(_blocks(a)) and a.kernel_layout == "OIHW":
         return _conv2d_blocked_prepack(a, types, cfg)
     if a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or (a.groups > 1 and a.groups == dshape[1]):
@@ -505,6 +524,19 @@ SCHEDULES: dict[str, dict[str, Callable]] = {
 }
 
 SCHEDULES.update(_cpu_int8.SCHEDULES())
+
+
+def _arm_cpu_conv2d_nchw_schedule(outs, cfg=None):
+    """topi.arm_cpu's conv2d_nchw schedule, or the Cortex-M int8 one for its compute (kiln/topi/cortex_m)."""
+    from kiln.topi.cortex_m.conv2d_int8 import _find, schedule_conv2d_1x1_int8
+
+    first = outs[0] if isinstance(outs, (list, tuple)) else outs
+    if _find(first) is not None:
+        return schedule_conv2d_1x1_int8(outs)
+    return topi.arm_cpu.schedule_conv2d_nchw(outs)
+
+
+SCHEDULES["conv2d_nchw"]["arm_cpu"] = _arm_cpu_conv2d_nchw_schedule
 
 CPU_PACKAGES = {"x86": topi.x86, "arm_cpu": topi.arm_cpu}
 
