@@ -253,7 +253,9 @@ def cuda_library(tmp_path_factory):
 
 CUDA_LOAD = """
     from kiln.runtime.devices import nvrtc
-    assert not nvrtc.have_nvrtc()  # this environment has cuda-bindings but no NVRTC library
+    # The venv has cuda-bindings but no NVRTC wheel; a GPU machine may still have the CUDA
+    # toolkit's NVRTC on its library path, so take it away: the PTX carried since the build runs.
+    nvrtc.have_nvrtc = lambda: False
     f = tvm.runtime.load_module({so!r})
     (cu,) = f.imported_modules
     assert cu.type_key == "cuda" and ".entry add_one_kernel" in cu.get_source("ptx"), cu.get_source("ptx")[:300]
