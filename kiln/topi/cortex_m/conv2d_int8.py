@@ -53,17 +53,20 @@ def schedule_conv2d_1x1_int8(outs):
             continue
         stage.compute_inline()
     tier, rows = acc.op.attrs["tier"], int(acc.op.attrs["rows"])
-    local = s.cache_write(acc, "local")
-    p, j = s[acc].op.axis
-    jo, ji = s[acc].split(j, factor=rows)
-    s[acc].unroll(ji)
-    s[local].compute_at(s[acc], jo)
-    lp, lj = s[local].op.axis
-    (r,) = s[local].op.reduce_axis
-    ro, ri = s[local].split(r, factor=WIDTH[tier])
-    ljo, lji = s[local].split(lj, factor=rows)
-    s[local].reorder(lp, ljo, ro, lji, ri)
-    s[local].tensorize(lji, dot_intrin(tier, rows))
+    # the sums of one pixel x `rows` channels at a time, in registers, stored through the epilogue
+    out = outs[0]
+    b, j, y, x = s[out].op.axis
+    jo, ji = s[out].split(j, factor=rows)
+    s[out].reorder(b, y, x, jo, ji)
+    s[out].unroll(ji)
+    s[acc].set_scope("local")
+    s[acc].compute_at(s[out], jo)
+    p, lj = s[acc].op.axis
+    (r,) = s[acc].op.reduce_axis
+    ro, ri = s[acc].split(r, factor=WIDTH[tier])
+    ljo, lji = s[acc].split(lj, factor=rows)
+    s[acc].reorder(p, ljo, ro, lji, ri)
+    s[acc].tensorize(lji, dot_intrin(tier, rows))
     return s
 
 
