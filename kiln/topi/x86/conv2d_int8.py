@@ -75,7 +75,7 @@ def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, ti
     pt, pl, pb, pr = padding
     oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
     ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
-    padded = _padded(data, padding, pad_value)
+    padded = _padded(data, padding, pad_value, "int16" if tier == "pmaddwd" else None)
     rco = te.reduce_axis((0, cc), name="rco")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -108,10 +108,10 @@ def default_tile_ow(width: int, lanes: int) -> int:
 
 
 def default_chunks(blocks: int, tier: str) -> int:
-    """Output blocks per register tile, untuned: 2 for vpdpbusd (each broadcast of 4 data bytes
-    then feeds two products; 2 x 8 accumulators fit 32 zmm, 2 x 6 fit 16 ymm), else 1 (the
+    """Output blocks per register tile, untuned: 2 for vpdpbusd and the 16-bit vpmaddwd path (each
+    broadcast of data then feeds two products; 2 x 8 accumulators fit 32 zmm), else 1 (the
     vpmaddubsw sequence needs its own temporaries)."""
-    return 2 if tier == "vnni" and blocks % 2 == 0 else 1
+    return 2 if tier in ("vnni", "pmaddwd") and blocks % 2 == 0 else 1
 
 
 def tile_candidates(width: int, most: int = 16) -> list:
@@ -148,16 +148,19 @@ def padded_input(data, padding, pad_value: int):
     return _padded(data, padding, pad_value)
 
 
-def _padded(data, padding, pad_value: int):
+def _padded(data, padding, pad_value: int, widen=None):
+    """``data`` padded with ``pad_value``; ``widen``: as that dtype (the 16-bit path's int16)."""
     n, cc, h, w, ib = (int(d) for d in data.shape)
     pt, pl, pb, pr = padding
-    if not any((pt, pl, pb, pr)):
+    if not any((pt, pl, pb, pr)) and widen is None:
         return data
-    pv = tir.const(pad_value, str(data.dtype))
+    dt = widen or str(data.dtype)
+    pv = tir.const(pad_value, dt)
 
     def fpad(b, c, y, x, i):
         inside = tir.all(y >= pt, y < pt + h, x >= pl, x < pl + w)
-        return tir.if_then_else(inside, data[b, c, y - pt, x - pl, i], pv)
+        value = data[b, c, y - pt, x - pl, i]
+        return tir.if_then_else(inside, value.astype(dt) if widen else value, pv)
     return te.compute((n, cc, h + pt + pb, w + pl + pr, ib), fpad, name="data_pad_int8", tag="int8_pad")
 
 
@@ -171,7 +174,9 @@ def dense_int8_acc(data, kernel, tier: str, tile_m=None):
     if kq * 4 != k:
         raise CompileError(f"dense_int8: kernel {tuple(kernel.shape)} does not match data {tuple(data.shape)}")
     rq = te.reduce_axis((0, kq), name="rq")
-    if tier == "pmaddwd":
+    if tier == "pmaddwd":  # the 16-bit path reads int16 data (one widening pass, as the conv's padding)
+        narrow = data
+        data = te.compute((m, k), lambda i, j: narrow[i, j].astype("int16"), name="dense_int16", tag="int8_widen")
         rp = te.reduce_axis((0, 2), name="rp")
         r2 = te.reduce_axis((0, 2), name="r2")
 

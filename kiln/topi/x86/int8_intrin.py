@@ -8,8 +8,8 @@ compute and one schedule serve every tier:
   saturating), ``vpmaddwd`` with ones (pairs of s16 summed to s32), ``vpaddd``. Exact only where
   no pair ``|w0| + |w1|`` exceeds 128 (255 * 128 < 2**15): the caller checks the constant weights.
 - ``pmaddwd``: the exact fallback for full-range weights: the weights are packed as int16 in pair
-  order (``w[l, k]`` for k in (0, 1), then (2, 3)), the data's pairs zero-extended in a scalar
-  register; two ``vpmaddwd`` and two adds.
+  order (``w[l, k]`` for k in (0, 1), then (2, 3)), the data widened to int16 by the padding
+  stage, so a pair is one broadcast load; two ``vpmaddwd`` and two adds.
 
 The data's 4 bytes are one 32-bit scalar broadcast to every lane; the weights are one vector
 load of the tile (packed that way at build time, kiln/topi/int8_pack.py).
@@ -45,7 +45,7 @@ def dot_intrin(tier: str, lanes: int):
     if tier not in TIERS or lanes not in _VNNI:
         raise ValueError(f"int8 dot intrinsic: no tier {tier!r} with {lanes} lanes; tiers {TIERS}, lanes 4/8/16")
     wdt = weight_dtype(tier)
-    a = te.placeholder((4,), "uint8", name="a")
+    a = te.placeholder((4,), "int16" if tier == "pmaddwd" else "uint8", name="a")
     b = te.placeholder((lanes, 4), wdt, name="b") if tier != "pmaddwd" else \
         te.placeholder((2, lanes, 2), wdt, name="b")
     if tier != "pmaddwd":
@@ -90,14 +90,14 @@ def _dt(text: str):
 
 
 def _pmaddwd_dot(A, B, lanes: int):
-    """Exact u8 x s16 dot of 4: data pairs zero-extended into one i32 each, broadcast."""
+    """Exact s16 x s16 dot of 4: the data already widened to int16 (the padding stage does it),
+    so each pair is one 32-bit broadcast load."""
     acc = f"int32x{lanes}"
     halves = f"int16x{2 * lanes}"
 
     def pair(k):
-        lo = A.vload((k,), "uint8").astype("int32")
-        hi = A.vload((k + 1,), "uint8").astype("int32")
-        return tir.reinterpret(halves, E.Broadcast(lo + hi * 65536, lanes, _dt(acc)))
+        return tir.reinterpret(halves, E.Broadcast(tir.reinterpret("int32", A.vload((k,), "int16x2")), lanes,
+                                                   _dt(acc)))
 
     w0 = B.vload((0, 0, 0), halves)
     w1 = B.vload((1, 0, 0), halves)
