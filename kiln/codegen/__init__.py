@@ -15,6 +15,7 @@ BACKENDS = {
     "c": "kiln.codegen.c",
     "cuda": "kiln.codegen.cuda",
     "opencl": "kiln.codegen.opencl",
+    "ext_dev": "kiln.codegen.ext_dev",  # the VTA-class accelerator (kiln/vta)
 }
 
 

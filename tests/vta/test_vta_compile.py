@@ -69,6 +69,23 @@ def test_gemm_tutorial(mode):
         assert 0 < stats["gemm_cycles"] < stats["cycles"]
 
 
+def test_tvm_build_for_ext_dev_is_vta_build():
+    # tvm.build with the accelerator's target gives the same instruction stream as vta.build
+    env = vta.get_env()
+    s, args = _gemm_schedule(env)
+    via_vta = vta.build(s, args, env.target, name="my_gemm")
+    s, args = _gemm_schedule(env)
+    via_tvm = tvm.build(s, args, target=tvm.target.Target("ext_dev", host=env.target_host), name="my_gemm")
+    np.testing.assert_array_equal(via_tvm["my_gemm"].insns, via_vta["my_gemm"].insns)
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, (1, 4, 1, 16)).astype("int8")
+    b = rng.integers(-128, 128, (4, 4, 16, 16)).astype("int8")
+    dev = tvm.ext_dev(0)
+    c = tvm.nd.empty((1, 4, 1, 16), "int8", dev)
+    via_tvm(tvm.nd.array(a, dev), tvm.nd.array(b, dev), c)
+    np.testing.assert_array_equal(c.numpy(), _gemm_ref(a, b, 3))
+
+
 def _start_server():
     """python -m kiln.exec.rpc_server on 127.0.0.1; returns (process, port)."""
     with socket.socket() as sock:
