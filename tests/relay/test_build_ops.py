@@ -48,6 +48,16 @@ S5, T5 = v("s", 5, dtype="uint8"), v("t", 5, dtype="uint8")
 IMG = v("x", 1, 8, 10, 10)
 IMG_IN = {"x": arr(1, 8, 10, 10)}
 
+def _attention_case():
+    """nn.attention with a padding mask (1, 1, N), a causal-like one (1, M, N), and none."""
+    q, k, w, kk, ww = v("q", 4, 19, 8), v("k", 4, 8, 21), v("w", 4, 21, 16), v("kk", 4, 21, 8), v("ww", 4, 16, 21)
+    pad = relay.const(np.where(np.arange(21) < 15, 0.0, -3e38).astype("float32").reshape(1, 1, 21))
+    causal = relay.const(np.triu(np.full((19, 21), -3e38, "float32"), 3)[None])
+    return relay.Tuple([relay.nn.attention(q, k, w, pad, scale=0.35, key_transposed=True),
+                        relay.nn.attention(q, kk, ww, causal, scale=0.5, value_transposed=True),
+                        relay.nn.attention(q, kk, w)])
+
+
 CASES = {
     "unary": (lambda: relay.Tuple([relay.exp(X), relay.log(relay.abs(X) + relay.const(0.1)), relay.sqrt(relay.abs(X)),
                                    relay.rsqrt(relay.abs(X) + relay.const(0.5)), relay.tanh(X), relay.sigmoid(X),
@@ -119,6 +129,8 @@ CASES = {
                                                 relay.nn.batch_matmul(BMM, v("d", 2, 9, 24)),
                                                 relay.nn.batch_matmul(BMM, v("e", 2, 24, 9), transpose_b=False)]),
                            {"a": arr(20, 24), "b": arr(2, 20, 24), "d": arr(2, 9, 24), "e": arr(2, 24, 9)}),
+    "attention": (lambda: _attention_case(), {"q": arr(4, 19, 8), "k": arr(4, 8, 21), "w": arr(4, 21, 16),
+                                              "kk": arr(4, 21, 8), "ww": arr(4, 16, 21)}),
     "norms_softmax": (lambda: relay.Tuple([relay.nn.softmax(X, axis=1), relay.nn.log_softmax(X),
                                            relay.nn.softmax(Y),
                                            relay.nn.layer_norm(X, c(5, scale=1.0), c(5), axis=-1, epsilon=1e-5),
