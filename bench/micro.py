@@ -173,7 +173,8 @@ def int8_section(work: str) -> None:
                   f"RAM {sz['ram']:,} B; AOT arena {lib.plan.workspace_size:,} B (peak of live activations "
                   f"{lib.plan.peak_live_bytes:,} B), constants {lib.plan.constant_size:,} B")
         print(f"DS-CNN on {cpu}: int8 / float32 instructions {counted['int8'] / counted['float32']:.2f} "
-              "(int8 convs are still plain C loops: the relay build does not yet pick kiln/topi/cortex_m)")
+              "(1x1 convs on the DSP/MVE dot product; the first conv, the depthwise convs and the int64 "
+              "requantization are plain C)")
         tune_dense_int8(work, template, cpu)
 
 
