@@ -69,9 +69,11 @@ def test_dense_int8_on_the_board_uses_the_core(tier, cpu, template, insn, tmp_pa
         np.testing.assert_array_equal(out.numpy(), want)
 
 
-def test_relay_picks_the_dsp_kernel_for_int8_pointwise_convs(tmp_path):
-    """An int8 1x1 conv with a requantize after it, built by relay for the M4: the fused kernel
-    calls __smlad, and the board's output equals numpy's integers."""
+@pytest.mark.parametrize("cpu,template,insn,arch", [("cortex-m4", "qemu-mps2-an386", "smlad", "arm"),
+                                                   ("cortex-m55", "qemu-mps3-an547", "vmlava.s8", "armv8.1-m.main")])
+def test_relay_picks_the_core_kernel_for_int8_pointwise_convs(cpu, template, insn, arch, tmp_path):
+    """An int8 1x1 conv with a shift and clamp after it, built by relay for the M4 / M55: the fused
+    kernel uses the DSP / MVE dot product, and the board's output equals numpy's integers."""
     why = missing_arm_gcc() or missing_qemu()
     if why:
         pytest.skip(why)
@@ -85,13 +87,14 @@ def test_relay_picks_the_dsp_kernel_for_int8_pointwise_convs(tmp_path):
     conv = relay.nn.conv2d(data, relay.const(w), kernel_size=(1, 1), channels=8, out_dtype="int32")
     body = relay.cast(relay.clip(relay.op.math_ops.right_shift(conv, relay.const(7, "int32")), -128, 127), "int8")
     mod = tvm.IRModule.from_expr(relay.Function([data], body))
-    lib = relay.build(mod, target="c -keys=arm_cpu -mcpu=cortex-m4",
+    lib = relay.build(mod, target=f"c -keys=arm_cpu -mcpu={cpu}",
                       executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}))
-    project = micro.generate_project(get_microtvm_template_projects("qemu-mps2-an386"), lib, tmp_path / "fw",
+    project = micro.generate_project(get_microtvm_template_projects(template), lib, tmp_path / "fw",
                                      {"inputs": {"x": x}})
     project.build()
-    asm = subprocess.run(["arm-none-eabi-objdump", "-d", project.elf], capture_output=True, text=True).stdout
-    assert "\tsmlad" in asm
+    asm = subprocess.run(["arm-none-eabi-objdump", "-d", "-m", arch, project.elf], capture_output=True,
+                         text=True).stdout
+    assert f"\t{insn}" in asm
     acc = np.einsum("nchw,oc->nohw", x.astype(np.int64), w[:, :, 0, 0].astype(np.int64))
     want = np.clip(acc >> 7, -128, 127).astype(np.int8)
     np.testing.assert_array_equal(next(iter(project.run()["outputs"].values())), want)
