@@ -167,6 +167,7 @@ def int8_section(work: str) -> None:
                                                os.path.join(work, f"ds_{cpu}_{name}"), {"inputs": inputs})
             p.build()
             r = p.run()
+            check_against_host(mod, params, inputs, r["outputs"]["output"], name)
             counted[name] = r["cycles"] * 1e9 / hz[template]
             sz = p.sizes()
             print(f"DS-CNN {name} on {cpu}: {counted[name] / 1e6:.2f} M instructions; flash {sz['flash']:,} B, "
@@ -176,6 +177,22 @@ def int8_section(work: str) -> None:
               "(1x1 convs on the DSP/MVE dot product; the first conv, the depthwise convs and the int64 "
               "requantization are plain C)")
         tune_dense_int8(work, template, cpu)
+
+
+def check_against_host(mod, params, inputs, got, name) -> None:
+    """The board's output against the host's llvm build of the same relay graph: equal integers
+    before the last dequantize (int8), float32 within rounding of a different summation order."""
+    import kiln as tvm
+    from kiln.contrib import graph_executor
+
+    m = graph_executor.GraphModule(relay.build(mod, target="llvm", params=params)["default"](tvm.cpu(0)))
+    m.set_input(**inputs)
+    m.run()
+    want = m.get_output(0).numpy()
+    if name == "int8":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def tune_dense_int8(work: str, template: str, cpu: str, shape=(125, 64, 64)) -> None:
