@@ -82,11 +82,14 @@ def test_one_input_binds_the_symbolic_dims_it_shares():
         np.testing.assert_allclose(got, sess.run(None, feeds)[0], rtol=RTOL, atol=ATOL)
 
 
-def test_a_size_against_the_model_is_refused():
+def test_a_size_against_the_model_wins_with_a_warning_and_bad_shapes_are_refused(caplog):
     model = _masked_mean_model()
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2  # batch fixed to 2 on 'ids'
-    with pytest.raises(KilnError, match=r"shape\['ids'\] = \(4, 6\) sets axis 0 to 4; the model fixes it to 2"):
-        relay.frontend.from_onnx(model, shape={"ids": (4, 6)})
+    # the user's size wins, as in TVM (a model exported at batch 1, run on batches)
+    with caplog.at_level("WARNING", logger="kiln.frontend.onnx"):
+        mod, _ = relay.frontend.from_onnx(model, shape={"ids": (4, 6), "mask": (4, 6)})
+    assert "shape['ids'] = (4, 6) sets axis 0 to 4 where the model says 2" in caplog.text
+    assert [tuple(p.type_annotation.shape) for p in mod["main"].params[:2]] == [(4, 6)] * 2
     with pytest.raises(KilnError, match=r"shape\['ids'\] = \(6,\) has 1 axes; the model's input 'ids' has 2"):
         relay.frontend.from_onnx(model, shape={"ids": (6,)})
     with pytest.raises(KilnError, match=r"shape names \['idz'\], which are not inputs of the model"):

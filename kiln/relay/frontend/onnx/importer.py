@@ -10,6 +10,7 @@ Reshape) arrive at their consumers as constants.
 
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
@@ -22,6 +23,8 @@ from ...reference import evaluate
 from ...transform.infer_type import infer
 from ...ty import TensorType, dtype_of
 from .quantized import DOMAIN_OPS  # onnxruntime's com.microsoft quantized ops
+
+log = logging.getLogger("kiln.frontend.onnx")
 
 # Tested on opsets 11-18 (the acceptance range). Other opsets from 7 on are accepted: converters
 # read the attributes and inputs that moved between versions (Clip bounds, Slice/Pad/Split/
@@ -150,8 +153,10 @@ class _Importer:
                                    f"input {name!r} has {len(dims)} ({self._spell(dims)})")
             for axis, (d, g) in enumerate(zip(dims or (), given)):
                 if isinstance(d, int) and d != g:
-                    raise ImportError_(f"from_onnx: shape[{name!r}] = {given} sets axis {axis} to {g}; the model "
-                                       f"fixes it to {d} ({self._spell(dims)})")
+                    # The user's shape wins, as in TVM (a batch-1 export run on batches); a graph
+                    # that hard-codes the size then fails type inference at the op that does.
+                    log.warning("from_onnx: shape[%r] = %s sets axis %d to %d where the model says %d (%s); "
+                                "using %d", name, given, axis, g, d, self._spell(dims), g)
                 if isinstance(d, str):
                     bound.setdefault(d, g)
         shapes, missing = {}, []
