@@ -93,6 +93,43 @@ def test_keras_fill_value_bomb_is_refused_before_reading(tmp_path):
     _bomb(lambda p: from_keras(p, layout="NHWC"), "bomb.h5", data, tmp_path)
 
 
+def _keras_zip_bomb(path, inflated=160 * MiB):
+    """A .keras archive whose weights member inflates to ``inflated`` bytes of zeros (DEFLATE
+    squeezes them about 1000:1, so the file is a few hundred KB)."""
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("config.json", json.dumps({"class_name": "Sequential", "config": {"layers": []}}))
+        with z.open("model.weights.h5", "w", force_zip64=True) as member:
+            chunk = bytes(8 * MiB)
+            for _ in range(inflated // len(chunk)):
+                member.write(chunk)
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_keras_archive_zip_bomb_is_refused_before_inflating(tmp_path):
+    from kiln.relay.frontend import from_keras
+    path = tmp_path / "bomb.keras"
+    data = _keras_zip_bomb(str(path))
+    assert len(data) < 1 * MiB
+    with pytest.raises(SizeLimitError, match=r"bomb\.keras: model\.weights\.h5 \(compressed\) needs 160\.0 MiB"):
+        from_keras(str(path), layout="NHWC")
+    _bomb(lambda p: from_keras(p, layout="NHWC"), "bomb.keras", data, tmp_path)
+
+
+def test_keras_archive_damage_is_one_kiln_error(tmp_path):
+    from kiln.relay.frontend import from_keras
+    path = tmp_path / "bomb.keras"
+    data = bytearray(_keras_zip_bomb(str(path), inflated=8 * MiB))
+    middle = len(data) // 2
+    data[middle:middle + 64] = bytes(range(64))  # inside the DEFLATE stream of the weights
+    path.write_bytes(bytes(data))
+    with pytest.raises(FileFormatError, match=r"bomb\.keras: model\.weights\.h5: cannot be read"):
+        from_keras(str(path), layout="NHWC")
+
+
 def _sparse_tar(path, size=2 << 30):
     """An old-GNU sparse member: one 512-byte chunk at the end of a ``size``-byte file."""
     header = bytearray(512)
