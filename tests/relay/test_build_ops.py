@@ -1,6 +1,9 @@
 """Each relay op (or a small group fused around it) compiled by relay.build and run by the graph
 executor, against the numpy reference executor: every entry of the backend's compute table."""
 
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -215,6 +218,57 @@ def test_every_compute_in_the_table_is_exercised():
     spelled = {"nn.relu": "nn.relu", "image.resize2d": "image.resize2d"}
     missing = [op for op in OP_IMPLS if spelled.get(op, op.split(".")[-1]) + "(" not in source]
     assert not missing, f"ops without a test case: {missing}"
+
+
+def _contrib_conv2d_int8(x, rng, depthwise=False):
+    """qnn.conv2d (per-channel s8 weights) + bias + requantize to u8: what CanonicalizeOps turns
+    into nn.contrib_conv2d_int8 / nn.contrib_depthwise_conv2d_int8 on CPUs (relay/qnn/cpu_int8.py)."""
+    from kiln.relay import qnn
+    c = 8
+    w = rng.integers(-127, 128, (c, 1 if depthwise else c, 3, 3)).astype("int8")
+    ws = rng.uniform(0.002, 0.01, c).astype("float32")
+    y = qnn.op.conv2d(x, relay.const(w), relay.const(37), relay.const(0), relay.const(0.05), relay.const(ws),
+                      kernel_size=(3, 3), channels=c, padding=(1, 1), groups=c if depthwise else 1)
+    y = relay.nn.bias_add(y, relay.const(rng.integers(-3000, 3000, c).astype("int32")))
+    return qnn.op.requantize(y, relay.const(0.05 * ws), relay.const(0), relay.const(0.08), relay.const(11),
+                             axis=1, out_dtype="uint8")
+
+
+def _contrib_depthwise_conv2d_int8(x, rng):
+    return _contrib_conv2d_int8(x, rng, depthwise=True)
+
+
+def _contrib_dense_int8(x, rng):
+    """qnn.dense + bias + requantize to s8: nn.contrib_dense_int8 on CPUs."""
+    from kiln.relay import qnn
+    w = rng.integers(-127, 128, (10, 8 * 5 * 5)).astype("int8")
+    d = qnn.op.dense(relay.reshape(x, (1, -1)), relay.const(w), relay.const(11), relay.const(0), relay.const(0.08),
+                     relay.const(np.float32(0.004)), units=10)
+    d = relay.add(d, relay.const(rng.integers(-500, 500, 10).astype("int32")))
+    return qnn.op.requantize(d, relay.const(np.float32(0.08 * 0.004)), relay.const(0), relay.const(0.3),
+                             relay.const(-5), out_dtype="int8")
+
+
+def test_int8_kernels_match_the_reference():
+    """The CPU int8 kernels the qnn chains become: the same integers as the reference executor."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "qnn"))
+    from qnn_run import anchor_ops, reference
+
+    rng = np.random.default_rng(8)
+    x = relay.var("x", shape=(1, 8, 5, 5), dtype="uint8")
+    conv = _contrib_conv2d_int8(x, rng)
+    body = relay.Tuple([_contrib_depthwise_conv2d_int8(conv, rng), _contrib_dense_int8(conv, rng)])
+    mod = tvm.IRModule.from_expr(relay.Function([x], body))
+    inputs = {"x": rng.integers(0, 256, (1, 8, 5, 5)).astype("uint8")}
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target="llvm")
+    ops = {name for name, *_ in anchor_ops(lib)}
+    assert {"nn.contrib_conv2d_int8", "nn.contrib_depthwise_conv2d_int8", "nn.contrib_dense_int8"} <= ops, ops
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    m.set_input(**inputs)
+    m.run()
+    for i, want in enumerate(reference(mod, inputs)):
+        np.testing.assert_array_equal(m.get_output(i).numpy(), want, err_msg=f"output {i}")
 
 
 def _run(body, inputs):
