@@ -51,21 +51,23 @@ def test_resnet18_fuses_conv_bias_relu_and_residual():
 
 
 T = relay.testing
+# The deeper variants of each family build the same kernels as the first, many times over:
+# they run in the heavy tier (make test-heavy), keeping make test's time for kinds of network.
 WORKLOADS = [
     ("resnet-18", lambda: T.resnet.get_workload(num_layers=18, image_shape=(3, 32, 32))),
     pytest.param("resnet-34", lambda: T.resnet.get_workload(num_layers=34, image_shape=(3, 32, 32)),
-                 marks=pytest.mark.slow),
+                 marks=pytest.mark.heavy),
     pytest.param("resnet-50", lambda: T.resnet.get_workload(num_layers=50, image_shape=(3, 32, 32)),
-                 marks=pytest.mark.slow),
+                 marks=pytest.mark.heavy),
     ("vgg-11", lambda: T.vgg.get_workload(num_layers=11, image_shape=(3, 32, 32))),
-    pytest.param("vgg-13", lambda: T.vgg.get_workload(num_layers=13, image_shape=(3, 32, 32)), marks=pytest.mark.slow),
+    pytest.param("vgg-13", lambda: T.vgg.get_workload(num_layers=13, image_shape=(3, 32, 32)), marks=pytest.mark.heavy),
     pytest.param("vgg-16", lambda: T.vgg.get_workload(num_layers=16, image_shape=(3, 32, 32), batch_norm=True),
-                 marks=pytest.mark.slow),
-    pytest.param("vgg-19", lambda: T.vgg.get_workload(num_layers=19, image_shape=(3, 32, 32)), marks=pytest.mark.slow),
+                 marks=pytest.mark.heavy),
+    pytest.param("vgg-19", lambda: T.vgg.get_workload(num_layers=19, image_shape=(3, 32, 32)), marks=pytest.mark.heavy),
     ("mobilenet", lambda: T.mobilenet.get_workload(image_shape=(3, 32, 32))),
     ("squeezenet_v1.0", lambda: T.squeezenet.get_workload(version="1.0", image_shape=(3, 64, 64))),
     ("squeezenet_v1.1", lambda: T.squeezenet.get_workload(version="1.1", image_shape=(3, 64, 64))),
-    pytest.param("inception_v3", lambda: T.inception_v3.get_workload(image_shape=(3, 75, 75)), marks=pytest.mark.slow),
+    pytest.param("inception_v3", lambda: T.inception_v3.get_workload(image_shape=(3, 75, 75)), marks=pytest.mark.heavy),
 ]
 
 
