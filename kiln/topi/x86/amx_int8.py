@@ -19,30 +19,11 @@ Tile registers: C0, C1 = 0, 1; A = 2; B0, B1 = 3, 4.
 
 from __future__ import annotations
 
-from kiln import te, tir
-from kiln.ir import expr as E
-from kiln.ir.dtype import dtype as _dt
-from kiln.ir.stmt import Evaluate
+from kiln import te
+
+from .amx_tiles import conv_tiles, row_tile
 
 TAG = "conv2d_int8_amx"
-SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 158, 0x1023, 18
-
-
-def _i8(v: int):
-    return E.const(v, "int8")
-
-
-def _amx(name: str, *args):
-    return Evaluate(E.Call(_dt("int32"), "tir.call_llvm_intrin", (E.StringImm(f"llvm.x86.{name}"), *args)))
-
-
-def _addr(load):
-    return E.Call(_dt("handle"), "tir.address_of", (load,))
-
-
-def row_tile(width: int) -> int:
-    """Pixels per A tile: the widest divisor of the row that is at most 16 (tile rows)."""
-    return next(m for m in range(min(16, width), 0, -1) if width % m == 0)
 
 
 def applies(ib: int, bn: int, target=None) -> bool:
@@ -58,55 +39,11 @@ def conv2d_int8_amx_acc(padded, kernel, out_hw, strides, dilation):
     ocb, kchunks, kh, kw, icq, bn, _ = (int(d) for d in kernel.shape)
     assert kchunks == chunks and icq * 4 == ib, (padded.shape, kernel.shape)
     oh, ow = out_hw
-    sh, sw = strides
-    dh, dw = dilation
     m = row_tile(ow)
-    pieces = bn // 16
-    nc = min(2, pieces)
 
     def body(ins, outs):
-        x, w = ins
-        (y,) = outs
-        ib_ = tir.ir_builder.create()
-        ib_.emit(Evaluate(tir.call_extern("int64", "syscall", E.const(SYS_ARCH_PRCTL, "int64"),
-                                          E.const(ARCH_REQ_XCOMP_PERM, "int64"), E.const(XFEATURE_XTILEDATA, "int64"))))
-        xv, wv, yv = ib_.buffer_ptr(x), ib_.buffer_ptr(w), ib_.buffer_ptr(y)
-        with ib_.for_range(0, n * ocb * oh, name="task", kind="parallel") as task:
-            cfg = ib_.allocate("uint8", (64,), name="tilecfg", scope="local")
-            for i in range(64):
-                cfg[i] = E.const(0, "uint8")
-            cfg[0] = E.const(1, "uint8")  # palette 1
-            tiles = [(m, 64)] * nc + [(m, ib)] + [(ib // 4, 64)] * nc  # (rows, bytes per row)
-            for t, (rows, colsb) in enumerate(tiles):
-                cfg[16 + 2 * t] = E.const(colsb & 255, "uint8")
-                cfg[17 + 2 * t] = E.const(colsb >> 8, "uint8")
-                cfg[48 + t] = E.const(rows, "uint8")
-            ib_.emit(_amx("ldtilecfg", _addr(cfg[0])))
-            b = task // (ocb * oh)
-            oc = task // oh % ocb
-            r = task % oh
-            with ib_.for_range(0, ow // m, name="xt") as xt:
-                for g in range(0, pieces, nc):
-                    for j in range(nc):
-                        ib_.emit(_amx("tilezero", _i8(j)))
-                    with ib_.for_range(0, chunks, name="rco") as rco:
-                        with ib_.for_range(0, kh, name="ry") as ry:
-                            with ib_.for_range(0, kw, name="rx") as rx:
-                                yy = r * sh + ry * dh
-                                xx = xt * (m * sw) + rx * dw
-                                a_off = (((b * chunks + rco) * hp + yy) * wp + xx) * ib
-                                ib_.emit(_amx("tileloadd64", _i8(nc), _addr(xv[a_off]), E.const(sw * ib, "int64")))
-                                w_off = (((oc * chunks + rco) * kh + ry) * kw + rx) * (ib * bn)
-                                for j in range(nc):
-                                    ib_.emit(_amx("tileloadd64", _i8(nc + 1 + j), _addr(wv[w_off + 64 * (g + j)]),
-                                                  E.const(bn * 4, "int64")))
-                                for j in range(nc):
-                                    ib_.emit(_amx("tdpbusd", _i8(j), _i8(nc), _i8(nc + 1 + j)))
-                    y_off = (((b * ocb + oc) * oh + r) * ow + xt * m) * bn
-                    for j in range(nc):
-                        ib_.emit(_amx("tilestored64", _i8(j), _addr(yv[y_off + 16 * (g + j)]), E.const(bn * 4, "int64")))
-            ib_.emit(_amx("tilerelease"))
-        return ib_.get()
+        return conv_tiles(*ins, *outs, n=n, chunks=chunks, hp=hp, wp=wp, ib=ib, k_row=ib, ocb=ocb, oh=oh, ow=ow,
+                          kh=kh, kw=kw, bn=bn, strides=strides, dilation=dilation, elem_bytes=1, product="tdpbusd")
 
     return te.extern((n, ocb, oh, ow, bn), [padded, kernel], body, name="conv2d_int8_amx", dtype="int32",
                      tag=TAG, attrs={"tile_ow": m})
