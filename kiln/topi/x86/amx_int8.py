@@ -22,6 +22,7 @@ from __future__ import annotations
 from kiln import te
 
 from .amx_tiles import conv_tiles, row_tile
+from .conv2d import find_tagged
 
 TAG = "conv2d_int8_amx"
 
@@ -52,32 +53,18 @@ def conv2d_int8_amx_acc(padded, kernel, out_hw, strides, dilation):
 def schedule_conv2d_int8_amx(outs, cfg=None):
     """The AMX kernel at root, the padding a parallel pass, the requantize epilogue (and what is
     fused after it) one parallel pass vectorized over the channel block."""
-    from .conv2d_int8 import _find, _inline_between, _schedule_pad
+    from .conv2d_int8 import _inline_between, _schedule_pad
 
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([o.op for o in outs])
     out = outs[0]
-    acc = _find_extern(out)
+    acc = find_tagged(out, TAG)
     _inline_between(s, out, acc)
     _schedule_pad(s, acc)
     n, c, y, x, b = s[out].op.axis
     s[out].parallel(s[out].fuse(n, c, y))
     s[out].vectorize(b)
-    del _find
     return s
-
-
-def _find_extern(out):
-    stack, seen = [out], set()
-    while stack:
-        t = stack.pop()
-        if id(t.op) in seen:
-            continue
-        seen.add(id(t.op))
-        if getattr(t.op, "tag", "") == TAG:
-            return t
-        stack.extend(t.op.input_tensors)
-    raise ValueError(f"schedule_conv2d_int8_amx: no {TAG} stage under {out.name}")
 
 
 __all__ = ["conv2d_int8_amx_acc", "schedule_conv2d_int8_amx", "applies", "row_tile"]

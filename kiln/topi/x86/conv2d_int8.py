@@ -23,6 +23,7 @@ import numpy as np
 from kiln import te, tir
 from kiln.errors import CompileError
 
+from .conv2d import find_tagged
 from .int8_intrin import dot_intrin
 
 CONV_TAG = "conv2d_int8_acc"
@@ -221,19 +222,6 @@ def requantize_epilogue(acc, bias, mult, shift, out_zp: int, lo: int, hi: int, o
 
 # -- schedules -----------------------------------------------------------------------------------
 
-def _find(out, tag):
-    stack, seen = [out], set()
-    while stack:
-        t = stack.pop()
-        if id(t.op) in seen:
-            continue
-        seen.add(id(t.op))
-        if getattr(t.op, "tag", "") == tag:
-            return t
-        stack.extend(u for u in t.op.input_tensors if isinstance(u.op, te.ComputeOp))
-    return None
-
-
 def _inline_between(s, out, stop):
     """Inline every compute stage strictly between ``out`` and ``stop`` (the fused epilogue)."""
     stack, seen = list(out.op.input_tensors), set()
@@ -258,7 +246,7 @@ def schedule_conv2d_int8(outs, cfg=None):
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([o.op for o in outs])
     out = outs[0]
-    acc = _find(out, CONV_TAG)
+    acc = find_tagged(out, CONV_TAG)
     _inline_between(s, out, acc)
     tier, chunks = acc.op.attrs["tier"], acc.op.attrs.get("chunks", 1)
     n, c, y, x, b = s[out].op.axis
@@ -309,7 +297,7 @@ def schedule_depthwise_int8(outs, cfg=None):
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([o.op for o in outs])
     out = outs[0]
-    acc = _find(out, DEPTHWISE_TAG)
+    acc = find_tagged(out, DEPTHWISE_TAG)
     _inline_between(s, out, acc)
     n, c, y, x, b = s[out].op.axis
     xo, xi = s[out].split(x, factor=acc.op.attrs["tile"])
@@ -340,7 +328,7 @@ def schedule_dense_int8(outs, cfg=None):
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([o.op for o in outs])
     out = outs[0]
-    acc = _find(out, DENSE_TAG)
+    acc = find_tagged(out, DENSE_TAG)
     _inline_between(s, out, acc)
     tier, lanes = acc.op.attrs["tier"], acc.op.attrs["lanes"]
     m = int(out.shape[0])
