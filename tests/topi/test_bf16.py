@@ -13,7 +13,7 @@ import pytest
 import kiln as tvm
 from kiln import te
 from kiln.target import Target
-from kiln.target.cpu_facts import cpu_facts
+from kiln.target.cpu_facts import cpu_facts, why_host_cannot_run
 
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="numpy's bfloat16 (pip install ml_dtypes) is the reference")
 
@@ -25,15 +25,6 @@ BF16_CPUS = {"skylake-avx512": "fma", "cooperlake": "vdpbf16ps", "sapphirerapids
 INSTRUCTION = {"tdpbf16ps": r"\btdpbf16ps\b", "vdpbf16ps": r"\bvdpbf16ps\b", "fma": r"\bvfmadd\d+ps\b",
                "mulps": r"\bmulps\b"}
 U32 = 2.0 ** -24  # float32 unit roundoff
-
-
-def _host_runs(target) -> str:
-    """'' when this machine can execute code for ``target``, else why not."""
-    host, want = cpu_facts("llvm"), cpu_facts(target)
-    if host.arch != want.arch:
-        return f"this machine is {host.arch}, the code {want.arch}"
-    missing = set(want.features) - set(host.features)
-    return f"this machine lacks {', '.join(sorted(missing))}" if missing else ""
 
 
 def _x86_only():
@@ -68,7 +59,7 @@ def test_conversions_round_to_nearest_even_bit_for_bit(cpu):
         s[t].vectorize(s[t].split(t.op.axis[0], factor=16)[1])
     f = tvm.build(s, [a, b, c], target=target)
     assert "__truncsfbf2" not in f.get_source("asm")
-    if _host_runs(target):
+    if why_host_cannot_run(target):
         return
     x = _awkward_floats(n)
     out_b, out_c = tvm.nd.empty((n,), "uint16"), tvm.nd.empty((n,), "float32")
@@ -130,7 +121,7 @@ def test_bf16_conv_per_cpu(cpu):
             if name in ("tdpbf16ps", "vdpbf16ps") or name == kind:
                 assert bool(re.search(pattern, asm)) == (name == kind), f"{cpu} {k}x{k}/{stride}: {name}"
         assert "__truncsfbf2" not in asm
-        if _host_runs(target):
+        if why_host_cannot_run(target):
             continue
         out = tvm.nd.empty(shape, "float32")
         mod(*[tvm.nd.array(v) for v in inputs], out)
@@ -144,7 +135,7 @@ def test_amx_conv_blocks(c, o, ib):
     a time, one A load for both), against float64 within the float32 sum bound."""
     _x86_only()
     target = Target(f"{X86} -mcpu=sapphirerapids")
-    why_not = _host_runs(target)
+    why_not = why_host_cannot_run(target)
     if why_not:
         pytest.skip(f"AMX code cannot run here: {why_not} (its assembly is checked in test_bf16_conv_per_cpu)")
     from kiln.runtime import amx
@@ -177,7 +168,7 @@ def test_amx_plain_input_rows(c, k, stride):
         out = conv2d_NCHWc(X, W, stride, k // 2, 1, "float32", out_channels=o)
         mod = tvm.build(schedule_conv2d_NCHWc([out]), [X, W, out], target=target)
     assert re.search(r"\btdpbf16ps\b", mod.get_source("asm"))
-    why_not = _host_runs(target)
+    why_not = why_host_cannot_run(target)
     if why_not:
         pytest.skip(f"AMX code cannot run here: {why_not}")
     res = tvm.nd.empty(tuple(int(d) for d in out.shape), "float32")
