@@ -4,17 +4,9 @@ for the configuration of ``vta.get_env()``."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 
 def build(mod, target):
     del target  # the accelerator's configuration is vta.get_env()'s, not the target string's
-    from ..vta.compiler import _Retag, compile_func
-    from ..vta.environment import get_env
-    from ..vta.module import VTAModule
-    from . import lowered_functions
+    from ..vta.compiler import compile_lowered
 
-    env = get_env()
-    funcs = {name: compile_func(replace(f, body=_Retag().visit(f.body)), env, name)
-             for name, f in lowered_functions(mod, "ext_dev")}
-    return VTAModule(funcs, env.export())
+    return compile_lowered(mod)

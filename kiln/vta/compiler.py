@@ -70,6 +70,17 @@ def compile_func(func, env=None, name: str = "main", mode: str | None = None) ->
     return fn
 
 
+def compile_lowered(mod, env=None) -> VTAModule:
+    """Every lowered function of ``mod`` -> a VTAModule: ``tvm.build(s, args, "ext_dev")`` (the
+    ext_dev code generator) ends here."""
+    from kiln.codegen import lowered_functions
+
+    env = env or get_env()
+    funcs = {name: compile_func(replace(f, body=_Retag().visit(f.body)), env, name)
+             for name, f in lowered_functions(mod, "ext_dev")}
+    return VTAModule(funcs, env.export())
+
+
 def build(s, args, target=None, name: str = "default_function", env=None, mode: str | None = None) -> VTAModule:
     """``vta.build(s, [A, B, C], tvm.target.Target("ext_dev", host=env.target_host), name="gemm")``.
 
