@@ -2,7 +2,7 @@
 the number of vector registers, the ISA extensions schedules care about.
 
 Nothing here is guessed from CPU names. The target is resolved to the (triple, cpu, features)
-that kiln's LLVM backend will compile for (``kiln.codegen.llvm_target.target_info``: plain
+that kiln's LLVM backend will compile for (``kiln.codegen.llvm.target.target_info``: plain
 ``llvm`` is this machine), and a few tiny probe functions are compiled for it; the emitted
 assembly says what the instruction selector did:
 
@@ -109,7 +109,7 @@ def _c_as_llvm(target) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _facts_of(text: str) -> CPUFacts:
-    from ..codegen.llvm_target import target_info  # lazily: it loads llvmlite
+    from ..codegen.llvm.target import target_info  # lazily: it loads llvmlite
     from .target import Target
 
     info = target_info(Target(text))
@@ -129,7 +129,7 @@ def why_host_cannot_run(target) -> str:
 
 def host_cpu() -> tuple[str, str]:
     """(LLVM's name for this machine's CPU, its feature string)."""
-    from ..codegen.llvm_target import _host
+    from ..codegen.llvm.target import _host
 
     _, cpu, features = _host()
     return cpu, features
@@ -246,7 +246,7 @@ def _emit(llvm, tm, text: str) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _probe(triple: str, cpu: str, features: str) -> CPUFacts:
-    from ..codegen.llvm_target import _LOCK, _arch, _llvm
+    from ..codegen.llvm.target import _LOCK, _arch, _llvm
 
     llvm = _llvm()
     arch = _arch(triple)

@@ -1,7 +1,7 @@
 """Math calls some kernel languages lack, written with calls they have: the formulas, once.
 
 The C and GPU printers (kiln/codegen/c.py, c_family_expr.py) print ``expand(call)`` where their
-language has no such function; LLVM lowers the same calls to intrinsics itself (llvm_intrin.py).
+language has no such function; LLVM lowers the same calls to intrinsics itself (llvm/intrin.py).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ def test_warm_build_sets_nothing_up_again():
     """What keeps a warm build of add_one within its 50 ms goal (timed by bench/build.py, not
     here: a busy machine would make a wall-clock threshold fail) is that LLVM's target
     machine and pass tuning are made once per target, not once per build."""
-    from kiln.codegen import llvm_target
+    from kiln.codegen.llvm import target as llvm_target
 
     f, _ = add_one_func()
     build(f)

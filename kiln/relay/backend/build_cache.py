@@ -46,7 +46,7 @@ def module_key(target, kernels: list | None) -> str | None:
         return None
     if target.kind.name != "llvm":  # GPU modules carry device code beside the host object: not yet
         return None
-    from kiln.codegen.llvm_target import target_info
+    from kiln.codegen.llvm.target import target_info
 
     info = target_info(target)
     try:
@@ -70,7 +70,7 @@ def load(key: str, names: list[str], target):
     except (KeyError, TypeError, ValueError):
         return None
     from kiln.codegen.llvm import LazySources
-    from kiln.codegen.llvm_target import assembly_of, target_info
+    from kiln.codegen.llvm.target import assembly_of, target_info
     from kiln.runtime.compiled import CompiledModule
 
     module = CompiledModule([obj], meta, {}, triple=meta.get("triple", ""), type_key="llvm")

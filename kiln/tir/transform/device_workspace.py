@@ -4,7 +4,7 @@ After split_host_device, an Allocate left in a GPU host function holds a tensor 
 writes and a later kernel reads (a multi-kernel schedule such as Winograd's transforms). Host
 memory would not do: it becomes ``data = tir.kiln_device_alloc(nbytes, like)`` before the
 kernels and ``tir.kiln_device_free(data)`` after them, which the host code generator turns into
-calls of the device-launch hook (llvm_launch.py); ``like`` is a buffer argument of the function,
+calls of the device-launch hook (llvm/launch.py); ``like`` is a buffer argument of the function,
 so the workspace is made on the device the call's tensors live on.
 """
 

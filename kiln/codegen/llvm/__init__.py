@@ -11,21 +11,21 @@ from __future__ import annotations
 
 import json
 
-from ..errors import CompileError, InternalError, KilnError
-from . import lowered_functions
-from .llvm_function import DLTENSOR_TYPE, SUPPORT_IR, emit_prim_func
-from .llvm_ir import ModuleWriter, string_literal
-from .llvm_launch import launch_globals
-from .llvm_pool import pool_ir
-from .llvm_target import assembly_of, compile_ir, target_info
-from .metadata import module_metadata
+from ...errors import CompileError, InternalError, KilnError
+from .. import lowered_functions
+from .function import DLTENSOR_TYPE, SUPPORT_IR, emit_prim_func
+from .ir import ModuleWriter, string_literal
+from .launch import launch_globals
+from .thread_pool import pool_ir
+from .target import assembly_of, compile_ir, target_info
+from ..metadata import module_metadata
 
 
 def generate_ir(mod, target, device_target=None, device_code=None) -> tuple[str, dict, object]:
     """LLVM IR text, metadata and TargetInfo for mod (no LLVM optimization yet).
 
     With device_code (GPU modules), mod holds the host functions, which launch kernels through
-    the __kiln_device_launch hook (llvm_launch.py), and the metadata carries the kernels."""
+    the __kiln_device_launch hook (launch.py), and the metadata carries the kernels."""
     info = target_info(target)
     funcs = lowered_functions(mod, "llvm")
     mw = ModuleWriter(info.triple, info.datalayout)
@@ -57,8 +57,8 @@ def generate_ir(mod, target, device_target=None, device_code=None) -> tuple[str,
 
 def build(mod, target):
     """Compile every PrimFunc of mod for an llvm target; returns a CompiledModule."""
-    from ..runtime.compiled import CompiledModule
-    from ..target import Target
+    from ...runtime.compiled import CompiledModule
+    from ...target import Target
 
     target = target if isinstance(target, Target) else Target(target)
     text, meta, info = generate_ir(mod, target)
@@ -72,7 +72,7 @@ def build(mod, target):
 
 def build_host(mod, host_target, device_target, device_code: dict):
     """The host side of a GPU module: mod's functions launch the kernels of device_code."""
-    from ..runtime.compiled import CompiledModule
+    from ...runtime.compiled import CompiledModule
 
     text, meta, info = generate_ir(mod, host_target, device_target, device_code)
     names = [f["name"] for f in meta["functions"]]

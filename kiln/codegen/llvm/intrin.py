@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..errors import CompileError
-from ..ir import expr as E
-from ..ir.dtype import DType
-from ..ir.functor import Mutator
-from .llvm_ir import float_literal, llvm_type, scalar_type
+from ...errors import CompileError
+from ...ir import expr as E
+from ...ir.dtype import DType
+from ...ir.functor import Mutator
+from .ir import float_literal, llvm_type, scalar_type
 
 F32 = DType("float", 32)
 
@@ -301,7 +301,7 @@ _SPECIAL = {
 
 
 def _launch(name, cg, e):
-    from . import llvm_launch
+    from . import launch
 
-    return getattr(llvm_launch, name)(cg, e)
+    return getattr(launch, name)(cg, e)
 

@@ -8,10 +8,10 @@ lets LLVM widen 32-bit index arithmetic into addressing modes); narrower types w
 
 from __future__ import annotations
 
-from ..errors import CompileError, InternalError
-from ..ir import expr as E
-from ..ir.dtype import DType
-from .llvm_ir import float_literal, llvm_type, scalar_type
+from ...errors import CompileError, InternalError
+from ...ir import expr as E
+from ...ir.dtype import DType
+from .ir import float_literal, llvm_type, scalar_type
 
 
 def mangle(dt: DType) -> str:
@@ -274,8 +274,8 @@ class ExprCodegen:
         return self.fw.emit(f"{'sext' if src.is_int else 'zext'} {st} {v} to {dt_}")
 
     def _cast_bfloat16(self, v: str, src: DType, dst: DType) -> str:
-        """To or from bfloat16, through float32 (llvm_bf16.py: LLVM's own rounding is a libcall)."""
-        from .llvm_bf16 import round_to_bfloat16, widen_bfloat16
+        """To or from bfloat16, through float32 (bf16.py: LLVM's own rounding is a libcall)."""
+        from .bf16 import round_to_bfloat16, widen_bfloat16
 
         wide = DType("float", 32, src.lanes)
         if src.kind == "bfloat":
@@ -298,7 +298,7 @@ class ExprCodegen:
         return self.fw.emit(f"call {ty} @{full}({', '.join(f'{t} {a}' for t, a in zip(types, args))})")
 
     def expr_Call(self, e) -> str:
-        from .llvm_intrin import emit_call
+        from .intrin import emit_call
 
         return emit_call(self, e)
 

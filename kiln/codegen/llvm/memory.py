@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import math
 
-from ..errors import CompileError, InternalError
-from ..ir import expr as E
-from ..ir.dtype import DType
-from .llvm_expr import int_literal
-from .llvm_ir import llvm_type
+from ...errors import CompileError, InternalError
+from ...ir import expr as E
+from ...ir.dtype import DType
+from .expr import int_literal
+from .ir import llvm_type
 
 # Constant-size scratch up to this many bytes lives on the stack (per-thread stacks are at
 # least 1 MiB on Android, 8 MiB on Linux); larger or symbolic sizes go to the heap.

@@ -11,15 +11,15 @@ overlap), which is what allows LLVM to vectorize and reorder memory accesses fre
 
 from __future__ import annotations
 
-from ..errors import CompileError
-from ..ir import expr as E
-from ..ir.dtype import INT64, DType
-from .llvm_bf16 import promote_bfloat16
-from .llvm_expr import ExprCodegen
-from .llvm_ir import FunctionWriter, llvm_type
-from .llvm_memory import MemoryCodegen
-from .llvm_parallel import ParallelCodegen
-from .llvm_stmt import StmtCodegen
+from ...errors import CompileError
+from ...ir import expr as E
+from ...ir.dtype import INT64, DType
+from .bf16 import promote_bfloat16
+from .expr import ExprCodegen
+from .ir import FunctionWriter, llvm_type
+from .memory import MemoryCodegen
+from .parallel import ParallelCodegen
+from .stmt import StmtCodegen
 
 DLTENSOR_TYPE = "%DLTensor = type { ptr, { i32, i32 }, i32, { i8, i8, i16 }, ptr, ptr, i64 }"
 _F64 = DType("float", 64)

@@ -15,7 +15,7 @@ they are i16 bit patterns, widened to float32 by a shift (bfloat16 is float32's 
 
 Kernels that multiply bfloat16 pairs into float32 sums (``vdpbf16ps``, AMX ``tdpbf16ps``) call
 those instructions through ``call_llvm_pure_intrin`` with bfloat16 vector operands, which the
-call bitcasts to LLVM's ``bfloat`` vectors (kiln/codegen/llvm_intrin.py); the pass leaves
+call bitcasts to LLVM's ``bfloat`` vectors (kiln/codegen/llvm/intrin.py); the pass leaves
 intrinsic calls alone.
 """
 
@@ -24,16 +24,16 @@ from __future__ import annotations
 import dataclasses
 import struct
 
-from ..ir import expr as E
-from ..ir.dtype import DType
-from ..ir.functor import Mutator, Visitor
+from ...ir import expr as E
+from ...ir.dtype import DType
+from ...ir.functor import Mutator, Visitor
 
 F32 = DType("float", 32)
 BF16 = DType("bfloat", 16)
 
 _ARITH = (E.Add, E.Sub, E.Mul, E.Div, E.Mod, E.FloorDiv, E.FloorMod, E.Min, E.Max)
 _COMPARE = (E.EQ, E.NE, E.LT, E.LE, E.GT, E.GE)
-# tir calls computed on float values (kiln/codegen/llvm_intrin.py): promoted like arithmetic.
+# tir calls computed on float values (kiln/codegen/llvm/intrin.py): promoted like arithmetic.
 _MATH = {"exp", "exp2", "exp10", "log", "log2", "log10", "sqrt", "rsqrt", "fabs", "abs", "floor",
          "ceil", "trunc", "round", "nearbyint", "rint", "sin", "cos", "tan", "asin", "acos", "atan",
          "sinh", "cosh", "tanh", "pow", "copysign", "atan2", "log1p", "expm1", "erf", "erfc", "cbrt",

@@ -1,4 +1,4 @@
-"""Outlining PARALLEL loops into tasks for the module's thread pool (llvm_pool.py).
+"""Outlining PARALLEL loops into tasks for the module's thread pool (thread_pool.py).
 
 ``for i in parallel(lo, lo + n): body`` becomes
 
@@ -13,10 +13,10 @@ it would have had without outlining. Inside a task, parallel loops run serially.
 
 from __future__ import annotations
 
-from ..ir import expr as E
-from ..ir.dtype import INT64 as _I64
-from ..ir.functor import Visitor
-from .llvm_ir import llvm_type
+from ...ir import expr as E
+from ...ir.dtype import INT64 as _I64
+from ...ir.functor import Visitor
+from .ir import llvm_type
 
 
 class _FreeVars(Visitor):
@@ -100,7 +100,7 @@ class ParallelCodegen:
 
     def emit_task(self, task: str, captures: list, var, lo_var, body) -> None:
         """The task function: unpack the closure, then call the outlined body function."""
-        from .llvm_function import FunctionCodegen
+        from .function import FunctionCodegen
 
         body_name = self.mw.unique(task + ".body")
         begin, end = E.Var("begin", _I64), E.Var("end", _I64)

@@ -2,17 +2,17 @@
 
 Loops are emitted in the plain header/body/latch form (LLVM rotates them). Loop kinds map to
 loop metadata: UNROLLED asks for full unrolling, VECTORIZED for vectorization; PARALLEL is
-outlined into a task for the module's thread pool (llvm_parallel.py), or runs serially when
+outlined into a task for the module's thread pool (llvm/parallel.py), or runs serially when
 it is already inside a parallel task. Errors (AssertStmt, failed allocations) write the
 message into ``__kiln_last_error`` and return -1.
 """
 
 from __future__ import annotations
 
-from ..errors import CompileError
-from ..ir import expr as E
-from ..ir.stmt import ForKind
-from .llvm_ir import llvm_type
+from ...errors import CompileError
+from ...ir import expr as E
+from ...ir.stmt import ForKind
+from .ir import llvm_type
 
 
 class StmtCodegen:
@@ -162,7 +162,7 @@ class StmtCodegen:
     def _has_vectors(self, s) -> bool:
         found = self._vector_cache.get(id(s))
         if found is None:
-            from ..ir.functor import post_order_visit
+            from ...ir.functor import post_order_visit
             hits = []
             post_order_visit(s, lambda n: hits.append(1) if isinstance(n, (E.Ramp, E.Broadcast)) else None)
             found = self._vector_cache[id(s)] = bool(hits)

@@ -3,14 +3,14 @@
 kiln emits textual IR and lets LLVM parse it: writing strings is several times faster in
 Python than building llvmlite.ir objects, and text gives direct access to everything LLVM
 accepts (loop metadata, noalias, atomics, fast-math flags). This module knows LLVM syntax
-and nothing about kiln's IR; llvm_expr.py / llvm_stmt.py translate the IR onto it.
+and nothing about kiln's IR; expr.py / stmt.py translate the IR onto it.
 """
 
 from __future__ import annotations
 
 import struct
 
-from ..ir.dtype import DType
+from ...ir.dtype import DType
 
 
 def scalar_type(dt: DType, memory: bool = False) -> str:
@@ -35,7 +35,7 @@ def float_literal(value: float, dt: DType) -> str:
     """An exact LLVM literal: doubles as 0x + 16 hex digits, float rounded to float first,
     bfloat16 (its bits, an i16) rounded to nearest even."""
     if dt.kind == "bfloat":
-        from .llvm_bf16 import bfloat16_bits
+        from .bf16 import bfloat16_bits
 
         bits = bfloat16_bits(value)
         return str(bits - 65536 if bits >= 32768 else bits)

@@ -17,7 +17,7 @@ Device workspace (tensors between kernels) goes through the same hook with kerne
 
 from __future__ import annotations
 
-from ..ir.dtype import DType, INT64
+from ...ir.dtype import DType, INT64
 
 _F64 = DType("float", 64)
 NOT_LOADED = ("device code not loaded: load the module with tvm.runtime.load_module (or build it) "

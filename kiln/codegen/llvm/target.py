@@ -11,7 +11,7 @@ import functools
 import threading
 from dataclasses import dataclass
 
-from ..errors import CompileError, InternalError, TargetError
+from ...errors import CompileError, InternalError, TargetError
 
 _LOCK = threading.Lock()  # LLVM's pass builder and target machines are not thread safe
 
