@@ -28,8 +28,8 @@ import functools
 from ..errors import CompileError
 from ..ir import expr as E
 from ..ir.dtype import DType
-from ..runtime.devices.nvrtc import (DEFAULT_ARCH, compile_source, have_nvrtc,  # noqa: F401 - NVRTC is
-                                     normalize_arch, nvrtc, ptx_of, source_of)  # the runtime's; names kept
+from ..runtime.devices.nvrtc import (DEFAULT_ARCH, arch_number, compile_source, have_nvrtc,  # noqa: F401
+                                     normalize_arch, nvrtc, ptx_of, source_of)  # NVRTC is the runtime's
 from ..tir.lanes import lane
 from ..tir.transform.double_buffer import ASYNC, WAIT_OP
 from ..tir.transform.warp_reduction import SHFL_OP
@@ -96,7 +96,8 @@ class CUDAPrinter(CStylePrinter):
     def __init__(self, arch: str | None = None):
         super().__init__(CUDA)
         # cp.async (sm_80+) for the prefetches of double-buffered tiles (tir/transform/double_buffer.py)
-        self.async_copies = arch is not None and int(normalize_arch(arch)[3:]) >= 80
+        self.arch = normalize_arch(arch) if arch is not None else None
+        self.async_copies = arch is not None and arch_number(arch) >= 80
         self.in_async = False
         self.vector_lanes: dict = {}  # id(vector Var) -> its lane Vars
         self.shared_bytes = 0  # dynamic shared memory the kernel needs at launch

@@ -87,8 +87,50 @@ def test_arch_spellings(arch):
 
 
 def test_bad_arch_is_an_error():
-    with pytest.raises(CompileError, match="not like 'sm_90'"):
-        cg.normalize_arch("hopper")
+    for bad in ("hopper", "sm_a", "sm_9", "sm_90x"):
+        with pytest.raises(CompileError, match="not like 'sm_90'"):
+            cg.normalize_arch(bad)
+
+
+@pytest.mark.parametrize("arch, number", [("sm_90a", 90), ("compute_90a", 90), ("sm_100f", 100), ("8.6", 86)])
+def test_arch_specific_spellings(arch, number):
+    assert cg.arch_number(arch) == number
+    assert cg.normalize_arch(arch).endswith(arch[-1] if arch[-1] in "af" else "86")
+
+
+def test_sm_90a_builds_with_cp_async_and_its_own_cubin():
+    """-arch=sm_90a (Hopper's own instructions: wgmma, setmaxnreg) was a ValueError in the
+    printer; it builds, its PTX targets sm_90a, its cubin is for that chip, and the features of
+    sm_80+ (cp.async prefetches) stay on."""
+    import base64
+
+    s, A, B = add_one(256)
+    f = tvm.build(s, [A, B], target="cuda -arch=sm_90a", name="add_one")
+    code = f.metadata["device_code"]
+    assert code["arch"] == "sm_90a" and code["cubin_arch"] == "sm_90a"
+    assert re.search(r"^\.target sm_90a$", code["ptx"], re.M)
+    assert base64.b64decode(code["cubin"])[:4] == b"\x7fELF"
+    assert cg.CUDAPrinter("sm_90a").async_copies and not cg.CUDAPrinter("sm_75").async_copies
+
+
+def test_sm_90a_module_refuses_another_chip(monkeypatch):
+    """Code built for sm_90a runs on compute capability 9.0 only: elsewhere a one-line error
+    says which arch to rebuild for, before anything is loaded."""
+    from kiln.runtime.devices import cuda as rt
+
+    s, A, B = add_one(256)
+    code = tvm.build(s, [A, B], target="cuda -arch=sm_90a", name="add_one").metadata["device_code"]
+    monkeypatch.setattr(rt.API, "attribute", lambda dev, name: "8.0")
+    with pytest.raises(tvm.errors.KilnError, match="built for sm_90a.*rebuild with -arch=sm_80"):
+        rt.CUDAModule(dict(code)).image_for(0)
+    monkeypatch.setattr(rt.API, "attribute", lambda dev, name: "9.0")
+    assert rt.CUDAModule(dict(code)).image_for(0) == base64_cubin(code)
+
+
+def base64_cubin(code):
+    import base64
+
+    return base64.b64decode(code["cubin"])
 
 
 def _vector_fma(dtype, lanes=4, n=1024):

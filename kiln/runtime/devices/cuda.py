@@ -275,6 +275,12 @@ class CUDAModule:
         a cubin NVRTC compiles for it (runtime/devices/nvrtc.py, when installed), else the PTX."""
         arch = "sm_" + API.attribute(device_id, "compute_version").replace(".", "")
         code = self.device_code
+        built = code.get("arch")
+        if built and nvrtc.arch_specific(built):  # sm_90a code (wgmma, ...) runs on that chip only
+            if nvrtc.arch_number(built) != nvrtc.arch_number(arch):
+                raise KilnError(f"this CUDA module was built for {built}, whose instructions run only on "
+                                f"that chip, and cuda({device_id}) is {arch}: rebuild with -arch={arch}")
+            arch = nvrtc.normalize_arch(built)
         if code.get("cubin") and code.get("cubin_arch") == arch:
             return base64.b64decode(code["cubin"])
         if nvrtc.have_nvrtc():

@@ -72,7 +72,8 @@ def compile_source(source: str, arch: str, fmt: str = "ptx", name: str = "kiln_k
 
 
 def normalize_arch(arch: str) -> str:
-    """"sm_90", "90", "9.0", "compute_90" -> "sm_90"."""
+    """"sm_90", "90", "9.0", "compute_90" -> "sm_90"; "sm_90a" (arch-specific features: Hopper's
+    wgmma, setmaxnreg) and "sm_100f" (family) keep their suffix."""
     text = str(arch).strip().lower()
     for prefix in ("sm_", "compute_"):
         if text.startswith(prefix):
@@ -80,9 +81,21 @@ def normalize_arch(arch: str) -> str:
     if "." in text:
         major, _, minor = text.partition(".")
         text = major + minor
-    if not text[:-1].isdigit() and not text.isdigit():
-        raise CompileError(f"CUDA arch {arch!r} is not like 'sm_90'")
+    digits = text[:-1] if text[-1:] in ("a", "f") else text
+    if not (digits.isdigit() and len(digits) >= 2):
+        raise CompileError(f"CUDA arch {arch!r} is not like 'sm_90' or 'sm_90a'")
     return "sm_" + text
+
+
+def arch_number(arch: str) -> int:
+    """The compute capability as a number: "sm_90a" -> 90, "8.6" -> 86."""
+    text = normalize_arch(arch)[3:]
+    return int(text.rstrip("af"))
+
+
+def arch_specific(arch: str) -> bool:
+    """Whether arch names the chip's own features ("sm_90a"), which run on that chip only."""
+    return normalize_arch(arch).endswith("a")
 
 
 def ptx_of(device_code: dict) -> str:
