@@ -6,7 +6,9 @@ At creation it allocates one buffer per ``storage_id`` (as large as the largest 
 to it) and makes every node output a view into its buffer, then binds each kernel call to its
 argument views once (``PackedFunc.prepare``). ``run()`` then makes one C call for each run of
 consecutive CPU kernels (``function.CallList`` over the library's ``__kiln_run_list``), and
-calls the others (offloaded subgraphs, GPU launches) one by one from Python. Inputs are
+calls the others (offloaded subgraphs, GPU launches) one by one from Python; on a CUDA device,
+the first run() also records the launches as one CUDA graph, which later runs replay
+(kiln/runtime/cuda_graphs.py; ``use_cuda_graph(False)`` or KILN_CUDA_GRAPHS=0 to not). Inputs are
 copied into their buffers by ``set_input``/``load_params``, never rebound, so the prepared
 calls stay valid (``share_params`` rebinds and prepares again).
 
@@ -23,6 +25,7 @@ from itertools import groupby
 import numpy as np
 
 from .. import limits
+from . import cuda_graphs
 from ..errors import KilnError
 from .dlpack import DTYPES
 from .function import CallList, run_list_address
@@ -51,12 +54,16 @@ class GraphExecutor(Module):
         self.entries = self._allocate(graph["attrs"])
         self.kernels = self._bind_kernels()
         self._plan = self._steps = None
+        # CUDA: the launches of one run() recorded as a CUDA graph and replayed (cuda_graphs.py)
+        self._replay = None
+        self._use_cuda_graph = dev.device_type == 2 and cuda_graphs.enabled()
+        self.cuda_graph_failure: str | None = None  # why a CUDA model runs kernel by kernel
         self._functions = {
             "set_input": self.set_input, "get_input": self.get_input, "get_output": self.get_output,
             "get_num_outputs": self.get_num_outputs, "get_num_inputs": self.get_num_inputs,
             "get_input_index": self.get_input_index, "run": self.run, "load_params": self.load_params,
             "share_params": self.share_params, "get_input_names": self.get_input_names,
-            "profile": self.profile,
+            "profile": self.profile, "use_cuda_graph": self.use_cuda_graph,
         }
 
     # -- setup ---------------------------------------------------------------------------------
@@ -139,7 +146,28 @@ class GraphExecutor(Module):
 
     # -- running -------------------------------------------------------------------------------
     def run(self) -> None:
-        """Execute every kernel in order."""
+        """Execute every kernel in order (on CUDA, after the first run, as one CUDA graph)."""
+        if self._replay is not None:
+            return self._replay()
+        self._run_each()
+        if self._use_cuda_graph:
+            self._record()
+
+    def use_cuda_graph(self, enabled: bool = True) -> None:
+        """On a CUDA device, replay run()'s launches as one CUDA graph (the default, unless
+        KILN_CUDA_GRAPHS=0) or launch the kernels one by one."""
+        self._use_cuda_graph = bool(enabled) and self.device.device_type == 2
+        self._replay = None
+
+    def _record(self) -> None:
+        self._use_cuda_graph = False  # one try
+        others = [name for _, name, func, _ in self.kernels if getattr(func, "_device_type", None) != 2]
+        if others:
+            self.cuda_graph_failure = f"{len(others)} kernels are not CUDA launches (first: {others[0]})"
+            return
+        self._replay, self.cuda_graph_failure = cuda_graphs.record(self._run_each, self.device.device_id)
+
+    def _run_each(self) -> None:
         for first, call in self._run_steps():
             failed = call()
             if failed is not None:
@@ -240,7 +268,8 @@ class GraphExecutor(Module):
                                      f"{other.entries[theirs].shape} in the other executor")
                 self.entries[mine] = other.entries[theirs]
         self.kernels = self._bind_kernels()
-        self._plan = self._steps = None
+        self._plan = self._steps = self._replay = None
+        self._use_cuda_graph = self.device.device_type == 2 and cuda_graphs.enabled()
 
     # -- module interface ----------------------------------------------------------------------
     def function_names(self) -> list:

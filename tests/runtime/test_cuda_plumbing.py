@@ -27,8 +27,12 @@ class FakeDriver:
         self.CUdevice_attribute = real.CUdevice_attribute
         self.CUfunction_attribute = real.CUfunction_attribute
         self.CUpointer_attribute = real.CUpointer_attribute
+        self.CUstreamCaptureMode = real.CUstreamCaptureMode
         self.mem: dict[int, ctypes.Array] = {}
         self.launches: list = []
+        self.capturing: dict = {}
+        self.replays: list = []
+        self.graphs: list = []
         self.func_attrs: list = []
         self.next = 1 << 20
         self.attrs = {"MAX_THREADS_PER_BLOCK": 1024, "MAX_SHARED_MEMORY_PER_BLOCK": 49152,
@@ -93,8 +97,43 @@ class FakeDriver:
         return (0,)
 
     def cuLaunchKernel(self, func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        self.launches.append((func, (gx, gy, gz), (bx, by, bz), shared, params))
+        launch = (func, (gx, gy, gz), (bx, by, bz), shared, params)
+        if stream in self.capturing:  # recorded into the stream's graph, not run
+            self.capturing[stream].append((launch, _arg(params, 0, ctypes.c_uint64)))
+        elif self.capturing:
+            return (901,)  # CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: another stream while one records
+        else:
+            self.launches.append(launch)
         return (0,)
+
+    # stream capture: a graph is the list of its launches (with their first argument as recorded)
+    capturing: dict
+    streams = 0
+
+    def cuStreamCreate(self, flags):
+        self.streams += 1
+        return 0, 1000 + self.streams
+
+    def cuStreamBeginCapture(self, stream, mode):
+        assert mode.name == "CU_STREAM_CAPTURE_MODE_RELAXED"  # workspace is allocated meanwhile
+        self.capturing[stream] = []
+        return (0,)
+
+    def cuStreamEndCapture(self, stream):
+        return 0, self.capturing.pop(stream)
+
+    cuGraphGetNodes = staticmethod(lambda graph, n: (0, None, len(graph)))
+    def cuGraphInstantiate(self, graph, flags):
+        self.graphs.append(graph)
+        return 0, ("exec", graph)
+
+    def cuGraphLaunch(self, executable, stream):
+        self.replays.append(stream)
+        self.launches.extend(launch for launch, _ in executable[1])
+        return (0,)
+
+    cuStreamSynchronize = staticmethod(lambda stream: (0,))
+    cuGraphExecDestroy = cuGraphDestroy = cuStreamDestroy = staticmethod(lambda x: (0,))
 
     cuEventCreate = staticmethod(lambda flags: (0, object()))
     cuEventRecord = staticmethod(lambda ev, stream: (0,))
@@ -205,3 +244,65 @@ def test_wrong_device_and_types_module(fake):
     assert [m.type_key for m in f.imported_modules] == ["cuda"]
     with pytest.raises(Exception, match=r"argument 'A' is on cpu\(0\).*tvm.cuda\(0\)"):
         f(tvm.nd.array(np.ones(10, "float32")), tvm.nd.empty((10,), "float32", tvm.cuda(0)), 1.0)
+
+
+def _relay_two_ops():
+    """A relay model whose fused op launches two kernels with device workspace between them
+    (float16 dense on tensor cores, then its bias + relu epilogue), built for the fake device (sm_90)."""
+    from kiln import relay
+
+    x = relay.var("x", shape=(16, 32), dtype="float16")
+    w = relay.var("w", shape=(32, 32), dtype="float16")
+    b = relay.var("b", shape=(32,), dtype="float16")
+    y = relay.nn.relu(relay.nn.bias_add(relay.nn.dense(x, w), b))
+    mod = tvm.IRModule.from_expr(relay.Function([x, w, b], relay.exp(y)))
+    with tvm.transform.PassContext(opt_level=3):
+        return relay.build(mod, target=tvm.target.Target("cuda", host="llvm"))
+
+
+def _inputs(ex):
+    for name, shape in (("x", (16, 32)), ("w", (32, 32)), ("b", (32,))):
+        ex["set_input"](name, np.random.rand(*shape).astype("float16"))
+
+
+def test_graph_executor_replays_one_cuda_graph(fake, monkeypatch):
+    """The first run launches kernel by kernel and records the same launches (same kernels,
+    extents, arguments) on a blocking stream of its own; later runs are one cuGraphLaunch each.
+    Workspace freed while recording stays allocated until the graph goes."""
+    monkeypatch.delenv("KILN_CUDA_GRAPHS", raising=False)
+    lib = _relay_two_ops()
+    ex = lib["default"](tvm.cuda(0))
+    _inputs(ex)
+    held = len(fake.mem)
+    ex["run"]()
+    first = list(fake.launches)
+    assert len(first) == 2 and ex.cuda_graph_failure is None and fake.replays == []
+    assert len(fake.mem) == held + 1  # the recorded graph keeps the workspace its launches use
+    fake.launches.clear()
+    ex["run"]()
+    ex["run"]()
+    assert fake.replays == [1001, 1001]  # one stream, one launch per run
+    (graph,) = fake.graphs  # recorded with the first run's arguments: the workspace is the same memory
+    assert [a for _, a in graph] == [_arg(p, 0, ctypes.c_uint64) for *_, p in first]
+    key = [(f, g, b, sh) for f, g, b, sh, _ in first]
+    assert [(f, g, b, sh) for f, g, b, sh, _ in fake.launches] == key * 2
+    del ex
+    import gc
+
+    gc.collect()
+    assert not fake.mem  # the graph's workspace went with it, the executor's buffers with the executor
+
+
+@pytest.mark.parametrize("how", ["env", "call"])
+def test_cuda_graphs_can_be_turned_off(fake, monkeypatch, how):
+    lib = _relay_two_ops()
+    if how == "env":
+        monkeypatch.setenv("KILN_CUDA_GRAPHS", "0")
+    ex = lib["default"](tvm.cuda(0))
+    if how == "call":
+        ex["use_cuda_graph"](False)
+    _inputs(ex)
+    ex["run"]()
+    n = len(fake.launches)
+    ex["run"]()
+    assert fake.replays == [] and len(fake.launches) == 2 * n and not fake.capturing

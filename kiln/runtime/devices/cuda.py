@@ -3,7 +3,9 @@
 Device ``i`` is CUDA ordinal ``i``; its context is the device's primary context, the one the
 CUDA runtime (and so torch and cupy) uses too, which makes device pointers valid in both and
 lets DLPack hand them over without copies. Every launch, copy and timing event goes to the
-legacy default stream, so work is ordered with torch's and cupy's default streams as well.
+legacy default stream, so work is ordered with torch's and cupy's default streams as well
+(a graph executor's replayed CUDA graph runs on a blocking stream of its own, which orders the
+same way: kiln/runtime/cuda_graphs.py).
 An array's data is its ``CUdeviceptr`` (an int, device-side address: offsets are plain adds).
 
 cuda-python is imported on first use: the runtime (and ``tvm.cuda(0).exist``) works without it
@@ -58,6 +60,9 @@ class _Allocation:
 
     def __del__(self):
         try:
+            if API.captured_frees is not None:  # a CUDA graph being recorded still uses it: the graph frees it
+                API.captured_frees.append((self.ptr, self.device_id))
+                return
             API._owners.pop(self.ptr, None)
             API.activate(self.device_id)
             _drv().cuMemFree(self.ptr)
@@ -73,6 +78,11 @@ class CUDADeviceAPI:
         self._contexts: dict[int, object] = {}
         self._current = threading.local()
         self._owners: dict[int, int] = {}  # ptr -> device id, for the arrays kiln allocated
+        # The stream kiln's launches go to: 0, the legacy default stream, except while a CUDA graph
+        # is recorded (kiln/runtime/cuda_graphs.py); then the frees of device workspace are
+        # deferred to the graph, whose replays still use that memory.
+        self.stream = 0
+        self.captured_frees: list | None = None
 
     # -- devices -------------------------------------------------------------------------------
     def count(self) -> int:
@@ -325,7 +335,7 @@ class CUDAModule:
         func, dims, shared, params, dev, _ = ready
         if getattr(API._current, "device", None) != dev:
             API.activate(dev)
-        result = _drv().cuLaunchKernel(func, *dims, shared, 0, params, 0)
+        result = _drv().cuLaunchKernel(func, *dims, shared, API.stream, params, 0)
         if int(result[0]) != 0:
             entry = self.kernels[kernel_id]
             _check(result, f"launch of {entry['name']} on {dims[:3]} blocks of {dims[3:]} threads "
@@ -355,7 +365,7 @@ class CUDAModule:
         func, dims6, shared, params, dev, _ = ready
         if getattr(API._current, "device", None) != dev:
             API.activate(dev)
-        result = _drv().cuLaunchKernel(func, *dims6, shared, 0, params, 0)
+        result = _drv().cuLaunchKernel(func, *dims6, shared, API.stream, params, 0)
         if int(result[0]) != 0:
             _check(result, f"launch of {self.kernels[kernel_id]['name']} on {dims6[:3]} blocks of {dims6[3:]} "
                            f"threads ({shared} bytes of dynamic shared memory) on cuda({dev})")
