@@ -154,3 +154,54 @@ def test_per_channel_requantize_on_the_m4_is_a_shift_and_exact(tmp_path):
     assert "__aeabi_ldivmod" not in dis
     got = next(iter(project.run()["outputs"].values()))
     np.testing.assert_array_equal(got, _requantize_reference(x, si.astype(np.float64), -3))
+
+
+def _narrow_case():
+    """A per-channel requantize whose multipliers are all below 2**-2 (shift >= 33): on a
+    Cortex-M target NarrowRequantize computes it in 32-bit (one SMLAL, an int32 shift and clamp)."""
+    from kiln.relay import qnn
+    rng = np.random.default_rng(4)
+    x = rng.integers(-(1 << 24), 1 << 24, size=(1, 3, 4, 6)).astype("int32")
+    x[0, 0, 0, :] = [-(1 << 31), (1 << 31) - 1, 0, -1, 1, -(1 << 30)]
+    x[0, 0, 1, :] = [(1 << 31) - 1, -(1 << 31), 12345, -12345, 7, -7]
+    si = np.array([0.2, 0.013, 2.5e-4, 0.0071, 1.7e-3, 3e-10], "float32")
+    body = qnn.op.requantize(relay.var("x", shape=x.shape, dtype="int32"), si, 0, np.float32(1.0), -3,
+                             axis=3, out_dtype="int8")
+    return x, si, tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(body), body))
+
+
+def test_narrowed_requantize_equals_the_int64_one_on_the_host():
+    """NarrowRequantize (kiln/relay/transform/narrow_requantize.py) runs for -mcpu=cortex-m*: the
+    optimized graph has the int32 shift, and the C build (here by the host's cc) gives the
+    Python-integer reference's integers, extremes of int32 included; without -mcpu it is left alone."""
+    from kiln.relay.build_module import optimize
+    from kiln.target import Target
+    x, si, mod = _narrow_case()
+    for target, narrowed in (("c -keys=arm_cpu -mcpu=cortex-m4", True), ("c", False)):
+        with Target(target):
+            text = str(optimize(mod, Target(target))[0]["main"])
+        assert ("right_shift(%3, 32i64)" in text and "minimum(%8, 127) " in text) == narrowed, text
+        m = graph_executor.GraphModule(relay.build(mod, target=target)["default"](tvm.cpu(0)))
+        m.set_input(x=x)
+        m.run()
+        np.testing.assert_array_equal(m.get_output(0).numpy(), _requantize_reference(x, si.astype(np.float64), -3))
+
+
+def test_narrowed_requantize_on_the_m4_is_one_smlal_and_exact(tmp_path):
+    """The same requantize on the M4F board: no 64 x 64-bit multiply helper or three-multiply
+    sequence (smlal/smull are there), and the Python-integer reference's integers."""
+    why = missing_arm_gcc() or missing_qemu()
+    if why:
+        pytest.skip(why)
+    import subprocess
+    x, si, mod = _narrow_case()
+    lib = relay.build(mod, target="c -keys=arm_cpu -mcpu=cortex-m4",
+                      executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}))
+    project = micro.generate_project(micro.get_microtvm_template_projects("qemu-mps2-an386"), lib,
+                                     tmp_path / "fw", {"inputs": {"x": x}})
+    project.build()
+    dis = subprocess.run(["arm-none-eabi-objdump", "-d", project.elf], capture_output=True, text=True,
+                         check=True).stdout
+    assert "__aeabi_lmul" not in dis and ("\tsmlal" in dis or "\tsmull" in dis)
+    got = next(iter(project.run()["outputs"].values()))
+    np.testing.assert_array_equal(got, _requantize_reference(x, si.astype(np.float64), -3))

@@ -105,7 +105,7 @@ def generate_project(template_dir, module, project_dir, options: dict | None = N
     (``tvm.build(..., target="c")``), or the path of an AOT build's Model Library Format tar.
     ``options``: ``project_type`` (``"host_driven"`` or ``"aot_standalone_demo"``; see the module
     docstring for the default), ``inputs`` ({name: array}, baked into standalone firmware; zeros
-    when missing), ``cflags`` (extra compiler flags), ``icount_shift`` (qemu -icount shift, default 0).
+    when missing), ``cflags`` (extra compiler flags), ``icount_shift`` (qemu -icount shift, default 0), ``profile`` (time each kernel call: run() returns ``layers``, [(kernel, ticks)]).
     TVM's other options (``verbose``, ``<platform>_board``, ...) are accepted and ignored."""
     options = dict(options or {})
     template = _template_of(template_dir)
@@ -134,6 +134,8 @@ def generate_project(template_dir, module, project_dir, options: dict | None = N
         raise KilnError("generate_project: the firmware runs the AOT executor; build with "
                         "executor=Executor('aot', {'interface-api': 'c', 'unpacked-api': True})")
     _write_io(project_dir, meta["memory"], options.get("inputs", {}))
+    if options.get("profile"):
+        _instrument_run(os.path.join(project_dir, "model", "codegen", "host", "src"), meta["memory"]["prefix"])
     if BOARDS[template].cpu is None:  # a standalone program here: the MPS2 main.c over stdio (standalone.c)
         for name in ("main.c", "board.h"):
             shutil.copyfile(os.path.join(os.path.dirname(__file__), "qemu-mps2-an385", name),
@@ -144,6 +146,36 @@ def generate_project(template_dir, module, project_dir, options: dict | None = N
 def generate_project_from_mlf(template_project_dir, project_dir, mlf_path, options: dict | None = None):
     """``generate_project`` from an AOT build's Model Library Format tar (TVM 0.13's argument order)."""
     return generate_project(template_project_dir, os.fspath(mlf_path), project_dir, options)
+
+
+_CALL = re.compile(r"^(\s*)if \((\w+)_unpacked\((.*)\) != 0\) return -1;$")
+
+
+def _instrument_run(src_dir: str, prefix: str) -> None:
+    """``profile`` option: each kernel call of the AOT run function is timed with the board's
+    SysTick and printed as ``KILN-LAYER <index> <kernel> <ticks>`` (run() returns them as
+    ``layers``). The printing is outside the timed calls, inside the run's total."""
+    for name in sorted(os.listdir(src_dir)):
+        path = os.path.join(src_dir, name)
+        with open(path) as f:
+            lines = f.read().split("\n")
+        if not any(line.startswith(f"int32_t {prefix}_run(") for line in lines):
+            continue
+        out, index = ['#include "board.h"',
+                      "static void kiln_layer(int32_t i, const char* name, uint64_t ticks) {",
+                      '  uart_puts("KILN-LAYER "); uart_put_u64((uint64_t)i); uart_putc(\' \'); uart_puts(name);',
+                      "  uart_putc(' '); uart_put_u64(ticks); uart_putc('\\n');", "}"], 0
+        for line in lines:
+            m = _CALL.match(line)
+            if m:
+                pad, fn, args = m.groups()
+                short = fn[len(prefix) + 1:] if fn.startswith(prefix + "_") else fn
+                line = (f"{pad}{{ uint64_t t0 = board_ticks(); if ({fn}_unpacked({args}) != 0) return -1; "
+                        f'kiln_layer({index}, "{short}", board_ticks() - t0); }}')
+                index += 1
+            out.append(line)
+        with open(path, "w") as f:
+            f.write("\n".join(out))
 
 
 _PROJECT_TYPES = ("host_driven", "aot_standalone_demo", "standalone")
@@ -450,4 +482,6 @@ class GeneratedProject:
             t = wanted[name]
             outputs[name] = np.frombuffer(bytes.fromhex(hexdata), t["dtype"]).reshape(t["shape"])
         cycles = re.search(r"KILN-CYCLES (\d+)", log)
-        return {"outputs": outputs, "cycles": int(cycles.group(1)) if cycles else None, "log": log}
+        layers = [(name, int(t)) for _, name, t in re.findall(r"KILN-LAYER (\d+) (\w+) (\d+)", log)]
+        return {"outputs": outputs, "cycles": int(cycles.group(1)) if cycles else None, "log": log,
+                "layers": layers}

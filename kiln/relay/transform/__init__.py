@@ -90,6 +90,21 @@ def AlterOpLayout():  # noqa: N802
     return FunctionPass(run, PassInfo(3, "AlterOpLayout"))
 
 
+def NarrowRequantize():  # noqa: N802
+    """On a Cortex-M target (``-mcpu=cortex-m*``), each canonical int64 requantize that gives the same
+    integers in 32-bit arithmetic is written so (narrow_requantize.py). Other targets: unchanged."""
+    def run(func, mod, ctx):
+        from kiln.target import Target
+
+        from .narrow_requantize import narrow_requantize
+        target = Target.current(allow_none=True)
+        mcpu = str(getattr(target, "mcpu", None) or (getattr(target, "attrs", {}) or {}).get("mcpu", "") or "")
+        if target is None or not mcpu.lower().startswith("cortex-m"):
+            return func
+        return infer(narrow_requantize(infer(func)))
+    return FunctionPass(run, PassInfo(2, "NarrowRequantize"))
+
+
 def FuseExpandDepthwise():  # noqa: N802
     """On an x86 target, run each 1x1 conv2d + bias + clip followed by a depthwise conv2d (after
     AlterOpLayout: blocked layouts, constant weights) as one op that keeps the expanded tensor in
@@ -189,11 +204,11 @@ def PartitionGraph(mod_name: str = "default"):  # noqa: N802
 def optimize_sequence() -> Sequential:
     """The passes relay.build runs before lowering, in order (each gated by its opt level)."""
     from ..qnn.transform import CanonicalizeOps, Legalize  # quantized models: docs/quantization.md
-    return Sequential([FakeQuantizationToInteger(), Legalize(), CanonicalizeOps(), SimplifyInference(), FoldConstant(), FoldScaleAxis(), FoldConstant(), AlterOpLayout(),
+    return Sequential([FakeQuantizationToInteger(), Legalize(), CanonicalizeOps(), SimplifyInference(), FoldConstant(), FoldScaleAxis(), FoldConstant(), NarrowRequantize(), AlterOpLayout(),
                        DeadCodeElimination(), InferType(), FuseExpandDepthwise(), FuseAttention(), FuseOps(), InferType()], name="relay.optimize")
 
 
-__all__ = ["InferType", "AlterOpLayout", "FuseExpandDepthwise", "FuseAttention", "fuse_expand_depthwise", "alter_op_layout", "FoldConstant", "SimplifyInference", "FoldScaleAxis", "DeadCodeElimination",
+__all__ = ["InferType", "AlterOpLayout", "NarrowRequantize", "FuseExpandDepthwise", "FuseAttention", "fuse_expand_depthwise", "alter_op_layout", "FoldConstant", "SimplifyInference", "FoldScaleAxis", "DeadCodeElimination",
            "ConvertLayout", "FuseOps", "BindParams", "Sequential", "PassContext", "optimize_sequence",
            "bind_params_by_name", "fold_constant", "simplify_inference", "fold_scale_axis", "fuse_ops", "partition",
            "convert_layout", "dead_code_elimination", "infer", "infer_type", "ToMixedPrecision", "to_mixed_precision",

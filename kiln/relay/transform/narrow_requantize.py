@@ -1,0 +1,124 @@
+"""NarrowRequantize: the int64 fixed-point requantize of qnn's canonical form (qnn/canonicalize.py)
+rewritten with 32-bit values where the constants allow, for 32-bit cores (Cortex-M: issue 36).
+
+The canonical requantize of an int32 accumulator ``x`` (per channel ``q``, ``r``, ``s``, ``o``)::
+
+    cast(minimum(maximum(((int64(x) * q + r) >> s) + o, lo), hi), int8)
+
+is on a 32-bit core a 64 x 64-bit multiply (three multiplies), a 64-bit add, a variable 64-bit
+shift with its range check, and 64-bit compares: ~50 instructions per output on a Cortex-M4.
+When every ``q`` fits in int32 and every ``s`` is in [33, 63] (real multipliers below 2**-2 --
+a conv's ``s_x s_w / s_y`` is ~1e-3), the same integers come from::
+
+    h = int32((int64(x) * int64(q32) + r) >> 32)       # one SMLAL; the high word is h
+    cast(minimum(maximum((h >> (s - 32)) + o32, lo), hi), int8)   # in int32
+
+Exact: ``(v >> 32) >> (s - 32) == v >> s`` for an arithmetic shift (floor division composes), any
+int64 ``v >> 32`` fits in int32, and ``|h >> (s - 32)| <= 2**30`` with ``|o| < 2**30`` keeps the
+sum in int32. So the board's integers equal the host's int64 build bit for bit
+(tests/micro/test_cortex_m_int8.py). Runs only when the current target's ``-mcpu`` is a
+Cortex-M core; other targets keep the canonical form.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..expr import Call, Constant, const
+from ..op import math_ops as fmath
+from ..op import tensor as ft
+from ..op import transform as ftf
+from ..visitor import ExprMutator
+
+
+def _op(e, op) -> bool:
+    return isinstance(e, Call) and e.op is op
+
+
+def _int_const(e, lo: int, hi: int):
+    """The integer array of constant ``e`` when all its values are in [lo, hi], else None."""
+    if not isinstance(e, Constant) or e.data.dtype.kind not in "iu":
+        return None
+    v = np.asarray(e.data).astype(np.int64)
+    return v if v.size and v.min() >= lo and v.max() <= hi else None
+
+
+def _dtype(e) -> str:
+    try:
+        return e.checked_type.dtype
+    except Exception:  # noqa: BLE001 - an untyped node: no match
+        return ""
+
+
+def match(call):
+    """``(x, q, r, s, o, lo, hi)`` (numpy constants) when ``call`` is a canonical requantize that
+    narrows exactly, else None."""
+    if not _op(call, ftf.CAST) or str(call.attrs.dtype) not in ("int8", "uint8", "int16"):
+        return None
+    mn = call.args[0]
+    if not _op(mn, ft.MINIMUM) or _dtype(mn) != "int64":
+        return None
+    mx, hi = mn.args
+    if not _op(mx, ft.MAXIMUM):
+        return None
+    a2, lo = mx.args
+    lo, hi = _int_const(lo, -(1 << 15), 1 << 16), _int_const(hi, -(1 << 15), 1 << 16)
+    if lo is None or hi is None:
+        return None
+    o = np.zeros((), np.int64)
+    rs = a2
+    if _op(a2, ft.ADD):
+        rs, oc = a2.args
+        o = _int_const(oc, -(1 << 30), 1 << 30)
+        if o is None:
+            return None
+    if not _op(rs, fmath.RIGHT_SHIFT):
+        return None
+    a1, sc = rs.args
+    s = _int_const(sc, 33, 63)
+    if s is None or not _op(a1, ft.ADD):
+        return None
+    m, rc = a1.args
+    if not isinstance(rc, Constant) or np.asarray(rc.data).dtype != np.int64 or not _op(m, ft.MULTIPLY):
+        return None
+    c, qc = m.args
+    q = _int_const(qc, -(1 << 31), (1 << 31) - 1)
+    if q is None or not _op(c, ftf.CAST) or str(c.attrs.dtype) != "int64":
+        return None
+    x = c.args[0]
+    if _dtype(x) not in ("int32", "int16", "int8", "uint8", "uint16"):
+        return None
+    return x, q, np.asarray(rc.data), s, o, lo, hi
+
+
+def narrow(x, q, r, s, o, lo, hi, out_dtype):
+    """The int32 form of the requantize (module docstring)."""
+    p = ft.multiply(ftf.cast(x, "int64"), ftf.cast(const(q.astype("int32")), "int64"))
+    h = ftf.cast(fmath.right_shift(ft.add(p, const(r.astype("int64"))), const(32, "int64")), "int32")
+    y = fmath.right_shift(h, const((s - 32).astype("int32")))
+    if np.any(o):
+        y = ft.add(y, const(o.astype("int32")))
+    y = ft.minimum(ft.maximum(y, const(lo.astype("int32"))), const(hi.astype("int32")))
+    return ftf.cast(y, out_dtype)
+
+
+class _Narrow(ExprMutator):
+    def visit_Function(self, f):
+        if f.attrs.get("Primitive"):
+            return f
+        return super().visit_Function(f)
+
+    def visit_Call(self, call):
+        found = match(call)
+        if found is None:
+            return super().visit_Call(call)
+        x, *consts = found
+        return narrow(self.visit(x), *consts, str(call.attrs.dtype))
+
+
+def narrow_requantize(func):
+    """``func`` (typed) with each canonical requantize that narrows exactly in int32."""
+    return _Narrow().visit(func)
+
+
+__all__ = ["narrow_requantize", "match", "narrow"]
