@@ -141,7 +141,7 @@ class CStylePrinter(ExprPrinter):
                     raise CompileError(f"{self.func_name}: kernel parameter {p.name} of type {p.dtype} cannot be passed")
                 params.append(f"{self.type(p.dtype)} {self.name(p)}")
                 if p.dtype.is_int:
-                    dim = isinstance(p, E.SizeVar) or id(p) in func.attrs.get("shape_vars", ())
+                    dim = isinstance(p, E.SizeVar) or p in func.attrs.get("shape_vars", frozenset())
                     self.analyzer.bind_bounds(p, 0 if dim else -math.inf, math.inf)
         shared = self._hoist_shared(func.body)
         body_start = len(self.lines)

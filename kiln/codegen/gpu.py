@@ -81,8 +81,8 @@ def kernel_entry(kernel: PrimFunc) -> dict:
         buf = kernel.buffer_map.get(p)
         if buf is not None:
             params.append({"name": buf.name, "kind": "buffer", "dtype": str(buf.dtype)})
-            if id(p) in images:  # an image2d_t of this size: runtimes check what they are given
-                params[-1]["image"] = [images[id(p)].width, images[id(p)].height]
+            if p in images:  # an image2d_t of this size: runtimes check what they are given
+                params[-1]["image"] = [images[p].width, images[p].height]
         else:
             params.append({"name": p.name, "kind": "scalar", "dtype": str(p.dtype)})
     return {"name": kernel.attrs["global_symbol"], "params": params, "thread_tags": list(kernel.attrs["thread_tags"])}

@@ -53,7 +53,7 @@ class TexturePrinter(HalfStorage, OpenCLPrinter):
         return super().print_kernel(func)
 
     def _texture(self, buf):
-        return self.textures.get(id(buf.data))
+        return self.textures.get(buf.data)
 
     def buffer_param(self, buf) -> str:
         if self._texture(buf) is None:

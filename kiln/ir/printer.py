@@ -74,7 +74,6 @@ class _Printer:
         self.used: set[str] = set()
         self.data_owner: dict[int, object] = {}  # id(data var) -> the buffer printed as its owner
         self.aliases: dict[int, list] = {}  # id(data var) -> other buffers over the same data
-        self.var_by_id: dict[int, object] = {}
         self.loops: dict[int, object] = {}  # id(loop var) -> its For, for T.axis.remap
 
     def fresh(self, base: str) -> str:
@@ -178,10 +177,6 @@ class _Printer:
         if isinstance(v, tuple):
             return "(" + "".join(self.value(x) + ", " for x in v) + ")"
         if isinstance(v, (set, frozenset)):
-            var_ids = [self.var_by_id.get(x) for x in v if isinstance(x, int)]
-            if v and len(var_ids) == len(v) and all(x is not None for x in var_ids):
-                # A set of Var identities (id(v)): written as the Vars, parsed back to their ids.
-                return "T.var_ids(" + ", ".join(sorted(self.name(x) for x in var_ids)) + ")"
             return "frozenset({" + ", ".join(sorted(self.value(x) for x in v)) + "})" if v else "frozenset()"
         if isinstance(v, str):
             return _string(v)
@@ -357,7 +352,6 @@ class _Printer:
 
     def func(self, f: S.PrimFunc, name: str, d: int = 0) -> None:
         info = _scan(f)
-        self.var_by_id = {id(v): v for v in info.vars}
         for buf in f.buffer_map.values():
             self.data_owner.setdefault(id(buf.data), buf)
         for buffers in info.by_data.values():
@@ -473,8 +467,11 @@ class _Scan:
             if isinstance(n, (list, tuple)):
                 stack.extend(reversed(n))
                 continue
-            if isinstance(n, dict):
-                stack.extend(reversed(list(n.values())))
+            if isinstance(n, dict):  # attrs may be keyed by Vars (texture layouts)
+                stack.extend(reversed([x for kv in n.items() for x in kv]))
+                continue
+            if isinstance(n, (set, frozenset)):
+                stack.extend(n)
                 continue
             if not dataclasses.is_dataclass(n):
                 continue

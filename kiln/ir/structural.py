@@ -48,17 +48,13 @@ def _key(node, vars_: dict | None, buffers: dict):
     if isinstance(node, (DType, str, int, float, bool, type(None), enum.Enum)):
         return node if not isinstance(node, DType) else str(node)
     if isinstance(node, (set, frozenset)):
-        # Sets of Var identities (id(v)) compare as the Vars they name.
-        def item(x):
-            if vars_ is not None and isinstance(x, int) and x in vars_:
-                return ("var", vars_[x])
-            return _key(x, vars_, buffers)
-
-        return ("set", tuple(sorted((item(x) for x in node), key=repr)))
+        return ("set", tuple(sorted((_key(x, vars_, buffers) for x in node), key=repr)))
     if isinstance(node, (tuple, list)):
         return tuple(_key(x, vars_, buffers) for x in node)
     if isinstance(node, dict):
-        return tuple(sorted((str(k), _key(v, vars_, buffers)) for k, v in node.items()))
+        # Keys are names, or Vars (texture layouts keyed by their buffer's data Var).
+        return tuple(sorted(((_key(k, vars_, buffers) if isinstance(k, Var) else str(k), _key(v, vars_, buffers))
+                             for k, v in node.items()), key=repr))
     if isinstance(node, IRModule):
         return ("IRModule", tuple((name, _key(f, vars_, buffers)) for name, f in sorted(node.items())))
     if isinstance(node, SeqStmt):

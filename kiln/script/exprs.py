@@ -34,7 +34,7 @@ STATEMENT_NAMES = {
 }
 EXPR_NAMES = {
     "Cast", "Select", "Ramp", "Broadcast", "Let", "call_intrin", "call_extern", "call_pure_extern",
-    "reinterpret", "Range", "abs", "cast", "var_ids", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+    "reinterpret", "Range", "abs", "cast", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
     "uint32", "uint64", "float16", "float32", "float64",
 } | set(_TWO) | INTRINSICS
 
@@ -397,13 +397,6 @@ class ExprParser:
     def call_Range(self, node):
         lo, ext = self._args(node, 2, "min, extent")
         return E.Range(self.to_expr(lo, node), self.to_expr(ext, node))
-
-    def call_var_ids(self, node):
-        """``T.var_ids(n, m)``: the set of the Vars' identities (an attribute kiln's passes keep)."""
-        values = self._args(node)
-        if not all(isinstance(v, E.Var) for v in values):
-            raise self.error(node, f"{self.text(node)}: T.var_ids takes variables")
-        return frozenset(id(v) for v in values)
 
     def ev_Set(self, node):
         return frozenset(self.ev(e) for e in node.elts)

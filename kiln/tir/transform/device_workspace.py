@@ -31,7 +31,7 @@ class _Workspace(Mutator):
 
     def visit_Allocate(self, op):
         body = self.visit(op.body)
-        layout = self.textures.get(id(op.buffer.data))
+        layout = self.textures.get(op.buffer.data)
         if layout is not None:  # a texture-scoped tensor: an RGBA image (tir/transform/texture.py)
             alloc = E.Call(HANDLE_T, ALLOC_TEXTURE_OP, (E.const(layout.width, INT64), E.const(layout.height, INT64),
                                                         E.const(op.buffer.dtype.bits, INT64), self.like))

@@ -12,8 +12,8 @@ Kernel PrimFunc: params are the data handles of the global buffers it touches (b
 gives each one's Buffer) then the scalar Vars it reads; attrs are ``global_symbol``
 ("<func>_kernel<k>"), ``calling_conv`` "kernel", ``kernel_id`` (index in the module),
 ``thread_extent`` ({tag: extent PrimExpr}, blockIdx.* then threadIdx.*), ``thread_tags``,
-``thread_vars`` ({tag: the Var standing for that index}), ``shape_vars`` (ids of the scalar
-params that are tensor dimensions, hence >= 0) and ``host_symbol``.
+``thread_vars`` ({tag: the Var standing for that index}), ``shape_vars`` (the scalar params
+that are tensor dimensions, hence >= 0: a frozenset of those Vars) and ``host_symbol``.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class _Splitter(Mutator):
             "global_symbol": name, "calling_conv": "kernel", "kernel_id": kid, "host_symbol": self.symbol,
             "thread_extent": {t: extents[t] for t in tags}, "thread_tags": tags,
             "thread_vars": {t: idx_vars[t] for t in tags},
-            "shape_vars": frozenset(id(v) for v in scalars if id(v) in self.shape_vars),
+            "shape_vars": frozenset(v for v in scalars if id(v) in self.shape_vars),
         })
         self.kernels.append(kernel)
         one = E.const(1)
@@ -246,6 +246,6 @@ def split_module(mod, caps=None):
 
 
 def _with_textures(kernel: PrimFunc, textures: dict) -> PrimFunc:
-    mine = {key: t for key, t in textures.items() if any(id(p) == key for p in kernel.params)}
+    mine = {var: t for var, t in textures.items() if any(p is var for p in kernel.params)}
     attrs = {k: v for k, v in kernel.attrs.items() if k != "texture"}
     return replace(kernel, attrs={**attrs, "texture": mine} if mine else attrs)

@@ -83,18 +83,18 @@ def _prod(xs) -> int:
 
 def note_textures(func):
     """Pipeline pass (before StorageFlatten, which forgets shapes): record each texture-scoped
-    buffer's shape in ``func.attrs["texture_shapes"]`` ({id(data Var): (shape, dtype, scope, name)})."""
+    buffer's shape in ``func.attrs["texture_shapes"]`` ({data Var: (shape, dtype, scope, name)})."""
     from dataclasses import replace
 
     found = {}
     for buf in func.buffer_map.values():
         if is_texture(buf.scope):
-            found[id(buf.data)] = (tuple(buf.shape), str(buf.dtype), buf.scope, buf.name)
+            found[buf.data] = (tuple(buf.shape), str(buf.dtype), buf.scope, buf.name)
 
     class _Allocs(Visitor):
         def visit_Allocate(self, op):
             if is_texture(op.buffer.scope):
-                found[id(op.buffer.data)] = (tuple(op.buffer.shape), str(op.buffer.dtype), op.buffer.scope, op.buffer.name)
+                found[op.buffer.data] = (tuple(op.buffer.shape), str(op.buffer.dtype), op.buffer.scope, op.buffer.name)
             self.generic_visit(op)
 
     _Allocs().visit(func.body)
@@ -104,7 +104,7 @@ def note_textures(func):
 
 
 def texture_layouts(func, limit: int = DEFAULT_LIMIT) -> dict:
-    """{id(buffer data Var): TextureLayout} of the texture-scoped buffers note_textures recorded."""
+    """{buffer data Var: TextureLayout} of the texture-scoped buffers note_textures recorded."""
     return {key: texture_layout(shape, dtype, scope, name, limit)
             for key, (shape, dtype, scope, name) in func.attrs.get("texture_shapes", {}).items()}
 
