@@ -12,6 +12,11 @@ the first run() also records the launches as one CUDA graph, which later runs re
 copied into their buffers by ``set_input``/``load_params``, never rebound, so the prepared
 calls stay valid (``share_params`` rebinds and prepares again).
 
+A graph output whose size depends on the data (NonMaxSuppression, NonZero, Unique) is computed
+into a buffer of its largest size; the graph's ``"dynamic_heads"`` name, for such a head, the
+axis and the head holding its run-time length (an int64 of shape (1,)). ``get_output`` returns
+the valid part only, and the length heads are not counted as outputs.
+
 Its functions are looked up by name like any module's (``ex["run"]()``), which is what makes a
 remote executor work: the RPC client only ever calls functions of a module.
 """
@@ -49,6 +54,9 @@ class GraphExecutor(Module):
         self.nodes = graph["nodes"]
         self.row_ptr = graph["node_row_ptr"]
         self.heads = graph["heads"]
+        # head -> (axis, length head): outputs valid only up to a run-time length
+        self.dynamic = {h: (axis, n) for h, axis, n in graph.get("dynamic_heads", [])}
+        self.num_outputs = len(self.heads) - len({n for _, n in self.dynamic.values()})
         self.input_nodes = graph["arg_nodes"]
         self.input_index = {self.nodes[n]["name"]: i for i, n in enumerate(self.input_nodes)}
         self.entries = self._allocate(graph["attrs"])
@@ -239,16 +247,33 @@ class GraphExecutor(Module):
         return len(self.input_nodes)
 
     def get_num_outputs(self) -> int:
-        return len(self.heads)
+        return self.num_outputs
 
     def get_output(self, index: int, out=None):
         """Output ``index``: the executor's own array (overwritten by the next run), or copied
-        into ``out`` when given."""
-        if not 0 <= int(index) < len(self.heads):
-            raise IndexError(f"get_output: index {index} out of range; the graph has {len(self.heads)} outputs")
-        nid, k, *_ = self.heads[int(index)]
-        arr = self.entries[self.row_ptr[nid] + k]
+        into ``out`` when given. An output of data-dependent size is its valid part: a view of
+        the buffer's start when the dynamic axis is the first, else a copy."""
+        if not 0 <= int(index) < self.num_outputs:
+            raise IndexError(f"get_output: index {index} out of range; the graph has {self.num_outputs} outputs")
+        arr = self._head(int(index))
+        if int(index) in self.dynamic:
+            arr = self._valid_part(arr, *self.dynamic[int(index)])
         return out.copyfrom(arr) if out is not None else arr
+
+    def _head(self, index: int) -> NDArray:
+        nid, k, *_ = self.heads[index]
+        return self.entries[self.row_ptr[nid] + k]
+
+    def _valid_part(self, arr: NDArray, axis: int, length_head: int) -> NDArray:
+        length = int(self._head(length_head).numpy().reshape(-1)[0])
+        if not 0 <= length <= arr.shape[axis]:
+            raise KilnError(f"graph executor: a kernel reported {length} valid entries along axis {axis} of an "
+                            f"output of shape {arr.shape}; the kernel or the graph JSON is corrupt")
+        shape = arr.shape[:axis] + (length,) + arr.shape[axis + 1:]
+        if axis == 0 or math.prod(arr.shape[:axis]) == 1:
+            return NDArray(arr._tensor.data, shape, arr.dtype, arr.device, arr, arr._tensor.byte_offset)
+        from .ndarray import array
+        return array(np.ascontiguousarray(np.take(arr.numpy(), np.arange(length), axis=axis)), arr.device)
 
     def load_params(self, blob) -> None:
         """Copy the arrays of a parameter blob into the inputs of the same names (others are ignored,
@@ -371,6 +396,16 @@ def _parse(graph_json) -> dict:
     _need(isinstance(heads, list) and isinstance(args, list), "heads/arg_nodes", "must be lists")
     for k, entry in enumerate(heads):
         _entry(entry, len(nodes), row_ptr, f"heads[{k}]")
+    dynamic = graph.get("dynamic_heads", [])
+    _need(isinstance(dynamic, list), "dynamic_heads", "is not a list")
+    lengths = {d[2] for d in dynamic if isinstance(d, list) and len(d) == 3}
+    for k, d in enumerate(dynamic):
+        _need(isinstance(d, list) and len(d) == 3 and all(type(v) is int for v in d), f"dynamic_heads[{k}]",
+              "must be [head, axis, length head]")
+        _need(0 <= d[0] < len(heads) - len(lengths) <= d[2] < len(heads), f"dynamic_heads[{k}]",
+              "must name an output head and a length head after the outputs")
+        _need(0 <= d[1] < len(columns["shape"][row_ptr[heads[d[0]][0]] + heads[d[0]][1]]),
+              f"dynamic_heads[{k}]", "names an axis the head does not have")
     for k, nid in enumerate(args):
         limits.count(nid, file=src, field=f"arg_nodes[{k}]", most=len(nodes) - 1)
         _need(row_ptr[nid + 1] > row_ptr[nid], f"arg_nodes[{k}]", f"names node {nid}, which has no output")

@@ -12,6 +12,11 @@ The layout is TVM's graph executor JSON:
                "storage_id": ["list_int", [...]]},   # one entry per node output
      "node_row_ptr": [0, 1, 2, 3, 4]}        # first entry of each node
 
+A graph output whose size depends on the data (``dyn.with_length``, relay/op/dynamic.py) adds a
+key, ``"dynamic_heads": [[head, axis, length head], ...]``: only the first ``length`` entries
+along ``axis`` of that head are valid. The length heads come after the model's own outputs; the
+executor hides them and returns the valid part of the bounded head.
+
 Constants of ``main`` (the bound ``params``) become parameter inputs named ``p0, p1, ...``,
 returned separately as numpy arrays; a constant weight that a kernel wants in another layout
 (conv2d's blocked kernel) is stored already transformed.
@@ -43,6 +48,7 @@ class GraphCodegen:
         self._param_of: dict = {}  # (id(constant), transform key) -> entry
         self._used_names: set[str] = set()
         self.external: list = []  # ExternalFunctions of the offloaded calls (backend/contrib)
+        self._with_length: dict = {}  # id(entry list) of a with_length result -> (axis, length entry)
 
     def codegen(self, func: Function) -> tuple[str, dict]:
         """(graph JSON text, {param name: numpy array})."""
@@ -67,7 +73,13 @@ class GraphCodegen:
                 continue
             entries[node] = self._visit(node, entries)
         heads = self._get(func.body, entries)
-        return self._to_json(heads), self.params
+        dynamic = []
+        for i, head in enumerate(list(heads)):
+            if id(head) in self._with_length:
+                axis, length = self._with_length[id(head)]
+                dynamic.append([i, axis, len(heads)])
+                heads.append(length)
+        return self._to_json(heads, dynamic), self.params
 
     # -- nodes ---------------------------------------------------------------------------------
     def _get(self, node, entries) -> list:
@@ -114,6 +126,14 @@ class GraphCodegen:
             return self._external(call, entries)
         if not (func.attrs and func.attrs.get("Primitive")):
             raise CompileError("graph codegen: main calls a non-primitive function; inline it (or run FuseOps)")
+        body = func.body
+        if isinstance(body, Call) and getattr(body.op, "name", "") == "dyn.with_length" and \
+                all(isinstance(a, Var) for a in body.args):
+            # no kernel: the data's own entry, with its length recorded for the heads
+            args = [self._get(call.args[func.params.index(a)], entries)[0] for a in body.args]
+            data = list(args[0])
+            self._with_length[id(data)] = (int(body.attrs.axis) % max(len(body.checked_type.shape), 1), args[1])
+            return [data]
         const_params = frozenset(i for i, a in enumerate(call.args) if isinstance(a, Constant))
         scopes = None
         if self._texture_of:  # adreno: which arguments and outputs are images
@@ -177,7 +197,7 @@ class GraphCodegen:
         return name
 
     # -- JSON ----------------------------------------------------------------------------------
-    def _to_json(self, heads: list) -> str:
+    def _to_json(self, heads: list, dynamic: list = ()) -> str:
         row_ptr = [0]
         for node in self.nodes:
             row_ptr.append(row_ptr[-1] + int(node.get("attrs", {}).get("num_outputs", 1)))
@@ -195,6 +215,8 @@ class GraphCodegen:
                       "storage_id": ["list_int", storage]},
             "node_row_ptr": row_ptr,
         }
+        if dynamic:
+            graph["dynamic_heads"] = [list(d) for d in dynamic]
         if any(scope != "global" for scope in self.entry_scopes):  # docs/adreno.md
             graph["attrs"]["storage_scope"] = ["list_str", list(self.entry_scopes)]
         return json.dumps(graph, separators=(",", ":"))

@@ -27,10 +27,12 @@ import numpy as np
 
 from kiln import te, tir, topi
 from kiln.topi import bitwise as topi_bitwise
+from kiln.topi import data_dependent as topi_data_dependent
 from kiln.topi import grid_sample as topi_grid_sample
 from kiln.topi import rnn as topi_rnn
 from kiln.topi import scatter as topi_scatter
 from kiln.topi import sort as topi_sort
+from kiln.topi import vision as topi_vision
 from kiln.errors import CompileError
 from kiln.ir.expr import const
 from kiln.topi.utils import knob
@@ -468,6 +470,15 @@ OP_IMPLS: dict[str, OpImpl] = {
     "cumprod": OpImpl(lambda a, x, t, ctx: topi_scatter.cumprod(x[0], a.axis, a.exclusive, a.reverse), "generic"),
     "topk_indices": OpImpl(lambda a, x, t, ctx: topi_sort.select_by_rank(topi_sort.rank(x[0], a.axis, a.largest),
                                                                           a.k, a.axis), "generic"),
+    # data-dependent output sizes (relay/op/dynamic.py): bound-sized buffers plus a count
+    "vision.non_max_suppression": OpImpl(lambda a, x, t, ctx: topi_vision.non_max_suppression(
+        *x, a.max_output_boxes_per_class, int(t.fields[0].shape[0]), a.center_point_box, a.has_score_threshold,
+        gpu=ctx.topi in GPU_PACKAGES.values()), "generic"),
+    "nonzero": OpImpl(lambda a, x, t, ctx: topi_data_dependent.nonzero(x[0], gpu=ctx.topi in GPU_PACKAGES.values()),
+                      "generic"),
+    "unique": OpImpl(lambda a, x, t, ctx: topi_data_dependent.unique(x[0], a.axis, a.sorted,
+                                                                     gpu=ctx.topi in GPU_PACKAGES.values()), "generic"),
+    "dyn.with_length": OpImpl(lambda a, x, t, ctx: topi.identity(x[0])),
     "reinterpret": OpImpl(lambda a, x, t, ctx: topi_bitwise.reinterpret(x[0], a.dtype)),
     "image.grid_sample": OpImpl(lambda a, x, t, ctx: topi_grid_sample.grid_sample(
         x[0], x[1], a.mode, a.padding_mode, a.align_corners), "generic"),

@@ -22,6 +22,7 @@ from ...expr import Constant, Function, Tuple, TupleWrapper, Var, const, var
 from ...reference import evaluate
 from ...transform.infer_type import infer
 from ...ty import TensorType, dtype_of
+from .data_dependent import Bounded, follow
 from .quantized import DOMAIN_OPS  # onnxruntime's com.microsoft quantized ops
 
 log = logging.getLogger("kiln.frontend.onnx")
@@ -105,6 +106,9 @@ class _Importer:
         self.tensors: dict = {}
         self.params: dict = {}
         self.inputs: list = []
+        # name -> (axis, length, origin): tensors valid only up to a run-time length along axis
+        # (NonMaxSuppression, NonZero, Unique: data_dependent.py)
+        self.bounded: dict = {}
 
     def check_supported(self, converters: dict) -> None:
         missing: dict = {}
@@ -212,10 +216,17 @@ class _Importer:
                 self.inputs.append(v)
         for node in self.graph.node:
             self.convert(node, converters[node.op_type])
-        outs = [self.tensors[o.name] for o in self.graph.output]
+        outs = [self._output(o.name) for o in self.graph.output]
         body = outs[0] if len(outs) == 1 else Tuple(outs)
         params = self.inputs + [self.tensors[n] for n in self.params]
         return Function(params, body)
+
+    def _output(self, name: str):
+        if name not in self.bounded:
+            return self.tensors[name]
+        from ...op.dynamic import with_length
+        axis, length, _ = self.bounded[name]
+        return with_length(self.tensors[name], length, axis)
 
     def convert(self, node, fn) -> None:
         missing = [n for n in node.input if n and n not in self.tensors]
@@ -233,10 +244,21 @@ class _Importer:
         if isinstance(out, TupleWrapper):
             out = [out[i] for i in range(len(out))]
         outs = out if isinstance(out, (list, tuple)) else [out]
+        marks = [(o.axis, o.length, o.origin) if isinstance(o, Bounded) else None for o in outs]
+        outs = [o.data if isinstance(o, Bounded) else o for o in outs]
+        info = [self.bounded.get(n) if n else None for n in node.input]
+        if any(info):
+            marks = follow(ctx, inputs, info, attrs, outs)
         foldable = all(i is None or isinstance(i, Constant) for i in inputs) and not getattr(fn, "keep_unfolded", False)
-        for name, expr in zip(node.output, outs):
+        for name, expr, mark in zip(node.output, outs, marks + [None] * (len(outs) - len(marks))):
             if not name:
                 continue
+            if mark is not None and foldable:  # known at import: cut to the valid part now
+                n = int(np.asarray(evaluate(mark[1])).reshape(-1)[0])
+                self.tensors[name] = const(np.take(np.asarray(evaluate(expr)), np.arange(n), axis=mark[0]))
+                continue
+            if mark is not None:
+                self.bounded[name] = mark
             if foldable and not isinstance(expr, (Constant, Var)):
                 ty = ctx.type_of(expr)
                 ctx.allocation(getattr(ty, "shape", ()), getattr(ty, "dtype", "int64"), f"folded output {name!r}")

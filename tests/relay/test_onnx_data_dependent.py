@@ -1,0 +1,131 @@
+"""Ops whose output size depends on the data (NonMaxSuppression, NonZero, Unique): imported,
+built with relay.build for llvm, run by the graph executor, compared with onnxruntime."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln as tvm
+from kiln import relay
+from kiln.contrib import graph_executor
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=13):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _info(name, arr):
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape)
+
+
+def _out(name, dtype=TensorProto.INT64):
+    return helper.make_tensor_value_info(name, dtype, None)
+
+
+def _build(model):
+    mod, params = relay.frontend.from_onnx(model)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target="llvm", params=params)
+    return lib, graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+
+
+def _compare(model, feeds: dict, runs=None):
+    """Build once, run on each feed dict (the first and ``runs``), compare every output with onnxruntime."""
+    lib, gm = _build(model)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for feed in [feeds] + list(runs or []):
+        for name, value in feed.items():
+            gm.set_input(name, value)
+        gm.run()
+        want = sess.run(None, feed)
+        assert gm.get_num_outputs() == len(want)
+        for k, w in enumerate(want):
+            got = gm.get_output(k).numpy()
+            assert got.shape == w.shape, (k, got.shape, w.shape)
+            np.testing.assert_allclose(got, w, rtol=1e-6, atol=1e-6)
+    return lib
+
+
+def _boxes(rng, b, n):
+    corner = rng.uniform(0, 10, (b, n, 2))
+    size = rng.uniform(0.5, 4, (b, n, 2))
+    return np.concatenate([corner, corner + size], -1).astype("float32")
+
+
+@pytest.mark.parametrize("center", [0, 1])
+def test_nms_matches_onnxruntime_and_the_length_changes_per_run(center):
+    rng = np.random.default_rng(center)
+    b, c, n = 2, 3, 40
+    boxes, scores = _boxes(rng, b, n), rng.uniform(0, 1, (b, c, n)).astype("float32")
+    inits = [numpy_helper.from_array(np.array([5], "int64"), "k"), numpy_helper.from_array(np.array([0.3], "float32"), "iou")]
+    node = helper.make_node("NonMaxSuppression", ["boxes", "scores", "k", "iou", "floor"], ["sel"],
+                            center_point_box=center)
+    floor = np.array([0.2], "float32")
+    model = _model([node], [_info("boxes", boxes), _info("scores", scores), _info("floor", floor)], [_out("sel")],
+                   inits, opset=11)
+    lib = _compare(model, {"boxes": boxes, "scores": scores, "floor": floor},
+                   [{"boxes": boxes, "scores": scores, "floor": np.array([0.9], "float32")}])
+    graph = json.loads(lib.get_graph_json())
+    assert graph["dynamic_heads"] == [[0, 0, 1]] and len(graph["heads"]) == 2
+
+
+def test_nms_followed_by_gathers_as_detection_heads_export_it():
+    # selected (batch, class, box) rows -> box ids -> the kept boxes and their scores
+    rng = np.random.default_rng(7)
+    boxes, scores = _boxes(rng, 1, 30), rng.uniform(0, 1, (1, 2, 30)).astype("float32")
+    inits = [numpy_helper.from_array(np.array([10], "int64"), "k"),
+             numpy_helper.from_array(np.array([0.4], "float32"), "iou"),
+             numpy_helper.from_array(np.array([0.1], "float32"), "floor"),
+             numpy_helper.from_array(np.array(2, "int64"), "two"),
+             numpy_helper.from_array(np.array(0, "int64"), "zero")]
+    nodes = [helper.make_node("NonMaxSuppression", ["boxes", "scores", "k", "iou", "floor"], ["sel"]),
+             helper.make_node("Gather", ["sel", "two"], ["ids"], axis=1),
+             helper.make_node("Gather", ["boxes", "zero"], ["b0"], axis=0),
+             helper.make_node("Gather", ["b0", "ids"], ["kept"], axis=0),
+             helper.make_node("Mul", ["kept", "kept"], ["sq"]),
+             helper.make_node("ReduceSum", ["sq"], ["norm"], axes=[1], keepdims=0),
+             helper.make_node("Transpose", ["kept"], ["kept_t"], perm=[1, 0])]
+    model = _model(nodes, [_info("boxes", boxes), _info("scores", scores)],
+                   [_out("ids"), _out("kept", TensorProto.FLOAT), _out("norm", TensorProto.FLOAT),
+                    _out("kept_t", TensorProto.FLOAT)], inits, opset=11)
+    _compare(model, {"boxes": boxes, "scores": scores})
+
+
+def test_nonzero_and_unique_match_onnxruntime():
+    rng = np.random.default_rng(3)
+    x = (rng.uniform(0, 1, (3, 5, 4)) > 0.6).astype("float32") * rng.integers(1, 4, (3, 5, 4)).astype("float32")
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]),
+             helper.make_node("Unique", ["x"], ["u", "ui", "uinv", "uc"], sorted=1),
+             helper.make_node("Unique", ["x"], ["v", "vi", "vinv", "vc"], axis=1, sorted=1),
+             helper.make_node("Unique", ["x"], ["w", "wi", "winv", "wc"], sorted=0)]
+    outs = [_out("nz"), _out("u", TensorProto.FLOAT), _out("ui"), _out("uinv"), _out("uc"),
+            _out("v", TensorProto.FLOAT), _out("vi"), _out("vinv"), _out("vc"),
+            _out("w", TensorProto.FLOAT), _out("wi"), _out("winv"), _out("wc")]
+    model = _model(nodes, [_info("x", x)], outs, opset=11)
+    repeated = np.repeat(x[:, :2], 3, axis=1)[:, :5]  # repeated slices along axis 1
+    _compare(model, {"x": x}, [{"x": np.zeros_like(x)}, {"x": repeated}])
+
+
+def test_constant_input_folds_to_a_static_shape():
+    x = np.array([[0, 2], [3, 0]], "int64")
+    model = _model([helper.make_node("NonZero", ["x"], ["y"])], [], [_out("y")],
+                   [numpy_helper.from_array(x, "x")])
+    mod, _ = relay.frontend.from_onnx(model)
+    assert mod["main"].body.checked_type.shape == (2, 2)
+
+
+def test_a_consumer_that_mixes_the_padding_is_refused():
+    x = np.ones((2, 3), "float32")
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]),
+             helper.make_node("ReduceMax", ["nz"], ["m"], axes=[1], keepdims=0)]
+    model = _model(nodes, [_info("x", x)], [_out("m")])
+    with pytest.raises(tvm.KilnError, match=r"ReduceMax node .*reads 'nz', whose axis 1 holds only as many entries "
+                                            r"as NonZero found at run time; ReduceMax reduces over that axis"):
+        relay.frontend.from_onnx(model)
