@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import logging
 
+from .. import tuning
 from .space import FallbackConfigEntity
 
 logger = logging.getLogger("autotvm")
@@ -170,3 +171,20 @@ class FallbackContext(DispatchContext):
 def apply_history_best(records) -> ApplyHistoryBest:
     """``with autotvm.apply_history_best("tuning.log"): lib = relay.build(...)``"""
     return ApplyHistoryBest(records)
+
+
+def _build_config(workload, target):
+    """The active context's config for a relay build's ``workload``, or None (kiln/tuning.py)."""
+    ctx = current()
+    if type(ctx) is FallbackContext:
+        # Outside any apply_history_best: only configs someone stored explicitly count; a query
+        # would log a "not tuned" warning for every conv of every untuned build.
+        cfg = ctx.memory.get((str(target), workload))
+    else:
+        cfg = ctx.query(target, workload)
+    if cfg is None or getattr(cfg, "is_fallback", False):
+        return None
+    return cfg
+
+
+tuning.set_tuned_config_lookup(_build_config)

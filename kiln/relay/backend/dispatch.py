@@ -6,8 +6,9 @@ computes read) or None, meaning "topi's default schedule". Answers come from, in
 
 1. a provider installed with ``with use_config_provider(fn):`` (``fn(op_name, workload, target)``),
    for tests and for tools that pick configs by other means;
-2. the active autotvm dispatch context (``with autotvm.apply_history_best(log):``), when autotvm
-   is already imported -- a plain build never imports it. Fallback configs count as "no answer".
+2. the active autotvm dispatch context (``with autotvm.apply_history_best(log):``), through the
+   lookup ``kiln.autotvm`` installs in ``kiln/tuning.py`` when imported -- a plain build never
+   imports it. Fallback configs count as "no answer".
 
 The workload is the autotvm task workload of the op (``workload_of``): the template name for
 the target (``conv2d_nchw.x86``), the input tensors as ``("TENSOR", shape, dtype)`` and the op's
@@ -21,9 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import sys
 from typing import Callable
 
+from ...tuning import tuned_config
 from ..op import layout
 
 _provider: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("kiln_relay_config_provider",
@@ -127,24 +128,7 @@ def select_config(op_name: str, workload, target):
     provider = _provider.get()
     if provider is not None:
         return provider(op_name, workload, target)
-    return _context_config(workload, target)
-
-
-def _context_config(workload, target):
-    """The active autotvm dispatch context's config for ``workload``, or None."""
-    dispatcher = sys.modules.get("kiln.autotvm.dispatcher")
-    if dispatcher is None:
-        return None
-    ctx = dispatcher.current()
-    if type(ctx) is dispatcher.FallbackContext:
-        # Outside any apply_history_best: only configs someone stored explicitly count; a query
-        # would log a "not tuned" warning for every conv of every untuned build.
-        cfg = ctx.memory.get((str(target), workload))
-    else:
-        cfg = ctx.query(target, workload)
-    if cfg is None or getattr(cfg, "is_fallback", False):
-        return None
-    return cfg
+    return tuned_config(workload, target)
 
 
 def asked_workloads(mod, target, params=None) -> list[tuple[str, tuple]]:
@@ -165,7 +149,7 @@ def asked_workloads(mod, target, params=None) -> list[tuple[str, tuple]]:
     def record(op_name, workload, where):
         asked.setdefault(workload, op_name)
         # the answer the build would get: configs may change weight layouts the codegen plans
-        return outer(op_name, workload, where) if outer is not None else _context_config(workload, where)
+        return outer(op_name, workload, where) if outer is not None else tuned_config(workload, where)
 
     with use_config_provider(record):
         GraphCodegen(TECompiler(tgt)).codegen(opt_mod["main"])
