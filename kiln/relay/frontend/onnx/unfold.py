@@ -43,20 +43,27 @@ def _col2im(ctx, ins, attrs):
 
 
 def _max_unpool(ctx, ins, attrs):
+    """Scatter into the shape the pooling parameters give; an ``output_shape`` input pads that
+    with zeros at the end of each axis (the ONNX reference's reading: indices stay those of
+    the inferred shape)."""
     x, idx = ins[0], ins[1]
     shape = ctx.shape_of(x)
-    if len(ins) > 2 and ins[2] is not None:
-        out = _ints(ctx, ins[2], "input 'output_shape'")
-    else:
-        kernel = attrs["kernel_shape"]
-        strides = attrs.get("strides", [1] * len(kernel))
-        pads = attrs.get("pads", [0] * 2 * len(kernel))
-        out = list(shape[:2]) + [(shape[2 + a] - 1) * strides[a] - pads[a] - pads[a + len(kernel)] + kernel[a]
-                                 for a in range(len(kernel))]
+    kernel = attrs["kernel_shape"]
+    strides = attrs.get("strides", [1] * len(kernel))
+    pads = attrs.get("pads", [0] * 2 * len(kernel))
+    out = list(shape[:2]) + [(shape[2 + a] - 1) * strides[a] - pads[a] - pads[a + len(kernel)] + kernel[a]
+                             for a in range(len(kernel))]
     total = int(np.prod(out))
     zeros = const(np.zeros(total, ctx.type_of(x).dtype))
     flat = scatter.scatter_elements(zeros, tf.reshape(tf.cast(idx, "int64"), (-1,)), tf.reshape(x, (-1,)))
-    return tf.reshape(flat, tuple(out))
+    y = tf.reshape(flat, tuple(out))
+    if len(ins) > 2 and ins[2] is not None:
+        given = _ints(ctx, ins[2], "input 'output_shape'")
+        if len(given) != len(out) or any(g < o for g, o in zip(given, out)):
+            ctx.fail(f"output_shape {given} is smaller than the unpooled shape {out}")
+        if given != out:
+            y = nn.pad(y, [(0, g - o) for g, o in zip(given, out)])
+    return y
 
 
 def _det(ctx, ins, attrs):
