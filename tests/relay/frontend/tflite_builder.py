@@ -11,7 +11,7 @@ import flatbuffers
 import numpy as np
 import tflite
 
-_TYPES = {"float32": 0, "int32": 2, "uint8": 3, "int64": 4, "int8": 9}
+_TYPES = {"float32": 0, "int32": 2, "uint8": 3, "int64": 4, "int16": 7, "int8": 9}
 
 
 class FlatModel:

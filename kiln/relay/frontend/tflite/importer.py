@@ -1,14 +1,22 @@
 """Walk a TFLite flatbuffer's first subgraph and build the relay function.
 
-The graph stays NHWC, as TFLite computes it (conv2d ``NHWC`` with weights transposed from
+Float graphs stay NHWC, as TFLite computes them (conv2d ``NHWC`` with weights transposed from
 TFLite's OHWI to HWIO at import; pooling ``NHWC``). Constant buffers become Constants, so
-``params`` is empty. Quantized (int8/uint8) models are dequantized to float with every
-quantized tensor rounded to its grid after the op that makes it: see quantize.py.
+``params`` is empty.
+
+Quantized (int8, uint8, int16x8) graphs stay integer: each quantized tensor is its stored
+integers, and the ops that read or write one are converted by QCONVERTERS (qnn_nn.py,
+qnn_elementwise.py) into qnn ops with TFLite's arithmetic. Their convolutions run channels-first
+(qnn.conv2d is NCHW/OIHW): a 4-D value may be held as NCHW, and each consumer asks for the layout
+it needs (``Ctx.input``), so a chain of convolutions, adds and pools is transposed once at each
+end. A quantized op without an integer converter takes the float route (dequantize, float op,
+quantize), named in one log line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import struct
 
@@ -18,6 +26,7 @@ from kiln import limits
 from kiln.errors import FileFormatError, KilnError
 
 from ...expr import Function, Tuple, const, var
+from ...op import transform as tf
 from ...transform.infer_type import infer
 from . import quantize as Q
 
@@ -46,8 +55,7 @@ _DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "b
            10: "float64"}
 
 
-# Integer kernels that round the stored integers' average (zero point included).
-_ROUND_WITH_ZERO_POINT = {"AVERAGE_POOL_2D"}
+_LOG = logging.getLogger("kiln.relay.frontend.tflite")
 
 
 def _op_names() -> dict:
@@ -78,11 +86,10 @@ class TensorInfo:
             raise ImportError_(f"from_tflite: {where} has TFLite type {code}, which kiln does not import; "
                                f"supported: {sorted(_DTYPES.values())}")
         self.dtype = _DTYPES[code]
-        qp = self.qp
-        if qp is not None and (qp.zero_point.size not in (1, qp.scale.size) or (qp.scale.size > 1 and not (
-                0 <= qp.axis < len(self.shape) and self.shape[qp.axis] == qp.scale.size))):
-            raise ImportError_(f"from_tflite: {where}: {qp.scale.size} scales and {qp.zero_point.size} zero points "
-                               f"along axis {qp.axis} do not fit shape {list(self.shape)}; the file is damaged")
+        if self.qp is not None and self.dtype in ("int8", "uint8", "int16", "int32", "int64"):
+            problem = Q.qparams_problem(self.qp, self.dtype, self.shape)
+            if problem:
+                raise ImportError_(f"from_tflite: {where}: {problem}")
         self.data = None
         if raw is not None:
             want = limits.nbytes(self.shape, np.dtype(self.dtype).itemsize, file="from_tflite", field=f"{where} shape")
@@ -97,7 +104,7 @@ class TensorInfo:
 
     def real_constant(self) -> np.ndarray:
         """The constant's real values (dequantized when it is quantized)."""
-        if self.qp is not None and self.dtype in ("int8", "uint8", "int16", "int32"):
+        if self.qp is not None and self.dtype in ("int8", "uint8", "int16", "int32", "int64"):
             return Q.dequantize_array(self.data, self.qp)
         return self.data.astype("float32") if self.dtype == "float16" else self.data
 
@@ -186,9 +193,42 @@ class Ctx:
     def shape_of(self, expr) -> tuple:
         return tuple(infer(expr).checked_type.shape)
 
+    # -- quantized converters read their inputs through these --------------------------------
+
+    def input(self, k: int, layout: str | None = None):
+        """The k-th input's relay value (a quantized tensor's stored integers); ``layout`` "NCHW"
+        or "NHWC" asks for a 4-D value in that layout (None: as it is held)."""
+        if k >= len(self.in_idx) or self.in_idx[k] < 0:
+            self.fail(f"has {len(self.in_idx)} inputs; input {k} is missing")
+        return self.importer.get(self.in_idx[k], layout)
+
+    def layout(self, k: int) -> str:
+        """How the k-th input is held now: "NCHW" or "NHWC" (the file's order)."""
+        return self.importer.layouts.get(self.in_idx[k], "NHWC")
+
+    def q(self, k: int):
+        """The k-th input's quantization parameters (it must have them)."""
+        info = self.info(k)
+        if info is None or info.qp is None:
+            self.fail(f"input {k} has no quantization parameters; a quantized {self.op_name} needs them")
+        return info.qp
+
+    def out_q(self, k: int = 0):
+        info = self.out_info(k)
+        if info.qp is None:
+            self.fail(f"output {info.name!r} has no quantization parameters; a quantized {self.op_name} needs them")
+        return info.qp
+
+
+class Held:
+    """A converter's result held in ``layout`` (NCHW) rather than the file's NHWC."""
+
+    def __init__(self, expr, layout: str):
+        self.expr, self.layout = expr, layout
+
 
 class _Importer:
-    def __init__(self, model, shape: dict, dtype: dict, converters: dict):
+    def __init__(self, model, shape: dict, dtype: dict, converters: dict, qconverters: dict):
         self.model = model
         with _offsets("the model's subgraphs"):
             if model.SubgraphsLength() < 1:
@@ -209,8 +249,12 @@ class _Importer:
         self.shape = dict(shape or {})
         self.dtype = dict(dtype or {})
         self.converters = converters
+        self.qconverters = qconverters
         self.names = _op_names()
         self.values: dict = {}
+        self.layouts: dict = {}   # tensor index -> "NCHW" for values held channels-first
+        self.views: dict = {}     # (tensor index, layout) -> the value transformed, shared by its readers
+        self.float_ops: dict = {}  # quantized ops that took the float route -> count
         self.inputs: list = []
 
     def op_name(self, op) -> str:
@@ -233,7 +277,7 @@ class _Importer:
         missing: dict = {}
         for op in self.ops():
             name = self.op_name(op)
-            if name not in self.converters:
+            if name not in self.converters and name not in self.qconverters:
                 missing[name] = missing.get(name, 0) + 1
         if missing:
             listed = ", ".join(f"{k} (x{n})" for k, n in sorted(missing.items()))
@@ -242,22 +286,42 @@ class _Importer:
                                "(kiln.relay.frontend.tflite.CONVERTERS).")
 
     def value(self, idx: int):
-        """The relay value (real numbers for quantized tensors) of tensor ``idx``."""
+        """The relay value of tensor ``idx`` as held (a quantized tensor's stored integers)."""
         if idx in self.values:
             return self.values[idx]
         info = self.tensors[idx]
         if info.data is None:
             raise ImportError_(f"from_tflite: tensor {info.name!r} is read before any operator writes it")
-        v = const(np.ascontiguousarray(info.real_constant()))
+        data = info.data if info.quantized or info.dtype in ("int32", "int64") else info.real_constant()
+        v = const(np.ascontiguousarray(data))
         self.values[idx] = v
         return v
+
+    def get(self, idx: int, layout: str | None = None):
+        """Tensor ``idx``'s value in ``layout`` ("NCHW"/"NHWC"; None: as held)."""
+        expr = self.value(idx)
+        have = self.layouts.get(idx, "NHWC")
+        if layout is None or layout == have or len(self.tensors[idx].shape) != 4:
+            return expr
+        key = (idx, layout)
+        if key not in self.views:
+            self.views[key] = tf.layout_transform(expr, have, layout)
+        return self.views[key]
+
+    def real(self, idx: int):
+        """Tensor ``idx`` as real numbers in NHWC (a quantized one dequantized), for the float route."""
+        info = self.tensors[idx]
+        if idx not in self.values and info.data is not None:
+            return const(np.ascontiguousarray(info.real_constant()))
+        v = self.get(idx, "NHWC")
+        return Q.dequantize(v, info.qp) if info.quantized else v
 
     def input_var(self, idx: int):
         info = self.tensors[idx]
         shape = tuple(self.shape.get(info.name, info.shape))
         v = var(info.name, shape=shape, dtype=self.dtype.get(info.name, info.dtype))
         self.inputs.append(v)
-        return Q.dequantize(v, info.qp) if info.quantized else v
+        return v
 
     def run(self) -> Function:
         self.check_supported()
@@ -265,30 +329,49 @@ class _Importer:
             self.values[i] = self.input_var(i)
         for op in self.ops():
             self.convert(op)
-        outs = []
-        for i in self.graph_outputs:
-            info = self.tensors[i]
-            v = self.value(i)
-            outs.append(Q.quantize(v, info.qp, info.dtype) if info.quantized else v)
+        if self.float_ops:
+            listed = ", ".join(f"{k} x{n}" for k, n in sorted(self.float_ops.items()))
+            _LOG.info("from_tflite: quantized ops computed in float (dequantize, op, quantize): %s", listed)
+        outs = [self.get(i, "NHWC") for i in self.graph_outputs]
         return Function(self.inputs, outs[0] if len(outs) == 1 else Tuple(outs))
 
     def convert(self, op) -> None:
         name = self.op_name(op)
         ctx = Ctx(self, op, name)
-        ins = [None if i < 0 else self.value(i) for i in ctx.in_idx]
-        if not ins or ins[0] is None:  # every supported operator reads its first input
+        if not ctx.in_idx or ctx.in_idx[0] < 0:  # every supported operator reads its first input
             ctx.fail("has no first input; the file is damaged")
+        touched = [self.tensors[i] for i in ctx.in_idx + ctx.out_idx if i >= 0]
+        quantized = any(t.quantized for t in touched)
         try:
-            out = self.converters[name](ctx, ins)
+            if quantized and name in self.qconverters:
+                out = self.qconverters[name](ctx)
+            elif quantized:
+                out = self.float_route(ctx, name)
+            else:
+                out = self.converters[name](ctx, [None if i < 0 else self.get(i, "NHWC") for i in ctx.in_idx])
         except FileFormatError:  # ImportError_ and size limits: already name the file
             raise
         except (KilnError, ValueError, TypeError) as e:
             raise ImportError_(f"from_tflite: {ctx.where}: {e}") from e
         outs = out if isinstance(out, (list, tuple)) else [out]
         for idx, expr in zip(ctx.out_idx, outs):
+            if isinstance(expr, Held):
+                self.values[idx], self.layouts[idx] = expr.expr, expr.layout
+            else:
+                self.values[idx] = expr
+
+    def float_route(self, ctx, name: str):
+        """A quantized op without an integer converter: dequantize, the float op, quantize."""
+        if name not in self.converters:
+            ctx.fail("has no converter for quantized tensors")
+        self.float_ops[name] = self.float_ops.get(name, 0) + 1
+        out = self.converters[name](ctx, [None if i < 0 else self.real(i) for i in ctx.in_idx])
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        done = []
+        for idx, expr in zip(ctx.out_idx, outs):
             info = self.tensors[idx]
-            self.values[idx] = Q.fake_quant(expr, info.qp, info.dtype, name in _ROUND_WITH_ZERO_POINT) \
-                if info.quantized else expr
+            done.append(Q.quantize(expr, info.qp, info.dtype) if info.quantized else expr)
+        return done
 
 
 def _load(model):
@@ -324,8 +407,8 @@ def from_tflite(model, shape_dict=None, dtype_dict=None):
     """
     from kiln.ir.module import IRModule
 
-    from . import CONVERTERS
-    importer = _Importer(_load(model), shape_dict, dtype_dict, CONVERTERS)
+    from . import CONVERTERS, QCONVERTERS
+    importer = _Importer(_load(model), shape_dict, dtype_dict, CONVERTERS, QCONVERTERS)
     for name in importer.shape:
         known = [importer.tensors[i].name for i in importer.graph_inputs]
         if name not in known:

@@ -1,13 +1,19 @@
-"""Quantized tensors as float: kiln imports int8/uint8 TFLite models by dequantizing.
+"""Quantization parameters of TFLite tensors and TFLite's integer arithmetic as relay ops.
 
-Every tensor of the graph is carried as its real value, ``(q - zero_point) * scale``.
-Quantized weights and biases are dequantized once at import (per-tensor or per-channel).
-After each op whose output tensor is quantized, the value is rounded to that tensor's grid
-(``fake_quant``): the result is exactly a value the integer kernel could produce, so the
-float graph tracks TFLite's integer arithmetic to within one quantization step (the integer
-kernels round their fixed-point rescaling differently at ties). Integer graph inputs are
-dequantized on entry and integer graph outputs quantized on exit, so the compiled model
-takes and returns the same dtypes as the .tflite model.
+Quantized tensors (int8, uint8, int16) stay integers in the imported graph: the converters in
+qnn_nn.py / qnn_elementwise.py write each op as ``relay.qnn`` ops and integer relay ops with the
+arithmetic of TFLite's reference kernels (docs/quantization.md lists which ops are exact):
+
+- rescaling is ``qnn.requantize`` with rounding ``TFLITE`` (saturating rounding doubling high
+  multiply, then a rounding right shift), the multiplier computed in float64 from the float32
+  scales as TFLite's ``Prepare`` does (passed as a float64 constant so it is not rounded to float32);
+- CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED: TFLite's optimized kernels (ruy's GEMM, the
+  SIMD depthwise kernel) round twice, both times half up: ``(x * q + 2**30) >> 31``, then a
+  rounding shift. That is two ``qnn.requantize`` with rounding ``UPWARD`` (multipliers
+  ``q / 2**31`` and ``2**-shift``, both exact), called ``GEMM`` here;
+- int16 activations with int64 accumulators (int16x8) rescale with TFLite's 64-bit
+  ``MultiplyByQuantizedMultiplier``: the multiplier cut to 16 bits and one rounding (``UPWARD``);
+- float to integer rounds half away from zero (``std::round``), as TFLite's QUANTIZE.
 """
 
 from __future__ import annotations
@@ -25,12 +31,20 @@ RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
 
 @dataclass(frozen=True)
 class QParams:
-    scale: np.ndarray        # per-tensor (size 1) or per-channel
+    scale: np.ndarray        # per-tensor (size 1) or per-channel, float64 of the file's float32
     zero_point: np.ndarray
     axis: int                # quantized_dimension for per-channel parameters
 
     def per_tensor(self) -> tuple[float, int]:
         return float(self.scale.reshape(-1)[0]), int(self.zero_point.reshape(-1)[0])
+
+    @property
+    def s(self) -> float:
+        return float(self.scale.reshape(-1)[0])
+
+    @property
+    def z(self) -> int:
+        return int(self.zero_point.reshape(-1)[0])
 
 
 def read_qparams(tensor_fb) -> QParams | None:
@@ -40,6 +54,24 @@ def read_qparams(tensor_fb) -> QParams | None:
     scale = q.ScaleAsNumpy().astype("float64")
     zp = q.ZeroPointAsNumpy().astype("int64") if q.ZeroPointLength() else np.zeros_like(scale, dtype="int64")
     return QParams(scale, zp, int(q.QuantizedDimension()))
+
+
+def qparams_problem(qp: QParams, dtype: str, shape) -> str | None:
+    """Why ``qp`` cannot describe a ``dtype`` tensor of ``shape`` (None when it can)."""
+    s = qp.scale
+    if s.size == 0 or np.any(~np.isfinite(s)) or np.any(s <= 0):
+        return (f"scale {s.ravel()[:8].tolist()} must be finite and > 0 (a quantized tensor needs a positive "
+                "step); convert the model again")
+    if dtype in RANGES:
+        lo, hi = RANGES[dtype]
+        z = qp.zero_point
+        if np.any(z < lo) or np.any(z > hi):
+            return f"zero point {z.ravel()[:8].tolist()} is outside {dtype} [{lo}, {hi}]; convert the model again"
+    if qp.zero_point.size not in (1, s.size) or (s.size > 1 and not (
+            0 <= qp.axis < len(shape) and shape[qp.axis] == s.size)):
+        return (f"{s.size} scales and {qp.zero_point.size} zero points along axis {qp.axis} do not fit shape "
+                f"{list(shape)} (one per tensor, or one per channel of the quantized dimension); the file is damaged")
+    return None
 
 
 def dequantize_array(values: np.ndarray, qp: QParams) -> np.ndarray:
@@ -52,37 +84,97 @@ def dequantize_array(values: np.ndarray, qp: QParams) -> np.ndarray:
     return real.astype("float32")
 
 
-def _round(x):
-    """Round half away from zero, as TFLite's kernels do (relay's round goes half to even)."""
-    return tensor.multiply(tensor.sign(x), tensor.floor(tensor.add(tensor.abs(x), const(0.5, "float32"))))
+def f64(value):
+    """A float64 constant: a requantize multiplier that must not be rounded to float32."""
+    return const(np.asarray(value, dtype="float64"))
 
 
-def dequantize(x, qp: QParams):
-    scale, zp = qp.per_tensor()
-    return tensor.multiply(tensor.subtract(tf.cast(x, "float32"), const(float(zp), "float32")),
-                           const(scale, "float32"))
+def round_away(x):
+    """Round half away from zero (TFLite's ``std::round``; relay's round goes half to even).
+    ``floor(|x|)`` and ``|x| - floor(|x|)`` are exact in float32, so ties are seen as ties."""
+    a = tensor.abs(x)
+    f = tensor.floor(a)
+    up = tf.cast(tensor.greater_equal(tensor.subtract(a, f), const(0.5, "float32")), "float32")
+    return tensor.multiply(tensor.sign(x), tensor.add(f, up))
+
+
+def round_away_np(x):
+    a = np.abs(np.asarray(x))
+    return np.sign(x) * (np.floor(a) + (a - np.floor(a) >= 0.5))
 
 
 def quantize(x, qp: QParams, dtype: str):
-    """Float real values to the integer grid of ``qp`` as ``dtype``."""
+    """Float real values to the integer grid of ``qp`` as ``dtype``: TFLite's QUANTIZE,
+    ``round_away(x / scale) + zero_point`` in float32."""
     scale, zp = qp.per_tensor()
     lo, hi = RANGES[dtype]
-    q = tensor.add(_round(tensor.divide(x, const(scale, "float32"))), const(float(zp), "float32"))
+    q = tensor.add(round_away(tensor.divide(x, const(np.float32(scale), "float32"))), const(float(zp), "float32"))
     return tf.cast(tensor.clip(q, float(lo), float(hi)), dtype)
 
 
-def fake_quant(x, qp: QParams, dtype: str, with_zero_point: bool = False):
-    """Round float real values to the grid of ``qp`` and return them as real values again.
+def dequantize(x, qp: QParams):
+    """``float32(q - zero_point) * scale``, as TFLite's DEQUANTIZE."""
+    from ...qnn import op as qnn
+    return qnn.dequantize(x, np.float32(qp.s), int(qp.z))
 
-    Most integer kernels round the rescaled value and then add the zero point;
-    ``with_zero_point`` rounds after adding it, as TFLite's int8 average pooling does (it
-    averages the stored integers), which differs at ties.
-    """
-    scale, zp = qp.per_tensor()
+
+def activation_range(code: int, qp: QParams, dtype: str) -> tuple[int, int]:
+    """TFLite's CalculateActivationRangeQuantized: the integer clamp of a fused activation."""
     lo, hi = RANGES[dtype]
-    v = tensor.divide(x, const(scale, "float32"))
-    if with_zero_point:
-        q = tensor.subtract(_round(tensor.add(v, const(float(zp), "float32"))), const(float(zp), "float32"))
-    else:
-        q = _round(v)
-    return tensor.multiply(tensor.clip(q, float(lo - zp), float(hi - zp)), const(scale, "float32"))
+    scale, zp = np.float32(qp.s), qp.z
+
+    def q(v):  # zero_point + round(v / scale), in float32 as TFLite
+        return zp + int(round_away_np(np.float32(v) / scale))
+
+    if code == 1:    # RELU
+        return max(lo, q(0.0)), hi
+    if code == 3:    # RELU6
+        return max(lo, q(0.0)), min(hi, q(6.0))
+    if code == 2:    # RELU_N1_TO_1
+        return max(lo, q(-1.0)), min(hi, q(1.0))
+    return lo, hi
+
+
+def clamp(x, lo: int, hi: int, dtype: str):
+    """Integer clamp of ``x`` (already ``dtype``) to [lo, hi]; nothing when that is the whole dtype."""
+    if (lo, hi) == RANGES[dtype]:
+        return x
+    return tensor.minimum(tensor.maximum(x, const(lo, dtype)), const(hi, dtype))
+
+
+def requantize(x, real, out_zp: int, out_dtype: str, axis: int = -1, wide: bool = False, rounding: str = "TFLITE"):
+    """``out_zp + MultiplyByQuantizedMultiplier(x, real)`` clipped to ``out_dtype``.
+
+    ``x`` is an int32 tensor already centered (its zero point subtracted); ``real`` the float64
+    multiplier (per channel along ``axis`` when it has several values). ``wide``: TFLite's 64-bit
+    variant (int16x8 kernels with int64 accumulators), the multiplier rounded to 16 bits and one
+    rounding half up."""
+    from ...qnn import op as qnn
+    real = np.asarray(real, dtype=np.float64)
+    if wide:
+        real, rounding = reduced_multiplier(real), "UPWARD"
+    elif rounding == "GEMM":
+        from ...qnn.fixed_point import quantize_multiplier
+        q, e = quantize_multiplier(real)
+        first = q.astype(np.float64) * np.exp2(np.maximum(e, 0).astype(np.float64) - 31)
+        high = requantize(x, first, 0, "int32", axis, rounding="UPWARD")
+        return requantize(high, np.exp2(-np.maximum(-e, 0).astype(np.float64)), out_zp, out_dtype, axis,
+                          rounding="UPWARD")
+    r = real if real.size > 1 else real.reshape(())
+    return qnn.requantize(x, f64(r), 0, f64(1.0), int(out_zp), axis=axis, rounding=rounding,
+                          out_dtype=out_dtype)
+
+
+def reduced_multiplier(real: np.ndarray) -> np.ndarray:
+    """The multiplier TFLite's int64 MultiplyByQuantizedMultiplier really applies: the 31-bit
+    mantissa rounded to 15 bits (``(q + 2**15) >> 16``, at most 0x7FFF), as an exact float64."""
+    from ...qnn.fixed_point import quantize_multiplier
+    q, e = quantize_multiplier(real)
+    reduced = np.where(q < 0x7FFF0000, (q + (1 << 15)) >> 16, 0x7FFF)
+    return reduced.astype(np.float64) * np.exp2(e.astype(np.float64) - 15)
+
+
+def requantize_np(x, real):
+    """numpy of TFLite's MultiplyByQuantizedMultiplier (32-bit, double rounding); tables use it."""
+    from ...qnn.fixed_point import requantize_int
+    return requantize_int(np.asarray(x, np.int64), np.asarray(real, np.float64), "TFLITE")
