@@ -10,6 +10,11 @@
   are left out; ``sum w`` of a constant kernel folds at build time). A non-zero data zero point
   pads explicitly with that zero point, so padding stays real zero.
 - add / subtract / mul / concatenate / global_avg_pool2d: requantize + int32 arithmetic.
+- ``rounding="FLOAT32"`` (onnxruntime's arithmetic, the ONNX importer's choice; fixed_point.py):
+  requantize is ``round(float32(x) * m)`` with the float32 multiplier ``m``; add/subtract are
+  QLinearAdd's two fused multiply-adds, written in float64 (exact products) and rounded to
+  float32 after each, so the result does not depend on whether the target fuses them;
+  concatenate dequantizes and quantizes in float32.
 - unary ops: ``take`` from their 256-entry table; avg_pool2d and softmax: float32 inside.
 """
 
@@ -27,7 +32,7 @@ from ..op import tensor as ft
 from ..op import transform as ftf
 from ..transform.infer_type import infer
 from ..visitor import ExprMutator
-from .fixed_point import dtype_range, quantize_multiplier
+from .fixed_point import dtype_range, float32_multiplier, quantize_multiplier
 from . import op as qop
 from .op.core import multiplier
 from .op.elemwise import lut_table
@@ -129,6 +134,12 @@ def requantize_expr(x, si, zi, so, zo, axis=-1, rounding="UPWARD", out_dtype="in
     real = multiplier(vsi, vso)
     if clip and np.all(real == 1.0) and _dtype(x) == out_dtype and _same(zi, zo):
         return x
+    if rounding == "FLOAT32":
+        m = const(along(float32_multiplier(vsi, vso), axis, ndim).astype("float32"))
+        y = ft.round(ft.multiply(ftf.cast(_centered(x, zi, axis, ndim, "int32"), "float32"), m))
+        if not clip:
+            return ftf.cast(y, "int64"), np.zeros((), np.int64)
+        return _clip_cast(ft.add(y, _param(zo, axis, ndim, "float32")), out_dtype)
     y, offset = fixed_point(_centered(x, zi, axis, ndim, "int64"), real, rounding, axis, ndim)
     if not clip:
         return y, offset
@@ -273,6 +284,10 @@ def _global_avg_pool2d(call, x, si, zi, so, zo):
     shape = infer(x).checked_type.shape
     hi, wi = a.layout.index("H"), a.layout.index("W")
     total = fred.sum(_centered(x, zi, 0, 0, "int32"), axis=(hi, wi), keepdims=True)
+    if a.rounding == "FLOAT32":
+        m = float32_multiplier(value_of(si).ravel()[0], value_of(so).ravel()[0], int(shape[hi] * shape[wi]))
+        y = ft.round(ft.multiply(ftf.cast(total, "float32"), const(np.float32(m))))
+        return _clip_cast(ft.add(y, const(np.float32(value_of(zo).ravel()[0]))), _dtype(x))
     real = multiplier(value_of(si), value_of(so)) / (shape[hi] * shape[wi])
     y, offset = fixed_point(_cast(total, "int64"), real, a.rounding, 0, 0)
     return _clip_cast(_plus(y, offset + np.int64(value_of(zo).ravel()[0])), _dtype(x))
@@ -281,6 +296,8 @@ def _global_avg_pool2d(call, x, si, zi, so, zo):
 def _add_like(sign):
     def lower(call, a, b, sa, za, sb, zb, so, zo):
         r = call.attrs.rounding
+        if r == "FLOAT32":
+            return _add_float32(call, a, b, sa, za, sb, zb, so, zo, sign)
         ya, oa = requantize_expr(a, sa, za, so, zo, rounding=r, clip=False)
         yb, ob = requantize_expr(b, sb, zb, so, zo, rounding=r, clip=False)
         y = ft.add(ya, yb) if sign > 0 else ft.subtract(ya, yb)
@@ -289,11 +306,35 @@ def _add_like(sign):
     return lower
 
 
+def _add_float32(call, a, b, sa, za, sb, zb, so, zo, sign):
+    """onnxruntime's QLinearAdd (fixed_point.add_float32): ``fma(ra, a, fma(rb, b, k))`` in float32,
+    each fused multiply-add as a float64 product and sum rounded to float32."""
+    vs = [value_of(v) for v in (sa, za, sb, zb, so, zo)]
+    if any(v is None or v.size != 1 for v in vs):
+        raise _unsupported(call, "FLOAT32 rounding needs constant per-tensor scales and zero points")
+    f = np.float32
+    (vsa, vza, vsb, vzb, vso, vzo) = (v.ravel()[0] for v in vs)
+    ra, rb = f(f(vsa) / f(vso)), f(sign) * f(f(vsb) / f(vso))
+    k = f(f(vzo) - f(np.float64(ra) * np.float64(f(vza)) + np.float64(f(rb * f(vzb)))))
+
+    def fma(x, r, c):
+        return ftf.cast(ft.add(ft.multiply(ftf.cast(x, "float64"), const(float(r), "float64")), c), "float32")
+
+    inner = fma(b, rb, const(float(k), "float64"))
+    y = ft.round(fma(a, ra, ftf.cast(inner, "float64")))
+    return _clip_cast(y, call.attrs.out_dtype or _dtype(a))
+
+
 def _mul(call, a, b, sa, za, sb, zb, so, zo):
-    prod = ft.multiply(_centered(a, za, 0, 0, "int64"), _centered(b, zb, 0, 0, "int64"))
     vs = [value_of(s) for s in (sa, sb, so)]
     if any(v is None for v in vs):
         raise _unsupported(call, "needs constant scales")
+    if call.attrs.rounding == "FLOAT32":  # onnxruntime's QLinearMul: float32(prod) * (sa * sb / so)
+        prod = ft.multiply(_centered(a, za, 0, 0, "int32"), _centered(b, zb, 0, 0, "int32"))
+        m = float32_multiplier(np.float32(np.float32(vs[0].ravel()[0]) * np.float32(vs[1].ravel()[0])), vs[2].ravel()[0])
+        y = ft.round(ft.multiply(ftf.cast(prod, "float32"), const(np.float32(m))))
+        return _clip_cast(ft.add(y, const(np.float32(value_of(zo).ravel()[0]))), call.attrs.out_dtype or _dtype(a))
+    prod = ft.multiply(_centered(a, za, 0, 0, "int64"), _centered(b, zb, 0, 0, "int64"))
     real = np.float64(vs[0]).ravel() * np.float64(vs[1]).ravel() / np.float64(vs[2]).ravel()
     y, offset = fixed_point(prod, real, call.attrs.rounding, 0, 0)
     return _clip_cast(_plus(y, offset + np.int64(value_of(zo).ravel()[0])), call.attrs.out_dtype or _dtype(a))
@@ -302,9 +343,25 @@ def _mul(call, a, b, sa, za, sb, zb, so, zo):
 def _concatenate(call, data, scales, zps, so, zo):
     a = call.attrs
     dtype = a.out_dtype or _dtype(data.fields[0])
-    parts = [requantize_expr(x, s, z, so, zo, rounding=a.rounding, out_dtype=dtype)
-             for x, s, z in zip(data.fields, scales.fields, zps.fields)]
+    if a.rounding == "FLOAT32":
+        parts = [_concat_part_float32(x, s, z, so, zo, dtype) for x, s, z in zip(data.fields, scales.fields, zps.fields)]
+    else:
+        parts = [requantize_expr(x, s, z, so, zo, rounding=a.rounding, out_dtype=dtype)
+                 for x, s, z in zip(data.fields, scales.fields, zps.fields)]
     return ftf.concatenate(parts, a.axis)
+
+
+def _concat_part_float32(x, s, z, so, zo, dtype):
+    """onnxruntime's QLinearConcat of one input: dequantize, then quantize, in float32."""
+    vs = [value_of(v) for v in (s, z, so, zo)]
+    if any(v is None or v.size != 1 for v in vs):
+        return requantize_expr(x, s, z, so, zo, rounding="FLOAT32", out_dtype=dtype)
+    vs_, vz, vso, vzo = (v.ravel()[0] for v in vs)
+    if np.float32(vs_) == np.float32(vso) and vz == vzo and _dtype(x) == dtype:
+        return x
+    real = ft.multiply(ftf.cast(_centered(x, z, 0, 0, "int32"), "float32"), const(np.float32(vs_)))
+    y = ft.round(ft.divide(real, const(np.float32(vso))))
+    return _clip_cast(ft.add(y, const(np.float32(vzo))), dtype)
 
 
 def _unary(name):

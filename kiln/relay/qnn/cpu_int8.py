@@ -11,7 +11,8 @@ conv becomes ``nn.contrib_conv2d_int8(x_blocked, w_packed, bias, q, shift)``:
 - the data's zero point moves into the bias at build time: ``sum (x - zx) w = sum x w - zx sum w``
   (``bias = b - zx * sum w`` per output channel), and padding uses ``zx`` (real zero);
 - requantize's multiplier per channel is the fixed point ``(q, shift)`` of qnn.requantize, applied
-  in the kernel's epilogue with the output zero point and the dtype's clamp.
+  in the kernel's epilogue with the output zero point and the dtype's clamp (``FLOAT32`` rounding:
+  a float32 multiplier per channel, onnxruntime's arithmetic; the shift input is then unused).
 
 Data enters in ``NCHW[ib]c`` and the result leaves in ``NCHW[L]c``; ``layout_transform``s around
 the op go back to NCHW for other consumers, and a transform pair between two int8 convs cancels.
@@ -32,7 +33,7 @@ from ..op.registry import OpDef, OpPattern, RelCtx
 from ..ty import TensorType
 from ..transform.infer_type import infer
 from ..visitor import ExprMutator
-from .fixed_point import dtype_range
+from .fixed_point import dtype_range, float32_multiplier, requantize_float32
 from .op import core as qcore
 from .op import elemwise as qelem
 from .op import nn as qnn_nn
@@ -78,10 +79,12 @@ def _requant_np(acc, bias, q, s, a, axis):
     shape = [1] * acc.ndim
     shape[axis] = -1
     q, s = q.reshape(shape), s.reshape(shape)
+    lo, hi = dtype_range(a.out_dtype)
+    if a.rounding == "FLOAT32":
+        return np.clip(requantize_float32(x, q) + a.out_zp, lo, hi).astype(a.out_dtype)
     p = x * q + np.left_shift(np.int64(1), s - 1)
     if a.rounding == "TONEAREST":
         p = p - (x < 0)
-    lo, hi = dtype_range(a.out_dtype)
     return np.clip(np.right_shift(p, s) + a.out_zp, lo, hi).astype(a.out_dtype)
 
 
@@ -362,13 +365,16 @@ class _Rewrite(ExprMutator):
 
         _, si, zi, so, zo = rq.args
         ra = rq.attrs
-        if ra.rounding not in ("UPWARD", "TONEAREST") or ra.out_dtype not in ("uint8", "int8"):
+        if ra.rounding not in ("UPWARD", "TONEAREST", "FLOAT32") or ra.out_dtype not in ("uint8", "int8"):
             raise _Skip
         vals = [value_of(v) for v in (si, zi, so, zo)]
         if any(v is None for v in vals) or np.any(vals[1]) or vals[3].size != 1:
             raise _Skip
-        real = np.broadcast_to(multiplier(vals[0], vals[2]), (channels,))
-        params = requant_params(real)
+        if ra.rounding == "FLOAT32":  # float32 multipliers; the shift input is unused
+            m = np.ascontiguousarray(np.broadcast_to(float32_multiplier(vals[0], vals[2]), (channels,)))
+            params = (m.astype(np.float32), np.zeros(channels, np.int64))
+        else:
+            params = requant_params(np.broadcast_to(multiplier(vals[0], vals[2]), (channels,)))
         if params is None:
             raise _Skip
         b = np.zeros(channels, np.int64) if bias is None else np.broadcast_to(bias.astype(np.int64).ravel(), (channels,))

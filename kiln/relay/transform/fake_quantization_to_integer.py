@@ -12,6 +12,9 @@ dequantized once, from its int32 accumulator. A region with an op not in ``REWRI
 does not start at a dequantize, stays float as written; one log line (logger
 ``kiln.relay.quantize``) lists the float compute ops left in the graph.
 
+The qnn ops made of a region take the rounding of the quantize at its root (its ``rounding``
+attribute: the importer's choice, e.g. ONNX's ``FLOAT32``, onnxruntime's arithmetic).
+
 Values inside a region are ``QTensor``s: an integer expression with its scale and zero point
 (constants; scalars, or per channel along ``axis``).
 """
@@ -35,6 +38,7 @@ from ..visitor import ExprMutator, ExprVisitor
 from .infer_type import infer
 
 logger = logging.getLogger("kiln.relay.quantize")
+_rounding = ["UPWARD"]  # the rounding of the region being converted (its quantize's attribute)
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ def _requant(q: QTensor, scale, zp, dtype: str, axis=-1):
             np.array_equal(q.zero_point.data, np.asarray(zp, "int32")):
         return q.expr
     return qop.requantize(q.expr, q.scale, q.zero_point, np.asarray(scale, "float32"), np.asarray(zp, "int32"),
-                          axis=q.axis if q.scale.data.size > 1 else axis, out_dtype=dtype)
+                          axis=q.axis if q.scale.data.size > 1 else axis, out_dtype=dtype, rounding=_rounding[0])
 
 
 def _to_int32(q: QTensor, scale) -> object:
@@ -118,7 +122,8 @@ def _bias_int32(bias, acc: QTensor):
             return bias.expr
         if not bias.per_tensor and bias.scale.data.size != acc.scale.data.size:
             return None
-        return qop.requantize(bias.expr, bias.scale, bias.zero_point, acc.scale, 0, axis=0, out_dtype="int32")
+        return qop.requantize(bias.expr, bias.scale, bias.zero_point, acc.scale, 0, axis=0, out_dtype="int32",
+                              rounding=_rounding[0])
     if isinstance(bias, Constant) and bias.data.dtype.kind == "f" and bias.data.ndim <= 1:
         q = np.rint(bias.data.astype(np.float64) / acc.scale.data.astype(np.float64))
         return const(np.clip(q, *dtype_range("int32")).astype("int32"))
@@ -136,7 +141,8 @@ def _binary(qnn_fn, int_fn):
             return None
         if hint is not None and a.dtype != "int32" and b.dtype != "int32":
             scale, zp, dtype = hint
-            out = qnn_fn(a.expr, b.expr, a.scale, a.zero_point, b.scale, b.zero_point, scale, zp, out_dtype=dtype)
+            out = qnn_fn(a.expr, b.expr, a.scale, a.zero_point, b.scale, b.zero_point, scale, zp, out_dtype=dtype,
+                         rounding=_rounding[0])
             return _qt(out, scale, zp, dtype)
         scale = min(_scalar(a.scale.data), _scalar(b.scale.data))
         return _qt(int_fn(_to_int32(a, scale), _to_int32(b, scale)), scale, 0, "int32")
@@ -149,7 +155,8 @@ def _mul(call, args, hint):
         return None
     if hint is not None:
         scale, zp, dtype = hint
-        out = qop.mul(a.expr, b.expr, a.scale, a.zero_point, b.scale, b.zero_point, scale, zp, out_dtype=dtype)
+        out = qop.mul(a.expr, b.expr, a.scale, a.zero_point, b.scale, b.zero_point, scale, zp, out_dtype=dtype,
+                      rounding=_rounding[0])
         return _qt(out, scale, zp, dtype)
     prod = ft.multiply(_centered32(a), _centered32(b))
     return _qt(prod, _scalar(a.scale.data) * _scalar(b.scale.data), 0, "int32")
@@ -234,7 +241,8 @@ def _avg_pool(call, args, hint):
     scale, zp, _ = hint if hint is not None and hint[2] == q.dtype else (q.scale.data, q.zero_point.data, None)
     attrs = dict(call.attrs.items())
     if call.op.name == "nn.global_avg_pool2d":
-        out = qop.global_avg_pool2d(q.expr, q.scale, q.zero_point, scale, zp, layout=attrs["layout"])
+        out = qop.global_avg_pool2d(q.expr, q.scale, q.zero_point, scale, zp, layout=attrs["layout"],
+                                    rounding=_rounding[0])
     else:
         out = qop.avg_pool2d(q.expr, q.scale, q.zero_point, scale, zp,
                              **{k: v for k, v in attrs.items() if k != "out_layout" or v})
@@ -261,7 +269,7 @@ def _concat(call, args, hint):
     else:
         scale, zp, dtype = fields[0].scale.data, fields[0].zero_point.data, fields[0].dtype
     out = qop.concatenate([f.expr for f in fields], [f.scale for f in fields], [f.zero_point for f in fields],
-                          scale, zp, call.attrs.axis, out_dtype=dtype)
+                          scale, zp, call.attrs.axis, out_dtype=dtype, rounding=_rounding[0])
     return _qt(out, scale, zp, dtype)
 
 
@@ -353,11 +361,15 @@ class _FQ2I(ExprMutator):
             return call
         dtype = call.attrs.out_dtype
         hint = (s.data, z.data, dtype) if s.data.size == 1 and z.data.size == 1 else None
-        q = _Region().convert(x, _Hint(hint) if hint else None)
-        if q is None:
-            return call
-        self.converted += 1
-        return _requant(q, s.data, z.data, dtype, call.attrs.axis)
+        _rounding[0] = call.attrs.get("rounding", "UPWARD")
+        try:
+            q = _Region().convert(x, _Hint(hint) if hint else None)
+            if q is None:
+                return call
+            self.converted += 1
+            return _requant(q, s.data, z.data, dtype, call.attrs.axis)
+        finally:
+            _rounding[0] = "UPWARD"
 
 
     def _accumulator(self, call):

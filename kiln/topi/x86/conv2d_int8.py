@@ -197,7 +197,8 @@ def dense_int8_acc(data, kernel, tier: str, tile_m=None):
 
 def requantize_epilogue(acc, bias, mult, shift, out_zp: int, lo: int, hi: int, out_dtype: str,
                         rounding: str = "UPWARD", out_shape=None, index=None):
-    """``clamp(((acc + bias) * q + half) >> s + zp)`` per output channel, as ``out_dtype``.
+    """``clamp(((acc + bias) * q + half) >> s + zp)`` per output channel, as ``out_dtype``; with
+    ``rounding="FLOAT32"`` ``mult`` is float32 and ``clamp(round(float32(acc + bias) * m) + zp)``.
 
     ``bias``/``mult``/``shift``: 1-D tensors over the channels (int32, int64, int64); ``index``
     maps an output index to (accumulator index, channel); default: blocked NCHW[L]c."""
@@ -206,6 +207,14 @@ def requantize_epilogue(acc, bias, mult, shift, out_zp: int, lo: int, hi: int, o
     if index is None:
         def index(*i):
             return i, i[1] * lanes + i[-1]
+
+    if rounding == "FLOAT32":  # onnxruntime's: float32(acc + bias) * m (float32), half to even
+        def f(*i):
+            at, ch = index(*i)
+            y = tir.round((acc[at] + bias[ch]).astype("float32") * mult[ch])
+            y = tir.min(tir.max(y, tir.const(lo - out_zp, "float32")), tir.const(hi - out_zp, "float32"))
+            return (y.astype("int32") + tir.const(out_zp, "int32")).astype(out_dtype)
+        return te.compute(shape, f, name="requantize_int8", tag=REQUANT_TAG)
 
     def f(*i):
         at, ch = index(*i)

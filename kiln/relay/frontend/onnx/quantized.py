@@ -8,9 +8,11 @@
   DynamicQuantizeLinear, and onnxruntime's com.microsoft QLinearAdd/Mul, QLinearConcat,
   QLinearAveragePool, QLinearGlobalAveragePool, QLinearSigmoid/LeakyRelu/Softmax, QGemm.
 
-Requantization rounds to nearest with ties up (``UPWARD``, one reference to each value in the
-fused kernels): onnxruntime rounds a float product half to even, so the two differ only on
-exact ties. Scales and zero points
+Rounding is onnxruntime's (``FLOAT32``, relay/qnn/fixed_point.py): a requantize multiplies the
+int32 accumulator by ``x_scale * w_scale / y_scale`` in float32 and rounds half to even, QLinearAdd
+is one float32 expression of both inputs, QLinearConcat dequantizes and quantizes in float32.
+QDQ models get the same through the ``rounding`` attribute of their qnn.quantize, which
+FakeQuantizationToInteger gives the integer ops it makes. Scales and zero points
 must be constants (DynamicQuantizeLinear's outputs excepted); a zero, negative or non-finite
 scale, a zero point outside its dtype or per-channel lengths that do not match the axis are
 one error naming the node.
@@ -27,7 +29,7 @@ from ...qnn import op as qop
 from ...qnn.fixed_point import dtype_range
 from .nn import _pads_nd
 
-ROUNDING = "UPWARD"
+ROUNDING = "FLOAT32"  # onnxruntime's requantize arithmetic
 MS_DOMAIN = "com.microsoft"
 
 
@@ -89,12 +91,12 @@ def _quantize_linear(ctx, ins, attrs):
     x = ins[0]
     if not isinstance(ins[1], Constant) or (len(ins) > 2 and ins[2] is not None and not isinstance(ins[2], Constant)):
         s, z, dtype = _dynamic(ctx, ins, "y")
-        return qop.quantize(x, s, z, out_dtype=dtype)
+        return qop.quantize(x, s, z, out_dtype=dtype, rounding=ROUNDING)
     axis = attrs.get("axis", 1)
     n = _channels(ctx, x, axis)
     s = _scale(ctx, ins[1], "y_scale", n)
     z, dtype = _zero_point(ctx, ins[2] if len(ins) > 2 else None, "y_zero_point", None, n)
-    return qop.quantize(x, s, z, axis=axis if s.data.size > 1 else -1, out_dtype=dtype)
+    return qop.quantize(x, s, z, axis=axis if s.data.size > 1 else -1, out_dtype=dtype, rounding=ROUNDING)
 
 
 def _dequantize_linear(ctx, ins, attrs):

@@ -28,10 +28,13 @@ def _rounding(rounding):
     return "UPWARD" if rounding in (None, "None") else str(rounding).upper()
 
 
-def quantize(data, output_scale, output_zero_point, axis=-1, out_dtype="int8"):
+def quantize(data, output_scale, output_zero_point, axis=-1, out_dtype="int8", rounding="UPWARD"):
+    """``rounding``: of the integer ops that FakeQuantizationToInteger makes of the float region
+    ending at this quantize (the quantize itself always rounds half to even); importers choose
+    their reference runtime's (ONNX: ``FLOAT32``, onnxruntime's arithmetic)."""
     s, z = _s(output_scale), _z(output_zero_point)
     check_qparams("qnn.quantize", s, z, out_dtype)
-    return core.QUANTIZE(data, s, z, axis=int(axis), out_dtype=str(out_dtype))
+    return core.QUANTIZE(data, s, z, axis=int(axis), out_dtype=str(out_dtype), rounding=_rounding(rounding))
 
 
 def dequantize(data, input_scale, input_zero_point, axis=-1, in_dtype=None):

@@ -32,6 +32,8 @@ def _quantize_rel(ctx: RelCtx):
     if not t.dtype.startswith("float"):
         ctx.fail(f"input 'data' must be float, got {t.dtype}")
     _check_dtype(ctx, ctx.attrs.out_dtype, "out_dtype")
+    if ctx.attrs.rounding not in ROUNDINGS:
+        ctx.fail(f"rounding={ctx.attrs.rounding!r}; use one of {', '.join(ROUNDINGS)}")
     n = _channels(ctx, ctx.attrs.axis)
     scalar_or_vector(ctx, 1, n, "scale")
     scalar_or_vector(ctx, 2, n, "zero point")
@@ -88,7 +90,7 @@ def requantize_ref(attrs, x, in_scale, in_zp, out_scale, out_zp):
 
 
 QUANTIZE = OpDef("qnn.quantize", ("data", "output_scale", "output_zero_point"),
-                 {"axis": -1, "out_dtype": "int8"}, _quantize_rel, OpPattern.ELEMWISE, quantize_ref,
+                 {"axis": -1, "out_dtype": "int8", "rounding": "UPWARD"}, _quantize_rel, OpPattern.ELEMWISE, quantize_ref,
                  doc="clip(round_half_even(data / scale) + zero_point)")
 DEQUANTIZE = OpDef("qnn.dequantize", ("data", "input_scale", "input_zero_point"), {"axis": -1},
                    _dequantize_rel, OpPattern.ELEMWISE, dequantize_ref, doc="scale * (data - zero_point)")

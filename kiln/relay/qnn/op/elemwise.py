@@ -5,6 +5,9 @@
 - mul: the exact int32 product of the centered inputs, requantized once by
   ``lhs_scale * rhs_scale / output_scale``.
 - concatenate: each input requantized to the output's scale and zero point, then joined.
+- ``rounding="FLOAT32"`` (onnxruntime's arithmetic, fixed_point.py): add/subtract are one float32
+  expression of both inputs rounded once (QLinearAdd), mul multiplies by ``sa * sb / so`` in
+  float32, concatenate dequantizes and quantizes in float32 (QLinearConcat).
 - unary ops (sigmoid, tanh, exp, erf, hardswish, ...): for 8-bit inputs every possible input is
   one of 256 values, so the op is a table computed at build time: dequantize each value, apply
   the float function (float64), quantize (round half to even). ``qnn.softmax`` is not
@@ -19,7 +22,7 @@ import numpy as np
 
 from ...op.registry import OpDef, OpPattern, RelCtx, broadcast_shapes
 from ...ty import TensorType
-from ..fixed_point import dtype_range, requantize_int
+from ..fixed_point import add_float32, concat_float32, dtype_range, float32_multiplier, requantize_float32, requantize_int
 from .core import multiplier
 from .params import scalar_or_vector
 
@@ -48,6 +51,9 @@ def _clip_out(attrs, q, zo, fallback):
 
 def _add_ref(sign):
     def ref(attrs, a, b, sa, za, sb, zb, so, zo):
+        if attrs.rounding == "FLOAT32":
+            q = add_float32(a, za, b, zb, sa, sb, so, zo, sign)
+            return _clip_out(attrs, q, 0, a.dtype.name)
         q = _to_output(a, sa, za, so, attrs.rounding) + sign * _to_output(b, sb, zb, so, attrs.rounding)
         return _clip_out(attrs, q, zo, a.dtype.name)
     return ref
@@ -55,6 +61,9 @@ def _add_ref(sign):
 
 def _mul_ref(attrs, a, b, sa, za, sb, zb, so, zo):
     prod = (a.astype(np.int64) - np.int64(za)) * (b.astype(np.int64) - np.int64(zb))
+    if attrs.rounding == "FLOAT32":
+        m = float32_multiplier(np.float32(np.float32(sa) * np.float32(sb)), so)
+        return _clip_out(attrs, requantize_float32(prod, m), zo, a.dtype.name)
     real = float(np.float64(sa) * np.float64(sb) / np.float64(so))
     return _clip_out(attrs, requantize_int(prod, real, attrs.rounding), zo, a.dtype.name)
 
@@ -85,7 +94,11 @@ def _concat_rel(ctx: RelCtx):
 def _concat_ref(attrs, data, scales, zps, so, zo):
     dtype = attrs.out_dtype or data[0].dtype.name
     lo, hi = dtype_range(dtype)
-    parts = [np.clip(_to_output(x, s, z, so, attrs.rounding) + np.int64(zo), lo, hi) for x, s, z in zip(data, scales, zps)]
+    if attrs.rounding == "FLOAT32":
+        parts = [np.clip(concat_float32(x, s, z, so, zo), lo, hi) for x, s, z in zip(data, scales, zps)]
+    else:
+        parts = [np.clip(_to_output(x, s, z, so, attrs.rounding) + np.int64(zo), lo, hi)
+                 for x, s, z in zip(data, scales, zps)]
     return np.concatenate(parts, axis=attrs.axis).astype(dtype)
 
 

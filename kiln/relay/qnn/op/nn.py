@@ -14,7 +14,7 @@ from ...op import nn as fnn
 from ...op import nn_pool as fpool
 from ...op.registry import OpDef, OpPattern, RelCtx
 from ...ty import TensorType
-from ..fixed_point import dtype_range, requantize_int
+from ..fixed_point import dtype_range, float32_multiplier, requantize_float32, requantize_int
 from .core import multiplier
 from .params import along, scalar_or_vector
 
@@ -119,7 +119,11 @@ def _global_avg_ref(attrs, x, si, zi, so, zo):
     hi, wi = attrs.layout.index("H"), attrs.layout.index("W")
     count = x.shape[hi] * x.shape[wi]
     total = _centered(x, zi, 0, 0).sum(axis=(hi, wi), keepdims=True)
-    q = requantize_int(total, multiplier(si, so)[0] / count, attrs.rounding) + np.asarray(zo, np.int64)
+    if attrs.rounding == "FLOAT32":  # onnxruntime: si / (so * count) in float32
+        y = requantize_float32(total, float32_multiplier(np.ravel(si)[0], np.ravel(so)[0], count))
+    else:
+        y = requantize_int(total, multiplier(si, so)[0] / count, attrs.rounding)
+    q = y + np.asarray(zo, np.int64)
     lo, hi_ = dtype_range(x.dtype.name)
     return np.clip(q, lo, hi_).astype(x.dtype)
 
