@@ -129,9 +129,9 @@ def why_host_cannot_run(target) -> str:
 
 def host_cpu() -> tuple[str, str]:
     """(LLVM's name for this machine's CPU, its feature string)."""
-    from ..codegen.llvm.target import _host
+    from ..codegen.llvm.target import host
 
-    _, cpu, features = _host()
+    _, cpu, features = host()
     return cpu, features
 
 
@@ -246,11 +246,11 @@ def _emit(llvm, tm, text: str) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _probe(triple: str, cpu: str, features: str) -> CPUFacts:
-    from ..codegen.llvm.target import _LOCK, _arch, _llvm
+    from ..codegen.llvm.target import LOCK, arch_of, binding
 
-    llvm = _llvm()
-    arch = _arch(triple)
-    with _LOCK:
+    llvm = binding()
+    arch = arch_of(triple)
+    with LOCK:
         # A private machine: verbose assembly (spill comments) must not leak into kiln's own.
         tm = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features, opt=2,
                                                                    reloc="pic")
@@ -267,7 +267,7 @@ def _probe(triple: str, cpu: str, features: str) -> CPUFacts:
         live = _functions(_emit(llvm, tm, _pressure_ir(vec, 28)))["live28"]
     highest = max(_register_numbers(live, arch), default=0)
     registers = 32 if highest >= 16 else 16 if highest >= 8 else 8
-    with _LOCK:
+    with LOCK:
         int8 = _int8_features(llvm, tm, arch, triple, cpu, features)
         bf16 = _bf16_features(llvm, tm, arch, triple, cpu, features)
     return CPUFacts(triple, cpu, features, arch, float_bits, int32_bits, int16_bits, has_fma, registers,

@@ -64,22 +64,40 @@ def build(mod, target):
     text, meta, info = generate_ir(mod, target)
     names = [f["name"] for f in meta["functions"]]
     out = compile_ir(text, info, names, want_asm=False)
-    module = CompiledModule([out.obj], meta, {"ll": out.ll}, triple=info.triple, type_key="llvm")
-    # Assembly costs as much as the object itself: make it when someone asks for it.
-    module.sources = LazySources({"ll": out.ll}, {"asm": lambda: assembly_of(out.ll, info)})
-    return module
+    return _module(out.obj, meta, out.ll, info, info.triple)
 
 
 def build_host(mod, host_target, device_target, device_code: dict):
     """The host side of a GPU module: mod's functions launch the kernels of device_code."""
-    from ...runtime.compiled import CompiledModule
-
     text, meta, info = generate_ir(mod, host_target, device_target, device_code)
     names = [f["name"] for f in meta["functions"]]
     out = compile_ir(text, info, names, want_asm=False)
-    module = CompiledModule([out.obj], meta, {"ll": out.ll}, triple=info.triple, type_key="llvm")
-    module.sources = LazySources({"ll": out.ll}, {"asm": lambda: assembly_of(out.ll, info)})
+    return _module(out.obj, meta, out.ll, info, info.triple)
+
+
+def _module(obj: bytes, meta: dict, ll, info, triple: str):
+    """The CompiledModule of one object; ``ll``: its LLVM IR, or a function that gives it."""
+    from ...runtime.compiled import CompiledModule
+
+    module = CompiledModule([obj], meta, {}, triple=triple, type_key="llvm")
+    texts, lazy = ({"ll": ll}, {}) if isinstance(ll, str) else ({}, {"ll": ll})
+    # Assembly costs as much as the object itself: make it when someone asks for it.
+    lazy["asm"] = lambda: assembly_of(module.sources["ll"], info)
+    module.sources = LazySources(texts, lazy)
     return module
+
+
+def code_identity(target) -> tuple:
+    """What of an llvm target decides the code LLVM makes (triple, CPU, features, opt level; plain
+    "llvm" means this machine's CPU): the part of a build cache key that names the target."""
+    info = target_info(target)
+    return (info.triple, info.cpu, info.features, info.opt_level)
+
+
+def module_from_cache(obj: bytes, meta: dict, ll, target):
+    """The CompiledModule a build cache restores: its object, metadata and LLVM IR (text, or a
+    function that gives it), with assembly made on demand as after a fresh build."""
+    return _module(obj, meta, ll, target_info(target), meta.get("triple", ""))
 
 
 class LazySources(dict):

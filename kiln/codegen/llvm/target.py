@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ...errors import CompileError, InternalError, TargetError
 
-_LOCK = threading.Lock()  # LLVM's pass builder and target machines are not thread safe
+LOCK = threading.Lock()  # LLVM's pass builder and target machines are not thread safe: hold it to use them
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,8 @@ class TargetInfo:
 
 
 @functools.cache
-def _llvm():
+def binding():
+    """llvmlite.binding with every backend initialized (loaded once)."""
     import llvmlite.binding as llvm
 
     # Every backend, not only the host's: cross triples (aarch64, armv7, android) must work.
@@ -39,12 +40,14 @@ def _llvm():
 
 
 @functools.cache
-def _host() -> tuple[str, str, str]:
-    llvm = _llvm()
+def host() -> tuple[str, str, str]:
+    """(triple, CPU name, feature string) of this machine, as LLVM names them."""
+    llvm = binding()
     return llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
 
 
-def _arch(triple: str) -> str:
+def arch_of(triple: str) -> str:
+    """The architecture family of ``triple``: "x86_64", "aarch64", "arm", or its first part."""
     arch = triple.split("-")[0]
     if arch in ("x86_64", "amd64"):
         return "x86_64"
@@ -57,10 +60,10 @@ def _arch(triple: str) -> str:
 
 def target_info(target) -> TargetInfo:
     """Triple, CPU, features and data layout for an llvm Target (defaults: this machine)."""
-    host_triple, host_cpu, host_features = _host()
+    host_triple, host_cpu, host_features = host()
     triple = normalize_triple(target.mtriple or host_triple)
     cpu, features = target.mcpu, ",".join(target.mattr)
-    is_host = triple == normalize_triple(host_triple) or _arch(triple) == _arch(host_triple) and "android" not in triple
+    is_host = triple == normalize_triple(host_triple) or arch_of(triple) == arch_of(host_triple) and "android" not in triple
     if cpu == "native" or (not cpu and is_host and not features):
         # Plain "llvm" means "this machine": use all of its vector units (AVX-512 here).
         cpu, features = host_cpu, ",".join(f for f in (host_features, features) if f)
@@ -68,7 +71,7 @@ def target_info(target) -> TargetInfo:
     tm = target_machine(triple, cpu, features, opt)
     layout = str(tm.target_data)
     intptr = "i32" if _pointer_bits(layout) == 32 else "i64"
-    return TargetInfo(triple, cpu, features, layout, intptr, _arch(triple), "android" in triple, opt)
+    return TargetInfo(triple, cpu, features, layout, intptr, arch_of(triple), "android" in triple, opt)
 
 
 _OS_NAMES = ("linux", "android", "darwin", "macos", "ios", "windows", "freebsd", "netbsd", "openbsd",
@@ -95,7 +98,7 @@ def _pointer_bits(layout: str) -> int:
 
 @functools.lru_cache(maxsize=32)
 def target_machine(triple: str, cpu: str, features: str, opt: int):
-    llvm = _llvm()
+    llvm = binding()
     try:
         target = llvm.Target.from_triple(triple)
     except RuntimeError as err:
@@ -107,7 +110,7 @@ def target_machine(triple: str, cpu: str, features: str, opt: int):
 
 @functools.lru_cache(maxsize=32)
 def _tuning(opt: int):
-    llvm = _llvm()
+    llvm = binding()
     pto = llvm.create_pipeline_tuning_options(speed_level=min(opt, 3))
     pto.loop_vectorization = opt >= 2
     pto.slp_vectorization = opt >= 2
@@ -125,8 +128,8 @@ class Compiled:
 
 def compile_ir(text: str, info: TargetInfo, names: list[str], want_asm: bool = True) -> Compiled:
     """Parse, verify, optimize and emit one module; errors name the kiln functions inside."""
-    llvm = _llvm()
-    with _LOCK:
+    llvm = binding()
+    with LOCK:
         try:
             mod = llvm.parse_assembly(text)
             mod.verify()
@@ -148,7 +151,7 @@ def compile_ir(text: str, info: TargetInfo, names: list[str], want_asm: bool = T
 
 def assembly_of(optimized_ir: str, info: TargetInfo) -> str:
     """Assembly text for already optimized IR (parsed again: no module is kept alive for it)."""
-    llvm = _llvm()
-    with _LOCK:
+    llvm = binding()
+    with LOCK:
         mod = llvm.parse_assembly(optimized_ir)
         return target_machine(info.triple, info.cpu, info.features, info.opt_level).emit_assembly(mod)

@@ -46,12 +46,10 @@ def module_key(target, kernels: list | None) -> str | None:
         return None
     if target.kind.name != "llvm":  # GPU modules carry device code beside the host object: not yet
         return None
-    from kiln.codegen.llvm.target import target_info
+    from kiln.codegen.llvm import code_identity
 
-    info = target_info(target)
     try:
-        return cache.key("relay.build", str(target), info.triple, info.cpu, info.features, info.opt_level,
-                         kernels)
+        return cache.key("relay.build", str(target), *code_identity(target), kernels)
     except cache.Uncacheable as err:
         logger.info("relay.build: not cached (%s)", err)
         return None
@@ -69,14 +67,9 @@ def load(key: str, names: list[str], target):
         obj, ll = files["obj"], files["ll"]
     except (KeyError, TypeError, ValueError):
         return None
-    from kiln.codegen.llvm import LazySources
-    from kiln.codegen.llvm.target import assembly_of, target_info
-    from kiln.runtime.compiled import CompiledModule
+    from kiln.codegen.llvm import module_from_cache
 
-    module = CompiledModule([obj], meta, {}, triple=meta.get("triple", ""), type_key="llvm")
-    text = lambda: zlib.decompress(ll).decode()  # noqa: E731
-    module.sources = LazySources({}, {"ll": text, "asm": lambda: assembly_of(module.sources["ll"],
-                                                                             target_info(target))})
+    module = module_from_cache(obj, meta, lambda: zlib.decompress(ll).decode(), target)
     logger.info("relay.build: %d kernels from the build cache (%s)", len(names), key[:12])
     return module
 
