@@ -1,4 +1,4 @@
-"""CUDA whole models: ResNet-50 and MobileNetV2 batch 1 (224 x 224), kiln vs torch eager, one run.
+"""CUDA whole models: ResNet-50 and MobileNetV2 batch 1 (224 x 224), kiln vs torch.compile and eager.
 
 For each model and dtype:
 
@@ -8,11 +8,14 @@ For each model and dtype:
   same graph (float16 tensors, float32 sums, float32 interface). Checked against onnxruntime
   (CPU) on the float32 model: float32 within 1e-3, float16 the same top-5 classes in order.
 - torch: torchvision's ``resnet50`` / ``mobilenet_v2`` (the same architectures, random weights:
-  only their latency is compared) in eager mode on cuDNN, TF32 off; ``.half()`` for float16.
+  only their latency is compared) in eager mode on cuDNN, TF32 off; ``.half()`` for float16;
+  and the same under ``torch.compile(mode="reduce-overhead")`` (inductor kernels replayed as a
+  CUDA graph), the reference of the acceptance ratios (``--no-compile``: eager only).
 
 Both are timed with CUDA events (kiln: ``time_evaluator("run")`` on ``tvm.cuda(0)``; torch:
 ``torch.cuda.Event``), ``--number`` calls per repeat, the median over ``--repeat`` repeats. The
-ratio kiln/torch is printed per line (the acceptance is <= 1.0x). ``--profile N`` also prints
+ratios kiln/eager and kiln/compile are printed per line, and kiln float16 / kiln float32 when
+both ran. ``--profile N`` also prints
 the N slowest kernels of each kiln build (the graph executor's per-kernel ``profile``: wall
 clock per launch, so kernels under ~20 us show the launch cost).
 
@@ -127,12 +130,30 @@ def bench(name: str, dtype: str, target, dev, torch, gpu, args) -> tuple[float, 
         net, x = net.half(), x.half()
     with torch.no_grad():
         ref_ms = gpu.time_torch(torch, lambda: net(x), args.repeat, args.number, warmup=3)
-    ratio = kiln_ms / ref_ms
-    print(f"{name} {dtype}: kiln {kiln_ms:.3f} ms  torch eager {ref_ms:.3f} ms  kiln/torch {ratio:.2f}x  "
-          f"(build {build_s:.1f} s; {verdict})", flush=True)
+        line = f"torch eager {ref_ms:.3f} ms  kiln/eager {kiln_ms / ref_ms:.2f}x"
+        ratio = kiln_ms / ref_ms
+        if not args.no_compile:  # inductor + CUDA graphs: the reference of the issue's goals
+            start = time.perf_counter()
+            compiled = torch.compile(net, mode="reduce-overhead")
+            for _ in range(3):
+                compiled(x)
+            compile_s = time.perf_counter() - start
+            comp_ms = gpu.time_torch(torch, lambda: compiled(x), args.repeat, args.number, warmup=3)
+            ratio = kiln_ms / comp_ms
+            line += f"  torch.compile(reduce-overhead) {comp_ms:.3f} ms  kiln/compile {ratio:.2f}x " \
+                    f"(its compile {compile_s:.0f} s)"
+    print(f"{name} {dtype}: kiln {kiln_ms:.3f} ms  {line}  (kiln build {build_s:.1f} s; "
+          f"{len(g.module.kernels)} launches, CUDA graph: {g.module.cuda_graph_failure or 'yes'}; {verdict})",
+          flush=True)
+    RESULTS[(name, dtype)] = kiln_ms
+    if dtype == "float16" and (name, "float32") in RESULTS:
+        print(f"    kiln float16 / kiln float32: {kiln_ms / RESULTS[(name, 'float32')]:.2f}x", flush=True)
     if args.profile:
         profile(g, args.profile)
     return ratio, ok
+
+
+RESULTS: dict = {}
 
 
 def main() -> None:
@@ -144,6 +165,7 @@ def main() -> None:
     p.add_argument("--target", default="cuda", help='kiln target, e.g. "cuda -arch=sm_90"')
     p.add_argument("--profile", type=int, default=0, metavar="N", help="print each build's N slowest kernels")
     p.add_argument("--conv-variant", default="default", help="untuned conv2d tiles: default, old, busy2x, shape")
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile (eager is the reference then)")
     args = p.parse_args()
     conv_variant(args.conv_variant)
     dev = tvm.cuda(0)
@@ -161,7 +183,8 @@ def main() -> None:
         raise SystemExit("bench/cuda_e2e.py: torch sees no CUDA device")
     target = tvm.target.Target(args.target, host="llvm")
     print(f"device: {dev.device_name} (sm_{dev.compute_version.replace('.', '')})  |  target: {target}  |  "
-          f"reference: torch {torch.__version__} eager, cuDNN, TF32 off  |  median of {args.repeat} x "
+          f"reference: torch {torch.__version__} eager and torch.compile(mode='reduce-overhead'), cuDNN, "
+          f"TF32 off  |  median of {args.repeat} x "
           f"{args.number} calls  |  conv tiles: {args.conv_variant}", flush=True)
     worst, wrong = 0.0, []
     for name in args.models:
@@ -169,7 +192,7 @@ def main() -> None:
             ratio, ok = bench(name, dtype, target, dev, torch, gpu, args)
             worst = max(worst, ratio)
             wrong += [] if ok else [f"{name} {dtype}"]
-    print(f"worst kiln/torch ratio: {worst:.2f}x")
+    print(f"worst kiln/{'eager' if args.no_compile else 'torch.compile'} ratio: {worst:.2f}x")
     if wrong:
         raise SystemExit(f"bench/cuda_e2e.py: outputs wrong for {', '.join(wrong)}")
 

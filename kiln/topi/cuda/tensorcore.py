@@ -133,6 +133,169 @@ def conv2d_nhwc_tensorcore(data, kernel, strides=1, padding=0, dilation=1, out_d
 
 
 
+def _round_up(n: int, step: int) -> int:
+    return -(-n // step) * step
+
+
+def _pixel_step(p: int) -> int:
+    """The multiple the pixel count of an NCHW conv is padded to: the widest tile (64, 32, 16
+    pixels) that wastes at most a sixth of the product (14 x 14 = 196 -> 224, 7 x 7 -> 64)."""
+    for step in (64, 32):
+        if _round_up(p, step) - p <= p // 6:
+            return step
+    return 16 if p > 64 else min(64, _round_up(p, 16))
+
+
+BUSY_BLOCKS = 128  # about one block per multiprocessor (an H100/H200 has 132)
+
+
+def conv_config(f: int, q: int, k: int, cfg=None) -> dict:
+    """Untuned tiles of an NCHW implicit GEMM (f output channels x q pixels x k reduction terms,
+    each padded to a multiple of 16): the largest block tile (64 x 64 down to 16 x 16) that
+    best fills ``BUSY_BLOCKS`` blocks times the tile's reuse of what it loads, 4 warps where the
+    tile allows. Where too few blocks remain (batch-1 7 x 7 and 14 x 14 layers), the reduction
+    is split into ``split_k`` slices computed by separate blocks and summed by the output kernel."""
+    from kiln.target import Target
+
+    steps = k // WMMA
+
+    def split_for(blocks: int, chunk: int) -> int:
+        split = 1
+        # partial sums cost memory traffic: many slices only for long reductions
+        most = 16 if steps // chunk >= 32 else 4
+        while blocks * split < BUSY_BLOCKS and split < most and steps % (chunk * split * 2) == 0 and \
+                steps // (chunk * split * 2) >= 2:
+            split *= 2
+        return split
+
+    def score(choice):  # blocks in flight (up to one per multiprocessor) x the tile's reuse of its loads
+        (bm, bn), chunk = choice
+        blocks = (f // bm) * (q // bn)
+        return min(blocks * split_for(blocks, chunk), BUSY_BLOCKS) * bm * bn / (bm + bn), bm * bn, chunk
+
+    options = [((bm, bn), chunk)
+               for bm, bn in ((64, 64), (64, 32), (32, 64), (32, 32), (16, 64), (32, 16), (16, 32), (16, 16))
+               for chunk in ([c for c in (4, 2) if steps % c == 0] or [1]) if f % bm == 0 and q % bn == 0]
+    (bm, bn), chunk = max(options, key=score)
+    split = split_for((f // bm) * (q // bn), chunk)
+    brw, bcw = (2 if bm >= 32 else 1), (2 if bn >= 32 else 1)
+    conf = {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": bm // (WMMA * brw),
+            "warp_col_tiles": bn // (WMMA * bcw), "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": 0,
+            "mma": 0, "raster": 1, "split_k": split}
+    target = Target.current(allow_none=True)
+    limit = (target.attrs.get("max_shared_memory_per_block") if target is not None else None) or 48 * 1024
+    for stages in (3, 2):
+        if steps // (chunk * split) >= stages and shared_bytes({**conf, "double_buffer": stages}) <= limit:
+            conf["double_buffer"] = stages
+            break
+    conf.update({key: int(knob(cfg, key, v)) for key, v in conf.items()})
+    return conf
+
+
+def conv2d_nchw_tensorcore(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None, cfg=None):
+    """conv2d NCHW / OIHW (no groups) as an implicit GEMM on tensor cores, in the model's layout:
+
+        C[f, q] = sum_r W[f, r] * X[r, q]      f: output channel, q: output pixel (n, y, x),
+                                               r: (input channel, ky, kx), OIHW's own order
+
+    A is the kernel, read as stored (row-major, r contiguous); B is the im2col of the input,
+    built on the fly by the shared-slab fetch with the pixels contiguous (row-major B), so
+    neighbouring threads read neighbouring pixels: the NCHW rows (stride-1 1x1 convs load 16
+    bytes at a time). For batch 1, C is the NCHW output itself. Sizes that are not multiples of
+    16 (the 3-channel stem's r = 147, 14 x 14 pixels, 24 channels) are padded with zeros in the
+    fetch (``_pixel_step``); the output stage reads the valid part and carries the fused
+    epilogue (bias, batch norm, ReLU, residual add), a second kernel."""
+    from kiln.tir import op as tir_op
+
+    from ..nn.conv2d import conv2d_shape
+    from ..utils import const_shape
+
+    p = conv2d_shape("conv2d", const_shape(data, "conv2d data"), const_shape(kernel, "conv2d kernel"),
+                     strides, padding, dilation, 1, layout="NCHW")
+    out_dtype = out_dtype or str(data.dtype)
+    oh, ow, c, kh, kw = p.out_height, p.out_width, p.in_channel, p.kernel_h, p.kernel_w
+    h, w = (const_int(d) for d in data.shape[2:])
+    f, k, q = p.out_channel, c * kh * kw, p.batch * oh * ow
+    fp, kp, qp = _round_up(f, WMMA), _round_up(k, WMMA), _round_up(q, _pixel_step(q))
+    if str(data.dtype) not in ("float16",) or str(kernel.dtype) != str(data.dtype):
+        raise ValueError(f"conv2d_nchw on tensor cores needs float16 data and kernel, got {data.dtype}/{kernel.dtype}")
+    plain = (kh, kw, p.stride_h, p.stride_w) == (1, 1, 1, 1) and (p.pad_top, p.pad_left, p.pad_bottom,
+                                                                  p.pad_right) == (0, 0, 0, 0)
+    zero = te.const(0, data.dtype)
+
+    def wmat(i, r):
+        value = kernel[(i, *_taps(r, kh, kw))]  # OIHW rows: the flat index simplifies to i * k + r
+        conds = ([i < f] if fp != f else []) + ([r < k] if kp != k else [])
+        return te.if_then_else(tir_op.all(*conds), value, zero) if conds else value
+
+    def xmat(r, j):
+        n = j // (oh * ow) if p.batch > 1 else 0
+        pix = j % (oh * ow) if p.batch > 1 else j
+        ch, ky, kx = _taps(r, kh, kw)
+        if plain:  # 1x1, stride 1, no padding: the pixel index is the input's
+            y, x = pix // w, pix % w
+            conds = []
+        else:
+            y = (pix // ow) * p.stride_h + ky * p.dilation_h - p.pad_top
+            x = (pix % ow) * p.stride_w + kx * p.dilation_w - p.pad_left
+            conds = [y >= 0, y < h, x >= 0, x < w]
+        conds += ([r < k] if kp != k else []) + ([j < q] if qp != q else [])
+        value = data[n, ch, y, x]
+        # if_then_else evaluates the chosen side only: padding reads nothing
+        return te.if_then_else(tir_op.all(*conds), value, zero) if conds else value
+
+    a = te.compute((fp, kp), wmat, name="conv_weight")
+    b = te.compute((kp, qp), xmat, name="conv_im2col")
+    conf = {**conv_config(fp, qp, kp, cfg), "b_layout": "row_major"}
+    split = conf["split_k"]
+    ks = kp // split
+    rk = te.reduce_axis((0, ks), name="k")
+    # split-K: slice s of the reduction in its own blocks (the batch axis of the product)
+    gemm = te.compute((split, fp, qp), lambda sl, i, j: te.sum(
+        a[i, sl * ks + rk].astype(out_dtype) * b[sl * ks + rk, j].astype(out_dtype), axis=rk),
+        name="conv2d_gemm", tag="dense")
+    gemm.op.attrs["tensorcore_config"] = conf
+
+    def out(n, i, y, x):
+        j = (n * oh + y) * ow + x
+        total = gemm[0, i, j]
+        for sl in range(1, split):
+            total = total + gemm[sl, i, j]
+        return total
+
+    return te.compute((p.batch, f, oh, ow), out, name="conv2d_nchw", tag="conv2d_nchw_tensorcore")
+
+
+def _taps(r, kh: int, kw: int):
+    """(channel, ky, kx) of reduction index r = (c * kh + ky) * kw + kx, written so that the
+    simplifier folds the flattened OIHW index back to r (a contiguous, vectorizable row)."""
+    if kh * kw == 1:
+        return r, 0, 0
+    ch = r // (kh * kw)
+    rem = r - ch * (kh * kw)
+    ky = rem // kw
+    return ch, ky, rem - ky * kw
+
+
+def use_tensorcore_conv_nchw(data, kernel, strides, padding, dilation, groups=1) -> bool:
+    """Whether conv2d NCHW / OIHW should run as the tensor-core implicit GEMM: a CUDA target,
+    float16 data and kernel, no groups, enough work to fill a 16 x 16 x 16 tile (at least 16
+    output channels and 16 reduction terms: the 3-channel 7 x 7 stem has 147)."""
+    from kiln.target import Target
+
+    target = Target.current(allow_none=True)
+    if target is None or target.kind != "cuda" or groups != 1:
+        return False
+    if str(data.dtype) != "float16" or str(kernel.dtype) != "float16":
+        return False
+    try:
+        shape = [const_int(d) for d in kernel.shape]
+        [const_int(d) for d in data.shape]
+    except (TypeError, ValueError):
+        return False
+    return shape[0] >= WMMA and shape[1] * shape[2] * shape[3] >= WMMA
+
+
 def _check(m, n, k, dtype, what):
     if not fits(m, n, k, dtype):
         raise ValueError(f"{what} on tensor cores needs float16 inputs and M, N, K multiples of 16; got "
@@ -228,17 +391,18 @@ def _schedule_epilogue(s, out):
 def _schedule_mma(s, C, conf):
     A, B = C.op.input_tensors[:2]
     in_dtype, out_dtype = str(A.dtype), str(C.dtype)
+    b_layout = conf.get("b_layout", "col_major")  # row_major: B is (K, N), as conv2d_nchw_tensorcore's
     AS = s.cache_read(A, "shared", [C])
     BS = s.cache_read(B, "shared", [C])
     AF = s.cache_read(AS, "wmma.matrix_a", [C])
     BF = s.cache_read(BS, "wmma.matrix_b", [C])
     CF = s.cache_write(C, "wmma.accumulator")
     tz = _schedule_output(s[C], conf, out_dtype)
-    cf, ko, kc = _schedule_accumulators(s[CF], s[C], tz, conf, in_dtype, out_dtype)
-    for frag, layout, scope in ((AF, "row_major", "wmma.matrix_a"), (BF, "col_major", "wmma.matrix_b")):
+    cf, ko, kc = _schedule_accumulators(s[CF], s[C], tz, conf, in_dtype, out_dtype, b_layout)
+    for frag, layout, scope in ((AF, "row_major", "wmma.matrix_a"), (BF, b_layout, "wmma.matrix_b")):
         _schedule_fragments(s[frag], cf, kc, layout, scope, in_dtype)
-    for shared in (AS, BS):
-        _schedule_slab(s[shared], cf, ko, conf)
+    _schedule_slab(s[AS], cf, ko, conf)
+    _schedule_slab(s[BS], cf, ko, conf, k_rows=b_layout == "row_major")
 
 
 # Fragment arrays must live in registers: every loop that indexes them is unrolled.
@@ -273,7 +437,7 @@ def _schedule_output(st, conf, out_dtype):
     return tz
 
 
-def _schedule_accumulators(cf, st, tz, conf, in_dtype, out_dtype):
+def _schedule_accumulators(cf, st, tz, conf, in_dtype, out_dtype, b_layout="col_major"):
     """The warp's accumulator tiles over the reduction in steps of chunk tiles: (stage, ko, kc)."""
     cf.compute_at(st, tz)
     *cbatch, cy, cx = cf.op.axis
@@ -283,7 +447,7 @@ def _schedule_accumulators(cf, st, tz, conf, in_dtype, out_dtype):
     ko, ki = cf.split(rk, factor=WMMA)
     ko, kc = cf.split(ko, factor=conf["chunk"])
     cf.reorder(*cbatch, ko, kc, cyo, cxo, cyi, cxi, ki)
-    cf.tensorize(cyi, intrin_wmma_gemm((WMMA,) * 3, in_dtype, out_dtype, "col_major"))
+    cf.tensorize(cyi, intrin_wmma_gemm((WMMA,) * 3, in_dtype, out_dtype, b_layout))
     for ax in (kc, cyo, cxo):
         cf.unroll(ax)
     if conf.get("mma", 0):
@@ -303,13 +467,15 @@ def _schedule_fragments(f, cf, kc, layout, scope, in_dtype):
     f.unroll(fko)
 
 
-def _schedule_slab(sh, cf, ko, conf):
-    """A shared slab per k step, fetched by all threads, vec halves each (rows padded by offset)."""
+def _schedule_slab(sh, cf, ko, conf, k_rows=False):
+    """A shared slab per k step, fetched by all threads, vec halves each (rows padded by offset).
+    With k_rows (a row-major B, K x N) the slab's rows are its 16*chunk k steps, each BN wide."""
     brw, bcw, vec = conf["block_row_warps"], conf["block_col_warps"], conf["vec"]
     sh.compute_at(cf, ko)
     *sb, si, sk = sh.op.axis
     if conf["offset"]:
-        sh.storage_align(si, WMMA * conf["chunk"], conf["offset"])  # rows of 16*chunk + offset halves
+        width = WMMA * conf["block_col_warps"] * conf["warp_col_tiles"] if k_rows else WMMA * conf["chunk"]
+        sh.storage_align(si, width, conf["offset"])  # rows padded by offset halves against bank conflicts
     fused = sh.fuse(*sb, si, sk)
     fused, v = sh.split(fused, factor=vec)
     fused, tx = sh.split(fused, factor=WARP)

@@ -196,6 +196,10 @@ def schedule_conv2d_nchw(outs, cfg=None):
     """Schedule conv2d_nchw (and the elementwise ops after it) with its recorded or given tiles."""
     outs = as_list(outs)
     out = outs[0]
+    from ..cuda import tensorcore as tc
+
+    if tc.is_tensorcore(out):  # conv2d_nchw_tensorcore (CUDA float16)
+        return tc.schedule_dense_tensorcore(outs, cfg=tc.tensorcore_cfg(cfg))
     try:
         conv = find(out, TAG)
     except ValueError:
