@@ -361,3 +361,120 @@ def run_tflite(model: bytes, inputs: dict) -> list:
         it.set_tensor(d["index"], inputs[d["name"]])
     it.invoke()
     return [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]
+
+
+# -- one quantized operator per model, random parameters (test_tflite_quantized.py) ---------------
+
+QRANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
+
+
+def single_op(kind: str, dtype: str = "int8", seed: int = 0):
+    """A model of one quantized ``kind`` op on a (1, 8, 8, 16) ``dtype`` input ("x"; binary ops
+    also read "x2") with random scales and zero points (0 for int16, as TFLite's int16x8),
+    per-channel int8 filters and an int32 (int64 for int16x8) bias. Returns (bytes, input names)."""
+    rng = np.random.default_rng(seed)
+    lo, hi = QRANGES[dtype]
+    bias_dtype = "int64" if dtype == "int16" else "int32"
+    m = FlatModel()
+
+    def zp():
+        return 0 if dtype == "int16" else int(rng.integers(lo + 20, hi - 20))
+
+    def act(name, shape, fixed=None):
+        s, z = fixed or (float(rng.uniform(0.01, 0.1)), zp())
+        return m.tensor(name, shape, dtype, quant=([s], [z], 0))
+
+    x = act("x", (1, 8, 8, 16))
+    xs = m.tensors[x][4][0][0]
+    ins = [x]
+    if kind in ("conv1", "conv3", "dw"):
+        k, oc, axis = (1, 12, 0) if kind == "conv1" else (3, 12, 0) if kind == "conv3" else (3, 16, 3)
+        shape = (oc, k, k, 16) if kind != "dw" else (1, k, k, 16)
+        ws = rng.uniform(0.001, 0.01, oc).astype("float32")
+        w = m.tensor("w", shape, "int8", rng.integers(-127, 128, shape), (ws, np.zeros(oc, "int64"), axis))
+        b = m.tensor("b", (oc,), bias_dtype, rng.integers(-2000, 2000, oc), (np.float32(xs) * ws, np.zeros(oc, "int64"), 0))
+        y = act("y", (1, 8, 8, oc))
+        if kind == "dw":
+            m.op("DEPTHWISE_CONV_2D", [x, w, b], [y], "DepthwiseConv2DOptions", Padding=SAME, StrideW=1, StrideH=1,
+                 DepthMultiplier=1, FusedActivationFunction=RELU6, DilationWFactor=1, DilationHFactor=1)
+        else:
+            m.op("CONV_2D", [x, w, b], [y], "Conv2DOptions", Padding=SAME, StrideW=1, StrideH=1,
+                 FusedActivationFunction=RELU if kind == "conv3" else NONE, DilationWFactor=1, DilationHFactor=1)
+    elif kind == "fc":
+        w = m.tensor("w", (20, 16), "int8", rng.integers(-127, 128, (20, 16)), ([0.005], [0], 0))
+        b = m.tensor("b", (20,), bias_dtype, rng.integers(-2000, 2000, 20), ([np.float32(xs) * np.float32(0.005)], [0], 0))
+        y = act("y", (1, 8, 8, 20))
+        m.op("FULLY_CONNECTED", [x, w, b], [y], "FullyConnectedOptions", FusedActivationFunction=NONE, KeepNumDims=True)
+    elif kind in ("add", "sub", "mul"):
+        ins.append(act("x2", (1, 8, 8, 16)))
+        y = act("y", (1, 8, 8, 16))
+        m.op(kind.upper(), ins, [y], kind.capitalize() + "Options", FusedActivationFunction=RELU if kind == "add" else NONE)
+    elif kind == "mean":
+        a = m.tensor("axes", (2,), "int32", np.array([1, 2]))
+        y = act("y", (1, 1, 1, 16))
+        m.op("MEAN", [x, a], [y], "ReducerOptions", KeepDims=True)
+    elif kind in ("avgpool", "maxpool"):
+        y = m.tensor("y", (1, 8, 8, 16), dtype, quant=([xs], [m.tensors[x][4][1][0]], 0))  # pools keep the input's
+        m.op("AVERAGE_POOL_2D" if kind == "avgpool" else "MAX_POOL_2D", [x], [y], "Pool2DOptions", Padding=SAME,
+             StrideW=1, StrideH=1, FilterWidth=3, FilterHeight=3, FusedActivationFunction=NONE)
+    elif kind == "softmax":
+        y = act("y", (1, 8, 8, 16), (1 / 256, -128 if dtype == "int8" else 0))
+        m.op("SOFTMAX", [x], [y], "SoftmaxOptions", Beta=1.0)
+    elif kind in ("LOGISTIC", "TANH"):
+        s, z = {"LOGISTIC": (1 / 256, -128), "TANH": (1 / 128, 0)}[kind]
+        y = act("y", (1, 8, 8, 16), (s, z + 128 if dtype == "uint8" else z))
+        m.op(kind, [x], [y])
+    else:  # HARD_SWISH, RELU, RELU6, ...
+        y = act("y", (1, 8, 8, 16))
+        m.op(kind, [x], [y])
+    return m.finish(ins, [y]), ["x", "x2"][:len(ins)]
+
+
+def random_feed(names, dtype, seed):
+    rng = np.random.default_rng(seed)
+    lo, hi = QRANGES[dtype]
+    return {n: rng.integers(lo, hi + 1, (1, 8, 8, 16)).astype(dtype) for n in names}
+
+
+# MobileNetV2's inverted residual settings: (expansion, channels, repeats, first stride)
+V2_BLOCKS = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
+
+
+def mobilenet_v2(ranges=None, image=96, width=0.5, classes=100, seed=0, blocks=None):
+    """A MobileNetV2 (Sandler et al. 2018) with random weights: stem conv 3x3/2 (RELU6), inverted
+    residual blocks (1x1 expand RELU6, 3x3 depthwise RELU6, 1x1 project, ADD where the shape
+    holds), 1x1 conv to 1280*width (RELU6), MEAN over H, W, FULLY_CONNECTED, SOFTMAX. Float32
+    with ``ranges=None``, int8 with ranges from ``calibrate``. ``blocks`` overrides V2_BLOCKS."""
+    rng = np.random.default_rng(seed)
+
+    def ch(c):
+        return max(8, int(c * width + 4) // 8 * 8)
+
+    def w(*shape, fan):
+        return (rng.standard_normal(shape) * np.sqrt(2.0 / fan)).astype("float32")
+
+    def b(n):
+        return (rng.standard_normal(n) * 0.05).astype("float32")
+
+    net = Net(ranges)
+    x = net.input("input", (1, image, image, 3))
+    c = ch(32)
+    x = net.conv("stem", x, w(c, 3, 3, 3, fan=27), b(c), stride=2, act=RELU6)
+    for i, (t, cout, n, s) in enumerate(blocks or V2_BLOCKS):
+        cout = ch(cout)
+        for j in range(n):
+            stride = s if j == 0 else 1
+            name = f"b{i}_{j}"
+            h = x
+            if t != 1:
+                h = net.conv(name + "_expand", h, w(c * t, 1, 1, c, fan=c), b(c * t), act=RELU6)
+            h = net.dwconv(name + "_dw", h, w(1, 3, 3, c * t, fan=9), b(c * t), stride=stride, act=RELU6)
+            h = net.conv(name + "_project", h, w(cout, 1, 1, c * t, fan=c * t) * 0.5, b(cout))
+            x = net.add(name + "_add", x, h) if stride == 1 and cout == c else h
+            c = cout
+    last = ch(1280) if width > 1.0 else 1280 // (2 if width < 1.0 else 1)
+    x = net.conv("head", x, w(last, 1, 1, c, fan=c), b(last), act=RELU6)
+    g = net.mean("gap", x, [1, 2], keep=True)
+    g = net.reshape("flat", g, (1, last))
+    logits = net.fc("logits", g, w(classes, last, fan=last), b(classes))
+    return net.finish([logits, net.softmax("prob", logits)])

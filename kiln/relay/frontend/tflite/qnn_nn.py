@@ -205,7 +205,7 @@ def _mean(ctx):
     real = float(f32(iq.s) / (f32(count) * f32(oq.s)))
     temp = f32(iq.z) * f32(iq.s) / f32(oq.s)
     bias = oq.z - int(temp + f32(0.5) if temp > 0 else temp - f32(0.5))  # float32 sum, truncated
-    y = tensor.add(Q.requantize(total, real, 0, "int32"), const(bias, "int32"))
+    y = tensor.add(Q.requantize(total, real, 0, "int32", rounding="GEMM"), const(bias, "int32"))
     lo, hi = Q.RANGES[dtype]
     y = tf.cast(tensor.minimum(tensor.maximum(y, const(lo, "int32")), const(hi, "int32")), dtype)
     if keep and layout == "NCHW":

@@ -1,0 +1,116 @@
+"""Quantized TFLite models imported as integer graphs, against TFLite's own kernels (ai-edge-litert,
+builtin kernels without XNNPACK): one op at a time with random scales and zero points (int8,
+int16x8), a MobileNetV2 (int8, built for llvm), and the errors for bad quantization parameters.
+
+Exact where kiln computes TFLite's arithmetic (docs/quantization.md, "Importing quantized TFLite
+models"); within one step where it does not (MEAN, int16x8 FULLY_CONNECTED).
+"""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tflite", reason="the TFLite frontend needs the tflite package (pip install tflite)")
+pytest.importorskip("ai_edge_litert", reason="TFLite reference outputs need ai-edge-litert (pip install ai-edge-litert)")
+
+import tflite_builder as TB  # noqa: E402
+from frontend_run import run_built, run_reference  # noqa: E402
+
+from kiln import relay  # noqa: E402
+from kiln.relay.frontend.tflite import importer as tflite_importer  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:Warning. Enabling `experimental_preserve_all_tensors")
+
+EXACT_INT8 = ["conv1", "conv3", "dw", "fc", "add", "sub", "mul", "avgpool", "maxpool", "softmax", "LOGISTIC", "TANH",
+              "HARD_SWISH", "RELU", "RELU6", "mean"]
+EXACT_INT16 = ["conv1", "conv3", "dw", "add", "sub", "mul", "avgpool", "maxpool"]
+
+
+def _steps(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    return np.abs(got.astype(np.int64) - want.astype(np.int64))
+
+
+def _check_op(kind, dtype, bound, seeds=(0, 1)):
+    for seed in seeds:
+        model, names = TB.single_op(kind, dtype, seed)
+        mod, params = relay.frontend.from_tflite(model)
+        for t in range(2):
+            feed = TB.random_feed(names, dtype, 100 * seed + t)
+            d = _steps(run_reference(mod, params, feed)[0], TB.run_tflite(model, feed)[0])
+            assert d.max() <= bound, f"{kind} {dtype} seed {seed}: {int((d > 0).sum())} values differ, max {d.max()}"
+
+
+@pytest.mark.parametrize("kind", EXACT_INT8)
+def test_int8_op_equals_tflite(kind):
+    _check_op(kind, "int8", 1 if kind == "mean" else 0)
+
+
+@pytest.mark.parametrize("kind", EXACT_INT16 + ["fc", "mean"])
+def test_int16x8_op_equals_tflite(kind):
+    _check_op(kind, "int16", 1 if kind in ("fc", "mean") else 0)
+
+
+def test_int8_graph_is_integer():
+    """A convolution is a qnn.conv2d on the int8 tensors: no float op, no dequantize."""
+    model, _ = TB.single_op("conv3", "int8", 0)
+    text = relay.frontend.from_tflite(model)[0]["main"].astext()
+    assert "qnn.conv2d" in text and "nn.conv2d(" not in text.replace("qnn.conv2d(", "")
+    assert "qnn.dequantize(" not in text and "float32]" not in text  # no float tensor anywhere
+
+
+@pytest.fixture(scope="module")
+def mobilenet_int8():
+    kw = dict(image=16, width=0.35, classes=16, blocks=TB.V2_BLOCKS[:2])
+    rng = np.random.default_rng(0)
+    calib = [rng.standard_normal((1, 16, 16, 3)).astype("float32") for _ in range(4)]
+    return TB.mobilenet_v2(TB.calibrate(TB.mobilenet_v2(**kw), calib), **kw)
+
+
+def _mobilenet_check(model, run):
+    mod, params = relay.frontend.from_tflite(model)
+    text = mod["main"].astext()
+    assert text.count("layout_transform") <= 2, "the convolutions should stay NCHW between each other"
+    x = np.random.default_rng(5).standard_normal((1, 16, 16, 3)).astype("float32")
+    want = TB.run_tflite(model, {"input": x})
+    for g, w in zip(run(mod, params, {"input": x}), want):
+        assert _steps(g, w).max() <= 1  # exact up to the MEAN, which may differ by one step
+
+
+def test_mobilenet_v2_int8_matches_tflite(mobilenet_int8):
+    _mobilenet_check(mobilenet_int8, run_reference)
+
+
+@pytest.mark.heavy
+def test_mobilenet_v2_int8_built_for_llvm(mobilenet_int8):
+    _mobilenet_check(mobilenet_int8, run_built)
+
+
+def _bad_model(scale=0.05, zero_point=3, w_scales=(0.01, 0.02, 0.03)):
+    m = TB.FlatModel()
+    x = m.tensor("x", (1, 4, 4, 2), "int8", quant=([scale], [zero_point], 0))
+    w = m.tensor("w", (3, 1, 1, 2), "int8", np.ones((3, 1, 1, 2)), (list(w_scales), [0] * len(w_scales), 0))
+    y = m.tensor("y", (1, 4, 4, 3), "int8", quant=([0.02], [0], 0))
+    m.op("CONV_2D", [x, w, -1], [y], "Conv2DOptions", Padding=TB.VALID, StrideW=1, StrideH=1,
+         FusedActivationFunction=TB.NONE, DilationWFactor=1, DilationHFactor=1)
+    return m.finish([x], [y])
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(scale=0.0), r"tensor 0 \('x'\): scale \[0.0\] must be finite and > 0"),
+    (dict(scale=-0.5), r"tensor 0 \('x'\): scale \[-0.5\] must be finite and > 0"),
+    (dict(zero_point=200), r"tensor 0 \('x'\): zero point \[200\] is outside int8 \[-128, 127\]"),
+    (dict(w_scales=(0.01, 0.02)), r"tensor 1 \('w'\): 2 scales and 2 zero points along axis 0 do not fit shape"),
+])
+def test_bad_quantization_parameters_are_one_error(kw, message):
+    with pytest.raises(tflite_importer.ImportError_, match=message):
+        relay.frontend.from_tflite(_bad_model(**kw))
+
+
+def test_unconverted_quantized_op_takes_the_float_route(caplog):
+    """A quantized op kiln has no integer form of (LOGISTIC on int16: tables are 8-bit) is computed
+    in float between a dequantize and a quantize, and named in one log line."""
+    model, names = TB.single_op("LOGISTIC", "int16", 0)
+    with caplog.at_level("INFO", logger="kiln.relay.frontend.tflite"):
+        mod, params = relay.frontend.from_tflite(model)
+    assert "computed in float" in caplog.text and "LOGISTIC x1" in caplog.text
+    assert "qnn.dequantize" in mod["main"].astext()
