@@ -38,6 +38,10 @@ RESNET18 = [(64, 56, 64, 3, 1, 1)] * 4 + [(64, 56, 128, 3, 2, 1), (128, 28, 128,
     [(128, 28, 128, 3, 1, 1)] * 2 + [(128, 28, 256, 3, 2, 1), (256, 14, 256, 3, 1, 1), (128, 28, 256, 1, 2, 0)] + \
     [(256, 14, 256, 3, 1, 1)] * 2 + [(256, 14, 512, 3, 2, 1), (512, 7, 512, 3, 1, 1), (256, 14, 512, 1, 2, 0)] + \
     [(512, 7, 512, 3, 1, 1)] * 2
+# Full-size ResNet-18 layers whose whole tile space the exhaustive baseline covers in a session
+# (175 and 160 valid tiles; the 28x28 and 56x56 layers have 508-890 and the cycle model takes
+# a compile per tile, 1-70 s here)
+FULL_SIZE_LAYERS = [top.ConvShape(1, 512, 7, 7, 512, 3, 3, 1, 1), top.ConvShape(1, 256, 14, 14, 512, 3, 3, 2, 1)]
 SEARCH_LAYERS = [top.ConvShape(1, 32, 8, 8, 32, 3, 3, 1, 1), top.ConvShape(1, 64, 8, 8, 64, 3, 3, 1, 1),
                  top.ConvShape(1, 64, 8, 8, 64, 1, 1, 2, 0), top.ConvShape(1, 128, 4, 4, 128, 3, 3, 1, 1)]
 
@@ -63,18 +67,26 @@ def cmd_search(args):
     rng = np.random.default_rng(0)
     rhos, gaps, speedups = [], [], []
     layers = SEARCH_LAYERS[:args.layers]
-    if args.full_size:  # one ResNet-18 layer at full size, tiles of whole output rows (w = 28)
+    if args.full_size:  # ResNet-18 layers at full size, every valid tile
+        layers = FULL_SIZE_LAYERS
+    if args.whole_rows:  # the 28x28 layer at full size, tiles of whole output rows only (w = 28)
         layers = [top.ConvShape(1, 128, 28, 28, 128, 3, 3, 1, 1)]
     for shape in layers:
         tiles = search.space(env, shape, max_points=args.max_points)
-        if args.full_size:
+        full = len(tiles)
+        if args.whole_rows:
             tiles = [t for t in tiles if t.w == shape.ow]
+        print(f"{shape}: space of {full} valid tiles; exhaustive over {len(tiles)}", flush=True)
         t0 = time.perf_counter()
         costs = [search.cost(env, shape, t) for t in tiles]
         pick = tiles[int(np.argmin(costs))]
         model_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        cycles = [run_layer(env, shape, t, rng, check=False)[0]["cycles"] for t in tiles]
+        cycles = []
+        for k, t in enumerate(tiles):
+            cycles.append(run_layer(env, shape, t, rng, check=False)[0]["cycles"])
+            if args.progress and (k + 1) % args.progress == 0:
+                print(f"  {k + 1}/{len(tiles)} tiles run, {time.perf_counter() - t0:.0f} s", flush=True)
         exhaustive_s = time.perf_counter() - t0
         if args.save:
             import json
@@ -180,7 +192,10 @@ def main():
     p = sub.add_parser("search")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--max-points", type=int, default=None)
-    p.add_argument("--full-size", action="store_true", help="ResNet-18's 128x28x28 3x3 conv, whole-row tiles")
+    p.add_argument("--full-size", action="store_true",
+                   help="ResNet-18's full-size 512x7x7 3x3 and 256x14x14 stride-2 convs, every valid tile")
+    p.add_argument("--whole-rows", action="store_true", help="ResNet-18's 128x28x28 3x3 conv, whole-row tiles")
+    p.add_argument("--progress", type=int, default=0, help="print a line every N tiles of the exhaustive run")
     p.add_argument("--save", default="", help="append each layer's tiles and measured cycles to this JSON-lines file")
     p = sub.add_parser("resnet")
     p.add_argument("--size", type=int, default=224)

@@ -1,8 +1,9 @@
 """``vta.lower`` and ``vta.build``: a TE schedule -> the accelerator's instruction stream.
 
-The schedule is lowered by kiln's TE pipeline; emit.py walks the loops into instructions (loops
-bound to ``te.thread_axis("vthread")``, VTA's virtual threads, run in lockstep with private SRAM
-tiles, so one thread's loads overlap another's GEMMs) and deps.py adds the dependency tokens.
+The schedule is lowered by kiln's TE pipeline; loops bound to ``te.thread_axis("cthread")`` (or
+"vthread"), VTA's virtual threads, are injected by kiln's virtual-thread pass (private SRAM tiles
+per thread, each copy and GEMM nest once per thread in turn, so one thread's loads overlap
+another's GEMMs); emit.py walks the loops into instructions and deps.py adds the dependency tokens.
 """
 
 from __future__ import annotations
@@ -29,14 +30,23 @@ def build_config(**_options):
     yield
 
 
-class _Retag(Mutator):
+class _AsCoprocessorThreads(Mutator):
+    """Loops bound to "vthread" are the accelerator's virtual threads too: tag them "cthread"
+    (private SRAM tiles, whole copy/GEMM nests per thread; see inject_virtual_thread.py)."""
+
     def visit_For(self, op):
         body = self.visit(op.body)
         tag = getattr(op.thread_binding, "thread_tag", "") or ""
-        if op.kind == ForKind.THREAD_BINDING and tag == "cthread":
-            iv = replace(op.thread_binding, thread_tag="vthread")
-            return replace(op, body=body, thread_binding=iv)
+        if op.kind == ForKind.THREAD_BINDING and tag.startswith("vthread"):
+            return replace(op, body=body, thread_binding=replace(op.thread_binding, thread_tag="cthread"))
         return op if body is op.body else replace(op, body=body)
+
+
+def inject_threads(func):
+    """The function with its virtual threads injected, as the emitter takes it."""
+    from kiln.tir.transform.inject_virtual_thread import inject_virtual_threads
+
+    return inject_virtual_threads(replace(func, body=_AsCoprocessorThreads().visit(func.body)))
 
 
 def lower(s, args, name: str = "main", simple_mode: bool = False):
@@ -44,10 +54,7 @@ def lower(s, args, name: str = "main", simple_mode: bool = False):
     from kiln.build_module import lower as tvm_lower
 
     mod = tvm_lower(s, args, name=name)
-    out = {}
-    for key, func in mod.items():
-        out[key] = replace(func, body=_Retag().visit(func.body))
-    return mod.with_functions(out)
+    return mod.with_functions({key: inject_threads(func) for key, func in mod.items()})
 
 
 def compile_func(func, env=None, name: str = "main", mode: str | None = None) -> VTAFunction:
@@ -76,8 +83,7 @@ def compile_lowered(mod, env=None) -> VTAModule:
     from kiln.codegen import lowered_functions
 
     env = env or get_env()
-    funcs = {name: compile_func(replace(f, body=_Retag().visit(f.body)), env, name)
-             for name, f in lowered_functions(mod, "ext_dev")}
+    funcs = {name: compile_func(inject_threads(f), env, name) for name, f in lowered_functions(mod, "ext_dev")}
     return VTAModule(funcs, env.export())
 
 

@@ -79,79 +79,68 @@ class Emitter:
         self.uop_top = 0
 
     # -- the walk ------------------------------------------------------------------------------
-    # ctxs: one (constants, SRAM buffers) pair per virtual thread. A loop bound to "vthread" runs
-    # its body for every thread in lockstep: each thread allocates its own SRAM tiles, loops
-    # holding copies advance together, and each leaf (a copy, an ALU nest, a loop of GEMMs) runs
-    # once per thread, so one thread's loads can overlap another's GEMMs.
+    # Virtual threads are injected before (kiln/tir/transform/inject_virtual_thread.py, "cthread"):
+    # each thread's SRAM tiles are one allocation at the thread's offset, and each copy, ALU nest
+    # or loop of GEMMs comes once per thread in turn, so one thread's loads overlap another's
+    # GEMMs. A loop nest of GEMMs becomes its own GEMM instructions (flushed at its end), so a
+    # thread's GEMMs wait only for that thread's loads.
     def run(self, body) -> None:
-        self.walk(body, [({}, {})])
+        self.walk(body, {})
         self.flush()
 
-    def walk(self, s, ctxs) -> None:
+    def walk(self, s, consts) -> None:
         if isinstance(s, SeqStmt):
             for x in s.seq:
-                self.walk(x, ctxs)
+                self.walk(x, consts)
         elif isinstance(s, (AttrStmt, AssertStmt)):
-            self.walk(s.body, ctxs)
+            self.walk(s.body, consts)
         elif isinstance(s, LetStmt):
-            self.walk(s.body, [({**c, s.var: evaluate(s.value, c)}, a) for c, a in ctxs])
+            self.walk(s.body, {**consts, s.var: evaluate(s.value, consts)})
         elif isinstance(s, Allocate):
-            self.allocate(s, ctxs)
+            self.allocate(s, consts)
         elif isinstance(s, IfThenElse):
-            if len(ctxs) > 1:
-                for ctx in ctxs:
-                    self.walk(s, [ctx])
-                return
-            if evaluate(s.condition, ctxs[0][0]):
-                self.walk(s.then_case, ctxs)
+            if evaluate(s.condition, consts):
+                self.walk(s.then_case, consts)
             elif s.else_case is not None:
-                self.walk(s.else_case, ctxs)
+                self.walk(s.else_case, consts)
         elif isinstance(s, For):
-            self.loop(s, ctxs)
-        elif isinstance(s, (BufferStore, Evaluate)):
-            for ctx in ctxs:
-                self.leaf([], s, ctx)
+            self.loop(s, consts)
+        elif isinstance(s, BufferStore):
+            self.nest([], s, consts)
+        elif isinstance(s, Evaluate):
+            self.evaluate_call(s.value, consts)
         else:
             raise CompileError(f"vta: cannot run a {type(s).__name__} on the accelerator")
 
-    def loop(self, s: For, ctxs) -> None:
-        tag = getattr(s.thread_binding, "thread_tag", "") or ""
-        if s.kind == ForKind.THREAD_BINDING and tag in ("vthread", "cthread"):
-            n = evaluate(s.extent, ctxs[0][0])
-            self.walk(s.body, [({**c, s.loop_var: t}, a) for c, a in ctxs for t in range(n)])
-            return
+    def loop(self, s: For, consts) -> None:
+        if s.kind == ForKind.THREAD_BINDING:
+            tag = getattr(s.thread_binding, "thread_tag", "") or ""
+            raise CompileError(f"vta: loop {s.loop_var.name} is bound to {tag!r}; the accelerator has no threads "
+                               "but virtual ones: bind te.thread_axis('cthread')")
         loops, inner = [s], s.body
         while isinstance(inner, For):
             loops.append(inner)
             inner = inner.body
         if isinstance(inner, BufferStore):
-            for ctx in ctxs:
-                self.leaf(loops, inner, ctx)
-            return
+            return self.nest(loops, inner, consts)
         if _only_gemm(s):
-            for ctx in ctxs:  # one thread's block of GEMMs, then the next's
-                self.gemm_loops(s, ctx)
-                if len(ctxs) > 1:
-                    self.flush()
-            return
-        bounds = {(evaluate(s.min, c), evaluate(s.extent, c)) for c, _ in ctxs}
-        if len(bounds) > 1:
-            for ctx in ctxs:
-                self.walk(s, [ctx])
-            return
-        (lo, n), = bounds
+            self.gemm_loops(s, consts)
+            return self.flush()
+        lo, n = evaluate(s.min, consts), evaluate(s.extent, consts)
         for v in range(lo, lo + n):
-            self.walk(s.body, [({**c, s.loop_var: v}, a) for c, a in ctxs])
+            self.walk(s.body, {**consts, s.loop_var: v})
 
-    def gemm_loops(self, s, ctx) -> None:
+    def gemm_loops(self, s, consts) -> None:
         """A perfect loop nest around one vta.gemm call, its micro-ops computed with numpy."""
-        consts, self.allocs = ctx
         loops, inner = [], s
         while isinstance(inner, For):
             loops.append(inner)
             inner = inner.body
         if not isinstance(inner, Evaluate) or any(uses_var(lp.extent, lambda v: True) for lp in loops):
-            return self.walk(s, [ctx])  # a sequence inside the loops: keep program order, slowly
+            lo, n = evaluate(s.min, consts), evaluate(s.extent, consts)  # keep program order, slowly
+            for v in range(lo, lo + n):
+                self.walk(s.body, {**consts, s.loop_var: v})
+            return
         call = inner.value
         if not (isinstance(call, E.Call) and call.op == "tir.vta.gemm"):
             return self.evaluate_call(call, consts)
@@ -161,11 +150,11 @@ class Emitter:
                                         dtype=np.int64) for lp in loops], indexing="ij")
         flat = [g.reshape(-1) for g in grids]
         cols = []
-        for (data, off), mem in zip(((call.args[1], call.args[2]), (call.args[3], call.args[4]),
-                                     (call.args[5], call.args[6])), (isa.MEM_ACC, isa.MEM_INP, isa.MEM_WGT)):
+        for ptr, mem in zip(call.args[1:4], (isa.MEM_ACC, isa.MEM_INP, isa.MEM_WGT)):
             if mode == 1 and mem != isa.MEM_ACC:
                 cols.append(np.zeros_like(cols[0]))
                 continue
+            data, off = _pointer(ptr)
             alloc = self._sram(data, mem, "GEMM")
             offset = np.broadcast_to(np.asarray(compile_expr(off, vars_, consts)(*flat), dtype=np.int64),
                                      flat[0].shape if flat else ())
@@ -178,39 +167,29 @@ class Emitter:
         for flag in ((1,) if mode == 1 else (0,) if mode == 0 else (1, 0)):
             self.pending.extend((flag, *u) for u in idx.tolist())
 
-    def leaf(self, loops, s, ctx) -> None:
-        consts, self.allocs = ctx
-        if isinstance(s, Evaluate):
-            if loops:
-                raise AssertionError("GEMM leaves come without loops")
-            self.evaluate_call(s.value, consts)
-        else:
-            self.nest(loops, s, consts)
-
-    def allocate(self, s: Allocate, ctxs) -> None:
+    def allocate(self, s: Allocate, consts) -> None:
         scope = s.buffer.scope
         if scope not in self.scopes:
             raise CompileError(f"vta: buffer {s.buffer.name} is allocated in scope {scope!r}; intermediate "
                                f"tensors must live in {sorted(self.scopes)} (set_scope / cache_read)")
         mem = self.scopes[scope]
-        saved = self.top[mem]
-        inner = []
-        for consts, allocs in ctxs:
-            n = 1
-            for e in s.extents:
-                n *= evaluate(e, consts)
-            blocks = -(-n // self.elems[mem])
-            base = self.top[mem]
-            if base + blocks > self.depth[mem]:
-                name = isa.MEM_NAMES[mem]
-                raise CompileError(f"vta: buffer {s.buffer.name} needs {blocks} {name} blocks at block {base}; the "
-                                   f"{name} SRAM holds {self.depth[mem]} (LOG_{name.upper()}_BUFF_SIZE="
-                                   f"{getattr(self.env, f'LOG_{name.upper()}_BUFF_SIZE')}); use smaller tiles")
-            self.top[mem] = base + blocks
-            self.peak[mem] = max(self.peak[mem], self.top[mem])
-            inner.append((consts, {**allocs, s.buffer.data: _Alloc(mem, base, blocks, s.buffer.name)}))
-        self.walk(s.body, inner)
-        self.top[mem] = saved
+        n = 1
+        for e in s.extents:
+            n *= evaluate(e, consts)
+        blocks = -(-n // self.elems[mem])
+        base = self.top[mem]
+        if base + blocks > self.depth[mem]:
+            name = isa.MEM_NAMES[mem]
+            raise CompileError(f"vta: buffer {s.buffer.name} needs {blocks} {name} blocks at block {base}; the "
+                               f"{name} SRAM holds {self.depth[mem]} (LOG_{name.upper()}_BUFF_SIZE="
+                               f"{getattr(self.env, f'LOG_{name.upper()}_BUFF_SIZE')}); use smaller tiles")
+        self.top[mem] = base + blocks
+        self.peak[mem] = max(self.peak[mem], self.top[mem])
+        saved = self.allocs
+        self.allocs = {**saved, s.buffer.data: _Alloc(mem, base, blocks, s.buffer.name)}
+        self.walk(s.body, consts)
+        self.allocs = saved
+        self.top[mem] = base
 
     # -- GEMM ------------------------------------------------------------------------------------
     def evaluate_call(self, call, consts) -> None:
@@ -219,13 +198,11 @@ class Emitter:
                                "calls (from tensorize(..., env.gemm)) are evaluated")
         mode = evaluate(call.args[0], consts)
         idx = []
-        if mode == 1:  # a reset reads nothing: its inp/wgt operands may lie outside their buffers' scope
-            call = E.Call(call.dtype, call.op, call.args[:3] + (E.IntImm(call.args[0].dtype, 0),) * 4)
-        for (data, off), mem in zip(((call.args[1], call.args[2]), (call.args[3], call.args[4]),
-                                     (call.args[5], call.args[6])), (isa.MEM_ACC, isa.MEM_INP, isa.MEM_WGT)):
-            if mode == 1 and mem != isa.MEM_ACC:
-                idx.append(0)
+        for ptr, mem in zip(call.args[1:4], (isa.MEM_ACC, isa.MEM_INP, isa.MEM_WGT)):
+            if mode == 1 and mem != isa.MEM_ACC:  # a reset reads nothing: its inp/wgt operands may
+                idx.append(0)                     # lie outside their buffers' scope
                 continue
+            data, off = _pointer(ptr)
             alloc = self._sram(data, mem, "GEMM")
             offset = evaluate(off, consts)
             if offset % self.elems[mem]:
@@ -423,6 +400,14 @@ class Emitter:
             d = _span(kernel[:, 0], a, b, fo[0], fi[0])
             s = _span(kernel[:, 1], a, b, fo[1], fi[1])
             self.ops.append(Op(insn, 1, [(isa.MEM_ACC, *s), (isa.MEM_ACC, *d)], [(isa.MEM_ACC, *d)]))
+
+
+def _pointer(ptr):
+    """(data Var, element offset) of a GEMM operand: ``buffer.access_ptr(...)``."""
+    if not (isinstance(ptr, E.Call) and ptr.op == "tir.tvm_access_ptr"):
+        raise CompileError(f"vta: GEMM operand {ptr} is not a buffer.access_ptr(...) pointer; declare the intrinsic "
+                           "with kiln/vta/intrin.py")
+    return ptr.args[1], ptr.args[2]
 
 
 def _only_gemm(s) -> bool:

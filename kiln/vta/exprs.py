@@ -8,6 +8,8 @@ variables), with the enclosing loop variables folded in as constants.
 
 from __future__ import annotations
 
+import functools
+
 from kiln.errors import CompileError
 from kiln.ir import expr as E
 
@@ -66,12 +68,59 @@ def _tmod(a, b):
     return a - _tdiv(a, b) * b
 
 
+_COMPILED: dict = {}  # (id(e), ids of the loop variables) -> (function, free variables, e)
+
+
+def _free_vars(e, bound: dict) -> list:
+    """Variables of e not in bound, in first-use order."""
+    out: list = []
+
+    def walk(x):
+        if isinstance(x, E.Var):
+            if x not in bound and not any(x is y for y in out):
+                out.append(x)
+            return
+        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+            child = getattr(x, name, None)
+            if isinstance(child, E.PrimExpr):
+                walk(child)
+        if isinstance(x, E.Call):
+            for arg in x.args:
+                if isinstance(arg, E.PrimExpr):
+                    walk(arg)
+
+    walk(e)
+    return out
+
+
 def compile_expr(e, loop_vars: list, consts: dict):
-    """A function of the loop variables' values (positional) computing e."""
-    names = {v: f"v{k}" for k, v in enumerate(loop_vars)}
-    src = f"lambda {', '.join(names.values()) or '*_'}: {to_source(e, names, consts)}"
-    return eval(src, {"_tdiv": _tdiv, "_tmod": _tmod, "min": min, "max": max})  # noqa: S307 - our own source
+    """A function of the loop variables' values (positional) computing e, with the other
+    variables of e taken from consts. The Python source is compiled once per expression and
+    set of loop variables (the emitter evaluates the same index under many outer iterations)."""
+    key = (id(e), tuple(id(v) for v in loop_vars))
+    hit = _COMPILED.get(key)
+    if hit is None or hit[2] is not e:
+        names = {v: f"v{k}" for k, v in enumerate(loop_vars)}
+        free = _free_vars(e, names)
+        params = [f"c{k}" for k in range(len(free))]
+        body = to_source(e, {**names, **dict(zip(free, params))}, {})
+        src = f"lambda {', '.join(params + list(names.values())) or '*_'}: {body}"
+        fn = eval(src, {"_tdiv": _tdiv, "_tmod": _tmod, "min": min, "max": max})  # noqa: S307 - our own source
+        if len(_COMPILED) > 8192:
+            _COMPILED.clear()
+        hit = _COMPILED[key] = (fn, free, e)
+    fn, free, _ = hit
+    if not free:
+        return fn
+    try:
+        values = [consts[v] for v in free]
+    except KeyError as err:
+        raise CompileError(f"vta: index uses {err.args[0].name}, which is not a constant loop variable here; "
+                           "the accelerator's instruction stream needs loops of constant extent") from None
+    return functools.partial(fn, *values)
 
 
 def evaluate(e, consts: dict) -> int:
+    if isinstance(e, E.IntImm):
+        return int(e.value)
     return compile_expr(e, [], consts)()

@@ -2,9 +2,9 @@
 int8 kernels and the microcontroller kernels use.
 
 The pattern is one block: out[BATCH, BLOCK_OUT] += inp[BATCH, BLOCK_IN] . wgt[BLOCK_OUT, BLOCK_IN]^T
-in int32. Its statements are ``vta.gemm(mode, acc, acc_offset, inp, inp_offset, wgt,
-wgt_offset)`` calls (mode 0 accumulate, 1 reset, 2 reset then accumulate) that kiln/vta/emit.py
-turns into micro-ops.
+in int32. Its statements are ``vta.gemm(mode, acc, inp, wgt)`` calls whose operands are
+``buffer.access_ptr`` pointers (so virtual-thread injection can give each thread its own tiles;
+mode 0 accumulate, 1 reset, 2 reset then accumulate) that kiln/vta/emit.py turns into micro-ops.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def _gemm(batch, block_in, block_out, inp_dtype, wgt_dtype, acc_dtype, inp_scope
 
     def fintrin(ins, outs):
         def call(mode):
-            return tir.Evaluate(tir.call_intrin("int32", "vta.gemm", mode, outs[0].data, outs[0].elem_offset,
-                                                ins[0].data, ins[0].elem_offset, ins[1].data, ins[1].elem_offset))
+            return tir.Evaluate(tir.call_intrin("int32", "vta.gemm", mode, outs[0].access_ptr("rw"),
+                                                ins[0].access_ptr("r"), ins[1].access_ptr("r")))
         return call(2), call(1), call(0)
 
     return te.decl_tensor_intrin(out.op, fintrin, name="vta_gemm", binds=binds)
