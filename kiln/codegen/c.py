@@ -136,7 +136,22 @@ static inline int32_t vmladavaq_s8(int32_t acc, const int8_t* a, const int8_t* b
 }
 #endif
 """
-ARM_PRELUDES = (("__smlad", ACLE_PRELUDE), ("vmladavaq_s8", MVE_PRELUDE),
+# float32 round-half-even: a Cortex-M4F's FPv4 has no VRINT, and newlib's rintf is a software
+# routine (~30 instructions, a call per requantized value of onnxruntime-rounded int8 models):
+# there |x| + 2**23 - 2**23 rounds |x| < 2**23 to an integer half to even in the FPU (larger
+# floats are integers already); the sign is put back (-0.4 -> -0.0, as rintf). Exact.
+RINTF_PRELUDE = r"""
+#if defined(__arm__) && defined(__ARM_FP) && (__ARM_FP == 4) && (__ARM_ARCH == 7)
+static inline float kiln_rintf(float x) {
+  float a = __builtin_fabsf(x);
+  if (!(a < 8388608.0f)) return x;
+  return __builtin_copysignf((a + 8388608.0f) - 8388608.0f, x);
+}
+#else
+#define kiln_rintf rintf
+#endif
+"""
+ARM_PRELUDES = (("__smlad", ACLE_PRELUDE), ("vmladavaq_s8", MVE_PRELUDE), ("kiln_rintf(", RINTF_PRELUDE),
                 ("kiln_read_s32", "static inline int32_t kiln_read_s32(const void* p) "
                                   "{ int32_t v; memcpy(&v, p, 4); return v; }  /* unaligned word */"))
 
@@ -319,7 +334,7 @@ class CPrinter(CStylePrinter):
         if expanded is not None and e.dtype.is_float:
             return self.expr(expanded)
         if name in ("nearbyint", "rint", "round"):
-            return f"rint{f}({self.expr(e.args[0])})"
+            return f"{'kiln_rintf' if f else 'rint'}({self.expr(e.args[0])})"
         if name == "popcount":
             return f"__builtin_popcountll((uint64_t){self.expr(e.args[0])})"
         if name == "clz":

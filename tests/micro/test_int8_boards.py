@@ -205,3 +205,38 @@ def test_narrowed_requantize_on_the_m4_is_one_smlal_and_exact(tmp_path):
     assert "__aeabi_lmul" not in dis and ("\tsmlal" in dis or "\tsmull" in dis)
     got = next(iter(project.run()["outputs"].values()))
     np.testing.assert_array_equal(got, _requantize_reference(x, si.astype(np.float64), -3))
+
+
+def test_float32_requantize_clamps_in_int32_on_cortex_m(tmp_path):
+    """onnxruntime's requantize (``clip(round(float32(x) * m) + z)``, the ONNX importer's FLOAT32
+    rounding) on a Cortex-M target: the zero point and clamp in int32 (NarrowRequantize), the same
+    integers as numpy's float32 arithmetic on the host's cc and on the M4F board."""
+    from kiln.relay.build_module import optimize
+    from kiln.target import Target
+    rng = np.random.default_rng(7)
+    x = rng.integers(-(1 << 20), 1 << 20, size=(1, 4, 3, 5)).astype("int32")
+    x[0, 0, 0, :] = [-(1 << 31), (1 << 31) - 1, 0, 1 << 24, -(1 << 24) - 1]
+    m = np.array([0.013, 2.5e-4, 0.49, 1.7e-3], "float32").reshape(1, 4, 1, 1)
+    x[0, 1, 0, :4] = np.round(np.array([0.5, 1.5, 2.5, -0.5]) / 2.5e-4)  # exact ties in float32
+    body = relay.cast(relay.clip(relay.add(relay.round(relay.multiply(relay.cast(relay.var("x", shape=x.shape,
+                                                                                          dtype="int32"), "float32"),
+                                                                       relay.const(m))),
+                                           relay.const(np.float32(-5))), -128, 127), "int8")
+    mod = tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(body), body))
+    want = np.clip(np.rint((x.astype(np.float32) * m).astype(np.float32)) - 5, -128, 127).astype(np.int8)
+    target = "c -keys=arm_cpu -mcpu=cortex-m4"
+    with Target(target):
+        text = str(optimize(mod, Target(target))[0]["main"])
+    assert "clip(" not in text and "minimum(" in text, text
+    host = graph_executor.GraphModule(relay.build(mod, target=target)["default"](tvm.cpu(0)))
+    host.set_input(x=x)
+    host.run()
+    np.testing.assert_array_equal(host.get_output(0).numpy(), want)
+    why = missing_arm_gcc() or missing_qemu()
+    if why:
+        pytest.skip(why)
+    lib = relay.build(mod, target=target, executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}))
+    project = micro.generate_project(micro.get_microtvm_template_projects("qemu-mps2-an386"), lib,
+                                     tmp_path / "fw", {"inputs": {"x": x}})
+    project.build()
+    np.testing.assert_array_equal(next(iter(project.run()["outputs"].values())), want)

@@ -276,6 +276,17 @@ def _cortex_m_tier(a, data_dtype, kernel_dtype, kshape):
                    a.dilation, a.groups)
 
 
+def _cortex_m_other(a, data_dtype, kernel_dtype, kshape, in_channels):
+    """The Cortex-M int8 depthwise / direct conv of an NCHW/OIHW conv (kiln/topi/cortex_m), or None."""
+    from kiln.target import Target
+    from kiln.topi.cortex_m.conv2d_int8 import conv_kind
+
+    if a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or any(_blocks(a)) or len(kshape) != 4:
+        return None
+    return conv_kind(Target.current(allow_none=True), data_dtype, kernel_dtype, kshape, in_channels, a.strides,
+                     a.padding, a.dilation, a.groups)
+
+
 def _conv2d(a, x, t, ctx):
     data, kernel = x
     kshape = (_shape(t)[1], int(data.shape[1]), 1, 1) if ctx.prepacked else tuple(int(d) for d in kernel.shape)
@@ -283,7 +294,13 @@ def _conv2d(a, x, t, ctx):
     if tier is not None:  # int8 on a Cortex-M core: the DSP/MVE dot product (kernel pre-shaped (O, C))
         from kiln.topi.cortex_m.conv2d_int8 import conv2d_1x1_int8
         kernel2d = kernel if ctx.prepacked else topi.reshape(kernel, kshape[:2])
-        return conv2d_1x1_int8(data, kernel2d, tier, rows=knob(ctx.cfg, "rows", 4))
+        return conv2d_1x1_int8(data, kernel2d, tier, rows=knob(ctx.cfg, "rows", 2), cols=knob(ctx.cfg, "cols", 2))
+    if ctx.prepacked and len(kernel.shape) == 4 and a.groups == 1:  # (I, KH, O, KW): the Cortex-M direct conv
+        kshape = (_shape(t)[1], int(data.shape[1])) + tuple(int(d) for d in kernel.shape[1::2])
+    kind = _cortex_m_other(a, data.dtype, kernel.dtype, kshape, int(data.shape[1]))
+    if kind is not None:  # int8 depthwise / direct conv on a Cortex-M core (kiln/topi/cortex_m)
+        from kiln.topi.cortex_m.conv2d_int8 import compute_other
+        return compute_other(kind, data, kernel, a.strides, tuple(a.padding), rows=knob(ctx.cfg, "rows", 4))
     if any(_blocks(a)):
         return _conv2d_blocked(a, x, t, ctx)
     out_dtype = _out_dtype(a, data)
@@ -322,6 +339,13 @@ def _conv2d_prepack(a, types, cfg):
     dshape, wshape = _shape(types[0]), _shape(types[1])
     if _cortex_m_tier(a, types[0].dtype, types[1].dtype, wshape) is not None:  # (O, C) for the 1x1 dot
         return WeightTransform(1, wshape[:2], lambda w: np.ascontiguousarray(w.reshape(wshape[:2])), ("cortex_m_oc",))
+    kind = _cortex_m_other(a, types[0].dtype, types[1].dtype, wshape, dshape[1])
+    if kind is not None:  # Cortex-M int8: the depthwise reads OIHW as it is, the direct conv (I, KH, O, KW)
+        if kind[0] != "direct":
+            return None
+        from kiln.topi.cortex_m.conv2d_direct import prepack_direct
+        o, i, kh, kw = wshape
+        return WeightTransform(1, (i, kh, o, kw), prepack_direct, ("cortex_m_ihow",))
     if any(_blocks(a)) and a.kernel_layout == "OIHW":
         return _conv2d_blocked_prepack(a, types, cfg)
     if a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or (a.groups > 1 and a.groups == dshape[1]):
@@ -539,12 +563,10 @@ SCHEDULES.update(_cpu_int8.SCHEDULES())
 
 def _arm_cpu_conv2d_nchw_schedule(outs, cfg=None):
     """topi.arm_cpu's conv2d_nchw schedule, or the Cortex-M int8 one for its compute (kiln/topi/cortex_m)."""
-    from kiln.topi.cortex_m.conv2d_int8 import _find, schedule_conv2d_1x1_int8
+    from kiln.topi.cortex_m.conv2d_int8 import schedule_any
 
-    first = outs[0] if isinstance(outs, (list, tuple)) else outs
-    if _find(first) is not None:
-        return schedule_conv2d_1x1_int8(outs)
-    return topi.arm_cpu.schedule_conv2d_nchw(outs)
+    s = schedule_any(outs)
+    return s if s is not None else topi.arm_cpu.schedule_conv2d_nchw(outs)
 
 
 SCHEDULES["conv2d_nchw"]["arm_cpu"] = _arm_cpu_conv2d_nchw_schedule

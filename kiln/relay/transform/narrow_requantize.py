@@ -13,6 +13,13 @@ a conv's ``s_x s_w / s_y`` is ~1e-3), the same integers come from::
     h = int32((int64(x) * int64(q32) + r) >> 32)       # one SMLAL; the high word is h
     cast(minimum(maximum((h >> (s - 32)) + o32, lo), hi), int8)   # in int32
 
+onnxruntime's rounding (``FLOAT32``, the ONNX importer's: ``clip(round(float32(x) * m) + z, lo, hi)``
+in float32) keeps its float32 multiply and round half to even, but the zero point and the clamp
+move to int32 when every ``|m| < 0.5`` (so ``|round(float32(x) * m)| <= 2**30``: the conversion is
+exact) and ``z`` is integral: ``minimum(maximum(int32(round(float32(x) * m)) + z, lo), hi)``, the
+same integers (a float32 sum that rounds, past 2**24, is saturated by the clamp either way) in
+an integer add and one SSAT instead of float compares.
+
 Exact: ``(v >> 32) >> (s - 32) == v >> s`` for an arithmetic shift (floor division composes), any
 int64 ``v >> 32`` fits in int32, and ``|h >> (s - 32)| <= 2**30`` with ``|o| < 2**30`` keeps the
 sum in int32. So the board's integers equal the host's int64 build bit for bit
@@ -91,6 +98,46 @@ def match(call):
     return x, q, np.asarray(rc.data), s, o, lo, hi
 
 
+def match_float32(call):
+    """``(y, z, lo, hi)`` when ``call`` is ``cast(clip(add(round(multiply(cast(x, float32), m)), z)),
+    int8)`` with constants ``|m| < 0.5``, integral ``z`` and an int8/uint8/int16 result; ``y`` is
+    the ``round(...)`` expression."""
+    if not _op(call, ftf.CAST) or str(call.attrs.dtype) not in ("int8", "uint8", "int16"):
+        return None
+    clip = call.args[0]
+    if not _op(clip, ft.CLIP) or _dtype(clip) != "float32":
+        return None
+    add = clip.args[0]
+    if not _op(add, ft.ADD):
+        return None
+    y, zc = add.args
+    if not isinstance(zc, Constant) or not _op(y, ft.ROUND):
+        return None
+    z = np.asarray(zc.data, np.float64)
+    if z.size == 0 or np.any(z != np.round(z)) or np.any(np.abs(z) > 1 << 16):
+        return None
+    m = y.args[0]
+    if not _op(m, ft.MULTIPLY) or not isinstance(m.args[1], Constant):
+        return None
+    mv = np.asarray(m.args[1].data)
+    if mv.dtype != np.float32 or mv.size == 0 or not np.all(np.abs(mv) < 0.5):
+        return None
+    c = m.args[0]
+    if not _op(c, ftf.CAST) or _dtype(c.args[0]) not in ("int32", "int16", "int8", "uint8", "uint16"):
+        return None
+    lo, hi = float(clip.attrs.a_min), float(clip.attrs.a_max)
+    if lo != np.round(lo) or hi != np.round(hi) or lo < -(1 << 16) or hi > 1 << 16:
+        return None
+    return y, z.astype(np.int32), int(lo), int(hi)
+
+
+def narrow_float32(y, z, lo, hi, out_dtype):
+    r = ftf.cast(y, "int32")
+    if np.any(z):
+        r = ft.add(r, const(z))
+    return ftf.cast(ft.minimum(ft.maximum(r, const(lo, "int32")), const(hi, "int32")), out_dtype)
+
+
 def narrow(x, q, r, s, o, lo, hi, out_dtype):
     """The int32 form of the requantize (module docstring)."""
     p = ft.multiply(ftf.cast(x, "int64"), ftf.cast(const(q.astype("int32")), "int64"))
@@ -109,6 +156,10 @@ class _Narrow(ExprMutator):
         return super().visit_Function(f)
 
     def visit_Call(self, call):
+        found = match_float32(call)
+        if found is not None:
+            y, *consts = found
+            return narrow_float32(self.visit(y), *consts, str(call.attrs.dtype))
         found = match(call)
         if found is None:
             return super().visit_Call(call)

@@ -27,15 +27,59 @@ def applies(target, data_dtype, kernel_dtype, kernel_shape, strides, padding, di
     return tier if c % WIDTH[tier] == 0 else None
 
 
-def conv2d_1x1_int8(data, kernel2d, tier: str, rows: int = 4):
-    """int32 NCHW result of int8 NCHW ``data`` and the (O, C) int8 ``kernel2d``."""
+def conv_kind(target, data_dtype, kernel_dtype, kernel_shape, in_channels, strides, padding, dilation,
+              groups) -> tuple | None:
+    """For an int8 NCHW/OIHW conv on a Cortex-M core other than the 1x1 of ``applies``:
+    ``("depthwise", None)`` (groups = channels, one filter per channel), ``("direct", tier)``
+    (groups 1, kernel rows a multiple of the DSP width) or None (topi's generic schedule)."""
+    tier = isa_tier(target)
+    if tier is None or (str(data_dtype), str(kernel_dtype)) != ("int8", "int8") or tuple(dilation) != (1, 1):
+        return None
+    o, c, kh, kw = (int(d) for d in kernel_shape)
+    if groups > 1 and groups == in_channels == o and c == 1:
+        return ("depthwise", None)
+    if groups == 1 and kw % WIDTH["dsp"] == 0:
+        return ("direct", "dsp")  # the M55 has the DSP extension too; MVE's 16 bytes exceed such rows
+    return None
+
+
+def compute_other(kind, data, kernel, strides, padding, rows: int = 4):
+    """The int32 result of ``conv_kind``'s kernel (kiln/topi/cortex_m/conv2d_direct.py)."""
+    from .conv2d_direct import depthwise_int8, direct_int8
+    if kind[0] == "depthwise":
+        return depthwise_int8(data, kernel, strides, padding)
+    return direct_int8(data, kernel, strides, padding, kind[1], rows)
+
+
+def schedule_any(outs):
+    """The schedule of whichever Cortex-M int8 conv ``outs`` computes, or None."""
+    from .conv2d_direct import DIRECT_TAG, DW_TAG, schedule_depthwise_int8, schedule_direct_int8
+    first = outs[0] if isinstance(outs, (list, tuple)) else outs
+    if _find(first) is not None:
+        return schedule_conv2d_1x1_int8(outs)
+    for tag, sched in ((DW_TAG, schedule_depthwise_int8), (DIRECT_TAG, schedule_direct_int8)):
+        acc = _find(first, tag)
+        if acc is not None:
+            return sched(outs, acc)
+    return None
+
+
+def conv2d_1x1_int8(data, kernel2d, tier: str, rows: int = 4, cols: int = 1):
+    """int32 NCHW result of int8 NCHW ``data`` and the (O, C) int8 ``kernel2d``; the sums are
+    computed in tiles of ``cols`` pixels x ``rows`` channels (the pixels x channels copy of the data
+    has ``cols - 1`` extra zero rows, so the last tile of an odd pixel count stays whole)."""
     n, c, h, w = (int(d) for d in data.shape)
     o = int(kernel2d.shape[0])
-    pixels = te.compute((n * h * w, c), lambda p, k: data[p // (h * w), k, p // w % h, p % w], name="data_pc")
+    total = n * h * w
+    padded = total + cols - 1
+    pixels = te.compute((padded, c), lambda p, k: te.if_then_else(
+        p < total, data[p // (h * w) % n, k, p // w % h, p % w], te.const(0, data.dtype)) if cols > 1 else
+        data[p // (h * w), k, p // w % h, p % w], name="data_pc")
     r = te.reduce_axis((0, c), name="rc")
-    acc = te.compute((n * h * w, o), lambda p, j: te.sum(pixels[p, r].astype("int32") * kernel2d[j, r].astype("int32"),
-                                                          axis=r), name="acc", tag=TAG,
-                     attrs={"tier": tier, "rows": max(x for x in (1, 2, 4, 8) if x <= rows and o % x == 0)})
+    acc = te.compute((padded, o), lambda p, j: te.sum(pixels[p, r].astype("int32") * kernel2d[j, r].astype("int32"),
+                                                      axis=r), name="acc", tag=TAG,
+                     attrs={"tier": tier, "rows": max(x for x in (1, 2, 4, 8) if x <= rows and o % x == 0),
+                            "cols": cols})
     return te.compute((n, o, h, w), lambda b, j, y, x: acc[(b * h + y) * w + x, j], name="conv2d_nchw",
                       tag="injective")
 
@@ -53,11 +97,18 @@ def schedule_conv2d_1x1_int8(outs):
             continue
         stage.compute_inline()
     tier, rows = acc.op.attrs["tier"], int(acc.op.attrs["rows"])
-    # the sums of one pixel x `rows` channels at a time, in registers, stored through the epilogue
+    cols = int(acc.op.attrs.get("cols", 1))
+    # the sums of `cols` pixels x `rows` channels at a time, in registers, stored through the epilogue
     out = outs[0]
     b, j, y, x = s[out].op.axis
     jo, ji = s[out].split(j, factor=rows)
-    s[out].reorder(b, y, x, jo, ji)
+    if cols > 1:
+        pix = s[out].fuse(y, x)
+        po, pi = s[out].split(pix, factor=cols)
+        s[out].reorder(b, po, jo, pi, ji)
+        s[out].unroll(pi)
+    else:
+        s[out].reorder(b, y, x, jo, ji)
     s[out].unroll(ji)
     s[acc].set_scope("local")
     s[acc].compute_at(s[out], jo)
@@ -65,19 +116,23 @@ def schedule_conv2d_1x1_int8(outs):
     (r,) = s[acc].op.reduce_axis
     ro, ri = s[acc].split(r, factor=WIDTH[tier])
     ljo, lji = s[acc].split(lj, factor=rows)
-    s[acc].reorder(p, ljo, ro, lji, ri)
-    s[acc].tensorize(lji, dot_intrin(tier, rows))
+    if cols > 1:
+        s[acc].reorder(ljo, ro, p, lji, ri)
+        s[acc].tensorize(p, dot_intrin(tier, rows, cols))
+    else:
+        s[acc].reorder(p, ljo, ro, lji, ri)
+        s[acc].tensorize(lji, dot_intrin(tier, rows))
     return s
 
 
-def _find(t):
-    if t.op.tag == TAG:
+def _find(t, tag=TAG):
+    if t.op.tag == tag:
         return t
     for u in getattr(t.op, "input_tensors", []):
-        found = _find(u)
+        found = _find(u, tag)
         if found is not None:
             return found
     return None
 
 
-__all__ = ["TAG", "applies", "conv2d_1x1_int8", "schedule_conv2d_1x1_int8"]
+__all__ = ["TAG", "applies", "conv_kind", "compute_other", "schedule_any", "conv2d_1x1_int8", "schedule_conv2d_1x1_int8"]

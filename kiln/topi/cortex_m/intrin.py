@@ -49,54 +49,87 @@ def _addr(buf, *idx):
     return E.Call(_dt("handle"), "tir.address_of", (buf.vload(tuple(idx)),))
 
 
-def dot_intrin(tier: str, rows: int = 1):
-    """``c[j] += sum_k a[k] * b[j, k]``, ``j < rows``, ``k < WIDTH[tier]``, for the ``tier``."""
+def dot_intrin(tier: str, rows: int = 1, cols: int = 1):
+    """``c[j] += sum_k a[k] * b[j, k]``, ``j < rows``, ``k < WIDTH[tier]``, for the ``tier``; with
+    ``cols > 1`` a tile of ``cols`` data slices: ``c[i, j] += sum_k a[i, k] * b[j, k]`` (each weight
+    word is loaded, and for the DSP unpacked, once per ``cols`` pixels)."""
     if tier not in WIDTH:
         raise ValueError(f"cortex-m dot intrinsic: tier {tier!r} is not one of {sorted(WIDTH)}")
     width = WIDTH[tier]
-    a = te.placeholder((width,), "int8", name="a")
-    b = te.placeholder((rows, width), "int8", name="b")
     k = te.reduce_axis((0, width), name="k")
-    c = te.compute((rows,), lambda j: te.sum(a[k].astype("int32") * b[j, k].astype("int32"), axis=k), name="c")
+    b = te.placeholder((rows, width), "int8", name="b")
+    if cols == 1:
+        a = te.placeholder((width,), "int8", name="a")
+        c = te.compute((rows,), lambda j: te.sum(a[k].astype("int32") * b[j, k].astype("int32"), axis=k), name="c")
+        a_buf = decl_buffer(a.shape, a.dtype, name="A", offset_factor=1)
+        c_buf = decl_buffer(c.shape, c.dtype, name="C", offset_factor=1)
+    else:
+        a = te.placeholder((cols, width), "int8", name="a")
+        c = te.compute((cols, rows), lambda i, j: te.sum(a[i, k].astype("int32") * b[j, k].astype("int32"), axis=k),
+                       name="c")
+        a_buf = decl_buffer(a.shape, a.dtype, name="A", offset_factor=1, strides=[te.var("lda"), 1])
+        c_buf = decl_buffer(c.shape, c.dtype, name="C", offset_factor=1, strides=[te.var("ldc"), 1])
     # rows of b and the data are strided as the real tensors are; only the innermost is contiguous
-    binds = {a: decl_buffer(a.shape, a.dtype, name="A", offset_factor=1),
-             b: decl_buffer(b.shape, b.dtype, name="B", offset_factor=1, strides=[te.var("ldb"), 1]),
-             c: decl_buffer(c.shape, c.dtype, name="C", offset_factor=1)}
+    binds = {a: a_buf, b: decl_buffer(b.shape, b.dtype, name="B", offset_factor=1, strides=[te.var("ldb"), 1]),
+             c: c_buf}
+    tile = [(i, j) for i in range(cols) for j in range(rows)]
+
+    def cidx(i, j):
+        return (j,) if cols == 1 else (i, j)
+
+    def aaddr(A, i):
+        return _addr(A, 0) if cols == 1 else _addr(A, i, 0)
 
     def fintrin(ins, outs):
         A, B = ins
         (C,) = outs
         zero = E.const(0, "int32")
         if tier == "dsp":
-            lo, hi = E.Var("a_lo", _dt("int32")), E.Var("a_hi", _dt("int32"))
-
-            def dot(j, acc):
-                w = E.Var("w", _dt("int32"))
-                wl = _pure("int32", "__sxtb16", w)
-                wh = _pure("int32", "__sxtb16", _pure("int32", "kiln_ror32", w, E.const(8, "int32")))
-                return w, _pure("int32", "__smlad", hi, wh, _pure("int32", "__smlad", lo, wl, acc))
+            # the data words of the tile's pixels, unpacked once: (bytes 0, 2) and (bytes 1, 3) as int16 pairs
+            lo = [E.Var(f"a_lo{i}" if cols > 1 else "a_lo", _dt("int32")) for i in range(cols)]
+            hi = [E.Var(f"a_hi{i}" if cols > 1 else "a_hi", _dt("int32")) for i in range(cols)]
 
             def rows_of(acc_of):
                 stmts = []
                 for j in range(rows):
-                    w, value = dot(j, acc_of(j))
-                    stmts.append(LetStmt(w, _pure("int32", "kiln_read_s32", _addr(B, j, 0)), C.vstore((j,), value)))
-                word = _pure("int32", "kiln_read_s32", _addr(A, 0))
+                    w = E.Var("w", _dt("int32"))
+                    wl, wh = E.Var("w_lo", _dt("int32")), E.Var("w_hi", _dt("int32"))
+                    upd = [C.vstore(cidx(i, j), _pure("int32", "__smlad", hi[i], wh,
+                                                      _pure("int32", "__smlad", lo[i], wl, acc_of(i, j))))
+                           for i in range(cols)]
+                    body = SeqStmt(tuple(upd)) if cols > 1 else upd[0]
+                    if cols > 1:  # the weight word unpacked once for the tile's pixels
+                        body = LetStmt(wl, _pure("int32", "__sxtb16", w),
+                                       LetStmt(wh, _pure("int32", "__sxtb16", _pure("int32", "kiln_ror32", w,
+                                                                                    E.const(8, "int32"))), body))
+                    else:
+                        body = C.vstore(cidx(0, j), _pure("int32", "__smlad", hi[0], _pure(
+                            "int32", "__sxtb16", _pure("int32", "kiln_ror32", w, E.const(8, "int32"))),
+                            _pure("int32", "__smlad", lo[0], _pure("int32", "__sxtb16", w), acc_of(0, j))))
+                    stmts.append(LetStmt(w, _pure("int32", "kiln_read_s32", _addr(B, j, 0)), body))
                 body = SeqStmt(tuple(stmts)) if rows > 1 else stmts[0]
-                return LetStmt(lo, _pure("int32", "__sxtb16", word),
-                               LetStmt(hi, _pure("int32", "__sxtb16", _pure("int32", "kiln_ror32", word,
-                                                                             E.const(8, "int32"))), body))
+                for i in reversed(range(cols)):
+                    word = _pure("int32", "kiln_read_s32", aaddr(A, i))
+                    body = LetStmt(lo[i], _pure("int32", "__sxtb16", word),
+                                   LetStmt(hi[i], _pure("int32", "__sxtb16", _pure("int32", "kiln_ror32", word,
+                                                                                   E.const(8, "int32"))), body))
+                return body
         else:
             def rows_of(acc_of):
-                va = _pure("handle", "vldrbq_s8", _addr(A, 0))
-                stmts = [C.vstore((j,), _pure("int32", "vmladavaq_s8", acc_of(j), va,
-                                              _pure("handle", "vldrbq_s8", _addr(B, j, 0)))) for j in range(rows)]
-                return SeqStmt(tuple(stmts)) if rows > 1 else stmts[0]
+                stmts = []
+                for i in range(cols):
+                    va = _pure("handle", "vldrbq_s8", aaddr(A, i))
+                    stmts += [C.vstore(cidx(i, j), _pure("int32", "vmladavaq_s8", acc_of(i, j), va,
+                                                         _pure("handle", "vldrbq_s8", _addr(B, j, 0))))
+                              for j in range(rows)]
+                return SeqStmt(tuple(stmts)) if len(stmts) > 1 else stmts[0]
 
-        reset = SeqStmt(tuple(C.vstore((j,), zero) for j in range(rows))) if rows > 1 else C.vstore((0,), zero)
-        return rows_of(lambda j: zero), reset, rows_of(lambda j: C.vload((j,)))
+        reset = SeqStmt(tuple(C.vstore(cidx(i, j), zero) for i, j in tile)) if len(tile) > 1 else \
+            C.vstore(cidx(0, 0), zero)
+        return rows_of(lambda i, j: zero), reset, rows_of(lambda i, j: C.vload(cidx(i, j)))
 
-    return te.decl_tensor_intrin(c.op, fintrin, name=f"cortex_m_{tier}_dot_{rows}", binds=binds)
+    name = f"cortex_m_{tier}_dot_{rows}" + (f"x{cols}" if cols > 1 else "")
+    return te.decl_tensor_intrin(c.op, fintrin, name=name, binds=binds)
 
 
 __all__ = ["dot_intrin", "isa_tier", "WIDTH"]

@@ -1,0 +1,116 @@
+"""The Cortex-M int8 convolutions relay picks by -mcpu (kiln/topi/cortex_m, issue 36): the direct
+conv (kernel rows on the DSP dot product: DS-CNN's stem), the depthwise conv and the 1x1 conv in
+tiles of 2 pixels x 2 channels (an odd pixel count), each with a shift-and-clamp epilogue fused,
+on the M4F and M55 boards against numpy's integers; and the float32 round half to even the
+M4F's FPU lacks (onnxruntime-rounded requantizes), against numpy."""
+
+import subprocess
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import micro, relay
+from kiln.micro.toolchain import missing_arm_gcc, missing_qemu
+from kiln.relay.backend import Executor
+
+AOT = Executor("aot", {"interface-api": "c", "unpacked-api": True})
+
+
+def _board():
+    why = missing_arm_gcc() or missing_qemu()
+    if why:
+        pytest.skip(why)
+
+
+def _conv_ref(x, w, stride, pad, groups):
+    """int64 NCHW/OIHW convolution with zero padding."""
+    x = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad[0], pad[2]), (pad[1], pad[3])))
+    n, c, h, wd = x.shape
+    o, ci, kh, kw = w.shape
+    oh, ow = (h - kh) // stride + 1, (wd - kw) // stride + 1
+    out = np.zeros((n, o, oh, ow), np.int64)
+    per = o // groups
+    for j in range(o):
+        g = j // per
+        xs = x[:, g * ci:(g + 1) * ci]
+        for y in range(oh):
+            for z in range(ow):
+                win = xs[:, :, y * stride:y * stride + kh, z * stride:z * stride + kw]
+                out[:, j, y, z] = (win * w[j].astype(np.int64)).sum(axis=(1, 2, 3))
+    return out
+
+
+def _shift_clip(v, s):
+    return np.clip(v >> s, -128, 127).astype(np.int8)
+
+
+def _model(rng):
+    x = rng.integers(-128, 128, (1, 1, 13, 10), dtype=np.int8)
+    w0 = rng.integers(-128, 128, (16, 1, 5, 4), dtype=np.int8)   # direct: rows of 4 taps, stride 2, padded
+    w1 = rng.integers(-128, 128, (16, 1, 3, 3), dtype=np.int8)   # depthwise 3x3, padding 1
+    w2 = rng.integers(-128, 128, (16, 16, 1, 1), dtype=np.int8)   # pointwise
+    w0[0, 0, 0, :4] = -128  # -128 x -128 pairs summed by smlad
+    x[0, 0, 2, 2:6] = -128
+    data = relay.var("x", shape=x.shape, dtype="int8")
+
+    def requant(e, s):
+        return relay.cast(relay.clip(relay.op.math_ops.right_shift(e, relay.const(s, "int32")), -128, 127), "int8")
+
+    y = requant(relay.nn.conv2d(data, relay.const(w0), strides=(2, 2), padding=(2, 1, 2, 1), kernel_size=(5, 4),
+                                channels=16, out_dtype="int32"), 9)
+    y = requant(relay.nn.conv2d(y, relay.const(w1), padding=(1, 1, 1, 1), groups=16, kernel_size=(3, 3), channels=16,
+                                out_dtype="int32"), 7)
+    y = requant(relay.nn.conv2d(y, relay.const(w2), kernel_size=(1, 1), channels=16, out_dtype="int32"), 8)
+    want = _shift_clip(_conv_ref(x, w0, 2, (2, 1, 2, 1), 1), 9)
+    want = _shift_clip(_conv_ref(want, w1, 1, (1, 1, 1, 1), 16), 7)
+    want = _shift_clip(_conv_ref(want, w2, 1, (0, 0, 0, 0), 1), 8)
+    return x, tvm.IRModule.from_expr(relay.Function([data], y)), want
+
+
+@pytest.mark.parametrize("cpu,template,arch,insns", [
+    ("cortex-m4", "qemu-mps2-an386", "arm", ("\tsmlad",)),
+    ("cortex-m55", "qemu-mps3-an547", "armv8.1-m.main", ("\tsmlad", "\tvmlava.s8"))])
+def test_int8_convs_on_the_board(cpu, template, arch, insns, tmp_path):
+    _board()
+    x, mod, want = _model(np.random.default_rng(5))
+    assert want.shape == (1, 16, 7, 5)  # 35 pixels: the 1x1's last tile of two is half padding
+    lib = relay.build(mod, target=f"c -keys=arm_cpu -mcpu={cpu}", executor=AOT)
+    src = "\n".join(lib.sources.values())
+    assert all(stage in src for stage in ("direct_acc", "dw_acc", "data_pc")), "a Cortex-M kernel was not picked"
+    project = micro.generate_project(micro.get_microtvm_template_projects(template), lib, tmp_path / "fw",
+                                     {"inputs": {"x": x}})
+    project.build()
+    asm = subprocess.run(["arm-none-eabi-objdump", "-d", "-m", arch, project.elf], capture_output=True,
+                         text=True).stdout
+    for insn in insns:
+        assert insn in asm, insn
+    np.testing.assert_array_equal(next(iter(project.run()["outputs"].values())), want)
+
+
+def test_the_same_kernels_off_the_core():
+    """The host's cc builds the same C (the intrinsics' portable definitions): the same integers."""
+    from kiln.contrib import graph_executor
+    x, mod, want = _model(np.random.default_rng(6))
+    m = graph_executor.GraphModule(relay.build(mod, target="c -keys=arm_cpu -mcpu=cortex-m4")["default"](tvm.cpu(0)))
+    m.set_input(x=x)
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), want)
+
+
+def test_float32_round_half_to_even_on_the_m4(tmp_path):
+    """relay round (rint) of float32 on the M4F: FPv4 has no VRINT; kiln_rintf (kiln/codegen/c.py)
+    rounds in the FPU without newlib's rintf, bit for bit numpy's rint (ties, -0.0, large values)."""
+    _board()
+    v = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.4, 3.7, -3.7, 2.0 ** 22 + 0.5, -(2.0 ** 22) - 0.5,
+                  2.0 ** 23 + 1, 1e30, -1e30, 0.0, -0.0, 8388607.5, 126.5, -127.5], np.float32)
+    data = relay.var("x", shape=v.shape, dtype="float32")
+    lib = relay.build(tvm.IRModule.from_expr(relay.Function([data], relay.round(data))),
+                      target="c -keys=arm_cpu -mcpu=cortex-m4", executor=AOT)
+    project = micro.generate_project(micro.get_microtvm_template_projects("qemu-mps2-an386"), lib, tmp_path / "fw",
+                                     {"inputs": {"x": v}})
+    project.build()
+    asm = subprocess.run(["arm-none-eabi-objdump", "-d", project.elf], capture_output=True, text=True).stdout
+    assert "<rintf>" not in asm
+    got = next(iter(project.run()["outputs"].values()))
+    np.testing.assert_array_equal(got.view(np.uint32), np.rint(v).view(np.uint32))
