@@ -100,3 +100,18 @@ def fast_gelu(x):
     half = _c(0.5, x.dtype)
     return te.compute(x.shape, lambda *i: half * x(*i) * (_c(1.0, x.dtype) + fast_erf_expr(x(*i) * _c(0.7071067811865476, x.dtype))),
                       name="T_fast_gelu", tag="elemwise")
+
+
+def gelu(x, approximate: str = "none"):
+    """GELU in one stage: ``x * (0.5 + 0.5 erf(x / sqrt 2))``, or GPT-2's
+    ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``, with the vectorizable erf/tanh above."""
+    import math
+
+    def f(v):
+        c = lambda value: const(value, v.dtype)  # noqa: E731
+        if approximate == "tanh":
+            inner = c(math.sqrt(2 / math.pi)) * (v + c(0.044715) * v * v * v)
+            return c(0.5) * v * (c(1.0) + fast_tanh_expr(inner))
+        return v * (c(0.5) + c(0.5) * fast_erf_expr(v * c(1 / math.sqrt(2))))
+
+    return te.compute(x.shape, lambda *i: f(x(*i)), name="T_gelu", tag="elemwise")

@@ -28,6 +28,7 @@ import numpy as np
 from kiln import te, tir, topi
 from kiln.topi import bitwise as topi_bitwise
 from kiln.topi import data_dependent as topi_data_dependent
+from kiln.topi import fast_math as topi_fast_math
 from kiln.topi import grid_sample as topi_grid_sample
 from kiln.topi import rnn as topi_rnn
 from kiln.topi import scatter as topi_scatter
@@ -503,6 +504,7 @@ OP_IMPLS: dict[str, OpImpl] = {
     "unique": OpImpl(lambda a, x, t, ctx: topi_data_dependent.unique(x[0], a.axis, a.sorted,
                                                                      gpu=ctx.topi in GPU_PACKAGES.values()), "generic"),
     "dyn.with_length": OpImpl(lambda a, x, t, ctx: topi.identity(x[0])),
+    "nn.gelu": OpImpl(lambda a, x, t, ctx: topi_fast_math.gelu(x[0], a.approximate)),
     "reinterpret": OpImpl(lambda a, x, t, ctx: topi_bitwise.reinterpret(x[0], a.dtype)),
     "image.grid_sample": OpImpl(lambda a, x, t, ctx: topi_grid_sample.grid_sample(
         x[0], x[1], a.mode, a.padding_mode, a.align_corners), "generic"),

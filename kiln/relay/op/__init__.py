@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import activation as _activation_ops
 from . import attention as _attention_ops
 from . import dynamic as _dynamic_ops
 from . import grid_sample as _grid_sample_ops
@@ -23,7 +24,7 @@ OP_TABLE: dict[str, OpDef] = {
     op.name: op
     for family in (_tensor_ops, _reduce_ops, _transform_ops, _nn_ops, _nn_pool_ops, _nn_norm_ops, _nn_fused_ops,
                    _image_ops, _scatter_ops, _rnn_ops, _math_ops, _attention_ops, _sort_ops, _grid_sample_ops,
-                   _dynamic_ops)
+                   _dynamic_ops, _activation_ops)
     for op in family.OPS
 }
 

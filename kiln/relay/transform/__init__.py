@@ -137,6 +137,23 @@ def FuseAttention():  # noqa: N802
     return FunctionPass(run, PassInfo(3, "FuseAttention"))
 
 
+def FuseDenseEpilogue():  # noqa: N802
+    """On an x86 target, GELU graphs as nn.gelu and reshapes moved below a dense layer's bias and
+    activation, so FuseOps puts them in the dense kernel (fuse_dense_epilogue.py). Other targets,
+    or no target: the function unchanged."""
+    def run(func, mod, ctx):
+        from kiln.target import Target
+
+        from ..backend.te_compiler import target_family
+        from .fuse_dense_epilogue import fuse_dense_epilogue
+
+        target = Target.current(allow_none=True)
+        if target is None or target.kind.name != "llvm" or target_family(target) != "x86":
+            return func
+        return fuse_dense_epilogue(infer(func))
+    return FunctionPass(run, PassInfo(3, "FuseDenseEpilogue"))
+
+
 def FuseOps(fuse_opt_level: int = -1):  # noqa: N802
     """Group ops into primitive functions (see fuse_ops.py for the rule).
 
@@ -205,10 +222,11 @@ def optimize_sequence() -> Sequential:
     """The passes relay.build runs before lowering, in order (each gated by its opt level)."""
     from ..qnn.transform import CanonicalizeOps, Legalize  # quantized models: docs/quantization.md
     return Sequential([FakeQuantizationToInteger(), Legalize(), CanonicalizeOps(), SimplifyInference(), FoldConstant(), FoldScaleAxis(), FoldConstant(), NarrowRequantize(), AlterOpLayout(),
-                       DeadCodeElimination(), InferType(), FuseExpandDepthwise(), FuseAttention(), FuseOps(), InferType()], name="relay.optimize")
+                       DeadCodeElimination(), InferType(), FuseExpandDepthwise(), FuseAttention(), FuseDenseEpilogue(), FuseOps(),
+                       InferType()], name="relay.optimize")
 
 
-__all__ = ["InferType", "AlterOpLayout", "NarrowRequantize", "FuseExpandDepthwise", "FuseAttention", "fuse_expand_depthwise", "alter_op_layout", "FoldConstant", "SimplifyInference", "FoldScaleAxis", "DeadCodeElimination",
+__all__ = ["InferType", "AlterOpLayout", "NarrowRequantize", "FuseExpandDepthwise", "FuseAttention", "FuseDenseEpilogue", "fuse_expand_depthwise", "alter_op_layout", "FoldConstant", "SimplifyInference", "FoldScaleAxis", "DeadCodeElimination",
            "ConvertLayout", "FuseOps", "BindParams", "Sequential", "PassContext", "optimize_sequence",
            "bind_params_by_name", "fold_constant", "simplify_inference", "fold_scale_axis", "fuse_ops", "partition",
            "convert_layout", "dead_code_elimination", "infer", "infer_type", "ToMixedPrecision", "to_mixed_precision",

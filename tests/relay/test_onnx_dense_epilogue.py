@@ -1,0 +1,91 @@
+"""FuseDenseEpilogue (relay/transform/fuse_dense_epilogue.py): a transformer's feed-forward block
+as exported (MatMul on 3-D activations, bias Add, GELU written out in either form) builds into a
+dense kernel with bias and GELU in its epilogue and matches onnxruntime."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln as tvm
+from kiln import relay
+from kiln.contrib import graph_executor
+from kiln.target.cpu_facts import why_host_cannot_run
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _gelu_nodes(x: str, y: str, form: str) -> list:
+    c = lambda name: f"{y}_{name}"  # noqa: E731
+    if form == "erf":  # BERT / ViT as torch.onnx.export writes it
+        return [helper.make_node("Div", [x, c("sqrt2")], [c("d")]), helper.make_node("Erf", [c("d")], [c("e")]),
+                helper.make_node("Add", [c("e"), c("one")], [c("a")]), helper.make_node("Mul", [x, c("a")], [c("m")]),
+                helper.make_node("Mul", [c("m"), c("half")], [y])]
+    # GPT-2's NewGELU: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+    return [helper.make_node("Pow", [x, c("three")], [c("p")]), helper.make_node("Mul", [c("p"), c("k")], [c("pk")]),
+            helper.make_node("Add", [x, c("pk")], [c("s")]), helper.make_node("Mul", [c("s"), c("r")], [c("sr")]),
+            helper.make_node("Tanh", [c("sr")], [c("t")]), helper.make_node("Add", [c("t"), c("one")], [c("a")]),
+            helper.make_node("Mul", [c("half"), x], [c("hx")]), helper.make_node("Mul", [c("hx"), c("a")], [y])]
+
+
+def _consts(y: str) -> list:
+    values = {"sqrt2": math.sqrt(2), "one": 1.0, "half": 0.5, "three": 3.0, "k": 0.044715, "r": math.sqrt(2 / math.pi)}
+    return [numpy_helper.from_array(np.array(v, "float32"), f"{y}_{n}") for n, v in values.items()]
+
+
+def _ffn(form: str, seq=24, d=32, hidden=64):
+    rng = np.random.default_rng(0)
+    w1, b1 = rng.standard_normal((d, hidden)).astype("float32") * 0.2, rng.standard_normal(hidden).astype("float32")
+    w2, b2 = rng.standard_normal((hidden, d)).astype("float32") * 0.2, rng.standard_normal(d).astype("float32")
+    inits = [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"), (b2, "b2"))] + _consts("g")
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+             *_gelu_nodes("hb", "g", form),
+             helper.make_node("MatMul", ["g", "w2"], ["o"]), helper.make_node("Add", ["o", "b2"], ["ob"]),
+             helper.make_node("Add", ["ob", "x"], ["y"])]
+    graph = helper.make_graph(nodes, "ffn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, d])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, d])], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), \
+        rng.standard_normal((1, seq, d)).astype("float32")
+
+
+@pytest.mark.parametrize("form, cpu", [("erf", "haswell"), ("tanh", "skylake-avx512")])
+def test_dense_bias_gelu_is_one_kernel(form, cpu):
+    model, x = _ffn(form)
+    mod, params = relay.frontend.from_onnx(model)
+    target = f"llvm -mcpu={cpu}"
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=target, params=params)
+    kernels = [n["name"] for n in json.loads(lib.get_graph_json())["nodes"] if n["op"] == "tvm_op"]
+    assert any("nn_dense_add_nn_gelu" in k for k in kernels), kernels
+    assert not any("erf" in k or "tanh" in k for k in kernels), kernels
+    # the reshapes back to 3-D and to 2-D before the second dense cancel: the kernels are the input's
+    # reshape to rows, dense+bias+GELU, dense+bias, and the residual add on the 3-D output
+    assert len(kernels) == 4, kernels
+    if why_host_cannot_run(target):
+        return
+    gm = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    gm.run(x=x)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    # fast erf/tanh (|error| < 2e-7) inside float32 sums of 32 and 64 terms
+    np.testing.assert_allclose(gm.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_graph_that_only_looks_like_gelu_is_left_alone():
+    # 0.5 * x * (1 + erf(x / 2)): the wrong constant, so not GELU
+    from kiln.relay.transform.fuse_dense_epilogue import gelu_form
+    from kiln.relay.analysis import users
+    from kiln.relay.transform.infer_type import infer
+
+    x = relay.var("x", shape=(4, 8))
+    e = relay.erf(relay.divide(x, relay.const(2.0)))
+    y = relay.multiply(relay.multiply(x, relay.const(0.5)), relay.add(e, relay.const(1.0)))
+    func = infer(relay.Function([x], y))
+    assert gelu_form(func.body, users(func.body)) is None
+    good = relay.multiply(relay.multiply(x, relay.const(0.5)),
+                          relay.add(relay.erf(relay.divide(x, relay.const(math.sqrt(2)))), relay.const(1.0)))
+    func = infer(relay.Function([x], good))
+    assert gelu_form(func.body, users(func.body)) == (func.params[0], "none")
