@@ -41,7 +41,8 @@ class OpDef:
     - ``type_rel(ctx) -> Type``: infers the output type from ``ctx.args`` (input types) and
       ``ctx.attrs``; reports problems with ``ctx.fail(...)``.
     - ``reference(attrs, *arrays)``: numpy implementation; returns an array or a tuple of arrays.
-    - ``compute`` / ``schedule``: TE compute and schedule, filled in by the compiler (topi).
+    - ``extra``: named attributes others attach (``tvm.ir.register_op_attr``). How an op is
+      computed and scheduled is the compiler's table, ``relay/backend/op_impl.py``.
     """
 
     name: str
@@ -52,8 +53,6 @@ class OpDef:
     reference: Callable
     num_outputs: int = 1
     doc: str = ""
-    compute: Callable | None = None
-    schedule: Callable | None = None
     extra: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
