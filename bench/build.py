@@ -26,7 +26,7 @@ def add_one():
     import kiln as tvm
     from kiln import te
 
-    n = tvm.runtime.convert(1024)
+    n = tvm.convert(1024)
     A = te.placeholder((n,), name="A")
     B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
     return te.create_schedule(B.op), [A, B]

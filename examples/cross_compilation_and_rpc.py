@@ -12,7 +12,7 @@ from kiln import te
 from kiln import rpc
 from kiln.contrib import utils
 
-n = tvm.runtime.convert(1024)
+n = tvm.convert(1024)
 A = te.placeholder((n,), name="A")
 B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
 s = te.create_schedule(B.op)

@@ -27,7 +27,7 @@ parser.add_argument("--target", default="llvm -mtriple=armv7l-linux-gnueabihf -m
                     help="the board's target (gcc -v on the board prints its triple)")
 args = parser.parse_args()
 
-n = tvm.runtime.convert(1024)
+n = tvm.convert(1024)
 A = te.placeholder((n,), name="A")
 B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
 s = te.create_schedule(B.op)

@@ -49,7 +49,7 @@ def main():
     temp = utils.tempdir()
     server, port = start_c_server(temp.relpath("c-runtime"), temp.relpath("kiln_rpc.log"))
     try:
-        n = tvm.runtime.convert(1024)
+        n = tvm.convert(1024)
         A = te.placeholder((n,), name="A")
         B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
         s = te.create_schedule(B.op)

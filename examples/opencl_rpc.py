@@ -23,7 +23,7 @@ from kiln import rpc
 from kiln.contrib import utils
 
 # The kernel of the document's first part: add one to every element.
-n = tvm.runtime.convert(1024)
+n = tvm.convert(1024)
 A = te.placeholder((n,), name="A")
 B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
 temp = utils.tempdir()

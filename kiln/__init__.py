@@ -22,6 +22,8 @@ _ATTRS = {
     "build": ("kiln.build_module", "build"),
     "lower": ("kiln.build_module", "lower"),
     "IRModule": ("kiln.ir.module", "IRModule"),
+    "convert": ("kiln.ir", "convert"),
+    "const": ("kiln.ir", "const"),
     "device": ("kiln.runtime.device", "device"),
     "cpu": ("kiln.runtime.device", "cpu"),
     "cuda": ("kiln.runtime.device", "cuda"),

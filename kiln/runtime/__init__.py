@@ -13,12 +13,10 @@ from .ndarray import NDArray
 
 __all__ = ["Device", "device", "cpu", "cuda", "gpu", "cl", "opencl", "NDArray", "ndarray",
            "Module", "load_module", "LibraryModule", "CompiledModule", "PackedFunc",
-           "ProfileResult", "convert", "const"]
+           "ProfileResult"]
 
-# Names from the compiler are resolved on first use, so importing the runtime never loads it.
+# Heavier parts of the runtime are resolved on first use.
 _LAZY = {
-    "convert": ("kiln.ir", "convert"),
-    "const": ("kiln.ir", "const"),
     "LibraryModule": ("kiln.runtime.library", "LibraryModule"),
     "CompiledModule": ("kiln.runtime.compiled", "CompiledModule"),
     "PackedFunc": ("kiln.runtime.function", "PackedFunc"),
@@ -29,6 +27,9 @@ _LAZY = {
 def __getattr__(name: str):
     if name == "executor":  # tvm.runtime.executor.aot_executor.AotModule (wrappers only, no compiler)
         return importlib.import_module("kiln.runtime.executor")
+    if name in ("convert", "const"):  # IR constructors: the compiler's, not the runtime's
+        raise AttributeError(f"kiln.runtime has no {name}: it makes compiler IR; use kiln.{name} (tvm.{name}) "
+                             "or kiln.tir.const where the compiler is installed")
     if name not in _LAZY:
         raise AttributeError(f"module 'kiln.runtime' has no attribute {name!r}")
     module, attr = _LAZY[name]

@@ -31,7 +31,7 @@ def test_structural_equality_maps_variables():
 
 
 def test_convert_and_const():
-    n = tvm.runtime.convert(1024)
+    n = tvm.convert(1024)
     assert isinstance(n, tir.IntImm) and n.value == 1024
     assert str(tir.const(1, "int8").dtype) == "int8"
     assert tir.const(300, "uint8").value == 44  # wraps like the machine type

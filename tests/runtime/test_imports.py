@@ -29,9 +29,14 @@ def test_runtime_imports_no_compiler(code):
     assert not bad, f"{code!r} imported {bad}"
 
 
-def test_convert_and_const_come_lazily_from_ir():
-    loaded = _loaded_after("import kiln.runtime as rt\nassert callable(rt.convert) and callable(rt.const)")
+def test_convert_and_const_are_the_compilers_not_the_runtimes():
+    loaded = _loaded_after("import kiln as tvm, kiln.runtime as rt\n"
+                           "assert not hasattr(rt, 'convert') and not hasattr(rt, 'const')\n"
+                           "assert tvm.convert(3).value == 3 and tvm.const(2.0, 'float32').dtype == 'float32'")
     assert "kiln.ir" in loaded
+    import kiln.runtime
+    with pytest.raises(AttributeError, match=r"use kiln\.convert"):
+        kiln.runtime.convert(1)
 
 
 # The device boundary (issue 34): no file the runtime package ships names the compiler in any
