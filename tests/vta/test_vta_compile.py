@@ -164,13 +164,19 @@ def test_conv2d_bit_exact(shape, tile):
 def test_virtual_threads_cut_cycles_on_dma_bound_layer():
     env = vta.get_env().replace(DMA_BYTES_PER_CYCLE=2, DMA_LATENCY=200)  # make the layer DMA-bound
     shape = top.ConvShape(1, 32, 8, 8, 64, 3, 3, 1, 1)
-    cycles = {}
+    cycles, util = {}, {}
     for vt in (1, 2):
         f, arrays, ref = _conv(env, shape, top.Tile(4, 8, 2, 1, vt))
         f.set_mode("cycle")
         f(*arrays)
         np.testing.assert_array_equal(top.unpack_nchw(arrays[2].numpy()), ref)
         cycles[vt] = f["conv"].last_stats["cycles"]
+        util[vt] = f["conv"].last_stats.utilization()
+    # DMA-bound: with one thread the load module (its DMAs) is busier than the compute module
+    assert util[1]["load"] > util[1]["compute"], util[1]
+    # two threads overlap one thread's loads with the other's GEMMs: the load module idles less
+    # and the layer takes fewer cycles, although each thread loads its own input tile
+    assert util[2]["load"] > util[1]["load"] + 0.2, util
     assert cycles[2] < 0.9 * cycles[1], cycles
 
 
