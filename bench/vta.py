@@ -46,6 +46,43 @@ SEARCH_LAYERS = [top.ConvShape(1, 32, 8, 8, 32, 3, 3, 1, 1), top.ConvShape(1, 64
                  top.ConvShape(1, 64, 8, 8, 64, 1, 1, 2, 0), top.ConvShape(1, 128, 4, 4, 128, 3, 3, 1, 1)]
 
 
+# Published VTA figures, for context only: the FPGA design on a Pynq board, not this simulator.
+# Each is as read in the source named beside it.
+PUBLISHED_CONFIG = {"LOG_BATCH": 0, "LOG_BLOCK_IN": 4, "LOG_BLOCK_OUT": 4, "LOG_INP_WIDTH": 3, "LOG_WGT_WIDTH": 3,
+                    "LOG_ACC_WIDTH": 5, "LOG_UOP_BUFF_SIZE": 15, "LOG_INP_BUFF_SIZE": 15, "LOG_WGT_BUFF_SIZE": 18,
+                    "LOG_ACC_BUFF_SIZE": 17}  # github.com/apache/tvm-vta config/vta_config.json
+PUBLISHED_MHZ = 100  # Pynq target: fpga_freq = 100, xc7z020 FPGA, 64-bit AXI (apache/tvm-vta config/pkg_config.py)
+PUBLISHED = [
+    "default configuration: 1x16x16 int8 GEMM core, int32 accumulators; SRAMs uop 32 KiB, inp 32 KiB, "
+    "wgt 256 KiB, acc 128 KiB (apache/tvm-vta config/vta_config.json, LOG_* = 0/4/15/15/18/17)",
+    "pynq target (the default board): Zynq xc7z020 FPGA at 100 MHz, 64-bit AXI bus (apache/tvm-vta config/pkg_config.py)",
+    "the GEMM core performs one input-weight matrix multiplication per cycle (TVM docs, "
+    "docs/topic/vta/dev/hardware.rst): 1x16x16 = 256 MACs per cycle, 51.2 GOP/s at 100 MHz (our arithmetic)",
+    "ResNet-18 on the board (roofline per conv layer, end-to-end time with and without VTA): published as "
+    "charts only (tvm.apache.org/2018/07/12/vta-release-announcement.html); no figure read from them is quoted",
+]
+
+
+def conv_ops(shape) -> int:
+    """Multiply-adds x 2 of one conv layer."""
+    return 2 * shape.n * shape.o * shape.oh * shape.ow * shape.c * shape.kh * shape.kw
+
+
+def print_published(env, total_cycles: int, ops: int) -> None:
+    print("published VTA figures, a different setup (the FPGA design on a Pynq board, not this cycle model), "
+          "for context:")
+    for line in PUBLISHED:
+        print(f"  - {line}")
+    ours = {k: getattr(env, k) for k in PUBLISHED_CONFIG}
+    diff = {k: v for k, v in ours.items() if v != PUBLISHED_CONFIG[k]}
+    print(f"  this configuration {'is the published default' if not diff else f'differs from it: {diff}'}; "
+          f"DMA here: {env.DMA_BYTES_PER_CYCLE} B/cycle, {env.DMA_LATENCY} cycles latency (a model, not measured)")
+    ms = total_cycles / PUBLISHED_MHZ / 1e3
+    peak = env.BATCH * env.BLOCK_IN * env.BLOCK_OUT * 2 * PUBLISHED_MHZ / 1e3
+    print(f"  at the published {PUBLISHED_MHZ} MHz: {total_cycles} cycles = {ms:.1f} ms for {ops / 1e9:.2f} GOP of "
+          f"conv work = {ops / ms / 1e6:.1f} GOP/s ({100 * ops / ms / 1e6 / peak:.0f} % of the {peak:.1f} GOP/s peak)")
+
+
 def run_layer(env, shape, tile, rng, check=True):
     tens = top.conv2d(env, shape, shift=8)
     s, args = top.schedule_conv2d(env, tens, tile)
@@ -109,10 +146,11 @@ def cmd_resnet(args):
     env = vta.get_env()
     rng = np.random.default_rng(0)
     scale = args.size / 224
-    total = 0
+    total = ops = 0
     for k, (c, h, o, ks, s, p) in enumerate(RESNET18[:args.layers]):
         hh = max(1, round(h * scale))
         shape = top.ConvShape(1, c, hh, hh, o, ks, ks, s, p)
+        ops += conv_ops(shape)
         tile, est = search.best(env, shape)
         stats, build_s = run_layer(env, shape, tile, rng)
         util = stats.utilization()
@@ -122,6 +160,7 @@ def cmd_resnet(args):
               f"build {build_s:.1f} s; bit-exact", flush=True)
     print(f"total {total} cycles = {total / env.CLOCK_MHZ / 1e3:.2f} ms at {env.CLOCK_MHZ} MHz "
           f"({len(RESNET18[:args.layers])} convs, stem and CPU ops excluded)")
+    print_published(env, total, ops)
 
 
 def cmd_sweep(args):
@@ -182,6 +221,7 @@ def cmd_graph(args):
     if args.mode == "cycle":
         env = vta.get_env()
         print(f"accelerator total {total} cycles = {total / env.CLOCK_MHZ / 1e3:.2f} ms at {env.CLOCK_MHZ} MHz")
+        print_published(env, total, sum(conv_ops(step.chain.shape) for step in packed.accelerator_steps))
     if not exact:
         sys.exit(1)
 
