@@ -129,3 +129,26 @@ def test_a_consumer_that_mixes_the_padding_is_refused():
     with pytest.raises(tvm.KilnError, match=r"ReduceMax node .*reads 'nz', whose axis 1 holds only as many entries "
                                             r"as NonZero found at run time; ReduceMax reduces over that axis"):
         relay.frontend.from_onnx(model)
+
+
+@pytest.mark.parametrize("mode, transform", [("avg", "half_pixel"), ("max", "output_half_pixel")])
+def test_roi_align_with_adaptive_sampling_matches_onnxruntime(mode, transform):
+    # sampling_ratio 0: each roi's grid comes from its size, so the kernel's loop extents come from the data
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 3, 24, 20)).astype("float32")
+    corner = rng.uniform(-4, 60, (6, 2))
+    rois = np.concatenate([corner, corner + rng.uniform(1, 40, (6, 2))], -1).astype("float32")
+    idx = np.array([0, 1, 1, 0, 1, 0], "int64")
+    node = helper.make_node("RoiAlign", ["x", "rois", "idx"], ["y"], mode=mode, output_height=3, output_width=4,
+                            sampling_ratio=0, spatial_scale=0.25, coordinate_transformation_mode=transform)
+    model = _model([node], [_info("x", x), _info("rois", rois), _info("idx", idx)], [_out("y", TensorProto.FLOAT)],
+                   opset=16)
+    _compare_close(model, {"x": x, "rois": rois, "idx": idx})
+
+
+def _compare_close(model, feed):
+    _, gm = _build(model)
+    gm.run(**feed)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    # sums of at most ~100 bilinear samples of standard normals, float32
+    np.testing.assert_allclose(gm.get_output(0).numpy(), want, rtol=1e-5, atol=1e-5)

@@ -18,13 +18,14 @@ from . import scatter as _scatter_ops
 from . import sort as _sort_ops
 from . import tensor as _tensor_ops
 from . import transform as _transform_ops
+from . import vision as _vision_ops
 from .registry import REQUIRED, OpDef, OpPattern, RelCtx
 
 OP_TABLE: dict[str, OpDef] = {
     op.name: op
     for family in (_tensor_ops, _reduce_ops, _transform_ops, _nn_ops, _nn_pool_ops, _nn_norm_ops, _nn_fused_ops,
                    _image_ops, _scatter_ops, _rnn_ops, _math_ops, _attention_ops, _sort_ops, _grid_sample_ops,
-                   _dynamic_ops, _activation_ops)
+                   _dynamic_ops, _activation_ops, _vision_ops)
     for op in family.OPS
 }
 

@@ -70,7 +70,25 @@ def _unique(ctx, ins, attrs):
             Bounded(out[3], 0, n, "Unique")]
 
 
-CONVERTERS = {"NonMaxSuppression": _nms, "NonZero": _nonzero, "Unique": _unique}
+def _roi_align(ctx, ins, attrs):
+    """RoiAlign (a static shape, but the other half of a detection head): opset 16 added
+    ``coordinate_transformation_mode``, whose default ``half_pixel`` differs from before."""
+    from ...op import transform as tf
+    from ...op.vision import roi_align
+
+    mode = attrs.get("coordinate_transformation_mode", "half_pixel" if ctx.opset >= 16 else "output_half_pixel")
+    if mode not in ("half_pixel", "output_half_pixel"):
+        ctx.fail(f"coordinate_transformation_mode {mode!r} must be 'half_pixel' or 'output_half_pixel'")
+    x, rois, idx = ins[:3]
+    dtype = str(ctx.type_of(x).dtype)
+    if str(ctx.type_of(rois).dtype) != dtype:
+        rois = tf.cast(rois, dtype)
+    return roi_align(x, rois, idx, (attrs.get("output_height", 1), attrs.get("output_width", 1)),
+                     attrs.get("spatial_scale", 1.0), attrs.get("sampling_ratio", 0), attrs.get("mode", "avg"),
+                     mode == "half_pixel")
+
+
+CONVERTERS = {"NonMaxSuppression": _nms, "NonZero": _nonzero, "Unique": _unique, "RoiAlign": _roi_align}
 
 
 # -- following a bounded tensor through its consumers ---------------------------------------------
