@@ -36,6 +36,7 @@ SHAPE_ARGUMENTS = {
     "CumProd": (1,), "CenterCropPad": (1,), "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,),
     "OneHot": (1,), "TopK": (1,), "Compress": (1,), "AffineGrid": (1,), "DFT": (1, 2), "Upsample": (1,),
     "Col2Im": (1, 2), "MaxUnpool": (2,), "STFT": (1, 3), "NonMaxSuppression": (2,),
+    "MelWeightMatrix": (0, 1, 2, 3, 4),
     # quantized ops: scales and zero points (kiln quantizes with static ones)
     "QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "QLinearConv": (1, 2, 4, 5, 6, 7),
     "QLinearMatMul": (1, 2, 4, 5, 6, 7), "ConvInteger": (2, 3), "MatMulInteger": (2, 3),

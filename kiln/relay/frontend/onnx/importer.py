@@ -23,6 +23,7 @@ from ...reference import evaluate
 from ...transform.infer_type import infer
 from ...ty import TensorType, dtype_of
 from .data_dependent import Bounded, follow
+from .ml import DOMAIN_OPS as ML_OPS
 from .quantized import DOMAIN_OPS  # onnxruntime's com.microsoft quantized ops
 
 log = logging.getLogger("kiln.frontend.onnx")
@@ -114,7 +115,7 @@ class _Importer:
         missing: dict = {}
         for i, node in enumerate(self.graph.node):
             if node.op_type not in converters or (node.domain not in ("", "ai.onnx") and
-                                                   (node.domain, node.op_type) not in DOMAIN_OPS):
+                                                   (node.domain, node.op_type) not in DOMAIN_OPS | ML_OPS):
                 key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
                 missing.setdefault(key, []).append(node.name or f"#{i}")
         if missing:

@@ -107,4 +107,33 @@ def _stft(ctx, ins, attrs):
                 {"axis": 2, "onesided": attrs.get("onesided", 1)})
 
 
-CONVERTERS = {"DFT": _dft, "STFT": _stft}
+def _mel_weight_matrix(ctx, ins, attrs):
+    """The ONNX triangle filters, [dft_length // 2 + 1, num_mel_bins], computed at import (every
+    input must be a constant). Band edges follow the operator's reference: the mel range split
+    into num_mel_bins + 2 steps, bins truncated to integers."""
+    num_mel, dft_length, rate = (int(np.asarray(ctx.value(e, n)).reshape(())) for e, n in
+                                 zip(ins[:3], ("num_mel_bins", "dft_length", "sample_rate")))
+    low_hz, high_hz = (float(np.asarray(ctx.value(e, n)).reshape(())) for e, n in
+                       zip(ins[3:5], ("lower_edge_hertz", "upper_edge_hertz")))
+    if num_mel <= 0 or dft_length <= 0 or rate <= 0:
+        ctx.fail(f"num_mel_bins {num_mel}, dft_length {dft_length} and sample_rate {rate} must be positive")
+    ctx.allocation((dft_length // 2 + 1, num_mel), "float64")
+    mel = lambda hz: 2595.0 * np.log10(1.0 + hz / 700.0)  # noqa: E731
+    points = np.arange(num_mel + 2) * ((mel(high_hz) - mel(low_hz)) / (num_mel + 2)) + mel(low_hz)
+    hz = 700.0 * (np.power(10.0, points / 2595.0) - 1.0)
+    bins = (((dft_length + 1) * hz) // rate).astype(np.int64)
+    out = np.zeros((dft_length // 2 + 1, num_mel))
+    for i in range(num_mel):
+        lo, mid, hi = bins[i], bins[i + 1], bins[i + 2]
+        if mid == lo:
+            out[mid, i] = 1.0
+        else:
+            out[lo:mid + 1, i] = (np.arange(lo, mid + 1) - lo) / (mid - lo)
+        if hi > mid:
+            out[mid:hi, i] = (hi - np.arange(mid, hi)) / (hi - mid)
+    from onnx import helper
+    dtype = helper.tensor_dtype_to_np_dtype(attrs.get("output_datatype", 1))
+    return const(out.astype(dtype))
+
+
+CONVERTERS = {"DFT": _dft, "STFT": _stft, "MelWeightMatrix": _mel_weight_matrix}
