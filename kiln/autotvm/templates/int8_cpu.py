@@ -50,9 +50,10 @@ def _register(family: str) -> dict:
         if attrs["tier"] == "amx":
             _space(cfg, "tile_ow", [0], 0)
         else:
-            _space(cfg, "tile_ow", k.tile_candidates(ow), k.default_tile_ow(ow, lanes))
             blocks = _ints(weight.shape)[0]
-            _space(cfg, "oc_chunks", [1, 2] if blocks % 2 == 0 else [1], k.default_chunks(blocks, attrs["tier"]))
+            _space(cfg, "tile_ow", k.tile_candidates(ow), k.default_tile_ow(ow, lanes, attrs["tier"], blocks))
+            _space(cfg, "oc_chunks", [1, 2] if blocks % 2 == 0 else [1],
+                   k.default_chunks(blocks, attrs["tier"], ow, lanes))
         out = cpu_int8.compute_from_workload("nn.contrib_conv2d_int8", (data, weight, bias, mult, shift),
                                              attr_pairs, untuned(cfg))
         _flop(cfg, out, _ints(weight.shape))

@@ -12,8 +12,7 @@
 - add / subtract / mul / concatenate / global_avg_pool2d: requantize + int32 arithmetic.
 - ``rounding="FLOAT32"`` (onnxruntime's arithmetic, the ONNX importer's choice; fixed_point.py):
   requantize is ``round(float32(x) * m)`` with the float32 multiplier ``m``; add/subtract are
-  QLinearAdd's two fused multiply-adds, written in float64 (exact products) and rounded to
-  float32 after each, so the result does not depend on whether the target fuses them;
+  QLinearAdd's two fused multiply-adds, one op (``nn.contrib_qlinear_add``, qlinear_add.py);
   concatenate dequantizes and quantizes in float32.
 - unary ops: ``take`` from their 256-entry table; avg_pool2d and softmax: float32 inside.
 """
@@ -37,6 +36,7 @@ from . import op as qop
 from .op.core import multiplier
 from .op.elemwise import lut_table
 from .op.params import along, value_of
+from .qlinear_add import qlinear_add
 
 
 def _dtype(e) -> str:
@@ -307,22 +307,11 @@ def _add_like(sign):
 
 
 def _add_float32(call, a, b, sa, za, sb, zb, so, zo, sign):
-    """onnxruntime's QLinearAdd (fixed_point.add_float32): ``fma(ra, a, fma(rb, b, k))`` in float32,
-    each fused multiply-add as a float64 product and sum rounded to float32."""
+    """onnxruntime's QLinearAdd (fixed_point.add_float32) as one op (qlinear_add.py)."""
     vs = [value_of(v) for v in (sa, za, sb, zb, so, zo)]
     if any(v is None or v.size != 1 for v in vs):
         raise _unsupported(call, "FLOAT32 rounding needs constant per-tensor scales and zero points")
-    f = np.float32
-    (vsa, vza, vsb, vzb, vso, vzo) = (v.ravel()[0] for v in vs)
-    ra, rb = f(f(vsa) / f(vso)), f(sign) * f(f(vsb) / f(vso))
-    k = f(f(vzo) - f(np.float64(ra) * np.float64(f(vza)) + np.float64(f(rb * f(vzb)))))
-
-    def fma(x, r, c):
-        return ftf.cast(ft.add(ft.multiply(ftf.cast(x, "float64"), const(float(r), "float64")), c), "float32")
-
-    inner = fma(b, rb, const(float(k), "float64"))
-    y = ft.round(fma(a, ra, ftf.cast(inner, "float64")))
-    return _clip_cast(y, call.attrs.out_dtype or _dtype(a))
+    return qlinear_add(a, b, *(v.ravel()[0] for v in vs), sign, call.attrs.out_dtype or _dtype(a))
 
 
 def _mul(call, a, b, sa, za, sb, zb, so, zo):

@@ -39,6 +39,7 @@ from .op import elemwise as qelem
 from .op import nn as qnn_nn
 from .op.core import multiplier
 from .op.params import value_of
+from . import qlinear_add as _qlinear_add
 
 _CONV_ATTRS = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "pad_value": 0, "out_zp": 0,
                "out_dtype": "uint8", "rounding": "UPWARD", "tier": "vnni", "channels": 0}
@@ -545,4 +546,5 @@ def _conv_schedule_key(a) -> str:
 
 COMPUTES = {CONV2D_INT8.name: (_conv_compute, _conv_schedule_key), DENSE_INT8.name: (_dense_compute, "dense_int8"),
             DEPTHWISE_INT8.name: (_depthwise_compute, "depthwise_int8")}
+COMPUTES.update(_qlinear_add.COMPUTES)  # qnn.add's FLOAT32 form: any target (injective schedule)
 SCHEDULES = _schedules

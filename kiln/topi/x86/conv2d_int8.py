@@ -98,21 +98,48 @@ def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, ti
                           axis=[rco, ry, rx, rcq, r4])
     return te.compute((n, occ, oh, ow, lanes), fconv, name="conv2d_int8", tag=CONV_TAG,
                       attrs={"tier": tier, "lanes": lanes, "dtypes": (str(data.dtype), str(kernel.dtype)),
-                             "tile": int(tile_ow or default_tile_ow(ow, lanes)),
-                             "chunks": int(oc_chunks or default_chunks(occ, tier))})
+                             "tile": int(tile_ow or default_tile_ow(ow, lanes, tier, occ)),
+                             "chunks": int(oc_chunks or default_chunks(occ, tier, ow, lanes))})
 
 
-def default_tile_ow(width: int, lanes: int) -> int:
+def default_tile_ow(width: int, lanes: int, tier: str | None = None, blocks: int | None = None) -> int:
     """The untuned register tile: the widest divisor of the row up to 8 pixels (zmm: 8 accumulators
-    of 32 registers) or 6 (ymm/xmm: 16 registers)."""
+    of 32 registers) or 6 (ymm/xmm: 16 registers); the AVX2 / AVX-512BW tiers (given ``tier`` and
+    ``blocks``) take the tile of ``register_tile``."""
+    if tier in _REGISTER_MODEL and blocks is not None:
+        return register_tile(width, blocks, tier, lanes)[0]
     return tile_width(width, 8 if lanes >= 16 else 6)
 
 
-def default_chunks(blocks: int, tier: str) -> int:
+def default_chunks(blocks: int, tier: str, width: int | None = None, lanes: int | None = None) -> int:
     """Output blocks per register tile, untuned: 2 for vpdpbusd and the 16-bit vpmaddwd path (each
     broadcast of data then feeds two products; 2 x 8 accumulators fit 32 zmm), else 1 (the
-    vpmaddubsw sequence needs its own temporaries)."""
+    vpmaddubsw sequence needs its own temporaries); the AVX2 / AVX-512BW tiers (given ``width``
+    and ``lanes``) take the chunks of ``register_tile``."""
+    if tier in _REGISTER_MODEL and width is not None and lanes is not None:
+        return register_tile(width, blocks, tier, lanes)[1]
     return 2 if tier in ("vnni", "pmaddwd") and blocks % 2 == 0 else 1
+
+
+# vector registers a tile needs besides its accumulators: (per output block, fixed). pmaddwd: two
+# int16 weight vectors per block, a broadcast and a product; pmaddubsw: one weight vector per
+# block, the broadcast, the pair sums and the ones of vpmaddwd.
+_REGISTER_MODEL = {"pmaddwd": (2, 2), "pmaddubsw": (1, 3)}
+
+
+def register_tile(width: int, blocks: int, tier: str, lanes: int) -> tuple[int, int]:
+    """(pixels, output blocks) of the untuned tile of a 16-bit or vpmaddubsw conv: the most
+    accumulators that fit the register file (16 ymm / 32 zmm) with the tile's weights and
+    temporaries, pixels dividing the row; ties go to 2 blocks (fewer broadcasts per product).
+    A 7- or 14-pixel row then takes 7 pixels x 1 block (7 accumulators), not 1 or 2 x 2."""
+    per_block, fixed = _REGISTER_MODEL[tier]
+    regs = 32 if lanes >= 16 else 16
+    best = (0, 0, 1, 1)
+    for chunks in ((1, 2) if blocks % 2 == 0 else (1,)):
+        for tile in tile_candidates(width, 16):
+            if tile * chunks + per_block * chunks + fixed <= regs:
+                best = max(best, (tile * chunks, chunks, tile, chunks))
+    return best[2], best[3]
 
 
 def tile_candidates(width: int, most: int = 16) -> list:
