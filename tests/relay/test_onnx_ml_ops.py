@@ -1,5 +1,5 @@
-"""ai.onnx.ml Binarizer and ArrayFeatureExtractor, and MelWeightMatrix (computed at import),
-against onnxruntime."""
+"""ai.onnx.ml Binarizer and ArrayFeatureExtractor, MelWeightMatrix (computed at import) and N-d Col2Im,
+against onnxruntime (Col2Im against a numpy loop)."""
 
 from __future__ import annotations
 
@@ -52,3 +52,31 @@ def test_mel_weight_matrix(bins, dft, rate, lo, hi):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     got, want = _run_both(model, {"x": x})
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
+
+
+def _col2im_numpy(x, image, block, strides, dil, pads):
+    d = len(image)
+    n, ckk, _ = x.shape
+    kvol = int(np.prod(block))
+    padded = [image[a] + pads[a] + pads[a + d] for a in range(d)]
+    span = [(padded[a] - dil[a] * (block[a] - 1) - 1) // strides[a] + 1 for a in range(d)]
+    out = np.zeros((n, ckk // kvol, *padded), x.dtype)
+    for row in range(ckk):
+        ch, k = divmod(row, kvol)
+        koff = np.unravel_index(k, block)
+        for col in range(x.shape[2]):
+            pos = np.unravel_index(col, span)
+            at = tuple(pos[a] * strides[a] + koff[a] * dil[a] for a in range(d))
+            out[(slice(None), ch) + at] += x[:, row, col]
+    return out[(slice(None), slice(None)) + tuple(slice(pads[a], pads[a] + image[a]) for a in range(d))]
+
+
+def test_col2im_3d_with_pads_strides_dilations():
+    from kiln.relay.frontend.onnx.backend import KilnBackend
+
+    image, block, strides, dil, pads = [5, 6, 4], [2, 3, 2], [1, 2, 1], [2, 1, 1], [1, 0, 1, 0, 1, 1]
+    span = [(image[a] + pads[a] + pads[a + 3] - dil[a] * (block[a] - 1) - 1) // strides[a] + 1 for a in range(3)]
+    x = np.random.default_rng(1).standard_normal((2, 2 * 12, int(np.prod(span)))).astype("float32")
+    node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"], strides=strides, dilations=dil, pads=pads)
+    (y,) = KilnBackend.run_node(node, [x, np.array(image, "int64"), np.array(block, "int64")], opset_version=18)
+    np.testing.assert_allclose(y, _col2im_numpy(x, image, block, strides, dil, pads), rtol=1e-5, atol=1e-5)

@@ -23,7 +23,7 @@ def _col2im(ctx, ins, attrs):
     image = _ints(ctx, ins[1], "input 'image_shape'")
     block = _ints(ctx, ins[2], "input 'block_shape'")
     if len(image) != 2:
-        ctx.fail(f"image_shape {image}: kiln converts 2-D Col2Im")
+        return _col2im_nd(ctx, x, image, block, attrs)
     n, ckk, length = ctx.shape_of(x)
     kh, kw = block
     c = ckk // (kh * kw)
@@ -40,6 +40,37 @@ def _col2im(ctx, ins, attrs):
     cols = tf.reshape(x, (n, ckk, span[0], span[1]))
     return nn.conv2d_transpose(cols, const(weight), strides=strides, padding=(pads[0], pads[1], pads[2], pads[3]),
                                dilation=dil, channels=c, kernel_size=(kh, kw))
+
+
+def _col2im_nd(ctx, x, image, block, attrs):
+    """Col2Im of any rank: every column entry added at its place in the padded image (a constant
+    index map, one scatter-add), then the padding cut off."""
+    d = len(image)
+    n, ckk, length = (int(v) for v in ctx.shape_of(x))
+    kvol = int(np.prod(block))
+    c = ckk // kvol
+    dil = list(attrs.get("dilations", [1] * d))
+    strides = list(attrs.get("strides", [1] * d))
+    pads = list(attrs.get("pads", [0] * 2 * d))
+    padded = [image[a] + pads[a] + pads[a + d] for a in range(d)]
+    span = [(padded[a] - dil[a] * (block[a] - 1) - 1) // strides[a] + 1 for a in range(d)]
+    if c * kvol != ckk or int(np.prod(span)) != length:
+        ctx.fail(f"input [{n}, {ckk}, {length}] does not hold the blocks of image_shape {image}, block_shape {block} "
+                 f"and the attributes ({c} x {kvol} rows of {int(np.prod(span))} blocks)")
+    ctx.allocation((n, c * int(np.prod(padded))), ctx.type_of(x).dtype)
+    k = np.indices(block).reshape(d, -1)          # offsets inside a block, row-major
+    s = np.indices(span).reshape(d, -1)           # block positions, row-major
+    coords = s[:, None, :] * np.array(strides)[:, None, None] + k[:, :, None] * np.array(dil)[:, None, None]
+    place = np.ravel_multi_index(tuple(coords), padded)                     # [kvol, length]
+    index = (np.arange(c)[:, None, None] * int(np.prod(padded)) + place[None]).reshape(1, -1)
+    zeros = const(np.zeros((n, c * int(np.prod(padded))), ctx.type_of(x).dtype))
+    flat = scatter.scatter_elements(zeros, const(np.repeat(index, n, 0).astype(np.int64)),
+                                    tf.reshape(x, (n, ckk * length)), axis=1, reduction="add")
+    y = tf.reshape(flat, (n, c, *padded))
+    if any(pads):
+        y = tf.strided_slice(y, [pads[a] for a in range(d)], [pads[a] + image[a] for a in range(d)],
+                             axes=list(range(2, 2 + d)))
+    return y
 
 
 def _max_unpool(ctx, ins, attrs):
