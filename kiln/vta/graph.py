@@ -1,10 +1,14 @@
-"""Graph packing: a QNN relay graph runs its convolutions on the accelerator, the rest on the CPU.
+"""Graph packing: a QNN relay graph runs its convolutions and dense layers on the accelerator,
+the rest on the CPU.
 
 ``graph_pack(mod)`` finds each chain ``qnn.conv2d -> [add int32 constant bias] ->
 qnn.requantize -> [clip]`` whose requantize is a power-of-two scale ratio (rounding UPWARD, zero
 points 0), whose channels are multiples of the blocks and whose input is not the 3-channel stem,
 and compiles it for the accelerator (``top.conv2d`` with the cost model's tile, bias in the
-accumulator SRAM, ``(acc + 2**(k-1)) >> k`` and the clip on the ALU). Everything between those
+accumulator SRAM, ``(acc + 2**(k-1)) >> k`` and the clip on the ALU). A ``qnn.dense`` chain of
+the same form with batch, input and output sizes in whole blocks becomes ``top.dense`` the same
+way (``top.dense_tile``: the largest tiles that fit); ResNet-18's 1000-class classifier is not in
+whole 16-blocks and stays on the CPU. Everything between those
 chains is cut into CPU functions (maximal runs in graph order) compiled by ``relay.build`` for
 the host. ``PackedGraph.run(**inputs)`` executes the steps in order, packing activations into
 the accelerator's NCHW{n}{c} layout and back at each boundary.
@@ -36,7 +40,11 @@ class _Chain:
     bias: np.ndarray | None
     shift: int
     clip: tuple
-    shape: top.ConvShape
+    shape: object  # top.ConvShape, or top.DenseShape for a dense chain
+
+    @property
+    def kind(self) -> str:
+        return "dense" if isinstance(self.shape, top.DenseShape) else "conv2d"
 
 
 def _const(e):
@@ -81,6 +89,8 @@ def _match(env, call, uses) -> _Chain | None:
             return None
         bias, members = b.reshape(-1), members + [x]
         x = x.args[0]
+    if name(x) == "qnn.dense" and uses.get(x, 0) == 1:
+        return _match_dense(env, root, members, x, bias, req, clip, (si, so))
     if name(x) != "qnn.conv2d" or uses.get(x, 0) != 1:
         return None
     conv = x
@@ -95,9 +105,8 @@ def _match(env, call, uses) -> _Chain | None:
     pad = tuple(a.padding)
     if len(set(pad)) != 1 or a.strides[0] != a.strides[1]:
         return None
-    real = (si / so) if si else 0.0
-    k = -math.log2(real) if real > 0 else -1
-    if k < 0 or k != int(k) or abs(si - sx * sw) > 1e-12 * abs(si):
+    k = _shift_of(si, so, sx, sw)
+    if k is None:
         return None
     n, c, h, wd = (int(d) for d in data_t.shape)
     o, _, kh, kw = w.shape
@@ -107,6 +116,58 @@ def _match(env, call, uses) -> _Chain | None:
         return None
     shape = top.ConvShape(n, c, h, wd, o, kh, kw, int(a.strides[0]), pad[0])
     return _Chain(root, tuple(members + [conv]), conv.args[0], w, bias, int(k), clip, shape)
+
+
+def _shift_of(si, so, sx, sw):
+    """k when the requantize ratio si/so is 2**-k (k >= 0) and si = sx * sw, else None."""
+    real = (si / so) if si else 0.0
+    k = -math.log2(real) if real > 0 else -1
+    if k < 0 or k != int(k) or abs(si - sx * sw) > 1e-12 * abs(si):
+        return None
+    return int(k)
+
+
+def _match_dense(env, root, members, dense, bias, req, clip, scales):
+    """A ``qnn.dense -> [+ bias] -> requantize -> [clip]`` chain with blocked sizes, or None."""
+    from kiln.relay.expr import Call
+    w = _const(dense.args[1])
+    zx, zw, sx, sw = (_scalar(a) for a in dense.args[2:])
+    data_t = dense.args[0].checked_type
+    if w is None or w.dtype != np.int8 or w.ndim != 2 or zx or zw or None in (sx, sw) or \
+            str(data_t.dtype) != "int8" or len(data_t.shape) != 2 or not isinstance(root, Call):
+        return None
+    k = _shift_of(*scales, sx, sw)
+    m, kk = (int(d) for d in data_t.shape)
+    n = w.shape[0]
+    if k is None or m % env.BATCH or kk % env.BLOCK_IN or n % env.BLOCK_OUT or \
+            (bias is not None and bias.size != n):
+        return None
+    return _Chain(root, tuple(members + [dense]), dense.args[0], w, bias, k, clip, top.DenseShape(m, kk, n))
+
+
+class _VTADenseStep:
+    def __init__(self, env, chain: _Chain):
+        self.chain, self.env = chain, env
+        m, k, n = chain.shape.m, chain.shape.k, chain.shape.n
+        has_bias = chain.bias is not None
+        tn, tk, vt = top.dense_tile(env, m, k, n, bias=has_bias)
+        self.tile, self.model_cycles = (tn, tk, vt), None
+        tens = top.dense(env, m, k, n, chain.shift, chain.clip, round_half_up=True, bias=has_bias)
+        s, args = top.schedule_dense(env, tens, tn, tk, vt)
+        self.module = vta_build(s, args, env.target, name="dense", env=env)
+        self.weight = top.pack_nk(chain.weight, env.BLOCK_OUT, env.BLOCK_IN)
+        if has_bias:
+            b = chain.bias.reshape(-1, 1, env.BLOCK_OUT)
+            self.bias = np.ascontiguousarray(np.broadcast_to(b, (b.shape[0], env.BATCH, env.BLOCK_OUT)))
+        self.out_shape = tuple(int(d.value) for d in args[-1].shape)
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        xp = top.pack_nk(np.ascontiguousarray(x), self.env.BATCH, self.env.BLOCK_IN)
+        out = np.empty(self.out_shape, np.int8)
+        arrays = [xp, self.weight] + ([self.bias] if self.chain.bias is not None else []) + [out]
+        self.module(*arrays)
+        self.stats = self.module["dense"].last_stats
+        return top.unpack_nk(out)
 
 
 class _VTAStep:
@@ -225,10 +286,11 @@ def graph_pack(mod, env=None, target: str = "llvm", log=None) -> PackedGraph:
         if node in chains:
             flush()
             t0 = time.perf_counter()
-            step = _VTAStep(env, chains[node])
+            ch = chains[node]
+            step = (_VTADenseStep if ch.kind == "dense" else _VTAStep)(env, ch)
             steps.append(("vta", step))
             if log:
-                log(f"vta step: conv {chains[node].shape} tile {step.tile}, built in {time.perf_counter() - t0:.1f} s")
+                log(f"vta step: {ch.kind} {ch.shape} tile {step.tile}, built in {time.perf_counter() - t0:.1f} s")
         elif node not in member:
             pending.append(node)
     flush()

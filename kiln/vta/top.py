@@ -48,6 +48,15 @@ class ConvShape:
         return (self.w + 2 * self.pad - self.kw) // self.stride + 1
 
 
+@dataclass(frozen=True)
+class DenseShape:
+    """(m, k) x (n, k)^T: batch rows, input features, output features."""
+
+    m: int
+    k: int
+    n: int
+
+
 def conv2d(env, shape: ConvShape, shift: int, clip=(-128, 127), round_half_up: bool = False, bias: bool = False):
     """The packed conv2d + requantize: (data, kernel, data_pad, acc, alu, res) tensors.
 
@@ -138,8 +147,11 @@ def schedule_conv2d(env, tensors, tile: Tile):
     return s, [data, kernel, res]
 
 
-def dense(env, m: int, k: int, n: int, shift: int, clip=(-128, 127)):
-    """Packed dense: data (M/BATCH, K/BLOCK_IN, BATCH, BLOCK_IN) x weight (N/BLOCK_OUT, K/BLOCK_IN, BLOCK_OUT, BLOCK_IN)."""
+def dense(env, m: int, k: int, n: int, shift: int, clip=(-128, 127), round_half_up: bool = False, bias: bool = False):
+    """Packed dense: data (M/BATCH, K/BLOCK_IN, BATCH, BLOCK_IN) x weight (N/BLOCK_OUT, K/BLOCK_IN,
+    BLOCK_OUT, BLOCK_IN), requantized as conv2d's: ``clip((acc [+ bias] [+ 2**(shift-1)]) >> shift)``.
+    Returns (data, weight, acc, alu, res) and, with bias, the int32 (N/BLOCK_OUT, BATCH, BLOCK_OUT)
+    bias tensor last."""
     from kiln import te
 
     B, BI, BO = env.BATCH, env.BLOCK_IN, env.BLOCK_OUT
@@ -151,15 +163,42 @@ def dense(env, m: int, k: int, n: int, shift: int, clip=(-128, 127)):
         data[i, ko, b, ki].astype(env.acc_dtype) * weight[j, ko, c, ki].astype(env.acc_dtype), axis=[ko, ki]),
         name="res_gemm")
     lo, hi = clip
-    out = te.compute(acc.shape, lambda *i: te.min(te.max(acc(*i) >> shift, lo), hi), name="res_alu")
+    half = (1 << (shift - 1)) if round_half_up and shift > 0 else 0
+    bias_t = te.placeholder((n // BO, B, BO), env.acc_dtype, name="bias") if bias else None
+
+    def total(i, j, b, c):
+        return acc[i, j, b, c] + bias_t[j, b, c] if bias else acc[i, j, b, c]
+    if half:
+        out = te.compute(acc.shape, lambda *i: te.min(te.max((total(*i) + half) >> shift, lo), hi), name="res_alu")
+    else:
+        out = te.compute(acc.shape, lambda *i: te.min(te.max(total(*i) >> shift, lo), hi), name="res_alu")
     res = te.compute(acc.shape, lambda *i: out(*i).astype(env.out_dtype), name="res")
-    return data, weight, acc, out, res
+    return (data, weight, acc, out, res) + ((bias_t,) if bias else ())
+
+
+def dense_tile(env, m: int, k: int, n: int, bias: bool = False) -> tuple:
+    """(tile_n, tile_k, vthreads) for schedule_dense: the largest output- and reduction-block
+    tiles that fit the SRAMs (two virtual threads when the output tile splits), or a
+    CompileError naming the SRAM that cannot hold even one block of each."""
+    from kiln.errors import CompileError
+
+    mb, kb, nb = m // env.BATCH, k // env.BLOCK_IN, n // env.BLOCK_OUT
+    for tn in sorted((d for d in range(1, nb + 1) if nb % d == 0), reverse=True):
+        for tk in sorted((d for d in range(1, kb + 1) if kb % d == 0), reverse=True):
+            vt = 2 if tn % 2 == 0 else 1
+            use = {"inp": vt * mb * tk, "wgt": tn * tk, "acc": (2 + bias) * mb * tn}
+            if use["inp"] <= env.INP_DEPTH and use["wgt"] <= env.WGT_DEPTH and use["acc"] <= env.ACC_DEPTH:
+                return tn, tk, vt
+    raise CompileError(f"vta dense {m}x{k}x{n}: one block of output and reduction needs {mb} inp, 1 wgt and "
+                       f"{(2 + bias) * mb} acc blocks; the SRAMs hold {env.INP_DEPTH}, {env.WGT_DEPTH} and "
+                       f"{env.ACC_DEPTH}")
 
 
 def schedule_dense(env, tensors, tile_n: int, tile_k: int, vthreads: int = 1):
     from kiln import te
 
-    data, weight, acc, out, res = tensors
+    data, weight, acc, out, res = tensors[:5]
+    bias = tensors[5] if len(tensors) > 5 else None
     s = te.create_schedule(res.op)
     i, j, b, c = s[res].op.axis
     j_o, j_i = s[res].split(j, factor=tile_n)
@@ -183,6 +222,11 @@ def schedule_dense(env, tensors, tile_n: int, tile_k: int, vthreads: int = 1):
         s[t].compute_at(s[acc], ko_o)
         s[t].pragma(s[t].op.axis[0], env.dma_copy)
     s[acc].tensorize(ab, env.gemm)
+    if bias is not None:
+        cbias = s.cache_read(bias, env.acc_scope, [out])
+        s[cbias].compute_at(s[res], attach)
+        s[cbias].pragma(s[cbias].op.axis[0], env.dma_copy)
+        return s, [data, weight, bias, res]
     return s, [data, weight, res]
 
 
@@ -195,6 +239,17 @@ def pack_nchw(x: np.ndarray, batch: int, block: int) -> np.ndarray:
 def unpack_nchw(x: np.ndarray) -> np.ndarray:
     nb, cb, h, w, b, c = x.shape
     return x.transpose(0, 4, 1, 5, 2, 3).reshape(nb * b, cb * c, h, w)
+
+
+def pack_nk(x: np.ndarray, rows: int, block: int) -> np.ndarray:
+    """(M, K) -> (M/rows, K/block, rows, block): dense data (rows = BATCH) and weights (rows = BLOCK_OUT)."""
+    m, k = x.shape
+    return x.reshape(m // rows, rows, k // block, block).transpose(0, 2, 1, 3).copy()
+
+
+def unpack_nk(x: np.ndarray) -> np.ndarray:
+    mb, nb, b, c = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(mb * b, nb * c)
 
 
 def pack_oihw(w: np.ndarray, bo: int, bi: int) -> np.ndarray:

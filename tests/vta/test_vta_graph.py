@@ -97,3 +97,38 @@ def test_relay_quantize_power2_small_residual_net():
     packed = graph.graph_pack(imod)
     assert len(packed.chains) == 4 and all(c.shape.c == 16 for c in packed.chains)
     np.testing.assert_array_equal(packed.run(data=data)[0], want)
+
+
+def test_qnn_dense_chains_on_the_accelerator():
+    """Two power-of-two requantized qnn.dense layers (bias, ReLU clip) with a CPU op between: both
+    on the accelerator, bit-exact with the CPU int8 build; a 10-unit dense (not whole blocks) stays
+    on the CPU."""
+    from kiln.ir.module import IRModule
+    from kiln.relay import qnn
+
+    rng = np.random.default_rng(5)
+    C = relay.const
+    sa, sw = 2.0 ** -4, 2.0 ** -6
+
+    def dense(x, k, n, relu):
+        w = rng.integers(-60, 61, (n, k)).astype(np.int8)
+        y = qnn.op.dense(x, C(w), C(0), C(0), C(sa), C(sw), units=n)
+        y = relay.add(y, C(rng.integers(-3000, 3000, (n,)).astype(np.int32)))
+        y = qnn.op.requantize(y, C(sa * sw), C(0), C(sa), C(0), rounding="UPWARD", out_dtype="int8")
+        return relay.clip(y, 0, 127) if relu else y
+
+    x = relay.var("data", shape=(4, 64), dtype="int8")
+    y = dense(x, 64, 32, True)
+    y = relay.maximum(y, C(np.full((32,), 5, np.int8)))  # a CPU op between
+    y = dense(y, 32, 48, False)
+    logits = qnn.op.dense(y, C(rng.integers(-20, 21, (10, 48)).astype(np.int8)), C(0), C(0), C(sa), C(sw), units=10)
+    mod = IRModule.from_expr(relay.Function([x], logits))
+    data = rng.integers(-128, 128, (4, 64)).astype(np.int8)
+    want = _cpu(mod, data)
+    packed = graph.graph_pack(mod)
+    assert sorted((c.kind, (c.shape.m, c.shape.k, c.shape.n)) for c in packed.chains) == \
+        [("dense", (4, 32, 48)), ("dense", (4, 64, 32))]
+    assert [kind for kind, _ in packed.steps] == ["vta", "cpu", "vta", "cpu"]
+    assert len(np.unique(want)) > 10
+    for mode in ("functional", "cycle"):
+        np.testing.assert_array_equal(packed.set_mode(mode).run(data=data)[0], want)
