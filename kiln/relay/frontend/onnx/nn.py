@@ -205,6 +205,39 @@ def _batch_norm_training(ctx, ins, attrs):
     return [y, blend(mean, batch_mean), blend(var, batch_var)]
 
 
+def _max_pool_with_indices(ctx, x, kernel, strides, dil, pads, ceil: bool, storage_order: int):
+    """MaxPool and its Indices output: every window gathered from the padded input by a constant
+    index map (padding at -inf never wins), max and first argmax along it, and the winner's flat
+    index into the input (NCHW row-major; storage_order 1: H and W column-major)."""
+    n, c, h, w = (int(d) for d in ctx.shape_of(x))
+    top, left, bottom, right = pads
+    span = []
+    for size, k, s, d, lo, hi in zip((h, w), kernel, strides, dil, (top, left), (bottom, right)):
+        extent = size + lo + hi - d * (k - 1) - 1
+        span.append((-(-extent // s) if ceil else extent // s) + 1)
+    oh, ow = span
+    # enough padding below/right for ceil_mode's last windows
+    hp = max(h + top + bottom, (oh - 1) * strides[0] + dil[0] * (kernel[0] - 1) + 1)
+    wp = max(w + left + right, (ow - 1) * strides[1] + dil[1] * (kernel[1] - 1) + 1)
+    ctx.allocation((n * c, oh * ow, kernel[0] * kernel[1]), ctx.type_of(x).dtype, "window gather")
+    lowest = float(np.finfo(np.dtype(str(ctx.type_of(x).dtype))).min)
+    padded = nn.pad(x, [(0, 0), (0, 0), (top, hp - h - top), (left, wp - w - left)], pad_value=lowest)
+    ky, kx = np.meshgrid(np.arange(kernel[0]) * dil[0], np.arange(kernel[1]) * dil[1], indexing="ij")
+    oy, ox = np.meshgrid(np.arange(oh) * strides[0], np.arange(ow) * strides[1], indexing="ij")
+    rows = oy.reshape(-1, 1) + ky.reshape(1, -1)                       # [windows, taps] in padded coords
+    cols = ox.reshape(-1, 1) + kx.reshape(1, -1)
+    patches = tf.take(tf.reshape(padded, (n * c, hp * wp)), const((rows * wp + cols).astype(np.int64)), axis=1)
+    y = tf.reshape(reduce.max(patches, axis=2), (n, c, oh, ow))
+    tap = reduce.argmax(patches, axis=2)                               # [n*c, windows], first maximum
+    ih, iw = rows - top, cols - left                                   # input coords (padding never wins)
+    place = iw * h + ih if storage_order == 1 else ih * w + iw
+    within = tf.take(const(place.reshape(-1).astype(np.int64)),
+                     tensor.add(tf.cast(tap, "int64"), const((np.arange(oh * ow) * rows.shape[1]).reshape(1, -1)
+                                                              .astype(np.int64))), axis=0, mode="clip")
+    base = const((np.arange(n * c) * h * w).reshape(-1, 1).astype(np.int64))
+    return [y, tf.reshape(tensor.add(within, base), (n, c, oh, ow))]
+
+
 def _pool(kind):
     def convert(ctx, ins, attrs):
         x = ins[0]
@@ -216,7 +249,8 @@ def _pool(kind):
         ceil = bool(attrs.get("ceil_mode", 0))
         if kind == "max":
             if len(ctx.node.output) > 1 and ctx.node.output[1]:
-                ctx.fail("the Indices output of MaxPool is not supported")
+                return _max_pool_with_indices(ctx, x, kernel, strides, dil, pads, ceil,
+                                              int(attrs.get("storage_order", 0)))
             return nn_pool.max_pool2d(x, kernel, strides, dil, pads, ceil_mode=ceil)
         return nn_pool.avg_pool2d(x, kernel, strides, dil, pads, ceil_mode=ceil,
                                   count_include_pad=bool(attrs.get("count_include_pad", 0)))
