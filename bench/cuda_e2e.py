@@ -76,6 +76,10 @@ def conv_variant(name: str) -> None:
         gconv.BUSY_THREADS *= 2
     elif name == "shape":  # the output-shape-driven tiles for every layer kind (3x3 included)
         gconv.default_config = gconv.shape_config
+    elif name.startswith("tc-busy="):  # warps the float16 tensor-core convs aim at (topi/cuda/tensorcore.py)
+        from kiln.topi.cuda import tensorcore
+
+        tensorcore.BUSY_WARPS = int(name.split("=")[1])
     elif name != "default":
         raise SystemExit(f"bench/cuda_e2e.py: no conv variant {name!r} (default, old, busy2x, shape)")
 

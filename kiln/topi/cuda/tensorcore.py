@@ -146,42 +146,50 @@ def _pixel_step(p: int) -> int:
     return 16 if p > 64 else min(64, _round_up(p, 16))
 
 
-BUSY_BLOCKS = 128  # about one block per multiprocessor (an H100/H200 has 132)
+# Warps an NCHW conv's GEMM aims at: 16 per multiprocessor (an H100/H200 has 132), so that
+# while some wait for their gathered input tile (plain loads: the im2col of a 3x3 conv cannot be
+# cp.async) the others compute. Measured on the H200 (bench/cuda_e2e.py, ncu): with one 4-warp
+# block per multiprocessor the 3x3 layers of ResNet-18 took 20-32 us each, bound by that latency.
+BUSY_WARPS = 16 * 132
 
 
 def conv_config(f: int, q: int, k: int, cfg=None) -> dict:
     """Untuned tiles of an NCHW implicit GEMM (f output channels x q pixels x k reduction terms,
-    each padded to a multiple of 16): the largest block tile (64 x 64 down to 16 x 16) that
-    best fills ``BUSY_BLOCKS`` blocks times the tile's reuse of what it loads, 4 warps where the
-    tile allows. Where too few blocks remain (batch-1 7 x 7 and 14 x 14 layers), the reduction
+    each padded to a multiple of 16): the block tile (64 x 64 down to 16 x 16, 4 warps where it
+    allows) that keeps the most warps in flight, up to ``BUSY_WARPS``, then the one that reuses
+    its loads most. Where too few blocks remain (batch-1 7 x 7 and 14 x 14 layers), the reduction
     is split into ``split_k`` slices computed by separate blocks and summed by the output kernel."""
     from kiln.target import Target
 
     steps = k // WMMA
 
-    def split_for(blocks: int, chunk: int) -> int:
+    def warps(bm, bn):
+        return (2 if bm >= 32 else 1) * (2 if bn >= 32 else 1)
+
+    def split_for(blocks: int, chunk: int, per_block: int) -> int:
         split = 1
         # partial sums cost memory traffic: many slices only for long reductions
         most = 16 if steps // chunk >= 32 else 4
-        while blocks * split < BUSY_BLOCKS and split < most and steps % (chunk * split * 2) == 0 and \
+        while blocks * split * per_block < BUSY_WARPS and split < most and steps % (chunk * split * 2) == 0 and \
                 steps // (chunk * split * 2) >= 2:
             split *= 2
         return split
 
-    def score(choice):  # blocks in flight (up to one per multiprocessor) x the tile's reuse of its loads
+    def score(choice):  # warps in flight (up to BUSY_WARPS), then the tile's reuse of its loads
         (bm, bn), chunk = choice
-        blocks = (f // bm) * (q // bn)
-        return min(blocks * split_for(blocks, chunk), BUSY_BLOCKS) * bm * bn / (bm + bn), bm * bn, chunk
+        blocks, per_block = (f // bm) * (q // bn), warps(bm, bn)
+        busy = min(blocks * split_for(blocks, chunk, per_block) * per_block, BUSY_WARPS)
+        return busy, bm * bn / (bm + bn), chunk
 
     options = [((bm, bn), chunk)
                for bm, bn in ((64, 64), (64, 32), (32, 64), (32, 32), (16, 64), (32, 16), (16, 32), (16, 16))
                for chunk in ([c for c in (4, 2) if steps % c == 0] or [1]) if f % bm == 0 and q % bn == 0]
     (bm, bn), chunk = max(options, key=score)
-    split = split_for((f // bm) * (q // bn), chunk)
+    split = split_for((f // bm) * (q // bn), chunk, warps(bm, bn))
     brw, bcw = (2 if bm >= 32 else 1), (2 if bn >= 32 else 1)
     conf = {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": bm // (WMMA * brw),
             "warp_col_tiles": bn // (WMMA * bcw), "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": 0,
-            "mma": 0, "raster": 1, "split_k": split}
+            "mma": 0, "raster": 1, "split_k": split, "unroll_fetch": 1}
     target = Target.current(allow_none=True)
     limit = (target.attrs.get("max_shared_memory_per_block") if target is not None else None) or 48 * 1024
     for stages in (3, 2):
@@ -486,5 +494,7 @@ def _schedule_slab(sh, cf, ko, conf, k_rows=False):
     sh.bind(tx, thread("x"))
     if vec > 1:
         sh.vectorize(v)
+    if conf.get("unroll_fetch", 0):  # every load of the slab in flight at once
+        sh.unroll(fused)
     if conf.get("double_buffer", 0):
         sh.double_buffer(max(2, conf["double_buffer"]))
