@@ -97,10 +97,11 @@ class _Importer:
             self.inputs.append(v)
 
     def check_supported(self):
+        from .quantized import QCONVERTERS
         missing: dict = {}
         for node in self.graph.nodes():
             kind = node.kind()
-            if kind.startswith("prim::") or _key(kind) in self.converters:
+            if kind.startswith("prim::") or _key(kind) in self.converters or _key(kind) in QCONVERTERS:
                 continue
             missing.setdefault(kind, 0)
             missing[kind] += 1
@@ -118,6 +119,9 @@ class _Importer:
         return Function(self.inputs, outs[0] if len(outs) == 1 else Tuple(outs))
 
     def _as_expr(self, value):
+        from .quantized import QTensor
+        if isinstance(value, QTensor):  # a quantized result: its integers
+            return value.expr
         if isinstance(value, RelayExpr):
             return value
         if isinstance(value, (list, tuple)):
@@ -144,8 +148,17 @@ class _Importer:
             self.values[out.unique()] = value
 
     def call(self, node, kind, ins, n_out):
-        fn = self.converters.get(_key(kind))
+        from . import quantized as Q
         ctx = Ctx(node)
+        if Q.is_quantized_call(_key(kind), ins):
+            try:
+                out = Q.convert(ctx, _key(kind), ins, self.converters)
+            except ImportError_:
+                raise
+            except (KilnError, ValueError, TypeError, IndexError) as e:
+                raise ImportError_(f"from_pytorch: {ctx.where}: {e}") from e
+            return list(out) if n_out > 1 else [out]
+        fn = self.converters.get(_key(kind))
         if fn is None:
             ctx.fail("has no converter; supported ops are listed in docs/frontends.md")
         try:
