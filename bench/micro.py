@@ -170,13 +170,26 @@ def int8_section(work: str) -> None:
             check_against_host(mod, params, inputs, r["outputs"]["output"], name)
             counted[name] = r["cycles"] * 1e9 / hz[template]
             sz = p.sizes()
-            print(f"DS-CNN {name} on {cpu}: {counted[name] / 1e6:.2f} M instructions; flash {sz['flash']:,} B, "
+            print(f"DS-CNN {name} on {cpu}: {counted[name] / 1e6:.2f} M instructions; flash {sz['flash']:,} B "
+                  f"(kernels {sz['kernels']:,} B, constants {sz['constants']:,} B, CRT + AOT glue {sz['glue']:,} B), "
                   f"RAM {sz['ram']:,} B; AOT arena {lib.plan.workspace_size:,} B (peak of live activations "
                   f"{lib.plan.peak_live_bytes:,} B), constants {lib.plan.constant_size:,} B")
+            if name == "int8":
+                per_layer(p.dir + "_profile", template, lib, inputs, hz[template])
         print(f"DS-CNN on {cpu}: int8 / float32 instructions {counted['int8'] / counted['float32']:.2f} "
-              "(1x1 convs on the DSP/MVE dot product; the first conv, the depthwise convs and the int64 "
-              "requantization are plain C)")
+              "(stem and 1x1 convs on the DSP/MVE dot product, depthwise convs plain C, requantize in 32-bit)")
         tune_dense_int8(work, template, cpu)
+
+
+def per_layer(project_dir: str, template: str, lib, inputs, hz: float) -> None:
+    """Instructions of each kernel call (the firmware with ``profile``: SysTick around each call)."""
+    p = micro.project.generate_project(micro.get_microtvm_template_projects(template), lib, project_dir,
+                                       {"inputs": inputs, "profile": True})
+    p.build()
+    layers = p.run()["layers"]
+    total = sum(t for _, t in layers)
+    for name, ticks in layers:
+        print(f"    {ticks * 1e9 / hz / 1e3:9.1f} k  {100.0 * ticks / total:5.1f} %  {name}")
 
 
 def check_against_host(mod, params, inputs, got, name) -> None:

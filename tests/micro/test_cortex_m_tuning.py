@@ -59,3 +59,102 @@ def test_grid_search_on_the_board_finds_the_default_within_15_percent(tmp_path):
     assert costs[str(templates.default_config(task))] <= 1.15 * best
     naive = max(v for k, v in costs.items() if "'plain'" in k)
     assert naive >= 1.5 * best
+
+
+def _conv_tasks():
+    """The conv tasks relay extracts from a small int8 CNN (direct stem, depthwise, 1x1) for the M4."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_cortex_m_conv import _model
+    _, mod, _ = _model(np.random.default_rng(5))
+    tasks = autotvm.task.extract_from_program(mod, target="c -keys=arm_cpu -mcpu=cortex-m4")
+    return {t.name + ("/1x1" if t.args[1][1][2:] == (1, 1) else ""): t for t in tasks}
+
+
+def test_relay_int8_convs_are_tasks_with_the_cortex_m_knobs_and_the_default_in_the_space():
+    """extract_from_program returns the Cortex-M int8 convs as tasks (kiln/topi/cortex_m/tuning.py);
+    the fallback (what relay builds untuned) is a point of each space."""
+    tasks = _conv_tasks()
+    assert sorted(tasks) == ["conv2d_nchw.arm_cpu", "conv2d_nchw.arm_cpu/1x1", "depthwise_conv2d_nchw.arm_cpu"]
+    knobs = {name: sorted(t.config_space.space_map) for name, t in tasks.items()}
+    assert knobs == {"conv2d_nchw.arm_cpu": ["isa", "rows"], "conv2d_nchw.arm_cpu/1x1": ["cols", "isa", "rows"],
+                     "depthwise_conv2d_nchw.arm_cpu": ["isa"]}
+    for t in tasks.values():
+        fallback = FallbackConfigEntity()
+        t.instantiate(fallback)
+        points = [{k: c[k].val for k in t.config_space.space_map} for c in
+                  (t.config_space.get(i) for i in range(len(t.config_space)))]
+        assert {k: fallback[k].val for k in t.config_space.space_map} in points
+
+
+def test_the_default_conv_beats_the_naive_schedule_on_the_board(tmp_path):
+    """The 1x1 task on the M4F board: the untuned default >= 1.5x fewer instructions than plain loops."""
+    t = _conv_tasks()["conv2d_nchw.arm_cpu/1x1"]
+    fallback = FallbackConfigEntity()
+    t.instantiate(fallback)
+    naive = next(t.config_space.get(i) for i in range(len(t.config_space)) if t.config_space.get(i)["isa"].val == "plain")
+    n, d = _instructions(t, naive, tmp_path / "n"), _instructions(t, fallback, tmp_path / "d")
+    assert n >= 1.5 * d, (n, d)
+
+
+@pytest.mark.heavy
+def test_ds_cnn_conv_tasks_tuned_on_the_board(tmp_path):
+    """DS-CNN's int8 conv tasks (the published shapes, quantized by onnxruntime) grid-searched on the
+    M4F board by instruction count: each tuned best >= 1.5x fewer than its naive schedule, the
+    untuned default within 15 % of the best; the tuned log builds a model equal to the host's."""
+    import os
+    import sys
+    onnx = pytest.importorskip("onnx")
+    oq = pytest.importorskip("onnxruntime.quantization")
+    sys.path.insert(0, os.path.dirname(__file__))
+    from ds_cnn_model import SHAPE, ds_cnn
+    from kiln import micro, relay
+    from kiln.contrib import graph_executor
+    from kiln.relay.backend import Executor
+
+    model, inputs = ds_cnn()
+    onnx.save(model, str(tmp_path / "f.onnx"))
+
+    class Calibration(oq.CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(0)
+            self.data = iter([{"input": rng.standard_normal(SHAPE).astype("float32")} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.data, None)
+
+    oq.quantize_static(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"), Calibration(), quant_format=oq.QuantFormat.QDQ,
+                       activation_type=oq.QuantType.QInt8, weight_type=oq.QuantType.QInt8, per_channel=True)
+    mod, params = relay.frontend.from_onnx(onnx.load(str(tmp_path / "q.onnx")))
+    target = "c -keys=arm_cpu -mcpu=cortex-m4"
+    tasks = [t for t in autotvm.task.extract_from_program(mod, params=params, target=target) if "conv" in t.name]
+    assert len(tasks) == 3
+    log = str(tmp_path / "tune.json")
+    option = autotvm.measure_option(builder=micro_autotvm.MicroBuilder(n_parallel=2),
+                                    runner=micro_autotvm.MicroRunner("qemu-mps2-an386", number=1))
+    for t in tasks:
+        autotvm.tuner.GridSearchTuner(t).tune(n_trial=len(t.config_space), measure_option=option,
+                                              callbacks=[autotvm.callback.log_to_file(log)])
+        fallback = FallbackConfigEntity()
+        t.instantiate(fallback)
+        want = {k: fallback[k].val for k in t.config_space.space_map}
+        costs = {}
+        for inp, res in autotvm.record.load_from_file(log):
+            if inp.task.workload == t.workload and res.error_no == 0:
+                costs[tuple(sorted((k, inp.config[k].val) for k in t.config_space.space_map))] = np.mean(res.costs)
+        assert len(costs) == len(t.config_space), t
+        best = min(costs.values())
+        naive = min(v for k, v in costs.items() if dict(k)["isa"] == "plain")
+        assert naive >= 1.5 * best, (t.name, naive, best)
+        assert costs[tuple(sorted(want.items()))] <= 1.15 * best, (t.name, costs, want)
+    with autotvm.apply_history_best(log):
+        lib = relay.build(mod, target=target, params=params,
+                          executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}))
+    project = micro.generate_project(micro.get_microtvm_template_projects("qemu-mps2-an386"), lib, tmp_path / "fw",
+                                     {"inputs": inputs})
+    project.build()
+    host = graph_executor.GraphModule(relay.build(mod, target="llvm", params=params)["default"](tvm.cpu(0)))
+    host.set_input(**inputs)
+    host.run()
+    np.testing.assert_array_equal(project.run()["outputs"]["output"], host.get_output(0).numpy())

@@ -64,6 +64,11 @@ def _register(family: str) -> dict:
 
     @register_topi_compute(f"conv2d_nchw.{family}")
     def conv2d_nchw(cfg, data, kernel, strides, padding, dilation, groups, out_dtype):
+        if family == "arm_cpu":  # int8 on a Cortex-M core (-mcpu): kiln/topi/cortex_m's kernels and knobs
+            from kiln.topi.cortex_m.tuning import tunable_conv2d
+            out = tunable_conv2d(cfg, data, kernel, strides, padding, dilation, groups, out_dtype)
+            if out is not None:
+                return out
         conv = _topi(family, "conv2d")
         p = _conv_shape(data, kernel, strides, padding, dilation, groups)
         if family == "x86" and _runs_blocked(p, data.dtype):
@@ -75,6 +80,11 @@ def _register(family: str) -> dict:
 
     @register_topi_schedule(f"conv2d_nchw.{family}")
     def schedule_conv2d_nchw(cfg, outs):
+        if family == "arm_cpu":
+            from kiln.topi.cortex_m.tuning import schedule as cortex_m_schedule
+            s = cortex_m_schedule(outs)
+            if s is not None:
+                return s
         if "template_inputs" in outs[0].op.attrs:  # the blocked kernel (x86)
             if "winograd" in outs[0].op.tag:
                 return _topi(family, "conv2d_winograd").schedule_conv2d_winograd_NCHWc(outs)
@@ -85,6 +95,11 @@ def _register(family: str) -> dict:
     # depthwise compute, whose knobs (row tile) differ from the dense conv's (channel blocks).
     @register_topi_compute(f"depthwise_conv2d_nchw.{family}")
     def depthwise_conv2d_nchw(cfg, data, kernel, strides, padding, dilation, groups, out_dtype):
+        if family == "arm_cpu":
+            from kiln.topi.cortex_m.tuning import tunable_conv2d
+            out = tunable_conv2d(cfg, data, kernel, strides, padding, dilation, groups, out_dtype)
+            if out is not None:
+                return out
         p = _conv_shape(data, kernel, strides, padding, dilation, groups)
         if family == "x86" and _depthwise_runs_blocked(p, data.dtype):
             return _depthwise_nchwc(cfg, p, data, kernel, strides, padding, dilation, out_dtype)
@@ -95,6 +110,11 @@ def _register(family: str) -> dict:
 
     @register_topi_schedule(f"depthwise_conv2d_nchw.{family}")
     def schedule_depthwise_conv2d_nchw(cfg, outs):
+        if family == "arm_cpu":
+            from kiln.topi.cortex_m.tuning import schedule as cortex_m_schedule
+            s = cortex_m_schedule(outs)
+            if s is not None:
+                return s
         if "template_inputs" in outs[0].op.attrs:  # the blocked kernel (x86)
             return _topi(family, "depthwise_conv2d_nchwc").schedule_depthwise_conv2d_NCHWc(outs)
         return _topi(family, "conv2d").schedule_conv2d_nchw(outs)

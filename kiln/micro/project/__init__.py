@@ -458,11 +458,29 @@ class GeneratedProject:
                         "Runtime('crt', {'system-lib': True})")
 
     def sizes(self) -> dict:
-        """text/data/bss bytes of the firmware (arm-none-eabi-size): flash = text + data, RAM = data + bss."""
+        """text/data/bss bytes of the firmware (arm-none-eabi-size): flash = text + data, RAM = data + bss;
+        ``kernels`` and ``constants``: the flash bytes of the model's kernels and weights (their
+        symbols, arm-none-eabi-nm), ``glue``: the rest of the flash (start-up, UART, the AOT run
+        function, libc pieces, the baked inputs)."""
         if self.cpu is None:
             raise KilnError("sizes: the host template builds a program, not firmware; use a board template")
         self.flash()
-        return _sizes(self.elf)
+        out = _sizes(self.elf)
+        prefix = self.meta["memory"]["prefix"]
+        nm = subprocess.run(["arm-none-eabi-nm", "-S", self.elf], capture_output=True, text=True, check=True).stdout
+        kernels = constants = 0
+        for line in nm.splitlines():
+            parts = line.split()
+            if len(parts) != 4 or parts[2] in "bBvV":  # RAM (bss) symbols are not flash
+                continue
+            size, name = int(parts[1], 16), parts[3]
+            if name.startswith(f"{prefix}_fused_") or name.startswith(f"{prefix}_const_"):
+                if name.startswith(f"{prefix}_const_"):
+                    constants += size
+                else:
+                    kernels += size
+        out.update(kernels=kernels, constants=constants, glue=out["flash"] - kernels - constants)
+        return out
 
     def run(self, timeout: float = 120.0) -> dict:
         """Boot the firmware in qemu (or run the host program); ``{"outputs": {name: array}, "cycles":

@@ -48,7 +48,7 @@ def depthwise_int8(data, kernel, strides, padding):
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
     acc = te.compute((n, c, oh, ow), lambda b, ch, y, x: te.sum(
         src[b, ch, y * sh + ry, x * sw + rx].astype("int32") * kernel[ch, 0, ry, rx].astype("int32"), axis=[ry, rx]),
-        name="dw_acc", tag=DW_TAG)
+        name="dw_acc", tag=DW_TAG, attrs={})
     return _result(acc)
 
 
@@ -110,8 +110,8 @@ def schedule_depthwise_int8(outs, acc):
 def schedule_direct_int8(outs, acc):
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([t.op for t in outs])
-    src = acc.op.input_tensors[0]
-    keep = [acc.op] + ([src.op] if isinstance(src.op, te.ComputeOp) else [])  # the pad: a real buffer
+    # the pad and a reshaped kernel (the tuning template's) are real buffers the intrinsic reads
+    keep = [acc.op] + [t.op for t in acc.op.input_tensors if isinstance(t.op, te.ComputeOp)]
     _inline_rest(s, outs, keep)
     tier, rows = acc.op.attrs["tier"], int(acc.op.attrs["rows"])
     b, j, y, x = s[outs[0]].op.axis

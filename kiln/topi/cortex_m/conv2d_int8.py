@@ -93,7 +93,7 @@ def schedule_conv2d_1x1_int8(outs):
         op = stage.op
         if op in [t.op for t in outs] or op is acc.op or not isinstance(op, te.ComputeOp) or op.reduce_axis:
             continue
-        if op.name == "data_pc":
+        if op.name in ("data_pc", "kernel_oc"):  # buffers the intrinsic reads (kernel_oc: the tuning template's)
             continue
         stage.compute_inline()
     tier, rows = acc.op.attrs["tier"], int(acc.op.attrs["rows"])
