@@ -68,7 +68,7 @@ def conv_ops(shape) -> int:
     return 2 * shape.n * shape.o * shape.oh * shape.ow * shape.c * shape.kh * shape.kw
 
 
-def print_published(env, total_cycles: int, ops: int) -> None:
+def print_published(env, total_cycles: int, ops: int, what: str = "conv work") -> None:
     print("published VTA figures, a different setup (the FPGA design on a Pynq board, not this cycle model), "
           "for context:")
     for line in PUBLISHED:
@@ -80,7 +80,7 @@ def print_published(env, total_cycles: int, ops: int) -> None:
     ms = total_cycles / PUBLISHED_MHZ / 1e3
     peak = env.BATCH * env.BLOCK_IN * env.BLOCK_OUT * 2 * PUBLISHED_MHZ / 1e3
     print(f"  at the published {PUBLISHED_MHZ} MHz: {total_cycles} cycles = {ms:.1f} ms for {ops / 1e9:.2f} GOP of "
-          f"conv work = {ops / ms / 1e6:.1f} GOP/s ({100 * ops / ms / 1e6 / peak:.0f} % of the {peak:.1f} GOP/s peak)")
+          f"{what} = {ops / ms / 1e6:.1f} GOP/s ({100 * ops / ms / 1e6 / peak:.0f} % of the {peak:.1f} GOP/s peak)")
 
 
 def run_layer(env, shape, tile, rng, check=True):
@@ -202,7 +202,7 @@ def cmd_graph(args):
     print(f"CPU int8 build {time.perf_counter() - t0:.1f} s", flush=True)
     t0 = time.perf_counter()
     packed = graph.graph_pack(imod)
-    print(f"graph_pack {time.perf_counter() - t0:.1f} s: {len(packed.chains)} convs on the accelerator, "
+    print(f"graph_pack {time.perf_counter() - t0:.1f} s: {len(packed.chains)} convs/dense layers on the accelerator, "
           f"{len(packed.steps) - len(packed.chains)} CPU functions", flush=True)
     t0 = time.perf_counter()
     got = packed.set_mode(args.mode).run(data=x)[0]
@@ -215,13 +215,16 @@ def cmd_graph(args):
         st = step.stats
         total += st["cycles"]
         if args.mode == "cycle":
-            print(f"  conv{k + 1:02d} {step.chain.shape.c}->{step.chain.shape.o} {step.chain.shape.h}x{step.chain.shape.w} "
-                  f"k{step.chain.shape.kh} s{step.chain.shape.stride}: {st['cycles']} cycles, GEMM utilization "
-                  f"{100 * st.utilization()['gemm']:.1f}%")
+            sh = step.chain.shape
+            what = f"dense {sh.m}x{sh.k}->{sh.n}" if step.chain.kind == "dense" else \
+                f"conv{k + 1:02d} {sh.c}->{sh.o} {sh.h}x{sh.w} k{sh.kh} s{sh.stride}"
+            print(f"  {what}: {st['cycles']} cycles, GEMM utilization {100 * st.utilization()['gemm']:.1f}%")
     if args.mode == "cycle":
         env = vta.get_env()
         print(f"accelerator total {total} cycles = {total / env.CLOCK_MHZ / 1e3:.2f} ms at {env.CLOCK_MHZ} MHz")
-        print_published(env, total, sum(conv_ops(step.chain.shape) for step in packed.accelerator_steps))
+        print_published(env, total, sum(conv_ops(step.chain.shape) if step.chain.kind == "conv2d" else
+                                        2 * step.chain.shape.m * step.chain.shape.k * step.chain.shape.n
+                                        for step in packed.accelerator_steps), what="work on the accelerator")
     if not exact:
         sys.exit(1)
 
