@@ -30,6 +30,7 @@ from kiln.topi import bitwise as topi_bitwise
 from kiln.topi import data_dependent as topi_data_dependent
 from kiln.topi import fast_math as topi_fast_math
 from kiln.topi import grid_sample as topi_grid_sample
+from kiln.topi import linear_attention as topi_linear_attention
 from kiln.topi import rnn as topi_rnn
 from kiln.topi import scatter as topi_scatter
 from kiln.topi import sort as topi_sort
@@ -506,6 +507,8 @@ OP_IMPLS: dict[str, OpImpl] = {
     "dyn.with_length": OpImpl(lambda a, x, t, ctx: topi.identity(x[0])),
     "vision.roi_align": OpImpl(lambda a, x, t, ctx: topi_vision.roi_align(
         *x, a.output_size, a.spatial_scale, a.sampling_ratio, a.mode, a.half_pixel), "generic"),
+    "nn.linear_attention": OpImpl(lambda a, x, t, ctx: topi_linear_attention.linear_attention(
+        *x, a.q_heads, a.kv_heads, a.scale, a.gating, a.delta, a.decay_per_row, a.beta_per_head), "generic"),
     "nn.gelu": OpImpl(lambda a, x, t, ctx: topi_fast_math.gelu(x[0], a.approximate)),
     "reinterpret": OpImpl(lambda a, x, t, ctx: topi_bitwise.reinterpret(x[0], a.dtype)),
     "image.grid_sample": OpImpl(lambda a, x, t, ctx: topi_grid_sample.grid_sample(

@@ -7,6 +7,7 @@ from . import attention as _attention_ops
 from . import dynamic as _dynamic_ops
 from . import grid_sample as _grid_sample_ops
 from . import image as _image_ops
+from . import linear_attention as _linear_attention_ops
 from . import math_ops as _math_ops
 from . import nn as _nn_ops
 from . import nn_fused as _nn_fused_ops
@@ -25,7 +26,7 @@ OP_TABLE: dict[str, OpDef] = {
     op.name: op
     for family in (_tensor_ops, _reduce_ops, _transform_ops, _nn_ops, _nn_pool_ops, _nn_norm_ops, _nn_fused_ops,
                    _image_ops, _scatter_ops, _rnn_ops, _math_ops, _attention_ops, _sort_ops, _grid_sample_ops,
-                   _dynamic_ops, _activation_ops, _vision_ops)
+                   _dynamic_ops, _activation_ops, _vision_ops, _linear_attention_ops)
     for op in family.OPS
 }
 

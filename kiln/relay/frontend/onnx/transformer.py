@@ -205,5 +205,37 @@ def _causal_conv(ctx, ins, attrs):
     return [out, state]
 
 
-CONVERTERS = {"Attention": _attention, "RMSNormalization": _rms_norm, "RotaryEmbedding": _rotary,
+def _linear_attention(ctx, ins, attrs):
+    """LinearAttention (opset 27) on the float32 recurrence kernel; fp16 models are cast around
+    it, as the operator's reference computes in float32."""
+    from ...op.linear_attention import linear_attention
+
+    ins = list(ins) + [None] * (6 - len(ins))
+    q, k, v, past, decay, beta = ins[:6]
+    rule = attrs.get("update_rule", "gated_delta")
+    if rule not in ("linear", "gated", "delta", "gated_delta"):
+        ctx.fail(f"update_rule {rule!r} must be linear, gated, delta or gated_delta")
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    if gating != (decay is not None) or delta != (beta is not None):
+        ctx.fail(f"update_rule {rule!r} needs {'a' if gating else 'no'} decay and {'a' if delta else 'no'} beta input")
+    if "q_num_heads" not in attrs or "kv_num_heads" not in attrs:
+        ctx.fail("q_num_heads and kv_num_heads are required")
+    hq, hkv = int(attrs["q_num_heads"]), int(attrs["kv_num_heads"])
+    b, t, qd = ctx.shape_of(q)
+    dk, dv = qd // hq, ctx.shape_of(v)[2] // hkv
+    scale = float(attrs.get("scale", 0.0)) or 1.0 / np.sqrt(dk)
+    dtype = str(ctx.type_of(q).dtype)
+    f32 = lambda e: e if e is None or str(ctx.type_of(e).dtype) == "float32" else tf.cast(e, "float32")  # noqa: E731
+    state_dtype = str(ctx.type_of(past).dtype) if past is not None else dtype
+    past = f32(past) if past is not None else const(np.zeros((b, hkv, dk, dv), "float32"))
+    per_row = decay is not None and ctx.shape_of(decay)[-1] == hkv * dk and hkv * dk != hkv
+    per_head = beta is not None and ctx.shape_of(beta)[-1] == hkv
+    out = linear_attention(f32(q), f32(k), f32(v), past, f32(decay) if decay is not None else const(np.zeros(1, "float32")),
+                           f32(beta) if beta is not None else const(np.zeros(1, "float32")), q_heads=hq, kv_heads=hkv,
+                           scale=scale, gating=gating, delta=delta, decay_per_row=per_row, beta_per_head=per_head)
+    y, state = out[0], out[1]
+    return [y if dtype == "float32" else tf.cast(y, dtype), state if state_dtype == "float32" else tf.cast(state, state_dtype)]
+
+
+CONVERTERS = {"LinearAttention": _linear_attention, "Attention": _attention, "RMSNormalization": _rms_norm, "RotaryEmbedding": _rotary,
               "TensorScatter": _tensor_scatter, "CausalConvWithState": _causal_conv}
