@@ -48,14 +48,15 @@ SEARCH_LAYERS = [top.ConvShape(1, 32, 8, 8, 32, 3, 3, 1, 1), top.ConvShape(1, 64
 
 # Published VTA figures, for context only: the FPGA design on a Pynq board, not this simulator.
 # Each is as read in the source named beside it.
-PUBLISHED_CONFIG = {"LOG_BATCH": 0, "LOG_BLOCK_IN": 4, "LOG_BLOCK_OUT": 4, "LOG_INP_WIDTH": 3, "LOG_WGT_WIDTH": 3,
-                    "LOG_ACC_WIDTH": 5, "LOG_UOP_BUFF_SIZE": 15, "LOG_INP_BUFF_SIZE": 15, "LOG_WGT_BUFF_SIZE": 18,
-                    "LOG_ACC_BUFF_SIZE": 17}  # github.com/apache/tvm-vta config/vta_config.json
+PUBLISHED_CONFIG = {"LOG_BATCH": 0, "LOG_BLOCK_IN": 4, "LOG_BLOCK_OUT": 4, "LOG_INP_WIDTH": 3,
+                    "LOG_WGT_WIDTH": 3, "LOG_ACC_WIDTH": 5, "LOG_UOP_BUFF_SIZE": 15, "LOG_INP_BUFF_SIZE": 15,
+                    "LOG_WGT_BUFF_SIZE": 18, "LOG_ACC_BUFF_SIZE": 17}  # github.com/apache/tvm-vta config/vta_config.json
 PUBLISHED_MHZ = 100  # Pynq target: fpga_freq = 100, xc7z020 FPGA, 64-bit AXI (apache/tvm-vta config/pkg_config.py)
 PUBLISHED = [
     "default configuration: 1x16x16 int8 GEMM core, int32 accumulators; SRAMs uop 32 KiB, inp 32 KiB, "
     "wgt 256 KiB, acc 128 KiB (apache/tvm-vta config/vta_config.json, LOG_* = 0/4/15/15/18/17)",
-    "pynq target (the default board): Zynq xc7z020 FPGA at 100 MHz, 64-bit AXI bus (apache/tvm-vta config/pkg_config.py)",
+    "pynq target (the default board): Zynq xc7z020 FPGA at 100 MHz, 64-bit AXI bus "
+    "(apache/tvm-vta config/pkg_config.py)",
     "the GEMM core performs one input-weight matrix multiplication per cycle (TVM docs, "
     "docs/topic/vta/dev/hardware.rst): 1x16x16 = 256 MACs per cycle, 51.2 GOP/s at 100 MHz (our arithmetic)",
     "ResNet-18 on the board (roofline per conv layer, end-to-end time with and without VTA): published as "

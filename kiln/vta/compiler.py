@@ -15,7 +15,7 @@ import numpy as np
 
 from kiln.errors import CompileError
 from kiln.ir.functor import Mutator
-from kiln.ir.stmt import For, ForKind
+from kiln.ir.stmt import ForKind
 
 from . import isa
 from .deps import insert_tokens

@@ -35,8 +35,7 @@ from dataclasses import replace
 from kiln.errors import CompileError
 from kiln.ir import expr as E
 from kiln.ir.functor import Mutator, Visitor, substitute, uses_var
-from kiln.ir.stmt import (Allocate, AttrStmt, BufferStore, Evaluate, For, ForKind, IfThenElse, LetStmt, PrimFunc,
-                          SeqStmt, seq)
+from kiln.ir.stmt import Allocate, AttrStmt, BufferStore, For, ForKind, IfThenElse, LetStmt, PrimFunc, SeqStmt, seq
 
 MAX_COPIES = 64  # larger virtual-thread extents stay a loop (#pragma unroll)
 
