@@ -67,8 +67,11 @@ def main() -> None:
     print(f"{args.model} {args.precision}, {args.threads} threads: {len(rows)} kernels, {total:.2f} ms in all "
           f"(each alone), compiled in {compile_s:.1f} s")
     found = kernel_instructions(lib.get_lib().get_source("asm"))
+    shapes = {nid: " ".join("x".join(map(str, a.shape)) for a in kargs)
+              for nid, _, _, kargs in m.module.kernels} if hasattr(m.module, "kernels") else {}
     for r in sorted(rows, key=lambda r: -r["ms"])[:args.top]:
-        print(f"{r['ms']:8.3f} ms {100 * r['ms'] / total:5.1f}%  {r['name']}  {' '.join(sorted(found.get(r['name'], ())))}")
+        print(f"{r['ms']:8.3f} ms {100 * r['ms'] / total:5.1f}%  {r['name']}  {' '.join(sorted(found.get(r['name'], ())))}"
+              f"  {shapes.get(r['node'], '')}")
 
 
 if __name__ == "__main__":

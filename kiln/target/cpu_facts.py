@@ -74,6 +74,14 @@ class CPUFacts:
     def vector_bits(self) -> int:
         return self.float_bits
 
+    @property
+    def full_width_avx512(self) -> bool:
+        """AVX-512 code for a CPU without AMD's sse4a: Intel's AVX-512 cores run a 512-bit FMA
+        whole (two such ports on Xeons), where AMD's Zen 4 splits it into two 256-bit halves.
+        The x86 conv defaults differ on it: Intel runs out of load slots before FMA slots, so its
+        register tiles share each load among more FMAs (docs/topi.md)."""
+        return "avx512f" in self.features and "sse4a" not in self.features
+
 
 def cpu_facts(target=None) -> CPUFacts:
     """Facts of ``target`` (a Target or a string; default: the current target, else this machine).

@@ -130,3 +130,31 @@ def test_a_block_that_divides_nothing_is_refused():
     W = te.placeholder((6, 3, 3, 3), name="kernel")
     with pytest.raises(ValueError, match="no channel block divides the 6 output channels"):
         topi.x86.conv2d_NCHWc(A, W, 1, 1, 1, "float32")
+
+
+# Channel passes (ic_pass, the default where a task's weights outgrow the caches on CPUs that
+# run 512-bit FMAs whole): a task sums its whole output block over passes of input channels,
+# rows inside each pass; with a tail tile, several blocks per tile, stride 2, 1x1 and a fused
+# epilogue.
+@pytest.mark.parametrize("c,o,hw,k,stride,pad,ib,cfg", [
+    (64, 32, 7, 3, 1, 1, 16, {"oc_bn": 16, "tile_ow": 7, "ic_pass": 32}),
+    (64, 64, 9, 3, 2, 1, 16, {"oc_bn": 16, "oc_chunks": 2, "tile_ow": 3, "ic_pass": 16}),
+    (48, 32, 7, 1, 1, 0, 16, {"oc_bn": 16, "tile_ow": 4, "ic_pass": 32}),
+    (32, 64, 6, 3, 1, 1, 8, {"oc_bn": 32, "tile_ow": 6, "ic_pass": 16}),
+])
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_channel_passes(runner, c, o, hw, k, stride, pad, ib, cfg, epilogue):
+    _run(runner, c, o, hw, k, stride, pad, ib, cfg=cfg, packed=True, epilogue=epilogue)
+
+
+def test_a_channel_pass_keeps_its_weights_for_every_row():
+    import kiln
+
+    A = te.placeholder((1, 4, 7, 7, 16), name="data")
+    W = te.placeholder((64, 64, 3, 3), name="kernel")
+    out = topi.x86.conv2d_NCHWc(A, W, 1, 1, 1, "float32", cfg={"oc_bn": 16, "tile_ow": 7, "ic_pass": 32})
+    text = str(kiln.lower(topi.x86.schedule_conv2d_NCHWc(out), [A, W, out], simple_mode=True))
+    # one task per output block; 2 passes of 2 input blocks, the 7 rows inside each pass
+    assert "T.parallel(4)" in text
+    passes, rows = text.index("for rco_outer in T.serial(2)"), text.index("in T.serial(7)", text.index("rco_outer"))
+    assert passes < rows < text.index("for rco_inner in T.serial(2)")

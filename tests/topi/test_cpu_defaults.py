@@ -121,6 +121,23 @@ def test_defaults_per_cpu_class(target):
             assert (d["oc_bn"], d["tile_ow"]) == (bn, ow), hw
 
 
+@pytest.mark.parametrize("cpu,full", [("skylake-avx512", True), ("sapphirerapids", True), ("x86-64-v4", True),
+                                      ("znver4", False), ("znver3", False), ("haswell", False)])
+def test_full_width_avx512_and_where_winograd_gives_way(cpu, full):
+    """Intel's AVX-512 (no sse4a) runs 512-bit FMAs whole; there a 7x7 image (16 Winograd tiles)
+    takes the direct kernel, a 14x14 one (49) stays Winograd; elsewhere nothing changes."""
+    target = f"{X86} -mcpu={cpu}"
+    assert cpu_facts(target).full_width_avx512 is full
+    assert conv2d_winograd.direct_is_faster("float32", target, (7, 7)) is full
+    assert conv2d_winograd.direct_is_faster("float32", target, (14, 14)) is False
+    assert conv2d_winograd.direct_is_faster("float32", target) is False
+    with Target(target):
+        conf = conv2d_nchwc.default_config(_shape((1, 512, 7, 7), (512, 512, 3, 3), 1, 1, 1))
+        assert bool(conf["ic_pass"]) is full  # 590 KB of weights per task: channel passes
+        conf = conv2d_nchwc.default_config(_shape((1, 64, 56, 56), (64, 64, 3, 3), 1, 1, 1))
+        assert conf["ic_pass"] == 0
+
+
 # conv2d_NCHWc defaults (oc_bn, oc_chunks, tile_ow) for 1x1 convs 576->96 @14, 144->144 @56 and
 # 960->320 @7, and the block a 144-channel tensor enters the blocked layout in. With 16 registers
 # and 8 lanes (AVX2) the register tile spans several 8-channel blocks; 32 registers keep one.
@@ -128,6 +145,8 @@ NCHWC_CONVS = [((1, 576, 14, 14), (96, 576, 1, 1)), ((1, 144, 56, 56), (144, 144
                ((1, 960, 7, 7), (320, 960, 1, 1))]
 NCHWC_EXPECTED = {
     "avx512": ([(32, 1, 7), (16, 1, 14), (32, 1, 7)], 16),
+    # 512-bit FMAs run whole (Intel): two vectors per pixel over 14 pixels, three over 8
+    "avx512-full": ([(32, 1, 14), (16, 3, 8), (32, 1, 7)], 16),
     "avx2": ([(8, 4, 3), (8, 3, 4), (8, 4, 3)], 8),  # 1x1 at 7x7: blocks of one vector, not 16
     "sse": ([(8, 1, 5), (8, 1, 4), (8, 1, 4)], 4),
     "neon64": ([(8, 1, 7), (8, 1, 8), (8, 1, 7)], 4),
@@ -137,7 +156,8 @@ NCHWC_EXPECTED = {
 
 @pytest.mark.parametrize("target", CPUS)
 def test_nchwc_defaults_per_cpu_class(target):
-    tiles, block = NCHWC_EXPECTED[_cpu_class(target)]
+    cls = _cpu_class(target)
+    tiles, block = NCHWC_EXPECTED["avx512-full" if cpu_facts(target).full_width_avx512 else cls]
     with Target(target):
         got = [conv2d_nchwc.default_config(_shape(d, k, 1, 0, 1)) for d, k in NCHWC_CONVS]
         assert [(c["oc_bn"], c["oc_chunks"], c["tile_ow"]) for c in got] == tiles
@@ -146,6 +166,8 @@ def test_nchwc_defaults_per_cpu_class(target):
             space = conv2d_nchwc.config_space(_shape(d, k, 1, 0, 1))
             if cpu_facts(target).vector_registers < 32:  # tuning keeps the layout, varies the tile
                 assert space["oc_bn"] == [conf["oc_bn"]] and space["oc_chunks"] == [1, 2, 3, 4]
+            elif cpu_facts(target).full_width_avx512:
+                assert len(space["oc_bn"]) > 1 and space["oc_chunks"] == [1, 2, 3]
             else:
                 assert len(space["oc_bn"]) > 1 and space["oc_chunks"] == [1]
 

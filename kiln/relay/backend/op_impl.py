@@ -210,15 +210,16 @@ def _blocks(a) -> tuple[int, int]:
     return layout.channel_block(a.data_layout), layout.channel_block(a.out_layout or a.data_layout)
 
 
-def _winograd(a, kernel_hw, dtype=None) -> bool:
+def _winograd(a, kernel_hw, dtype=None, out_hw=None) -> bool:
     """Blocked in and out, 3x3, stride 1, no dilation, groups 1: Winograd F(2x2, 3x3) (x86); not
     for bfloat16 data on AMX CPUs (``dtype``: the direct kernel's tile products are faster there;
-    the schedule named for Winograd hands such a compute to the direct one)."""
+    the schedule named for Winograd hands such a compute to the direct one), nor for small
+    images (``out_hw``) where the CPU facts say the direct kernel wins (``direct_is_faster``)."""
     from kiln.topi.x86.conv2d_winograd import applies_to, direct_is_faster
 
     ib, ob = _blocks(a)
     return bool(ib and ob) and applies_to(kernel_hw, a.strides, a.dilation, a.groups) and \
-        not (dtype is not None and direct_is_faster(dtype))
+        not (dtype is not None and direct_is_faster(dtype, out_hw=out_hw))
 
 
 def _conv2d_schedule(a) -> str:
@@ -250,7 +251,7 @@ def _conv2d_blocked(a, x, t, ctx):
     if ctx.topi is topi.adreno:  # NCHW4c data, OIHW4o weights, read and written as images
         return topi.adreno.conv2d_NCHW4c(data, kernel, a.strides, tuple(a.padding), a.dilation, a.groups,
                                          args[3], ib, ob, prepacked=ctx.prepacked, cfg=ctx.cfg)
-    if _winograd(a, a.kernel_size or (), data.dtype):
+    if _winograd(a, a.kernel_size or (), data.dtype, _shape(t)[2:4]):
         conf = {"oc_bn": ob}
         tile_p = knob(ctx.cfg, "tile_p", None)
         if tile_p:
@@ -366,7 +367,10 @@ def _conv2d_blocked_prepack(a, types, cfg):
 
     ib, ob = _blocks(a)
     o, i, kh, kw = _shape(types[1])
-    if _winograd(a, (kh, kw), types[0].dtype):
+    h, w = _shape(types[0])[2:4]
+    pads = tuple(int(x) for x in a.padding) * (4 // max(1, len(a.padding)))
+    out_hw = (h + pads[0] + pads[2] - kh + 1, w + pads[1] + pads[3] - kw + 1)  # stride 1 where it applies
+    if _winograd(a, (kh, kw), types[0].dtype, out_hw):
         from kiln.topi.x86.conv2d_winograd import prepack_kernel_winograd
         return WeightTransform(1, (o // ob, 16, i // ib, ib, ob), lambda w: prepack_kernel_winograd(w, ib, ob),
                                ("winograd-kb", ib, ob))

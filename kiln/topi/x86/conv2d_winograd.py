@@ -51,13 +51,28 @@ def applies_to(kernel_hw, strides, dilation, groups) -> bool:
     return tuple(kernel_hw) == (3, 3) and tuple(strides) == (1, 1) and tuple(dilation) == (1, 1) and groups == 1
 
 
-def direct_is_faster(dtype, target=None) -> bool:
+MIN_TILES = 32
+
+
+def direct_is_faster(dtype, target=None, out_hw=None) -> bool:
     """bfloat16 on a CPU with AMX-BF16 (cpu_facts): the direct kernel's tile products
     (x86/amx_bf16.py) beat Winograd's 2.25x fewer multiplications (ResNet-18's 3x3 layers ran
-    3-5x faster than Winograd in float32 on a Sapphire Rapids core)."""
+    3-5x faster than Winograd in float32 on a Sapphire Rapids core).
+
+    ``out_hw`` (output height, width): an image of fewer than ``MIN_TILES`` 2x2 tiles, on a CPU
+    that runs 512-bit FMAs whole (``CPUFacts.full_width_avx512``), takes the direct kernel too:
+    its transformed weights (16 x C x K, 1.8x the 3x3 weight) serve only a few tiles per read,
+    and 512->512 at 7x7 (16 tiles) ran 2.4 ms by Winograd, 1.9 ms direct (one Sapphire Rapids
+    core, CPU time)."""
     from kiln.target.cpu_facts import cpu_facts
 
-    return str(dtype) == "bfloat16" and "amx-bf16" in cpu_facts(target).features
+    facts = cpu_facts(target)
+    if str(dtype) == "bfloat16" and "amx-bf16" in facts.features:
+        return True
+    if out_hw is not None and facts.full_width_avx512:
+        h, w = (int(d) for d in out_hw)
+        return -(-h // 2) * -(-w // 2) < MIN_TILES
+    return False
 
 
 def applies(p) -> bool:
