@@ -193,6 +193,8 @@ def _mean(ctx):
     x = ctx.input(0)
     shape = ctx.shape_of(x)
     nd = len(shape)
+    if not all(-nd <= int(a) < nd for a in axes_data):
+        ctx.fail(f"axes {axes_data.tolist()} do not fit an input of {nd} dimensions")
     axes = sorted({int(a) % nd for a in axes_data})
     if layout == "NCHW":  # the file's NHWC axes, on the value held NCHW
         axes = sorted({(0, 2, 3, 1)[a] for a in axes})
