@@ -151,7 +151,34 @@ static inline float kiln_rintf(float x) {
 #define kiln_rintf rintf
 #endif
 """
+# min(max(x, -2**(n-1)), 2**(n-1) - 1) of int32 (requantize's clamp): one SSAT on Arm cores
+# (ACLE __ssat), where the helpers' compares take five or six instructions.
+SSAT_PRELUDE = r"""
+#if defined(__ARM_FEATURE_SAT)
+#include <arm_acle.h>
+#define kiln_ssat(x, n) __ssat((x), (n))
+#else
+#define kiln_ssat(x, n) kiln_min_i32(kiln_max_i32((x), -(1 << ((n) - 1))), (1 << ((n) - 1)) - 1)
+#endif
+"""
+# (v + 1.5 * 2**23) - 1.5 * 2**23 in float32 (NarrowRequantize's round half to even of a value
+# a clamp follows): each operation rounded, as LLVM computes it. The empty asm keeps v a rounded
+# float32 in a register, so GCC's default -ffp-contract=fast cannot fuse the product that made v
+# into the add (a Cortex-M4F has VFMA): the fused sum rounds the exact product, not float32's.
+RNE22_PRELUDE = r"""
+static inline float kiln_rne22(float v) {
+#if defined(__GNUC__) && defined(__arm__) && defined(__ARM_FP)
+  __asm__("" : "+t"(v));
+#elif defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  __asm__("" : "+x"(v));
+#elif defined(__GNUC__)
+  __asm__("" : "+r"(v));
+#endif
+  return (v + 12582912.0f) - 12582912.0f;
+}
+"""
 ARM_PRELUDES = (("__smlad", ACLE_PRELUDE), ("vmladavaq_s8", MVE_PRELUDE), ("kiln_rintf(", RINTF_PRELUDE),
+                ("kiln_ssat(", SSAT_PRELUDE), ("kiln_rne22(", RNE22_PRELUDE),
                 ("kiln_read_s32", "static inline int32_t kiln_read_s32(const void* p) "
                                   "{ int32_t v; memcpy(&v, p, 4); return v; }  /* unaligned word */"))
 
@@ -166,6 +193,16 @@ static int32_t kiln_fail(const char* msg) {
   return -1;
 }
 """
+
+
+def _saturation_bits(e) -> int:
+    """n when ``e`` is ``min(max(x, -2**(n-1)), 2**(n-1) - 1)`` of int32 with 2 <= n <= 16, else 0."""
+    if not (e.dtype.is_int and e.dtype.bits == 32 and isinstance(e.a, E.Max) and isinstance(e.b, E.IntImm)
+            and isinstance(e.a.b, E.IntImm)):
+        return 0
+    hi, lo = e.b.value, e.a.b.value
+    n = (hi + 1).bit_length()
+    return n if 2 <= n <= 16 and hi + 1 == 1 << (n - 1) and lo == -(hi + 1) else 0
 
 
 class CPrinter(CStylePrinter):
@@ -300,7 +337,17 @@ class CPrinter(CStylePrinter):
             fn = "i64"
         return f"(({self.type(dt)})kiln_{which}_{fn}({a}, {b}))"
 
+    def expr_Sub(self, e):
+        magic = 12582912.0
+        if e.dtype.is_float and e.dtype.bits == 32 and isinstance(e.a, E.Add) and isinstance(e.b, E.FloatImm) \
+                and e.b.value == magic and isinstance(e.a.b, E.FloatImm) and e.a.b.value == magic:
+            return f"kiln_rne22({self.expr(e.a.a)})"
+        return super().expr_Sub(e)
+
     def expr_Min(self, e):
+        n = _saturation_bits(e)
+        if n:
+            return f"((int32_t)kiln_ssat({self.expr(e.a.a)}, {n}))"
         return self._minmax(e, "min")
 
     def expr_Max(self, e):

@@ -20,6 +20,10 @@ exact) and ``z`` is integral: ``minimum(maximum(int32(round(float32(x) * m)) + z
 same integers (a float32 sum that rounds, past 2**24, is saturated by the clamp either way) in
 an integer add and one SSAT instead of float compares.
 
+The zero-point term and the bias the canonical conv adds one after the other
+(``bias_add(subtract(conv, zx * sum w), b)``, two per-channel loads per output) become one
+per-channel constant ``b - zx * sum w`` (int32 arithmetic is modular: the same sums).
+
 Exact: ``(v >> 32) >> (s - 32) == v >> s`` for an arithmetic shift (floor division composes), any
 int64 ``v >> 32`` fits in int32, and ``|h >> (s - 32)| <= 2**30`` with ``|o| < 2**30`` keeps the
 sum in int32. So the board's integers equal the host's int64 build bit for bit
@@ -131,8 +135,16 @@ def match_float32(call):
     return y, z.astype(np.int32), int(lo), int(hi)
 
 
+MAGIC = np.float32(12582912.0)  # 1.5 * 2**23
+
+
 def narrow_float32(y, z, lo, hi, out_dtype):
-    r = ftf.cast(y, "int32")
+    # round half to even as (v + 1.5 * 2**23) - 1.5 * 2**23 in float32: exact for |v| < 2**22 (the
+    # FPU's rounding of the sum); a larger |v| comes out within 2 of v, which the clamp below
+    # saturates to the same bound as the exact value (|v| <= 2**30 as |m| < 0.5), so two FPU adds
+    # stand for rint (no VRINT on the M4F's FPv4)
+    m = y.args[0]
+    r = ftf.cast(ft.subtract(ft.add(m, const(MAGIC)), const(MAGIC)), "int32")
     if np.any(z):
         r = ft.add(r, const(z))
     return ftf.cast(ft.minimum(ft.maximum(r, const(lo, "int32")), const(hi, "int32")), out_dtype)
@@ -149,6 +161,34 @@ def narrow(x, q, r, s, o, lo, hi, out_dtype):
     return ftf.cast(y, out_dtype)
 
 
+def match_bias(call):
+    """``(x, c)`` when ``call`` is ``nn.bias_add(subtract(x, C1), C2)`` of int32 constants (C1 shaped
+    to broadcast along the bias axis), as one ``add(x, c)``; else None."""
+    from ..op import nn as fnn
+    if not _op(call, fnn.BIAS_ADD) or _dtype(call) != "int32":
+        return None
+    sub, c2 = call.args
+    if not _op(sub, ft.SUBTRACT) or not isinstance(c2, Constant) or not isinstance(sub.args[1], Constant):
+        return None
+    x, c1 = sub.args[0], np.asarray(sub.args[1].data)
+    b = np.asarray(c2.data)
+    shape = tuple(int(d) for d in call.checked_type.shape)
+    axis = int(call.attrs.axis) % len(shape)
+    if c1.dtype != np.int32 or b.dtype != np.int32 or b.ndim != 1:
+        return None
+    along = [1] * len(shape)
+    along[axis] = b.size
+    try:
+        c = np.broadcast_to(b.reshape(along).astype(np.int64) - c1.astype(np.int64), np.broadcast_shapes(
+            tuple(along), c1.shape))
+    except ValueError:
+        return None
+    if c.ndim > len(shape):
+        return None
+    wrapped = ((c + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)  # int32 sums wrap as the two adds do
+    return x, np.ascontiguousarray(wrapped)
+
+
 class _Narrow(ExprMutator):
     def visit_Function(self, f):
         if f.attrs.get("Primitive"):
@@ -156,6 +196,9 @@ class _Narrow(ExprMutator):
         return super().visit_Function(f)
 
     def visit_Call(self, call):
+        found = match_bias(call)
+        if found is not None:
+            return ft.add(self.visit(found[0]), const(found[1]))
         found = match_float32(call)
         if found is not None:
             y, *consts = found
