@@ -1,6 +1,6 @@
 """Quantized TFLite models imported as integer graphs, against TFLite's own kernels (ai-edge-litert,
 builtin kernels without XNNPACK): one op at a time with random scales and zero points (int8,
-int16x8), a MobileNetV2 (int8, built for llvm), and the errors for bad quantization parameters.
+uint8, int16x8), a MobileNetV2 (int8, built for llvm), and the errors for bad quantization parameters.
 
 Exact where kiln computes TFLite's arithmetic (docs/quantization.md, "Importing quantized TFLite
 models"); within one step where it does not (MEAN, int16x8 FULLY_CONNECTED).
@@ -43,6 +43,12 @@ def _check_op(kind, dtype, bound, seeds=(0, 1)):
 @pytest.mark.parametrize("kind", EXACT_INT8)
 def test_int8_op_equals_tflite(kind):
     _check_op(kind, "int8", 1 if kind == "mean" else 0)
+
+
+@pytest.mark.parametrize("kind", EXACT_INT8)
+def test_uint8_op_equals_tflite(kind):
+    """The older scheme: uint8 activations, uint8 weights with a non-zero zero point, per tensor."""
+    _check_op(kind, "uint8", 1 if kind == "mean" else 0, seeds=(0,))
 
 
 @pytest.mark.parametrize("kind", EXACT_INT16 + ["fc", "mean"])

@@ -390,9 +390,15 @@ def single_op(kind: str, dtype: str = "int8", seed: int = 0):
     if kind in ("conv1", "conv3", "dw"):
         k, oc, axis = (1, 12, 0) if kind == "conv1" else (3, 12, 0) if kind == "conv3" else (3, 16, 3)
         shape = (oc, k, k, 16) if kind != "dw" else (1, k, k, 16)
-        ws = rng.uniform(0.001, 0.01, oc).astype("float32")
-        w = m.tensor("w", shape, "int8", rng.integers(-127, 128, shape), (ws, np.zeros(oc, "int64"), axis))
-        b = m.tensor("b", (oc,), bias_dtype, rng.integers(-2000, 2000, oc), (np.float32(xs) * ws, np.zeros(oc, "int64"), 0))
+        if dtype == "uint8":  # the older scheme: uint8 weights, one asymmetric scale per tensor
+            ws = np.full(oc, rng.uniform(0.001, 0.01), "float32")
+            w = m.tensor("w", shape, "uint8", rng.integers(0, 256, shape), ([ws[0]], [int(rng.integers(110, 146))], 0))
+            b = m.tensor("b", (oc,), "int32", rng.integers(-2000, 2000, oc), ([np.float32(xs) * ws[0]], [0], 0))
+        else:
+            ws = rng.uniform(0.001, 0.01, oc).astype("float32")
+            w = m.tensor("w", shape, "int8", rng.integers(-127, 128, shape), (ws, np.zeros(oc, "int64"), axis))
+            b = m.tensor("b", (oc,), bias_dtype, rng.integers(-2000, 2000, oc),
+                         (np.float32(xs) * ws, np.zeros(oc, "int64"), 0))
         y = act("y", (1, 8, 8, oc))
         if kind == "dw":
             m.op("DEPTHWISE_CONV_2D", [x, w, b], [y], "DepthwiseConv2DOptions", Padding=SAME, StrideW=1, StrideH=1,
@@ -401,7 +407,10 @@ def single_op(kind: str, dtype: str = "int8", seed: int = 0):
             m.op("CONV_2D", [x, w, b], [y], "Conv2DOptions", Padding=SAME, StrideW=1, StrideH=1,
                  FusedActivationFunction=RELU if kind == "conv3" else NONE, DilationWFactor=1, DilationHFactor=1)
     elif kind == "fc":
-        w = m.tensor("w", (20, 16), "int8", rng.integers(-127, 128, (20, 16)), ([0.005], [0], 0))
+        wz = int(rng.integers(110, 146)) if dtype == "uint8" else 0
+        wlo = 0 if dtype == "uint8" else -127
+        w = m.tensor("w", (20, 16), "uint8" if dtype == "uint8" else "int8", rng.integers(wlo, wlo + 255, (20, 16)),
+                     ([0.005], [wz], 0))
         b = m.tensor("b", (20,), bias_dtype, rng.integers(-2000, 2000, 20), ([np.float32(xs) * np.float32(0.005)], [0], 0))
         y = act("y", (1, 8, 8, 20))
         m.op("FULLY_CONNECTED", [x, w, b], [y], "FullyConnectedOptions", FusedActivationFunction=NONE, KeepNumDims=True)
