@@ -37,6 +37,7 @@ from . import gpu
 from .c_family import ALIGN, CStylePrinter, Lang, _const_size
 from .c_family_expr import _contiguous
 from .gpu import KernelLanguage
+from .cuda_wgmma import CALLS as WGMMA_CALLS, SCOPE as WGMMA_SCOPE, WgmmaPrinter
 from .cuda_wmma import OPS as WMMA_OPS, STRUCTS as WMMA_STRUCTS, WmmaPrinter, access_ptr
 
 STATIC_SHARED_LIMIT = 48 * 1024  # larger shared memory must be dynamic
@@ -102,11 +103,13 @@ class CUDAPrinter(CStylePrinter):
         self.vector_lanes: dict = {}  # id(vector Var) -> its lane Vars
         self.shared_bytes = 0  # dynamic shared memory the kernel needs at launch
         self.wmma = None  # WmmaPrinter of a kernel with tensor-core fragments (cuda_wmma.py)
+        self.wgmma = None  # WgmmaPrinter (cuda_wgmma.py)
 
     # Kernels ----------------------------------------------------------------------------------
     def print_kernel(self, func) -> str:
         self.dyn_decls: list[str] = []
         self.wmma = WmmaPrinter(self, func)
+        self.wgmma = WgmmaPrinter(self, func)  # Hopper's warpgroup MMA, mbarriers, bulk copies (sm_90a)
         text = super().print_kernel(func)
         if self.dyn_decls:  # after the opening line of the kernel body
             head, _, rest = text.partition(" {\n")
@@ -195,17 +198,23 @@ class CUDAPrinter(CStylePrinter):
         if isinstance(s.value, E.Call) and s.value.op == WAIT_OP:
             if self.async_copies:
                 self.emit(f'asm volatile("cp.async.wait_group {s.value.args[0].value};" ::: "memory");')
+                if self.wgmma.used:  # the tiles are read next by wgmma, through the async proxy
+                    self.emit('asm volatile("fence.proxy.async.shared::cta;" ::: "memory");')
             return
         super().stmt_Evaluate(s)
 
     def stmt_Allocate(self, s) -> None:
         if s.buffer.scope.startswith("wmma."):
             return self.wmma.declare(s)
+        if s.buffer.scope == WGMMA_SCOPE:
+            return self.wgmma.declare(s)
         return super().stmt_Allocate(s)
 
     def expr_Call(self, e):
         if (e.op[4:] if e.op.startswith("tir.") else e.op) in WMMA_OPS:
             return self.wmma.call(e)
+        if (e.op[4:] if e.op.startswith("tir.") else e.op) in WGMMA_CALLS:
+            return self.wgmma.call(e)
         if e.op == "tir.tvm_access_ptr":
             return access_ptr(self, e)
         if e.op == SHFL_OP:
@@ -299,14 +308,15 @@ def _padded(nbytes: int) -> int:
 
 def kernel_source(kernels, arch: str | None = None) -> tuple[str, list[int]]:
     """(CUDA C of the kernels, dynamic shared bytes of each kernel); arch enables what it has (cp.async)."""
-    parts, shared, helpers = [], [], {}
+    parts, shared, helpers, hopper = [], [], {}, {}
     for k in kernels:
         p = CUDAPrinter(arch)
         parts.append(p.print_kernel(k))
         shared.append(p.shared_bytes)
         helpers.update(p.wmma.helpers)
+        hopper.update(p.wgmma.helpers)
     wmma = WMMA_STRUCTS + "".join(helpers.values()) if helpers else ""
-    return PREAMBLE + wmma + "\n" + "\n".join(parts), shared
+    return PREAMBLE + wmma + "".join(hopper.values()) + "\n" + "\n".join(parts), shared
 
 
 @functools.lru_cache(maxsize=1)  # also spares forked build workers a driver call

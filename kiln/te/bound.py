@@ -252,7 +252,9 @@ def infer_region(stage: Stage, consumers: list, domains: dict, infos: dict, bodi
 # so its region spans those axes (global: all threads; shared: a block's; local: one thread's).
 _SCOPE_RANK = {"global": 0, "shared": 1, "warp": 2, "local": 3,
                # tensor-core fragments belong to one warp (its lanes are threadIdx.x, never in their loops)
-               "wmma.matrix_a": 2, "wmma.matrix_b": 2, "wmma.accumulator": 2}
+               "wmma.matrix_a": 2, "wmma.matrix_b": 2, "wmma.accumulator": 2,
+               # Hopper's warpgroup accumulators (kiln/codegen/cuda_wgmma.py): the same, 128 lanes
+               "wgmma.accumulator": 2}
 
 
 def thread_rank(tag: str) -> int | None:

@@ -192,10 +192,12 @@ class Stage:
     def set_scope(self, scope: str) -> None:
         # global.texture*: an RGBA image (5-D tensors, innermost 4; kiln/tir/transform/texture.py)
         if scope not in ("global", "shared", "local", "warp", "global.texture", "global.texture-nhwc",
-                         "global.texture-weight", "wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator") \
+                         "global.texture-weight", "wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator",
+                         "wgmma.accumulator") \
                 and not scope.startswith("local."):  # local.<tag>: an accelerator's SRAM (kiln/vta)
             raise ScheduleError(f"stage {self.name}: unknown storage scope {scope!r}; use global, shared, local, "
-                                "global.texture[-nhwc|-weight], wmma.matrix_a|matrix_b|accumulator or local.<tag>")
+                                "global.texture[-nhwc|-weight], wmma.matrix_a|matrix_b|accumulator, wgmma.accumulator or "
+                                "local.<tag>")
         self.scope = scope
         self.scope_set = True
 

@@ -249,7 +249,7 @@ def _bind(where, ibuf, real, base, binds, vmap):
 
 
 def _offset(real, base, ibuf, lead, strides):
-    if real.scope.startswith("wmma."):
+    if real.scope.startswith(("wmma.", "wgmma.")):
         # Fragments are whole tiles: number the tile, then count in tile-sized elements.
         tile = 1
         for s in ibuf.shape:

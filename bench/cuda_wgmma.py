@@ -1,0 +1,107 @@
+"""fp16 matmul 4096^3 on Hopper's warpgroup tensor cores (wgmma, topi/cuda/wgmma.py) against cuBLAS.
+
+Builds ``dense_wgmma`` (A M x K, W N x K float16, float32 result) for ``cuda -arch=sm_90a`` at a
+few block shapes, checks each against torch's float32 product of the same float16 inputs (max
+error relative to the largest output), times it and torch's float16 ``a @ w.T`` (cuBLAS) with
+CUDA events (medians), and counts the HGMMA instructions in the kernel's SASS (``cuobjdump
+-sass`` on the carried cubin, where cuobjdump is installed).
+
+    python bench/cuda_wgmma.py                  # on an H100 / H200 with torch
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import shutil
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+
+import kiln as tvm
+from kiln import te
+
+import sibling  # bench/sibling.py: this script's folder is on sys.path
+
+# (warpgroups, n, bk, stages)
+CANDIDATES = [(2, 128, 64, 3), (2, 128, 64, 4), (1, 128, 64, 4), (2, 256, 64, 3), (2, 64, 64, 4)]
+
+
+def build(n: int, conf: dict, target):
+    from kiln.topi.cuda import wgmma
+
+    a = te.placeholder((n, n), "float16", name="A")
+    w = te.placeholder((n, n), "float16", name="W")
+    with target:
+        c = wgmma.dense_wgmma(a, w, conf)
+        s = wgmma.schedule_dense_wgmma([c])
+        return tvm.build(s, [a, w, c], target=target, name="dense_wgmma")
+
+
+def sass_hgmma(f) -> str:
+    cubin = f.metadata["device_code"].get("cubin")
+    tool = shutil.which("cuobjdump")
+    if not cubin or not tool:
+        return "no cuobjdump here" if cubin else "no cubin (name an -arch)"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
+        fh.write(base64.b64decode(cubin))
+        fh.flush()
+        sass = subprocess.run([tool, "-sass", fh.name], capture_output=True, text=True).stdout
+    ops = [line for line in sass.splitlines() if "HGMMA" in line]
+    return f"{len(ops)} HGMMA in the SASS" + (f" (first: {ops[0].split('*/')[-1].strip()[:60]})" if ops else "")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", type=int, default=4096)
+    p.add_argument("--repeat", type=int, default=10)
+    args = p.parse_args()
+    gpu = sibling.load("opencl.py")
+    dev, torch = gpu.cuda_device_and_torch("bench/cuda_wgmma.py")
+    target = tvm.target.Target("cuda -arch=sm_90a -max_shared_memory_per_block=232448", host="llvm")
+    n = args.size
+    rng = np.random.default_rng(0)
+    a_np = rng.uniform(-1, 1, (n, n)).astype(np.float16)
+    w_np = rng.uniform(-1, 1, (n, n)).astype(np.float16)
+    a, w = tvm.nd.array(a_np, dev), tvm.nd.array(w_np, dev)
+    c = tvm.nd.empty((n, n), "float32", dev)
+    ta, tw = torch.from_numpy(a_np).cuda(), torch.from_numpy(w_np).cuda()
+    ref = (ta.float() @ tw.float().t()).cpu().numpy()
+    th = torch.empty((n, n), device="cuda", dtype=torch.float16)
+
+    def cublas():
+        torch.matmul(ta, tw.t(), out=th)
+
+    flop = 2.0 * n ** 3
+    t_ref = gpu.time_torch(torch, cublas, args.repeat, 1)
+    print(f"device: {dev.device_name}  |  target: {target}  |  cuBLAS fp16 {t_ref:.3f} ms "
+          f"{flop / t_ref / 1e9:.0f} TFLOP/s")
+    best = None
+    for wg, bn, bk, stages in CANDIDATES:
+        conf = {"warpgroups": wg, "n": bn, "bk": bk, "stages": stages}
+        try:
+            start = time.perf_counter()
+            f = build(n, conf, target)
+            build_s = time.perf_counter() - start
+            c.copyfrom(np.full((n, n), np.nan, "float32"))  # every element must be written
+            f(a, w, c)
+            err = float(np.abs(c.numpy() - ref).max() / np.abs(ref).max())
+            ms = gpu.kiln_matmul_ms(f, (a, w, c), dev, args.repeat, 1)
+        except Exception as ex:  # noqa: BLE001 - a point the device rejects
+            print(f"  {conf}: {type(ex).__name__}: {str(ex).splitlines()[0][:160]}")
+            continue
+        ok = err < 1e-3  # float32 sums of float16 products, K = 4096
+        print(f"  {conf}: {ms:.3f} ms {flop / ms / 1e9:.0f} TFLOP/s  {t_ref / ms:.2f}x cuBLAS  max rel err {err:.1e}"
+              f"{'' if ok else ' WRONG'}  build {build_s:.1f} s  {sass_hgmma(f)}", flush=True)
+        if ok and (best is None or ms < best[0]):
+            best = (ms, conf)
+    if best:
+        print(f"best wgmma: {best[1]} {flop / best[0] / 1e9:.0f} TFLOP/s = {t_ref / best[0]:.2f}x cuBLAS")
+    else:
+        raise SystemExit("bench/cuda_wgmma.py: no wgmma kernel was right")
+
+
+if __name__ == "__main__":
+    main()

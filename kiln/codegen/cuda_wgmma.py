@@ -1,0 +1,223 @@
+"""Hopper's warpgroup tensor cores (``wgmma``), mbarriers and bulk copies in CUDA kernels (sm_90a).
+
+Tensor intrinsics (kiln/topi/cuda/wgmma.py) lower to these calls; the CUDA printer prints each as a
+small ``__device__`` helper over inline PTX, emitted only when a kernel uses it:
+
+    tir.kiln_wgmma_fill(acc, index, n)                      accumulator tile index (64 x n) = 0
+    tir.kiln_wgmma_mma(acc, index, n, a, a_lbo, b, b_lbo, k_steps)
+        acc[index] += A (64 x 16 k_steps) . B (n x 16 k_steps)^T, both K-major in shared memory in
+        the no-swizzle core-matrix layout: element (row, k) at ((k / 8) * rows + row) * 8 + k % 8,
+        so an 8 x 8 core matrix is 128 contiguous bytes; a_lbo / b_lbo: bytes between core
+        matrices adjacent in K (rows * 16), 128 between those adjacent in M / N
+    tir.kiln_wgmma_store(acc, index, n, dst, ld)            the 64 x n tile to memory, row-major
+    tir.kiln_mbarrier_init(bar, count) / tir.kiln_mbarrier_expect_tx(bar, bytes) /
+    tir.kiln_mbarrier_wait(bar, phase) / tir.kiln_bulk_copy(dst, src, bytes, bar)
+        a shared-memory mbarrier, and a bulk copy (the copy engine, ``cp.async.bulk``) of
+        ``bytes`` (a multiple of 16) from global to shared memory that completes on it
+
+A ``wgmma.accumulator`` buffer is an array of tiles, one struct of n / 2 floats per thread each
+(the warpgroup's 128 threads hold a 64 x n float32 tile: thread t of warp w has rows
+16 w + t / 4 and 16 w + 8 + t / 4, columns 8 i + 2 (t % 4) and + 1 for i < n / 8, in that order,
+which is what the store writes out). The warpgroup is 128 consecutive threads, threadIdx.x, so
+its four warps start at a warp index divisible by 4.
+
+Each ``kiln_wgmma_mma`` is ``wgmma.fence``, its k steps as ``wgmma.mma_async`` (descriptors
+advanced by two core matrices per k16 step), ``wgmma.commit_group`` and ``wgmma.wait_group 0``.
+Shared tiles written by ``cp.async`` are made visible to the tensor cores' (async) proxy by a
+``fence.proxy.async.shared::cta`` after each ``cp.async.wait_group`` of such a kernel, before
+the barrier (kiln/codegen/cuda.py).
+"""
+
+from __future__ import annotations
+
+from ..errors import CompileError
+from ..ir import expr as E
+from ..ir.functor import Visitor
+
+CALLS = ("kiln_wgmma_fill", "kiln_wgmma_mma", "kiln_wgmma_store", "kiln_mbarrier_init", "kiln_mbarrier_expect_tx",
+         "kiln_mbarrier_wait", "kiln_bulk_copy")
+SCOPE = "wgmma.accumulator"
+N_SIZES = (8, 16, 32, 64, 96, 128, 192, 256)
+
+DESC = r"""__device__ __forceinline__ unsigned long long kiln_wgmma_desc(const void* p, unsigned lbo, unsigned sbo) {
+  // no swizzle (bits 62-63 = 0), base offset 0; addresses and strides in 16-byte units, 14 bits each
+  unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  return (unsigned long long)((a & 0x3FFFF) >> 4) | ((unsigned long long)((lbo & 0x3FFFF) >> 4) << 16)
+       | ((unsigned long long)((sbo & 0x3FFFF) >> 4) << 32);
+}
+"""
+
+MBARRIER = r"""__device__ __forceinline__ void kiln_mbarrier_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(count) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void kiln_mbarrier_expect_tx(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void kiln_mbarrier_wait(unsigned long long* bar, unsigned phase) {
+  asm volatile("{\n .reg .pred done;\n waitloop:\n"
+               " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               " @!done bra waitloop;\n}\n" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(phase) : "memory");
+}
+__device__ __forceinline__ void kiln_bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes),
+                  "r"((unsigned)__cvta_generic_to_shared(bar)) : "memory");
+}
+"""
+
+
+def _name(call) -> str:
+    return call.op[4:] if call.op.startswith("tir.") else call.op
+
+
+def _int(e, what: str) -> int:
+    if not isinstance(e, E.IntImm):
+        raise CompileError(f"{what} must be a constant, got {e}")
+    return e.value
+
+
+def uses(kernel) -> bool:
+    """Whether the kernel calls any of CALLS or has wgmma accumulators."""
+    found = []
+
+    class _Find(Visitor):
+        def visit_Call(self, op):
+            if _name(op) in CALLS:
+                found.append(op)
+            self.generic_visit(op)
+
+        def visit_Allocate(self, op):
+            if op.buffer.scope == SCOPE:
+                found.append(op)
+            self.generic_visit(op)
+
+    _Find().visit(kernel.body)
+    return bool(found)
+
+
+def struct(n: int) -> str:
+    return f"kiln_wgacc{n}"
+
+
+def fill_helper(n: int) -> tuple[str, str]:
+    name = f"kiln_wgmma_fill{n}"
+    return name, (f"struct {struct(n)} {{ float x[{n // 2}]; }};\n"
+                  f"__device__ __forceinline__ void {name}({struct(n)}& d) {{\n"
+                  f"#pragma unroll\n  for (int i = 0; i < {n // 2}; ++i) d.x[i] = 0.0f;\n}}\n")
+
+
+def mma_helper(n: int) -> tuple[str, str]:
+    """fence, k_steps x wgmma m64n{n}k16 (f32 += f16 x f16, both K-major), commit, wait."""
+    regs = n // 2
+    name = f"kiln_wgmma_m64n{n}k16"
+    outs = ", ".join(f'"+f"(d.x[{i}])' for i in range(regs))
+    dlist = ",".join(f"%{i}" for i in range(regs))
+    text = (f"__device__ __forceinline__ void {name}({struct(n)}& d, const half* a, unsigned a_lbo, const half* b, "
+            f"unsigned b_lbo, int k_steps) {{\n"
+            f'  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");\n'
+            f"  for (int k = 0; k < k_steps; ++k) {{\n"
+            # one k16 step is two core matrices along K: 2 * lbo bytes, lbo halves
+            f"    unsigned long long da = kiln_wgmma_desc(a + k * a_lbo, a_lbo, 128);\n"
+            f"    unsigned long long db = kiln_wgmma_desc(b + k * b_lbo, b_lbo, 128);\n"
+            f'    asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, 1, 0;\\n"\n'
+            f'                 " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{dlist}}}, %{regs}, %{regs + 1}, '
+            f'p, 1, 1, 0, 0;\\n}}\\n"\n'
+            f'                 : {outs} : "l"(da), "l"(db) : "memory");\n'
+            f"  }}\n"
+            f'  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");\n'
+            f'  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");\n'
+            f"}}\n")
+    return name, text
+
+
+def store_helper(n: int, ctype: str) -> tuple[str, str]:
+    name = f"kiln_wgmma_store{n}_{ctype.replace(' ', '_')}"
+    text = (f"__device__ __forceinline__ void {name}({ctype}* p, const {struct(n)}& d, int ld) {{\n"
+            f"  int t = threadIdx.x % 128, w = t / 32, l = t % 32;\n"
+            f"  int row = 16 * w + l / 4, col = 2 * (l % 4);\n"
+            f"#pragma unroll\n  for (int i = 0; i < {n // 8}; ++i) {{\n"
+            f"    p[row * ld + 8 * i + col] = ({ctype})d.x[4 * i];\n"
+            f"    p[row * ld + 8 * i + col + 1] = ({ctype})d.x[4 * i + 1];\n"
+            f"    p[(row + 8) * ld + 8 * i + col] = ({ctype})d.x[4 * i + 2];\n"
+            f"    p[(row + 8) * ld + 8 * i + col + 1] = ({ctype})d.x[4 * i + 3];\n"
+            f"  }}\n}}\n")
+    return name, text
+
+
+class WgmmaPrinter:
+    """The CUDA printer's wgmma / mbarrier part: accumulator declarations and the calls."""
+
+    def __init__(self, printer, kernel):
+        self.p = printer
+        self.used = uses(kernel)
+        self.helpers: dict[str, str] = {}
+        self.sizes: dict[int, int] = {}  # id(accumulator data Var) -> n
+        if self.used and not (printer.arch or "").endswith("a"):
+            raise CompileError(f"{kernel.attrs.get('global_symbol', 'a kernel')}: wgmma and mbarrier calls need "
+                               "Hopper's own instructions: "
+                               f"build with -arch=sm_90a (this target is {printer.arch or 'of no named arch'})")
+
+    def _n(self, e) -> int:
+        n = _int(e, "the wgmma tile width n")
+        if n not in N_SIZES:
+            raise CompileError(f"wgmma m64n{n}k16 does not exist; n is one of {N_SIZES}")
+        return n
+
+    def declare(self, s) -> None:
+        """An accumulator buffer: n / 2 floats per thread for each 64 x n tile (n from its calls)."""
+        n = self.sizes.get(id(s.buffer.data))
+        if n is None:
+            n = self._scan(s)
+        total = 1
+        for x in s.extents:
+            total *= _int(x, "a wgmma accumulator's size")
+        name, old = self.p.declare(s.buffer.data)
+        fn, text = fill_helper(n)
+        self.helpers.setdefault(fn, text)
+        self.p.emit(f"{struct(n)} {name}[{max(1, total // (64 * n))}];")
+        self.p.stmt(s.body)
+        self.p.restore(s.buffer.data, old)
+
+    def _scan(self, s) -> int:
+        found = []
+
+        class _Calls(Visitor):
+            def visit_Call(self, op):
+                if _name(op) in ("kiln_wgmma_fill", "kiln_wgmma_mma", "kiln_wgmma_store") and op.args[0] is s.buffer.data:
+                    found.append(op.args[2])
+                self.generic_visit(op)
+
+        _Calls().visit(s.body)
+        if not found:
+            raise CompileError(f"wgmma accumulator {s.buffer.name} is never filled, multiplied or stored")
+        n = self._n(found[0])
+        self.sizes[id(s.buffer.data)] = n
+        return n
+
+    def call(self, e) -> str:
+        name, a = _name(e), e.args
+        p = self.p
+        if name == "kiln_wgmma_fill":
+            n = self._n(a[2])
+            fn, text = fill_helper(n)
+            self.helpers.setdefault(fn, text)
+            return f"{fn}({p.name(a[0])}[{p.expr(a[1])}])"
+        if name == "kiln_wgmma_mma":
+            n = self._n(a[2])
+            self.helpers.setdefault("kiln_wgmma_desc", DESC)
+            fn, text = mma_helper(n)
+            self.helpers[fn] = text
+            return (f"{fn}({p.name(a[0])}[{p.expr(a[1])}], {p.expr(a[3])}, {p.expr(a[4])}, {p.expr(a[5])}, "
+                    f"{p.expr(a[6])}, {p.expr(a[7])})")
+        if name == "kiln_wgmma_store":
+            n = self._n(a[2])
+            dst = a[3]
+            ctype = p.type(dst.dtype) if not isinstance(dst, E.Call) else p.type(dst.args[0].dtype)
+            fn, text = store_helper(n, ctype)
+            self.helpers[fn] = text
+            return f"{fn}({p.expr(a[3])}, {p.name(a[0])}[{p.expr(a[1])}], {p.expr(a[4])})"
+        self.helpers.setdefault("kiln_mbarrier", MBARRIER)
+        args = ", ".join(p.expr(x) for x in a)
+        return f"{name}({args})"

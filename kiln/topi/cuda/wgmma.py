@@ -1,0 +1,153 @@
+"""dense on Hopper's warpgroup tensor cores (``wgmma``, sm_90a): intrinsics and a schedule.
+
+The product C = A W^T (A: M x K, W: N x K, float16; C float32) is written over views of A and W
+in the layout wgmma reads from shared memory without swizzling: ``A_il[c, i, e] = A[i, 8 c + e]``,
+so the 8 halves of a row's k chunk are 16 contiguous bytes and the 8 rows of a chunk form one
+128-byte core matrix (kiln/codegen/cuda_wgmma.py). The views are never stored: the block's
+shared slabs are fetched from A and W directly, 16 bytes per thread-copy (``cp.async``, a
+``stages``-deep pipeline).
+
+A block computes ``64 * warpgroups x n`` of C: each warpgroup (128 threads, threadIdx.x; the
+warpgroup index is threadIdx.y) owns a 64 x n accumulator tile in registers and, per k step of
+``bk``, issues ``bk / 16`` wgmma m64n{n}k16 reading its 64 rows of the A slab and the whole B
+slab. The accumulators are stored row-major straight to C.
+
+    C = dense_wgmma(A, W)
+    s = schedule_dense_wgmma([C], {"warpgroups": 2, "n": 128, "bk": 64, "stages": 3})
+    f = tvm.build(s, [A, W, C], target="cuda -arch=sm_90a")
+"""
+
+from __future__ import annotations
+
+from kiln import te
+from kiln.ir import expr as E
+from kiln.ir.stmt import Evaluate, SeqStmt, decl_buffer
+
+from ..gpu.common import block, thread
+from ..utils import const_int, find_stage
+
+ROWS = 64  # rows of one warpgroup's tile (wgmma's m)
+DEFAULT = {"warpgroups": 2, "n": 128, "bk": 64, "stages": 3}
+
+
+def _call(op: str, *args):
+    return Evaluate(E.Call(E.const(0).dtype, op, tuple(E.convert(a) for a in args)))
+
+
+def _tile(buf, size):
+    return E.FloorDiv(buf.elem_offset, E.const(size), buf.elem_offset.dtype)
+
+
+def intrin_wgmma_gemm(n: int, kc: int, dtype: str = "float16"):
+    """acc (64 x n, float32) += sum over kc chunks of 8: a[c, i, e] * b[c, j, e], a and b in shared
+    memory in the core-matrix layout (rows of 8 contiguous halves)."""
+    if kc % 2:
+        raise ValueError(f"wgmma steps k by 16: the chunk count kc={kc} (of 8 halves) must be even")
+    a = te.placeholder((kc, ROWS, 8), dtype, name="a")
+    b = te.placeholder((kc, n, 8), dtype, name="b")
+    rc = te.reduce_axis((0, kc), name="rc")
+    re = te.reduce_axis((0, 8), name="re")
+    c = te.compute((ROWS, n), lambda i, j: te.sum(a[rc, i, re].astype("float32") * b[rc, j, re].astype("float32"),
+                                                  axis=[rc, re]), name="acc")
+
+    def fintrin(ins, outs):
+        (A, B), (C,) = ins, outs
+        index = _tile(C, ROWS * n)
+        fill = _call("tir.kiln_wgmma_fill", C.data, index, n)
+        # lbo: bytes between k chunks (the slab's outer stride); 128 between 8-row groups
+        mma = _call("tir.kiln_wgmma_mma", C.data, index, n, A.access_ptr("r"), A.strides[0] * 2,
+                    B.access_ptr("r"), B.strides[0] * 2, kc // 2)
+        return SeqStmt((fill, mma)), fill, mma
+
+    binds = {a: decl_buffer(a.shape, dtype, "a", strides=[te.var("a_s0"), 8, 1], scope="shared", offset_factor=8),
+             b: decl_buffer(b.shape, dtype, "b", strides=[te.var("b_s0"), 8, 1], scope="shared", offset_factor=8),
+             c: decl_buffer(c.shape, "float32", "acc", strides=[te.var("acc_s"), 1], scope="wgmma.accumulator",
+                            offset_factor=1)}
+    return te.decl_tensor_intrin(c.op, fintrin, name=f"wgmma_m64n{n}", binds=binds)
+
+
+def intrin_wgmma_store(n: int, out_dtype: str = "float32"):
+    """The 64 x n accumulator tile to memory, row-major."""
+    acc = te.placeholder((ROWS, n), "float32", name="acc")
+    dst = te.compute((ROWS, n), lambda i, j: acc[i, j].astype(out_dtype), name="dst")
+
+    def fintrin(ins, outs):
+        (f,), (d,) = ins, outs
+        return _call("tir.kiln_wgmma_store", f.data, _tile(f, ROWS * n), n, d.access_ptr("w"), d.strides[0])
+
+    binds = {acc: decl_buffer(acc.shape, "float32", "acc", strides=[te.var("acc_s"), 1], scope="wgmma.accumulator",
+                              offset_factor=1),
+             dst: decl_buffer(dst.shape, out_dtype, "dst", strides=[te.var("dst_s"), 1], offset_factor=1)}
+    return te.decl_tensor_intrin(dst.op, fintrin, name=f"wgmma_store{n}", binds=binds)
+
+
+def fits(m: int, n: int, k: int, dtype, conf=None) -> bool:
+    conf = {**DEFAULT, **(conf or {})}
+    return (str(dtype) == "float16" and m % (ROWS * conf["warpgroups"]) == 0 and n % conf["n"] == 0
+            and k % conf["bk"] == 0)
+
+
+def dense_wgmma(data, weight, conf=None):
+    """topi.nn.dense (weight N x K) as the wgmma product (module doc): float16 in, float32 out."""
+    conf = {**DEFAULT, **(conf or {})}
+    m, k = (const_int(d) for d in data.shape)
+    n = const_int(weight.shape[0])
+    if not fits(m, n, k, data.dtype, conf) or str(weight.dtype) != "float16":
+        raise ValueError(f"dense on wgmma needs float16 inputs, M a multiple of {ROWS * conf['warpgroups']}, N of "
+                         f"{conf['n']} and K of {conf['bk']}; got {data.dtype} M={m} N={n} K={k}")
+    a_il = te.compute((k // 8, m, 8), lambda c, i, e: data[i, c * 8 + e], name="A_il")
+    w_il = te.compute((k // 8, n, 8), lambda c, j, e: weight[j, c * 8 + e], name="W_il")
+    rc = te.reduce_axis((0, k // 8), name="rc")
+    re = te.reduce_axis((0, 8), name="re")
+    out = te.compute((m, n), lambda i, j: te.sum(a_il[rc, i, re].astype("float32") * w_il[rc, j, re].astype("float32"),
+                                                 axis=[rc, re]), name="dense_wgmma", tag="dense")
+    out.op.attrs["wgmma_config"] = conf
+    return out
+
+
+def schedule_dense_wgmma(outs, conf=None):
+    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    C = find_stage(outs[0], lambda op: "wgmma_config" in getattr(op, "attrs", {}), "wgmma dense stage")
+    conf = {**C.op.attrs["wgmma_config"], **(conf or {})}
+    wg, n, bk, stages = conf["warpgroups"], conf["n"], conf["bk"], conf["stages"]
+    s = te.create_schedule([o.op for o in outs])
+    a_il, w_il = C.op.input_tensors
+    s[a_il].compute_inline()
+    s[w_il].compute_inline()
+    AS = s.cache_read(a_il, "shared", [C])
+    BS = s.cache_read(w_il, "shared", [C])
+    CF = s.cache_write(C, "wgmma.accumulator")
+
+    st = s[C]
+    i, j = st.op.axis
+    bi, ii = st.split(i, factor=ROWS * wg)
+    bj, jj = st.split(j, factor=n)
+    tg, iii = st.split(ii, factor=ROWS)
+    st.reorder(bi, bj, tg, iii, jj)
+    st.bind(bi, block("y"))
+    st.bind(bj, block("x"))
+    st.bind(tg, thread("y"))
+    st.tensorize(iii, intrin_wgmma_store(n, str(C.dtype)))
+
+    cf = s[CF]
+    cf.compute_at(st, tg)
+    ci, cj = cf.op.axis
+    rc, re = cf.op.reduce_axis
+    ko, ki = cf.split(rc, factor=bk // 8)
+    cf.reorder(ko, ci, cj, ki, re)
+    cf.tensorize(ci, intrin_wgmma_gemm(n, bk // 8))
+
+    for slab in (AS, BS):
+        sh = s[slab]
+        sh.compute_at(cf, ko)
+        c, r, e = sh.op.axis
+        sh.reorder(r, c, e)  # neighbouring threads copy neighbouring 16-byte chunks of a row
+        fused = sh.fuse(r, c)
+        fused, tx = sh.split(fused, factor=128)
+        fused, ty = sh.split(fused, factor=wg)
+        sh.bind(tx, thread("x"))
+        sh.bind(ty, thread("y"))
+        sh.vectorize(e)  # 8 halves: one 16-byte copy (cp.async in the pipeline's prefetches)
+        if stages > 1:
+            sh.double_buffer(stages)
+    return s

@@ -1,0 +1,114 @@
+"""Hopper's warpgroup tensor cores (wgmma), mbarriers and bulk copies (sm_90a): dense_wgmma compiles to
+PTX with wgmma and assembles to an sm_90a cubin wherever NVRTC is installed (no GPU needed);
+other archs are refused with a one-line error; the gpu-marked test runs it against numpy."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import te
+from kiln.codegen import cuda as cg
+from kiln.codegen.cuda_wgmma import MBARRIER
+from kiln.errors import CompileError
+from kiln.topi.cuda import wgmma
+
+pytestmark = pytest.mark.skipif(not cg.have_nvrtc(),
+                                reason="needs NVRTC: pip install -e '.[cuda]' (cuda-bindings, nvidia-cuda-nvrtc)")
+
+TARGET = "cuda -arch=sm_90a -max_shared_memory_per_block=232448"
+
+
+def build(m, n, k, conf=None, target=TARGET):
+    a = te.placeholder((m, k), "float16", name="A")
+    w = te.placeholder((n, k), "float16", name="W")
+    with tvm.target.Target(target):
+        c = wgmma.dense_wgmma(a, w, conf)
+        s = wgmma.schedule_dense_wgmma([c])
+        return tvm.build(s, [a, w, c], target=target, name="dense_wgmma")
+
+
+@pytest.mark.parametrize("conf", [None, {"warpgroups": 1, "n": 64, "bk": 32, "stages": 2}], ids=["default", "small"])
+def test_dense_compiles_to_wgmma_and_assembles(conf):
+    f = build(256, 256, 256, conf)
+    code = f.metadata["device_code"]
+    ptx, n = code["ptx"], (conf or wgmma.DEFAULT)["n"]
+    assert code["arch"] == "sm_90a" and ".target sm_90a" in ptx
+    assert f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16" in ptx
+    for op in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned",
+               "fence.proxy.async.shared::cta", "cp.async.cg.shared.global"):
+        assert op in ptx, op
+    assert base64.b64decode(code["cubin"])[:4] == b"\x7fELF"  # ptxas (inside NVRTC) accepted it for sm_90a
+
+
+def test_wgmma_needs_sm_90a():
+    with pytest.raises(CompileError, match="need Hopper's own instructions: build with -arch=sm_90a"):
+        build(128, 128, 64, target="cuda -arch=sm_90 -max_shared_memory_per_block=232448")
+
+
+def test_sizes_are_checked():
+    a = te.placeholder((100, 64), "float16")
+    w = te.placeholder((128, 64), "float16")
+    with pytest.raises(ValueError, match="M a multiple of 128"):
+        wgmma.dense_wgmma(a, w)
+    with pytest.raises(ValueError, match="kc=3"):
+        wgmma.intrin_wgmma_gemm(64, 3)
+
+
+def test_compute_equals_numpy_on_the_cpu():
+    """The product over the core-matrix views (A_il[c, i, e] = A[i, 8c + e]), untensorized, on the host."""
+    a = te.placeholder((128, 64), "float16", name="A")
+    w = te.placeholder((128, 64), "float16", name="W")
+    c = wgmma.dense_wgmma(a, w)
+    f = tvm.build(te.create_schedule(c.op), [a, w, c], target="llvm")
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((128, 64)).astype("float16"), rng.standard_normal((128, 64)).astype("float16")
+    out = tvm.nd.empty((128, 128), "float32")
+    f(tvm.nd.array(x), tvm.nd.array(y), out)
+    np.testing.assert_allclose(out.numpy(), x.astype("float64") @ y.astype("float64").T, atol=1e-3, rtol=0)
+
+
+def test_mbarrier_and_bulk_copy_helpers_assemble():
+    """The copy engine's bulk copy completing on an mbarrier, as kiln_mbarrier_* / kiln_bulk_copy
+    print them, in a kernel NVRTC assembles for sm_90a."""
+    src = cg.PREAMBLE + MBARRIER + r"""
+extern "C" __global__ void __launch_bounds__(128) bulk(const half* __restrict__ x, half* __restrict__ y) {
+  __shared__ __align__(128) half tile[1024];
+  __shared__ __align__(8) unsigned long long bar;
+  if (threadIdx.x == 0) {
+    kiln_mbarrier_init(&bar, 1);
+    kiln_mbarrier_expect_tx(&bar, 2048);
+    kiln_bulk_copy(tile, x + blockIdx.x * 1024, 2048, &bar);
+  }
+  __syncthreads();
+  kiln_mbarrier_wait(&bar, 0);
+  for (int i = threadIdx.x; i < 1024; i += 128) y[blockIdx.x * 1024 + i] = tile[i];
+}
+"""
+    ptx = cg.compile_source(src, "sm_90a", "ptx").decode(errors="replace")
+    for op in ("mbarrier.init.shared::cta.b64", "mbarrier.arrive.expect_tx.shared::cta.b64",
+               "mbarrier.try_wait.parity.shared::cta.b64",
+               "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"):
+        assert op in ptx, op
+    assert cg.compile_source(src, "sm_90a", "cubin")[:4] == b"\x7fELF"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("conf", [None, {"warpgroups": 1, "n": 64, "bk": 32, "stages": 2}], ids=["default", "small"])
+def test_dense_runs(conf):
+    dev = tvm.cuda(0)
+    if dev.compute_version != "9.0":
+        pytest.skip(f"wgmma runs on compute capability 9.0 (sm_90a) only; this GPU is {dev.compute_version}")
+    m, n, k = 256, 256, 320 if conf else 256
+    f = build(m, n, k, conf)
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((m, k)).astype("float16"), rng.standard_normal((n, k)).astype("float16")
+    out = tvm.nd.array(np.full((m, n), np.nan, "float32"), dev)
+    f(tvm.nd.array(x, dev), tvm.nd.array(y, dev), out)
+    want = x.astype("float64") @ y.astype("float64").T
+    # float32 sums of exact float16 products: k roundings, each at most 2^-24 of a partial sum
+    bound = k * 2 ** -24 * (np.abs(x).astype("float64") @ np.abs(y).astype("float64").T).max()
+    np.testing.assert_allclose(out.numpy(), want, atol=bound, rtol=0)
