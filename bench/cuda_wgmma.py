@@ -99,8 +99,15 @@ def main() -> None:
             best = (ms, conf)
     if best:
         print(f"best wgmma: {best[1]} {flop / best[0] / 1e9:.0f} TFLOP/s = {t_ref / best[0]:.2f}x cuBLAS")
-    else:
-        raise SystemExit("bench/cuda_wgmma.py: no wgmma kernel was right")
+        return
+    # diagnosis: the same kernel with the descriptor's two strides exchanged
+    from kiln.codegen import cuda_wgmma
+
+    cuda_wgmma.DESC = cuda_wgmma.DESC.replace("<< 16)", "<< 99)").replace("<< 32)", "<< 16)").replace("<< 99)", "<< 32)")
+    f = build(n, {"warpgroups": 2, "n": 128, "bk": 64, "stages": 3}, target)
+    f(a, w, c)
+    err = float(np.abs(c.numpy() - ref).max() / np.abs(ref).max())
+    raise SystemExit(f"bench/cuda_wgmma.py: no wgmma kernel was right (with the strides exchanged: max rel err {err:.1e})")
 
 
 if __name__ == "__main__":
