@@ -29,7 +29,7 @@ from ..errors import CompileError, KilnError
 from ..ir import expr as E
 from ..ir.stmt import ForKind, PrimFunc
 from ..tir.math_expand import expand
-from . import lowered_functions
+from . import lowered_functions, packed
 from .c_family import CStylePrinter, Lang, _const_size
 
 _DL_CODE = {"int": 0, "uint": 1, "float": 2, "bool": 1}
@@ -218,42 +218,45 @@ class CPrinter(CStylePrinter):
     def print_function(self, symbol: str, func: PrimFunc) -> dict:
         self.func_name = symbol
         params, unpack, call = [], [], []
-        shape_vars: list = []
-        for i, p in enumerate(func.params):
-            buf = func.buffer_map.get(p)
-            if buf is not None:
+        shape_vars: list = []  # (Var, C expression of its value) of the dims and strides tensors define
+        for arg in packed.arguments(func, symbol):  # the packed convention, spelled in C
+            i = arg.index
+            if isinstance(arg, packed.TensorArg):
+                buf = arg.buffer
                 t = self.storage_type(buf.dtype)
                 name = self.name(buf.data)
                 params.append(f"{t}* restrict {name}")
                 call.append(name)
                 unpack.append(f"  DLTensor* t{i} = (DLTensor*)args[{i}].v_handle;")
                 unpack.append(f"  {t}* {name} = ({t}*)((char*)t{i}->data + t{i}->byte_offset);")
-                for k, dim in enumerate(buf.shape):
-                    if isinstance(dim, E.Var) and id(dim) not in self.names:
-                        shape_vars.append((dim, f"t{i}->shape[{k}]"))
-                        self.name(dim)
-                self._compact_strides(buf, shape_vars)
-            elif p.dtype.is_handle:
-                name = self.name(p)
+                for k, dim in arg.dims:
+                    shape_vars.append((dim, f"t{i}->shape[{k}]"))
+                    self.name(dim)
+                for k, s in arg.strides:  # compact row-major: the product of the extents after k
+                    inner = [self.expr(d) for d in buf.shape[k + 1:]]
+                    self.name(s)
+                    shape_vars.append((s, " * ".join(f"(int64_t){x}" for x in inner) or "1"))
+            elif isinstance(arg, packed.HandleArg):
+                name = self.name(arg.var)
                 params.append(f"void* {name}")
                 call.append(name)
                 unpack.append(f"  void* {name} = args[{i}].v_handle;")
             else:
+                p = arg.var
                 name = self.name(p)
                 t = self.type(p.dtype)
                 params.append(f"{t} {name}")
                 call.append(name)
                 if p.dtype.is_float:
-                    unpack.append(f"  {t} {name} = ({t})(type_codes[{i}] == 0 ? (double)args[{i}].v_int64 : args[{i}].v_float64);")
+                    unpack.append(f"  {t} {name} = ({t})(type_codes[{i}] == {arg.other_code} ? (double)args[{i}].v_int64 : args[{i}].v_float64);")
                 else:
-                    unpack.append(f"  {t} {name} = ({t})(type_codes[{i}] == 2 ? (int64_t)args[{i}].v_float64 : args[{i}].v_int64);")
+                    unpack.append(f"  {t} {name} = ({t})(type_codes[{i}] == {arg.other_code} ? (int64_t)args[{i}].v_float64 : args[{i}].v_int64);")
         for v, src in shape_vars:
             t = self.type(v.dtype)
             name = self.names[id(v)]
             params.append(f"{t} {name}")
             call.append(name)
-            if isinstance(src, str):
-                unpack.append(f"  {t} {name} = ({t}){src};")
+            unpack.append(f"  {t} {name} = ({t}){src};")
         self.lines = []
         self.indent = 1
         self.stmt(func.body)
@@ -266,17 +269,6 @@ class CPrinter(CStylePrinter):
             f"  return {symbol}_unpacked({', '.join(call)});",
             "}"])
         return {"proto": proto, "body": body, "entry": entry}
-
-    def _compact_strides(self, buf, shape_vars: list) -> None:
-        """Symbolic strides of an argument: the ABI promises compact row-major tensors."""
-        if not buf.strides:
-            return
-        for k in range(len(buf.shape) - 1, -1, -1):
-            s = buf.strides[k]
-            if isinstance(s, E.Var) and id(s) not in self.names:
-                inner = [self.expr(d) for d in buf.shape[k + 1:]]
-                self.name(s)
-                shape_vars.append((s, " * ".join(f"(int64_t){x}" for x in inner) or "1"))
 
     # Statements -----------------------------------------------------------------------------
     def stmt_For(self, s) -> None:

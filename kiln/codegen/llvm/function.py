@@ -11,9 +11,8 @@ overlap), which is what allows LLVM to vectorize and reorder memory accesses fre
 
 from __future__ import annotations
 
-from ...errors import CompileError
-from ...ir import expr as E
 from ...ir.dtype import INT64, DType
+from .. import packed
 from .bf16 import promote_bfloat16
 from .expr import ExprCodegen
 from .ir import FunctionWriter, llvm_type
@@ -65,8 +64,8 @@ def emit_prim_func(mw, func, symbol: str, target_info) -> None:
     entry = FunctionCodegen(mw, symbol, symbol, target_info)
     fw = entry.fw = FunctionWriter(
         mw, f"define protected i32 @{symbol}(ptr noalias %args, ptr noalias %codes, i32 %num_args) nounwind")
-    for i, param in enumerate(func.params):
-        _unpack(entry, func, i, param)
+    for arg in packed.arguments(func, symbol):
+        _unpack(entry, arg)
     params = list(entry.vars)
     body_name = mw.unique(symbol + ".body")
     args = ", ".join(f"{llvm_type(v.dtype)} {entry.vars[v]}" for v in params)
@@ -76,72 +75,58 @@ def emit_prim_func(mw, func, symbol: str, target_info) -> None:
     FunctionCodegen(mw, body_name, symbol, target_info).outline(params, {}, lambda cg: cg.stmt(func.body))
 
 
-def _unpack(cg, func, i: int, param) -> None:
+def _unpack(cg, arg) -> None:
+    """LLVM IR for one step of the packed convention (codegen/packed.py)."""
     fw = cg.fw
-    slot = fw.emit(f"getelementptr inbounds i8, ptr %args, i64 {8 * i}", "p")
-    buf = func.buffer_map.get(param)
-    if buf is not None:
-        _unpack_tensor(cg, slot, buf, param)
-    elif param.dtype.is_handle:
-        cg.vars[param] = fw.emit(f"load ptr, ptr {slot}, align 8")
+    slot = fw.emit(f"getelementptr inbounds i8, ptr %args, i64 {packed.VALUE_BYTES * arg.index}", "p")
+    if isinstance(arg, packed.TensorArg):
+        _unpack_tensor(cg, slot, arg)
+    elif isinstance(arg, packed.HandleArg):
+        cg.vars[arg.var] = fw.emit(f"load ptr, ptr {slot}, align 8")
     else:
-        _unpack_scalar(cg, slot, i, param)
+        _unpack_scalar(cg, slot, arg)
 
 
-def _unpack_tensor(cg, slot: str, buf, param) -> None:
-    fw = cg.fw
+def _unpack_tensor(cg, slot: str, arg) -> None:
+    fw, buf = cg.fw, arg.buffer
     handle = fw.emit(f"load ptr, ptr {slot}, align 8", "h")
-    data = fw.emit(f"load ptr, ptr {handle}, align 8")
-    off_p = fw.emit(f"getelementptr inbounds %DLTensor, ptr {handle}, i32 0, i32 6", "p")
+    data = fw.emit(f"load ptr, ptr {handle}, align 8")  # field DLTENSOR_DATA (0)
+    off_p = fw.emit(f"getelementptr inbounds %DLTensor, ptr {handle}, i32 0, i32 {packed.DLTENSOR_BYTE_OFFSET}", "p")
     offset = fw.emit(f"load i64, ptr {off_p}, align 8")
-    ptr = fw.emit(f"getelementptr inbounds i8, ptr {data}, i64 {offset}", buf.name.replace(".", "_") + ".")
-    if buf.data in cg.vars:
-        raise CompileError(f"{cg.symbol}: parameters share the storage of buffer {buf.name!r}")
-    cg.vars[buf.data] = ptr
-    shape_p = None
-    for k, dim in enumerate(buf.shape):
-        if isinstance(dim, E.Var) and dim not in cg.vars:
-            if shape_p is None:
-                sp = fw.emit(f"getelementptr inbounds %DLTensor, ptr {handle}, i32 0, i32 4", "p")
-                shape_p = fw.emit(f"load ptr, ptr {sp}, align 8")
-            dp = fw.emit(f"getelementptr inbounds i64, ptr {shape_p}, i64 {k}", "p")
-            value = fw.emit(f"load i64, ptr {dp}, align 8", dim.name.replace(".", "_") + ".")
-            cg.vars[dim] = cg.cast(value, INT64, dim.dtype)
-    _bind_compact_strides(cg, buf)
+    cg.vars[buf.data] = fw.emit(f"getelementptr inbounds i8, ptr {data}, i64 {offset}", buf.name.replace(".", "_") + ".")
+    if arg.dims:
+        sp = fw.emit(f"getelementptr inbounds %DLTensor, ptr {handle}, i32 0, i32 {packed.DLTENSOR_SHAPE}", "p")
+        shape_p = fw.emit(f"load ptr, ptr {sp}, align 8")
+    for k, dim in arg.dims:
+        dp = fw.emit(f"getelementptr inbounds i64, ptr {shape_p}, i64 {k}", "p")
+        value = fw.emit(f"load i64, ptr {dp}, align 8", dim.name.replace(".", "_") + ".")
+        cg.vars[dim] = cg.cast(value, INT64, dim.dtype)
+    if arg.strides:  # compact row-major: the product of the extents after dimension k
+        wanted = dict(arg.strides)
+        stride = "1"
+        for k in range(len(buf.shape) - 1, min(wanted) - 1, -1):
+            if k in wanted:
+                cg.vars[wanted[k]] = cg.cast(stride, INT64, wanted[k].dtype)
+            dim = buf.shape[k]
+            stride = fw.emit(f"mul i64 {stride}, {cg.cast(cg.expr(dim), dim.dtype, INT64)}")
 
 
-def _bind_compact_strides(cg, buf) -> None:
-    """Symbolic strides of an argument buffer: the ABI promises compact row-major tensors."""
-    if not buf.strides:
-        return
-    stride = "1"
-    for k in range(len(buf.shape) - 1, -1, -1):
-        s = buf.strides[k]
-        if isinstance(s, E.Var) and s not in cg.vars:
-            cg.vars[s] = cg.cast(stride, INT64, s.dtype)
-        dim = buf.shape[k]
-        extent = cg.cast(cg.expr(dim), dim.dtype, INT64)
-        stride = cg.fw.emit(f"mul i64 {stride}, {extent}")
-
-
-def _unpack_scalar(cg, slot: str, i: int, param) -> None:
+def _unpack_scalar(cg, slot: str, arg) -> None:
     """A scalar from its KilnValue, converting when the caller passed the other kind."""
-    fw = cg.fw
-    dt = param.dtype
-    code_p = fw.emit(f"getelementptr inbounds i32, ptr %codes, i64 {i}", "p")
+    fw, dt = cg.fw, arg.var.dtype
+    code_p = fw.emit(f"getelementptr inbounds i32, ptr %codes, i64 {arg.index}", "p")
     code = fw.emit(f"load i32, ptr {code_p}, align 4")
     as_int = fw.emit(f"load i64, ptr {slot}, align 8")
     as_float = fw.emit(f"load double, ptr {slot}, align 8")
+    other = fw.emit(f"icmp eq i32 {code}, {arg.other_code}")
     if dt.is_float:
-        is_int = fw.emit(f"icmp eq i32 {code}, 0")
         converted = fw.emit(f"sitofp i64 {as_int} to double")
-        value = fw.emit(f"select i1 {is_int}, double {converted}, double {as_float}")
-        cg.vars[param] = cg.cast(value, _F64, dt)
+        value = fw.emit(f"select i1 {other}, double {converted}, double {as_float}")
+        cg.vars[arg.var] = cg.cast(value, _F64, dt)
     else:
-        is_float = fw.emit(f"icmp eq i32 {code}, 2")
         converted = fw.emit(f"fptosi double {as_float} to i64")
-        value = fw.emit(f"select i1 {is_float}, i64 {converted}, i64 {as_int}")
-        cg.vars[param] = cg.cast(value, INT64, dt)
+        value = fw.emit(f"select i1 {other}, i64 {converted}, i64 {as_int}")
+        cg.vars[arg.var] = cg.cast(value, INT64, dt)
 
 
 SUPPORT_IR = r"""
