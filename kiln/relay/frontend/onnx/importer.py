@@ -24,6 +24,7 @@ from ...transform.infer_type import infer
 from ...ty import TensorType, dtype_of
 from .data_dependent import Bounded, follow
 from .ml import DOMAIN_OPS as ML_OPS
+from .transformer import PREVIEW_OPS
 from .quantized import DOMAIN_OPS  # onnxruntime's com.microsoft quantized ops
 
 log = logging.getLogger("kiln.frontend.onnx")
@@ -115,7 +116,7 @@ class _Importer:
         missing: dict = {}
         for i, node in enumerate(self.graph.node):
             if node.op_type not in converters or (node.domain not in ("", "ai.onnx") and
-                                                   (node.domain, node.op_type) not in DOMAIN_OPS | ML_OPS):
+                                                   (node.domain, node.op_type) not in DOMAIN_OPS | ML_OPS | PREVIEW_OPS):
                 key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
                 missing.setdefault(key, []).append(node.name or f"#{i}")
         if missing:
@@ -221,6 +222,30 @@ class _Importer:
         body = outs[0] if len(outs) == 1 else Tuple(outs)
         params = self.inputs + [self.tensors[n] for n in self.params]
         return Function(params, body)
+
+    def run_subgraph(self, graph, inputs: list) -> list:
+        """The outputs of a graph attribute (FlexAttention's score_mod) applied to ``inputs``: its
+        nodes converted like the model's, seeing the outer scope's tensors."""
+        from . import CONVERTERS
+        from .validate import array
+
+        saved = dict(self.tensors)
+        try:
+            for t in graph.initializer:
+                self.tensors[t.name] = const(array(t, self.name, f"subgraph {graph.name!r} initializer {t.name!r}"))
+            if len(graph.input) != len(inputs):
+                raise ImportError_(f"from_onnx: {self.name}: subgraph {graph.name!r} takes {len(graph.input)} inputs, "
+                                   f"given {len(inputs)}")
+            for vi, expr in zip(graph.input, inputs):
+                self.tensors[vi.name] = expr
+            for node in graph.node:
+                if node.op_type not in CONVERTERS:
+                    raise ImportError_(f"from_onnx: {self.name}: subgraph {graph.name!r} uses {node.op_type}, "
+                                       "which kiln does not convert")
+                self.convert(node, CONVERTERS[node.op_type])
+            return [self.tensors[o.name] for o in graph.output]
+        finally:
+            self.tensors = saved
 
     def _output(self, name: str):
         if name not in self.bounded:

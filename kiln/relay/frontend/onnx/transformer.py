@@ -237,5 +237,43 @@ def _linear_attention(ctx, ins, attrs):
     return [y if dtype == "float32" else tf.cast(y, dtype), state if state_dtype == "float32" else tf.cast(state, state_dtype)]
 
 
-CONVERTERS = {"LinearAttention": _linear_attention, "Attention": _attention, "RMSNormalization": _rms_norm, "RotaryEmbedding": _rotary,
+def _flex_attention(ctx, ins, attrs):
+    """ai.onnx.preview FlexAttention: scaled Q K^T (the scale's square root on each side, in the
+    inputs' type), the ``score_mod`` graph, softmax in float32 for float16 inputs (or
+    ``softmax_precision``), the ``prob_mod`` graph, times V; grouped heads repeat K and V."""
+    from onnx import helper
+
+    q, k, v = ins[:3]
+    b, hq, _, e = ctx.shape_of(q)
+    hkv = ctx.shape_of(k)[1]
+    dtype = str(ctx.type_of(q).dtype)
+    if hq != hkv:
+        if hq % hkv:
+            ctx.fail(f"{hq} query heads are not a multiple of {hkv} key/value heads")
+        k, v = (tf.reshape(tf.broadcast_to(tf.expand_dims(t, 2), (b, hkv, hq // hkv) + tuple(ctx.shape_of(t)[2:])),
+                           (b, hq) + tuple(ctx.shape_of(t)[2:])) for t in (k, v))
+    scale = attrs.get("scale") or 1.0 / np.sqrt(e)
+    root = _c(np.sqrt(np.float32(scale)), dtype)
+    scores = _bmm(ctx, tensor.multiply(q, root), tf.transpose(tensor.multiply(k, root), (0, 1, 3, 2)))
+    if "softmax_precision" in attrs:
+        compute = helper.tensor_dtype_to_np_dtype(int(attrs["softmax_precision"])).name
+    else:
+        compute = "float32" if np.dtype(dtype).itemsize < 4 else dtype
+    cast = lambda x: x if str(ctx.type_of(x).dtype) == compute else tf.cast(x, compute)  # noqa: E731
+    scores = cast(scores)
+    if attrs.get("score_mod") is not None:
+        scores = cast(ctx.importer.run_subgraph(attrs["score_mod"], [scores])[0])
+    probs = nn_norm.softmax(scores, -1)
+    if attrs.get("prob_mod") is not None:
+        probs = cast(ctx.importer.run_subgraph(attrs["prob_mod"], [probs])[0])
+    out = _bmm(ctx, probs, cast(v))
+    vdtype = str(ctx.type_of(ins[2]).dtype)
+    return out if compute == vdtype else tf.cast(out, vdtype)
+
+
+PREVIEW_OPS = frozenset({("ai.onnx.preview", "FlexAttention")})
+
+
+CONVERTERS = {"LinearAttention": _linear_attention, "FlexAttention": _flex_attention,
+              "Attention": _attention, "RMSNormalization": _rms_norm, "RotaryEmbedding": _rotary,
               "TensorScatter": _tensor_scatter, "CausalConvWithState": _causal_conv}
