@@ -89,6 +89,8 @@ class Config:
     """KILN_TEST_TARGETS: comma-separated targets the test suite runs kernels on."""
     opencl_platform: str = ""
     """KILN_OPENCL_PLATFORM: use the OpenCL platform whose name contains this (default: the first with devices)."""
+    dnnl_shims: str = ""
+    """KILN_DNNL_SHIMS: prebuilt oneDNN shims (libkiln_dnnl.so) for other triples, separated by ':'; relay.build embeds the one matching the target's architecture."""
 
 
 def _from_env() -> Config:
@@ -105,6 +107,7 @@ def _from_env() -> Config:
         ndk_cc=_str("TVM_NDK_CC"),
         test_targets=_str("KILN_TEST_TARGETS", "llvm"),
         opencl_platform=_str("KILN_OPENCL_PLATFORM"),
+        dnnl_shims=_str("KILN_DNNL_SHIMS"),
     )
 
 

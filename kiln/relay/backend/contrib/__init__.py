@@ -74,9 +74,8 @@ def attach_external(lib, external: list, target, mod_name: str = "default"):
         from kiln.contrib.dnnl_shim import shim_bytes
         from kiln.runtime.json_dnnl import SHIM_SYMBOL
 
-        shim = shim_bytes(lib.triple)  # None for another triple: the device's package ships it
-        if shim is not None:
-            symbols.append((SHIM_SYMBOL, len(shim).to_bytes(8, "little") + shim, 16))
+        shim = shim_bytes(lib.triple)  # this machine's, or the prebuilt one for another triple
+        symbols.append((SHIM_SYMBOL, len(shim).to_bytes(8, "little") + shim, 16))
     modules = [JSONRuntimeModule(e.compiler, e.symbol, e.source, shim if e.compiler == "dnnl" else None)
                for e in external]
     extra = data_object(lib.objects[0], [(SYMBOL, to_library(modules).encode() + b"\0", 8)] + symbols)
