@@ -56,6 +56,15 @@ def test_int16x8_op_equals_tflite(kind):
     _check_op(kind, "int16", 1 if kind in ("fc", "mean") else 0)
 
 
+@pytest.mark.parametrize("kind, dtype", [("dw", "int8"), ("conv3", "int16")])
+def test_built_for_llvm_equals_tflite(kind, dtype):
+    """relay.build lowers the GEMM and int16x8 rescales to the same integers."""
+    model, names = TB.single_op(kind, dtype, 3)
+    mod, params = relay.frontend.from_tflite(model)
+    feed = TB.random_feed(names, dtype, 3)
+    assert _steps(run_built(mod, params, feed)[0], TB.run_tflite(model, feed)[0]).max() == 0
+
+
 def test_int8_graph_is_integer():
     """A convolution is a qnn.conv2d on the int8 tensors: no float op, no dequantize."""
     model, _ = TB.single_op("conv3", "int8", 0)
