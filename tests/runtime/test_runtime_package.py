@@ -4,13 +4,16 @@ the compiler exported, locally and through the package's RPC server (issue 34).
 
 Device environments, as in pyproject's runtime-* extras: numpy only (LLVM .so modules,
 graph_executor, oneDNN-offloaded graphs, the RPC server); + pyopencl (OpenCL modules on PoCL);
-+ cuda-bindings without NVRTC (CUDA modules up to the first launch; the launch on a GPU).
++ cuda-bindings without NVRTC (CUDA modules up to the first launch; the launch on a GPU). The C
+runtime half: the package built with this machine's C runtime runs a tvmc package (plain and
+oneDNN-offloaded) with kiln_run and serves a client with kiln_rpc, with no compiler on PATH.
 The venv links the packages from this test's own environment instead of downloading them.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -286,3 +289,97 @@ def test_cuda_module_launches_from_its_ptx(device, cuda_library, tmp_path):
     if "no GPU" in out:
         pytest.skip("needs an NVIDIA GPU (the module loaded; the launch is the GPU's)")
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), x * 2 + 1)
+
+
+# The C runtime half: the package built with this machine's C runtime (build_runtime_package.sh
+# OUTPUT ""), used as a device without Python uses it: kiln_run on a tvmc package, kiln_rpc
+# serving a client, and the oneDNN shim shipped beside them. PATH holds no compiler.
+@pytest.fixture(scope="module")
+def c_device(tmp_path_factory):
+    """The unpacked kiln_runtime/host folder: kiln_run, kiln_rpc, libkiln_runtime, headers."""
+    if any(shutil.which(tool) is None for tool in ("make", "gcc")):
+        pytest.skip("needs make and gcc to build the C runtime")
+    base = tmp_path_factory.mktemp("c-device")
+    made = subprocess.run(["sh", str(ROOT / "tools" / "build_runtime_package.sh"), str(base / "rt.tar.gz"), ""],
+                          capture_output=True, text=True, env=dict(os.environ, MAKEFLAGS="-j2"))
+    assert made.returncode == 0, made.stdout + made.stderr
+    subprocess.run(["tar", "-xzf", str(base / "rt.tar.gz"), "-C", str(base)], check=True)
+    host = base / "kiln_runtime" / "host"
+    assert {"kiln_run", "kiln_rpc", "libkiln_runtime.so", "kiln_runtime.h"} <= {p.name for p in host.iterdir()}
+    return host
+
+
+def _kiln_run(host: Path, package: Path, tmp_path: Path, x) -> Path:
+    np.savez(tmp_path / "in.npz", x=x)
+    out = tmp_path / "out.npz"
+    env = {"PATH": "/nonexistent", "HOME": str(tmp_path), "KILN_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([str(host / "kiln_run"), "--package", str(package), "--input", str(tmp_path / "in.npz"),
+                           "--output", str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+def test_c_runtime_runs_a_graph_package(c_device, tmp_path):
+    from kiln.driver.tvmc.compiler import export_package
+
+    lib, w = _small_graph()
+    export_package(lib, str(tmp_path / "net.tar"))
+    x = np.random.default_rng(4).standard_normal((4, 8)).astype("float32")
+    out = _kiln_run(c_device, tmp_path / "net.tar", tmp_path, x)
+    np.save(tmp_path / "y.npy", np.load(out)["output_0"])
+    _check_graph(tmp_path / "y.npy", x, w)
+
+
+def test_c_runtime_runs_a_onednn_package(c_device, tmp_path):
+    from kiln.driver.tvmc.compiler import export_package
+    from kiln.runtime.json_runtime import dnnl_available
+
+    if dnnl_available() is not None:
+        pytest.skip(f"needs oneDNN: {dnnl_available()}")
+    assert (c_device / "libkiln_dnnl.so").exists(), "the package ships the oneDNN shim where oneDNN is installed"
+    lib, w = _small_graph(dnnl=True)
+    assert any(m.type_key == "dnnl" for m in lib.get_lib().imported_modules)
+    export_package(lib, str(tmp_path / "net.tar"))
+    x = np.random.default_rng(5).standard_normal((4, 8)).astype("float32")
+    out = _kiln_run(c_device, tmp_path / "net.tar", tmp_path, x)
+    np.save(tmp_path / "y.npy", np.load(out)["output_0"])
+    _check_graph(tmp_path / "y.npy", x, w)
+
+
+def test_c_rpc_server_from_the_package(c_device, tmp_path):
+    """The package's kiln_rpc serves a client that has the compiler: a module and a graph."""
+    from kiln import rpc
+    from kiln.contrib import graph_executor
+
+    log = open(tmp_path / "server.log", "w+")
+    port = svc.free_port()
+    proc = subprocess.Popen([str(c_device / "kiln_rpc"), "--host", svc.HOST, "--port", str(port)], stdout=log,
+                            stderr=subprocess.STDOUT, env={"PATH": "/nonexistent", "HOME": str(tmp_path)},
+                            cwd=str(tmp_path))
+    try:
+        svc.wait_until(lambda: "bind to" in (tmp_path / "server.log").read_text(), what="kiln_rpc start")
+        port = int((tmp_path / "server.log").read_text().split("bind to")[1].split(":")[1].split()[0])
+        remote = rpc.connect(svc.HOST, port)
+        _add_one("llvm").export_library(str(tmp_path / "add.so"))
+        remote.upload(str(tmp_path / "add.so"))
+        f = remote.load_module("add.so")
+        dev = remote.cpu(0)
+        x = np.linspace(-3, 3, 64).astype("float32")
+        a, b = tvm.nd.array(x, dev), tvm.nd.empty((64,), "float32", dev)
+        f(a, b)
+        np.testing.assert_array_equal(b.numpy(), x * np.float32(2) + np.float32(1))
+        lib, w = _small_graph()
+        lib.export_library(str(tmp_path / "net.so"))
+        remote.upload(str(tmp_path / "net.so"))
+        # The C server's graph executor: graph JSON + library + parameters (src/runtime/rpc/session_graph.c)
+        m = graph_executor.create(lib.get_graph_json(), remote.load_module("net.so"), dev)
+        m.set_input(**lib.get_params())
+        xg = np.random.default_rng(6).standard_normal((4, 8)).astype("float32")
+        m.set_input("x", xg)
+        m.run()
+        np.save(tmp_path / "y.npy", m.get_output(0).numpy())
+        _check_graph(tmp_path / "y.npy", xg, w)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
