@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ...expr import Constant, const
+from ...expr import const
 from ...op import nn, nn_pool, reduce, tensor
 from ...op import transform as tf
 from ...qnn import op as qnn
