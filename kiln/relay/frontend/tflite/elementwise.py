@@ -17,7 +17,7 @@ _FUSED = {
 
 
 def fused(ctx, x, code: int):
-    """Apply a fused activation (in real values; quantized outputs are rounded afterwards)."""
+    """Apply a fused activation to real values (float models and the float route)."""
     if code not in _FUSED:
         ctx.fail(f"fused activation {code} is not supported (NONE, RELU, RELU_N1_TO_1, RELU6 and TANH are)")
     return _FUSED[code](x)
@@ -50,8 +50,8 @@ def _hard_swish(ctx, ins):
 
 
 def _identity(ctx, ins):
-    """QUANTIZE and DEQUANTIZE: the values are already real numbers; the importer rounds a
-    quantized output to its grid."""
+    """DEQUANTIZE of a float16 constant (already float32 at import) in a float model; quantized
+    QUANTIZE/DEQUANTIZE are converted by qnn_elementwise.py."""
     return ins[0]
 
 
