@@ -4,7 +4,7 @@ Tensor intrinsics (kiln/topi/cuda/wgmma.py) lower to these calls; the CUDA print
 small ``__device__`` helper over inline PTX, emitted only when a kernel uses it:
 
     tir.kiln_wgmma_fill(acc, index, n)                      accumulator tile index (64 x n) = 0
-    tir.kiln_wgmma_mma(acc, index, n, a, a_lbo, b, b_lbo, k_steps)
+    tir.kiln_wgmma_mma(acc, index, n, a, a_lbo, b, b_lbo, k_steps, lag)
         acc[index] += A (64 x 16 k_steps) . B (n x 16 k_steps)^T, both K-major in shared memory in
         the no-swizzle core-matrix layout: element (row, k) at ((k / 8) * rows + row) * 8 + k % 8,
         so an 8 x 8 core matrix is 128 contiguous bytes; a_lbo / b_lbo: bytes between core
@@ -22,7 +22,10 @@ which is what the store writes out). The warpgroup is 128 consecutive threads, t
 its four warps start at a warp index divisible by 4.
 
 Each ``kiln_wgmma_mma`` is ``wgmma.fence``, its k steps as ``wgmma.mma_async`` (descriptors
-advanced by two core matrices per k16 step), ``wgmma.commit_group`` and ``wgmma.wait_group 0``.
+advanced by two core matrices per k16 step), ``wgmma.commit_group`` and ``wgmma.wait_group lag``:
+with lag 1 a call's products still run while the next tile is fetched and the next call issued
+(the tile pipeline keeps their slots, kiln/tir/transform/double_buffer.py); the store waits for
+all.
 Shared tiles written by ``cp.async`` are made visible to the tensor cores' (async) proxy by a
 ``fence.proxy.async.shared::cta`` after each ``cp.async.wait_group`` of such a kernel, before
 the barrier (kiln/codegen/cuda.py).
@@ -108,10 +111,11 @@ def fill_helper(n: int) -> tuple[str, str]:
                   f"#pragma unroll\n  for (int i = 0; i < {n // 2}; ++i) d.x[i] = 0.0f;\n}}\n")
 
 
-def mma_helper(n: int) -> tuple[str, str]:
-    """fence, k_steps x wgmma m64n{n}k16 (f32 += f16 x f16, both K-major), commit, wait."""
+def mma_helper(n: int, lag: int = 0) -> tuple[str, str]:
+    """fence, k_steps x wgmma m64n{n}k16 (f32 += f16 x f16, both K-major), commit, and wait until
+    at most ``lag`` groups (the earlier calls') are running."""
     regs = n // 2
-    name = f"kiln_wgmma_m64n{n}k16"
+    name = f"kiln_wgmma_m64n{n}k16_lag{lag}"
     outs = ", ".join(f'"+f"(d.x[{i}])' for i in range(regs))
     dlist = ",".join(f"%{i}" for i in range(regs))
     text = (f"__device__ __forceinline__ void {name}({struct(n)}& d, const half* a, unsigned a_lbo, const half* b, "
@@ -127,7 +131,7 @@ def mma_helper(n: int) -> tuple[str, str]:
             f'                 : {outs} : "l"(da), "l"(db) : "memory");\n'
             f"  }}\n"
             f'  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");\n'
-            f'  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");\n'
+            f'  asm volatile("wgmma.wait_group.sync.aligned {lag};" ::: "memory");\n'
             f"}}\n")
     return name, text
 
@@ -135,6 +139,7 @@ def mma_helper(n: int) -> tuple[str, str]:
 def store_helper(n: int, ctype: str) -> tuple[str, str]:
     name = f"kiln_wgmma_store{n}_{ctype.replace(' ', '_')}"
     text = (f"__device__ __forceinline__ void {name}({ctype}* p, const {struct(n)}& d, int ld) {{\n"
+            f'  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // products left running\n'
             f"  int t = threadIdx.x % 128, w = t / 32, l = t % 32;\n"
             f"  int row = 16 * w + l / 4, col = 2 * (l % 4);\n"
             f"#pragma unroll\n  for (int i = 0; i < {n // 8}; ++i) {{\n"
@@ -207,7 +212,8 @@ class WgmmaPrinter:
         if name == "kiln_wgmma_mma":
             n = self._n(a[2])
             self.helpers.setdefault("kiln_wgmma_desc", DESC)
-            fn, text = mma_helper(n)
+            lag = _int(a[8], "the wgmma lag") if len(a) > 8 else 0
+            fn, text = mma_helper(n, lag)
             self.helpers[fn] = text
             return (f"{fn}({p.name(a[0])}[{p.expr(a[1])}], {p.expr(a[3])}, {p.expr(a[4])}, {p.expr(a[5])}, "
                     f"{p.expr(a[6])}, {p.expr(a[7])})")

@@ -16,7 +16,14 @@ becomes, with AS P times as large and iteration k using slot ``k % P``::
         use slot k % P
 
 The barrier at the top orders both hazards: tile k is complete before it is read, and the reads
-of iteration k - 1 are done before its slot is overwritten. The prefetches are marked
+of iteration k - 1 are done before its slot is overwritten.
+
+A consumer that reads its tile asynchronously and is waited for one step late (Hopper's wgmma:
+the products of tile k - 1 are complete only after those of tile k were issued) marks itself
+with ``AttrStmt(_, "kiln.async_consumer_lag", L)``; the loop then fetches P - 1 - L tiles ahead
+(waiting until at most P - 2 - L groups are in flight), so the slot overwritten in iteration k is
+that of tile k - 1 - L, whose readers are complete in every thread once the barrier is passed.
+The prefetches are marked
 ``kiln.async_fetch``: the CUDA printer issues their aligned copies as ``cp.async`` (sm_80 and
 newer), so the loads run while the tensor cores work, and barrier insertion (thread_sync.py)
 does not fence them again. Runs after flattening (one index per access).
@@ -28,10 +35,11 @@ from dataclasses import replace
 
 from kiln.ir import expr as E
 from kiln.ir.dtype import BOOL_T
-from kiln.ir.functor import Mutator, substitute
+from kiln.ir.functor import Mutator, post_order_visit, substitute
 from kiln.ir.stmt import Allocate, AttrStmt, BufferStore, Evaluate, ForKind, IfThenElse, PrimFunc, SeqStmt, seq
 
 MARK = "double_buffer_scope"
+LAG = "kiln.async_consumer_lag"
 ASYNC = "kiln.async_fetch"
 WAIT_OP = "kiln.async_wait"
 
@@ -66,6 +74,14 @@ class _Inject(Mutator):
         if any(n is None for n in sizes.values()):
             return op
         stages = max(2, min(op.extent.value, max(int(getattr(f.value, "value", 2)) for f in fetches)))
+        lags = []
+        post_order_visit(seq(*rest), lambda n: lags.append(int(n.value.value)) if isinstance(n, AttrStmt)
+                         and n.attr_key == LAG else None)
+        lag = max(lags, default=0)
+        if stages - lag < 2:
+            from kiln.errors import ScheduleError
+            raise ScheduleError(f"a shared tile whose reader completes {lag} step(s) late needs at least {lag + 2} "
+                                f"slots; this loop of {op.extent.value} steps has {stages}")
 
         def slot(stmt, which):
             return _Offset({key: E.Mul(which, E.const(n, which.dtype), which.dtype) for key, n in sizes.items()}).visit(stmt)
@@ -79,11 +95,11 @@ class _Inject(Mutator):
         def marked(stmt):
             return AttrStmt(E.const(0), ASYNC, E.const(1), stmt)
 
-        first = [marked(fetch(E.const(j, k.dtype), E.const(j, k.dtype))) for j in range(stages - 1)]
-        ahead = E.Add(k, E.const(stages - 1, k.dtype), k.dtype)
+        first = [marked(fetch(E.const(j, k.dtype), E.const(j, k.dtype))) for j in range(stages - 1 - lag)]
+        ahead = E.Add(k, E.const(stages - 1 - lag, k.dtype), k.dtype)
         from .thread_sync import barrier
 
-        loop_body = seq(async_wait(stages - 2), barrier(),
+        loop_body = seq(async_wait(stages - 2 - lag), barrier(),
                         marked(IfThenElse(E.LT(ahead, op.extent, BOOL_T), fetch(ahead, mod(ahead)))),
                         slot(seq(*rest), mod(k)))
         inner = [a for a in allocs if a not in doubled]

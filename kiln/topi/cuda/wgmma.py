@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from kiln import te
 from kiln.ir import expr as E
-from kiln.ir.stmt import Evaluate, SeqStmt, decl_buffer
+from kiln.ir.stmt import AttrStmt, Evaluate, SeqStmt, decl_buffer
+from kiln.tir.transform.double_buffer import LAG
 
 from ..gpu.common import block, thread
 from ..utils import const_int, find_stage
 
 ROWS = 64  # rows of one warpgroup's tile (wgmma's m)
-DEFAULT = {"warpgroups": 2, "n": 128, "bk": 64, "stages": 3}
+DEFAULT = {"warpgroups": 2, "n": 128, "bk": 64, "stages": 4}
 
 
 def _call(op: str, *args):
@@ -38,9 +39,11 @@ def _tile(buf, size):
     return E.FloorDiv(buf.elem_offset, E.const(size), buf.elem_offset.dtype)
 
 
-def intrin_wgmma_gemm(n: int, kc: int, dtype: str = "float16"):
+def intrin_wgmma_gemm(n: int, kc: int, dtype: str = "float16", lag: int = 0):
     """acc (64 x n, float32) += sum over kc chunks of 8: a[c, i, e] * b[c, j, e], a and b in shared
-    memory in the core-matrix layout (rows of 8 contiguous halves)."""
+    memory in the core-matrix layout (rows of 8 contiguous halves). With lag = 1 the products are
+    left running: each call waits for the previous call's only (its tiles' pipeline keeps them,
+    kiln/tir/transform/double_buffer.py), and the store waits for the last."""
     if kc % 2:
         raise ValueError(f"wgmma steps k by 16: the chunk count kc={kc} (of 8 halves) must be even")
     a = te.placeholder((kc, ROWS, 8), dtype, name="a")
@@ -56,7 +59,9 @@ def intrin_wgmma_gemm(n: int, kc: int, dtype: str = "float16"):
         fill = _call("tir.kiln_wgmma_fill", C.data, index, n)
         # lbo: bytes between k chunks (the slab's outer stride); 128 between 8-row groups
         mma = _call("tir.kiln_wgmma_mma", C.data, index, n, A.access_ptr("r"), A.strides[0] * 2,
-                    B.access_ptr("r"), B.strides[0] * 2, kc // 2)
+                    B.access_ptr("r"), B.strides[0] * 2, kc // 2, lag)
+        if lag:
+            mma = AttrStmt(E.const(0), LAG, E.const(lag), mma)
         return SeqStmt((fill, mma)), fill, mma
 
     binds = {a: decl_buffer(a.shape, dtype, "a", strides=[te.var("a_s0"), 8, 1], scope="shared", offset_factor=8),
@@ -135,7 +140,10 @@ def schedule_dense_wgmma(outs, conf=None):
     rc, re = cf.op.reduce_axis
     ko, ki = cf.split(rc, factor=bk // 8)
     cf.reorder(ko, ci, cj, ki, re)
-    cf.tensorize(ci, intrin_wgmma_gemm(n, bk // 8))
+    # one group of products left running while the next tile's are issued, where the pipeline
+    # has the slots for it (4 stages: tiles fetched 2 ahead)
+    lag = 1 if stages >= 3 and const_int(C.op.reduce_axis[0].dom.extent) // (bk // 8) >= stages else 0
+    cf.tensorize(ci, intrin_wgmma_gemm(n, bk // 8, lag=lag))
 
     for slab in (AS, BS):
         sh = s[slab]

@@ -44,6 +44,18 @@ def test_dense_compiles_to_wgmma_and_assembles(conf):
     assert base64.b64decode(code["cubin"])[:4] == b"\x7fELF"  # ptxas (inside NVRTC) accepted it for sm_90a
 
 
+def test_products_overlap_the_next_tile_where_the_pipeline_has_slots():
+    """4 stages: each step leaves its wgmma group running (wait_group 1) and the tiles are fetched
+    two steps ahead (cp.async.wait_group 1), so a slot is refilled only after the products that
+    read it were waited for; 2 stages: every group is waited for at once."""
+    src = [m for m in build(256, 256, 512).imported_modules if m.type_key == "cuda"][0].get_source()
+    assert 'wgmma.wait_group.sync.aligned 1;' in src and 'cp.async.wait_group 1;' in src
+    assert src.count("cp.async.commit_group") == 3  # two tiles in the prologue, one per step
+    src = [m for m in build(128, 64, 128, {"warpgroups": 1, "n": 64, "bk": 32, "stages": 2}).imported_modules
+           if m.type_key == "cuda"][0].get_source()
+    assert 'wgmma.wait_group.sync.aligned 1;' not in src and 'wgmma.wait_group.sync.aligned 0;' in src
+
+
 def test_wgmma_needs_sm_90a():
     with pytest.raises(CompileError, match="need Hopper's own instructions: build with -arch=sm_90a"):
         build(128, 128, 64, target="cuda -arch=sm_90 -max_shared_memory_per_block=232448")
