@@ -297,13 +297,15 @@ def _conv2d(a, x, t, ctx):
     if tier is not None:  # int8 on a Cortex-M core: the DSP/MVE dot product (kernel pre-shaped (O, C))
         from kiln.topi.cortex_m.conv2d_int8 import conv2d_1x1_int8
         kernel2d = kernel if ctx.prepacked else topi.reshape(kernel, kshape[:2])
-        return conv2d_1x1_int8(data, kernel2d, tier, rows=knob(ctx.cfg, "rows", 2), cols=knob(ctx.cfg, "cols", 2))
+        return conv2d_1x1_int8(data, kernel2d, tier, rows=knob(ctx.cfg, "rows", 2), cols=knob(ctx.cfg, "cols", 2),
+                               unroll=knob(ctx.cfg, "unroll", True))
     if ctx.prepacked and len(kernel.shape) == 4 and a.groups == 1:  # (I, KH, O, KW): the Cortex-M direct conv
         kshape = (_shape(t)[1], int(data.shape[1])) + tuple(int(d) for d in kernel.shape[1::2])
     kind = _cortex_m_other(a, data.dtype, kernel.dtype, kshape, int(data.shape[1]))
     if kind is not None:  # int8 depthwise / direct conv on a Cortex-M core (kiln/topi/cortex_m)
         from kiln.topi.cortex_m.conv2d_int8 import compute_other
-        return compute_other(kind, data, kernel, a.strides, tuple(a.padding), rows=knob(ctx.cfg, "rows", 4))
+        return compute_other(kind, data, kernel, a.strides, tuple(a.padding), rows=knob(ctx.cfg, "rows", 4),
+                             unroll=knob(ctx.cfg, "unroll", True))
     if any(_blocks(a)):
         return _conv2d_blocked(a, x, t, ctx)
     out_dtype = _out_dtype(a, data)
@@ -581,6 +583,21 @@ def _arm_cpu_conv2d_nchw_schedule(outs, cfg=None):
 
 
 SCHEDULES["conv2d_nchw"]["arm_cpu"] = _arm_cpu_conv2d_nchw_schedule
+
+
+def _arm_cpu_injective_schedule(outs, cfg=None):
+    """topi.arm_cpu's injective schedule, or on a Cortex-M core (``-mcpu`` with an int8 tier) the
+    one of kiln/topi/cortex_m (short inner loops unrolled)."""
+    from kiln.target import Target
+    from kiln.topi.cortex_m import isa_tier
+
+    if isa_tier(Target.current(allow_none=True)) is not None:
+        from kiln.topi.cortex_m.conv2d_direct import schedule_injective
+        return schedule_injective(outs)
+    return topi.arm_cpu.schedule_injective(outs)
+
+
+SCHEDULES["injective"]["arm_cpu"] = _arm_cpu_injective_schedule
 
 CPU_PACKAGES = {"x86": topi.x86, "arm_cpu": topi.arm_cpu}
 

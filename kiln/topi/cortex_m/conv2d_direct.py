@@ -38,7 +38,7 @@ def _out_hw(data, kh, kw, strides, padding):
     return (h + pt + pb - kh) // int(strides[0]) + 1, (w + pl + pr - kw) // int(strides[1]) + 1
 
 
-def depthwise_int8(data, kernel, strides, padding):
+def depthwise_int8(data, kernel, strides, padding, unroll: bool = True):
     """int32 depthwise conv of int8 NCHW ``data`` and the (C, 1, KH, KW) int8 ``kernel``."""
     n, c = int(data.shape[0]), int(data.shape[1])
     kh, kw = int(kernel.shape[2]), int(kernel.shape[3])
@@ -48,7 +48,7 @@ def depthwise_int8(data, kernel, strides, padding):
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
     acc = te.compute((n, c, oh, ow), lambda b, ch, y, x: te.sum(
         src[b, ch, y * sh + ry, x * sw + rx].astype("int32") * kernel[ch, 0, ry, rx].astype("int32"), axis=[ry, rx]),
-        name="dw_acc", tag=DW_TAG, attrs={})
+        name="dw_acc", tag=DW_TAG, attrs={"unroll": int(bool(unroll))})
     return _result(acc)
 
 
@@ -65,7 +65,7 @@ def prepack_direct(w):
     return np.ascontiguousarray(np.asarray(w).transpose(1, 2, 0, 3))
 
 
-def direct_int8(data, kernel_ihow, strides, padding, tier: str, rows: int = 4):
+def direct_int8(data, kernel_ihow, strides, padding, tier: str, rows: int = 4, unroll: bool = True):
     """int32 conv (groups 1) of int8 NCHW ``data`` and the int8 kernel pre-shaped (I, KH, O, KW)
     (``prepack_direct``; KW a multiple of the tier's width); ``rows`` output channels share each
     data word. The sums are laid out (N, OH, OW, O) so that the tile of one pixel x ``rows``
@@ -80,7 +80,8 @@ def direct_int8(data, kernel_ihow, strides, padding, tier: str, rows: int = 4):
     rows = max(r for r in (1, 2, 4, 8) if r <= rows and o % r == 0)
     acc = te.compute((n, oh, ow, o), lambda b, y, x, j: te.sum(
         src[b, rc, y * sh + ry, x * sw + rx].astype("int32") * kernel_ihow[rc, ry, j, rx].astype("int32"),
-        axis=[rc, ry, rx]), name="direct_acc", tag=DIRECT_TAG, attrs={"tier": tier, "rows": rows})
+        axis=[rc, ry, rx]), name="direct_acc", tag=DIRECT_TAG,
+        attrs={"tier": tier, "rows": rows, "unroll": int(bool(unroll) and kh <= 16)})
     return te.compute((n, o, oh, ow), lambda b, j, y, x: acc[b, y, x, j], name="conv2d_nchw", tag="injective")
 
 
@@ -104,6 +105,8 @@ def schedule_depthwise_int8(outs, acc):
     ry, rx = s[acc].op.reduce_axis
     s[acc].unroll(ry)
     s[acc].unroll(rx)
+    if int(acc.op.attrs.get("unroll", 0)) and int(x.dom.extent.value) <= 8:
+        s[out].unroll(x)  # a row of outputs in straight code: the C compiler reuses the window's loads
     return s
 
 
@@ -125,8 +128,25 @@ def schedule_direct_int8(outs, acc):
     rxo, rxi = s[acc].split(rx, factor=WIDTH[tier])
     s[acc].reorder(ab, ay, ax, rc, ry, rxo, aj, rxi)
     s[acc].tensorize(aj, dot_intrin(tier, rows))
+    if int(acc.op.attrs.get("unroll", 0)):  # the kernel rows unrolled: immediate offsets, no counter
+        s[acc].unroll(ry)
     return s
 
 
 __all__ = ["DW_TAG", "DIRECT_TAG", "depthwise_int8", "direct_int8", "schedule_depthwise_int8",
            "schedule_direct_int8", "prepack_direct"]
+
+
+def schedule_injective(outs):
+    """Elementwise and data-movement ops (the pads between DS-CNN's layers) on a Cortex-M core:
+    everything inlined into the output, whose innermost axis is unrolled when short (<= 16), so
+    the C compiler folds the per-column conditions of a pad (its border) and the indexing."""
+    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
+    s = te.create_schedule([t.op for t in outs])
+    _inline_rest(s, outs, [])
+    for out in outs:
+        axes = s[out].op.axis
+        if axes and isinstance(axes[-1].dom.extent.value if hasattr(axes[-1].dom.extent, "value") else None, int) \
+                and axes[-1].dom.extent.value <= 16:
+            s[out].unroll(axes[-1])
+    return s

@@ -43,12 +43,12 @@ def conv_kind(target, data_dtype, kernel_dtype, kernel_shape, in_channels, strid
     return None
 
 
-def compute_other(kind, data, kernel, strides, padding, rows: int = 4):
+def compute_other(kind, data, kernel, strides, padding, rows: int = 4, unroll: bool = True):
     """The int32 result of ``conv_kind``'s kernel (kiln/topi/cortex_m/conv2d_direct.py)."""
     from .conv2d_direct import depthwise_int8, direct_int8
     if kind[0] == "depthwise":
-        return depthwise_int8(data, kernel, strides, padding)
-    return direct_int8(data, kernel, strides, padding, kind[1], rows)
+        return depthwise_int8(data, kernel, strides, padding, unroll)
+    return direct_int8(data, kernel, strides, padding, kind[1], rows, unroll)
 
 
 def schedule_any(outs):
@@ -64,7 +64,7 @@ def schedule_any(outs):
     return None
 
 
-def conv2d_1x1_int8(data, kernel2d, tier: str, rows: int = 4, cols: int = 1):
+def conv2d_1x1_int8(data, kernel2d, tier: str, rows: int = 4, cols: int = 1, unroll: bool = False):
     """int32 NCHW result of int8 NCHW ``data`` and the (O, C) int8 ``kernel2d``; the sums are
     computed in tiles of ``cols`` pixels x ``rows`` channels (the pixels x channels copy of the data
     has ``cols - 1`` extra zero rows, so the last tile of an odd pixel count stays whole)."""
@@ -79,7 +79,7 @@ def conv2d_1x1_int8(data, kernel2d, tier: str, rows: int = 4, cols: int = 1):
     acc = te.compute((padded, o), lambda p, j: te.sum(pixels[p, r].astype("int32") * kernel2d[j, r].astype("int32"),
                                                       axis=r), name="acc", tag=TAG,
                      attrs={"tier": tier, "rows": max(x for x in (1, 2, 4, 8) if x <= rows and o % x == 0),
-                            "cols": cols})
+                            "cols": cols, "unroll": int(bool(unroll))})
     return te.compute((n, o, h, w), lambda b, j, y, x: acc[(b * h + y) * w + x, j], name="conv2d_nchw",
                       tag="injective")
 
@@ -119,6 +119,8 @@ def schedule_conv2d_1x1_int8(outs):
     if cols > 1:
         s[acc].reorder(ljo, ro, p, lji, ri)
         s[acc].tensorize(p, dot_intrin(tier, rows, cols))
+        if int(acc.op.attrs.get("unroll", 0)):  # straight-line sums: no loop counter, immediate offsets
+            s[acc].unroll(ro)
     else:
         s[acc].reorder(p, ljo, ro, lji, ri)
         s[acc].tensorize(lji, dot_intrin(tier, rows))

@@ -7,10 +7,12 @@ templates (kiln/autotvm/templates/topi_cpu.py) call ``tunable_conv2d`` here when
 
 - 1x1 conv (``conv2d_1x1_int8``): ``isa`` (``plain``: plain loops, the naive schedule, or the
   tier), ``rows`` (channels per data word: 1, 2, 4, 8 dividing O), ``cols`` (pixels per weight
-  word: 1, 2, 3, 4);
-- direct conv (``direct_int8``): ``isa``, ``rows``;
+  word: 1, 2, 3, 4), ``unroll`` (the reduction's loop over data words unrolled; with pixel
+  tiles only);
+- direct conv (``direct_int8``): ``isa``, ``rows``, ``unroll`` (the kernel rows' loop);
 - depthwise (``depthwise_int8``): ``isa`` (``plain``: the sum in memory, loops as written;
-  ``unrolled``: the window unrolled with the sum in a register).
+  ``unrolled``: the window unrolled with the sum in a register), ``unroll`` (a row of outputs
+  unrolled, when at most 8 wide).
 
 The untuned default (what relay builds without a log) is a point of each space
 (``cortex_m_default``). The templates take the kernel as relay holds it (OIHW) and reshape it in
@@ -26,7 +28,7 @@ from kiln.autotvm.space import OtherOptionEntity
 from .conv2d_int8 import _find, applies, conv2d_1x1_int8, conv_kind, schedule_any
 from .intrin import WIDTH, isa_tier
 
-DEFAULTS = {"1x1": {"rows": 2, "cols": 2}, "direct": {"rows": 4}, "depthwise": {}}
+DEFAULTS = {"1x1": {"rows": 2, "cols": 2, "unroll": True}, "direct": {"rows": 4, "unroll": True}, "depthwise": {"unroll": True}}
 
 
 def kind_of(target, data, kernel, strides, padding, dilation, groups):
@@ -60,23 +62,26 @@ def tunable_conv2d(cfg, data, kernel, strides, padding, dilation, groups, out_dt
         isa = _knob(cfg, "isa", ["plain", kind[1]], kind[1])
         rows = _knob(cfg, "rows", [r for r in (1, 2, 4, 8) if o % r == 0], DEFAULTS["1x1"]["rows"])
         cols = _knob(cfg, "cols", [1, 2, 3, 4], DEFAULTS["1x1"]["cols"])
+        unroll = _knob(cfg, "unroll", [False, True], DEFAULTS["1x1"]["unroll"])
         cfg.add_flop(2.0 * n * o * h * w * c)
         kernel2d = te.compute((o, c), lambda j, k: kernel[j, k, 0, 0], name="kernel_oc")
-        out = conv2d_1x1_int8(data, kernel2d, kind[1], rows=rows, cols=cols)
+        out = conv2d_1x1_int8(data, kernel2d, kind[1], rows=rows, cols=cols, unroll=unroll)
         _acc(out).op.attrs["isa"] = isa
         return out
     from .conv2d_direct import depthwise_int8, direct_int8
     if kind[0] == "direct":
         isa = _knob(cfg, "isa", ["plain", kind[1]], kind[1])
         rows = _knob(cfg, "rows", [r for r in (1, 2, 4, 8) if o % r == 0], DEFAULTS["direct"]["rows"])
+        unroll = _knob(cfg, "unroll", [False, True], DEFAULTS["direct"]["unroll"])
         ihow = te.compute((c, kh, o, kw), lambda i, y, j, x: kernel[j, i, y, x], name="kernel_ihow")
-        out = direct_int8(data, ihow, strides, padding, kind[1], rows=rows)
+        out = direct_int8(data, ihow, strides, padding, kind[1], rows=rows, unroll=unroll)
         oh, ow = (int(d) for d in out.shape[2:])
         cfg.add_flop(2.0 * n * o * oh * ow * c * kh * kw)
         _acc(out).op.attrs["isa"] = isa
         return out
     isa = _knob(cfg, "isa", ["plain", "unrolled"], "unrolled")
-    out = depthwise_int8(data, kernel, strides, padding)
+    unroll = _knob(cfg, "unroll", [False, True], DEFAULTS["depthwise"]["unroll"])
+    out = depthwise_int8(data, kernel, strides, padding, unroll=unroll)
     oh, ow = (int(d) for d in out.shape[2:])
     cfg.add_flop(2.0 * n * o * oh * ow * kh * kw)
     _acc(out).op.attrs["isa"] = isa
