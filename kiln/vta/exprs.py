@@ -12,6 +12,7 @@ import functools
 
 from kiln.errors import CompileError
 from kiln.ir import expr as E
+from kiln.ir.functor import Visitor
 
 _BIN = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//", E.FloorMod: "%",
         E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">=", E.EQ: "==", E.NE: "!="}
@@ -75,21 +76,14 @@ def _free_vars(e, bound: dict) -> list:
     """Variables of e not in bound, in first-use order."""
     out: list = []
 
-    def walk(x):
-        if isinstance(x, E.Var):
-            if x not in bound and not any(x is y for y in out):
-                out.append(x)
-            return
-        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
-            child = getattr(x, name, None)
-            if isinstance(child, E.PrimExpr):
-                walk(child)
-        if isinstance(x, E.Call):
-            for arg in x.args:
-                if isinstance(arg, E.PrimExpr):
-                    walk(arg)
+    class _Find(Visitor):
+        def visit_Var(self, v):
+            if v not in bound and not any(v is y for y in out):
+                out.append(v)
 
-    walk(e)
+        visit_SizeVar = visit_Var
+
+    _Find().visit(e)
     return out
 
 
