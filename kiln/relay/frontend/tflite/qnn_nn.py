@@ -84,7 +84,7 @@ def _rescale(ctx, acc, bias, real, axis, code, rounding="TFLITE"):
     if bias is not None:
         acc = nn.bias_add(acc, const(bias), axis=axis)
     out_info, oq = ctx.out_info(), ctx.out_q()
-    wide = _wide(ctx) and ctx.op_name != "FULLY_CONNECTED"  # int16 FULLY_CONNECTED runs on ruy too
+    wide = _wide(ctx) and ctx.op_name != "FULLY_CONNECTED"  # int16 FC keeps the whole multiplier
     y = Q.requantize(acc, real, oq.z, out_info.dtype, axis=axis if np.size(real) > 1 else -1, wide=wide,
                      rounding=rounding)
     return Q.clamp(y, *Q.activation_range(code, oq, out_info.dtype), out_info.dtype)
@@ -144,7 +144,7 @@ def _fully_connected(ctx):
                     units=units)
     real = xq.s * wq.scale / ctx.out_q().s
     out = _rescale(ctx, acc, _bias(ctx, 2, units), real, 1, opts.FusedActivationFunction(),
-                   "TFLITE" if _wide(ctx) else "GEMM")
+                   "UPWARD" if _wide(ctx) else "GEMM")  # int16: TFLite's 64-bit rescale, full multiplier
     if opts.KeepNumDims():
         out = tf.reshape(out, tuple(shape[:-1]) + (units,))
     return out

@@ -12,7 +12,8 @@ arithmetic of TFLite's reference kernels (docs/quantization.md lists which ops a
   rounding shift. That is two ``qnn.requantize`` with rounding ``UPWARD`` (multipliers
   ``q / 2**31`` and ``2**-shift``, both exact), called ``GEMM`` here;
 - int16 activations with int64 accumulators (int16x8) rescale with TFLite's 64-bit
-  ``MultiplyByQuantizedMultiplier``: the multiplier cut to 16 bits and one rounding (``UPWARD``);
+  ``MultiplyByQuantizedMultiplier``: one rounding half up (``UPWARD``), the multiplier cut to 16
+  bits in convolutions (``wide``), whole in FULLY_CONNECTED;
 - float to integer rounds half away from zero (``std::round``), as TFLite's QUANTIZE.
 """
 
