@@ -129,3 +129,23 @@ def test_unconverted_quantized_op_takes_the_float_route(caplog):
         mod, params = relay.frontend.from_tflite(model)
     assert "computed in float" in caplog.text and "LOGISTIC x1" in caplog.text
     assert "qnn.dequantize" in mod["main"].astext()
+
+
+def test_int8_weights_of_a_float_model_are_dequantized():
+    """Weight-only quantization (int8 filter, DEQUANTIZE, float conv): the float path, as before."""
+    rng = np.random.default_rng(0)
+    m = TB.FlatModel()
+    x = m.tensor("x", (1, 6, 6, 4))
+    w = m.tensor("w", (8, 3, 3, 4), "int8", rng.integers(-127, 128, (8, 3, 3, 4)),
+                 (rng.uniform(0.01, 0.02, 8).astype("float32"), np.zeros(8, "int64"), 0))
+    wf = m.tensor("wf", (8, 3, 3, 4))
+    m.op("DEQUANTIZE", [w], [wf])
+    b = m.tensor("b", (8,), data=rng.standard_normal(8).astype("float32"))
+    y = m.tensor("y", (1, 6, 6, 8))
+    m.op("CONV_2D", [x, wf, b], [y], "Conv2DOptions", Padding=TB.SAME, StrideW=1, StrideH=1,
+         FusedActivationFunction=TB.NONE, DilationWFactor=1, DilationHFactor=1)
+    model = m.finish([x], [y])
+    mod, params = relay.frontend.from_tflite(model)
+    xv = rng.standard_normal((1, 6, 6, 4)).astype("float32")
+    np.testing.assert_allclose(run_reference(mod, params, {"x": xv})[0], TB.run_tflite(model, {"x": xv})[0],
+                               rtol=1e-5, atol=1e-5)

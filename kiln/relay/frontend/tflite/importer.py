@@ -340,15 +340,16 @@ class _Importer:
         ctx = Ctx(self, op, name)
         if not ctx.in_idx or ctx.in_idx[0] < 0:  # every supported operator reads its first input
             ctx.fail("has no first input; the file is damaged")
-        touched = [self.tensors[i] for i in ctx.in_idx + ctx.out_idx if i >= 0]
-        quantized = any(t.quantized for t in touched)
+        # quantized activations make an integer op; int8 weights alone (dynamic-range models) do not
+        touched = [self.tensors[i] for i in ctx.in_idx if i >= 0 and self.tensors[i].data is None]
+        quantized = any(t.quantized for t in touched + [self.tensors[i] for i in ctx.out_idx])
         try:
             if quantized and name in self.qconverters:
                 out = self.qconverters[name](ctx)
             elif quantized:
                 out = self.float_route(ctx, name)
             else:
-                out = self.converters[name](ctx, [None if i < 0 else self.get(i, "NHWC") for i in ctx.in_idx])
+                out = self.converters[name](ctx, [None if i < 0 else self.real(i) for i in ctx.in_idx])
         except FileFormatError:  # ImportError_ and size limits: already name the file
             raise
         except (KilnError, ValueError, TypeError) as e:
