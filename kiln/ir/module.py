@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 
 class GlobalVar:
@@ -23,6 +24,29 @@ class GlobalVar:
         return hash(("GlobalVar", self.name_hint))
 
 
+@dataclass(frozen=True)
+class GraphIR:
+    """A graph IR above this package (relay) as modules hold it: its expression types, how an
+    expression becomes a module's function, and how a function prints as module text. The IR
+    registers itself when it is imported (relay/expr.py), so this package never imports it."""
+
+    types: tuple
+    to_function: Callable
+    to_text: Callable  # (function, name) -> text
+
+
+_GRAPH_IRS: list[GraphIR] = []
+
+
+def register_graph_ir(ir: GraphIR) -> None:
+    _GRAPH_IRS.append(ir)
+
+
+def graph_ir_of(value) -> GraphIR | None:
+    """The registered graph IR that ``value`` (an expression or function) belongs to, or None."""
+    return next((ir for ir in _GRAPH_IRS if isinstance(value, ir.types)), None)
+
+
 class IRModule:
     """Functions by name. ``mod["main"]``, ``mod["main"] = f``, ``mod.functions``."""
 
@@ -36,10 +60,11 @@ class IRModule:
     @staticmethod
     def from_expr(expr, functions: dict | None = None, type_defs: dict | None = None) -> "IRModule":
         """Wrap a relay expression (or Function) into a module whose "main" is it."""
-        from kiln.relay.expr import as_function  # relay sits above ir; import on use
-
+        ir = graph_ir_of(expr)
+        if ir is None:
+            raise TypeError(f"IRModule.from_expr takes a relay expression or Function, not {type(expr).__name__}")
         mod = IRModule(functions, type_defs)
-        mod["main"] = as_function(expr)
+        mod["main"] = ir.to_function(expr)
         return mod
 
     @staticmethod

@@ -523,10 +523,17 @@ def to_text(node) -> str:
 
 def module_to_text(mod) -> str:
     if not any(isinstance(f, S.PrimFunc) for _, f in mod.items()):
-        # A relay module prints in relay's own text form, one `def @name(...)` per function.
-        from kiln.relay.printer import astext
+        # A relay module prints in relay's own text form, one `def @name(...)` per function
+        # (relay registers how: kiln/ir/module.py GraphIR).
+        from .module import graph_ir_of
 
-        return "\n\n".join(astext(f, name) for name, f in mod.items()) + "\n"
+        parts = []
+        for name, f in mod.items():
+            ir = graph_ir_of(f)
+            if ir is None:
+                raise TypeError(f"cannot print function {name!r} of the module: a {type(f).__name__}")
+            parts.append(ir.to_text(f, name))
+        return "\n\n".join(parts) + "\n"
     lines = ["# from tvm.script import ir as I", "# from tvm.script import tir as T", "", "@I.ir_module", "class Module:"]
     for name, func in mod.items():
         if isinstance(func, S.PrimFunc):

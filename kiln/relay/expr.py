@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from kiln.errors import KilnError
+from kiln.ir.module import GraphIR, register_graph_ir
 
 from .ty import TensorType, Type, dtype_of, np_dtype
 
@@ -330,3 +331,13 @@ def bind(expr: RelayExpr, binds: dict) -> RelayExpr:
 
 def type_of_value(value: np.ndarray) -> TensorType:
     return TensorType(value.shape, dtype_of(value))
+
+
+def _module_text(func, name: str) -> str:
+    from .printer import astext
+
+    return astext(func, name)
+
+
+# IRModule.from_expr and module printing find relay through this (kiln/ir never imports relay).
+register_graph_ir(GraphIR((RelayExpr, TupleWrapper), as_function, _module_text))

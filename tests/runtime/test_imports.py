@@ -89,3 +89,23 @@ def test_the_scan_sees_function_level_and_relative_imports():
     code = "def f():\n    from ...codegen.cuda import source_of\n"
     fake = ROOT / "kiln" / "runtime" / "devices" / "probe.py"  # not written: the text is given
     assert [n for _, n in imported_names(fake, code)] == ["kiln.codegen.cuda.source_of"]
+
+
+# Below the runtime boundary the compiler has floors too (issue 34 item 5): the IR and the base
+# pass code import nothing of the graph IR or the tuner built on them, not even lazily; relay
+# does not reach the tuner (it asks kiln/tuning.py, which the tuner fills in), and nothing
+# looks the tuner up in sys.modules.
+ABOVE_IR = ("kiln.relay", "kiln.autotvm", "kiln.topi", "kiln.driver", "kiln.micro", "kiln.vta")
+FLOORS = [
+    ([*(ROOT / "kiln" / "ir").rglob("*.py"), ROOT / "kiln" / "transform.py", ROOT / "kiln" / "tuning.py"], ABOVE_IR),
+    ([*(ROOT / "kiln" / "relay").rglob("*.py")], ("kiln.autotvm", "kiln.driver")),
+]
+
+
+@pytest.mark.parametrize("files, above", FLOORS, ids=["ir-and-base-passes", "relay"])
+def test_lower_floors_import_nothing_above(files, above):
+    bad = [f"{p.relative_to(ROOT)}:{line} imports {name}" for p in sorted(files)
+           for line, name in imported_names(p) if any(name == a or name.startswith(a + ".") for a in above)]
+    hidden = [f"{p.relative_to(ROOT)} looks up {m}" for p in sorted(files)
+              for m in ("kiln.autotvm", "kiln.relay") if f'sys.modules.get("{m}' in p.read_text()]
+    assert not bad and not hidden, "\n".join(bad + hidden)

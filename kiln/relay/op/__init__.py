@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kiln.ir.op_attr import set_op_name_check
+
 from . import activation as _activation_ops
 from . import attention as _attention_ops
 from . import dynamic as _dynamic_ops
@@ -41,6 +43,9 @@ def get(name: str) -> OpDef:
 
 def list_ops() -> list[str]:
     return sorted(OP_TABLE)
+
+
+set_op_name_check(get)  # tvm.ir.register_op_attr refuses names that are not relay ops
 
 
 def __getattr__(name: str):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kiln.errors import ShapeError
+from kiln.ir.op_attr import attrs_of
 
 from ..expr import Attrs, Call, RelayExpr, TupleWrapper
 from ..ty import TensorType, TupleType, Type
@@ -54,6 +55,11 @@ class OpDef:
     num_outputs: int = 1
     doc: str = ""
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        # tvm.ir.register_op_attr keeps attributes by op name, below relay (kiln/ir/op_attr.py)
+        given, self.extra = self.extra, attrs_of(self.name)
+        self.extra.update(given)
 
     def __repr__(self) -> str:
         return f"Op({self.name})"
