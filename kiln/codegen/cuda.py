@@ -42,7 +42,7 @@ from .cuda_wmma import OPS as WMMA_OPS, STRUCTS as WMMA_STRUCTS, WmmaPrinter, ac
 
 STATIC_SHARED_LIMIT = 48 * 1024  # larger shared memory must be dynamic
 
-_TYPES = {("float", 16): "half", ("float", 32): "float", ("float", 64): "double",
+_TYPES = {("float", 16): "half", ("bfloat", 16): "kiln_bf16", ("float", 32): "float", ("float", 64): "double",
           ("int", 8): "signed char", ("int", 16): "short", ("int", 32): "int", ("int", 64): "long long",
           ("uint", 8): "unsigned char", ("uint", 16): "unsigned short", ("uint", 32): "unsigned int",
           ("uint", 64): "unsigned long long", ("bool", 1): "bool"}
@@ -64,6 +64,19 @@ struct __align__(2) half {
   __device__ __forceinline__ operator float() const { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x)); return f; }
 };
 struct __align__(4) half2 { half x, y; };
+struct __align__(2) kiln_bf16 {  // bfloat16: float32's top 16 bits, rounded to nearest even
+  unsigned short x;
+  __device__ __forceinline__ kiln_bf16() {}
+  __device__ __forceinline__ kiln_bf16(float f) {
+    unsigned u = __float_as_uint(f);
+    x = (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40u)
+                                        : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+  __device__ __forceinline__ kiln_bf16(double f) : kiln_bf16((float)f) {}
+  __device__ __forceinline__ kiln_bf16(int v) : kiln_bf16((float)v) {}
+  __device__ __forceinline__ kiln_bf16(half v) : kiln_bf16((float)v) {}
+  __device__ __forceinline__ operator float() const { return __uint_as_float(((unsigned)x) << 16); }
+};
 template <class T, class F> __device__ __forceinline__ T kiln_bitcast(F f) {
   static_assert(sizeof(T) == sizeof(F), "reinterpret needs equal sizes");
   T t; memcpy(&t, &f, sizeof(T)); return t;
@@ -166,7 +179,8 @@ class CUDAPrinter(CStylePrinter):
     def select(self, c, t, f) -> str:
         if t.dtype.is_float and t.dtype.bits == 16:
             # half arithmetic is float: `c ? half : float` would convert either way (ambiguous)
-            return f"({self.expr(c)} ? ((half)({self.expr(t)})) : ((half)({self.expr(f)})))"
+            ty = self.type(t.dtype)
+            return f"({self.expr(c)} ? (({ty})({self.expr(t)})) : (({ty})({self.expr(f)})))"
         return super().select(c, t, f)
 
     def lane(self, e, k: int):

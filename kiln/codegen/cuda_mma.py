@@ -34,8 +34,8 @@ def wanted(kernel) -> bool:
 
 def usable(kernel, frags: dict, shared: set) -> bool:
     """Whether every wmma call of the kernel has an mma.sync form (module doc)."""
-    if not frags or any(f.shape != (16, 16, 16) for f in frags.values()):
-        return False
+    if not frags or any(f.shape != (16, 16, 16) or f.buf.dtype.is_bfloat for f in frags.values()):
+        return False  # (bfloat16 keeps wmma)
     ok = [True]
 
     def visit(n):

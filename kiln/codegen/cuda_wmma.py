@@ -29,6 +29,7 @@ SHAPES = {(16, 16, 16), (32, 8, 16), (8, 32, 16)}
 _LAYOUT = {"row_major": "row", "col_major": "col"}
 
 STRUCTS = """struct kiln_frag_ab { unsigned x[8]; };   // wmma A or B fragment: 8 x f16x2
+struct kiln_frag_bf { unsigned x[4]; };   // bfloat16 A or B fragment (m16n16k16): 4 x bf16x2
 struct kiln_frag_f32 { float x[8]; };     // float32 accumulator
 struct kiln_frag_f16 { unsigned x[4]; };  // float16 accumulator: 4 x f16x2
 __device__ __forceinline__ void kiln_wmma_fill(kiln_frag_f32& f, float v) { for (int i = 0; i < 8; ++i) f.x[i] = v; }
@@ -50,7 +51,7 @@ class Fragment:
     @property
     def struct(self) -> str:
         if self.scope != "wmma.accumulator":
-            return "kiln_frag_ab"
+            return "kiln_frag_bf" if self.buf.dtype.is_bfloat else "kiln_frag_ab"
         return "kiln_frag_f32" if self.buf.dtype.bits == 32 else "kiln_frag_f16"
 
     @property
@@ -96,7 +97,9 @@ def fragments(kernel) -> dict:
         if f.shape is None:
             raise CompileError(f"fragment {f.buf.name} ({f.scope}) is never filled, loaded or stored")
         if f.scope != "wmma.accumulator" and f.buf.dtype.bits != 16:
-            raise CompileError(f"fragment {f.buf.name} is {f.buf.dtype}; tensor-core inputs are float16")
+            raise CompileError(f"fragment {f.buf.name} is {f.buf.dtype}; tensor-core inputs are float16 or bfloat16")
+        if f.scope != "wmma.accumulator" and f.buf.dtype.is_bfloat and f.shape != (16, 16, 16):
+            raise CompileError(f"fragment {f.buf.name}: bfloat16 tiles are m16n16k16 here, not {f.shape}")
     return frags
 
 
@@ -152,7 +155,8 @@ def load_helper(f: Fragment, layout: str, shared: bool = False) -> tuple[str, st
         ptx, nreg, kind, struct, ctype = _acc(f.buf.dtype.bits)
         which = "c"
     else:
-        ptx, nreg, kind, struct, ctype = "f16", 8, "r", "kiln_frag_ab", "half"
+        ptx, nreg, kind, struct, ctype = (("bf16", 4, "r", "kiln_frag_bf", "kiln_bf16") if f.buf.dtype.is_bfloat
+                                          else ("f16", 8, "r", "kiln_frag_ab", "half"))
         which = "a" if f.scope == "wmma.matrix_a" else "b"
     space, addr = (".shared", '"r"((unsigned)__cvta_generic_to_shared(p))') if shared else ("", '"l"(p)')
     name = f"kiln_wmma_load_{which}_{layout}_{shape}_{ptx}{'_shared' if shared else ''}"
@@ -181,12 +185,18 @@ def mma_helper(d: Fragment, a: Fragment, b: Fragment, c: Fragment) -> tuple[str,
         raise CompileError(f"mma_sync on fragments {a.buf.name}/{b.buf.name} that are never loaded: layout unknown")
     dptx, dn, dk, dstruct, _ = _acc(d.buf.dtype.bits)
     cptx, cn, ck, cstruct, _ = _acc(c.buf.dtype.bits)
-    name = f"kiln_wmma_mma_{a.layout}_{b.layout}_{shape}_{dptx}_{cptx}"
-    ops = f"{_regs(dn)}, {_regs(8, dn)}, {_regs(8, dn + 8)}, {_regs(cn, dn + 16)}"
-    text = (f"__device__ __forceinline__ void {name}({dstruct}& d, const kiln_frag_ab& a, const kiln_frag_ab& b, "
+    if a.buf.dtype.is_bfloat:  # bfloat16: 4 registers per input fragment, float32 accumulators only
+        if dptx != "f32" or cptx != "f32":
+            raise CompileError(f"bfloat16 products on tensor cores accumulate in float32, not {d.buf.dtype}")
+        nab, types, struct = 4, f"{dptx}.bf16.bf16.{cptx}", "kiln_frag_bf"
+    else:
+        nab, types, struct = 8, f"{dptx}.{cptx}", "kiln_frag_ab"
+    name = f"kiln_wmma_mma_{a.layout}_{b.layout}_{shape}_{types.replace('.', '_')}"
+    ops = f"{_regs(dn)}, {_regs(nab, dn)}, {_regs(nab, dn + nab)}, {_regs(cn, dn + 2 * nab)}"
+    text = (f"__device__ __forceinline__ void {name}({dstruct}& d, const {struct}& a, const {struct}& b, "
             f"const {cstruct}& c) {{\n"
-            f'  asm volatile("wmma.mma.sync.aligned.{a.layout}.{b.layout}.{shape}.{dptx}.{cptx} {ops};"\n'
-            f'      : {_outs(dn, dk, "d")} : {_ins(8, "r", "a")}, {_ins(8, "r", "b")}, {_ins(cn, ck, "c")});\n}}\n')
+            f'  asm volatile("wmma.mma.sync.aligned.{a.layout}.{b.layout}.{shape}.{types} {ops};"\n'
+            f'      : {_outs(dn, dk, "d")} : {_ins(nab, "r", "a")}, {_ins(nab, "r", "b")}, {_ins(cn, ck, "c")});\n}}\n')
     return name, text
 
 

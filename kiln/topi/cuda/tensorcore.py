@@ -35,9 +35,12 @@ KNOBS = {"block_row_warps": [1, 2, 4], "block_col_warps": [1, 2, 4], "warp_row_t
          "raster": [1, 8]}  # R > 1: consecutive blocks walk R block rows before the next column (L2 reuse)
 
 
+TC_DTYPES = ("float16", "bfloat16")  # bfloat16: float32 accumulation only
+
+
 def fits(m: int, n: int, k: int, dtype) -> bool:
-    """Whether a product can run on tensor cores here: float16 inputs, every size a multiple of 16."""
-    return str(dtype) == "float16" and m % WMMA == 0 and n % WMMA == 0 and k % WMMA == 0
+    """Whether a product can run on tensor cores here: float16 or bfloat16 inputs, every size a multiple of 16."""
+    return str(dtype) in TC_DTYPES and m % WMMA == 0 and n % WMMA == 0 and k % WMMA == 0
 
 
 def shared_bytes(conf: dict) -> int:
@@ -225,8 +228,11 @@ def conv2d_nchw_tensorcore(data, kernel, strides=1, padding=0, dilation=1, out_d
     h, w = (const_int(d) for d in data.shape[2:])
     f, k, q = p.out_channel, c * kh * kw, p.batch * oh * ow
     fp, kp, qp = _round_up(f, WMMA), _round_up(k, WMMA), _round_up(q, _pixel_step(q))
-    if str(data.dtype) not in ("float16",) or str(kernel.dtype) != str(data.dtype):
-        raise ValueError(f"conv2d_nchw on tensor cores needs float16 data and kernel, got {data.dtype}/{kernel.dtype}")
+    if str(data.dtype) not in TC_DTYPES or str(kernel.dtype) != str(data.dtype):
+        raise ValueError(f"conv2d_nchw on tensor cores needs float16 or bfloat16 data and kernel, got "
+                         f"{data.dtype}/{kernel.dtype}")
+    if str(data.dtype) == "bfloat16" and out_dtype != "float32":
+        raise ValueError(f"bfloat16 convolutions on tensor cores accumulate in float32, not {out_dtype}")
     plain = (kh, kw, p.stride_h, p.stride_w) == (1, 1, 1, 1) and (p.pad_top, p.pad_left, p.pad_bottom,
                                                                   p.pad_right) == (0, 0, 0, 0)
     zero = te.const(0, data.dtype)
@@ -285,16 +291,18 @@ def _taps(r, kh: int, kw: int):
     return ch, ky, rem - ky * kw
 
 
-def use_tensorcore_conv_nchw(data, kernel, strides, padding, dilation, groups=1) -> bool:
+def use_tensorcore_conv_nchw(data, kernel, strides, padding, dilation, groups=1, out_dtype=None) -> bool:
     """Whether conv2d NCHW / OIHW should run as the tensor-core implicit GEMM: a CUDA target,
-    float16 data and kernel, no groups, enough work to fill a 16 x 16 x 16 tile (at least 16
+    float16 (or bfloat16 with float32 sums) data and kernel, no groups, enough work to fill a 16 x 16 x 16 tile (at least 16
     output channels and 16 reduction terms: the 3-channel 7 x 7 stem has 147)."""
     from kiln.target import Target
 
     target = Target.current(allow_none=True)
     if target is None or target.kind != "cuda" or groups != 1:
         return False
-    if str(data.dtype) != "float16" or str(kernel.dtype) != "float16":
+    if str(data.dtype) not in TC_DTYPES or str(kernel.dtype) != str(data.dtype):
+        return False
+    if str(data.dtype) == "bfloat16" and str(out_dtype or data.dtype) != "float32":
         return False
     try:
         shape = [const_int(d) for d in kernel.shape]
@@ -356,7 +364,7 @@ def use_tensorcore(a, b, transpose_b: bool = True) -> bool:
         n = const_int(b.shape[-2])
     except (TypeError, ValueError):
         return False
-    return str(b.dtype) == str(a.dtype) and fits(m, n, k, a.dtype)
+    return str(b.dtype) == str(a.dtype) == "float16" and fits(m, n, k, a.dtype)
 
 
 def use_tensorcore_conv(data, kernel, strides, padding, dilation) -> bool:
@@ -375,8 +383,8 @@ def use_tensorcore_conv(data, kernel, strides, padding, dilation) -> bool:
                          dilation, 1, layout="NHWC")
     except Exception:  # noqa: BLE001 - symbolic or invalid shapes: the default path reports them
         return False
-    return fits(p.batch * p.out_height * p.out_width, p.out_channel, p.kernel_h * p.kernel_w * p.in_channel,
-                data.dtype)
+    return str(data.dtype) == "float16" and fits(p.batch * p.out_height * p.out_width, p.out_channel,
+                                                 p.kernel_h * p.kernel_w * p.in_channel, data.dtype)
 
 
 def tensorcore_cfg(cfg):

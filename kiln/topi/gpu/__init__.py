@@ -42,7 +42,7 @@ def conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=None, groups
     float16 on CUDA: an implicit GEMM on tensor cores (topi.cuda.conv2d_nchw_tensorcore)."""
     from kiln.topi.cuda import tensorcore as tc
 
-    if tc.use_tensorcore_conv_nchw(data, kernel, strides, padding, dilation, groups):
+    if tc.use_tensorcore_conv_nchw(data, kernel, strides, padding, dilation, groups, out_dtype):
         return tc.conv2d_nchw_tensorcore(data, kernel, strides, padding, dilation, out_dtype, cfg=tc.tensorcore_cfg(cfg))
     if groups > 1:
         return group_conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype, groups, cfg=cfg)

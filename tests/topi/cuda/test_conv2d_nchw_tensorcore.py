@@ -27,10 +27,10 @@ SHAPES = [(1, 3, 32, 32, 64, 7, 2, 3), (1, 64, 16, 16, 64, 1, 1, 0), (1, 64, 14,
           (1, 128, 7, 7, 128, 3, 1, 1), (1, 32, 8, 8, 24, 1, 1, 0), (2, 16, 9, 9, 32, 3, 2, 1)]
 
 
-def conv(shape, out_dtype="float32"):
+def conv(shape, out_dtype="float32", dtype="float16"):
     n, c, h, w, f, k, stride, pad = shape
-    data = te.placeholder((n, c, h, w), "float16", name="data")
-    kernel = te.placeholder((f, c, k, k), "float16", name="kernel")
+    data = te.placeholder((n, c, h, w), dtype, name="data")
+    kernel = te.placeholder((f, c, k, k), dtype, name="kernel")
     return data, kernel, tc.conv2d_nchw_tensorcore(data, kernel, stride, pad, 1, out_dtype)
 
 
@@ -38,14 +38,18 @@ def reference(shape, x, w):
     import torch
 
     *_, stride, pad = shape
-    return torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(),
-                                      stride=stride, padding=pad).numpy()
+    x, w = x.astype("float64"), w.astype("float64")  # (bfloat16 through ml_dtypes: exact)
+    return torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=stride, padding=pad).numpy()
 
 
-def inputs(shape, seed=0):
+def inputs(shape, seed=0, dtype="float16"):
     n, c, h, w, f, k, *_ = shape
     rng = np.random.default_rng(seed)
-    return rng.standard_normal((n, c, h, w)).astype("float16"), rng.standard_normal((f, c, k, k)).astype("float16")
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        dtype = ml_dtypes.bfloat16
+    return rng.standard_normal((n, c, h, w)).astype(dtype), rng.standard_normal((f, c, k, k)).astype(dtype)
 
 
 def _gemm(out):
@@ -67,6 +71,26 @@ def test_compute_equals_torch_on_the_cpu(shape):
     np.testing.assert_allclose(got.numpy(), want, atol=bound, rtol=0)
 
 
+def _bound(x, w):
+    """float32 sums of exact products: k roundings of at most 2^-24 of a partial sum."""
+    x, w = np.abs(x.astype("float64")), np.abs(w.astype("float64"))
+    return w[0].size * 2.0 ** -24 * x.max() * w.max() * w[0].size
+
+
+BF16 = (1, 32, 14, 14, 64, 3, 1, 1)
+
+
+def test_bfloat16_conv_compiles_to_bf16_wmma():
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="numpy's bfloat16 (pip install ml_dtypes)")
+    del ml_dtypes
+    f = build(BF16, dtype="bfloat16")
+    ptx = [m for m in f.imported_modules if m.type_key == "cuda"][0].get_source("ptx")
+    assert "wmma.mma.sync.aligned.row.row.m16n16k16.f32.bf16.bf16.f32" in ptx
+    assert "wmma.load.b.sync.aligned.row.m16n16k16.shared.bf16" in ptx
+    with pytest.raises(ValueError, match="accumulate in float32"):
+        conv(BF16, out_dtype="bfloat16", dtype="bfloat16")
+
+
 def test_split_k_and_padding_are_chosen_for_batch_one_layers():
     _, _, out = conv((1, 512, 7, 7, 512, 3, 1, 1))
     gemm = _gemm(out)
@@ -77,9 +101,9 @@ def test_split_k_and_padding_are_chosen_for_batch_one_layers():
     assert int(_gemm(out).op.reduce_axis[0].dom.extent) * _gemm(out).op.attrs["tensorcore_config"]["split_k"] == 160
 
 
-def build(shape, target=TARGET):
+def build(shape, target=TARGET, dtype="float16"):
     with tvm.target.Target(target):
-        data, kernel, out = conv(shape)
+        data, kernel, out = conv(shape, dtype=dtype)
         s = topi.gpu.schedule_conv2d_nchw([out])
     return tvm.build(s, [data, kernel, out], target=target, name="conv_tc")
 
@@ -150,6 +174,19 @@ def test_conv_runs(shape):
     f(tvm.nd.array(x, dev), tvm.nd.array(w, dev), got)
     bound = 1e-6 * np.abs(x).max() * np.abs(w).max() * w[0].size
     np.testing.assert_allclose(got.numpy(), want, atol=bound, rtol=0)
+
+
+@pytest.mark.gpu
+def test_bfloat16_conv_runs():
+    pytest.importorskip("ml_dtypes", reason="numpy's bfloat16 (pip install ml_dtypes)")
+    dev = tvm.cuda(0)
+    f = build(BF16, dtype="bfloat16")
+    x, w = inputs(BF16, seed=3, dtype="bfloat16")
+    want = reference(BF16, x, w)
+    got = tvm.nd.array(np.full(want.shape, np.nan, "float32"), dev)
+    # kiln holds bfloat16 tensors as their bits (uint16 arrays)
+    f(tvm.nd.array(x.view(np.uint16), dev), tvm.nd.array(w.view(np.uint16), dev), got)
+    np.testing.assert_allclose(got.numpy(), want, atol=_bound(x, w), rtol=0)
 
 
 @pytest.mark.gpu
