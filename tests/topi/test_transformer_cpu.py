@@ -119,3 +119,35 @@ def test_attention_tiles_follow_the_target():
     assert (avx512["tile_n"], avx512["tile_e"]) == (32, 32) and avx512["tile_m"] == 8
     with Target("llvm -mcpu=skylake-avx512"):
         assert x86_attention.default_config(197, 197, 64)["tile_m"] == 11  # 198 rows: one padded
+
+
+@pytest.mark.parametrize("op", ["dense", "batch_matmul", "softmax"])
+def test_float16_sums_round_once(op):
+    """float16 dense, batch_matmul and softmax sum in float32 and round once: within about one
+    float16 rounding of the exact result (a float16 sum of 256 terms was 10x off)."""
+    from kiln import relay
+    from kiln.contrib import graph_executor
+
+    rng = np.random.default_rng(3)
+    if op == "softmax":
+        a = (rng.standard_normal((4, 256)) * 3).astype("float16")
+        x = relay.var("a", shape=a.shape, dtype="float16")
+        expr, feeds, params = relay.nn.softmax(x), {"a": a}, [x]
+        s = a.astype(np.float64)
+        exact = np.exp(s - s.max(-1, keepdims=True))
+        exact /= exact.sum(-1, keepdims=True)
+    else:
+        a = rng.standard_normal((3, 16, 256) if op == "batch_matmul" else (16, 256)).astype("float16")
+        b = rng.standard_normal((3, 24, 256) if op == "batch_matmul" else (24, 256)).astype("float16")
+        x, y = (relay.var(n, shape=v.shape, dtype="float16") for n, v in (("a", a), ("b", b)))
+        expr = relay.nn.batch_matmul(x, y) if op == "batch_matmul" else relay.nn.dense(x, y)
+        feeds, params = {"a": a, "b": b}, [x, y]
+        exact = a.astype(np.float64) @ np.swapaxes(b.astype(np.float64), -1, -2)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(relay.Function(params, expr), target="llvm")
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    m.run(**feeds)
+    got = m.get_output(0).numpy().astype(np.float64)
+    # one rounding to float16 (half an ulp, 2^-11 relative) plus float32 sums, at the row's scale
+    scale = np.abs(exact).max(axis=-1, keepdims=True)
+    assert np.all(np.abs(got - exact) <= 2.0 ** -11 * (np.abs(exact) + scale * 0.05)), np.abs(got - exact).max()

@@ -14,7 +14,7 @@ from kiln.ir.expr import const
 from ..nn.batch_matmul import batch_matmul as generic_batch_matmul
 from ..utils import check_ndim, const_int, knob
 from . import matmul_nn
-from .dense import dot_nt, schedule_any_dot
+from .dense import accumulation_dtype, dot_nt, narrowed, schedule_any_dot
 
 
 def batch_matmul(tensor_a, tensor_b, oshape=None, out_dtype=None, transpose_a=False, transpose_b=True, cfg=None):
@@ -39,13 +39,15 @@ def batch_matmul(tensor_a, tensor_b, oshape=None, out_dtype=None, transpose_a=Fa
     def fa(b, i, kk):
         return tensor_a[zero if ba == 1 else b, i, kk]
 
+    acc = accumulation_dtype(out_dtype)
     if transpose_b:
-        return dot_nt((max(ba, bb),), m, n, k, fa, lambda b, j, kk: tensor_b[zero if bb == 1 else b, j, kk],
-                      out_dtype, cfg, name="batch_matmul")
+        return narrowed(dot_nt((max(ba, bb),), m, n, k, fa, lambda b, j, kk: tensor_b[zero if bb == 1 else b, j, kk],
+                               acc, cfg, name="batch_matmul"), out_dtype)
     conf = matmul_nn.default_config(const_int(m), const_int(n))
     conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
-    return matmul_nn.dot_nn((max(ba, bb),), m, n, k, fa, lambda b, kk, j: tensor_b[zero if bb == 1 else b, kk, j],
-                            out_dtype, conf, "batch_matmul")
+    return narrowed(matmul_nn.dot_nn((max(ba, bb),), m, n, k, fa,
+                                     lambda b, kk, j: tensor_b[zero if bb == 1 else b, kk, j], acc, conf,
+                                     "batch_matmul"), out_dtype)
 
 
 def schedule_batch_matmul(outs, cfg=None):

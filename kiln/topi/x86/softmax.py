@@ -61,14 +61,18 @@ def _softmax(x, axis, log: bool):
     if axis != ndim - 1 or n < lanes:
         return _generic_log_softmax(x, axis) if log else _generic_softmax(x, axis)
     m = _row_reduce(x, n, lanes, te.max, "T_softmax_max")
+    # float16 rows: exp and sum in float32, one rounding at the end (a float16 sum of n terms
+    # loses about n/2 roundings)
+    wide = "float32" if str(x.dtype) == "float16" else str(x.dtype)
     # fast_exp: a libm call per lane would dominate the whole softmax.
-    e = te.compute(x.shape, lambda *i: fast_exp_expr(x(*i) - m(*i[:-1])), name="T_softmax_exp", tag=f"{TAG}_exp")
+    e = te.compute(x.shape, lambda *i: fast_exp_expr(x(*i).astype(wide) - m(*i[:-1]).astype(wide)),
+                   name="T_softmax_exp", tag=f"{TAG}_exp")
     s = _row_reduce(e, n, lanes, te.sum, "T_softmax_sum")
     if log:
-        return te.compute(x.shape, lambda *i: x(*i) - m(*i[:-1]) - tir.log(s(*i[:-1])), name="T_log_softmax",
-                          tag=TAG)
-    one = const(1.0, x.dtype)
-    return te.compute(x.shape, lambda *i: e(*i) * (one / s(*i[:-1])), name="T_softmax", tag=TAG)
+        return te.compute(x.shape, lambda *i: (x(*i).astype(wide) - m(*i[:-1]).astype(wide)
+                                               - tir.log(s(*i[:-1]))).astype(x.dtype), name="T_log_softmax", tag=TAG)
+    one = const(1.0, wide)
+    return te.compute(x.shape, lambda *i: (e(*i) * (one / s(*i[:-1]))).astype(x.dtype), name="T_softmax", tag=TAG)
 
 
 def schedule_softmax(outs, cfg=None):

@@ -44,6 +44,19 @@ def _as_bias(ctx, mask, dtype):
     return tf.cast(mask, dtype) if ctx.type_of(mask).dtype != dtype else mask
 
 
+def _in_float32(fn):
+    """A converter that computes a float16 node in float32 and rounds its outputs once (the
+    operators' references stay within one rounding; float16 sums and activations do not)."""
+    def convert(ctx, ins, attrs):
+        if str(ctx.type_of(ins[0]).dtype) != "float16":
+            return fn(ctx, ins, attrs)
+        wide = [tf.cast(x, "float32") if x is not None and str(ctx.type_of(x).dtype) == "float16" else x for x in ins]
+        outs = fn(ctx, wide, attrs)
+        outs = outs if isinstance(outs, list) else [outs]
+        return [tf.cast(o, "float16") if o is not None and str(ctx.type_of(o).dtype) == "float32" else o for o in outs]
+    return convert
+
+
 def _attention(ctx, ins, attrs):
     ins = list(ins) + [None] * (7 - len(ins))
     q, k, v, mask, past_k, past_v, nonpad = ins[:7]
@@ -275,5 +288,5 @@ PREVIEW_OPS = frozenset({("ai.onnx.preview", "FlexAttention")})
 
 
 CONVERTERS = {"LinearAttention": _linear_attention, "FlexAttention": _flex_attention,
-              "Attention": _attention, "RMSNormalization": _rms_norm, "RotaryEmbedding": _rotary,
-              "TensorScatter": _tensor_scatter, "CausalConvWithState": _causal_conv}
+              "Attention": _in_float32(_attention), "RMSNormalization": _rms_norm, "RotaryEmbedding": _rotary,
+              "TensorScatter": _tensor_scatter, "CausalConvWithState": _in_float32(_causal_conv)}
