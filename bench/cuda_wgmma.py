@@ -25,8 +25,9 @@ from kiln import te
 
 import sibling  # bench/sibling.py: this script's folder is on sys.path
 
-# (warpgroups, n, bk, stages)
-CANDIDATES = [(2, 128, 64, 4), (2, 256, 64, 4), (2, 128, 128, 3), (2, 256, 64, 3), (1, 256, 64, 4)]
+# (warpgroups, n, bk, stages, copy order)
+CANDIDATES = [(2, 256, 64, 4, "chunks"), (2, 256, 64, 4, "rows"), (2, 128, 64, 4, "chunks"), (2, 128, 64, 4, "rows"),
+              (2, 128, 128, 3, "chunks"), (1, 256, 64, 4, "chunks")]
 
 
 def build(n: int, conf: dict, target):
@@ -79,8 +80,8 @@ def main() -> None:
     print(f"device: {dev.device_name}  |  target: {target}  |  cuBLAS fp16 {t_ref:.3f} ms "
           f"{flop / t_ref / 1e9:.0f} TFLOP/s")
     best = None
-    for wg, bn, bk, stages in CANDIDATES:
-        conf = {"warpgroups": wg, "n": bn, "bk": bk, "stages": stages}
+    for wg, bn, bk, stages, order in CANDIDATES:
+        conf = {"warpgroups": wg, "n": bn, "bk": bk, "stages": stages, "copy_order": order}
         try:
             start = time.perf_counter()
             f = build(n, conf, target)

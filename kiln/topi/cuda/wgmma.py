@@ -28,7 +28,7 @@ from ..gpu.common import block, thread
 from ..utils import const_int, find_stage
 
 ROWS = 64  # rows of one warpgroup's tile (wgmma's m)
-DEFAULT = {"warpgroups": 2, "n": 128, "bk": 64, "stages": 4}
+DEFAULT = {"warpgroups": 2, "n": 128, "bk": 64, "stages": 4, "copy_order": "chunks"}
 
 
 def _call(op: str, *args):
@@ -149,8 +149,14 @@ def schedule_dense_wgmma(outs, conf=None):
         sh = s[slab]
         sh.compute_at(cf, ko)
         c, r, e = sh.op.axis
-        sh.reorder(r, c, e)  # neighbouring threads copy neighbouring 16-byte chunks of a row
-        fused = sh.fuse(r, c)
+        if conf.get("copy_order", "chunks") == "chunks":
+            # neighbouring threads copy neighbouring 16-byte chunks of a row: whole 128-byte lines
+            # from global memory, but their shared-memory slots are a chunk plane (rows * 16
+            # bytes) apart, 8-way bank conflicts on the writes
+            sh.reorder(r, c, e)
+            fused = sh.fuse(r, c)
+        else:  # "rows": neighbouring threads fill neighbouring shared slots, 16 bytes of 32 per sector read
+            fused = sh.fuse(c, r)
         fused, tx = sh.split(fused, factor=128)
         fused, ty = sh.split(fused, factor=wg)
         sh.bind(tx, thread("x"))

@@ -31,11 +31,12 @@ def build(m, n, k, conf=None, target=TARGET):
         return tvm.build(s, [a, w, c], target=target, name="dense_wgmma")
 
 
-@pytest.mark.parametrize("conf", [None, {"warpgroups": 1, "n": 64, "bk": 32, "stages": 2}], ids=["default", "small"])
+@pytest.mark.parametrize("conf", [None, {"warpgroups": 1, "n": 64, "bk": 32, "stages": 2}, {"copy_order": "rows"}],
+                         ids=["default", "small", "rows"])
 def test_dense_compiles_to_wgmma_and_assembles(conf):
     f = build(256, 256, 256, conf)
     code = f.metadata["device_code"]
-    ptx, n = code["ptx"], (conf or wgmma.DEFAULT)["n"]
+    ptx, n = code["ptx"], {**wgmma.DEFAULT, **(conf or {})}["n"]
     assert code["arch"] == "sm_90a" and ".target sm_90a" in ptx
     assert f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16" in ptx
     for op in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned",
