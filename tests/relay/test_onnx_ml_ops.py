@@ -80,3 +80,22 @@ def test_col2im_3d_with_pads_strides_dilations():
     node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"], strides=strides, dilations=dil, pads=pads)
     (y,) = KilnBackend.run_node(node, [x, np.array(image, "int64"), np.array(block, "int64")], opset_version=18)
     np.testing.assert_allclose(y, _col2im_numpy(x, image, block, strides, dil, pads), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["TF", "IDF", "TFIDF"])
+def test_tfidf_vectorizer_matches_onnxruntime(mode):
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 5, (3, 12)).astype("int32")
+    unigrams, bigrams, trigrams = [1, 3], [0, 1, 2, 2, 4, 0], [1, 1, 2]
+    pool = np.array(unigrams + bigrams + trigrams, "int64")
+    counts = [0, len(unigrams), len(unigrams) + len(bigrams)]
+    n_grams = len(unigrams) + len(bigrams) // 2 + len(trigrams) // 3
+    index = rng.permutation(n_grams)  # output column of each pool n-gram
+    node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode=mode, min_gram_length=1, max_gram_length=3,
+                            max_skip_count=2, ngram_counts=counts, ngram_indexes=index.tolist(), pool_int64s=pool.tolist(),
+                            weights=rng.uniform(0.5, 2, n_grams).astype("float32").tolist())  # per output column
+    graph = helper.make_graph([node], "tfidf", [helper.make_tensor_value_info("x", TensorProto.INT32, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    got, want = _run_both(model, {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
