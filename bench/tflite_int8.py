@@ -3,7 +3,9 @@
 The model is written by tests/relay/frontend/tflite_builder.py (``mobilenet_v2``: random weights,
 activations quantized from ranges of the float model on 4 random images, per-channel int8
 filters, as TFLite's post-training quantizer does). kiln imports it with ``from_tflite`` (an
-integer graph with TFLite's arithmetic: docs/quantization.md) and builds it for ``--target``;
+integer graph with TFLite's arithmetic: docs/quantization.md) and builds it for ``--target``,
+twice: ``exact`` (TFLite's two-rounding rescale in convolutions, equal to its builtin kernels)
+and ``fast`` (``exact_rounding=False``: one rounding, which the CPU int8 kernels fuse);
 the interpreter runs it with the XNNPACK delegate and ``--threads`` threads, kiln's thread pool
 has as many. The sides take turns in every round (timing.interleaved); figures are medians,
 the ratio the median of per-round ratios. Also printed: the largest difference of kiln's int8
@@ -12,6 +14,7 @@ builtin kernels' arithmetic; XNNPACK rescales in float32). The machine is shared
 trusting a figure.
 
     python bench/tflite_int8.py [--image 224] [--width 1.0] [--threads 2] [--rounds 7] [--number 10]
+                                [--modes exact,fast]
 
 Goal (issue 31): within one step of the interpreter and at least as fast as XNNPACK (ratio <= 1).
 """
@@ -53,12 +56,12 @@ def interpreter(model: bytes, threads: int, xnnpack: bool):
     return it
 
 
-def build_kiln(model: bytes, threads: int, target: str):
+def build_kiln(model: bytes, threads: int, target: str, exact: bool):
     import kiln as tvm
     from kiln import config, relay
     from kiln.contrib import graph_executor
 
-    mod, params = relay.frontend.from_tflite(model)
+    mod, params = relay.frontend.from_tflite(model, exact_rounding=exact)
     start = time.perf_counter()
     with tvm.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target=target, params=params)
@@ -76,37 +79,41 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--number", type=int, default=10)
     ap.add_argument("--target", default="llvm")
+    ap.add_argument("--modes", default="exact,fast", help="kiln builds: exact and/or fast (exact_rounding=False)")
     args = ap.parse_args()
 
     model = make_model(args.image, args.width)
     print(f"MobileNetV2 {args.width} int8, {args.image}x{args.image}: {len(model) / 1e6:.1f} MB; "
           f"{args.threads} threads; shared machine: figures are noisy", flush=True)
-    kiln_m, compile_s = build_kiln(model, args.threads, args.target)
     xnn = interpreter(model, args.threads, xnnpack=True)
     builtin = interpreter(model, args.threads, xnnpack=False)
-
     x = np.random.default_rng(7).standard_normal((1, args.image, args.image, 3)).astype("float32")
     ref = {}
     for name, it in (("xnnpack", xnn), ("builtin", builtin)):
         it.set_tensor(it.get_input_details()[0]["index"], x)
         it.invoke()
         ref[name] = it.get_tensor(it.get_output_details()[0]["index"]).astype(np.int64)
-    kiln_m.set_input(input=x)
-    kiln_m.run()
-    got = kiln_m.get_output(0).numpy().astype(np.int64)
-    steps = {k: int(np.abs(got - v).max()) for k, v in ref.items()}
-    print(f"compile {compile_s:.0f} s; kiln int8 logits vs TFLite: max {steps['builtin']} step(s) from the builtin "
-          f"kernels, {steps['xnnpack']} from XNNPACK; top-1 "
-          f"{'same' if got.argmax() == ref['xnnpack'].argmax() else 'DIFFERS'}", flush=True)
 
-    in_idx = xnn.get_input_details()[0]["index"]
-    xnn.set_tensor(in_idx, x)
-    runs = {"kiln": kiln_m.module["run"], "xnnpack": xnn.invoke}
+    runs, steps = {"xnnpack": xnn.invoke}, {}
+    for mode in args.modes.split(","):
+        m, compile_s = build_kiln(model, args.threads, args.target, exact=mode == "exact")
+        m.set_input(input=x)
+        m.run()
+        got = m.get_output(0).numpy().astype(np.int64)
+        steps[mode] = {k: int(np.abs(got - v).max()) for k, v in ref.items()}
+        print(f"kiln {mode}: compile {compile_s:.0f} s; int8 logits vs TFLite: max {steps[mode]['builtin']} step(s) "
+              f"from the builtin kernels, {steps[mode]['xnnpack']} from XNNPACK; top-1 "
+              f"{'same' if got.argmax() == ref['xnnpack'].argmax() else 'DIFFERS'}", flush=True)
+        runs[f"kiln {mode}"] = m.module["run"]
+
     times = interleaved(runs, args.rounds, args.number)
     ms = {k: 1e3 * statistics.median(t) for k, t in times.items()}
-    ratio = statistics.median(a / b for a, b in zip(times["kiln"], times["xnnpack"]))
-    print(f"kiln {ms['kiln']:.2f} ms, TFLite XNNPACK {ms['xnnpack']:.2f} ms: ratio kiln/TFLite {ratio:.2f} "
-          f"(goal <= 1.0), max step difference {steps['xnnpack']} (XNNPACK), {steps['builtin']} (builtin)")
+    print(f"TFLite XNNPACK {ms['xnnpack']:.2f} ms")
+    for mode in steps:
+        key = f"kiln {mode}"
+        ratio = statistics.median(a / b for a, b in zip(times[key], times["xnnpack"]))
+        print(f"{key} {ms[key]:.2f} ms: ratio kiln/TFLite {ratio:.2f} (goal <= 1.0), max step difference "
+              f"{steps[mode]['xnnpack']} (XNNPACK), {steps[mode]['builtin']} (builtin)")
 
 
 if __name__ == "__main__":

@@ -33,14 +33,14 @@ def from_keras(model, shape=None, layout="NCHW"):
     return _from_keras(model, shape, layout)
 
 
-def from_tflite(model, shape_dict=None, dtype_dict=None):
+def from_tflite(model, shape_dict=None, dtype_dict=None, exact_rounding=True):
     """Import a TFLite model (tflite.Model, bytes or path); returns ``(mod, params)``.
 
     See kiln.relay.frontend.tflite.from_tflite.
     """
     from .tflite import from_tflite as _from_tflite
 
-    return _from_tflite(model, shape_dict, dtype_dict)
+    return _from_tflite(model, shape_dict, dtype_dict, exact_rounding=exact_rounding)
 
 
 __all__ = ["from_onnx", "from_pytorch", "from_keras", "from_tflite"]

@@ -65,6 +65,17 @@ def test_built_for_llvm_equals_tflite(kind, dtype):
     assert _steps(run_built(mod, params, feed)[0], TB.run_tflite(model, feed)[0]).max() == 0
 
 
+@pytest.mark.parametrize("kind", ["conv1", "dw", "fc"])
+def test_single_rounding_within_one_step(kind):
+    """from_tflite(exact_rounding=False): one rounding per rescale (the int8 kernels' epilogue),
+    one step at most from TFLite's two; built for llvm (the CPU int8 kernels where the host has them)."""
+    model, names = TB.single_op(kind, "int8", 2)
+    mod, params = relay.frontend.from_tflite(model, exact_rounding=False)
+    assert mod["main"].astext().count("qnn.requantize") == 1
+    feed = TB.random_feed(names, "int8", 2)
+    assert _steps(run_built(mod, params, feed)[0], TB.run_tflite(model, feed)[0]).max() <= 1
+
+
 def test_int8_graph_is_integer():
     """A convolution is a qnn.conv2d on the int8 tensors: no float op, no dequantize."""
     model, _ = TB.single_op("conv3", "int8", 0)

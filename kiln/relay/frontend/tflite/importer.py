@@ -255,6 +255,7 @@ class _Importer:
         self.layouts: dict = {}   # tensor index -> "NCHW" for values held channels-first
         self.views: dict = {}     # (tensor index, layout) -> the value transformed, shared by its readers
         self.float_ops: dict = {}  # quantized ops that took the float route -> count
+        self.exact_rounding = True  # False: one rounding in conv/FC rescales (from_tflite's docstring)
         self.inputs: list = []
 
     def op_name(self, op) -> str:
@@ -399,10 +400,14 @@ def _load(model):
                        f"got {type(model).__name__}")
 
 
-def from_tflite(model, shape_dict=None, dtype_dict=None):
+def from_tflite(model, shape_dict=None, dtype_dict=None, exact_rounding=True):
     """Import a TFLite model (``tflite.Model``, bytes or a path) as ``(IRModule, params)``.
 
     ``shape_dict`` / ``dtype_dict`` override an input's shape or dtype by tensor name.
+    ``exact_rounding``: quantized convolutions and fully connected layers rescale as TFLite's
+    kernels do (two roundings), so the integers equal TFLite's. ``False`` rescales them with one
+    rounding (half up), the form the CPU int8 kernels compute in their epilogue: several times
+    faster, each such op within one step of TFLite (docs/quantization.md).
 
     >>> mod, params = relay.frontend.from_tflite(tflite.Model.GetRootAsModel(buf, 0), {"input": (1, 224, 224, 3)})
     """
@@ -410,6 +415,7 @@ def from_tflite(model, shape_dict=None, dtype_dict=None):
 
     from . import CONVERTERS, QCONVERTERS
     importer = _Importer(_load(model), shape_dict, dtype_dict, CONVERTERS, QCONVERTERS)
+    importer.exact_rounding = bool(exact_rounding)
     for name in importer.shape:
         known = [importer.tensors[i].name for i in importer.graph_inputs]
         if name not in known:

@@ -79,6 +79,11 @@ def _wide(ctx) -> bool:
     return ctx.info(0).dtype == "int16"
 
 
+def _gemm(ctx) -> str:
+    """TFLite's two-rounding rescale, or one rounding (``from_tflite(exact_rounding=False)``)."""
+    return "GEMM" if ctx.importer.exact_rounding else "UPWARD"
+
+
 def _rescale(ctx, acc, bias, real, axis, code, rounding="TFLITE"):
     """acc (+ bias), rescaled to the output, fused activation clamped."""
     if bias is not None:
@@ -121,7 +126,7 @@ def _conv(depthwise: bool):
                          wq.scale.astype("float32"), kernel_size=weight.shape[2:], channels=oc, strides=strides,
                          padding=pad, dilation=dil, groups=groups, data_layout="NCHW", kernel_layout="OIHW")
         real = xq.s * wq.scale / ctx.out_q().s
-        out = _rescale(ctx, acc, _bias(ctx, 2, oc), real, 1, opts.FusedActivationFunction(), "GEMM")
+        out = _rescale(ctx, acc, _bias(ctx, 2, oc), real, 1, opts.FusedActivationFunction(), _gemm(ctx))
         return Held(out, "NCHW")
     return convert
 
@@ -144,7 +149,7 @@ def _fully_connected(ctx):
                     units=units)
     real = xq.s * wq.scale / ctx.out_q().s
     out = _rescale(ctx, acc, _bias(ctx, 2, units), real, 1, opts.FusedActivationFunction(),
-                   "UPWARD" if _wide(ctx) else "GEMM")  # int16: TFLite's 64-bit rescale, full multiplier
+                   "UPWARD" if _wide(ctx) else _gemm(ctx))  # int16: TFLite's 64-bit rescale, full multiplier
     if opts.KeepNumDims():
         out = tf.reshape(out, tuple(shape[:-1]) + (units,))
     return out
