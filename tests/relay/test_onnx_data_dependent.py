@@ -152,3 +152,25 @@ def _compare_close(model, feed):
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     # sums of at most ~100 bilinear samples of standard normals, float32
     np.testing.assert_allclose(gm.get_output(0).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_deform_conv_matches_the_onnx_reference():
+    # onnxruntime lacks DeformConv: onnx's reference evaluator (grid_sample based) is the reference
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 4, 9, 8)).astype("float32")
+    w = rng.standard_normal((6, 2, 3, 3)).astype("float32")
+    oh, ow = (9 + 2 - 2 * 2 - 1) // 2 + 1, (8 + 2 - 2 * 2 - 1) // 2 + 1
+    offset = (rng.standard_normal((2, 2 * 2 * 9, oh, ow)) * 1.5).astype("float32")
+    mask = rng.uniform(0, 1, (2, 2 * 9, oh, ow)).astype("float32")
+    bias = rng.standard_normal(6).astype("float32")
+    node = helper.make_node("DeformConv", ["x", "w", "off", "b", "m"], ["y"], group=2, offset_group=2,
+                            strides=[2, 2], dilations=[2, 2], pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    feeds = {"x": x, "w": w, "off": offset, "b": bias, "m": mask}
+    model = _model([node], [_info(n, a) for n, a in feeds.items()], [_out("y", TensorProto.FLOAT)], opset=19)
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    _, gm = _build(model)
+    gm.run(**feeds)
+    # sums of 18 bilinear samples times weights, float32
+    np.testing.assert_allclose(gm.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)

@@ -515,6 +515,8 @@ OP_IMPLS: dict[str, OpImpl] = {
         *x, a.output_size, a.spatial_scale, a.sampling_ratio, a.mode, a.half_pixel), "generic"),
     "nn.linear_attention": OpImpl(lambda a, x, t, ctx: topi_linear_attention.linear_attention(
         *x, a.q_heads, a.kv_heads, a.scale, a.gating, a.delta, a.decay_per_row, a.beta_per_head), "generic"),
+    "vision.deform_conv2d": OpImpl(lambda a, x, t, ctx: topi_vision.deform_conv2d(
+        *x, a.strides, a.pads, a.dilations, a.groups, a.offset_groups), "generic"),
     "nn.gelu": OpImpl(lambda a, x, t, ctx: topi_fast_math.gelu(x[0], a.approximate)),
     "reinterpret": OpImpl(lambda a, x, t, ctx: topi_bitwise.reinterpret(x[0], a.dtype)),
     "image.grid_sample": OpImpl(lambda a, x, t, ctx: topi_grid_sample.grid_sample(

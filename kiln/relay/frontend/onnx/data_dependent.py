@@ -88,7 +88,29 @@ def _roi_align(ctx, ins, attrs):
                      mode == "half_pixel")
 
 
-CONVERTERS = {"NonMaxSuppression": _nms, "NonZero": _nonzero, "Unique": _unique, "RoiAlign": _roi_align}
+def _deform_conv(ctx, ins, attrs):
+    """DeformConv (2-D); a missing mask is ones, a missing bias zeros."""
+    from ...op.vision import deform_conv2d
+
+    ins = list(ins) + [None] * (5 - len(ins))
+    x, w, offset, bias, mask = ins[:5]
+    shape, dtype = ctx.shape_of(x), str(ctx.type_of(x).dtype)
+    if len(shape) != 4:
+        ctx.fail(f"input of shape {list(shape)}: kiln converts 2-D DeformConv (NCHW)")
+    og = int(attrs.get("offset_group", 1))
+    kh, kw = (int(d) for d in ctx.shape_of(w)[2:])
+    oh, ow = (int(d) for d in ctx.shape_of(offset)[2:])
+    if mask is None:
+        mask = const(np.ones((shape[0], og * kh * kw, oh, ow), dtype))
+    if bias is None:
+        bias = const(np.zeros(ctx.shape_of(w)[0], dtype))
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    return deform_conv2d(x, w, offset, mask, bias, attrs.get("strides", [1, 1]), pads[:2],
+                         attrs.get("dilations", [1, 1]), attrs.get("group", 1), og)
+
+
+CONVERTERS = {"NonMaxSuppression": _nms, "NonZero": _nonzero, "Unique": _unique, "RoiAlign": _roi_align,
+              "DeformConv": _deform_conv}
 
 
 # -- following a bounded tensor through its consumers ---------------------------------------------
