@@ -108,6 +108,60 @@ def test_full_range_weights_take_the_exact_16_bit_path(mcpu):
         np.testing.assert_array_equal(got, want)
 
 
+
+def int8_tiers(lib) -> set:
+    """The ``tier`` of every CPU int8 conv in the built graph."""
+    from kiln.relay.expr import Function
+    from kiln.relay.visitor import ExprVisitor
+
+    found = set()
+
+    class V(ExprVisitor):
+        def visit_Call(self, call):
+            super().visit_Call(call)
+            if isinstance(call.op, Function):
+                self.visit(call.op)
+            if getattr(call.op, "name", "") == "nn.contrib_conv2d_int8":
+                found.add(call.attrs.tier)
+    V().visit(lib.ir_mod["main"])
+    return found
+
+
+@pytest.mark.parametrize("mcpu,hw,ic,zx", [("znver3", 9, 12, 37), ("haswell", 14, 64, 0),
+                                           ("skylake-avx512", 7, 32, 200)])
+def test_3x3_convs_without_vnni_take_exact_int16_winograd(mcpu, hw, ic, zx):
+    """Without VNNI a 3x3 stride-1 conv runs as Winograd F(2x2, 3x3) on int16 (vpmaddwd): the
+    transformed data and weights fit int16 and the sums int32, so the result is the direct
+    conv's bit for bit (odd and even sizes, padding with a non-zero zero point); the switch
+    relay.qnn.int8_winograd=False keeps the direct kernel, with the same bytes."""
+    from kiln.topi.x86.conv2d_int8_winograd import pack_weight, unpack_weight
+
+    target = f"llvm -mcpu={mcpu}"
+    rng = np.random.default_rng(hw)
+    w = rng.integers(-128, 128, (16, 8, 3, 3)).astype(np.int8)
+    np.testing.assert_array_equal(unpack_weight(pack_weight(w, 8, 8)), w)
+    mod, inputs = conv_graph(rng, wmax=127, ic=ic, hw=hw, zx=zx)
+    lib = _build(mod, target)
+    assert int8_tiers(lib) == {"wino16"}
+    assert "vpmaddwd" in lib.get_lib().get_source("asm")
+    with tvm.transform.PassContext(opt_level=3, config={"relay.qnn.int8_winograd": False}):
+        direct = relay.build(mod, target=tvm.target.Target(target))
+    assert int8_tiers(direct) == {"pmaddwd"}
+    if not host_runs(target):
+        pytest.skip(f"-mcpu={mcpu}: {why_host_cannot_run(target)} (checked its assembly only)")
+    got = _run(lib, inputs)
+    for g, d, want in zip(got, _run(direct, inputs), reference(mod, inputs)):
+        np.testing.assert_array_equal(g, want)
+        np.testing.assert_array_equal(d, want)
+
+
+def test_winograd_is_not_used_where_its_sums_could_overflow():
+    """int32 sums of 16-bit products: C * 1020 * 1152 must stay below 2**31 (C <= 1827)."""
+    from kiln.topi.x86.conv2d_int8_winograd import applies
+
+    assert applies((3, 3), (1, 1), (1, 1), 1824) and not applies((3, 3), (1, 1), (1, 1), 1828)
+    assert not applies((3, 3), (2, 2), (1, 1), 64) and not applies((1, 1), (1, 1), (1, 1), 64)
+
 def test_same_integers_as_the_canonical_path():
     """The int8 kernels and CanonicalizeOps' plain integer ops give the same bytes (host CPU)."""
     rng = np.random.default_rng(9)

@@ -47,7 +47,7 @@ def _register(family: str) -> dict:
         attrs = dict(attr_pairs)
         ow = _out_width(data, weight, attrs)
         lanes = _ints(weight.shape)[-2]
-        if attrs["tier"] == "amx":
+        if attrs["tier"] in ("amx", "wino16"):
             _space(cfg, "tile_ow", [0], 0)
         else:
             blocks = _ints(weight.shape)[0]

@@ -311,7 +311,8 @@ def _add_float32(call, a, b, sa, za, sb, zb, so, zo, sign):
     vs = [value_of(v) for v in (sa, za, sb, zb, so, zo)]
     if any(v is None or v.size != 1 for v in vs):
         raise _unsupported(call, "FLOAT32 rounding needs constant per-tensor scales and zero points")
-    return qlinear_add(a, b, *(v.ravel()[0] for v in vs), sign, call.attrs.out_dtype or _dtype(a))
+    return qlinear_add(a, b, *(v.ravel()[0] for v in vs), sign, call.attrs.out_dtype or _dtype(a),
+                       (_dtype(a), _dtype(b)))
 
 
 def _mul(call, a, b, sa, za, sb, zb, so, zo):

@@ -42,8 +42,9 @@ from .op.params import value_of
 from . import qlinear_add as _qlinear_add
 
 _CONV_ATTRS = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "pad_value": 0, "out_zp": 0,
-               "out_dtype": "uint8", "rounding": "UPWARD", "tier": "vnni", "channels": 0}
-_DENSE_ATTRS = {"units": 0, "out_zp": 0, "out_dtype": "uint8", "rounding": "UPWARD", "tier": "vnni"}
+               "out_dtype": "uint8", "rounding": "UPWARD", "tier": "vnni", "channels": 0, "float_clamp": True}
+_DENSE_ATTRS = {"units": 0, "out_zp": 0, "out_dtype": "uint8", "rounding": "UPWARD", "tier": "vnni",
+                "float_clamp": True}
 
 
 # -- the ops -------------------------------------------------------------------------------------
@@ -53,7 +54,7 @@ def _conv_rel(ctx: RelCtx):
     w = ctx.tensor(1)
     a = ctx.attrs
     n, _, h, wd, _ = (int(v) for v in d.shape)
-    kh, kw = int(w.shape[2]), int(w.shape[3])
+    kh, kw = (3, 3) if a.tier == "wino16" else (int(w.shape[2]), int(w.shape[3]))
     lanes = int(w.shape[-2])
     pt, pl, pb, pr = a.padding
     oh = (h + pt + pb - (kh - 1) * a.dilation[0] - 1) // a.strides[0] + 1
@@ -66,7 +67,10 @@ def _lanes_of(w_shape, tier) -> int:
 
 
 def _unpack_conv_weight(w, tier):
-    """Packed -> OIHW int64 (the inverse of int8_pack.pack_conv_weight)."""
+    """Packed -> OIHW int64 (the inverse of int8_pack.pack_conv_weight / the Winograd packing)."""
+    if tier == "wino16":
+        from kiln.topi.x86.conv2d_int8_winograd import unpack_weight
+        return unpack_weight(w)
     w = np.asarray(w, np.int64)
     if tier == "pmaddwd":  # (.., icq, 2, L, 2) -> (.., icq, L, 4)
         w = w.swapaxes(-3, -2).reshape(w.shape[:-3] + (w.shape[-2], 4))
@@ -298,14 +302,31 @@ class _Rewrite(ExprMutator):
             from kiln.topi.x86.amx_int8 import applies
             if applies(block_for(cin, 64), block_for(o, 64)):
                 tier, ib, lanes = "amx", block_for(cin, 64), block_for(o, 64)
+        if tier in ("pmaddwd", "pmaddubsw") and self._winograd(w4, a):
+            tier = "wino16"
         wsum = w.astype(np.int64).sum(axis=(1, 2, 3))
-        total, q, s, attrs = self._epilogue(rq, bias, wsum, int(zx.ravel()[0]), o)
+        total, q, s, attrs = self._epilogue(rq, bias, wsum, int(zx.ravel()[0]), o, w[0].size)
         data = self.blocked_input(x, cin, ib, int(zx.ravel()[0]))
-        packed = pack_conv_weight(w4, ib, lanes, tier == "pmaddwd")
+        if tier == "wino16":
+            from kiln.topi.x86.conv2d_int8_winograd import pack_weight
+            packed = pack_weight(w4, ib, lanes)
+        else:
+            packed = pack_conv_weight(w4, ib, lanes, tier == "pmaddwd")
         out = CONV2D_INT8(data, const(packed), const(total), const(q), const(s), strides=tuple(a.strides),
                           padding=tuple(a.padding), dilation=tuple(a.dilation), pad_value=int(zx.ravel()[0]),
                           tier=tier, channels=o, **attrs)
         return self._record(out, lanes)
+
+    @staticmethod
+    def _winograd(w4, a) -> bool:
+        """x86 without VNNI: 3x3 stride-1 convs by exact 16-bit Winograd (x86/conv2d_int8_winograd.py),
+        2.25x fewer products; ``PassContext(config={"relay.qnn.int8_winograd": False})`` keeps
+        them direct."""
+        from kiln.topi.x86.conv2d_int8_winograd import applies
+        from kiln.transform import PassContext
+
+        return PassContext.current().config.get("relay.qnn.int8_winograd", True) and \
+            applies(w4.shape[2:], a.strides, a.dilation, w4.shape[1])
 
     def depthwise(self, mm, bias, rq):
         from kiln.topi.x86.conv2d_int8 import block_for
@@ -318,7 +339,7 @@ class _Rewrite(ExprMutator):
         if not block or int(infer(x).checked_type.shape[1]) != c:
             raise _Skip
         wsum = w.astype(np.int64).sum(axis=(1, 2, 3))
-        total, q, s, attrs = self._epilogue(rq, bias, wsum, zx, c)
+        total, q, s, attrs = self._epilogue(rq, bias, wsum, zx, c, w[0].size)
         kh, kw = w.shape[2:]
         packed = np.ascontiguousarray(w.reshape(c // block, block, kh, kw).transpose(0, 2, 3, 1))
         out = DEPTHWISE_INT8(self.to_block(x, block), const(packed), const(total), const(q), const(s),
@@ -350,7 +371,7 @@ class _Rewrite(ExprMutator):
         w4 = pad_channels(pad_channels(w, 1, 4), 0, lanes)
         tier = self._tier_for(w4)
         wsum = w.astype(np.int64).sum(axis=1)
-        total, q, s, attrs = self._epilogue(rq, bias, wsum, int(zx.ravel()[0]), n)
+        total, q, s, attrs = self._epilogue(rq, bias, wsum, int(zx.ravel()[0]), n, w.shape[1])
         pad_n = w4.shape[0] - n
         total, q, s = (np.pad(v, (0, pad_n)) for v in (total, q, s))
         s = np.where(s == 0, 31, s)
@@ -360,8 +381,9 @@ class _Rewrite(ExprMutator):
         packed = pack_dense_weight(w4, lanes, tier == "pmaddwd")
         return DENSE_INT8(x, const(packed), const(total), const(q), const(s), units=n, tier=tier, **attrs)
 
-    def _epilogue(self, rq, bias, wsum, zx: int, channels: int):
-        """(bias with the data zero point folded in, q, shift, attrs) of the requantize."""
+    def _epilogue(self, rq, bias, wsum, zx: int, channels: int, reduction: int):
+        """(bias with the data zero point folded in, q, shift, attrs) of the requantize.
+        ``reduction``: the products summed per output (bounds the accumulator for FLOAT32)."""
         from kiln.topi.int8_pack import requant_params
 
         _, si, zi, so, zo = rq.args
@@ -383,6 +405,9 @@ class _Rewrite(ExprMutator):
         if np.any(np.abs(total) >= 1 << 31):
             raise _Skip
         attrs = dict(out_zp=int(vals[3].ravel()[0]), out_dtype=ra.out_dtype, rounding=ra.rounding)
+        if ra.rounding == "FLOAT32":  # |float32(acc + bias) * m| < 2**30: no float clamp needed
+            bound = (reduction * 255 * 128 + float(np.abs(total).max(initial=0))) * float(params[0].max(initial=0))
+            attrs["float_clamp"] = bool(bound >= 2.0 ** 30)
         return total.astype(np.int32), params[0], params[1], attrs
 
 
@@ -464,7 +489,11 @@ def _conv_compute(a, x, t, ctx):
 
     data, w, bias, q, s = x
     lo, hi = dtype_range(a.out_dtype)
-    if a.tier == "amx":
+    if a.tier == "wino16":
+        from kiln.topi.x86.conv2d_int8_winograd import conv2d_int8_winograd_acc
+        oh, ow = _out_hw(a, data)
+        acc = conv2d_int8_winograd_acc(data, w, tuple(a.padding), a.pad_value, (oh, ow))
+    elif a.tier == "amx":
         from kiln.topi.x86.amx_int8 import conv2d_int8_amx_acc
         padded = k.padded_input(data, tuple(a.padding), a.pad_value)
         kh, kw = int(w.shape[2]), int(w.shape[3])
@@ -474,7 +503,14 @@ def _conv_compute(a, x, t, ctx):
     else:
         acc = k.conv2d_int8_acc(data, w, tuple(a.strides), tuple(a.padding), tuple(a.dilation), a.pad_value,
                                 a.tier, tile_ow=knob(ctx.cfg, "tile_ow", None), oc_chunks=knob(ctx.cfg, "oc_chunks", None))
-    return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding)
+    return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding,
+                                 float_clamp=a.float_clamp)
+
+
+def _out_hw(a, data):
+    pt, pl, pb, pr = a.padding
+    h, w = (int(d) for d in data.shape[2:4])
+    return (h + pt + pb - 2 * a.dilation[0] - 1) // a.strides[0] + 1, (w + pl + pr - 2 * a.dilation[1] - 1) // a.strides[1] + 1
 
 
 def _depthwise_compute(a, x, t, ctx):
@@ -485,7 +521,8 @@ def _depthwise_compute(a, x, t, ctx):
     acc = k.depthwise_int8_acc(data, w, tuple(a.strides), tuple(a.padding), tuple(a.dilation), a.pad_value,
                                tile_ow=knob(ctx.cfg, "tile_ow", None))
     lo, hi = dtype_range(a.out_dtype)
-    return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding)
+    return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding,
+                                 float_clamp=a.float_clamp)
 
 
 def _dense_compute(a, x, t, ctx):
@@ -497,7 +534,7 @@ def _dense_compute(a, x, t, ctx):
     lanes = int(acc.shape[-1])
     lo, hi = dtype_range(a.out_dtype)
     return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding,
-                                 out_shape=(int(data.shape[0]), a.units),
+                                 out_shape=(int(data.shape[0]), a.units), float_clamp=a.float_clamp,
                                  index=lambda i, j: ((i, j // lanes, j % lanes), j))
 
 
@@ -533,7 +570,9 @@ def compute_from_workload(op_name: str, inputs, attr_pairs, cfg):
 def _schedules():
     from kiln.topi.x86 import amx_int8
     from kiln.topi.x86 import conv2d_int8 as k
+    from kiln.topi.x86 import conv2d_int8_winograd as wino
     return {"conv2d_int8": {"x86": k.schedule_conv2d_int8, "arm_cpu": k.schedule_conv2d_int8},
+            "conv2d_int8_winograd": {"x86": wino.schedule_conv2d_int8_winograd},
             "conv2d_int8_amx": {"x86": amx_int8.schedule_conv2d_int8_amx},
             "dense_int8": {"x86": k.schedule_dense_int8, "arm_cpu": k.schedule_dense_int8},
             "depthwise_int8": {"x86": k.schedule_depthwise_int8, "arm_cpu": k.schedule_depthwise_int8}}
@@ -541,7 +580,7 @@ def _schedules():
 
 # op name -> (compute, schedule key); SCHEDULES() -> schedule key -> {family: schedule}
 def _conv_schedule_key(a) -> str:
-    return "conv2d_int8_amx" if a.tier == "amx" else "conv2d_int8"
+    return {"amx": "conv2d_int8_amx", "wino16": "conv2d_int8_winograd"}.get(a.tier, "conv2d_int8")
 
 
 COMPUTES = {CONV2D_INT8.name: (_conv_compute, _conv_schedule_key), DENSE_INT8.name: (_dense_compute, "dense_int8"),

@@ -16,7 +16,7 @@ from ..op.registry import OpDef, OpPattern, RelCtx, broadcast_shapes
 from ..ty import TensorType
 from .fixed_point import dtype_range
 
-_ATTRS = {"ra": 1.0, "rb": 1.0, "k": 0.0, "out_dtype": "uint8"}
+_ATTRS = {"ra": 1.0, "rb": 1.0, "k": 0.0, "out_dtype": "uint8", "float_clamp": True}
 
 
 def _rel(ctx: RelCtx):
@@ -44,17 +44,22 @@ QLINEAR_ADD = OpDef("nn.contrib_qlinear_add", ("lhs", "rhs"), dict(_ATTRS), _rel
 OPS = [QLINEAR_ADD]
 
 
-def qlinear_add(a, b, sa, za, sb, zb, so, zo, sign: int, out_dtype: str):
-    """The op for ``a + sign * b`` of the given (float32 scales, int zero points)."""
+def qlinear_add(a, b, sa, za, sb, zb, so, zo, sign: int, out_dtype: str, in_dtypes=("int32", "int32")):
+    """The op for ``a + sign * b`` of the given (float32 scales, int zero points); ``in_dtypes``
+    bound the inputs, so that a result that cannot leave int32's range skips the float clamp."""
     f = np.float32
     ra, rb = f(f(sa) / f(so)), f(sign) * f(f(sb) / f(so))
     k = f(f(zo) - f(np.float64(ra) * np.float64(f(za)) + np.float64(f(rb * f(zb)))))
-    return QLINEAR_ADD(a, b, ra=float(ra), rb=float(rb), k=float(k), out_dtype=out_dtype)
+    big = [max(abs(v) for v in dtype_range(d)) for d in in_dtypes]
+    bound = abs(float(ra)) * big[0] + abs(float(rb)) * big[1] + abs(float(k)) + 1
+    return QLINEAR_ADD(a, b, ra=float(ra), rb=float(rb), k=float(k), out_dtype=out_dtype,
+                       float_clamp=bool(bound >= 2.0 ** 30))
 
 
 def _compute(a, x, t, ctx):
     from kiln import te, tir
     from kiln.topi.broadcast import broadcast_index, broadcast_shape
+    from kiln.topi.x86.conv2d_int8 import clamp_float
 
     lhs, rhs = x
     lo, hi = dtype_range(a.out_dtype)
@@ -65,7 +70,10 @@ def _compute(a, x, t, ctx):
         v = rhs(*broadcast_index(rhs, i)).astype(f32)
         inner = tir.call_intrin(f32, "fma", v, tir.const(a.rb, f32), tir.const(a.k, f32))
         y = tir.round(tir.call_intrin(f32, "fma", u, tir.const(a.ra, f32), inner))
-        return tir.min(tir.max(y, tir.const(lo, f32)), tir.const(hi, f32)).astype(a.out_dtype)
+        if a.float_clamp:
+            return clamp_float(y, lo, hi).astype(a.out_dtype)
+        y = y.astype("int32")  # |y| < 2**30: the int32 clamp and narrowing are saturating packs
+        return tir.min(tir.max(y, tir.const(lo, "int32")), tir.const(hi, "int32")).astype(a.out_dtype)
     return te.compute(broadcast_shape(lhs.shape, rhs.shape, "qlinear_add"), f, name="T_qlinear_add", tag="broadcast")
 
 

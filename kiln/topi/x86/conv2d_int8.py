@@ -76,7 +76,15 @@ def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, ti
     pt, pl, pb, pr = padding
     oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
     ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
-    padded = _padded(data, padding, pad_value, "int16" if tier == "pmaddwd" else None)
+    if tier == "pmaddwd" and (kh, kw) == (1, 1) and not any(padding) and (sh, sw) != (1, 1):
+        # a strided 1x1 conv reads every sh-th row and sw-th column: widen only those to int16
+        # (the whole input is 4x the pixels at stride 2), then convolve with stride 1
+        src = data
+        padded = te.compute((n, cc, oh, ow, ib), lambda b, c, y, x, i: src[b, c, y * sh, x * sw, i].astype("int16"),
+                            name="data_pad_int8", tag="int8_pad")
+        sh = sw = 1
+    else:
+        padded = _padded(data, padding, pad_value, "int16" if tier == "pmaddwd" else None)
     rco = te.reduce_axis((0, cc), name="rco")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -223,9 +231,11 @@ def dense_int8_acc(data, kernel, tier: str, tile_m=None):
 
 
 def requantize_epilogue(acc, bias, mult, shift, out_zp: int, lo: int, hi: int, out_dtype: str,
-                        rounding: str = "UPWARD", out_shape=None, index=None):
+                        rounding: str = "UPWARD", out_shape=None, index=None, float_clamp: bool = True):
     """``clamp(((acc + bias) * q + half) >> s + zp)`` per output channel, as ``out_dtype``; with
-    ``rounding="FLOAT32"`` ``mult`` is float32 and ``clamp(round(float32(acc + bias) * m) + zp)``.
+    ``rounding="FLOAT32"`` ``mult`` is float32 and ``clamp(round(float32(acc + bias) * m) + zp)``;
+    ``float_clamp=False`` where the caller knows ``|round(...)| < 2**30`` (no float clamp before
+    the int32 conversion: the int32 clamp and the narrowing become saturating packs).
 
     ``bias``/``mult``/``shift``: 1-D tensors over the channels (int32, int64, int64); ``index``
     maps an output index to (accumulator index, channel); default: blocked NCHW[L]c."""
@@ -239,8 +249,10 @@ def requantize_epilogue(acc, bias, mult, shift, out_zp: int, lo: int, hi: int, o
         def f(*i):
             at, ch = index(*i)
             y = tir.round((acc[at] + bias[ch]).astype("float32") * mult[ch])
-            y = tir.min(tir.max(y, tir.const(lo - out_zp, "float32")), tir.const(hi - out_zp, "float32"))
-            return (y.astype("int32") + tir.const(out_zp, "int32")).astype(out_dtype)
+            if float_clamp:
+                y = clamp_float(y, lo - out_zp, hi - out_zp)
+            y = y.astype("int32") + tir.const(out_zp, "int32")
+            return tir.min(tir.max(y, tir.const(lo, "int32")), tir.const(hi, "int32")).astype(out_dtype)
         return te.compute(shape, f, name="requantize_int8", tag=REQUANT_TAG)
 
     def f(*i):
@@ -254,6 +266,15 @@ def requantize_epilogue(acc, bias, mult, shift, out_zp: int, lo: int, hi: int, o
         y = tir.min(tir.max(y, tir.const(lo, "int64")), tir.const(hi, "int64"))
         return y.astype(out_dtype)
     return te.compute(shape, f, name="requantize_int8", tag=REQUANT_TAG)
+
+
+def clamp_float(y, lo, hi):
+    """``y`` clamped to [lo, hi] as comparisons and selects: one vmaxps/vminps each (tir.max/min
+    are NaN-propagating, a compare and a blend more on x86); the result converts to an integer
+    without overflow. Not NaN-safe, which a product of finite numbers does not need."""
+    lo, hi = tir.const(lo, y.dtype), tir.const(hi, y.dtype)
+    y = tir.Select(y < lo, lo, y)
+    return tir.Select(y > hi, hi, y)
 
 
 # -- schedules -----------------------------------------------------------------------------------

@@ -1,0 +1,155 @@
+"""Exact int8 3x3 convolutions by Winograd F(2x2, 3x3) in 16-bit integers, for x86 without VNNI.
+
+Without VNNI an exact u8 x s8 product costs the 16-bit path's two ``vpmaddwd`` and two adds per
+4 channels x L lanes (x86/int8_intrin.py; ``vpmaddubsw`` saturates for full-range weights), the
+same multiply throughput as float32 FMAs on int16 pairs; kiln's float32 3x3 convs use Winograd
+(x86/conv2d_winograd.py), 2.25x fewer multiplications. The same transform in integers is exact:
+
+    V  = B^T d B            B's entries are 0 and +-1: |V| <= 4 * 255, int16
+    U4 = (2G) g (2G)^T      2G is integer (G has halves): |U4| <= 9 * 128, int16 (build time)
+    M4 = sum_c V * U4       per frequency e, vpmaddwd on int16 pairs, int32: needs
+                            C * 1020 * 1152 < 2**31 (C <= 1827, ``applies``)
+    y  = (A^T M4 A) / 4     A's entries are 0 and +-1, in int64; 4 divides it exactly
+
+so ``y`` is the direct conv's int32 sum of the raw u8 data and the weights (padding with the data
+zero point, as the direct kernel), bit for bit, and the requantize epilogue follows as there.
+Per output pixel 4 products per channel pair instead of 9.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln import te, tir
+
+from .conv2d import find_tagged
+from .conv2d_int8 import _inline_between, tile_width
+from .conv2d_winograd import AT, BT, _select, _terms
+from .int8_intrin import dot_intrin
+
+G2 = np.array([[2, 0, 0], [1, 1, 1], [1, -1, 1], [0, 0, 2]], dtype=np.int64)  # 2 * G
+PRODUCT_TAG = "int8_winograd_product"
+OUTPUT_TAG = "int8_winograd_output"
+V_MAX, U_MAX = 4 * 255, 9 * 128
+
+
+def applies(kernel_hw, strides, dilation, in_channels: int) -> bool:
+    """3x3, stride 1, no dilation, and the int32 sums of ``M4`` cannot overflow."""
+    return tuple(kernel_hw) == (3, 3) and tuple(strides) == (1, 1) and tuple(dilation) == (1, 1) and \
+        in_channels * V_MAX * U_MAX < 2 ** 31
+
+
+def pack_weight(w: np.ndarray, ib: int, lanes: int) -> np.ndarray:
+    """OIHW int8 3x3 (I a multiple of ib) -> U4 as int16 pairs, (O/L, 16, I/ib, ib/4, 2, L, 2)."""
+    o, c = w.shape[:2]
+    u = np.einsum("ai,kcij,bj->abkc", G2, w.astype(np.int64), G2).reshape(16, o, c)
+    assert np.abs(u).max(initial=0) <= U_MAX
+    u = u.reshape(16, o // lanes, lanes, c // ib, ib // 4, 2, 2)  # e, kb, l, cb, q, p, r
+    return np.ascontiguousarray(u.transpose(1, 0, 3, 4, 5, 2, 6)).astype(np.int16)
+
+
+def unpack_weight(u: np.ndarray) -> np.ndarray:
+    """``pack_weight``'s input back (OIHW int64): g = (2G)^+ U4 (2G)^+T, rounded (exact)."""
+    kb, _, cb, q, _, lanes, _ = u.shape
+    u4 = np.asarray(u, np.int64).transpose(1, 0, 5, 2, 3, 4, 6).reshape(4, 4, kb * lanes, cb * q * 4)
+    inv = np.linalg.pinv(G2.astype(np.float64))
+    g = np.einsum("ia,abkc,jb->kcij", inv, u4.astype(np.float64), inv)
+    return np.rint(g).astype(np.int64)
+
+
+def default_tile(tiles_w: int, lanes: int) -> int:
+    """Tiles per register tile: as the direct kernel's pixels (7 ymm / 14 zmm accumulators at most)."""
+    return tile_width(tiles_w, 14 if lanes >= 16 else 7)
+
+
+def conv2d_int8_winograd_acc(data, u, padding, pad_value: int, out_hw):
+    """int32 NCHW[L]c sums of u8/int16 NCHW[ib]c ``data`` and ``pack_weight``'s ``u``."""
+    n, cc, h, w, ib = (int(d) for d in data.shape)
+    kb, _, ucb, icq, _, lanes, _ = (int(d) for d in u.shape)
+    oh, ow = out_hw
+    pt, pl = padding[0], padding[1]
+    th, tw = -(-oh // 2), -(-ow // 2)
+    ph, pw = 2 * th + 2, 2 * tw + 2
+    pv = tir.const(pad_value, "int16")
+
+    def fpad(b, c, y, x, i):
+        inside = tir.all(y >= pt, y < pt + h, x >= pl, x < pl + w)
+        return tir.if_then_else(inside, data[b, c, y - pt, x - pl, i].astype("int16"), pv)
+    padded = te.compute((n, cc, ph, pw, ib), fpad, name="data_pad_wino", tag="int8_pad")
+
+    def fv(b, e, cb, t, ci):
+        y, x = (t // tw) * 2, (t % tw) * 2
+        d = [[padded[b, cb, y + i, x + j, ci] for j in range(4)] for i in range(4)]
+        cases = []
+        for e1 in range(4):
+            rows = [_terms(BT[e1], [d[i][j] for i in range(4)]) for j in range(4)]
+            for e2 in range(4):
+                cases.append(_terms(BT[e2], rows))
+        return _select(e, cases)
+
+    v = te.compute((n, 16, cc, th * tw, ib), fv, name="winograd_int16_input", tag="int8_winograd_input")
+    rco = te.reduce_axis((0, cc), name="rco")
+    rcq = te.reduce_axis((0, icq), name="rcq")
+    rp = te.reduce_axis((0, 2), name="rp")
+    r2 = te.reduce_axis((0, 2), name="r2")
+    m = te.compute((n, 16, kb, th * tw, lanes),
+                   lambda b, e, o, t, l: te.sum(v[b, e, rco, t, rcq * 4 + rp * 2 + r2].astype("int32")
+                                                * u[o, e, rco, rcq, rp, l, r2].astype("int32"),
+                                                axis=[rco, rcq, rp, r2]),
+                   name="winograd_int16_product", tag=PRODUCT_TAG,
+                   attrs={"lanes": lanes, "tile": default_tile(tw, lanes)})
+
+    def fout(b, o, y, x, l):
+        t = (y // 2) * tw + x // 2
+        cases = []
+        for a in range(2):
+            for c2 in range(2):
+                total = _terms([AT[a][e1] * AT[c2][e2] for e1 in range(4) for e2 in range(4)],
+                               [m[b, e, o, t, l].astype("int64") for e in range(16)])
+                cases.append((total >> tir.const(2, "int64")).astype("int32"))
+        return _select((y % 2) * 2 + x % 2, cases)
+
+    return te.compute((n, kb, oh, ow, lanes), fout, name="conv2d_int8_winograd", tag=OUTPUT_TAG)
+
+
+def schedule_conv2d_int8_winograd(outs, cfg=None):
+    """The fp32 Winograd schedule's structure (x86/conv2d_winograd.py) with the 16-bit dot product:
+    per 2x2-tile row, ``tile`` tiles x L lanes of each frequency in registers over the channels."""
+    del cfg
+    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
+    s = te.create_schedule([o.op for o in outs])
+    out = outs[0]
+    m = find_tagged(out, PRODUCT_TAG)
+    _inline_between(s, out, m)
+    tile, lanes = m.op.attrs["tile"], m.op.attrs["lanes"]
+    n, kb, y, x, kk = s[out].op.axis
+    yo, yi = s[out].split(y, factor=2)
+    xt, xi = s[out].split(x, factor=2)
+    xo, xp = s[out].split(xt, factor=tile)
+    s[out].reorder(n, kb, yo, xo, xp, yi, xi, kk)
+    s[out].unroll(yi)
+    s[out].unroll(xi)
+    s[out].vectorize(kk)
+    s[out].parallel(s[out].fuse(n, kb, yo))
+    s[m].compute_at(s[out], xo)
+    mm = s.cache_write(m, "local")
+    _, _, _, _, mk = s[m].op.axis
+    s[m].vectorize(mk)
+    e = s[m].op.axis[1]
+    s[mm].compute_at(s[m], e)
+    _, _, _, mt, mkk = s[mm].op.axis
+    rco, rcq, rp, r2 = s[mm].op.reduce_axis
+    s[mm].reorder(rco, rcq, mt, mkk, rp, r2)
+    s[mm].unroll(mt)
+    s[mm].tensorize(mkk, dot_intrin("pmaddwd", lanes))
+    v = m.op.input_tensors[0]
+    vb, ve, vcb, vt, vci = s[v].op.axis
+    s[v].reorder(vb, vcb, vt, ve, vci)
+    s[v].unroll(ve)
+    s[v].vectorize(vci)
+    s[v].parallel(s[v].fuse(vb, vcb))
+    s[v.op.input_tensors[0]].compute_inline()
+    return s
+
+
+__all__ = ["applies", "pack_weight", "unpack_weight", "conv2d_int8_winograd_acc", "schedule_conv2d_int8_winograd"]
