@@ -432,8 +432,11 @@ def test_float16_code_for_each_cpu(cpu):
         "native": {"f16c", "avx512fp16"}, "f16c": {"f16c"}, "soft": set()}[kind]
 
     def check_code(asm, what):
-        assert bool(HALF_ARITH.search(asm)) == (kind == "native"), f"{cpu} {what}: half arithmetic"
-        if kind == "f16c":
+        # dense sums float16 in float32 on every CPU (x86/dense.py, since 883c09c: a float16 sum
+        # of 256 terms was 10x one rounding off), so its code converts where others compute in half
+        kind_here = "f16c" if what == "dense" and kind == "native" else kind
+        assert bool(HALF_ARITH.search(asm)) == (kind_here == "native"), f"{cpu} {what}: half arithmetic"
+        if kind_here == "f16c":
             assert HALF_CONVERT.search(asm), f"{cpu} {what}: no F16C conversion"
         if kind == "soft":
             assert not HALF_CONVERT.search(asm), f"{cpu} {what}: F16C on a CPU without it"
