@@ -43,7 +43,8 @@ RESNET18 = [(64, 56, 64, 3, 1, 1)] * 4 + [(64, 56, 128, 3, 2, 1), (128, 28, 128,
 # The single-pixel tiles are left out of both searches for time alone: they are over a quarter
 # of each space but about 77 % of its compile work (one instruction group per pixel and channel
 # step). The 28x28 and 56x56 layers have 477-890 valid tiles.
-FULL_SIZE_LAYERS = [top.ConvShape(1, 256, 14, 14, 512, 3, 3, 2, 1), top.ConvShape(1, 256, 14, 14, 512, 1, 1, 2, 0)]
+FULL_SIZE_LAYERS = [top.ConvShape(1, 256, 14, 14, 512, 3, 3, 2, 1), top.ConvShape(1, 256, 14, 14, 512, 1, 1, 2, 0),
+                    top.ConvShape(1, 512, 7, 7, 512, 3, 3, 1, 1)]
 SEARCH_LAYERS = [top.ConvShape(1, 32, 8, 8, 32, 3, 3, 1, 1), top.ConvShape(1, 64, 8, 8, 64, 3, 3, 1, 1),
                  top.ConvShape(1, 64, 8, 8, 64, 1, 1, 2, 0), top.ConvShape(1, 128, 4, 4, 128, 3, 3, 1, 1)]
 
@@ -52,7 +53,7 @@ SEARCH_LAYERS = [top.ConvShape(1, 32, 8, 8, 32, 3, 3, 1, 1), top.ConvShape(1, 64
 # Each is as read in the source named beside it.
 PUBLISHED_CONFIG = {"LOG_BATCH": 0, "LOG_BLOCK_IN": 4, "LOG_BLOCK_OUT": 4, "LOG_INP_WIDTH": 3,
                     "LOG_WGT_WIDTH": 3, "LOG_ACC_WIDTH": 5, "LOG_UOP_BUFF_SIZE": 15, "LOG_INP_BUFF_SIZE": 15,
-                    "LOG_WGT_BUFF_SIZE": 18, "LOG_ACC_BUFF_SIZE": 17}  # github.com/apache/tvm-vta config/vta_config.json
+                    "LOG_WGT_BUFF_SIZE": 18, "LOG_ACC_BUFF_SIZE": 17}  # apache/tvm-vta config/vta_config.json
 PUBLISHED_MHZ = 100  # Pynq target: fpga_freq = 100, xc7z020 FPGA, 64-bit AXI (apache/tvm-vta config/pkg_config.py)
 PUBLISHED = [
     "default configuration: 1x16x16 int8 GEMM core, int32 accumulators; SRAMs uop 32 KiB, inp 32 KiB, "
@@ -116,11 +117,11 @@ def cmd_search(args):
         full = len(tiles)
         if args.whole_rows:
             tiles = [t for t in tiles if t.w == shape.ow]
-        elif args.full_size:
+        elif args.skip_single_pixel:
             tiles = [t for t in tiles if t.h * t.w > 1]
-        print(f"{shape}: {full} valid tiles; model and exhaustive search over the same {len(tiles)}"
-              f"{' (whole rows)' if args.whole_rows else ' (more than one output pixel)' if args.full_size else ''}",
-              flush=True)
+        which = " (whole rows)" if args.whole_rows else " (more than one output pixel)" if args.skip_single_pixel \
+            else ""
+        print(f"{shape}: {full} valid tiles; model and exhaustive search over the same {len(tiles)}{which}", flush=True)
         t0 = time.perf_counter()
         costs = [search.cost(env, shape, t) for t in tiles]
         pick = tiles[int(np.argmin(costs))]
@@ -245,6 +246,7 @@ def main():
     p.add_argument("--full-size", action="store_true",
                    help="ResNet-18's full-size stride-2 convs into 512 channels, tiles of more than one pixel")
     p.add_argument("--only", type=int, default=None, help="with --full-size: only the K-th of its layers")
+    p.add_argument("--skip-single-pixel", action="store_true", help="leave out tiles of one output pixel")
     p.add_argument("--whole-rows", action="store_true", help="ResNet-18's 128x28x28 3x3 conv, whole-row tiles")
     p.add_argument("--progress", type=int, default=0, help="print a line every N tiles of the exhaustive run")
     p.add_argument("--save", default="", help="append each layer's tiles and measured cycles to this JSON-lines file")
