@@ -38,11 +38,12 @@ RESNET18 = [(64, 56, 64, 3, 1, 1)] * 4 + [(64, 56, 128, 3, 2, 1), (128, 28, 128,
     [(128, 28, 128, 3, 1, 1)] * 2 + [(128, 28, 256, 3, 2, 1), (256, 14, 256, 3, 1, 1), (128, 28, 256, 1, 2, 0)] + \
     [(256, 14, 256, 3, 1, 1)] * 2 + [(256, 14, 512, 3, 2, 1), (512, 7, 512, 3, 1, 1), (256, 14, 512, 1, 2, 0)] + \
     [(512, 7, 512, 3, 1, 1)] * 2
-# Full-size ResNet-18 layers for the exhaustive baseline: the two stride-2 convs into 512
-# channels, every valid tile of more than one output pixel (117 of 160 and 142 of 197 tiles).
-# The single-pixel tiles are left out of both searches for time alone: they are over a quarter
-# of each space but about 77 % of its compile work (one instruction group per pixel and channel
-# step). The 28x28 and 56x56 layers have 477-890 valid tiles.
+# Full-size ResNet-18 layers for the exhaustive baseline, over every valid tile of
+# search.space: the two stride-2 convs into 512 channels (160 and 197 tiles) and the 512x7x7
+# conv (175). With --skip-single-pixel the tiles of one output pixel are left out of both
+# searches (117 and 142 tiles left): they are over a quarter of each space but about 77 % of its
+# compile work (one instruction group per pixel and channel step). The 28x28 and 56x56 layers
+# have 477-890 valid tiles each, too many for a session at one compile per tile.
 FULL_SIZE_LAYERS = [top.ConvShape(1, 256, 14, 14, 512, 3, 3, 2, 1), top.ConvShape(1, 256, 14, 14, 512, 1, 1, 2, 0),
                     top.ConvShape(1, 512, 7, 7, 512, 3, 3, 1, 1)]
 SEARCH_LAYERS = [top.ConvShape(1, 32, 8, 8, 32, 3, 3, 1, 1), top.ConvShape(1, 64, 8, 8, 64, 3, 3, 1, 1),
