@@ -192,7 +192,7 @@ def conv_config(f: int, q: int, k: int, cfg=None) -> dict:
     brw, bcw = (2 if bm >= 32 else 1), (2 if bn >= 32 else 1)
     conf = {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": bm // (WMMA * brw),
             "warp_col_tiles": bn // (WMMA * bcw), "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": 0,
-            "mma": 0, "raster": 1, "split_k": split, "unroll_fetch": 1}
+            "mma": 0, "raster": 1, "split_k": split, "unroll_fetch": 1, "fit_vec": 1}
     target = Target.current(allow_none=True)
     limit = (target.attrs.get("max_shared_memory_per_block") if target is not None else None) or 48 * 1024
     for stages in (3, 2):
@@ -238,9 +238,10 @@ def conv2d_nchw_tensorcore(data, kernel, strides=1, padding=0, dilation=1, out_d
     zero = te.const(0, data.dtype)
 
     def wmat(i, r):
-        value = kernel[(i, *_taps(r, kh, kw))]  # OIHW rows: the flat index simplifies to i * k + r
-        conds = ([i < f] if fp != f else []) + ([r < k] if kp != k else [])
-        return te.if_then_else(tir_op.all(*conds), value, zero) if conds else value
+        # OIHW rows: the flat index simplifies to i * k + r. Padded output channels repeat the
+        # last filter (their results are never read), so the row stays one contiguous load.
+        value = kernel[(tir_op.min(i, f - 1) if fp != f else i, *_taps(r, kh, kw))]
+        return te.if_then_else(r < k, value, zero) if kp != k else value
 
     def xmat(r, j):
         n = j // (oh * ow) if p.batch > 1 else 0
@@ -253,7 +254,11 @@ def conv2d_nchw_tensorcore(data, kernel, strides=1, padding=0, dilation=1, out_d
             y = (pix // ow) * p.stride_h + ky * p.dilation_h - p.pad_top
             x = (pix % ow) * p.stride_w + kx * p.dilation_w - p.pad_left
             conds = [y >= 0, y < h, x >= 0, x < w]
-        conds += ([r < k] if kp != k else []) + ([j < q] if qp != q else [])
+        if plain and kp != k:  # rows past the channels repeat the last one: A is zero there
+            ch = tir_op.min(ch, c - 1)
+        else:
+            conds += [r < k] if kp != k else []
+        conds += [j < q] if qp != q else []
         value = data[n, ch, y, x]
         # if_then_else evaluates the chosen side only: padding reads nothing
         return te.if_then_else(tir_op.all(*conds), value, zero) if conds else value
@@ -489,6 +494,13 @@ def _schedule_slab(sh, cf, ko, conf, k_rows=False):
     brw, bcw, vec = conf["block_row_warps"], conf["block_col_warps"], conf["vec"]
     sh.compute_at(cf, ko)
     *sb, si, sk = sh.op.axis
+    if conf.get("fit_vec", 0):
+        # a slab smaller than one vec-wide pass of all threads would leave a guarded partial pass,
+        # which is not vectorized: narrower copies (8 or 4 bytes) in whole passes instead
+        rows = WMMA * (conf["block_row_warps"] * conf["warp_row_tiles"] if not k_rows else conf["chunk"])
+        cols = WMMA * (conf["chunk"] if not k_rows else conf["block_col_warps"] * conf["warp_col_tiles"])
+        threads = WARP * brw * bcw
+        vec = next((v for v in (vec, 4, 2) if v <= vec and rows * cols % (threads * v) == 0), vec)
     if conf["offset"]:
         width = WMMA * conf["block_col_warps"] * conf["warp_col_tiles"] if k_rows else WMMA * conf["chunk"]
         sh.storage_align(si, width, conf["offset"])  # rows padded by offset halves against bank conflicts
