@@ -9,7 +9,7 @@ while the other's threads still spin); each figure is the median over rounds of 
 LLVM). Outputs are checked against each other before timing: a disagreement is printed as
 MISMATCH, the model's verdict says so, and the run exits with status 1.
 
-    python bench/e2e.py [--threads 2] [--rounds 7] [--number 10] [--models resnet18,mobilenet_v2]
+    python bench/e2e.py [--threads 2 | --threads 1,2,16 [--pin]] [--rounds 7] [--number 10] [--models resnet18,mobilenet_v2]
                         [--target "llvm -mcpu=znver3"] [--tune-dir logs/ [--tune-trials 16]]
                         [--cpu-time] [--precision float32,bfloat16,float16]
 
@@ -18,6 +18,10 @@ folded in float32, then ToMixedPrecision with float32 accumulation), timed inter
 others; each prints its ratio to onnxruntime's float32 and to kiln's float32, and whether its
 ranking of the classes keeps onnxruntime's where the precision's margin determines it
 (tests/helpers/ranking.py: 6 bfloat16 or 16 float16 steps at the logits' scale).
+
+Several thread counts (``--threads 1,2,16``) compile each model once and time it at each; ``--pin``
+pins the process to as many CPUs, one per physical core first (``taskset`` for the whole run
+would hold every count to the smallest).
 
 ``--cpu-time`` (with ``--threads 1``) times each side by the CPU time its process used rather
 than the wall clock: on a shared machine at load 5 the wall-clock medians of one model varied
@@ -111,12 +115,30 @@ def tune_log(name: str, model, tune_dir: str, trials: int, target: str = "llvm")
     return log
 
 
+_BUILT: dict = {}
+
+
 def build_kiln(model, threads: int, log: str | None = None, target: str = "llvm", precision: str = "float32"):
+    """(graph module running on ``threads`` threads, compile seconds); a model is compiled once
+    per (log, target, precision) in a run, each thread count gets its own module of that library."""
+    import kiln as tvm
+    from kiln import config
+    from kiln.contrib import graph_executor
+
+    key = (id(model), log, target, precision)
+    if key not in _BUILT:
+        _BUILT[key] = _compile(model, log, target, precision)
+    lib, compile_s = _BUILT[key]
+    with config.override(num_threads=threads):  # read when the kernel library is loaded
+        m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    return m, compile_s
+
+
+def _compile(model, log, target, precision):
     import contextlib
 
     import kiln as tvm
-    from kiln import config, relay
-    from kiln.contrib import graph_executor
+    from kiln import relay
 
     mod, params = relay.frontend.from_onnx(model)
     if precision != "float32":
@@ -131,10 +153,7 @@ def build_kiln(model, threads: int, log: str | None = None, target: str = "llvm"
     start = time.perf_counter()
     with tuned, tvm.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target=target, params=params)
-    compile_s = time.perf_counter() - start
-    with config.override(num_threads=threads):  # read when the kernel library is loaded
-        m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
-    return m, compile_s
+    return lib, time.perf_counter() - start
 
 
 def ort_session(model, threads: int):
@@ -193,9 +212,14 @@ def _ranking(name: str, m, inputs, want, precision: str) -> bool:
     return ok
 
 
+_MODELS: dict = {}
+
+
 def bench_model(name: str, threads: int, rounds: int, number: int, tune_dir=None, trials: int = 16,
                 target: str = "llvm", cpu_time: bool = False, precisions=()) -> dict:
-    model, inputs = MODELS[name]()
+    if name not in _MODELS:
+        _MODELS[name] = MODELS[name]()
+    model, inputs = _MODELS[name]
     log = tune_log(name, model, tune_dir, trials, target) if tune_dir else None
     m, compile_s = build_kiln(model, threads, target=target)
     sess = ort_session(model, threads)
@@ -229,7 +253,10 @@ def paired_ratio(side: list, reference: list) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--threads", default=str(os.cpu_count() or 1),
+                    help="thread count, or several (1,2,16): each model is compiled once and timed at each")
+    ap.add_argument("--pin", action="store_true",
+                    help="pin the process to the first N CPUs for N threads (Linux sched_setaffinity)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--number", type=int, default=10)
     ap.add_argument("--models", default=DEFAULT_MODELS, help=f"some of {','.join(MODELS)}")
@@ -240,15 +267,59 @@ def main() -> None:
     ap.add_argument("--tune-trials", type=int, default=16, help="trials per task when tuning")
     ap.add_argument("--cpu-time", action="store_true", help="time by CPU time, not wall clock (needs --threads 1)")
     args = ap.parse_args()
-    if args.cpu_time and args.threads != 1:
+    counts = [int(t) for t in args.threads.split(",")]
+    if args.cpu_time and counts != [1]:
         ap.error("--cpu-time needs --threads 1: idle worker threads spin and their CPU time would count")
-    from kiln.target.cpu_facts import cpu_facts
+    failed = False
+    for threads in counts:
+        if args.pin:
+            os.sched_setaffinity(0, pin_cpus(threads))  # threads started from now on (kiln's pool, ORT's) inherit it
+        args.threads = threads
+        failed = run_at(args) or failed
+    if failed:
+        sys.exit(1)
+
+
+def pin_cpus(n: int) -> list:
+    """n CPUs of this machine, one per physical core before any core's second hyperthread
+    (sysfs topology; in CPU order where the topology is unknown)."""
+    cpus = sorted(range(os.cpu_count() or 1))
+    try:
+        def core(c):
+            base = f"/sys/devices/system/cpu/cpu{c}/topology/"
+            return tuple(int(open(base + f).read()) for f in ("physical_package_id", "core_id"))
+        seen, first, rest = set(), [], []
+        for c in cpus:
+            (rest if core(c) in seen else first).append(c)
+            seen.add(core(c))
+        cpus = first + rest
+    except (OSError, ValueError):
+        pass
+    return cpus[:n]
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), or the platform's word for it."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown CPU"
+
+
+def run_at(args) -> bool:
+    """Every model at args.threads threads; True when an output disagreed."""
+    from kiln.target.cpu_facts import cpu_facts, host_cpu
 
     facts = cpu_facts(args.target)
     clock = "CPU time" if args.cpu_time else "wall clock"
-    print(f"batch 1, fp32, {args.threads} threads for both, {clock}, median of {args.rounds} rounds x {args.number} runs "
-          f"({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}); kiln target {args.target!r}: "
-          f"{facts.cpu}, {facts.lanes()} float lanes, {facts.vector_registers} vector registers")
+    pinned = f", pinned to CPUs {sorted(os.sched_getaffinity(0))}" if args.pin else ""
+    print(f"batch 1, fp32, {args.threads} threads for both{pinned}, {clock}, median of {args.rounds} rounds x "
+          f"{args.number} runs ({os.cpu_count()} CPUs: {cpu_name()}, LLVM: {host_cpu()[0]}, load {os.getloadavg()[0]:.1f}); "
+          f"kiln target {args.target!r}: {facts.cpu}, {facts.lanes()} float lanes, "
+          f"{facts.vector_registers} vector registers")
     print(f"{'model':<14}{'kiln ms':>10}{'ort ms':>10}{'kiln/ort':>10}  {'(min: kiln / ort)':<22}{'compile s':>10}")
     results = {}
     for name in args.models.split(","):
@@ -278,7 +349,7 @@ def main() -> None:
     wrong = [name for name, r in results.items() if not (r["ok"] and r["tuned_ok"])]
     if wrong:
         print(f"MISMATCH: kiln's output disagrees with onnxruntime's for {', '.join(wrong)}")
-        sys.exit(1)
+    return bool(wrong)
 
 
 if __name__ == "__main__":
