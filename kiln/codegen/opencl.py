@@ -12,6 +12,7 @@ from ..ir.stmt import PrimFunc
 from . import gpu
 from .c_family import CStylePrinter, Lang
 from .gpu import KernelLanguage
+from .opencl_texture import TextureImages
 
 _TYPES = {("float", 16): "half", ("float", 32): "float", ("float", 64): "double",
           ("int", 8): "char", ("int", 16): "short", ("int", 32): "int", ("int", 64): "long",
@@ -59,10 +60,12 @@ class OpenCLPrinter(CStylePrinter):
             self.promote = False
 
 
+class TexturePrinter(TextureImages, OpenCLPrinter):
+    """OpenCLPrinter with images for texture-scoped buffers and half storage (opencl_texture.py)."""
+
+
 def kernel_source(kernels: list[PrimFunc]) -> str:
     """OpenCL C of the kernels, one translation unit."""
-    from .opencl_texture import TexturePrinter
-
     parts, needs = [], set()
     for k in kernels:
         # Kernels touching texture-scoped tensors (attr "texture") take images for them.

@@ -18,7 +18,6 @@ from ..ir.dtype import DType
 from ..ir.functor import Visitor
 from ..tir.lanes import index_lane
 from .c_family_expr import _contiguous, _multiple_of
-from .opencl import OpenCLPrinter
 from .opencl_half import HalfStorage
 
 SAMPLER = ("__constant sampler_t kiln_sampler = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | "
@@ -37,9 +36,10 @@ HALF_RTE_HELPER = (
     "return select(n, sub, isless(fabs(v), (float4)(6.103515625e-05f))); }")
 
 
-class TexturePrinter(HalfStorage, OpenCLPrinter):
-    """OpenCLPrinter that prints texture-scoped buffers (kernel attr ``texture``) as images, and
-    float16 as half in memory / float in registers when the kernel has attr ``half_storage``."""
+class TextureImages(HalfStorage):
+    """Mixed into OpenCLPrinter (codegen/opencl.py ``TexturePrinter``): prints texture-scoped
+    buffers (kernel attr ``texture``) as images, and float16 as half in memory / float in
+    registers when the kernel has attr ``half_storage``."""
 
     def print_kernel(self, func) -> str:
         self.half_storage = bool(func.attrs.get("half_storage"))

@@ -100,11 +100,10 @@ class ParallelCodegen:
 
     def emit_task(self, task: str, captures: list, var, lo_var, body) -> None:
         """The task function: unpack the closure, then call the outlined body function."""
-        from .function import FunctionCodegen
-
         body_name = self.mw.unique(task + ".body")
         begin, end = E.Var("begin", _I64), E.Var("end", _I64)
-        inner = FunctionCodegen(self.mw, body_name, self.symbol, self.target_info, in_parallel=True)
+        # a function writer like this one (the FunctionCodegen this class is mixed into)
+        inner = type(self)(self.mw, body_name, self.symbol, self.target_info, in_parallel=True)
         aligns = {v: self.align[v] for v in captures if v in self.align}
 
         def loop(cg):
