@@ -16,6 +16,7 @@ import shutil
 import sys
 import tarfile
 import time
+import weakref
 import tempfile
 
 from .common import TVMCException, require_file
@@ -198,9 +199,84 @@ class atomic_path:
             os.remove(self.tmp)
 
 
-def __getattr__(name):
-    # TVMCPackage lives with the compiler (which imports this module); TVM 0.13 users import it from here.
-    if name == "TVMCPackage":
-        from .compiler import TVMCPackage
-        return TVMCPackage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+class TVMCPackage:
+    """A compiled package: ``package_path``, ``graph`` (JSON text), ``params`` (bytes),
+    ``lib_name`` and ``lib_path`` (``mod.so``, extracted when first asked for).
+
+    ``mod.so`` goes to ``project_dir`` when given, else to a temporary folder that ``close()``
+    (or leaving a ``with`` block, or the object's collection, or the interpreter's exit) removes:
+    a compile or a run leaves no ``kiln-tvmc-pkg-*`` folder behind, also on error or Ctrl-C."""
+
+    def __init__(self, package_path: str, project_dir: str | None = None):
+        self.package_path = require_file(package_path, "package", "compile one first: tvmc compile MODEL -o PKG.tar")
+        self.lib_name = "mod.so"
+        self.type = "mod"  # "mlf": a Model Library Format tar (output_format="mlf"), C sources for a board
+        self._project_dir = project_dir
+        self._dir = None
+        self._cleanup = None
+        try:
+            with tarfile.open(self.package_path) as tar:
+                members = {m.name: m for m in tar.getmembers()}
+                if "metadata.json" in members and "mod.so" not in members:
+                    self._read_mlf(tar, members)
+                    return
+                missing = {"mod.so", "mod.json", "mod.params"} - set(members)
+                if missing:
+                    raise TVMCException(f"{package_path!r} is not a tvmc package (it lacks {sorted(missing)}); "
+                                        "make one with tvmc compile")
+                self.graph = self._read(tar, members["mod.json"]).decode("utf-8", "replace")
+                self.params = self._read(tar, members["mod.params"])
+        except tarfile.TarError as err:
+            raise TVMCException(f"{package_path!r} is not a tvmc package .tar ({err}); make one with "
+                                "tvmc compile") from None
+
+    def _read_mlf(self, tar, members) -> None:
+        import json
+        meta = json.loads(self._read(tar, members["metadata.json"]))
+        name = meta.get("model_name", "default")
+        self.type, self.lib_name = "mlf", None
+        graph = members.get(f"executor-config/graph/{name}.graph")
+        self.graph = self._read(tar, graph).decode("utf-8", "replace") if graph is not None else None
+        params = members.get(f"parameters/{name}.params")
+        self.params = self._read(tar, params) if params is not None else None
+
+    def _read(self, tar, member) -> bytes:
+        f = tar.extractfile(member) if member.isfile() else None
+        if f is None:
+            raise TVMCException(f"{self.package_path!r}: {member.name} is not a regular file in the package; "
+                                "make the package with tvmc compile")
+        return f.read()
+
+    @property
+    def lib_path(self) -> str:
+        if self.type == "mlf":
+            raise TVMCException(f"{self.package_path!r} is a Model Library Format package (C sources, no mod.so): "
+                                "build it for a board with micro.generate_project(template, package_path, dir)")
+        if self._dir is None:
+            folder = self._project_dir or tempfile.mkdtemp(prefix="kiln-tvmc-pkg-")
+            if self._project_dir is None:
+                self._cleanup = weakref.finalize(self, shutil.rmtree, folder, True)
+            try:
+                with tarfile.open(self.package_path) as tar:
+                    tar.extract("mod.so", folder, filter="data")
+            except (tarfile.TarError, KeyError) as err:
+                self.close()
+                raise TVMCException(f"cannot extract mod.so from {self.package_path!r} ({err}); make the "
+                                    "package with tvmc compile") from None
+            self._dir = folder
+        return os.path.join(self._dir, self.lib_name)
+
+    def close(self) -> None:
+        """Remove the temporary folder of ``mod.so`` (nothing when ``project_dir`` was given)."""
+        if self._cleanup is not None:
+            self._cleanup()
+        self._dir = None if self._project_dir is None else self._dir
+
+    def __enter__(self) -> "TVMCPackage":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"TVMCPackage({self.package_path})"
