@@ -2,9 +2,8 @@
 ops=(relay.op.get("nn.conv2d"),))``.
 
 The tasks are the tunable kernels ``relay.build(mod, target, params=params)`` would build: the
-program goes through the build's own passes and graph codegen (``relay.backend.dispatch.
-asked_workloads``), and every workload the codegen asks the dispatch context for becomes a
-task. Layout passes (x86's NCHW16c, adreno's NCHW4c and its NHWC conversion), fusion and
+program goes through the build's own passes and graph codegen (``relay.backend.asked_workloads``),
+and every workload the codegen asks the dispatch context for becomes a task. Layout passes (x86's NCHW16c, adreno's NCHW4c and its NHWC conversion), fusion and
 float16 conversion therefore shape the tasks exactly as they shape the build, so a log of these
 tasks is used by ``with autotvm.apply_history_best(log): relay.build(...)``.
 
@@ -35,6 +34,7 @@ def extract_from_program(mod, params=None, target=None, target_host=None, ops=No
 
     try:
         from kiln.relay.backend import dispatch
+        from kiln.relay.backend.asked_workloads import asked_workloads
     except ImportError:
         raise TuningError("extract_from_program needs kiln.relay, which this kiln lacks") from None
 
@@ -45,7 +45,7 @@ def extract_from_program(mod, params=None, target=None, target_host=None, ops=No
     if not _entered(ctx):
         ctx = PassContext(opt_level=3)
     with ctx:
-        asked = dispatch.asked_workloads(mod, tgt, params)
+        asked = asked_workloads(mod, tgt, params)
     tasks, missing = [], {}
     for name, workload in asked:
         if name not in wanted:

@@ -12,8 +12,8 @@ computes read) or None, meaning "topi's default schedule". Answers come from, in
 
 The workload is the autotvm task workload of the op (``workload_of``): the template name for
 the target (``conv2d_nchw.x86``), the input tensors as ``("TENSOR", shape, dtype)`` and the op's
-attributes. ``asked_workloads`` runs relay.build's own passes and graph codegen and records what
-it asks here, so the tasks ``autotvm.task.extract_from_program`` makes of them are, by
+attributes. ``asked_workloads`` (relay/backend/asked_workloads.py, above the build) runs
+relay.build's own passes and graph codegen and records what it asks here, so the tasks ``autotvm.task.extract_from_program`` makes of them are, by
 construction, the workloads a build under the same PassContext looks up: a log written by
 tuning them is found here (layouts, fusion and the target's alter-layout rules included).
 """
@@ -131,29 +131,9 @@ def select_config(op_name: str, workload, target):
     return tuned_config(workload, target)
 
 
-def asked_workloads(mod, target, params=None) -> list[tuple[str, tuple]]:
-    """``[(op name, workload)]``, each workload once in the order first asked, of every kernel
-    ``relay.build(mod, target, params=params)`` would ask ``select_config`` for under the current
-    PassContext. It runs the build's passes (``build_module.optimize``) and the graph codegen
-    that calls ``TECompiler.lower`` per fused function, but lowers and compiles nothing."""
-    from ..build_module import _target, optimize
-    from .graph_codegen import GraphCodegen
-    from .te_compiler import TECompiler
-
-    tgt = _target(target, None)
-    with tgt:  # as relay.build: target-dependent passes (AlterOpLayout) read it
-        opt_mod, _ = optimize(mod, tgt, params)
-    asked: dict = {}
-    outer = _provider.get()
-
-    def record(op_name, workload, where):
-        asked.setdefault(workload, op_name)
-        # the answer the build would get: configs may change weight layouts the codegen plans
-        return outer(op_name, workload, where) if outer is not None else tuned_config(workload, where)
-
-    with use_config_provider(record):
-        GraphCodegen(TECompiler(tgt)).codegen(opt_mod["main"])
-    return [(op_name, workload) for workload, op_name in asked.items()]
+def current_provider() -> Callable | None:
+    """The provider of the innermost ``use_config_provider`` block, or None."""
+    return _provider.get()
 
 
 @contextlib.contextmanager
