@@ -94,7 +94,15 @@ class One(nn.Module):
         self.f = torch.ao.nn.quantized.FloatFunctional()
         self.op = {"conv": nn.Conv2d(8, 16, 3, padding=1), "dwconv": nn.Conv2d(8, 8, 3, stride=2, groups=8),
                    "linear": nn.Linear(12, 20), "hardswish": nn.Hardswish(), "sigmoid": nn.Sigmoid(),
-                   "tanh": nn.Tanh(), "pool": nn.AdaptiveAvgPool2d(1), "maxpool": nn.MaxPool2d(2)}.get(kind)
+                   "tanh": nn.Tanh(), "pool": nn.AdaptiveAvgPool2d(1), "maxpool": nn.MaxPool2d(2),
+                   "relu6": nn.ReLU6(), "hardsigmoid": nn.Hardsigmoid(), "leaky_relu": nn.LeakyReLU(0.1),
+                   "batchnorm": nn.BatchNorm2d(8)}.get(kind)
+        if kind == "batchnorm":
+            with torch.no_grad():
+                self.op.running_mean.uniform_(-1, 1)
+                self.op.running_var.uniform_(0.5, 2)
+                self.op.weight.uniform_(0.5, 1.5)
+                self.op.bias.uniform_(-0.5, 0.5)
 
     def forward(self, x, y):
         a, b = self.q1(x), self.q2(y)
@@ -107,13 +115,13 @@ class One(nn.Module):
     def out_scale(self):
         if self.kind in ("add", "mul", "add_relu", "cat"):
             return self.f.scale
-        if self.kind in ("pool", "maxpool"):
+        if self.kind in ("pool", "maxpool", "relu6"):
             return self.q1.scale
-        return getattr(self.op, "scale", 1 / 128)
+        return getattr(self.op, "scale", 1 / 128 if self.kind == "tanh" else 1 / 256)
 
 
 ONE_OPS = ["conv", "dwconv", "linear", "add", "add_relu", "mul", "cat", "hardswish", "sigmoid", "tanh", "pool",
-           "maxpool"]
+           "maxpool", "relu6", "hardsigmoid", "leaky_relu", "batchnorm"]
 
 
 @pytest.mark.parametrize("engine", ["fbgemm", "qnnpack"])

@@ -8,11 +8,13 @@ per-tensor scale and zero point torch gives it. The ops:
   (int8, per tensor or per channel), ``qnn.conv2d`` / ``qnn.dense`` in int32, the float bias as
   int32 at scale ``input_scale * weight_scale``, ``qnn.requantize`` (round half away from zero, as
   fbgemm's float requantization rounds) to the output's scale and zero point, relu a clamp at it;
-- ``quantized::add(_relu)``, ``quantized::mul``, ``quantized::cat``: ``qnn.add`` / ``qnn.mul`` /
-  ``qnn.concatenate``; ``quantized::hardswish`` and ``aten::sigmoid``, ``aten::hardsigmoid``,
-  ``aten::tanh`` of a quantized tensor: 256-entry tables (torch's fixed output parameters for the
-  last three); ``aten::adaptive_avg_pool2d`` to 1x1: ``qnn.global_avg_pool2d``;
-- reshapes, ``aten::max_pool2d``, ``aten::relu`` work on the integers and keep the parameters.
+- ``quantized::add(_relu)`` rounded once; ``quantized::mul``, ``quantized::cat``: ``qnn.mul`` /
+  ``qnn.concatenate``; ``quantized::hardswish``, ``quantized::leaky_relu`` and ``aten::sigmoid``,
+  ``aten::hardsigmoid``, ``aten::tanh`` of a quantized tensor: 256-entry tables (torch's fixed
+  output parameters for the last three); ``aten::adaptive_avg_pool2d`` to 1x1:
+  ``qnn.global_avg_pool2d``; ``quantized::batch_norm2d``: the affine map in float32, quantized;
+- reshapes, ``aten::max_pool2d``, ``aten::relu``, ``quantized::relu6`` work on the integers and keep
+  the parameters.
 
 torch computes its requantization in float32 and its quantized add/mul through float, so
 results agree with torch's quantized kernels within one quantization step, not bit for bit.
@@ -220,6 +222,37 @@ def _adaptive_avg_pool(ctx, ins):
     return QTensor(y, x.scale, x.zero_point, x.dtype)
 
 
+def _relu6(ctx, ins):
+    x = _q(ctx, ins[0])
+    lo, hi = (0, 255) if x.dtype == "uint8" else (-128, 127)
+    top = min(hi, x.zero_point + int(np.rint(6.0 / x.scale)))
+    y = tensor.minimum(tensor.maximum(x.expr, const(max(lo, x.zero_point), x.dtype)), const(top, x.dtype))
+    return QTensor(y, x.scale, x.zero_point, x.dtype)
+
+
+def _leaky_relu(ctx, ins):
+    x = _q(ctx, ins[0])
+    slope, scale, zp = float(ins[1]), float(ins[3]), int(ins[4])
+    _check(ctx, scale, zp, x.dtype)
+    y = qnn.leaky_relu(x.expr, np.float32(x.scale), x.zero_point, np.float32(scale), zp, alpha=slope)
+    return QTensor(y, scale, zp, x.dtype)
+
+
+def _batch_norm(ctx, ins):
+    """Per-channel affine of the real values (float32 inside), quantized to the output's parameters."""
+    x = _q(ctx, ins[0])
+    w, b, mean, var = (np.asarray(v.data, "float64") if v is not None else None for v in ins[1:5])
+    eps, scale, zp = float(ins[5]), float(ins[6]), int(ins[7])
+    _check(ctx, scale, zp, x.dtype)
+    a = (w if w is not None else 1.0) / np.sqrt(var + eps)
+    shift = (b if b is not None else 0.0) - mean * a
+    shape = (-1,) + (1,) * (len(ctx.shape_of(x.expr)) - 2)
+    real = qnn.dequantize(x.expr, np.float32(x.scale), x.zero_point)
+    y = tensor.add(tensor.multiply(real, const(a.reshape(shape).astype("float32"))),
+                   const(shift.reshape(shape).astype("float32")))
+    return QTensor(qnn.quantize(y, np.float32(scale), zp, out_dtype=x.dtype), scale, zp, x.dtype)
+
+
 def _relu(ctx, ins):
     x = _q(ctx, ins[0])
     hi = 255 if x.dtype == "uint8" else 127
@@ -234,6 +267,8 @@ QCONVERTERS = {
     "quantized::add": _binary("add"), "quantized::add_relu": _binary("add", True), "quantized::mul": _binary("mul"),
     "quantized::cat": _cat, "quantized::hardswish": _table("hardswish"),
     "aten::sigmoid": _table("sigmoid", _SIGMOID), "aten::tanh": _table("tanh", _TANH),
+    "aten::hardsigmoid": _table("hardsigmoid", _SIGMOID), "quantized::relu6": _relu6,
+    "quantized::leaky_relu": _leaky_relu, "quantized::batch_norm2d": _batch_norm,
     "aten::adaptive_avg_pool2d": _adaptive_avg_pool, "aten::relu": _relu,
 }
 
