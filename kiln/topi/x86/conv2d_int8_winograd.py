@@ -9,7 +9,8 @@ same multiply throughput as float32 FMAs on int16 pairs; kiln's float32 3x3 conv
     U4 = (2G) g (2G)^T      2G is integer (G has halves): |U4| <= 9 * 128, int16 (build time)
     M4 = sum_c V * U4       per frequency e, vpmaddwd on int16 pairs, int32: needs
                             C * 1020 * 1152 < 2**31 (C <= 1827, ``applies``)
-    y  = (A^T M4 A) / 4     A's entries are 0 and +-1, in int64; 4 divides it exactly
+    y  = (A^T M4 A) / 4     A's entries are 0 and +-1, in int32 for C < 202 (9 terms), else
+                            int64; 4 divides it exactly
 
 so ``y`` is the direct conv's int32 sum of the raw u8 data and the weights (padding with the data
 zero point, as the direct kernel), bit for bit, and the requantize epilogue follows as there.
@@ -99,14 +100,18 @@ def conv2d_int8_winograd_acc(data, u, padding, pad_value: int, out_hw):
                    name="winograd_int16_product", tag=PRODUCT_TAG,
                    attrs={"lanes": lanes, "tile": default_tile(tw, lanes)})
 
+    # A^T M4 A sums 9 of the M4 (|M4| <= C * V_MAX * U_MAX): in int32 where that cannot overflow
+    # (C < 202), else in int64 (the result, 4x the conv's int32 sum, always fits)
+    wide = "int32" if 9 * cc * ib * V_MAX * U_MAX < 2 ** 31 else "int64"
+
     def fout(b, o, y, x, l):
         t = (y // 2) * tw + x // 2
         cases = []
         for a in range(2):
             for c2 in range(2):
                 total = _terms([AT[a][e1] * AT[c2][e2] for e1 in range(4) for e2 in range(4)],
-                               [m[b, e, o, t, l].astype("int64") for e in range(16)])
-                cases.append((total >> tir.const(2, "int64")).astype("int32"))
+                               [m[b, e, o, t, l].astype(wide) for e in range(16)])
+                cases.append((total >> tir.const(2, wide)).astype("int32"))
         return _select((y % 2) * 2 + x % 2, cases)
 
     return te.compute((n, kb, oh, ow, lanes), fout, name="conv2d_int8_winograd", tag=OUTPUT_TAG)
