@@ -368,8 +368,8 @@ def run_tflite(model: bytes, inputs: dict) -> list:
 QRANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
 
 
-def single_op(kind: str, dtype: str = "int8", seed: int = 0):
-    """A model of one quantized ``kind`` op on a (1, 8, 8, 16) ``dtype`` input ("x"; binary ops
+def single_op(kind: str, dtype: str = "int8", seed: int = 0, channels: int = 16):
+    """A model of one quantized ``kind`` op on a (1, 8, 8, channels) ``dtype`` input ("x"; binary ops
     also read "x2") with random scales and zero points (0 for int16, as TFLite's int16x8),
     per-channel int8 filters and an int32 (int64 for int16x8) bias. Returns (bytes, input names)."""
     rng = np.random.default_rng(seed)
@@ -384,7 +384,7 @@ def single_op(kind: str, dtype: str = "int8", seed: int = 0):
         s, z = fixed or (float(rng.uniform(0.01, 0.1)), zp())
         return m.tensor(name, shape, dtype, quant=([s], [z], 0))
 
-    x = act("x", (1, 8, 8, 16))
+    x = act("x", (1, 8, 8, channels))
     xs = m.tensors[x][4][0][0]
     ins = [x]
     if kind in ("conv1", "conv3", "dw"):
@@ -420,7 +420,7 @@ def single_op(kind: str, dtype: str = "int8", seed: int = 0):
         m.op(kind.upper(), ins, [y], kind.capitalize() + "Options", FusedActivationFunction=RELU if kind == "add" else NONE)
     elif kind == "mean":
         a = m.tensor("axes", (2,), "int32", np.array([1, 2]))
-        y = act("y", (1, 1, 1, 16))
+        y = act("y", (1, 1, 1, channels))
         m.op("MEAN", [x, a], [y], "ReducerOptions", KeepDims=True)
     elif kind in ("avgpool", "maxpool"):
         y = m.tensor("y", (1, 8, 8, 16), dtype, quant=([xs], [m.tensors[x][4][1][0]], 0))  # pools keep the input's
@@ -439,10 +439,10 @@ def single_op(kind: str, dtype: str = "int8", seed: int = 0):
     return m.finish(ins, [y]), ["x", "x2"][:len(ins)]
 
 
-def random_feed(names, dtype, seed):
+def random_feed(names, dtype, seed, channels=16):
     rng = np.random.default_rng(seed)
     lo, hi = QRANGES[dtype]
-    return {n: rng.integers(lo, hi + 1, (1, 8, 8, 16)).astype(dtype) for n in names}
+    return {n: rng.integers(lo, hi + 1, (1, 8, 8, channels)).astype(dtype) for n in names}
 
 
 # MobileNetV2's inverted residual settings: (expansion, channels, repeats, first stride)

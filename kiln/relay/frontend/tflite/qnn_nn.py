@@ -212,7 +212,18 @@ def _mean(ctx):
     real = float(f32(iq.s) / (f32(count) * f32(oq.s)))
     temp = f32(iq.z) * f32(iq.s) / f32(oq.s)
     bias = oq.z - int(temp + f32(0.5) if temp > 0 else temp - f32(0.5))  # float32 sum, truncated
-    y = tensor.add(Q.requantize(total, real, 0, "int32", rounding="GEMM"), const(bias, "int32"))
+    y = Q.requantize(total, real, 0, "int32", rounding="GEMM")
+    c_in = 1 if layout == "NCHW" else 3
+    if nd == 4 and c_in not in axes and shape[c_in] % 16 and dtype != "int16":
+        # TFLite's kernel rescales channels 16 at a time with SIMD (two roundings half up) and
+        # the last C % 16 one by one (MultiplyByQuantizedMultiplier: TFLITE rounding)
+        c = shape[c_in]
+        out_axis = c_in if keep else [a for a in range(nd) if a not in axes].index(c_in)
+        mask_shape = [1] * (nd if keep else nd - len(axes))
+        mask_shape[out_axis] = c
+        simd = (np.arange(c) < 16 * (c // 16)).reshape(mask_shape)
+        y = tensor.where(const(simd), y, Q.requantize(total, real, 0, "int32", rounding="TFLITE"))
+    y = tensor.add(y, const(bias, "int32"))
     lo, hi = Q.RANGES[dtype]
     y = tf.cast(tensor.minimum(tensor.maximum(y, const(lo, "int32")), const(hi, "int32")), dtype)
     if keep and layout == "NCHW":
