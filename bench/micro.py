@@ -15,8 +15,11 @@ int8 (issue 36; ``--int8`` runs only this part): MLPerf Tiny's DS-CNN (tests/mic
 published layer shapes; its MAC and parameter counts beside the published ones) in float32 and
 quantized by onnxruntime (QDQ, int8) on the M4F and the M55: instructions per inference, flash
 and RAM of the firmware, the AOT arena against the peak of live activations. Then the int8 dense
-kernel of a DS-CNN pointwise layer (kiln/topi/cortex_m, template cortex_m/dense_int8) on each
-board: the naive schedule, the untuned default and the best of a grid search, by instruction count.
+kernel of a DS-CNN pointwise layer (kiln/topi/cortex_m, template cortex_m/dense_int8) and the conv
+tasks relay extracts from the int8 DS-CNN (stem, depthwise, pointwise) on each board: the naive
+schedule, the untuned default and the best of a grid search, by instruction count. Per-layer
+instruction counts of the int8 firmware (the ``profile`` project option). Flash split into
+kernels, constants and the CRT + AOT glue (arm-none-eabi-nm symbol sizes).
 
     python bench/micro.py [--int8]
 """
@@ -179,6 +182,7 @@ def int8_section(work: str) -> None:
         print(f"DS-CNN on {cpu}: int8 / float32 instructions {counted['int8'] / counted['float32']:.2f} "
               "(stem and 1x1 convs on the DSP/MVE dot product, depthwise convs plain C, requantize in 32-bit)")
         tune_dense_int8(work, template, cpu)
+        tune_convs(work, template, cpu, quantized)
 
 
 def per_layer(project_dir: str, template: str, lib, inputs, hz: float) -> None:
@@ -206,6 +210,38 @@ def check_against_host(mod, params, inputs, got, name) -> None:
         np.testing.assert_array_equal(got, want)
     else:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def tune_convs(work: str, template: str, cpu: str, quantized) -> None:
+    """DS-CNN's int8 conv tasks as relay extracts them (kiln/topi/cortex_m/tuning.py), each grid-
+    searched on the board by instruction count: the naive schedule (plain loops), the untuned
+    default (what relay builds without a log) and the best."""
+    from kiln import autotvm
+    from kiln.autotvm.record import load_from_file
+    from kiln.autotvm.space import FallbackConfigEntity
+    from kiln.micro import autotvm as micro_autotvm
+
+    mod, params = relay.frontend.from_onnx(quantized)
+    tasks = [t for t in autotvm.task.extract_from_program(mod, params=params, target=f"c -keys=arm_cpu -mcpu={cpu}")
+             if "conv" in t.name]
+    option = autotvm.measure_option(builder=micro_autotvm.MicroBuilder(n_parallel=2),
+                                    runner=micro_autotvm.MicroRunner(template, number=1))
+    for k, t in enumerate(tasks):
+        log = os.path.join(work, f"conv_{cpu}_{k}.json")
+        autotvm.tuner.GridSearchTuner(t).tune(n_trial=len(t.config_space), measure_option=option,
+                                              callbacks=[autotvm.callback.log_to_file(log)])
+        knobs = sorted(t.config_space.space_map)
+        costs = {tuple((n, i.config[n].val) for n in knobs): float(np.mean(r.costs)) * 1e9
+                 for i, r in load_from_file(log) if r.error_no == 0}
+        fallback = FallbackConfigEntity()
+        t.instantiate(fallback)
+        default = costs[tuple((n, fallback[n].val) for n in knobs)]
+        naive = min(v for key, v in costs.items() if dict(key)["isa"] == "plain")
+        best_key = min(costs, key=costs.get)
+        shape = t.args[1][1]
+        print(f"conv task {t.name} kernel {shape} on {cpu}: naive {naive:,.0f} instructions, untuned default "
+              f"{default:,.0f}, tuned best {costs[best_key]:,.0f} ({naive / costs[best_key]:.2f}x fewer than naive; "
+              f"default/best {default / costs[best_key]:.2f}) {dict(best_key)} ({len(costs)} points)")
 
 
 def tune_dense_int8(work: str, template: str, cpu: str, shape=(125, 64, 64)) -> None:

@@ -195,12 +195,13 @@ static int32_t kiln_fail(const char* msg) {
 """
 
 
-def _saturation_bits(e) -> int:
-    """n when ``e`` is ``min(max(x, -2**(n-1)), 2**(n-1) - 1)`` of int32 with 2 <= n <= 16, else 0."""
-    if not (e.dtype.is_int and e.dtype.bits == 32 and isinstance(e.a, E.Max) and isinstance(e.b, E.IntImm)
-            and isinstance(e.a.b, E.IntImm)):
+def _saturation_bits(e, outer=E.Min, inner=E.Max) -> int:
+    """n when ``e`` is ``min(max(x, -2**(n-1)), 2**(n-1) - 1)`` (or ``max(min(x, hi), lo)``) of int32
+    with 2 <= n <= 16, else 0."""
+    if not (isinstance(e, outer) and e.dtype.is_int and e.dtype.bits == 32 and isinstance(e.a, inner)
+            and isinstance(e.b, E.IntImm) and isinstance(e.a.b, E.IntImm)):
         return 0
-    hi, lo = e.b.value, e.a.b.value
+    hi, lo = (e.b.value, e.a.b.value) if outer is E.Min else (e.a.b.value, e.b.value)
     n = (hi + 1).bit_length()
     return n if 2 <= n <= 16 and hi + 1 == 1 << (n - 1) and lo == -(hi + 1) else 0
 
@@ -343,6 +344,9 @@ class CPrinter(CStylePrinter):
         return self._minmax(e, "min")
 
     def expr_Max(self, e):
+        n = _saturation_bits(e, E.Max, E.Min)
+        if n:
+            return f"((int32_t)kiln_ssat({self.expr(e.a.a)}, {n}))"
         return self._minmax(e, "max")
 
     def expr_FloorDiv(self, e):

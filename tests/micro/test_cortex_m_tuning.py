@@ -78,7 +78,7 @@ def test_relay_int8_convs_are_tasks_with_the_cortex_m_knobs_and_the_default_in_t
     tasks = _conv_tasks()
     assert sorted(tasks) == ["conv2d_nchw.arm_cpu", "conv2d_nchw.arm_cpu/1x1", "depthwise_conv2d_nchw.arm_cpu"]
     knobs = {name: sorted(t.config_space.space_map) for name, t in tasks.items()}
-    assert knobs == {"conv2d_nchw.arm_cpu": ["isa", "rows", "unroll"], "conv2d_nchw.arm_cpu/1x1": ["cols", "isa", "rows", "unroll"],
+    assert knobs == {"conv2d_nchw.arm_cpu": ["cols", "isa", "rows", "unroll"], "conv2d_nchw.arm_cpu/1x1": ["cols", "isa", "rows", "unroll"],
                      "depthwise_conv2d_nchw.arm_cpu": ["isa", "unroll"]}
     for t in tasks.values():
         fallback = FallbackConfigEntity()

@@ -210,7 +210,8 @@ def test_narrowed_requantize_on_the_m4_is_one_smlal_and_exact(tmp_path):
 def test_float32_requantize_clamps_in_int32_on_cortex_m(tmp_path):
     """onnxruntime's requantize (``clip(round(float32(x) * m) + z)``, the ONNX importer's FLOAT32
     rounding) on a Cortex-M target: the zero point and clamp in int32 (NarrowRequantize), the same
-    integers as numpy's float32 arithmetic on the host's cc and on the M4F board."""
+    integers as numpy's float32 arithmetic on the host's cc and on the M4F board (ties included:
+    the rounding's add is not fused with the product); the clamp is one SSAT there."""
     from kiln.relay.build_module import optimize
     from kiln.target import Target
     rng = np.random.default_rng(7)
@@ -239,4 +240,7 @@ def test_float32_requantize_clamps_in_int32_on_cortex_m(tmp_path):
     project = micro.generate_project(micro.get_microtvm_template_projects("qemu-mps2-an386"), lib,
                                      tmp_path / "fw", {"inputs": {"x": x}})
     project.build()
+    import subprocess
+    asm = subprocess.run(["arm-none-eabi-objdump", "-d", project.elf], capture_output=True, text=True).stdout
+    assert "\tssat" in asm  # the int32 clamp to int8 is one SSAT (kiln_ssat, kiln/codegen/c.py)
     np.testing.assert_array_equal(next(iter(project.run()["outputs"].values())), want)

@@ -292,19 +292,27 @@ def _cortex_m_other(a, data_dtype, kernel_dtype, kshape, in_channels):
 
 def _conv2d(a, x, t, ctx):
     data, kernel = x
-    kshape = (_shape(t)[1], int(data.shape[1]), 1, 1) if ctx.prepacked else tuple(int(d) for d in kernel.shape)
+    if ctx.prepacked:  # the OIHW shape the prepack started from (the Cortex-M choices below decide on it)
+        khw = tuple(int(d) for d in (a.kernel_size or (1, 1)))
+        kshape = (_shape(t)[1], int(data.shape[1]) // max(int(a.groups), 1)) + khw
+    else:
+        kshape = tuple(int(d) for d in kernel.shape)
     tier = _cortex_m_tier(a, data.dtype, kernel.dtype, kshape)
     if tier is not None:  # int8 on a Cortex-M core: the DSP/MVE dot product (kernel pre-shaped (O, C))
         from kiln.topi.cortex_m.conv2d_int8 import conv2d_1x1_int8
         kernel2d = kernel if ctx.prepacked else topi.reshape(kernel, kshape[:2])
         return conv2d_1x1_int8(data, kernel2d, tier, rows=knob(ctx.cfg, "rows", 2), cols=knob(ctx.cfg, "cols", 2),
                                unroll=knob(ctx.cfg, "unroll", True))
-    if ctx.prepacked and len(kernel.shape) == 4 and a.groups == 1:  # (I, KH, O, KW): the Cortex-M direct conv
-        kshape = (_shape(t)[1], int(data.shape[1])) + tuple(int(d) for d in kernel.shape[1::2])
     kind = _cortex_m_other(a, data.dtype, kernel.dtype, kshape, int(data.shape[1]))
-    if kind is not None:  # int8 depthwise / direct conv on a Cortex-M core (kiln/topi/cortex_m)
-        from kiln.topi.cortex_m.conv2d_int8 import compute_other
-        return compute_other(kind, data, kernel, a.strides, tuple(a.padding), rows=knob(ctx.cfg, "rows", 4),
+    if kind is not None:  # int8 depthwise / im2col conv on a Cortex-M core (kiln/topi/cortex_m)
+        from kiln.topi.cortex_m.conv2d_int8 import compute_other, prepack_im2col
+        if kind[0] == "im2col" and not ctx.prepacked:
+            kernel = topi.reshape(kernel, (kshape[0], -1))  # no padding needed when C*KH*KW fills the width
+            if int(kernel.shape[1]) != prepack_im2col(np.zeros(kshape, "int8"), kind[1]).shape[1]:
+                raise CompileError("nn.conv2d: the Cortex-M im2col conv needs its kernel constant (relay.build "
+                                   "params=...) when C*KH*KW is not a multiple of the core's dot-product width")
+        return compute_other(kind, data, kernel, a.strides, tuple(a.padding), kshape[2:],
+                             rows=knob(ctx.cfg, "rows", 2), cols=knob(ctx.cfg, "cols", 2),
                              unroll=knob(ctx.cfg, "unroll", True))
     if any(_blocks(a)):
         return _conv2d_blocked(a, x, t, ctx)
@@ -345,12 +353,14 @@ def _conv2d_prepack(a, types, cfg):
     if _cortex_m_tier(a, types[0].dtype, types[1].dtype, wshape) is not None:  # (O, C) for the 1x1 dot
         return WeightTransform(1, wshape[:2], lambda w: np.ascontiguousarray(w.reshape(wshape[:2])), ("cortex_m_oc",))
     kind = _cortex_m_other(a, types[0].dtype, types[1].dtype, wshape, dshape[1])
-    if kind is not None:  # Cortex-M int8: the depthwise reads OIHW as it is, the direct conv (I, KH, O, KW)
-        if kind[0] != "direct":
+    if kind is not None:  # Cortex-M int8: the depthwise reads OIHW as it is, the im2col conv (O, K) rows
+        if kind[0] != "im2col":
             return None
-        from kiln.topi.cortex_m.conv2d_direct import prepack_direct
+        from kiln.topi.cortex_m.conv2d_int8 import im2col_k, prepack_im2col
         o, i, kh, kw = wshape
-        return WeightTransform(1, (i, kh, o, kw), prepack_direct, ("cortex_m_ihow",))
+        tier = kind[1]
+        return WeightTransform(1, (o, im2col_k(i, kh, kw, tier)), lambda w: prepack_im2col(w, tier),
+                               ("cortex_m_im2col", tier))
     if any(_blocks(a)) and a.kernel_layout == "OIHW":
         return _conv2d_blocked_prepack(a, types, cfg)
     if a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or (a.groups > 1 and a.groups == dshape[1]):

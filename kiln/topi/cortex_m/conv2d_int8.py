@@ -14,6 +14,7 @@ from kiln import te
 from .intrin import WIDTH, dot_intrin, isa_tier
 
 TAG = "cortex_m_conv2d_1x1_int8"
+IM2COL_MAX_K = 1024  # the longest im2col row (C * KH * KW) the kernel copies per pixel
 
 
 def applies(target, data_dtype, kernel_dtype, kernel_shape, strides, padding, dilation, groups) -> str | None:
@@ -30,38 +31,38 @@ def applies(target, data_dtype, kernel_dtype, kernel_shape, strides, padding, di
 def conv_kind(target, data_dtype, kernel_dtype, kernel_shape, in_channels, strides, padding, dilation,
               groups) -> tuple | None:
     """For an int8 NCHW/OIHW conv on a Cortex-M core other than the 1x1 of ``applies``:
-    ``("depthwise", None)`` (groups = channels, one filter per channel), ``("direct", tier)``
-    (groups 1, kernel rows a multiple of the DSP width) or None (topi's generic schedule)."""
+    ``("depthwise", None)`` (groups = channels, one filter per channel), ``("im2col", tier)``
+    (groups 1, a KHxKW kernel: windows copied to rows, then the 1x1 conv's dot product) or None
+    (topi's generic schedule)."""
     tier = isa_tier(target)
     if tier is None or (str(data_dtype), str(kernel_dtype)) != ("int8", "int8") or tuple(dilation) != (1, 1):
         return None
     o, c, kh, kw = (int(d) for d in kernel_shape)
     if groups > 1 and groups == in_channels == o and c == 1:
         return ("depthwise", None)
-    if groups == 1 and kw % WIDTH["dsp"] == 0:
-        return ("direct", "dsp")  # the M55 has the DSP extension too; MVE's 16 bytes exceed such rows
+    if groups == 1 and (kh, kw) != (1, 1) and c * kh * kw <= IM2COL_MAX_K:
+        return ("im2col", tier)
     return None
 
 
-def compute_other(kind, data, kernel, strides, padding, rows: int = 4, unroll: bool = True):
-    """The int32 result of ``conv_kind``'s kernel (kiln/topi/cortex_m/conv2d_direct.py)."""
-    from .conv2d_direct import depthwise_int8, direct_int8
+def compute_other(kind, data, kernel, strides, padding, kernel_hw, rows: int = 2, cols: int = 2,
+                  unroll: bool = True):
+    """The int32 result of ``conv_kind``'s kernel: the depthwise conv (OIHW kernel,
+    kiln/topi/cortex_m/conv2d_direct.py) or the im2col conv (kernel pre-shaped by ``prepack_im2col``)."""
+    from .conv2d_direct import depthwise_int8
     if kind[0] == "depthwise":
         return depthwise_int8(data, kernel, strides, padding, unroll)
-    return direct_int8(data, kernel, strides, padding, kind[1], rows, unroll)
+    return im2col_int8(data, kernel, strides, padding, kernel_hw, kind[1], rows, cols, unroll)
 
 
 def schedule_any(outs):
     """The schedule of whichever Cortex-M int8 conv ``outs`` computes, or None."""
-    from .conv2d_direct import DIRECT_TAG, DW_TAG, schedule_depthwise_int8, schedule_direct_int8
+    from .conv2d_direct import DW_TAG, schedule_depthwise_int8
     first = outs[0] if isinstance(outs, (list, tuple)) else outs
     if _find(first) is not None:
         return schedule_conv2d_1x1_int8(outs)
-    for tag, sched in ((DW_TAG, schedule_depthwise_int8), (DIRECT_TAG, schedule_direct_int8)):
-        acc = _find(first, tag)
-        if acc is not None:
-            return sched(outs, acc)
-    return None
+    acc = _find(first, DW_TAG)
+    return schedule_depthwise_int8(outs, acc) if acc is not None else None
 
 
 def conv2d_1x1_int8(data, kernel2d, tier: str, rows: int = 4, cols: int = 1, unroll: bool = False):
@@ -69,17 +70,63 @@ def conv2d_1x1_int8(data, kernel2d, tier: str, rows: int = 4, cols: int = 1, unr
     computed in tiles of ``cols`` pixels x ``rows`` channels (the pixels x channels copy of the data
     has ``cols - 1`` extra zero rows, so the last tile of an odd pixel count stays whole)."""
     n, c, h, w = (int(d) for d in data.shape)
-    o = int(kernel2d.shape[0])
     total = n * h * w
-    padded = total + cols - 1
-    pixels = te.compute((padded, c), lambda p, k: te.if_then_else(
+    pixels = te.compute((total + cols - 1, c), lambda p, k: te.if_then_else(
         p < total, data[p // (h * w) % n, k, p // w % h, p % w], te.const(0, data.dtype)) if cols > 1 else
         data[p // (h * w), k, p // w % h, p % w], name="data_pc")
+    return _gemm(pixels, kernel2d, (n, h, w), tier, rows, cols, unroll)
+
+
+def im2col_k(c: int, kh: int, kw: int, tier: str) -> int:
+    """The length of an im2col row: C * KH * KW zero-padded to the tier's width."""
+    k = c * kh * kw
+    return -(-k // WIDTH[tier]) * WIDTH[tier]
+
+
+def prepack_im2col(w, tier: str):
+    """The OIHW kernel as (O, C*KH*KW) rows zero-padded to ``im2col_k``."""
+    import numpy as np
+    w = np.asarray(w)
+    o, c, kh, kw = w.shape
+    out = np.zeros((o, im2col_k(c, kh, kw, tier)), w.dtype)
+    out[:, :c * kh * kw] = w.reshape(o, -1)
+    return out
+
+
+def im2col_int8(data, kernel2d, strides, padding, kernel_hw, tier: str, rows: int = 2, cols: int = 2,
+                unroll: bool = True):
+    """int32 conv (groups 1, any KHxKW) of int8 NCHW ``data`` and the (O, K) int8 ``kernel2d``
+    (``prepack_im2col``): each output pixel's window copied once to a row of K bytes (zero
+    padding included; the tail past C*KH*KW zero), then the 1x1 conv's tiles of the DSP/MVE dot
+    product over the rows (DS-CNN's 10x4 stem: 40 taps a pixel)."""
+    from ..nn.pad import pad as _pad
+    n, c, h, w = (int(d) for d in data.shape)
+    kh, kw = (int(d) for d in kernel_hw)
+    pt, pl, pb, pr = (int(p) for p in padding)
+    sh, sw = (int(d) for d in strides)
+    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
+    src = data if not (pt or pl or pb or pr) else _pad(data, (0, 0, pt, pl), (0, 0, pb, pr), name="data_pad")
+    k_real, k_all = c * kh * kw, int(kernel2d.shape[1])
+    total = n * oh * ow
+
+    def window(p, k):
+        b, y, x = p // (oh * ow) % n, p // ow % oh, p % ow
+        ci, ry, rx = k // (kh * kw) % c, k // kw % kh, k % kw
+        return src[b, ci, y * sh + ry, x * sw + rx]
+
+    pixels = te.compute((total + cols - 1, k_all), lambda p, k: te.if_then_else(
+        te.all(p < total, k < k_real), window(p, k), te.const(0, data.dtype)), name="data_pc")
+    return _gemm(pixels, kernel2d, (n, oh, ow), tier, rows, cols, unroll)
+
+
+def _gemm(pixels, kernel2d, nhw, tier, rows, cols, unroll):
+    n, h, w = nhw
+    o, c = (int(d) for d in kernel2d.shape)
     r = te.reduce_axis((0, c), name="rc")
-    acc = te.compute((padded, o), lambda p, j: te.sum(pixels[p, r].astype("int32") * kernel2d[j, r].astype("int32"),
-                                                      axis=r), name="acc", tag=TAG,
-                     attrs={"tier": tier, "rows": max(x for x in (1, 2, 4, 8) if x <= rows and o % x == 0),
-                            "cols": cols, "unroll": int(bool(unroll))})
+    acc = te.compute(tuple(int(d) for d in pixels.shape[:1]) + (o,), lambda p, j: te.sum(
+        pixels[p, r].astype("int32") * kernel2d[j, r].astype("int32"), axis=r), name="acc", tag=TAG,
+        attrs={"tier": tier, "rows": max(x for x in (1, 2, 4, 8) if x <= rows and o % x == 0),
+               "cols": cols, "unroll": int(bool(unroll))})
     return te.compute((n, o, h, w), lambda b, j, y, x: acc[(b * h + y) * w + x, j], name="conv2d_nchw",
                       tag="injective")
 
@@ -137,4 +184,4 @@ def _find(t, tag=TAG):
     return None
 
 
-__all__ = ["TAG", "applies", "conv_kind", "compute_other", "schedule_any", "conv2d_1x1_int8", "schedule_conv2d_1x1_int8"]
+__all__ = ["TAG", "applies", "conv_kind", "compute_other", "schedule_any", "im2col_int8", "prepack_im2col", "im2col_k", "conv2d_1x1_int8", "schedule_conv2d_1x1_int8"]

@@ -9,7 +9,7 @@ templates (kiln/autotvm/templates/topi_cpu.py) call ``tunable_conv2d`` here when
   tier), ``rows`` (channels per data word: 1, 2, 4, 8 dividing O), ``cols`` (pixels per weight
   word: 1, 2, 3, 4), ``unroll`` (the reduction's loop over data words unrolled; with pixel
   tiles only);
-- direct conv (``direct_int8``): ``isa``, ``rows``, ``unroll`` (the kernel rows' loop);
+- KxK conv (``im2col_int8``: windows copied to rows, then the 1x1's tiles): the 1x1's knobs;
 - depthwise (``depthwise_int8``): ``isa`` (``plain``: the sum in memory, loops as written;
   ``unrolled``: the window unrolled with the sum in a register), ``unroll`` (a row of outputs
   unrolled, when at most 8 wide).
@@ -25,14 +25,13 @@ from __future__ import annotations
 from kiln import te
 from kiln.autotvm.space import OtherOptionEntity
 
-from .conv2d_int8 import _find, applies, conv2d_1x1_int8, conv_kind, schedule_any
-from .intrin import WIDTH, isa_tier
+from .conv2d_int8 import _find, applies, conv2d_1x1_int8, conv_kind, im2col_int8, im2col_k, schedule_any
 
-DEFAULTS = {"1x1": {"rows": 2, "cols": 2, "unroll": True}, "direct": {"rows": 4, "unroll": True}, "depthwise": {"unroll": True}}
+DEFAULTS = {"1x1": {"rows": 2, "cols": 2, "unroll": True}, "im2col": {"rows": 2, "cols": 2, "unroll": True}, "depthwise": {"unroll": True}}
 
 
 def kind_of(target, data, kernel, strides, padding, dilation, groups):
-    """("1x1", tier) / ("direct", tier) / ("depthwise", None) for an int8 conv on a Cortex-M core, else None."""
+    """("1x1", tier) / ("im2col", tier) / ("depthwise", None) for an int8 conv on a Cortex-M core, else None."""
     kshape = tuple(int(d) for d in kernel.shape)
     tier = applies(target, data.dtype, kernel.dtype, kshape, strides, padding, dilation, groups)
     if tier is not None:
@@ -68,13 +67,17 @@ def tunable_conv2d(cfg, data, kernel, strides, padding, dilation, groups, out_dt
         out = conv2d_1x1_int8(data, kernel2d, kind[1], rows=rows, cols=cols, unroll=unroll)
         _acc(out).op.attrs["isa"] = isa
         return out
-    from .conv2d_direct import depthwise_int8, direct_int8
-    if kind[0] == "direct":
+    from .conv2d_direct import depthwise_int8
+    if kind[0] == "im2col":
         isa = _knob(cfg, "isa", ["plain", kind[1]], kind[1])
-        rows = _knob(cfg, "rows", [r for r in (1, 2, 4, 8) if o % r == 0], DEFAULTS["direct"]["rows"])
-        unroll = _knob(cfg, "unroll", [False, True], DEFAULTS["direct"]["unroll"])
-        ihow = te.compute((c, kh, o, kw), lambda i, y, j, x: kernel[j, i, y, x], name="kernel_ihow")
-        out = direct_int8(data, ihow, strides, padding, kind[1], rows=rows, unroll=unroll)
+        rows = _knob(cfg, "rows", [r for r in (1, 2, 4, 8) if o % r == 0], DEFAULTS["im2col"]["rows"])
+        cols = _knob(cfg, "cols", [1, 2, 3, 4], DEFAULTS["im2col"]["cols"])
+        unroll = _knob(cfg, "unroll", [False, True], DEFAULTS["im2col"]["unroll"])
+        k_real, k_all = c * kh * kw, im2col_k(c, kh, kw, kind[1])
+        kernel2d = te.compute((o, k_all), lambda j, k: te.if_then_else(
+            k < k_real, kernel[j, k // (kh * kw) % c, k // kw % kh, k % kw], te.const(0, kernel.dtype)),
+            name="kernel_oc")
+        out = im2col_int8(data, kernel2d, strides, padding, (kh, kw), kind[1], rows=rows, cols=cols, unroll=unroll)
         oh, ow = (int(d) for d in out.shape[2:])
         cfg.add_flop(2.0 * n * o * oh * ow * c * kh * kw)
         _acc(out).op.attrs["isa"] = isa
@@ -89,9 +92,9 @@ def tunable_conv2d(cfg, data, kernel, strides, padding, dilation, groups, out_dt
 
 
 def _acc(out):
-    from .conv2d_direct import DIRECT_TAG, DW_TAG
+    from .conv2d_direct import DW_TAG
     from .conv2d_int8 import TAG
-    for tag in (TAG, DIRECT_TAG, DW_TAG):
+    for tag in (TAG, DW_TAG):
         acc = _find(out, tag)
         if acc is not None:
             return acc
