@@ -82,12 +82,23 @@ def config_for(m: int, n: int, k: int, cfg=None) -> dict:
 
 
 def dense_tensorcore(data, weight, bias=None, out_dtype=None, cfg=None):
-    """topi.nn.dense on tensor cores: data (M, K) and weight (N, K) float16, M, N, K multiples of 16."""
-    out = _dense(data, weight, None, out_dtype)
+    """topi.nn.dense on tensor cores: data (M, K) and weight (N, K) float16, K a multiple of 16.
+    M and N that are not (a transformer's sequence of 197 tokens) are padded to one inside the
+    fetch: the padded rows repeat the last row, so the tiles stay contiguous copies, and the
+    output view reads the valid part (a second kernel, as an epilogue is)."""
+    from kiln.tir import op as tir_op
+
     m, k = (const_int(d) for d in data.shape)
     n = const_int(weight.shape[0])
-    _check(m, n, k, data.dtype, "dense")
-    out.op.attrs["tensorcore_config"] = config_for(m, n, k, cfg)
+    mp, np_ = _round_up(m, WMMA), _round_up(n, WMMA)
+    _check(mp, np_, k, data.dtype, "dense")
+    a = data if mp == m else te.compute((mp, k), lambda i, r: data[tir_op.min(i, m - 1), r], name="dense_rows")
+    w = weight if np_ == n else te.compute((np_, k), lambda j, r: weight[tir_op.min(j, n - 1), r], name="dense_cols")
+    out = _dense(a, w, None, out_dtype)
+    out.op.attrs["tensorcore_config"] = config_for(mp, np_, k, cfg)
+    if (mp, np_) != (m, n):
+        product = out
+        out = te.compute((m, n), lambda i, j: product[i, j], name="dense_valid", tag="injective")
     return add_bias(out, bias, 1)
 
 
@@ -356,9 +367,10 @@ def schedule_dense_tensorcore(outs, cfg=None):
     return s
 
 
-def use_tensorcore(a, b, transpose_b: bool = True) -> bool:
+def use_tensorcore(a, b, transpose_b: bool = True, pad: bool = False) -> bool:
     """Whether topi.gpu should take the tensor-core path: a CUDA target, float16 inputs, sizes
-    multiples of 16 (a (.., M, K) and b (.., N, K))."""
+    multiples of 16 (a (.., M, K) and b (.., N, K)); with pad (dense), M and N may be any of at
+    least 16 (a GEMM, not a matrix-vector product) and are padded."""
     from kiln.target import Target
 
     target = Target.current(allow_none=True)
@@ -369,6 +381,8 @@ def use_tensorcore(a, b, transpose_b: bool = True) -> bool:
         n = const_int(b.shape[-2])
     except (TypeError, ValueError):
         return False
+    if pad and min(m, n) >= WMMA:
+        m, n = _round_up(m, WMMA), _round_up(n, WMMA)
     return str(b.dtype) == str(a.dtype) == "float16" and fits(m, n, k, a.dtype)
 
 

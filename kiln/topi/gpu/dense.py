@@ -97,7 +97,7 @@ def dense(data, weight, bias=None, out_dtype=None, cfg=None):
     """topi.nn.dense (weight N x K), recording its GPU tiles (float16 on CUDA: tensor cores)."""
     from ..cuda import tensorcore as tc
 
-    if tc.use_tensorcore(data, weight):
+    if tc.use_tensorcore(data, weight, pad=True):
         return tc.dense_tensorcore(data, weight, bias, out_dtype, cfg=tc.tensorcore_cfg(cfg))
     out = _dense(data, weight, None, out_dtype)
     m, k = (const_int(d) for d in data.shape)
