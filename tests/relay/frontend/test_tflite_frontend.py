@@ -1,6 +1,8 @@
 """from_tflite on MobileNet-like flatbuffers written here (tflite_builder.py) vs TFLite's own
-kernels run by the ai-edge-litert interpreter: float within 1e-4, int8 and uint8 the same
-integers (reference executor and relay.build for llvm)."""
+kernels run by the ai-edge-litert interpreter: float within 1e-4, int8 and uint8 within one
+quantization step (reference executor and relay.build for llvm; the same integers on the x86
+hosts checked, but TFLite's SIMD convolution kernels do not promise their rounding: see
+test_tflite_quantized.py)."""
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ pytest.importorskip("ai_edge_litert", reason="TFLite reference outputs need ai-e
 
 import tflite_builder as TB  # noqa: E402
 from frontend_run import run_built, run_reference  # noqa: E402
+from helpers.ranking import assert_ranking_kept  # noqa: E402
 
 import kiln as tvm  # noqa: E402
 from kiln import relay  # noqa: E402
@@ -40,12 +43,13 @@ def test_float_mobilenet_like_matches_tflite():
             np.testing.assert_allclose(g, w, **TOL)
 
 
-def _check_int8(got, want):
+def _check_int8(got, want, prob_scale=1 / 256):
     logits, prob = got
     assert logits.dtype == np.int8 and prob.dtype == np.float32
-    # the integer graph computes TFLite's arithmetic (docs/quantization.md): the same integers
-    assert np.abs(logits.astype(int) - want[0].astype(int)).max() == 0
-    assert np.abs(prob - want[1]).max() == 0
+    assert np.abs(logits.astype(int) - want[0].astype(int)).max() <= 1  # one quantization step
+    assert np.abs(prob - want[1]).max() <= prob_scale + 1e-6
+    # the top class, wherever one quantization step on each logit cannot explain a swap
+    assert_ranking_kept(logits, want[0], bound=1, top=1)
 
 
 def test_int8_mobilenet_like_within_one_step_of_tflite(int8_model):
@@ -80,7 +84,7 @@ def test_int8_graph_input_and_output_keep_their_dtype():
     got = run_reference(mod, params, {"x": xv})[0]
     want = TB.run_tflite(model, {"x": xv})[0]
     assert got.dtype == np.int8
-    assert np.abs(got.astype(int) - want.astype(int)).max() == 0
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
 
 
 def test_errors_name_the_problem(tmp_path):
@@ -129,7 +133,7 @@ def test_uint8_model_within_one_step():
         want = TB.run_tflite(model, {"x": xv})
         for got, w in zip(run_reference(mod, params, {"x": xv}), want):
             assert got.dtype == np.uint8
-            assert np.abs(got.astype(int) - w.astype(int)).max() == 0
+            assert np.abs(got.astype(int) - w.astype(int)).max() <= 1
 
 
 def _misc_ops(q=None):
@@ -206,4 +210,4 @@ def test_misc_ops_float_and_int8():
         got = run_reference(qmod, qparams, qfeed)[0]
         want = TB.run_tflite(qmodel, qfeed)[0]
         assert got.dtype == np.int8
-        assert np.abs(got.astype(int) - want.astype(int)).max() == 0
+        assert np.abs(got.astype(int) - want.astype(int)).max() <= 1

@@ -355,7 +355,8 @@ def run_tflite(model: bytes, inputs: dict) -> list:
     """The model's outputs from the ai-edge-litert interpreter: TFLite's builtin kernels (the
     XNNPACK delegate is left out: it refuses int8 CONCATENATION inputs with different scales)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
-    it = Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    it = Interpreter(model_content=model, num_threads=1,  # one thread: its MEAN splits channels by thread
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     it.allocate_tensors()
     for d in it.get_input_details():
         it.set_tensor(d["index"], inputs[d["name"]])
