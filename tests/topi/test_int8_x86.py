@@ -294,6 +294,35 @@ def test_amx_tiles_exact(stride):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("rows,k,n", [(32, 256, 64), (48, 190, 96)])
+def test_amx_dense_exact(rows, k, n):
+    """A dense of >= 16 rows and >= 128 inputs runs on the AMX conv's tdpbusd tiles (the rows as
+    the pixels of a 1 x M image), exact against the reference; an odd K is padded to 4 with zero
+    weights (190 -> 192: 64-byte A rows)."""
+    target = "llvm -mcpu=sapphirerapids"
+    rng = np.random.default_rng(rows)
+    x = relay.var("x", shape=(rows, k), dtype="uint8")
+    w = rng.integers(-128, 128, (n, k)).astype("int8")
+    ws = rng.uniform(0.002, 0.01, n).astype("float32")
+    d = qnn.op.dense(x, relay.const(w), relay.const(7), relay.const(0), relay.const(0.05), relay.const(ws), units=n)
+    d = relay.nn.bias_add(d, relay.const(rng.integers(-3000, 3000, n).astype("int32")), axis=1)
+    y = qnn.op.requantize(d, relay.const(0.05 * ws), relay.const(0), relay.const(0.3), relay.const(11), axis=1,
+                          out_dtype="uint8", rounding="FLOAT32")
+    mod = module(y)
+    inputs = {"x": rng.integers(0, 256, (rows, k)).astype("uint8")}
+    lib = _build(mod, target)
+    assert {op for op, _, _ in anchor_ops(lib)} == {"nn.contrib_conv2d_int8"}
+    asm = lib.get_lib().get_source("asm")
+    assert re.search(r"^\s*tdpbusd\s", asm, re.M) and "ldtilecfg" in asm
+    reason = why_host_cannot_run(target)
+    if reason:
+        pytest.skip(f"-mcpu=sapphirerapids: {reason} (checked its assembly only)")
+    from kiln.runtime import amx
+    if not amx.request_permission():
+        pytest.skip("Linux does not grant this process the AMX tile state (kernel < 5.16?)")
+    for got, want in zip(_run(lib, inputs), reference(mod, inputs)):
+        np.testing.assert_array_equal(got, want)
+
 def test_amx_can_be_turned_off():
     rng = np.random.default_rng(0)
     mod, _ = conv_graph(rng, ic=128, oc=32, hw=16)

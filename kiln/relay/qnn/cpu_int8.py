@@ -16,7 +16,8 @@ conv becomes ``nn.contrib_conv2d_int8(x_blocked, w_packed, bias, q, shift)``:
 
 Data enters in ``NCHW[ib]c`` and the result leaves in ``NCHW[L]c``; ``layout_transform``s around
 the op go back to NCHW for other consumers, and a transform pair between two int8 convs cancels.
-qnn.dense chains become ``nn.contrib_dense_int8`` (plain (M, K) data, (M, N) result).
+qnn.dense chains become ``nn.contrib_dense_int8`` (plain (M, K) data, (M, N) result), or on an AMX
+host with >= 16 rows the AMX conv over the rows as a 1 x M image (``_Rewrite.dense_amx``).
 Everything else (depthwise and grouped convs, non-zero kernel zero points, TFLITE rounding) is
 left to CanonicalizeOps. The integers are those of the canonical path, bit for bit.
 """
@@ -367,6 +368,9 @@ class _Rewrite(ExprMutator):
         if not self.data_ok(_dtype(x)) or len(infer(x).checked_type.shape) != 2:
             raise _Skip
         n = w.shape[0]
+        amx = self.dense_amx(x, w, int(zx.ravel()[0]), bias, rq)
+        if amx is not None:
+            return amx
         lanes = block_for(n, self.lanes) or min(self.lanes, 16)
         w4 = pad_channels(pad_channels(w, 1, 4), 0, lanes)
         tier = self._tier_for(w4)
@@ -380,6 +384,32 @@ class _Rewrite(ExprMutator):
             x = fnn.pad(x, ((0, 0), (0, w4.shape[1] - k)), pad_value=0.0)
         packed = pack_dense_weight(w4, lanes, tier == "pmaddwd")
         return DENSE_INT8(x, const(packed), const(total), const(q), const(s), units=n, tier=tier, **attrs)
+
+    def dense_amx(self, x, w, zx: int, bias, rq):
+        """A dense of >= 16 rows, >= 128 inputs and 16k outputs on an AMX host: the AMX conv's
+        tile loop (x86/amx_tiles.py) as a 1x1 conv over a 1 x M image. The rows become pixels:
+        (M, K) -> NHWC (1, 1, M, K) -> NCHW[ib]c, the result NCHW[bn]c -> (M, N); None elsewhere."""
+        from kiln.topi.int8_pack import pack_conv_weight, pad_channels
+        from kiln.topi.x86.conv2d_int8 import block_for
+
+        rows, k = (int(d) for d in infer(x).checked_type.shape)
+        n = w.shape[0]
+        if not self.amx or rows < 16 or n % 16 or k < AMX_MIN_CHANNELS:
+            return None
+        w4 = pad_channels(w, 1, 4)
+        ib, bn = block_for(w4.shape[1], 64), block_for(n, 64)
+        from kiln.topi.x86.amx_int8 import applies
+        if ib < 16 or bn % 16 or not applies(ib, bn):
+            return None
+        wsum = w.astype(np.int64).sum(axis=1)
+        total, q, s, attrs = self._epilogue(rq, bias, wsum, zx, n, k)
+        if w4.shape[1] != k:
+            x = fnn.pad(x, ((0, 0), (0, w4.shape[1] - k)), pad_value=0.0)
+        data = ftf.layout_transform(ftf.reshape(x, (1, 1, rows, w4.shape[1])), "NHWC", f"NCHW{ib}c")
+        packed = pack_conv_weight(w4.reshape(n, -1, 1, 1), ib, bn)
+        out = CONV2D_INT8(data, const(packed), const(total), const(q), const(s), pad_value=zx, tier="amx",
+                          channels=n, **attrs)
+        return ftf.reshape(ftf.layout_transform(out, f"NCHW{bn}c", "NHWC"), (rows, n))
 
     def _epilogue(self, rq, bias, wsum, zx: int, channels: int, reduction: int):
         """(bias with the data zero point folded in, q, shift, attrs) of the requantize.
