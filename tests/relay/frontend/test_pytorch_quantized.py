@@ -1,4 +1,4 @@
-"""Eager-mode torch.ao.quantization models (fbgemm and qnnpack engines) traced to TorchScript and
+"""Eager-mode torch.ao.quantization models (fbgemm, qnnpack, x86, onednn engines) traced to TorchScript and
 imported by from_pytorch as qnn ops, against torch's own quantized kernels: every output within
 one quantization step (torch requantizes in float32, kiln in fixed point)."""
 
@@ -69,7 +69,7 @@ def _quantized(engine, seed=0, shape=(1, 3, 12, 12)):
         return m, torch.jit.trace(m, x), x
 
 
-@pytest.mark.parametrize("engine", ["fbgemm", "qnnpack"])
+@pytest.mark.parametrize("engine", ["fbgemm", "qnnpack", "x86", "onednn"])
 def test_quantized_block_within_one_step_of_torch(engine):
     m, traced, x = _quantized(engine)
     mod, params = relay.frontend.from_pytorch(traced, [("x", tuple(x.shape))])
