@@ -249,6 +249,21 @@ def _contrib_dense_int8(x, rng):
                              relay.const(-5), out_dtype="int8")
 
 
+def _contrib_qlinear_add(a, b):
+    """qnn.add with onnxruntime's rounding (the ONNX importer's): nn.contrib_qlinear_add."""
+    from kiln.relay import qnn
+    return qnn.op.add(a, b, relay.const(0.08), relay.const(11), relay.const(0.08), relay.const(11),
+                      relay.const(0.11), relay.const(3), rounding="FLOAT32", out_dtype="uint8")
+
+
+def _contrib_batch_matmul_int8(x, rng):
+    """qnn.batch_matmul of two u8 tensors: nn.contrib_batch_matmul_int8 on x86 with VNNI."""
+    from kiln.relay import qnn
+    y = relay.const(rng.integers(0, 256, (1, 16, 8)).astype("uint8"))
+    return qnn.op.batch_matmul(relay.reshape(x, (1, 25, 8)), y, relay.const(5), relay.const(130), relay.const(0.08),
+                               relay.const(0.02), transpose_b=True)
+
+
 def test_int8_kernels_match_the_reference():
     """The CPU int8 kernels the qnn chains become: the same integers as the reference executor."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "qnn"))
@@ -257,13 +272,17 @@ def test_int8_kernels_match_the_reference():
     rng = np.random.default_rng(8)
     x = relay.var("x", shape=(1, 8, 5, 5), dtype="uint8")
     conv = _contrib_conv2d_int8(x, rng)
-    body = relay.Tuple([_contrib_depthwise_conv2d_int8(conv, rng), _contrib_dense_int8(conv, rng)])
+    body = relay.Tuple([_contrib_depthwise_conv2d_int8(conv, rng), _contrib_dense_int8(conv, rng),
+                        _contrib_qlinear_add(conv, conv), _contrib_batch_matmul_int8(conv, rng)])
     mod = tvm.IRModule.from_expr(relay.Function([x], body))
     inputs = {"x": rng.integers(0, 256, (1, 8, 5, 5)).astype("uint8")}
     with tvm.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target="llvm")
     ops = {name for name, *_ in anchor_ops(lib)}
     assert {"nn.contrib_conv2d_int8", "nn.contrib_depthwise_conv2d_int8", "nn.contrib_dense_int8"} <= ops, ops
+    from kiln.topi.x86.conv2d_int8 import int8_tier
+    if int8_tier("llvm")[0] == "vnni":
+        assert "nn.contrib_batch_matmul_int8" in ops, ops
     m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
     m.set_input(**inputs)
     m.run()

@@ -323,6 +323,35 @@ def test_amx_dense_exact(rows, k, n):
     for got, want in zip(_run(lib, inputs), reference(mod, inputs)):
         np.testing.assert_array_equal(got, want)
 
+@pytest.mark.parametrize("mcpu,tb,ydtype,zx,zy,k", [("cascadelake", True, "uint8", 3, 130, 64),
+                                                   ("alderlake", False, "int8", 0, -5, 30),
+                                                   ("sapphirerapids", True, "uint8", 128, 0, 48)])
+def test_batch_matmul_of_two_activations_on_vpdpbusd(mcpu, tb, ydtype, zx, zy, k):
+    """qnn.batch_matmul (attention's Q K^T): y packed per call to s8 (a u8 y shifted by 128), the
+    raw products on vpdpbusd, the zero-point terms as relay ops: the canonical path's int32 exactly
+    (K not a multiple of 4 padded, u8 and s8 y, zero points zero or not), and its requantize."""
+    target = f"llvm -mcpu={mcpu}"
+    rng = np.random.default_rng(k)
+    b, m, n = 2, 12, 32
+    x = relay.var("x", shape=(b, m, k), dtype="uint8")
+    y = relay.var("y", shape=(b, n, k) if tb else (b, k, n), dtype=ydtype)
+    mm = qnn.op.batch_matmul(x, y, relay.const(zx), relay.const(zy), relay.const(0.05), relay.const(0.02),
+                             transpose_b=tb)
+    out = qnn.op.requantize(mm, relay.const(0.001), relay.const(0), relay.const(0.3), relay.const(11),
+                            out_dtype="uint8", rounding="FLOAT32")
+    mod = module(relay.Tuple([mm, out]))
+    info = np.iinfo(ydtype)
+    inputs = {"x": rng.integers(0, 256, (b, m, k)).astype("uint8"),
+              "y": rng.integers(info.min, info.max + 1, (b, n, k) if tb else (b, k, n)).astype(ydtype)}
+    lib = _build(mod, target)
+    assert [op for op, _, _ in anchor_ops(lib)] == ["nn.contrib_batch_matmul_int8"]
+    pattern = CPUS[mcpu][2][0]
+    assert re.search(pattern, lib.get_lib().get_source("asm"), re.M), pattern
+    if not host_runs(target):
+        pytest.skip(f"-mcpu={mcpu}: {why_host_cannot_run(target)} (checked its assembly only)")
+    for got, want in zip(_run(lib, inputs), reference(mod, inputs)):
+        np.testing.assert_array_equal(got, want)
+
 def test_amx_can_be_turned_off():
     rng = np.random.default_rng(0)
     mod, _ = conv_graph(rng, ic=128, oc=32, hw=16)

@@ -164,7 +164,26 @@ DENSE_INT8 = OpDef("nn.contrib_dense_int8", ("data", "weight", "bias", "multipli
                    _dense_rel, OpPattern.OUT_ELEMWISE_FUSABLE, _dense_ref,
                    doc="u8 (M, K) x packed s8 weights, requantized per output (qnn/cpu_int8.py)")
 
-OPS = [CONV2D_INT8, DEPTHWISE_INT8, DENSE_INT8]
+
+
+def _bmm_rel(ctx: RelCtx):
+    x, y = ctx.ndim(0, 3, "(B, M, K) uint8"), ctx.ndim(1, 3, "(B, K, N) or (B, N, K)")
+    n = int(y.shape[1] if ctx.attrs.transpose_b else y.shape[2])
+    return TensorType((int(x.shape[0]), int(x.shape[1]), n), "int32")
+
+
+def _bmm_ref(a, x, y):
+    yy = y.astype(np.int64) - a.shift
+    yy = yy.transpose(0, 2, 1) if a.transpose_b else yy
+    return np.matmul(x.astype(np.int64), yy).astype(np.int32)
+
+
+BATCH_MATMUL_INT8 = OpDef("nn.contrib_batch_matmul_int8", ("x", "y"), {"transpose_b": True, "shift": 0, "lanes": 16},
+                          _bmm_rel,
+                          OpPattern.OUT_ELEMWISE_FUSABLE, _bmm_ref,
+                          doc="int32 sum_k x[b, m, k] (y[b, k, n] - shift): u8 x s8 on vpdpbusd, y packed per call")
+
+OPS = [CONV2D_INT8, DEPTHWISE_INT8, DENSE_INT8, BATCH_MATMUL_INT8]
 
 
 # -- the rewrite ---------------------------------------------------------------------------------
@@ -214,6 +233,8 @@ class _Rewrite(ExprMutator):
         new = super().visit_Call(call)
         if new.op in (qelem.ADD, qelem.SUBTRACT, qelem.MUL):
             return self.blocked_binary(new)
+        if new.op is qnn_nn.BATCH_MATMUL:
+            return self.batch_matmul(new)
         if new.op is fpool.MAX_POOL2D and new.attrs.layout == "NCHW":
             return self.blocked_pool(new)
         if new.op is not qcore.REQUANTIZE:
@@ -385,6 +406,40 @@ class _Rewrite(ExprMutator):
         packed = pack_dense_weight(w4, lanes, tier == "pmaddwd")
         return DENSE_INT8(x, const(packed), const(total), const(q), const(s), units=n, tier=tier, **attrs)
 
+    def batch_matmul(self, call):
+        """qnn.batch_matmul of two run-time tensors on x86 VNNI (topi/x86/batch_matmul_int8.py):
+        ``sum (x - zx)(y - zy) = sum x y' - zy' sum x - zx sum y' + K zx zy'`` with ``y' = y - shift``
+        (a u8 ``y`` shifted to s8 by 128, ``zy' = zy - shift``); the int32 result is the canonical
+        path's. Elsewhere (no VNNI, transpose_a, non-constant zero points) CanonicalizeOps lowers it."""
+        x, y, zx, zy = call.args[:4]
+        vzx, vzy = value_of(zx), value_of(zy)
+        if self.tier != "vnni" or call.attrs.transpose_a or vzx is None or vzy is None or vzx.size != 1 or \
+                vzy.size != 1 or _dtype(x) != "uint8" or _dtype(y) not in ("uint8", "int8"):
+            return call
+        tb = bool(call.attrs.transpose_b)
+        xs, ys = (tuple(int(d) for d in infer(v).checked_type.shape) for v in (x, y))
+        n = ys[1] if tb else ys[2]
+        if n % self.lanes:
+            return call
+        from ..op import reduce as fred
+        from ..op import tensor as ft
+
+        k = xs[2]
+        shift = 128 if _dtype(y) == "uint8" else 0
+        izx, izy = int(vzx.ravel()[0]), int(vzy.ravel()[0]) - shift
+        out = BATCH_MATMUL_INT8(x, y, transpose_b=tb, shift=shift, lanes=self.lanes)
+        if izy:
+            xsum = fred.sum(ftf.cast(x, "int32"), axis=2, keepdims=True)
+            out = ft.subtract(out, ft.multiply(xsum, const(np.int32(izy))))
+        if izx:
+            ysum = fred.sum(ftf.cast(y, "int32"), axis=2 if tb else 1, keepdims=True)
+            ysum = ftf.transpose(ysum, (0, 2, 1)) if tb else ysum
+            out = ft.subtract(out, ft.multiply(ysum, const(np.int32(izx))))
+        const_term = k * izx * izy + k * izx * shift  # the -zx * (-K * shift) of sum y' and K zx zy'
+        if const_term:
+            out = ft.add(out, const(np.int32(const_term)))
+        return out
+
     def dense_amx(self, x, w, zx: int, bias, rq):
         """A dense of >= 16 rows, >= 128 inputs and 16k outputs on an AMX host: the AMX conv's
         tile loop (x86/amx_tiles.py) as a 1x1 conv over a 1 x M image. The rows become pixels:
@@ -537,6 +592,15 @@ def _conv_compute(a, x, t, ctx):
                                  float_clamp=a.float_clamp)
 
 
+def _bmm_compute(a, x, t, ctx):
+    from kiln.topi.x86 import batch_matmul_int8 as bmm
+
+    xx, yy = x
+    k = int(xx.shape[2])
+    packed = bmm.pack_rhs(yy, a.transpose_b, a.lanes, a.shift)
+    return bmm.batch_matmul_int8_acc(xx, packed, k)
+
+
 def _out_hw(a, data):
     pt, pl, pb, pr = a.padding
     h, w = (int(d) for d in data.shape[2:4])
@@ -600,9 +664,11 @@ def compute_from_workload(op_name: str, inputs, attr_pairs, cfg):
 def _schedules():
     from kiln.topi.x86 import amx_int8
     from kiln.topi.x86 import conv2d_int8 as k
+    from kiln.topi.x86 import batch_matmul_int8 as bmm
     from kiln.topi.x86 import conv2d_int8_winograd as wino
     return {"conv2d_int8": {"x86": k.schedule_conv2d_int8, "arm_cpu": k.schedule_conv2d_int8},
             "conv2d_int8_winograd": {"x86": wino.schedule_conv2d_int8_winograd},
+            "batch_matmul_int8": {"x86": bmm.schedule_batch_matmul_int8},
             "conv2d_int8_amx": {"x86": amx_int8.schedule_conv2d_int8_amx},
             "dense_int8": {"x86": k.schedule_dense_int8, "arm_cpu": k.schedule_dense_int8},
             "depthwise_int8": {"x86": k.schedule_depthwise_int8, "arm_cpu": k.schedule_depthwise_int8}}
@@ -615,5 +681,6 @@ def _conv_schedule_key(a) -> str:
 
 COMPUTES = {CONV2D_INT8.name: (_conv_compute, _conv_schedule_key), DENSE_INT8.name: (_dense_compute, "dense_int8"),
             DEPTHWISE_INT8.name: (_depthwise_compute, "depthwise_int8")}
+COMPUTES[BATCH_MATMUL_INT8.name] = (_bmm_compute, "batch_matmul_int8")
 COMPUTES.update(_qlinear_add.COMPUTES)  # qnn.add's FLOAT32 form: any target (injective schedule)
 SCHEDULES = _schedules
