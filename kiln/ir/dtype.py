@@ -138,12 +138,6 @@ def _register_numpy_bfloat16() -> None:
         pass
 
 
-def numpy_name(dt: DType | str) -> str:
-    """The numpy dtype name for a scalar DType (bfloat16: ml_dtypes' "bfloat16")."""
-    dt = dtype(dt)
-    return "bool" if dt.is_bool else str(dt.element_of())
-
-
 BOOL_T = DType("bool", 1)
 INT32 = DType("int", 32)
 INT64 = DType("int", 64)

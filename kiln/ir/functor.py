@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from .block import BufferRegion
 from .expr import IterVar, PrimExpr, Range, Var
-from .stmt import Buffer, Stmt
+from .stmt import Stmt
 
 # Fields that are not children: buffers are shared objects, and the combiner of a Reduce is
 # a description rather than code at this point.
@@ -140,7 +140,3 @@ def uses_var(node, pred: Callable[[Var], bool]) -> bool:
 
     _Find().visit(node)
     return found
-
-
-def buffer_of(node) -> Buffer | None:
-    return getattr(node, "buffer", None)

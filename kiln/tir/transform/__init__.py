@@ -73,12 +73,6 @@ C_PIPELINE = Pipeline("tir.CPipeline", [
 ])
 
 
-def run_pipeline(func: PrimFunc) -> PrimFunc:
-    """PIPELINE on one function (its global_symbol names it)."""
-    key = func.attrs.get("global_symbol", "main")
-    return PIPELINE(IRModule({key: func}))[key]
-
-
 class PrimFuncPass(Pass):
     """A pass over every PrimFunc of an IRModule: ``mod = tvm.tir.transform.Simplify()(mod)``.
     A ``kiln.transform.Pass``, so PassContext, instruments and KILN_DEBUG=2 treat it as any pass."""
