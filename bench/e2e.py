@@ -120,16 +120,25 @@ _BUILT: dict = {}
 
 def build_kiln(model, threads: int, log: str | None = None, target: str = "llvm", precision: str = "float32"):
     """(graph module running on ``threads`` threads, compile seconds); a model is compiled once
-    per (log, target, precision) in a run, each thread count gets its own module of that library."""
+    per (log, target, precision) in a run; each later thread count loads its own copy of the
+    exported library (the thread count is read when a library is loaded; its worker threads
+    start with the CPU affinity of that moment)."""
+    import tempfile
+
     import kiln as tvm
     from kiln import config
     from kiln.contrib import graph_executor
 
     key = (id(model), log, target, precision)
-    if key not in _BUILT:
+    first = key not in _BUILT
+    if first:
         _BUILT[key] = _compile(model, log, target, precision)
     lib, compile_s = _BUILT[key]
     with config.override(num_threads=threads):  # read when the kernel library is loaded
+        if not first:
+            path = os.path.join(tempfile.mkdtemp(prefix="e2e_"), f"model_{threads}.so")
+            lib.export_library(path)
+            lib = tvm.runtime.load_module(path)
         m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
     return m, compile_s
 
