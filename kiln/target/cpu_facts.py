@@ -79,7 +79,7 @@ class CPUFacts:
         """AVX-512 code for a CPU without AMD's sse4a: Intel's AVX-512 cores run a 512-bit FMA
         whole (two such ports on Xeons), where AMD's Zen 4 splits it into two 256-bit halves.
         The x86 conv defaults differ on it: Intel runs out of load slots before FMA slots, so its
-        register tiles share each load among more FMAs (docs/topi.md)."""
+        register tiles share each load among more FMAs (docs/mixed-precision.md)."""
         return "avx512f" in self.features and "sse4a" not in self.features
 
 
