@@ -1,7 +1,8 @@
-"""AArch64 int8 kernels: ``sdot`` with the dot-product extension, the NEON fallback without it;
-built by relay for aarch64, the instruction checked in the assembly, and the model run by kiln_rpc
-under qemu-aarch64 (``-cpu max``: it has the extension), exactly against the numpy int64 reference
-of the qnn ops."""
+"""ARM int8 kernels: AArch64 ``sdot`` with the dot-product extension, the NEON fallback without it,
+and 32-bit ARMv7-A NEON (widened bytes multiplied and accumulated, ``vmla``); built by relay, the
+instructions checked in the assembly, and the model run by kiln_rpc under qemu-aarch64 (``-cpu
+max``: it has the extension) or qemu-arm, exactly against the numpy int64 reference of the qnn
+ops."""
 
 from __future__ import annotations
 
@@ -46,16 +47,72 @@ def test_aarch64_tier_instructions(tier):
         assert not re.search(r"^\s*sdot\s", asm, re.M)
 
 
-@pytest.fixture(scope="module")
-def board(tmp_path_factory):
-    arch = boards.ARCHES["aarch64"]
+def _board(tmp_path_factory, name):
+    arch = boards.ARCHES[name]
     missing = arch.missing()
     if missing:
-        pytest.skip(f"aarch64 board {missing}")
-    out = boards.build_runtime(str(tmp_path_factory.mktemp("kiln-rpc-aarch64-int8")), arch.cross)
-    b = boards.start_board(os.path.join(out, "kiln_rpc"), arch)
+        pytest.skip(f"{name} board {missing}")
+    out = boards.build_runtime(str(tmp_path_factory.mktemp(f"kiln-rpc-{name}-int8")), arch.cross)
+    return boards.start_board(os.path.join(out, "kiln_rpc"), arch)
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory):
+    b = _board(tmp_path_factory, "aarch64")
     yield b
     b.stop()
+
+
+@pytest.fixture(scope="module")
+def armv7_board(tmp_path_factory):
+    b = _board(tmp_path_factory, "armv7")
+    yield b
+    b.stop()
+
+
+def _run_on(board, lib, inputs, tmp_path):
+    path = str(tmp_path / "mod.so")
+    lib.get_lib().export_library(path)
+    with rpc.connect(svc.HOST, board.port) as remote:
+        remote.upload(path)
+        m = graph_executor.create(lib.get_graph_json(), remote.load_module("mod.so"), remote.cpu())
+        m.load_params(save_params(lib.get_params()))  # the packed weights and requantize constants
+        m.set_input("x", inputs["x"])
+        m.run()
+        return [m.get_output(i).numpy() for i in range(m.get_num_outputs())]
+
+
+ARMV7 = "llvm -mtriple=armv7l-linux-gnueabihf -mcpu=cortex-a9 -mattr=+neon"
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("rounding", ["UPWARD", "FLOAT32"])
+def test_armv7_neon_int8_exact_on_qemu(armv7_board, rounding, tmp_path):
+    """32-bit ARMv7-A with NEON (a Cortex-A9): the int8 conv and dense kernels (NEON tier: bytes
+    widened, multiplied and accumulated in int32 lanes, vmla), with the fixed-point and the
+    onnxruntime (float32) requantize, run under qemu-arm exactly as the numpy reference."""
+    from kiln.relay import qnn
+
+    rng = np.random.default_rng(11)
+    mod, inputs = conv_graph(rng, stride=2, zx=200)
+    if rounding == "FLOAT32":  # the same graph with the ONNX importer's rounding
+        from kiln.relay.expr import Call
+        from kiln.relay.visitor import ExprMutator
+
+        class R(ExprMutator):
+            def visit_Call(self, call):
+                new = super().visit_Call(call)
+                if isinstance(new, Call) and new.op is qnn.op.core.REQUANTIZE:
+                    return Call(new.op, new.args, new.attrs.with_changes(rounding="FLOAT32"))
+                return new
+        from kiln.ir.module import IRModule
+        mod = IRModule.from_expr(R().visit(mod["main"]))
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=ARMV7)
+    assert {op for op, _, _ in anchor_ops(lib)} == {"nn.contrib_conv2d_int8", "nn.contrib_dense_int8"}
+    assert re.search(r"^\s*vmla\.i32\s+q\d+", lib.get_lib().get_source("asm"), re.M)
+    for g, want in zip(_run_on(armv7_board, lib, inputs, tmp_path), reference(mod, inputs)):
+        np.testing.assert_array_equal(g, want)
 
 
 @pytest.mark.qemu

@@ -49,13 +49,15 @@ def dot_intrin(data_dtype: str = "int8", weight_dtype: str = "int8"):
 
 
 def int8_tier(target=None):
-    """("sdot", 4) with the dot-product extension, ("neon", 4) with NEON, else None (AArch64 only)."""
+    """("sdot", 4) with the dot-product extension (AArch64), ("neon", 4) with NEON (AArch64, or
+    32-bit ARMv7-A with ``+neon``: LLVM widens and multiplies the bytes, ``vmull``/``vmlal``),
+    else None."""
     from kiln.target.cpu_facts import cpu_facts
 
     facts = cpu_facts(target)
-    if facts.arch != "aarch64" or "neon" not in facts.features:
+    if facts.arch not in ("aarch64", "arm") or "neon" not in facts.features:
         return None
-    return ("sdot", LANES) if "dotprod" in facts.features else ("neon", LANES)
+    return ("sdot", LANES) if "dotprod" in facts.features and facts.arch == "aarch64" else ("neon", LANES)
 
 
 __all__ = ["dot_intrin", "int8_tier", "LANES"]
