@@ -104,13 +104,34 @@ def dense_tensorcore(data, weight, bias=None, out_dtype=None, cfg=None):
 
 def batch_matmul_tensorcore(a, b, oshape=None, out_dtype=None, transpose_a=False, transpose_b=True, cfg=None):
     """topi.nn.batch_matmul (b as (B, N, K)) on tensor cores."""
-    if transpose_a or not transpose_b:
-        raise ValueError("batch_matmul_tensorcore: only a (B, M, K) x b (B, N, K) (transpose_b=True)")
-    out = _batch_matmul(a, b, oshape, out_dtype, False, True)
-    _, m, n = (const_int(d) for d in out.shape)
-    k = const_int(a.shape[2])
-    _check(m, n, k, a.dtype, "batch_matmul")
-    out.op.attrs["tensorcore_config"] = config_for(m, n, k, cfg)
+    if transpose_a:
+        raise ValueError("batch_matmul_tensorcore: a must be (B, M, K) (transpose_a=False)")
+    from kiln.tir import op as tir_op
+
+    batch, m, k = (const_int(d) for d in a.shape)
+    n = const_int(b.shape[1 if transpose_b else 2])
+    mp, np_, kp = _round_up(m, WMMA), _round_up(n, WMMA), _round_up(k, WMMA)
+    _check(mp, np_, kp, a.dtype, "batch_matmul")
+    if (mp, np_, kp) != (m, n, k):
+        # as dense_tensorcore: padded rows repeat the last one; padded k terms are zero in a
+        zero = te.const(0, a.dtype)
+        a0, b0 = a, b
+        a = te.compute((batch, mp, kp), lambda t, i, r: te.if_then_else(
+            r < k, a0[t, tir_op.min(i, m - 1), tir_op.min(r, k - 1)], zero) if kp != k else a0[t, tir_op.min(i, m - 1), r],
+            name="bmm_rows")
+        if transpose_b:
+            b = te.compute((batch, np_, kp), lambda t, j, r: b0[t, tir_op.min(j, n - 1), tir_op.min(r, k - 1)],
+                           name="bmm_cols")
+        else:
+            b = te.compute((batch, kp, np_), lambda t, r, j: b0[t, tir_op.min(r, k - 1), tir_op.min(j, n - 1)],
+                           name="bmm_cols")
+    out = _batch_matmul(a, b, None if (mp, np_) != (m, n) else oshape, out_dtype, False, transpose_b)
+    # b as (B, K, N) (ONNX MatMul's layout): a row-major wmma B, as the NCHW convs'
+    out.op.attrs["tensorcore_config"] = {**config_for(mp, np_, kp, cfg),
+                                         **({} if transpose_b else {"b_layout": "row_major"})}
+    if (mp, np_) != (m, n):
+        product = out
+        out = te.compute((batch, m, n), lambda t, i, j: product[t, i, j], name="bmm_valid", tag="injective")
     return out
 
 
@@ -374,15 +395,19 @@ def use_tensorcore(a, b, transpose_b: bool = True, pad: bool = False) -> bool:
     from kiln.target import Target
 
     target = Target.current(allow_none=True)
-    if target is None or target.kind != "cuda" or not transpose_b or len(a.shape) != len(b.shape):
+    if target is None or target.kind != "cuda" or len(a.shape) != len(b.shape):
+        return False
+    if not transpose_b and not (pad and len(a.shape) == 3):  # b as (B, K, N): batch_matmul only
         return False
     try:
         m, k = (const_int(d) for d in a.shape[-2:])
-        n = const_int(b.shape[-2])
+        n = const_int(b.shape[-2] if transpose_b else b.shape[-1])
     except (TypeError, ValueError):
         return False
     if pad and min(m, n) >= WMMA:
         m, n = _round_up(m, WMMA), _round_up(n, WMMA)
+        if len(a.shape) == 3:  # batch_matmul: the reduction too (attention's scores x values: k = tokens)
+            k = _round_up(k, WMMA)
     return str(b.dtype) == str(a.dtype) == "float16" and fits(m, n, k, a.dtype)
 
 

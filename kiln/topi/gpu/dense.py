@@ -114,8 +114,9 @@ def matmul(a, b, bias=None, out_dtype=None, transpose_a=False, transpose_b=False
 def batch_matmul(a, b, oshape=None, out_dtype=None, transpose_a=False, transpose_b=True, cfg=None):
     from ..cuda import tensorcore as tc
 
-    if not transpose_a and tc.use_tensorcore(a, b, transpose_b) and const_int(a.shape[0]) == const_int(b.shape[0]):
-        return tc.batch_matmul_tensorcore(a, b, oshape, out_dtype, cfg=tc.tensorcore_cfg(cfg))
+    if not transpose_a and tc.use_tensorcore(a, b, transpose_b, pad=True) and \
+            const_int(a.shape[0]) == const_int(b.shape[0]):
+        return tc.batch_matmul_tensorcore(a, b, oshape, out_dtype, transpose_b=transpose_b, cfg=tc.tensorcore_cfg(cfg))
     out = _batch_matmul(a, b, oshape, out_dtype, transpose_a, transpose_b)
     _, m, n = (const_int(d) for d in out.shape)
     k = const_int(a.shape[1 if transpose_a else 2])

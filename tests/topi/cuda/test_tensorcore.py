@@ -17,7 +17,7 @@ from kiln.topi.cuda import (
     batch_matmul_tensorcore, conv2d_nhwc_tensorcore, dense_tensorcore, intrin_wmma_gemm, schedule_conv2d_nhwc_tensorcore,
     schedule_dense_tensorcore,
 )
-from kiln.topi.cuda.tensorcore import fits
+from kiln.topi.cuda.tensorcore import _find as tc_find, fits
 
 pytestmark = pytest.mark.skipif(not cg.have_nvrtc(),
                                 reason="needs NVRTC: pip install -e '.[cuda]' (cuda-bindings, nvidia-cuda-nvrtc)")
@@ -190,6 +190,27 @@ def test_padded_dense_compute_equals_numpy_on_the_cpu(m, n):
     np.testing.assert_allclose(out.numpy(), want, atol=64 * 2 ** -24 * (np.abs(x) @ np.abs(w).T).max(), rtol=0)
 
 
+@pytest.mark.parametrize("m,n,k,transpose_b", [(40, 40, 64, True), (40, 64, 40, True), (40, 64, 40, False)],
+                         ids=["scores", "values", "values-kn"])
+def test_padded_batch_matmul_compute_equals_numpy_on_the_cpu(m, n, k, transpose_b):
+    """Attention's two products at a sequence of 40: rows, columns and (for scores x values)
+    the reduction padded to 16; the padded k terms are zero; b as (B, N, K) or, as ONNX MatMul
+    gives it, (B, K, N) (a row-major wmma B)."""
+    A = te.placeholder((2, m, k), "float16", name="A")
+    B = te.placeholder((2, n, k) if transpose_b else (2, k, n), "float16", name="B")
+    C = batch_matmul_tensorcore(A, B, out_dtype="float32", transpose_b=transpose_b)
+    if not transpose_b:
+        assert tc_find(C).op.attrs["tensorcore_config"]["b_layout"] == "row_major"
+    f = tvm.build(te.create_schedule(C.op), [A, B, C], target="llvm")
+    rng = np.random.default_rng(8)
+    x, y = rng.standard_normal((2, m, k)).astype("float16"), rng.standard_normal((2, n, k)).astype("float16")
+    out = tvm.nd.empty((2, m, n), "float32")
+    f(tvm.nd.array(x), tvm.nd.array(y if transpose_b else np.ascontiguousarray(y.transpose(0, 2, 1))), out)
+    want = np.einsum("bmk,bnk->bmn", x.astype("float64"), y.astype("float64"))
+    bound = k * 2 ** -24 * np.einsum("bmk,bnk->bmn", np.abs(x).astype("float64"), np.abs(y).astype("float64")).max()
+    np.testing.assert_allclose(out.numpy(), want, atol=bound, rtol=0)
+
+
 def test_relay_batch_matmul_takes_tensor_cores():
     from kiln import relay
 
@@ -317,6 +338,25 @@ def test_padded_dense_runs():
     f(tvm.nd.array(x, dev), tvm.nd.array(w, dev), out)
     want = x.astype("float64") @ w.astype("float64").T
     np.testing.assert_allclose(out.numpy(), want, atol=k * 2 ** -24 * (np.abs(x) @ np.abs(w).T).max(), rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k,transpose_b", [(197, 197, 64, True), (197, 64, 197, True), (197, 64, 197, False)],
+                         ids=["scores", "values", "values-kn"])
+def test_padded_batch_matmul_runs(m, n, k, transpose_b):
+    A = te.placeholder((3, m, k), "float16", name="A")
+    B = te.placeholder((3, n, k) if transpose_b else (3, k, n), "float16", name="B")
+    with tvm.target.Target(TARGET):
+        C = batch_matmul_tensorcore(A, B, out_dtype="float32", transpose_b=transpose_b)
+        f = tvm.build(schedule_dense_tensorcore([C]), [A, B, C], target=TARGET)
+    dev = tvm.cuda(0)
+    rng = np.random.default_rng(9)
+    x, y = rng.standard_normal((3, m, k)).astype("float16"), rng.standard_normal((3, n, k)).astype("float16")
+    out = tvm.nd.array(np.full((3, m, n), np.nan, "float32"), dev)
+    f(tvm.nd.array(x, dev), tvm.nd.array(y if transpose_b else np.ascontiguousarray(y.transpose(0, 2, 1)), dev), out)
+    want = np.einsum("bmk,bnk->bmn", x.astype("float64"), y.astype("float64"))
+    bound = k * 2 ** -24 * np.einsum("bmk,bnk->bmn", np.abs(x).astype("float64"), np.abs(y).astype("float64")).max()
+    np.testing.assert_allclose(out.numpy(), want, atol=bound, rtol=0)
 
 
 @pytest.mark.gpu
