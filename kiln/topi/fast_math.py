@@ -114,4 +114,11 @@ def gelu(x, approximate: str = "none"):
             return c(0.5) * v * (c(1.0) + fast_tanh_expr(inner))
         return v * (c(0.5) + c(0.5) * fast_erf_expr(v * c(1 / math.sqrt(2))))
 
-    return te.compute(x.shape, lambda *i: f(x(*i)), name="T_gelu", tag="elemwise")
+    def bound(*i):
+        # the input bound once: inlined into a GEMM's epilogue it is a whole expression, which the
+        # erf/tanh polynomials would otherwise copy a dozen times (and the simplifier walk each copy)
+        v = tir.Var("gelu_x", x.dtype)
+        body = f(v)
+        return tir.Let(v, x(*i), body, body.dtype)
+
+    return te.compute(x.shape, bound, name="T_gelu", tag="elemwise")
