@@ -178,14 +178,14 @@ QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul
              "DynamicQuantizeLinear"}
 _NODE = {t.name: t for t in backend.node_tests(QUANT_OPS, float_only=False)} \
     if os.path.isdir(backend.node_test_dir()) else {}
-# Not supported (each fails with one error naming the node): 4-bit, 2-bit and float8 types, and
-# opset 21's blocked quantization.
-UNSUPPORTED = ("e4m3fn", "e5m2", "float4e2m1", "int4", "uint4", "int2", "uint2", "blocked")
+# Not supported (each fails with one error naming the node): 4-bit, 2-bit and float8 types.
+UNSUPPORTED = ("e4m3fn", "e5m2", "float4e2m1", "int4", "uint4", "int2", "uint2")
 EXPECTED = sorted(n for n in _NODE if not any(u in n for u in UNSUPPORTED))
 
 
 def test_node_cases_present():
-    assert len(EXPECTED) == 26, EXPECTED
+    assert len(EXPECTED) == 29, EXPECTED
+    assert sum("blocked" in n for n in EXPECTED) == 3
 
 
 @pytest.mark.parametrize("name", EXPECTED)
@@ -193,10 +193,32 @@ def test_onnx_quantization_node_case(name):
     backend.run_node_test(_NODE[name])
 
 
-@pytest.mark.parametrize("name", [n for n in sorted(_NODE) if "blocked" in n])
-def test_blocked_quantization_is_one_error(name):
-    with pytest.raises(FileFormatError, match=r"(Quantize|Dequantize)Linear node .*per channel") as info:
-        backend.run_node_test(_NODE[name])
+def _blocked_model(op, scale_shape, block=2):
+    x_type = TensorProto.FLOAT if op == "QuantizeLinear" else TensorProto.INT8
+    scale = numpy_helper.from_array(np.full(scale_shape, 0.05, np.float32), "s")
+    zp = numpy_helper.from_array(np.full(scale_shape, -3, np.int8), "z")
+    node = helper.make_node(op, ["x", "s", "z"], ["y"], axis=1, block_size=block)
+    graph = helper.make_graph([node], "blocked", [helper.make_tensor_value_info("x", x_type, [3, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT if x_type == TensorProto.INT8
+                                                             else TensorProto.INT8, [3, 5])], [scale, zp])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize("op", ["QuantizeLinear", "DequantizeLinear"])
+def test_blocked_quantization_matches_ort(op):
+    # 5 channels in blocks of 2: the last block is partial (ceil(5/2) = 3 scales).
+    model = _blocked_model(op, (3, 3))
+    rng = np.random.default_rng(0)
+    x = (rng.normal(0, 4, (3, 5)).astype(np.float32) if op == "QuantizeLinear"
+         else rng.integers(-128, 128, (3, 5), dtype=np.int8))
+    got, _ = build_run(model, {"x": x})
+    np.testing.assert_array_equal(got, run_ort(model, {"x": x})[0])
+
+
+def test_blocked_scale_of_the_wrong_shape_is_one_error():
+    with pytest.raises(FileFormatError, match=r"QuantizeLinear node .*y_scale has shape \[3, 2\]; block_size 2 "
+                                              r"along axis 1 of an input \[3, 5\] needs \[3, 3\]") as info:
+        relay.frontend.from_onnx(_blocked_model("QuantizeLinear", (3, 2)), shape={"x": (3, 5)})
     assert "\n" not in str(info.value)
 
 
@@ -261,3 +283,34 @@ def test_qdq_resnet18_is_integer(tmp_path_factory):
     cos = float(got[0] @ want[0] / (np.linalg.norm(got[0]) * np.linalg.norm(want[0])))
     assert cos >= 0.99, cos
     assert "conv2d" in text
+
+
+# -- 3-D QLinearConv (video networks) ---------------------------------------------------------------
+
+def _qlinear_conv3d_model(rng, pads, strides, dilations, group=1):
+    c, o, k = 4, 6, (3, 3, 2)
+    w = rng.integers(-127, 128, (o, c // group) + k, dtype=np.int8)
+    inits = [numpy_helper.from_array(np.float32(0.05), "xs"), numpy_helper.from_array(np.uint8(121), "xz"),
+             numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(rng.uniform(0.002, 0.01, o).astype(np.float32), "ws"),
+             numpy_helper.from_array(np.zeros(o, np.int8), "wz"),
+             numpy_helper.from_array(np.float32(0.4), "ys"), numpy_helper.from_array(np.uint8(119), "yz"),
+             numpy_helper.from_array(rng.integers(-2000, 2000, o, dtype=np.int32), "b")]
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"],
+                            kernel_shape=list(k), pads=pads, strides=strides, dilations=dilations, group=group)
+    graph = helper.make_graph([node], "qconv3d", [helper.make_tensor_value_info("x", TensorProto.UINT8,
+                                                                                 [1, c, 5, 7, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("pads,strides,dilations,group", [
+    ([1, 1, 0, 1, 1, 1], [1, 1, 1], [1, 1, 1], 1),
+    ([0, 1, 1, 2, 0, 1], [2, 1, 2], [1, 2, 1], 2),
+])
+def test_qlinear_conv3d_matches_ort(pads, strides, dilations, group):
+    rng = np.random.default_rng(3)
+    model = _qlinear_conv3d_model(rng, pads, strides, dilations, group)
+    x = rng.integers(0, 256, (1, 4, 5, 7, 6), dtype=np.uint8)
+    got, _ = build_run(model, {"x": x})
+    np.testing.assert_array_equal(got, run_ort(model, {"x": x})[0])

@@ -4,7 +4,7 @@
   ops between them are turned into integer ops by ``FakeQuantizationToInteger`` in relay.build.
   A DequantizeLinear of a constant (a weight, a bias) is kept, not folded to float at import,
   so that pass sees the integer weight.
-- QOperator: QLinearConv (1-D, 2-D), QLinearMatMul, ConvInteger, MatMulInteger,
+- QOperator: QLinearConv (1-D, 2-D, 3-D), QLinearMatMul, ConvInteger, MatMulInteger,
   DynamicQuantizeLinear, and onnxruntime's com.microsoft QLinearAdd/Mul, QLinearConcat,
   QLinearAveragePool, QLinearGlobalAveragePool, QLinearSigmoid/LeakyRelu/Softmax, QGemm.
 
@@ -21,8 +21,10 @@ one error naming the node.
 from __future__ import annotations
 
 import numpy as np
+from onnx import helper
 
 from ...expr import Constant, const
+from ...op import nn as nn_op
 from ...op import reduce, tensor
 from ...op import transform as tf
 from ...qnn import op as qop
@@ -87,8 +89,52 @@ def _dynamic(ctx, ins, what):
     return s, z, zdtype
 
 
+def _block_expand(ctx, x, expr, axis: int, block: int, what: str) -> np.ndarray:
+    """A blocked scale or zero point (opset 21's ``block_size``) repeated to ``x``'s shape."""
+    if not isinstance(expr, Constant):
+        ctx.fail(f"{what} must be a constant (an initializer)")
+    shape = list(ctx.shape_of(x))
+    a = np.asarray(expr.data)
+    axis %= len(shape)
+    want = [-(-d // block) if i == axis else d for i, d in enumerate(shape)]
+    if list(a.shape) != want:
+        ctx.fail(f"{what} has shape {list(a.shape)}; block_size {block} along axis {axis} of an input "
+                 f"{shape} needs {want}")
+    return np.repeat(a, block, axis=axis).take(np.arange(shape[axis]), axis=axis)
+
+
+def _blocked_quantize(ctx, x, ins, axis, block, attrs):
+    """Blocked quantization stays elementwise float arithmetic (the spec's formula, half to even):
+    blocks are for weight-only quantized layers, which qnn's per-tensor/per-channel ops do not cover."""
+    s = _block_expand(ctx, x, ins[1], axis, block, "y_scale").astype(np.float32)
+    _scale(ctx, const(s.reshape(-1)), "y_scale")
+    zp = ins[2] if len(ins) > 2 else None
+    if zp is not None:
+        z = _block_expand(ctx, x, zp, axis, block, "y_zero_point")
+        dtype = z.dtype.name
+    else:
+        dtype = helper.tensor_dtype_to_np_dtype(attrs["output_dtype"]).name if attrs.get("output_dtype") else "uint8"
+        z = np.zeros(s.shape, dtype)
+    _zero_point(ctx, const(z.reshape(-1)), "y_zero_point")
+    lo, hi = dtype_range(dtype)
+    q = tensor.add(tensor.round(tensor.divide(x, const(s))), const(z.astype(np.float32)))
+    return tf.cast(tensor.clip(q, float(lo), float(hi)), dtype)
+
+
+def _blocked_dequantize(ctx, x, ins, axis, block):
+    s = _block_expand(ctx, x, ins[1], axis, block, "x_scale").astype(np.float32)
+    _scale(ctx, const(s.reshape(-1)), "x_scale")
+    xf = tf.cast(x, "float32")
+    if len(ins) > 2 and ins[2] is not None:
+        z = _block_expand(ctx, x, ins[2], axis, block, "x_zero_point")
+        xf = tensor.subtract(xf, const(z.astype(np.float32)))
+    return tensor.multiply(xf, const(s))
+
+
 def _quantize_linear(ctx, ins, attrs):
     x = ins[0]
+    if attrs.get("block_size", 0) > 0:
+        return _blocked_quantize(ctx, x, ins, attrs.get("axis", 1), attrs["block_size"], attrs)
     if not isinstance(ins[1], Constant) or (len(ins) > 2 and ins[2] is not None and not isinstance(ins[2], Constant)):
         s, z, dtype = _dynamic(ctx, ins, "y")
         return qop.quantize(x, s, z, out_dtype=dtype, rounding=ROUNDING)
@@ -101,6 +147,8 @@ def _quantize_linear(ctx, ins, attrs):
 
 def _dequantize_linear(ctx, ins, attrs):
     x = ins[0]
+    if attrs.get("block_size", 0) > 0:
+        return _blocked_dequantize(ctx, x, ins, attrs.get("axis", 1), attrs["block_size"])
     axis = attrs.get("axis", 1)
     n = _channels(ctx, x, axis)
     s = _scale(ctx, ins[1], "x_scale", n)
@@ -113,12 +161,45 @@ _dequantize_linear.keep_unfolded = True  # the importer keeps DequantizeLinear(w
 
 # -- QOperator: conv / matmul ---------------------------------------------------------------------
 
-def _conv_core(ctx, x, w, zx, zw, sx, sw, attrs):
-    """qnn.conv2d (int32) for 2-D, or 1-D lifted to H = 1."""
+def _conv3d_core(ctx, x, w, zx, zw, sx, sw, attrs):
+    """int32 accumulators of a 3-D (NCDHW) convolution, as conv3d.py computes float ones: depth
+    folds into the batch, one qnn.conv2d per kernel depth tap, the taps' results shifted along
+    depth and summed. Depth padding is the input's zero point (a quantized zero)."""
+    if not isinstance(w, Constant) or np.asarray(zx.data).size != 1:
+        ctx.fail("a 3-D quantized convolution needs a constant weight and one input zero point")
     xs, ws = ctx.shape_of(x), ctx.shape_of(w)
+    kernel = list(attrs.get("kernel_shape", ws[2:]))
+    strides = list(attrs.get("strides", [1] * 3))
+    dil = list(attrs.get("dilations", [1] * 3))
+    lo, hi = _pads_nd(attrs, xs[2:], kernel, strides, dil)
+    n, depth = xs[0], xs[2] + lo[0] + hi[0]
+    if lo[0] or hi[0]:
+        x = nn_op.pad(x, [(0, 0), (0, 0), (lo[0], hi[0]), (0, 0), (0, 0)], pad_value=float(np.asarray(zx.data)))
+    out_d = (depth - dil[0] * (kernel[0] - 1) - 1) // strides[0] + 1
+    if out_d < 1:
+        ctx.fail(f"kernel depth {kernel[0]} (dilation {dil[0]}) is larger than the padded input depth {depth}")
+    folded = tf.reshape(tf.transpose(x, (0, 2, 1, 3, 4)), (n * depth, xs[1], xs[3], xs[4]))
+    attrs_2d = {"kernel_shape": kernel[1:], "strides": strides[1:], "dilations": dil[1:],
+                "pads": [lo[1], lo[2], hi[1], hi[2]], "group": attrs.get("group", 1)}
+    total = None
+    for kd in range(kernel[0]):
+        y, _ = _conv_core(ctx, folded, const(w.data[:, :, kd].copy()), zx, zw, sx, sw, attrs_2d)
+        o, oh, ow = ctx.shape_of(y)[1:]
+        y = tf.reshape(y, (n, depth, o, oh, ow))
+        start = kd * dil[0]
+        y = tf.strided_slice(y, [start], [start + (out_d - 1) * strides[0] + 1], [strides[0]], axes=[1])
+        total = y if total is None else tensor.add(total, y)
+    return tf.transpose(total, (0, 2, 1, 3, 4))
+
+
+def _conv_core(ctx, x, w, zx, zw, sx, sw, attrs):
+    """qnn.conv2d (int32) for 2-D, 1-D lifted to H = 1 (second result True), 3-D by depth slices."""
+    xs, ws = ctx.shape_of(x), ctx.shape_of(w)
+    if len(xs) == 5 and len(ws) == 5:
+        return _conv3d_core(ctx, x, w, zx, zw, sx, sw, attrs), False
     one_d = len(xs) == 3
     if len(xs) not in (3, 4) or len(ws) != len(xs):
-        ctx.fail(f"only 1-D and 2-D convolutions are supported; input shape {list(xs)}, weight {list(ws)}")
+        ctx.fail(f"only 1-D, 2-D and 3-D convolutions are supported; input shape {list(xs)}, weight {list(ws)}")
     attrs = dict(attrs)
     if one_d:
         x, w = tf.expand_dims(x, 2), (const(w.data[:, :, None]) if isinstance(w, Constant) else tf.expand_dims(w, 2))
@@ -154,7 +235,7 @@ def _qlinear_conv(ctx, ins, attrs):
     acc, one_d = _conv_core(ctx, x, w, zx, zw, sx, sw, attrs)
     acc_scale = const((np.float64(sx.data) * sw.data.astype(np.float64)).astype("float32"))
     if len(ins) > 8 and ins[8] is not None:
-        acc = tensor.add(acc, tf.reshape(tf.cast(ins[8], "int32"), (1, -1, 1, 1)))
+        acc = tensor.add(acc, tf.reshape(tf.cast(ins[8], "int32"), (1, -1) + (1,) * (len(ctx.shape_of(acc)) - 2)))
     out = qop.requantize(acc, acc_scale, 0, sy, zy, axis=1, rounding=ROUNDING, out_dtype=ydtype)
     return tf.squeeze(out, [2]) if one_d else out
 
