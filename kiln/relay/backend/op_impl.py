@@ -9,7 +9,6 @@
   config of the op (None: topi's defaults).
 - ``schedule``: the key of ``SCHEDULES`` used when this op is the anchor of a fused group
   (a string, or a function of the attrs for ops whose schedule depends on the layout).
-- ``template``: the autotvm task name of a tunable op, without the target suffix.
 - ``prepack``: for a weight that is a constant, how to transform it once at build time
   (conv2d's blocked kernel layout), see ``WeightTransform``.
 
@@ -47,7 +46,6 @@ from ..op.transform import slice_ranges
 class OpImpl:
     compute: Callable
     schedule: str | Callable = "injective"
-    template: str = ""
     prepack: Callable | None = None
 
 
@@ -536,11 +534,11 @@ OP_IMPLS: dict[str, OpImpl] = {
         a.use_peepholes, gpu=ctx.topi in GPU_PACKAGES.values()), "generic"),
     "image.resize2d": OpImpl(_resize2d),
     # anchors
-    "nn.conv2d": OpImpl(_conv2d, _conv2d_schedule, "conv2d_nchw", _conv2d_prepack),
+    "nn.conv2d": OpImpl(_conv2d, _conv2d_schedule, prepack=_conv2d_prepack),
     "nn.conv2d_transpose": OpImpl(_conv2d_transpose, "conv2d_transpose_nchw"),
     "nn.contrib_expand_depthwise_NCHWc": OpImpl(_expand_depthwise, "expand_depthwise_NCHWc"),
-    "nn.dense": OpImpl(_dense, "dense", "dense_nopack", _dense_prepack),
-    "nn.batch_matmul": OpImpl(_batch_matmul, "batch_matmul", "batch_matmul"),
+    "nn.dense": OpImpl(_dense, "dense", prepack=_dense_prepack),
+    "nn.batch_matmul": OpImpl(_batch_matmul, "batch_matmul"),
     "nn.attention": OpImpl(_attention, "attention"),
     "nn.max_pool2d": _pool("max"),
     "nn.avg_pool2d": _pool("avg"),
