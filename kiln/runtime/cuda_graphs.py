@@ -5,7 +5,7 @@ and an offloaded subgraph's library calls (json_cudnn.py).
 run()'s launches into one CUDA graph (``record``) and replays it for every later run(): one
 ``cuGraphLaunch`` instead of one Python callback and ``cuLaunchKernel`` per kernel (about 25 us
 of host time each), so batch-1 latency is the kernels' own time. Recording sets the stream kiln
-launches on (``API.stream``) to the graph's stream and defers the frees of device workspace to
+launches on (this thread's, ``API._current.stream``) to the graph's stream and defers the frees of device workspace to
 the graph, which keeps that memory for its replays. Models with launches of something else
 (offloaded subgraphs, CPU kernels) are run kernel by kernel; so is every model with
 ``KILN_CUDA_GRAPHS=0`` or after ``executor.use_cuda_graph(False)``.
@@ -48,7 +48,7 @@ def record(run, device_id: int):
     frees: list = []
     try:
         stream = _check(drv.cuStreamCreate(0), "cuStreamCreate")  # blocking: ordered with the legacy stream
-        API.stream, API.captured_frees = int(stream), frees
+        API._current.stream, API.captured_frees = int(stream), frees
         _check(drv.cuStreamBeginCapture(stream, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
                "cuStreamBeginCapture")
         failure = None
@@ -57,7 +57,7 @@ def record(run, device_id: int):
         except Exception as err:  # noqa: BLE001 - the capture must be ended before giving up
             failure = err
         finally:
-            API.stream, API.captured_frees = 0, None
+            API._current.stream, API.captured_frees = 0, None
         graph = _check(drv.cuStreamEndCapture(stream), "cuStreamEndCapture")
         if failure is not None:
             raise failure

@@ -78,10 +78,9 @@ class CUDADeviceAPI:
         self._contexts: dict[int, object] = {}
         self._current = threading.local()
         self._owners: dict[int, int] = {}  # ptr -> device id, for the arrays kiln allocated
-        # The stream kiln's launches go to: 0, the legacy default stream, except while a CUDA graph
-        # is recorded (kiln/runtime/cuda_graphs.py); then the frees of device workspace are
-        # deferred to the graph, whose replays still use that memory.
-        self.stream = 0
+        # While a CUDA graph is recorded (kiln/runtime/cuda_graphs.py), the recording thread's
+        # launches go to its stream (_current.stream; else 0, the legacy default stream) and the
+        # frees of device workspace are deferred to the graph, whose replays still use that memory.
         self.captured_frees: list | None = None
 
     # -- devices -------------------------------------------------------------------------------
@@ -335,7 +334,7 @@ class CUDAModule:
         func, dims, shared, params, dev, _ = ready
         if getattr(API._current, "device", None) != dev:
             API.activate(dev)
-        result = _drv().cuLaunchKernel(func, *dims, shared, API.stream, params, 0)
+        result = _drv().cuLaunchKernel(func, *dims, shared, getattr(API._current, 'stream', 0), params, 0)
         if int(result[0]) != 0:
             entry = self.kernels[kernel_id]
             _check(result, f"launch of {entry['name']} on {dims[:3]} blocks of {dims[3:]} threads "
@@ -365,7 +364,7 @@ class CUDAModule:
         func, dims6, shared, params, dev, _ = ready
         if getattr(API._current, "device", None) != dev:
             API.activate(dev)
-        result = _drv().cuLaunchKernel(func, *dims6, shared, API.stream, params, 0)
+        result = _drv().cuLaunchKernel(func, *dims6, shared, getattr(API._current, 'stream', 0), params, 0)
         if int(result[0]) != 0:
             _check(result, f"launch of {self.kernels[kernel_id]['name']} on {dims6[:3]} blocks of {dims6[3:]} "
                            f"threads ({shared} bytes of dynamic shared memory) on cuda({dev})")
