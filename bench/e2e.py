@@ -63,7 +63,11 @@ from onnx_models import mobilenet_v2, resnet18, resnet50  # noqa: E402
 
 from timing import interleaved  # noqa: E402
 
-MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "resnet50": resnet50}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from segmentation_models import deeplabv3_mobilenet_v3  # noqa: E402
+
+MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "resnet50": resnet50,
+          "deeplabv3_mobilenet_v3": deeplabv3_mobilenet_v3}
 DEFAULT_MODELS = "resnet18,mobilenet_v2"
 LOGIT_STEPS = {"bfloat16": 6, "float16": 16}  # the margins of tests/relay/transform/test_mixed_precision.py
 UNTUNED_GOAL, TUNED_GOAL = 1.0, 0.9

@@ -158,3 +158,28 @@ def test_a_channel_pass_keeps_its_weights_for_every_row():
     assert "T.parallel(4)" in text
     passes, rows = text.index("for rco_outer in T.serial(2)"), text.index("in T.serial(7)", text.index("rco_outer"))
     assert passes < rows < text.index("for rco_inner in T.serial(2)")
+
+
+# Taps that read only padding for every output pixel are left out (DeepLabV3's ASPP: 3x3 convs
+# dilated 12/24/36 on 33x33 maps): rows/columns dropped on both sides, on one side (asymmetric
+# padding, the first live tap inside the image), none, and with stride 2.
+@pytest.mark.parametrize("c,o,hw,dilation,stride,pad", [
+    (16, 32, 9, 12, 1, 12),            # only the centre tap is live: a 1x1 conv
+    (16, 32, 9, 6, 1, 6),              # every tap live somewhere
+    (16, 16, 7, 4, 2, (1, 9, 8, 0)),   # top/left taps dropped, the first live one inside the image
+    (16, 16, 8, 5, 1, (10, 0, 0, 10)),
+])
+def test_taps_that_read_only_padding(runner, c, o, hw, dilation, stride, pad):
+    from kiln.topi.x86.conv2d_nchwc import live_taps
+
+    a, wt = runner.rand(1, c, hw, hw), runner.rand(o, c, 3, 3)
+    A = te.placeholder((1, c // 16, hw, hw, 16), name="data")
+    W = te.placeholder(wt.shape, name="kernel")
+    out = topi.x86.conv2d_NCHWc(A, W, stride, pad, dilation, "float32", out_channels=o)
+    bn = int(out.shape[4])
+    got = runner.run(topi.x86.schedule_conv2d_NCHWc, out, [A, W], [to_blocked(a, 16), wt])
+    ref = testing.conv2d_nchw_python(a, wt, stride, pad, dilation=dilation)
+    np.testing.assert_allclose(got, to_blocked(ref, bn), rtol=1e-4, atol=1e-4)
+    if hw == 9 and dilation == 12:
+        p = conv2d_shape("t", (1, c, hw, hw), (o, c, 3, 3), stride, pad, dilation, 1)
+        assert live_taps(p) == ((1, 1), (1, 1))

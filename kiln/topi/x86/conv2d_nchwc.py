@@ -211,17 +211,23 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
         plain = data
         data = te.compute(dshape + (1,), lambda n, c, y, x, b: plain[n, c, y, x], name="data_1c", tag="injective")
     acc = accumulation_dtype(data.dtype, out_dtype)
-    padded = widened(pad(data, (0, 0, p.pad_top, p.pad_left, 0), (0, 0, p.pad_bottom, p.pad_right, 0),
-                         name="data_pad"), acc)
+    (r0, r1), (c0, c1) = live_taps(p)
+    # Taps that read only padding for every output pixel are left out, with the padding they read
+    # (DeepLabV3's ASPP: a 3x3 conv dilated 36 on a 33x33 map is its centre tap, a 1x1 conv).
+    pads = (p.pad_top - r0 * p.dilation_h, p.pad_left - c0 * p.dilation_w,
+            p.pad_bottom - (p.kernel_h - 1 - r1) * p.dilation_h, p.pad_right - (p.kernel_w - 1 - c1) * p.dilation_w)
+    padded = widened(pad(data, (0, 0, max(0, pads[0]), max(0, pads[1]), 0),
+                         (0, 0, max(0, pads[2]), max(0, pads[3]), 0), name="data_pad"), acc)
     kernel_vec = kernel if prepacked else pack_kernel_nchwc(kernel, ib, bn)
     rco = te.reduce_axis((0, channels // ib), name="rco")
     rci = te.reduce_axis((0, ib), name="rci")
-    ry = te.reduce_axis((0, p.kernel_h), name="ry")
-    rx = te.reduce_axis((0, p.kernel_w), name="rx")
+    ry = te.reduce_axis((0, r1 - r0 + 1), name="ry")
+    rx = te.reduce_axis((0, c1 - c0 + 1), name="rx")
 
     def fconv(n, occ, y, x, ocb):
-        a = padded[n, rco, y * p.stride_h + ry * p.dilation_h, x * p.stride_w + rx * p.dilation_w, rci]
-        w = kernel_vec[occ, rco, ry, rx, rci, ocb]
+        a = padded[n, rco, y * p.stride_h + ry * p.dilation_h + max(0, -pads[0]),
+                   x * p.stride_w + rx * p.dilation_w + max(0, -pads[1]), rci]
+        w = kernel_vec[occ, rco, ry + r0, rx + c0, rci, ocb]
         return te.sum(a.astype(acc) * w.astype(acc), axis=[rco, ry, rx, rci])
 
     if not plain_output and flat_pixels(p) and flat_tasks(p, conf) and not conf.get("ic_pass"):
@@ -249,6 +255,19 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
     # the tile (and any fused epilogue) in.
     return te.compute(conv.shape, lambda *i: conv(*i).astype(out_dtype), name="conv2d_NCHWc",
                       tag="injective,conv2d_store")
+
+
+def live_taps(p) -> tuple:
+    """((first, last) kernel row, (first, last) kernel column) that read the image for some output
+    pixel; the others read only padding (a dilation as large as the image)."""
+
+    def live(k, stride, dilation, pad_before, size, out):
+        taps = [t for t in range(k) if t * dilation - pad_before <= size - 1
+                and (out - 1) * stride + t * dilation - pad_before >= 0]
+        return (taps[0], taps[-1]) if taps else (0, k - 1)
+
+    return (live(p.kernel_h, p.stride_h, p.dilation_h, p.pad_top, p.in_height, p.out_height),
+            live(p.kernel_w, p.stride_w, p.dilation_w, p.pad_left, p.in_width, p.out_width))
 
 
 def accumulation_dtype(data_dtype, out_dtype) -> str:
