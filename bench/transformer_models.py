@@ -19,8 +19,27 @@ import numpy as np
 SEQ = {"bert": 128, "gpt2": 64}
 
 
+def _hf():
+    """The ``transformers`` package, not bench/transformers.py: run as a script from bench/, this
+    directory is first on sys.path and its benchmark of that name would shadow the package."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    cached = sys.modules.get("transformers")
+    if cached is not None and Path(getattr(cached, "__file__", "") or "").resolve().parent == here:
+        del sys.modules["transformers"]
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+    try:
+        return importlib.import_module("transformers")
+    finally:
+        sys.path[:] = saved
+
+
 def _config(name: str, size: str):
-    import transformers as hf
+    hf = _hf()
 
     base = size == "base"
     if size == "test":
@@ -49,7 +68,7 @@ def _config(name: str, size: str):
 
 
 def _test_config(name: str):
-    import transformers as hf
+    hf = _hf()
 
     if name == "bert":
         return hf.BertModel(hf.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
