@@ -585,7 +585,9 @@ def _to_expr(value, like: PrimExpr | None = None) -> PrimExpr:
 
 
 def _rank(dt: DType) -> tuple:
-    return ({"bool": 0, "uint": 1, "int": 2, "float": 3}[dt.kind], dt.bits)
+    # bfloat16 is a float of 16 bits: it widens to float32/float64; against float16 neither holds
+    # the other's values, and _match refuses the pair.
+    return ({"bool": 0, "uint": 1, "int": 2, "float": 3, "bfloat": 3}[dt.kind], dt.bits)
 
 
 def _match(a, b) -> tuple[PrimExpr, PrimExpr]:
@@ -607,7 +609,11 @@ def _match(a, b) -> tuple[PrimExpr, PrimExpr]:
         ta, tb = a.dtype, b.dtype
         if ta == tb:
             return a, b
-    if _rank(ta.element_of()) >= _rank(tb.element_of()):
+    ea, eb = ta.element_of(), tb.element_of()
+    if {ea.kind, eb.kind} == {"float", "bfloat"} and ea.bits == eb.bits:
+        raise TypeError(f"cannot combine {ea} and {eb} without an explicit cast (neither holds the other's "
+                        f"values): {a} and {b}")
+    if _rank(ea) >= _rank(eb):
         return a, cast(b, ta)
     return cast(a, tb), b
 

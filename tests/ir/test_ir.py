@@ -45,3 +45,11 @@ def test_dtype_errors_name_the_dtype():
 def test_math_needs_float():
     with pytest.raises(TypeError, match="needs a float"):
         te.exp(te.var("i"))
+
+
+def test_bfloat16_widens_to_float32_and_refuses_float16():
+    b16, f32, f16 = te.var("b", "bfloat16"), te.var("f", "float32"), te.var("h", "float16")
+    assert str((b16 + f32).dtype) == "float32"
+    assert str((b16 * 2).dtype) == "bfloat16"
+    with pytest.raises(TypeError, match="cannot combine bfloat16 and float16 without an explicit cast"):
+        b16 + f16
