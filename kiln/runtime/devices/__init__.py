@@ -49,3 +49,15 @@ def get_api(device_type: int):
                         "(no device API module for it); use tvm.cpu() or run on a remote "
                         "device through RPC")
     return api
+
+
+def made_once(cache: dict, lock, key, make):
+    """``cache[key]``, made by ``make()`` the first time it is asked for; under ``lock`` so that
+    one thread makes it (a device's context, queue, ...). ``make`` must not take ``lock``."""
+    value = cache.get(key)
+    if value is None:
+        with lock:
+            value = cache.get(key)
+            if value is None:
+                value = cache[key] = make()
+    return value

@@ -22,7 +22,7 @@ import threading
 import numpy as np
 
 from ...errors import KilnError
-from . import nvrtc
+from . import made_once, nvrtc
 from .kernel_args import check_launch, launch_device, scalar_casts
 
 _INSTALL = "pip install 'kiln[cuda]' (cuda-bindings, nvidia-cuda-nvrtc) and an NVIDIA driver"
@@ -109,15 +109,8 @@ class CUDADeviceAPI:
         return _check(_drv().cuDeviceGet(device_id), "cuDeviceGet")
 
     def context(self, device_id: int = 0):
-        ctx = self._contexts.get(device_id)
-        if ctx is None:
-            with self._lock:
-                ctx = self._contexts.get(device_id)
-                if ctx is None:
-                    dev = self._device(device_id)
-                    ctx = self._contexts[device_id] = _check(_drv().cuDevicePrimaryCtxRetain(dev),
-                                                             "cuDevicePrimaryCtxRetain")
-        return ctx
+        return made_once(self._contexts, self._lock, device_id, lambda: _check(
+            _drv().cuDevicePrimaryCtxRetain(self._device(device_id)), "cuDevicePrimaryCtxRetain"))
 
     def activate(self, device_id: int = 0) -> None:
         """Make the device's primary context current in this thread."""

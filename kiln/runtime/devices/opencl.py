@@ -17,6 +17,7 @@ import weakref
 import numpy as np
 
 from ...errors import KilnError
+from . import made_once
 from .kernel_args import check_launch, launch_device, scalar_casts
 
 _INSTALL = "pip install 'kiln[opencl]' (pyopencl) and an OpenCL driver (apt-get install pocl-opencl-icd)"
@@ -71,25 +72,15 @@ class OpenCLDeviceAPI:
         return devices[device_id]
 
     def context(self, device_id: int = 0):
-        ctx = self._contexts.get(device_id)
-        if ctx is None:
-            with self._lock:
-                ctx = self._contexts.get(device_id)
-                if ctx is None:
-                    ctx = self._contexts[device_id] = _cl().Context([self.device(device_id)])
-        return ctx
+        return made_once(self._contexts, self._lock, device_id, lambda: _cl().Context([self.device(device_id)]))
 
     def queue(self, device_id: int = 0):
         q = self._queues.get(device_id)
-        if q is None:
-            cl = _cl()
-            ctx = self.context(device_id)
-            with self._lock:
-                q = self._queues.get(device_id)
-                if q is None:
-                    props = cl.command_queue_properties.PROFILING_ENABLE
-                    q = self._queues[device_id] = cl.CommandQueue(ctx, properties=props)
-        return q
+        if q is not None:
+            return q
+        cl, ctx = _cl(), self.context(device_id)  # before the lock: context() takes it too
+        return made_once(self._queues, self._lock, device_id,
+                         lambda: cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE))
 
     def attribute(self, device_id: int, name: str):
         """A property of device ``device_id`` under the name TVM's Device uses for it."""
