@@ -393,3 +393,37 @@ def test_autotvm_tasks_have_the_untuned_tile_as_default_and_a_tuned_log_builds_e
         lib = _build(mod, target)
     for got, want in zip(_run(lib, inputs), reference(mod, inputs)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_batch_matmul_int8_autotvm_task_default_and_tuned_log(tmp_path):
+    """qnn.batch_matmul's int8 kernel is an AutoTVM task (batch_matmul_int8.x86, knob tile_m) whose
+    declared default is the untuned tile; a tuned log builds and stays exact."""
+    from kiln import autotvm
+    from kiln.autotvm import record
+    from kiln.autotvm.tuner import GridSearchTuner
+    from kiln.topi.x86.conv2d_int8 import tile_width
+
+    target = "llvm -mcpu=cascadelake"
+    rng = np.random.default_rng(9)
+    x = relay.var("x", shape=(2, 12, 64), dtype="uint8")
+    y = relay.var("y", shape=(2, 32, 64), dtype="uint8")
+    mm = qnn.op.batch_matmul(x, y, relay.const(3), relay.const(131), relay.const(0.05), relay.const(0.02))
+    mod = module(mm)
+    inputs = {"x": rng.integers(0, 256, (2, 12, 64)).astype("uint8"), "y": rng.integers(0, 256, (2, 32, 64)).astype("uint8")}
+    tasks = autotvm.task.extract_from_program(mod["main"], target=target, params={})
+    assert [t.name for t in tasks] == ["batch_matmul_int8.x86"], [t.name for t in tasks]
+    space = tasks[0].config_space
+    assert space.get(space.default_index())["tile_m"].val == tile_width(12, 4) == 4
+    if why_host_cannot_run(target):
+        pytest.skip(f"{target}: {why_host_cannot_run(target)}")
+    log = str(tmp_path / "bmm.log")
+    option = autotvm.measure_option(builder=autotvm.LocalBuilder(n_parallel=1, timeout=60),
+                                    runner=autotvm.LocalRunner(number=2, repeat=1, timeout=60, cooldown_interval=0,
+                                                               check_correctness=True))
+    GridSearchTuner(tasks[0]).tune(n_trial=2, measure_option=option, callbacks=[autotvm.callback.log_to_file(log)])
+    rows = list(record.load_from_file(log))
+    assert len(rows) == 2 and all(r.error_no == 0 for _, r in rows), rows
+    with autotvm.apply_history_best(log):
+        lib = _build(mod, target)
+    for got, want in zip(_run(lib, inputs), reference(mod, inputs)):
+        np.testing.assert_array_equal(got, want)

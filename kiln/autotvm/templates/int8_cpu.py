@@ -4,7 +4,7 @@
 The workload is the op's five inputs (data, packed weight, bias, multiplier, shift) and its
 attributes as (name, value) pairs (``cpu_int8.workload_attrs``), so a task computes exactly the
 kernel relay.build deploys. The knobs are the register tile: ``tile_ow`` (pixels of a row, every
-divisor of the row up to 16) and ``oc_chunks`` (output blocks, 1 or 2) for the convs, ``tile_m`` (rows, divisors up to 8) for dense. The
+divisor of the row up to 16) and ``oc_chunks`` (output blocks, 1 or 2) for the convs, ``tile_m`` (rows, divisors up to 8) for dense and batch_matmul. The
 untuned tile (``default_tile_ow``, ``tile_width(m, 4)``) is one of the candidates and the declared
 default, so tuning measures it first and never ends slower. AMX convs have no knob (one value).
 """
@@ -89,7 +89,19 @@ def _register(family: str) -> dict:
     def schedule_dense_int8(cfg, outs):
         return k.schedule_dense_int8(outs)
 
-    return {"conv2d_int8": conv2d_int8, "depthwise_conv2d_int8": depthwise_conv2d_int8, "dense_int8": dense_int8}
+    @register_topi_compute(f"batch_matmul_int8.{family}")
+    def batch_matmul_int8(cfg, x, y, *attr_pairs):
+        m = _ints(x.shape)[1]
+        _space(cfg, "tile_m", k.tile_candidates(m, 8), k.tile_width(m, 4))
+        return cpu_int8.compute_from_workload("nn.contrib_batch_matmul_int8", (x, y), attr_pairs, untuned(cfg))
+
+    @register_topi_schedule(f"batch_matmul_int8.{family}")
+    def schedule_batch_matmul_int8(cfg, outs):
+        from kiln.topi.x86.batch_matmul_int8 import schedule_batch_matmul_int8 as schedule
+        return schedule(outs)
+
+    return {"conv2d_int8": conv2d_int8, "depthwise_conv2d_int8": depthwise_conv2d_int8, "dense_int8": dense_int8,
+            "batch_matmul_int8": batch_matmul_int8}
 
 
 def _stages(out):

@@ -41,6 +41,7 @@ TEMPLATES = {
     "nn.contrib_conv2d_int8": "conv2d_int8",
     "nn.contrib_depthwise_conv2d_int8": "depthwise_conv2d_int8",
     "nn.contrib_dense_int8": "dense_int8",
+    "nn.contrib_batch_matmul_int8": "batch_matmul_int8",
 }
 
 

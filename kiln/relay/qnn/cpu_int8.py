@@ -595,10 +595,11 @@ def _conv_compute(a, x, t, ctx):
 def _bmm_compute(a, x, t, ctx):
     from kiln.topi.x86 import batch_matmul_int8 as bmm
 
+    from kiln.topi.utils import knob
+
     xx, yy = x
-    k = int(xx.shape[2])
     packed = bmm.pack_rhs(yy, a.transpose_b, a.lanes, a.shift)
-    return bmm.batch_matmul_int8_acc(xx, packed, k)
+    return bmm.batch_matmul_int8_acc(xx, packed, tile_m=knob(ctx.cfg, "tile_m", None))
 
 
 def _out_hw(a, data):
@@ -635,7 +636,7 @@ def _dense_compute(a, x, t, ctx):
 # -- tuning: the ops' autotvm workloads (relay/backend/dispatch.py) and computes (autotvm/templates)
 
 TEMPLATES = {"nn.contrib_conv2d_int8": "conv2d_int8", "nn.contrib_depthwise_conv2d_int8": "depthwise_conv2d_int8",
-             "nn.contrib_dense_int8": "dense_int8"}
+             "nn.contrib_dense_int8": "dense_int8", "nn.contrib_batch_matmul_int8": "batch_matmul_int8"}
 
 
 def workload_attrs(op_name: str, attrs) -> tuple:

@@ -35,8 +35,9 @@ def pack_rhs(y, transpose_b: bool, lanes: int, shift: int):
     return te.compute((b, n // lanes, k4 // 4, lanes, 4), f, name="bmm_pack_int8", tag="int8_pack_rhs")
 
 
-def batch_matmul_int8_acc(x, packed, k: int):
-    """int32 (B, M, N) = x (B, M, K) u8 . packed (the rhs of ``pack_rhs``) over K."""
+def batch_matmul_int8_acc(x, packed, tile_m=None):
+    """int32 (B, M, N) = x (B, M, K) u8 . packed (the rhs of ``pack_rhs``) over K; ``tile_m``: rows
+    per register tile (a tuning knob; default the widest divisor of M up to 4)."""
     b, m, kx = (int(d) for d in x.shape)
     _, nb, kq, lanes, _ = (int(d) for d in packed.shape)
     if kq * 4 != kx:
@@ -48,7 +49,7 @@ def batch_matmul_int8_acc(x, packed, k: int):
     acc = te.compute((b, m, nb, lanes),
                      lambda bi, i, o, l: te.sum(x[bi, i, rq * 4 + r4].astype("int32")
                                                 * packed[bi, o, rq, l, r4].astype("int32"), axis=[rq, r4]),
-                     name="batch_matmul_int8", tag=TAG, attrs={"lanes": lanes, "tile": tile_width(m, 4)})
+                     name="batch_matmul_int8", tag=TAG, attrs={"lanes": lanes, "tile": int(tile_m or tile_width(m, 4))})
     return te.compute((b, m, nb * lanes), lambda bi, i, j: acc[bi, i, j // lanes, j % lanes],
                       name="batch_matmul_int8_out", tag="int8_unblock")
 
