@@ -2,6 +2,8 @@
 utilization and whole-model cycles of ResNet-18's convs, and a hardware design-space sweep.
 
     .venv/bin/python bench/vta.py search [--layers N] [--max-points P]
+    .venv/bin/python bench/vta.py search --full-size [--only K] [--skip-single-pixel]
+    .venv/bin/python bench/vta.py search --whole-rows
     .venv/bin/python bench/vta.py resnet [--size 224] [--layers N]
     .venv/bin/python bench/vta.py sweep [--budget-kib 512]
     .venv/bin/python bench/vta.py graph [--size 224] [--mode cycle]
@@ -11,9 +13,12 @@ column, channel-block and input-channel-block divisors x 1 or 2 virtual threads,
 is built and run on the cycle model (the exhaustive baseline) and scored by the cost model; it
 prints the space size, Spearman rank correlation, the model pick's cycles against the best
 found, and the two search times (wall clock, on a machine shared with other jobs: noisy).
-The layers are ResNet-18's channel shapes at reduced spatial sizes so the exhaustive baseline
-fits in minutes. resnet: every conv of ResNet-18 except the 3-channel stem, at the cost model's
-pick, on the cycle model, bit-exact against numpy; GEMM utilization per layer, total cycles.
+By default the layers are ResNet-18's channel shapes at reduced spatial sizes (minutes);
+--full-size runs three full-size ResNet-18 layers over their whole spaces (160-197 tiles, 8-22
+minutes each here), --whole-rows the 28x28 layer over its whole-row tiles (104 of 890).
+resnet: every conv of ResNet-18 except the 3-channel stem, at the cost model's pick, on the
+cycle model, bit-exact against numpy; GEMM utilization per layer, total cycles, and the
+published VTA figures beside them (a different, FPGA setup; sources in PUBLISHED).
 graph: relay.testing's ResNet-18 quantized by relay.quantize(weight_scale="power2"), realized to
 shift requantization, packed (19 convs on the accelerator, stem and the rest on the CPU) and
 compared with the CPU int8 build of the same graph, element for element.
