@@ -130,6 +130,7 @@ def test_full_width_avx512_and_where_winograd_gives_way(cpu, full):
     assert cpu_facts(target).full_width_avx512 is full
     assert conv2d_winograd.direct_is_faster("float32", target, (7, 7)) is full
     assert conv2d_winograd.direct_is_faster("float32", target, (14, 14)) is False
+    assert conv2d_winograd.direct_is_faster("float32", target, (33, 33)) is full  # rows of 17 tiles
     assert conv2d_winograd.direct_is_faster("float32", target) is False
     with Target(target):
         conf = conv2d_nchwc.default_config(_shape((1, 512, 7, 7), (512, 512, 3, 3), 1, 1, 1))

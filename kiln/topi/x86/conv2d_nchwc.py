@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln import te
+from kiln import te, tir
 
 from ..cpu import tile_operands, vector_lanes, vector_registers
 from ..nn.conv2d import conv2d_shape
@@ -224,10 +224,18 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
     ry = te.reduce_axis((0, r1 - r0 + 1), name="ry")
     rx = te.reduce_axis((0, c1 - c0 + 1), name="rx")
 
+    top = max(0, pads[0])
+
     def fconv(n, occ, y, x, ocb):
-        a = padded[n, rco, y * p.stride_h + ry * p.dilation_h + max(0, -pads[0]),
-                   x * p.stride_w + rx * p.dilation_w + max(0, -pads[1]), rci]
+        row = y * p.stride_h + ry * p.dilation_h + max(0, -pads[0])
+        a = padded[n, rco, row, x * p.stride_w + rx * p.dilation_w + max(0, -pads[1]), rci]
         w = kernel_vec[occ, rco, ry + r0, rx + c0, rci, ocb]
+        if p.dilation_h > 1 and r1 > r0:
+            # Dilated rows: a tap row inside the padding of this output row adds nothing; the
+            # test is one per (row, tap row), outside the tile's channel loop (ASPP's rate 24 at
+            # 33x33: half the tap rows of the image's rows are padding).
+            live = tir.all(row >= top, row < top + p.in_height)
+            return te.sum(a.astype(acc) * w.astype(acc), axis=[rco, ry, rx, rci], where=live)
         return te.sum(a.astype(acc) * w.astype(acc), axis=[rco, ry, rx, rci])
 
     if not plain_output and flat_pixels(p) and flat_tasks(p, conf) and not conf.get("ic_pass"):
