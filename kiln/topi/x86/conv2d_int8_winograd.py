@@ -25,10 +25,30 @@ from kiln import te, tir
 
 from .conv2d import find_tagged
 from .conv2d_int8 import _inline_between, tile_width
-from .conv2d_winograd import AT, BT, _select, _terms
 from .int8_intrin import dot_intrin
 
+BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.int64)
 G2 = np.array([[2, 0, 0], [1, 1, 1], [1, -1, 1], [0, 0, 2]], dtype=np.int64)  # 2 * G
+AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.int64)
+
+
+def _terms(coefficients, values):
+    """sum(c * v) over the nonzero coefficients, all 0 or +-1 here (adds and subtracts only)."""
+    out = None
+    for c, v in zip(coefficients, values):
+        if c == 0:
+            continue
+        assert c in (1, -1), c
+        out = (v if c == 1 else -v) if out is None else (out + v if c == 1 else out - v)
+    return out
+
+
+def _select(index, cases):
+    """cases[index] as a chain of selects; one case once ``index`` is a constant (unrolled loops)."""
+    out = cases[-1]
+    for k in range(len(cases) - 2, -1, -1):
+        out = tir.Select(index == k, cases[k], out)
+    return out
 PRODUCT_TAG = "int8_winograd_product"
 OUTPUT_TAG = "int8_winograd_output"
 V_MAX, U_MAX = 4 * 255, 9 * 128
