@@ -17,6 +17,10 @@ from kiln.relay.op.grid_sample import grid_sample
 from kiln.relay.op.rnn import rnn_recurrence
 from kiln.relay.op.scatter import cumprod, cumsum, gather_nd, scatter_elements, scatter_nd
 from kiln.relay.op.sort import topk_indices
+from kiln.relay.op.activation import gelu
+from kiln.relay.op.dynamic import non_max_suppression, nonzero, unique, with_length
+from kiln.relay.op.linear_attention import linear_attention
+from kiln.relay.op.vision import deform_conv2d, roi_align
 
 RNG = np.random.default_rng(1)
 
@@ -50,6 +54,33 @@ G2 = v("g2", 1, 4, 6, 2)
 S5, T5 = v("s", 5, dtype="uint8"), v("t", 5, dtype="uint8")
 IMG = v("x", 1, 8, 10, 10)
 IMG_IN = {"x": arr(1, 8, 10, 10)}
+
+def _data_dependent_case():
+    """Outputs of data-dependent size (bound-sized buffers and counts; with_length cuts one), the
+    detection ops, GELU and LinearAttention's recurrence."""
+    r, img = relay.round(X), v("im", 1, 8, 10, 10)
+    nz, u = nonzero(relay.greater(X, relay.const(0.5))), unique(r, axis=2)
+    boxes, scores = v("bx", 1, 12, 4), v("sc", 1, 2, 12)
+    nms = non_max_suppression(boxes, scores, relay.const(np.array([0.3], "float32")),
+                              relay.const(np.array([0.1], "float32")), 4)
+    rois = relay.const(np.array([[1, 1, 6, 8], [0, 2.5, 9, 4]], "float32"))
+    offset, mask = v("off", 1, 18, 8, 8), v("msk", 1, 9, 8, 8)
+    la = linear_attention(v("lq", 2, 5, 8), v("lk", 2, 5, 4), v("lv", 2, 5, 6), v("ls", 2, 1, 4, 6),
+                          v("ld", 2, 5, 4), v("lb", 2, 5, 1), q_heads=2, kv_heads=1, scale=0.5, gating=True,
+                          delta=True, decay_per_row=True, beta_per_head=False)
+    return relay.Tuple([nz[0], nz[1], with_length(nz[0], nz[1], axis=1), unique(relay.round(X))[0], u[0], u[1],
+                        u[2], u[3], u[4], nms[0], nms[1], with_length(nms[0], nms[1]),
+                        roi_align(img, rois, relay.const(np.array([0, 0], "int64")), (3, 2), 0.5, 2),
+                        roi_align(img, rois, relay.const(np.array([0, 0], "int64")), (2, 2), 1.0, 0, "max", False),
+                        deform_conv2d(img, c(4, 8, 3, 3), offset, mask, c(4), pads=(0, 0)),
+                        gelu(X), gelu(X, "tanh"), la[0], la[1]])
+
+
+DATA_DEPENDENT_IN = {**X_IN, "im": arr(1, 8, 10, 10), "bx": np.sort(arr(1, 12, 4, low=0, high=9), axis=-1),
+                     "sc": arr(1, 2, 12, low=0, high=1), "off": arr(1, 18, 8, 8), "msk": arr(1, 9, 8, 8, low=0, high=1),
+                     "lq": arr(2, 5, 8), "lk": arr(2, 5, 4), "lv": arr(2, 5, 6), "ls": arr(2, 1, 4, 6),
+                     "ld": arr(2, 5, 4, low=-0.5, high=0), "lb": arr(2, 5, 1, low=0, high=1)}
+
 
 def _attention_case():
     """nn.attention with a padding mask (1, 1, N), a causal-like one (1, M, N), and none."""
@@ -132,6 +163,7 @@ CASES = {
                                                 relay.nn.batch_matmul(BMM, v("d", 2, 9, 24)),
                                                 relay.nn.batch_matmul(BMM, v("e", 2, 24, 9), transpose_b=False)]),
                            {"a": arr(20, 24), "b": arr(2, 20, 24), "d": arr(2, 9, 24), "e": arr(2, 24, 9)}),
+    "data_dependent_vision": (lambda: _data_dependent_case(), DATA_DEPENDENT_IN),
     "attention": (lambda: _attention_case(), {"q": arr(4, 19, 8), "k": arr(4, 8, 21), "w": arr(4, 21, 16),
                                               "kk": arr(4, 21, 8), "ww": arr(4, 16, 21)}),
     "norms_softmax": (lambda: relay.Tuple([relay.nn.softmax(X, axis=1), relay.nn.log_softmax(X),

@@ -131,7 +131,8 @@ def _unique_ref(a, x):
     axis = 0 if flat else a.axis % x.ndim
     src = x.reshape(-1) if flat else x
     n = src.shape[axis]
-    keys = [np.take(src, k, axis=axis).tobytes() for k in range(n)]
+    # + 0 makes -0.0 the key of 0.0: they are equal, as the kernel's comparison (and numpy's) says
+    keys = [(np.take(src, k, axis=axis) + (0.0 if src.dtype.kind == "f" else 0)).tobytes() for k in range(n)]
     first = {}
     for k, key in enumerate(keys):
         first.setdefault(key, k)
