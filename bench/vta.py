@@ -14,7 +14,7 @@ is built and run on the cycle model (the exhaustive baseline) and scored by the 
 prints the space size, Spearman rank correlation, the model pick's cycles against the best
 found, and the two search times (wall clock, on a machine shared with other jobs: noisy).
 By default the layers are ResNet-18's channel shapes at reduced spatial sizes (minutes);
---full-size runs three full-size ResNet-18 layers over their whole spaces (160-197 tiles, 8-22
+--full-size runs three full-size ResNet-18 layers over their whole spaces (160-197 tiles, 8-29
 minutes each here), --whole-rows the 28x28 layer over its whole-row tiles (104 of 890).
 resnet: every conv of ResNet-18 except the 3-channel stem, at the cost model's pick, on the
 cycle model, bit-exact against numpy; GEMM utilization per layer, total cycles, and the
