@@ -13,6 +13,11 @@ MISMATCH, the model's verdict says so, and the run exits with status 1.
                         [--target "llvm -mcpu=znver3"] [--tune-dir logs/ [--tune-trials 16]]
                         [--cpu-time] [--precision float32,bfloat16,float16]
 
+Where the ``openvino`` package is installed (bench only, not a dependency of kiln), OpenVINO's CPU
+plugin at its default precision (bfloat16 on AMX CPUs) is timed beside them (``--no-openvino``
+leaves it out), and each low-precision kiln build prints its ratio to it (issue 35's goal: kiln
+bfloat16 within 1.2x of OpenVINO on AMX hosts).
+
 ``--precision`` adds kiln builds in bfloat16 / float16 (tvmc's --mixed-precision: batch norms
 folded in float32, then ToMixedPrecision with float32 accumulation), timed interleaved with the
 others; each prints its ratio to onnxruntime's float32 and to kiln's float32, and whether its
@@ -229,7 +234,7 @@ _MODELS: dict = {}
 
 
 def bench_model(name: str, threads: int, rounds: int, number: int, tune_dir=None, trials: int = 16,
-                target: str = "llvm", cpu_time: bool = False, precisions=()) -> dict:
+                target: str = "llvm", cpu_time: bool = False, precisions=(), openvino: bool = False) -> dict:
     if name not in _MODELS:
         _MODELS[name] = MODELS[name]()
     model, inputs = _MODELS[name]
@@ -249,12 +254,42 @@ def bench_model(name: str, threads: int, rounds: int, number: int, tune_dir=None
         low, _ = build_kiln(model, threads, target=target, precision=precision)
         tuned_ok = _ranking(name, low, inputs, want, precision) and tuned_ok
         runs[precision] = low.module["run"]
+    vino = openvino_runner(model, inputs, threads, want) if openvino else None
+    if vino:
+        runs["openvino"], vino_precision = vino
     times = interleaved(runs, rounds, number) if not cpu_time else _cpu_interleaved(runs, rounds, number)
     out = {"compile_s": compile_s, "err": err, "ok": ok, "tuned_ok": tuned_ok}
+    if vino:
+        out["openvino_precision"] = vino_precision
     for k, t in times.items():
         out[f"{k}_ms"], out[f"{k}_min"] = 1e3 * statistics.median(t), 1e3 * min(t)
         out[f"{k}_ratio"], out[f"{k}_times"] = paired_ratio(t, times["ort"]), t
     return out
+
+
+def openvino_runner(model, inputs, threads: int, want):
+    """(one inference by OpenVINO's CPU plugin at its default precision -- bfloat16 where the CPU
+    has AMX, else float32 -- and that precision's name), or None where openvino is not installed.
+    Its output is compared with onnxruntime's (the cosine, printed; bfloat16 is not float32)."""
+    try:
+        import openvino as ov
+    except ImportError:
+        return None
+    import tempfile
+
+    path = os.path.join(tempfile.mkdtemp(prefix="e2e_ov_"), "model.onnx")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_NUM_THREADS": threads,
+                                                     "PERFORMANCE_HINT": "LATENCY"})
+    request = compiled.create_infer_request()
+    feed = dict(inputs)
+    got = np.asarray(request.infer(feed)[compiled.output(0)]).reshape(-1)
+    cosine = float(got @ want.reshape(-1) / (np.linalg.norm(got) * np.linalg.norm(want) + 1e-30))
+    hint = compiled.get_property("INFERENCE_PRECISION_HINT")
+    precision = hint.to_string() if hasattr(hint, "to_string") else str(hint)
+    print(f"openvino {ov.__version__}: default precision {precision}, output cosine to onnxruntime {cosine:.6f}")
+    return (lambda: request.infer(feed)), precision
 
 
 def paired_ratio(side: list, reference: list) -> float:
@@ -279,6 +314,8 @@ def main() -> None:
     ap.add_argument("--tune-dir", default=None, help="tune (or reuse logs in) this directory; adds the tuned column")
     ap.add_argument("--tune-trials", type=int, default=16, help="trials per task when tuning")
     ap.add_argument("--cpu-time", action="store_true", help="time by CPU time, not wall clock (needs --threads 1)")
+    ap.add_argument("--no-openvino", action="store_true",
+                    help="leave out the OpenVINO column (timed where the openvino package is installed)")
     args = ap.parse_args()
     counts = [int(t) for t in args.threads.split(",")]
     if args.cpu_time and counts != [1]:
@@ -338,7 +375,7 @@ def run_at(args) -> bool:
     for name in args.models.split(","):
         low = [p for p in args.precision.split(",") if p in LOGIT_STEPS]
         r = results[name] = bench_model(name, args.threads, args.rounds, args.number, args.tune_dir,
-                                        args.tune_trials, args.target, args.cpu_time, low)
+                                        args.tune_trials, args.target, args.cpu_time, low, not args.no_openvino)
         ratio = r["kiln_ratio"]
         verdict = "ok" if ratio <= UNTUNED_GOAL else f"over the {UNTUNED_GOAL}x goal"
         if not r["ok"]:
@@ -353,9 +390,16 @@ def run_at(args) -> bool:
                   f"untuned/tuned {paired_ratio(r['kiln_times'], r['tuned_times']):.2f}x"
                   f"{'' if r['tuned_ok'] else '   MISMATCH: the tuned output is wrong'}")
         for p in low:
+            vs_vino = (f"; kiln {p} / openvino {paired_ratio(r[p + '_times'], r['openvino_times']):.2f}x"
+                       if "openvino_times" in r else "")
             print(f"{'  ' + p:<14}{r[p + '_ms']:>10.2f}{r['ort_ms']:>10.2f}{r[p + '_ratio']:>9.2f}x  "
                   f"({r[p + '_min']:.2f} / {r['ort_min']:.2f}){'':<18}   "
-                  f"kiln {p} / kiln float32 {paired_ratio(r[p + '_times'], r['kiln_times']):.2f}x")
+                  f"kiln {p} / kiln float32 {paired_ratio(r[p + '_times'], r['kiln_times']):.2f}x{vs_vino}")
+        if "openvino_ms" in r:
+            print(f"{'  openvino':<14}{r['openvino_ms']:>10.2f}{r['ort_ms']:>10.2f}{r['openvino_ratio']:>9.2f}x  "
+                  f"({r['openvino_min']:.2f} / {r['ort_min']:.2f}){'':<18}   "
+                  f"OpenVINO at its default precision ({r['openvino_precision']}); "
+                  f"kiln float32 / openvino {paired_ratio(r['kiln_times'], r['openvino_times']):.2f}x")
     if "resnet18" in results:
         c = results["resnet18"]["compile_s"]
         print(f"ResNet-18 compile time: {c:.1f} s ({'ok' if c < 60 else 'over'} the 60 s goal)")
