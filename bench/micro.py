@@ -224,7 +224,7 @@ def tune_convs(work: str, template: str, cpu: str, quantized) -> None:
     mod, params = relay.frontend.from_onnx(quantized)
     tasks = [t for t in autotvm.task.extract_from_program(mod, params=params, target=f"c -keys=arm_cpu -mcpu={cpu}")
              if "conv" in t.name]
-    option = autotvm.measure_option(builder=micro_autotvm.MicroBuilder(n_parallel=2),
+    option = autotvm.measure_option(builder=micro_autotvm.MicroBuilder(n_parallel=2, timeout=120),
                                     runner=micro_autotvm.MicroRunner(template, number=1))
     for k, t in enumerate(tasks):
         log = os.path.join(work, f"conv_{cpu}_{k}.json")
@@ -235,7 +235,7 @@ def tune_convs(work: str, template: str, cpu: str, quantized) -> None:
                  for i, r in load_from_file(log) if r.error_no == 0}
         fallback = FallbackConfigEntity()
         t.instantiate(fallback)
-        default = costs[tuple((n, fallback[n].val) for n in knobs)]
+        default = costs.get(tuple((n, fallback[n].val) for n in knobs), float("nan"))
         naive = min(v for key, v in costs.items() if dict(key)["isa"] == "plain")
         best_key = min(costs, key=costs.get)
         shape = t.args[1][1]

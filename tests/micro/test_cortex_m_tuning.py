@@ -131,7 +131,7 @@ def test_ds_cnn_conv_tasks_tuned_on_the_board(tmp_path):
     tasks = [t for t in autotvm.task.extract_from_program(mod, params=params, target=target) if "conv" in t.name]
     assert len(tasks) == 3
     log = str(tmp_path / "tune.json")
-    option = autotvm.measure_option(builder=micro_autotvm.MicroBuilder(n_parallel=2),
+    option = autotvm.measure_option(builder=micro_autotvm.MicroBuilder(n_parallel=2, timeout=120),
                                     runner=micro_autotvm.MicroRunner("qemu-mps2-an386", number=1))
     for t in tasks:
         autotvm.tuner.GridSearchTuner(t).tune(n_trial=len(t.config_space), measure_option=option,
