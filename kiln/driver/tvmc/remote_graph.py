@@ -15,6 +15,8 @@ import json
 
 import numpy as np
 
+from kiln.errors import KilnError
+
 
 def server_has_graph_executor(session) -> bool:
     try:
@@ -24,6 +26,16 @@ def server_has_graph_executor(session) -> bool:
     return True
 
 
+class _Local:
+    """A host array answering ``.numpy()`` like the remote arrays tvmc's runner reads."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def numpy(self):
+        return self.value
+
+
 class KernelByKernel:
     """The subset of GraphModule tvmc's runner uses, over a remote kernel library."""
 
@@ -31,6 +43,10 @@ class KernelByKernel:
         graph = json.loads(graph_json)
         self.lib, self.dev = lib, dev
         self.nodes, self.row_ptr, self.heads = graph["nodes"], graph["node_row_ptr"], graph["heads"]
+        # outputs of data-dependent size (graph_codegen's "dynamic_heads"): head -> (axis, length head);
+        # the length heads are hidden, as the graph executor hides them
+        self.dynamic = {h: (axis, n) for h, axis, n in graph.get("dynamic_heads", [])}
+        self.num_outputs = len(self.heads) - len({n for _, n in self.dynamic.values()})
         self.inputs = {self.nodes[n]["name"]: self.row_ptr[n] for n in graph["arg_nodes"]}
         attrs = graph["attrs"]
         session = dev.session
@@ -59,11 +75,24 @@ class KernelByKernel:
             func(*args)
 
     def get_num_outputs(self) -> int:
-        return len(self.heads)
+        return self.num_outputs
 
-    def get_output(self, index: int):
+    def _head(self, index: int):
         nid, k, *_ = self.heads[index]
         return self.entries[self.row_ptr[nid] + k]
+
+    def get_output(self, index: int):
+        """Output ``index``; one of data-dependent size is its valid part (a local array)."""
+        arr = self._head(index)
+        if index not in self.dynamic:
+            return arr
+        axis, length_head = self.dynamic[index]
+        full = arr.numpy()
+        length = int(self._head(length_head).numpy().reshape(-1)[0])
+        if not 0 <= length <= full.shape[axis]:
+            raise KilnError(f"tvmc run: a kernel reported {length} valid entries along axis {axis} of an output "
+                            f"of shape {full.shape}; the kernel or the graph JSON is corrupt")
+        return _Local(np.take(full, np.arange(length), axis=axis))
 
     def kernel_times(self, number: int, repeat: int) -> list:
         """``[(name, [seconds per call, one per repeat])]``, timed on the server."""
