@@ -294,6 +294,13 @@ static int read_io(KilnGraph* g, const JsonNode* root, const JsonNode* nodes, co
   const JsonNode *args = json_get(root, "arg_nodes"), *heads = json_get(root, "heads");
   if (!args || args->type != JSON_ARRAY || !heads || heads->type != JSON_ARRAY)
     return bad("arg_nodes or heads is missing");
+  /* Outputs of data-dependent size (NonZero, Unique, NonMaxSuppression) come with a hidden length
+   * head that this runtime does not cut them to yet: refuse rather than return the padded buffer. */
+  const JsonNode* dynamic = json_get(root, "dynamic_heads");
+  if (dynamic && (dynamic->type != JSON_ARRAY || dynamic->count))
+    return kiln_error("graph JSON: the graph has outputs of data-dependent size (\"dynamic_heads\": NonZero, "
+                      "Unique, NonMaxSuppression); the C runtime does not run such graphs yet; run it with "
+                      "kiln's Python runtime (kiln.runtime.graph_executor)");
   int num_nodes = (int)nodes->count;
   g->num_inputs = (int)args->count;
   g->input_entry = calloc(args->count + 1, sizeof(int));

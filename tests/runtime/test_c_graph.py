@@ -379,3 +379,25 @@ def test_opencl_package_on_the_local_device(build, tmp_path):
     want = python_outputs(str(tmp_path / "cpu.tar"), inputs, tmp_path)
     for i, w in enumerate(want):
         np.testing.assert_allclose(got[f"output_{i}"], w, rtol=1e-5, atol=1e-5)
+
+
+def test_graph_with_data_dependent_outputs_is_refused_in_one_line(build, tmp_path):
+    # NonZero's output is a bound-sized buffer plus a hidden length head ("dynamic_heads"); the C
+    # runtime does not cut outputs to it, so it refuses the graph instead of returning the padding.
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("NonZero", ["x"], ["nz"])], "nz",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("nz", TensorProto.INT64, None)])
+    mod, params = relay.frontend.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target="llvm", params=params)
+    assert '"dynamic_heads"' in lib.get_graph_json()
+    export_package(lib, str(tmp_path / "nz.tar"))
+    np.savez(tmp_path / "in.npz", x=np.ones((2, 3), "float32"))
+    result = kiln_run(build, "--package", tmp_path / "nz.tar", "--input", tmp_path / "in.npz", "--output",
+                      tmp_path / "out.npz", check=False)
+    assert result.returncode != 0 and not (tmp_path / "out.npz").exists()
+    assert "outputs of data-dependent size" in result.stderr and "Python runtime" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
