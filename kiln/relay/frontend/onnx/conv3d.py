@@ -36,8 +36,10 @@ def _attrs_2d(attrs, kernel, strides, dil, lo, hi, extra=()):
     return {**out, **dict(extra)}
 
 
-def _conv3d(ctx, convert_2d, ins, attrs):
-    x, w = ins[0], ins[1]
+def depth_sliced(ctx, x, w, attrs, conv_2d, pad_value: float = 0.0):
+    """The NCDHW result of a 3-D convolution of ``x`` by the 5-d weight ``w`` made of 2-D ones:
+    ``conv_2d(folded_x, weight_tap, attrs_2d)`` per kernel depth tap, shifted along depth and summed
+    (no bias). Depth padding holds ``pad_value`` (a quantized convolution's input zero point)."""
     shape, wshape = ctx.shape_of(x), ctx.shape_of(w)
     kernel = list(attrs.get("kernel_shape", wshape[2:]))
     strides = list(attrs.get("strides", [1] * 3))
@@ -45,20 +47,24 @@ def _conv3d(ctx, convert_2d, ins, attrs):
     lo, hi = _pads_nd(attrs, shape[2:], kernel, strides, dil)
     n, depth = shape[0], shape[2] + lo[0] + hi[0]
     if lo[0] or hi[0]:
-        x = nn_op.pad(x, [(0, 0), (0, 0), (lo[0], hi[0]), (0, 0), (0, 0)])
+        x = nn_op.pad(x, [(0, 0), (0, 0), (lo[0], hi[0]), (0, 0), (0, 0)], pad_value=pad_value)
     out_d = (depth - dil[0] * (kernel[0] - 1) - 1) // strides[0] + 1
     if out_d < 1:
         ctx.fail(f"kernel depth {kernel[0]} (dilation {dil[0]}) is larger than the padded input depth {depth}")
     folded = _fold_depth(x, (n, shape[1], depth, shape[3], shape[4]))
     total = None
     for kd in range(kernel[0]):
-        y = convert_2d(ctx, [folded, _tap(w, kd)], _attrs_2d(attrs, kernel, strides, dil, lo, hi))
+        y = conv_2d(folded, _tap(w, kd), _attrs_2d(attrs, kernel, strides, dil, lo, hi))
         o, oh, ow = ctx.shape_of(y)[1:]
         y = tf.reshape(y, (n, depth, o, oh, ow))
         start = kd * dil[0]
         y = tf.strided_slice(y, [start], [start + (out_d - 1) * strides[0] + 1], [strides[0]], axes=[1])
         total = y if total is None else tensor.add(total, y)
-    out = tf.transpose(total, (0, 2, 1, 3, 4))
+    return tf.transpose(total, (0, 2, 1, 3, 4))
+
+
+def _conv3d(ctx, convert_2d, ins, attrs):
+    out = depth_sliced(ctx, ins[0], ins[1], attrs, lambda x, w, a: convert_2d(ctx, [x, w], a))
     if len(ins) > 2 and ins[2] is not None:
         out = tensor.add(out, tf.reshape(ins[2], (-1, 1, 1, 1)))
     return out

@@ -24,11 +24,11 @@ import numpy as np
 from onnx import helper
 
 from ...expr import Constant, const
-from ...op import nn as nn_op
 from ...op import reduce, tensor
 from ...op import transform as tf
 from ...qnn import op as qop
 from ...qnn.fixed_point import dtype_range
+from .conv3d import depth_sliced
 from .nn import _pads_nd
 
 ROUNDING = "FLOAT32"  # onnxruntime's requantize arithmetic
@@ -162,34 +162,12 @@ _dequantize_linear.keep_unfolded = True  # the importer keeps DequantizeLinear(w
 # -- QOperator: conv / matmul ---------------------------------------------------------------------
 
 def _conv3d_core(ctx, x, w, zx, zw, sx, sw, attrs):
-    """int32 accumulators of a 3-D (NCDHW) convolution, as conv3d.py computes float ones: depth
-    folds into the batch, one qnn.conv2d per kernel depth tap, the taps' results shifted along
-    depth and summed. Depth padding is the input's zero point (a quantized zero)."""
+    """int32 accumulators of a 3-D (NCDHW) convolution: one qnn.conv2d per kernel depth tap over
+    depth slices (conv3d.py's scheme), depth padded with the input's zero point (a quantized zero)."""
     if not isinstance(w, Constant) or np.asarray(zx.data).size != 1:
         ctx.fail("a 3-D quantized convolution needs a constant weight and one input zero point")
-    xs, ws = ctx.shape_of(x), ctx.shape_of(w)
-    kernel = list(attrs.get("kernel_shape", ws[2:]))
-    strides = list(attrs.get("strides", [1] * 3))
-    dil = list(attrs.get("dilations", [1] * 3))
-    lo, hi = _pads_nd(attrs, xs[2:], kernel, strides, dil)
-    n, depth = xs[0], xs[2] + lo[0] + hi[0]
-    if lo[0] or hi[0]:
-        x = nn_op.pad(x, [(0, 0), (0, 0), (lo[0], hi[0]), (0, 0), (0, 0)], pad_value=float(np.asarray(zx.data)))
-    out_d = (depth - dil[0] * (kernel[0] - 1) - 1) // strides[0] + 1
-    if out_d < 1:
-        ctx.fail(f"kernel depth {kernel[0]} (dilation {dil[0]}) is larger than the padded input depth {depth}")
-    folded = tf.reshape(tf.transpose(x, (0, 2, 1, 3, 4)), (n * depth, xs[1], xs[3], xs[4]))
-    attrs_2d = {"kernel_shape": kernel[1:], "strides": strides[1:], "dilations": dil[1:],
-                "pads": [lo[1], lo[2], hi[1], hi[2]], "group": attrs.get("group", 1)}
-    total = None
-    for kd in range(kernel[0]):
-        y, _ = _conv_core(ctx, folded, const(w.data[:, :, kd].copy()), zx, zw, sx, sw, attrs_2d)
-        o, oh, ow = ctx.shape_of(y)[1:]
-        y = tf.reshape(y, (n, depth, o, oh, ow))
-        start = kd * dil[0]
-        y = tf.strided_slice(y, [start], [start + (out_d - 1) * strides[0] + 1], [strides[0]], axes=[1])
-        total = y if total is None else tensor.add(total, y)
-    return tf.transpose(total, (0, 2, 1, 3, 4))
+    return depth_sliced(ctx, x, w, attrs, lambda xs, ws, a: _conv_core(ctx, xs, ws, zx, zw, sx, sw, a)[0],
+                        pad_value=float(np.asarray(zx.data)))
 
 
 def _conv_core(ctx, x, w, zx, zw, sx, sw, attrs):
