@@ -122,3 +122,14 @@ def gelu(x, approximate: str = "none"):
         return tir.Let(v, x(*i), body, body.dtype)
 
     return te.compute(x.shape, bound, name="T_gelu", tag="elemwise")
+
+
+def hardswish(x):
+    """``x * clip(x / 6 + 1/2, 0, 1)`` in one stage (the input bound once, as in gelu)."""
+    def bound(*i):
+        v = tir.Var("hardswish_x", x.dtype)
+        c = lambda value: const(value, x.dtype)  # noqa: E731
+        body = v * tir.min(tir.max(v * c(1 / 6) + c(0.5), c(0.0)), c(1.0))
+        return tir.Let(v, x(*i), body, body.dtype)
+
+    return te.compute(x.shape, bound, name="T_hardswish", tag="elemwise")

@@ -526,6 +526,7 @@ OP_IMPLS: dict[str, OpImpl] = {
     "vision.deform_conv2d": OpImpl(lambda a, x, t, ctx: topi_vision.deform_conv2d(
         *x, a.strides, a.pads, a.dilations, a.groups, a.offset_groups), "generic"),
     "nn.gelu": OpImpl(lambda a, x, t, ctx: topi_fast_math.gelu(x[0], a.approximate)),
+    "nn.hardswish": OpImpl(lambda a, x, t, ctx: topi_fast_math.hardswish(x[0])),
     "reinterpret": OpImpl(lambda a, x, t, ctx: topi_bitwise.reinterpret(x[0], a.dtype)),
     "image.grid_sample": OpImpl(lambda a, x, t, ctx: topi_grid_sample.grid_sample(
         x[0], x[1], a.mode, a.padding_mode, a.align_corners), "generic"),

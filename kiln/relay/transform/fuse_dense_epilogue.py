@@ -10,7 +10,9 @@ that, before FuseOps:
 1. **GELU** graphs become ``nn.gelu(x)`` (relay/op/activation.py): a multiply whose operands
    are computed by elementwise arithmetic, erf and tanh from one tensor ``x`` and scalar
    constants (nothing in between used elsewhere), and whose values at probe points equal the
-   erf or the tanh GELU. Checking values instead of shapes of graphs accepts every way an
+   erf or the tanh GELU. **Hardswish** graphs (``x * clip(x / 6 + 1/2, 0, 1)``, ``x * relu6(x + 3)
+   / 6``, ...) become ``nn.hardswish(x)`` the same way, so a conv takes them into its kernel
+   (MobileNetV3, DeepLabV3's backbone). Checking values instead of shapes of graphs accepts every way an
    exporter spells it (``x * 0.5 * (1 + erf(x / 1.414))``, ``0.5 * x * (1 + tanh(...))``, ...).
 2. **Reshapes sink** below elementwise ops: ``op(reshape(y), c)`` becomes ``reshape(op(y, c'))``
    when ``y`` is computed by a dense (through ops already moved), the reshape keeps the last axis,
@@ -37,8 +39,12 @@ from .infer_type import infer
 _ARITH = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide, "power": np.power,
     "erf": np.vectorize(math.erf, otypes=[np.float64]), "tanh": np.tanh, "sqrt": np.sqrt, "negative": np.negative,
+    "maximum": np.maximum, "minimum": np.minimum, "nn.relu": lambda v: np.maximum(v, 0.0),
+    "clip": None,  # attrs a_min, a_max: _evaluate
 }
 _PROBE = np.linspace(-5.0, 5.0, 41)
+# hardswish's kinks are at -3 and 3: a wider grid, with points between and beyond them
+_HS_PROBE = np.linspace(-8.0, 8.0, 129)
 _MAX_CONE = 16
 
 
@@ -91,14 +97,18 @@ def _candidates(root: Call, consumers: dict):
                 todo.append(a)
 
 
-def _evaluate(node, x, memo: dict):
+def _evaluate(node, x, memo: dict, probe=_PROBE):
     if node is x:
-        return _PROBE
+        return probe
     if node in memo:
         return memo[node]
     if isinstance(node, Constant):
         return float(node.data.reshape(()))
-    value = _ARITH[node.op.name](*(_evaluate(a, x, memo) for a in node.args))
+    args = [_evaluate(a, x, memo, probe) for a in node.args]
+    if node.op.name == "clip":
+        value = np.clip(args[0], node.attrs.a_min, node.attrs.a_max)
+    else:
+        value = _ARITH[node.op.name](*args)
     memo[node] = value
     return value
 
@@ -119,12 +129,32 @@ def gelu_form(root, consumers: dict):
     return None
 
 
+def hardswish_form(root, consumers: dict):
+    """x when root computes ``x * clip(x / 6 + 1/2, 0, 1)`` (ONNX HardSwish, x * HardSigmoid(x),
+    x * relu6(x + 3) / 6, ...), by values at probe points as gelu_form; else None."""
+    if not (isinstance(root, Call) and root.op in (tensor.MULTIPLY, tensor.DIVIDE)):
+        return None
+    want = activation.hardswish_reference(_HS_PROBE)
+    for x, nodes in _candidates(root, consumers):
+        if len(nodes) < 3 or not str(getattr(x.checked_type, "dtype", "")).startswith("float"):
+            continue
+        with np.errstate(all="ignore"):
+            values = _evaluate(root, x, {}, _HS_PROBE)
+        if np.shape(values) == want.shape and np.all(np.abs(values - want) <= 1e-6 * (1.0 + np.abs(want))):
+            return x
+    return None
+
+
 class _Gelu(DataflowRewriter):
+    """GELU graphs as nn.gelu, hardswish graphs as nn.hardswish."""
     def visit_Call(self, call):
         found = gelu_form(call, self.consumers)
-        if found is None:
-            return super().visit_Call(call)
-        return activation.gelu(self.visit(found[0]), found[1])
+        if found is not None:
+            return activation.gelu(self.visit(found[0]), found[1])
+        x = hardswish_form(call, self.consumers)
+        if x is not None:
+            return activation.hardswish(self.visit(x))
+        return super().visit_Call(call)
 
 
 def _from_dense(e, depth: int = 0) -> bool:
