@@ -101,3 +101,56 @@ def test_expand_depthwise_rejects_mismatched_weights():
         topi.x86.expand_depthwise_NCHWc(X, te.placeholder((4, 1, 1, 1, 16, 8)), B1, te.placeholder((4, 3, 3, 8)))
     with pytest.raises(ShapeError, match="'expand_bias' has 2 dims; expected 5"):
         topi.x86.expand_depthwise_NCHWc(X, W1, te.placeholder((1, 32)), te.placeholder((4, 3, 3, 8)))
+
+
+U32 = 2.0 ** -24  # float32 unit roundoff
+X86 = "llvm -mtriple=x86_64-linux-gnu"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("cpu", ["haswell", "skylake-avx512", "sapphirerapids", "znver3"])
+def test_expand_depthwise_low_precision_per_cpu(cpu, dtype):
+    """bfloat16 / float16 data and weights, computed in float32 and rounded once at the store:
+    within the float32 bound (Higham: K terms, K * u * the sum of |terms|) plus one rounding of
+    the output, against float64 numpy on the same (rounded) inputs; built for each CPU model,
+    run where this machine can."""
+    import kiln as tvm
+    from kiln.target.cpu_facts import why_host_cannot_run
+
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="numpy's bfloat16 (pip install ml_dtypes)")
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    u_out = 2.0 ** -8 if dtype == "bfloat16" else 2.0 ** -11  # unit roundoff of the output type
+    c1, c2, hw, k, stride, ib, b = 16, 48, 15, 3, 2, 16, 16
+    rng = np.random.default_rng(5)
+    x, w1, b1, w2 = (rng.standard_normal(s).astype(np_dtype).astype(np.float64)
+                     for s in ((1, c1, hw, hw), (c2, c1, 1, 1), (c2,), (c2, 1, k, k)))
+    e = np.clip(testing.conv2d_nchw_python(x, w1, 1, 0) + b1.reshape(1, -1, 1, 1), 0, 6)
+    want = testing.depthwise_conv2d_nchw_python(e, w2, stride, k // 2)
+    e_abs = testing.conv2d_nchw_python(np.abs(x), np.abs(w1), 1, 0) + np.abs(b1).reshape(1, -1, 1, 1)
+    terms = testing.depthwise_conv2d_nchw_python(e_abs, np.abs(w2), stride, k // 2)
+    bound = to_blocked((c1 + 1 + k * k) * U32 * terms + u_out * np.abs(want), b)
+    target = Target(f"{X86} -mcpu={cpu}")
+    with target:
+        X = te.placeholder((1, c1 // ib, hw, hw, ib), dtype, name="data")
+        W1 = te.placeholder((c2 // b, c1 // ib, 1, 1, ib, b), dtype, name="expand_weight")
+        B1 = te.placeholder((1, c2 // b, 1, 1, b), dtype, name="expand_bias")
+        W2 = te.placeholder((c2 // b, k, k, b), dtype, name="depthwise_weight")
+        out = topi.x86.expand_depthwise_NCHWc(X, W1, B1, W2, stride, k // 2, 0.0, 6.0)
+        assert out.dtype == dtype
+        mod = tvm.build(topi.x86.schedule_expand_depthwise_NCHWc([out]), [X, W1, B1, W2, out], target=target)
+    asm = mod.get_source("asm")
+    assert "__truncsfbf2" not in asm and "__extendhfsf2" not in asm and "__truncsfhf2" not in asm
+    if why_host_cannot_run(target):
+        return
+
+    def arg(v):
+        v = np.ascontiguousarray(v.astype(np_dtype))
+        return tvm.nd.array(v.view(np.uint16) if dtype == "bfloat16" else v)
+
+    inputs = [to_blocked(x, ib), prepack_kernel_nchwc(w1, ib, b), b1.reshape(1, c2 // b, 1, 1, b),
+              prepack_depthwise_kernel(w2, b)]
+    got = tvm.nd.empty(tuple(int(d) for d in out.shape), "uint16" if dtype == "bfloat16" else dtype)
+    mod(*[arg(v) for v in inputs], got)
+    got = got.numpy().view(np_dtype) if dtype == "bfloat16" else got.numpy()
+    err = np.abs(got.astype(np.float64) - to_blocked(want, b))
+    assert np.all(err <= bound), f"{cpu} {dtype}: max excess {np.max(err - bound):.3g}"

@@ -47,6 +47,12 @@ TAG = "expand_depthwise_NCHWc"
 # fastest with buffers of 56-420 KB and larger rows groups were rarely slower.
 BUFFER_BYTES = 256 * 1024
 
+# Data types the kernel reads and writes but computes in float32: each value is converted once as
+# it is loaded (a weight vector serves a whole register tile), the expanded rows are buffered in
+# float32 and the output is rounded once, at its store. A depthwise conv has no dot product for
+# bfloat16/float16 instructions to speed up; the narrow type saves memory traffic only.
+LOW_PRECISION = ("bfloat16", "float16")
+
 
 def default_config(out_height: int, out_width: int, padded_width: int, stride: int, kernel_h: int,
                    chunks: int, block: int, itemsize: int = 4) -> dict:
@@ -123,8 +129,9 @@ def expand_depthwise_NCHWc(data, expand_weight, expand_bias, depthwise_weight, s
     sh, sw, pt, pl, pb, pr = p.stride_h, p.stride_w, p.pad_top, p.pad_left, p.pad_bottom, p.pad_right
     oh, ow = p.out_height, p.out_width
     dtype = str(data.dtype)
+    acc = "float32" if dtype in LOW_PRECISION else dtype  # what the kernel computes and buffers in
     hp, wp = h + pt + pb, w + pl + pr
-    conf = default_config(oh, ow, wp, sh, kh, chunks, b, np.dtype(dtype).itemsize)
+    conf = default_config(oh, ow, wp, sh, kh, chunks, b, np.dtype(acc).itemsize)
     conf.update({k: int(knob(cfg, k, v)) for k, v in conf.items()})
     if chunks % conf["chunks"]:
         conf["chunks"] = 1
@@ -135,27 +142,33 @@ def expand_depthwise_NCHWc(data, expand_weight, expand_bias, depthwise_weight, s
     def fexpand(i, c, y, x, v):  # over the padded grid; the padding's values are replaced below
         yy = tir.min(tir.max(y - pt, 0), h - 1) if pt or pb else y
         xx = tir.min(tir.max(x - pl, 0), w - 1) if pl or pr else x
-        return te.sum(data[i, rco, yy, xx, rci] * expand_weight[c, rco, 0, 0, rci, v], axis=[rco, rci])
+        return te.sum(data[i, rco, yy, xx, rci].astype(acc) * expand_weight[c, rco, 0, 0, rci, v].astype(acc),
+                      axis=[rco, rci])
 
     expanded = te.compute((n, chunks, hp, wp, b), fexpand, name="expand", tag="expand_depthwise_expand")
 
     def factivate(i, c, y, x, v):
-        value = expanded[i, c, y, x, v] + expand_bias[0, c, 0, 0, v]
+        value = expanded[i, c, y, x, v] + expand_bias[0, c, 0, 0, v].astype(acc)
         if act_min is not None:
-            value = tir.max(value, const(float(act_min), dtype))
+            value = tir.max(value, const(float(act_min), acc))
         if act_max is not None:
-            value = tir.min(value, const(float(act_max), dtype))
+            value = tir.min(value, const(float(act_max), acc))
         conds = [c for c, on in ((y >= pt, pt), (y < h + pt, pb), (x >= pl, pl), (x < w + pl, pr)) if on]
-        return tir.Select(tir.all(*conds), value, const(0, dtype), dtype) if conds else value
+        return tir.Select(tir.all(*conds), value, const(0, acc), acc) if conds else value
 
     activated = te.compute((n, chunks, hp, wp, b), factivate, name="expand_act", tag="expand_depthwise_act")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
-    return te.compute(
+    out = te.compute(
         (n, chunks, oh, ow, b),
-        lambda i, c, y, x, v: te.sum(activated[i, c, y * sh + ry, x * sw + rx, v] * depthwise_weight[c, ry, rx, v],
-                                     axis=[ry, rx]),
+        lambda i, c, y, x, v: te.sum(activated[i, c, y * sh + ry, x * sw + rx, v]
+                                     * depthwise_weight[c, ry, rx, v].astype(acc), axis=[ry, rx]),
         name="expand_depthwise_NCHWc", tag=TAG, attrs={"config": conf})
+    if acc == dtype:
+        return out
+    # rounded once, at the store (an epilogue stage the schedule inlines into the output tile)
+    return te.compute(out.shape, lambda *i: out(*i).astype(dtype), name="expand_depthwise_round",
+                      tag="elemwise")
 
 
 def schedule_expand_depthwise_NCHWc(outs, cfg=None):  # noqa: N802
