@@ -179,7 +179,8 @@ def _split(a, x, t, ctx):
 
 def _resize2d(a, x, t, ctx):
     return topi.image.resize2d(x[0], tuple(a.size), a.layout, a.method, a.coordinate_transformation_mode,
-                               a.rounding_method or "round_prefer_floor", a.out_dtype or None)
+                               a.rounding_method or "round_prefer_floor", a.out_dtype or None,
+                               separable=ctx.topi not in GPU_PACKAGES.values())
 
 
 def _softmax(name):
