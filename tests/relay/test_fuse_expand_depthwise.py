@@ -118,3 +118,24 @@ def test_fused_op_reference_agrees_with_the_build(small_tensors_fuse):
     mod = tvm.IRModule.from_expr(relay.Function([x], y))
     inputs = {"x": _rand(1, 2, 9, 9, 8)}
     np.testing.assert_allclose(_build_run(mod, inputs), reference.run(mod, inputs), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_mixed_precision_blocks_fuse_and_stay_as_close_as_the_unfused_build(small_tensors_fuse, precision):
+    """ToMixedPrecision's bfloat16 (conv out_dtype float32, cast back) and float16 (all half)
+    blocks fuse; the fused kernel computes in float32 and rounds once, so its output is no
+    further from the float32 model's (the numpy reference) than the unfused build's, give or take
+    one rounding of the output's largest value, and within 8 such steps of it."""
+    pytest.importorskip("ml_dtypes", reason="ToMixedPrecision rounds constants with ml_dtypes")
+    from helpers.ranking import bfloat16_step, float16_step
+
+    mod = T.InferType()(_block(hw=15))
+    inputs = {"x": _rand(1, 16, 15, 15)}
+    want = reference.run(mod, inputs).astype(np.float64)
+    low = relay.transform.ToMixedPrecision(precision)(mod)
+    assert _ops(low).count(FUSED) == 1
+    fused = _build_run(low, inputs).astype(np.float64)
+    split = _build_run(low, inputs, disabled_pass=["FuseExpandDepthwise"]).astype(np.float64)
+    step = (bfloat16_step if precision == "bfloat16" else float16_step)(want)
+    err, split_err = np.abs(fused - want).max(), np.abs(split - want).max()
+    assert err <= split_err + 2 * step and err <= 8 * step, (err / step, split_err / step)

@@ -17,6 +17,12 @@ Measured on MobileNetV2 (AVX2 code, 2 threads): fusing its 112x112 and 56x56 blo
 of the model's time on a quiet machine and 9-13% while another tenant loads the memory; its
 28x28 blocks gain nothing either way; also fusing the 14x14 and 7x7 ones (under 512 KB, which
 stay in L2 between two kernels, and whose padded border is 30% of the grid) ran 7% slower.
+
+bfloat16 / float16 blocks (ToMixedPrecision's) fuse too: float16's convs carry out_dtype float16;
+bfloat16's accumulate in float32 and are cast back (``cast(conv2d(.., out_dtype="float32"),
+"bfloat16")``), and for the depthwise conv the pass replaces that cast. The fused kernel reads
+and writes the narrow type but computes and buffers in float32, so the expanded tensor is no
+longer rounded before the depthwise conv (the result is closer to float32's, not further).
 """
 
 from __future__ import annotations
@@ -29,9 +35,11 @@ from ..op import layout
 from ..op import nn as nn_ops
 from ..op import tensor
 from ..op.nn_fused import contrib_expand_depthwise_NCHWc
+from ..op.transform import CAST
 from ..visitor import DataflowRewriter
 
 MIN_EXPANDED_BYTES = 512 * 1024
+LOW_PRECISION = ("bfloat16", "float16")  # computed in float32 by the fused kernel
 
 
 def _bound(value):
@@ -42,8 +50,25 @@ def _only_user(node, consumers, user) -> bool:
     return consumers.get(node, []) == [user]
 
 
-def _match(dw: Call, consumers: dict):
-    """(x, W1, input block, block, B1, W2, act_min, act_max) when ``dw`` ends the pattern, else None."""
+def _rounded(call, consumers):
+    """The float32 conv2d under ``cast(conv2d(x: T, w: T, out_dtype="float32"), T)`` (T bfloat16 or
+    float16: how ToMixedPrecision writes a conv that accumulates in float32), the cast its only
+    user; else None."""
+    if not isinstance(call, Call) or call.op is not CAST or not isinstance(call.args[0], Call):
+        return None
+    conv = call.args[0]
+    dtype = str(call.attrs.dtype)
+    if (conv.op is not nn_ops.CONV2D or dtype not in LOW_PRECISION or str(conv.attrs.out_dtype) != "float32"
+            or str(conv.args[0].checked_type.dtype) != dtype or not _only_user(conv, consumers, call)):
+        return None
+    return conv
+
+
+def _match(end: Call, consumers: dict):
+    """(x, W1, input block, block, B1, W2, act_min, act_max, depthwise conv) when ``end`` ends the pattern, else None.
+    ``end`` is the depthwise conv2d, or the cast back to bfloat16/float16 of one accumulating in
+    float32 (the fused op computes in float32 and rounds once, at its store)."""
+    dw = _rounded(end, consumers) or end
     block = _depthwise_block(dw)
     if not block:
         return None
@@ -66,16 +91,18 @@ def _match(dw: Call, consumers: dict):
     if (not isinstance(bias, Constant) or _per_channel(bias.data.shape) != (w2.shape[0] // block, 1, 1, block)
             or not isinstance(conv, Call) or not _only_user(conv, consumers, add)):
         return None
+    dtype = str(dw.args[0].checked_type.dtype)  # the expanded tensor's, what the fused op reads and writes
+    conv = _rounded(conv, consumers) or conv
     in_block = _expand_block(conv, dw)
     if not in_block:
         return None
     w1 = conv.args[1].data
-    if len({str(conv.checked_type.dtype), str(dw.checked_type.dtype), str(bias.data.dtype), str(w1.dtype),
-            str(w2.dtype)}) != 1:
+    if ({str(conv.args[0].checked_type.dtype), str(end.checked_type.dtype), str(bias.data.dtype), str(w1.dtype),
+         str(w2.dtype)} != {dtype}):
         return None
     if math.prod(int(d) for d in conv.checked_type.shape) * w1.dtype.itemsize < MIN_EXPANDED_BYTES:
         return None
-    return conv.args[0], w1, in_block, block, bias, w2, lo, hi
+    return conv.args[0], w1, in_block, block, bias, w2, lo, hi, dw
 
 
 def _depthwise_block(dw) -> int:
@@ -85,7 +112,7 @@ def _depthwise_block(dw) -> int:
     a, w2 = dw.attrs, dw.args[1].data
     block = layout.channel_block(str(a.data_layout))
     if (not block or (a.out_layout or a.data_layout) != a.data_layout or a.kernel_layout != "OIHW"
-            or tuple(a.dilation) != (1, 1) or a.out_dtype or w2.ndim != 4 or w2.shape[1] != 1
+            or tuple(a.dilation) != (1, 1) or not _accumulates_as_topi(dw) or w2.ndim != 4 or w2.shape[1] != 1
             or a.groups != w2.shape[0] or w2.shape[0] % block):
         return 0
     return block
@@ -99,11 +126,18 @@ def _expand_block(conv, dw) -> int:
     c, w1 = conv.attrs, conv.args[1].data
     in_block = layout.channel_block(str(c.data_layout))
     if (not in_block or (c.out_layout or c.data_layout) != dw.attrs.data_layout or c.kernel_layout != "OIHW"
-            or c.groups != 1 or c.out_dtype or tuple(c.strides) != (1, 1) or tuple(c.dilation) != (1, 1)
+            or c.groups != 1 or not _accumulates_as_topi(conv) or tuple(c.strides) != (1, 1) or tuple(c.dilation) != (1, 1)
             or tuple(c.padding) != (0, 0, 0, 0) or w1.shape[0] != dw.args[1].data.shape[0]
             or tuple(w1.shape[2:]) != (1, 1)):
         return 0
     return in_block
+
+
+def _accumulates_as_topi(conv) -> bool:
+    """The conv's out_dtype is what expand_depthwise_NCHWc computes in: none, its data's dtype, or
+    float32 for bfloat16/float16 data (the kernel accumulates those in float32 anyway)."""
+    out, data = str(conv.attrs.out_dtype or ""), str(conv.args[0].checked_type.dtype)
+    return out in ("", data) or (out == "float32" and data in LOW_PRECISION)
 
 
 def _per_channel(shape) -> tuple:
@@ -123,11 +157,11 @@ class _Fuse(DataflowRewriter):
         from kiln.topi.x86.conv2d_nchwc import prepack_kernel_nchwc
         from kiln.topi.x86.depthwise_conv2d_nchwc import prepack_depthwise_kernel
 
-        x, w1, in_block, block, bias, w2, lo, hi = found
+        x, w1, in_block, block, bias, w2, lo, hi, dw = found
         return contrib_expand_depthwise_NCHWc(
             self.visit(x), const(prepack_kernel_nchwc(w1, in_block, block)),
             const(bias.data.reshape(1, -1, 1, 1, block)),
-            const(prepack_depthwise_kernel(w2, block)), call.attrs.strides, call.attrs.padding, lo, hi)
+            const(prepack_depthwise_kernel(w2, block)), dw.attrs.strides, dw.attrs.padding, lo, hi)
 
 
 def fuse_expand_depthwise(func: Function) -> Function:
