@@ -196,3 +196,25 @@ def test_alter_op_layout_leaves_arm_targets_and_no_target_alone():
     with tvm.transform.PassContext(opt_level=3):
         untouched = T.AlterOpLayout()(T.InferType()(mod))
     assert all(c == ("NCHW", "") for c in _conv_layouts(untouched["main"]))
+
+
+def test_squeeze_excite_scale_keeps_the_data_blocked():
+    # MobileNetV3's squeeze-and-excitation: the blocked activations times a computed (1, C, 1, 1)
+    # scale; the scale is viewed blocked, so the multiply and the projection conv after it stay blocked
+    x = relay.var("x", shape=(1, 16, 10, 10))
+    y = relay.nn.relu(_conv(x, 16, 32, k=1))
+    s = relay.nn.relu(_conv(relay.nn.global_avg_pool2d(y), 32, 8, k=1))
+    s = relay.clip(relay.add(relay.multiply(_conv(s, 8, 32, k=1), relay.const(np.float32(1 / 6))),
+                             relay.const(np.float32(0.5))), 0.0, 1.0)
+    z = _conv(relay.multiply(y, s), 32, 16, k=1)
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.global_avg_pool2d(z)))
+    after = _altered(mod)
+    convs = _conv_layouts(after["main"])
+    assert convs[-1][0] != "NCHW", convs  # the projection conv reads the product blocked
+    # x in, the result out: nothing goes back to NCHW in between
+    assert _ops(after["main"]).count("layout_transform") <= 3, _ops(after["main"])
+    inputs = {"x": _rand(1, 16, 10, 10)}
+    want = reference.run(mod, inputs)
+    np.testing.assert_allclose(reference.run(after, inputs), want, rtol=1e-4, atol=1e-4)
+    got, _ = _build_run(mod, inputs)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

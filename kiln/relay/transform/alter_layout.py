@@ -18,7 +18,8 @@ the original NCHW):
 - depthwise ``nn.conv2d`` (groups == channels) keeps its input's block.
 - elementwise ops keep the block; broadcasting ops keep it when the other operands are the same
   shape (blocked too), scalars, or constants that broadcast along whole axes (a per-channel bias
-  ``(C, 1, 1)`` becomes ``(C/b, 1, 1, b)`` here, in numpy).
+  ``(C, 1, 1)`` becomes ``(C/b, 1, 1, b)`` here, in numpy), or computed per-channel values
+  ``(N, C, 1, 1)`` (a squeeze-and-excitation scale), which are viewed as ``(N, C/b, 1, 1, b)``.
 - pooling (``nn.max_pool2d``, ``nn.avg_pool2d``, the global pools) switches its ``layout``.
 - a channel ``concatenate`` of blocked inputs joins them along the chunk axis (SqueezeNet's
   fire modules, Inception's branches), in the block most of its inputs have.
@@ -171,6 +172,11 @@ class _Rewriter:
         if not shape or all(d == 1 for d in shape):
             return self.plain(x)  # a scalar broadcasts in any layout
         if not isinstance(x, Constant):
+            # a per-channel computed scale (N, C, 1, 1), as squeeze-and-excitation multiplies by:
+            # blocked it is (N, C/b, 1, 1, b) and broadcasts over the pixels as it did
+            if len(shape) == 4 and shape[1] == out_shape[1] and shape[0] in (1, out_shape[0]) \
+                    and shape[2:] == (1, 1):
+                return self.view(x, block)
             return None
         data = x.data.reshape((1,) * (4 - len(shape)) + shape)
         if data.shape[1] == 1:  # no channel axis: blocked shape (n, 1, h, w, 1)
