@@ -99,3 +99,52 @@ def test_default_config_places_padding(cpu, tile_ow, large_rows):
         assert default_config(56, 16, 3, 1)["pad_at"] == large_rows
         assert default_config(28, 16, 3, 2)["pad_at"] == "tile"
         assert default_config(7, 16, 3, 1) == {"tile_ow": tile_ow, "unroll_kh": True, "pad_at": "tile"}
+
+
+U32 = 2.0 ** -24  # float32 unit roundoff
+
+
+@pytest.mark.parametrize("dtype,out_dtype", [("bfloat16", "float32"), ("bfloat16", "bfloat16"), ("float16", "float16")])
+@pytest.mark.parametrize("cpu", ["haswell", "skylake-avx512", "sapphirerapids", "znver3"])
+def test_depthwise_nchwc_low_precision_per_cpu(cpu, dtype, out_dtype):
+    """bfloat16 / float16 data and weights summed in float32 (converted once, in the padding
+    stage, where the output is narrow too), or in float16 where AVX512-FP16 has half FMAs:
+    within K * u * sum |a w| plus one rounding of the output type, against float64 numpy on the same rounded inputs; both padding
+    placements; built for each CPU model, run where this machine can."""
+    import kiln as tvm
+    from kiln.target import Target
+    from kiln.target.cpu_facts import cpu_facts, why_host_cannot_run
+
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="numpy's bfloat16 (pip install ml_dtypes)")
+    target = Target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}")
+    np_types = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}
+    u_out = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float32": U32}[out_dtype]
+    c, hw, k, b = 48, 13, 3, 16
+    native_half = dtype == "float16" and "avx512fp16" in cpu_facts(target).features
+    u_sum = 2.0 ** -11 if native_half else U32  # AVX512-FP16 sums float16 taps in float16
+    rng = np.random.default_rng(7)
+    a, wt = (rng.standard_normal(s).astype(np_types[dtype]).astype(np.float64) for s in ((1, c, hw, hw), (c, 1, k, k)))
+    for stride, pad_at in ((1, "root"), (2, "tile"), (1, "tile")):
+        want = testing.depthwise_conv2d_nchw_python(a, wt, stride, 1)
+        terms = testing.depthwise_conv2d_nchw_python(np.abs(a), np.abs(wt), stride, 1)
+        bound = to_blocked(k * k * u_sum * terms + u_out * np.abs(want), b)
+        with target:
+            A = te.placeholder((1, c // b, hw, hw, b), dtype, name="data")
+            W = te.placeholder((c // b, k, k, b), dtype, name="kernel")
+            out = topi.x86.depthwise_conv2d_NCHWc(A, W, stride, 1, 1, out_dtype=out_dtype, cfg={"pad_at": pad_at})
+            assert out.dtype == out_dtype
+            mod = tvm.build(topi.x86.schedule_depthwise_conv2d_NCHWc([out]), [A, W, out], target=target)
+        asm = mod.get_source("asm")
+        assert "__truncsfbf2" not in asm and "__extendhfsf2" not in asm and "__truncsfhf2" not in asm
+        if why_host_cannot_run(target):
+            continue
+
+        def arg(v, t):
+            v = np.ascontiguousarray(v.astype(np_types[t]))
+            return tvm.nd.array(v.view(np.uint16) if t == "bfloat16" else v)
+
+        got = tvm.nd.empty(tuple(int(d) for d in out.shape), "uint16" if out_dtype == "bfloat16" else out_dtype)
+        mod(arg(to_blocked(a, b), dtype), arg(prepack_depthwise_kernel(wt, b), dtype), got)
+        got = got.numpy().view(np_types[out_dtype]) if out_dtype == "bfloat16" else got.numpy()
+        err = np.abs(got.astype(np.float64) - to_blocked(want, b))
+        assert np.all(err <= bound), f"{cpu} {dtype}->{out_dtype} {stride} {pad_at}: max excess {np.max(err - bound):.3g}"

@@ -30,6 +30,7 @@ from ..cpu import vector_lanes, vector_registers
 from ..nn.conv2d import conv2d_shape
 from ..utils import check_ndim, const_int, const_shape, divisor_at_most, knob, with_default
 from .conv2d import find_tagged
+from .conv2d_nchwc import accumulation_dtype
 from .injective import tile_root
 
 TAG = "depthwise_conv2d_NCHWc"
@@ -115,27 +116,49 @@ def depthwise_conv2d_NCHWc(data, kernel, strides, padding, dilation, out_dtype=N
     else:
         kernel_vec = te.compute((chunks, kh, kw, b), lambda o, y, x, i: kernel[o * b + i, 0, y, x],
                                 name="kernel_vec", tag="injective,kernel_pack")
-    padded = _pad_blocked(data, p)
+    acc = _accumulation_dtype(str(data.dtype), out_dtype)
+    padded = _pad_blocked(data, p, acc if acc != str(data.dtype) else None)
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
 
     def fcompute(i, o, y, x, j):
         a = padded[i, o, y * p.stride_h + ry * p.dilation_h, x * p.stride_w + rx * p.dilation_w, j]
-        return te.sum(a.astype(out_dtype) * kernel_vec[o, ry, rx, j].astype(out_dtype), axis=[ry, rx])
+        return te.sum(a.astype(acc) * kernel_vec[o, ry, rx, j].astype(acc), axis=[ry, rx])
 
-    return te.compute((n, chunks, p.out_height, p.out_width, b), fcompute, name="depthwise_conv2d_NCHWc", tag=TAG,
-                      attrs={"workload": p, "config": conf, "layout": f"NCHW{b}c"})
+    out = te.compute((n, chunks, p.out_height, p.out_width, b), fcompute, name="depthwise_conv2d_NCHWc", tag=TAG,
+                     attrs={"workload": p, "config": conf, "layout": f"NCHW{b}c"})
+    if acc == out_dtype:
+        return out
+    return te.compute(out.shape, lambda *i: out(*i).astype(out_dtype), name="depthwise_round", tag="elemwise")
 
 
-def _pad_blocked(data, p):
-    """The zero-padded input, (N, C/b, H + pads, W + pads, b). A select between a load at a clamped
+def _accumulation_dtype(data_dtype: str, out_dtype: str) -> str:
+    """What the taps are summed in. A narrow output from narrow data (bfloat16 -> bfloat16, or
+    float16 -> float16 on a CPU without native half arithmetic) would cost two conversions
+    around every float32 FMA: there the data is converted to float32 once, in the padding pass
+    (or the tile's padded window), summed in float32 and rounded once at the store. Otherwise
+    ``out_dtype``: bfloat16 -> float32 (ToMixedPrecision's depthwise convs) converts at each
+    load, a shift that costs about what the conversion pass does (measured within noise on
+    MobileNetV2's layers, AVX-512); float16 with AVX512-FP16 runs native half FMAs, 1.3-1.7x
+    faster there than the float32 path on the small layers."""
+    if data_dtype == out_dtype == "bfloat16":
+        return "float32"
+    return accumulation_dtype(data_dtype, out_dtype)
+
+
+def _pad_blocked(data, p, dtype=None):
+    """The zero-padded input, (N, C/b, H + pads, W + pads, b), converted to ``dtype`` if given
+    (then also without padding: a conversion pass). A select between a load at a clamped
     (always valid) pixel and zero, with a condition that is the same for the whole block, so the
     copy vectorizes along b without branches. nn.pad's if_then_else also vectorizes now (one
     branch per pixel) but measured 16.1 vs 12.6 us on 576@14 with the padding per tile."""
-    if not (p.pad_top or p.pad_left or p.pad_bottom or p.pad_right):
-        return data
     n, chunks, h, w, b = (const_int(d) for d in data.shape)
-    zero = const(0, data.dtype)
+    if not (p.pad_top or p.pad_left or p.pad_bottom or p.pad_right):
+        if dtype is None:
+            return data
+        return te.compute(data.shape, lambda *i: data(*i).astype(dtype), name="data_pad", tag="injective,pad")
+    dtype = dtype or str(data.dtype)
+    zero = const(0, dtype)
 
     def fpad(i, o, y, x, j):
         conds = []
@@ -149,7 +172,7 @@ def _pad_blocked(data, p):
             conds.append(x < w + p.pad_left)
         yy = tir.min(tir.max(y - p.pad_top, 0), h - 1) if p.pad_top or p.pad_bottom else y
         xx = tir.min(tir.max(x - p.pad_left, 0), w - 1) if p.pad_left or p.pad_right else x
-        return tir.Select(tir.all(*conds), data[i, o, yy, xx, j], zero, data.dtype)
+        return tir.Select(tir.all(*conds), data[i, o, yy, xx, j].astype(dtype), zero, dtype)
 
     shape = (n, chunks, h + p.pad_top + p.pad_bottom, w + p.pad_left + p.pad_right, b)
     return te.compute(shape, fpad, name="data_pad", tag="injective,pad")
