@@ -25,6 +25,7 @@ from kiln import te, tir
 
 from .conv2d import find_tagged
 from .conv2d_int8 import _inline_between, tile_width
+from .conv2d_winograd import schedule_input_transform, schedule_output_tiles
 from .int8_intrin import dot_intrin
 
 BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.int64)
@@ -147,32 +148,14 @@ def schedule_conv2d_int8_winograd(outs, cfg=None):
     m = find_tagged(out, PRODUCT_TAG)
     _inline_between(s, out, m)
     tile, lanes = m.op.attrs["tile"], m.op.attrs["lanes"]
-    n, kb, y, x, kk = s[out].op.axis
-    yo, yi = s[out].split(y, factor=2)
-    xt, xi = s[out].split(x, factor=2)
-    xo, xp = s[out].split(xt, factor=tile)
-    s[out].reorder(n, kb, yo, xo, xp, yi, xi, kk)
-    s[out].unroll(yi)
-    s[out].unroll(xi)
-    s[out].vectorize(kk)
-    s[out].parallel(s[out].fuse(n, kb, yo))
-    s[m].compute_at(s[out], xo)
-    mm = s.cache_write(m, "local")
-    _, _, _, _, mk = s[m].op.axis
-    s[m].vectorize(mk)
-    e = s[m].op.axis[1]
-    s[mm].compute_at(s[m], e)
+    mm = schedule_output_tiles(s, out, m, tile)
     _, _, _, mt, mkk = s[mm].op.axis
     rco, rcq, rp, r2 = s[mm].op.reduce_axis
     s[mm].reorder(rco, rcq, mt, mkk, rp, r2)
     s[mm].unroll(mt)
     s[mm].tensorize(mkk, dot_intrin("pmaddwd", lanes))
     v = m.op.input_tensors[0]
-    vb, ve, vcb, vt, vci = s[v].op.axis
-    s[v].reorder(vb, vcb, vt, ve, vci)
-    s[v].unroll(ve)
-    s[v].vectorize(vci)
-    s[v].parallel(s[v].fuse(vb, vcb))
+    schedule_input_transform(s, v)
     s[v.op.input_tensors[0]].compute_inline()
     return s
 
