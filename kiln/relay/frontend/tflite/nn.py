@@ -23,13 +23,18 @@ def _same(size, k, stride, dilation=1):
     return total // 2, total - total // 2
 
 
-def _padding(ctx, opts, x, kernel, strides, dilation=(1, 1)):
+def padding_of(opts, h, w, kernel, strides, dilation=(1, 1)):
+    """(top, left, bottom, right) of an op's TFLite padding (SAME or VALID) over an h x w image."""
     if opts.Padding() == _tflite().Padding.VALID:
         return (0, 0, 0, 0)
-    _, h, w, _ = ctx.shape_of(x)
     top, bottom = _same(h, kernel[0], strides[0], dilation[0])
     left, right = _same(w, kernel[1], strides[1], dilation[1])
     return (top, left, bottom, right)
+
+
+def _padding(ctx, opts, x, kernel, strides, dilation=(1, 1)):
+    _, h, w, _ = ctx.shape_of(x)
+    return padding_of(opts, h, w, kernel, strides, dilation)
 
 
 def _weights(ctx, ins, k, what):

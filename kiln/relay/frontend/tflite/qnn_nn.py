@@ -25,24 +25,7 @@ from ...op import transform as tf
 from ...qnn import op as qnn
 from . import quantize as Q
 from .importer import Held
-
-
-def _tflite():
-    import tflite
-    return tflite
-
-
-def _same(size, k, stride, dilation=1):
-    total = max((math.ceil(size / stride) - 1) * stride + (k - 1) * dilation + 1 - size, 0)
-    return total // 2, total - total // 2
-
-
-def _padding(opts, h, w, kernel, strides, dilation=(1, 1)):
-    if opts.Padding() == _tflite().Padding.VALID:
-        return (0, 0, 0, 0)
-    top, bottom = _same(h, kernel[0], strides[0], dilation[0])
-    left, right = _same(w, kernel[1], strides[1], dilation[1])
-    return (top, left, bottom, right)
+from .nn import _tflite, padding_of
 
 
 def _hw(ctx, x, layout):
@@ -120,7 +103,7 @@ def _conv(depthwise: bool):
         oc = weight.shape[0]
         strides, dil = (opts.StrideH(), opts.StrideW()), (opts.DilationHFactor(), opts.DilationWFactor())
         h, wd = _hw(ctx, x, "NCHW")
-        pad = _padding(opts, h, wd, weight.shape[2:], strides, dil)
+        pad = padding_of(opts, h, wd, weight.shape[2:], strides, dil)
         wz = wq.zero_point if wq.zero_point.size > 1 else wq.z
         acc = qnn.conv2d(x, const(np.ascontiguousarray(weight)), xq.z, wz, np.float32(xq.s),
                          wq.scale.astype("float32"), kernel_size=weight.shape[2:], channels=oc, strides=strides,
@@ -176,7 +159,7 @@ def _pool(kind):
         x = ctx.input(0)
         dtype = ctx.info(0).dtype
         size, strides = (opts.FilterHeight(), opts.FilterWidth()), (opts.StrideH(), opts.StrideW())
-        pads = _padding(opts, *_hw(ctx, x, layout), size, strides)
+        pads = padding_of(opts, *_hw(ctx, x, layout), size, strides)
         if kind == "max":
             y = nn_pool.max_pool2d(x, size, strides, (1, 1), pads, layout=layout)
         else:  # the stored integers' mean, rounded half away from zero, as TFLite's integer kernel
