@@ -182,18 +182,15 @@ def test_onednn_graph_runs_in_numpy_only_python(device, tmp_path):
     _check_graph(tmp_path / "y.npy", x, w)
 
 
-def test_rpc_server_from_the_package(device, tmp_path):
-    """The package's ``python -m kiln.exec.rpc_server`` serves a client that has the compiler."""
-    _, env, python, base = device
+def _serve_a_module_and_a_graph(cmd, env, cwd, tmp_path, graph_module, seed):
+    """Start the package's server ``cmd`` on 127.0.0.1, then as a client with the compiler: run an
+    exported kernel and a graph (``graph_module(lib, remote_lib, dev)`` makes its executor)."""
     from kiln import rpc
 
     log = open(tmp_path / "server.log", "w+")
-    port = svc.free_port()
-    proc = subprocess.Popen([python, "-m", "kiln.exec.rpc_server", "--host", svc.HOST, "--port", str(port),
-                             "--port-end", str(port + 20)], stdout=log, stderr=subprocess.STDOUT, env=env(),
-                            cwd=str(base))
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(cwd))
     try:
-        svc.wait_until(lambda: "bind to" in (tmp_path / "server.log").read_text(), what="server start")
+        svc.wait_until(lambda: "bind to" in (tmp_path / "server.log").read_text(), what=f"{cmd[0]} start")
         port = int((tmp_path / "server.log").read_text().split("bind to")[1].split(":")[1].split()[0])
         remote = rpc.connect(svc.HOST, port)
         _add_one("llvm").export_library(str(tmp_path / "add.so"))
@@ -207,9 +204,8 @@ def test_rpc_server_from_the_package(device, tmp_path):
         lib, w = _small_graph()
         lib.export_library(str(tmp_path / "net.so"))
         remote.upload(str(tmp_path / "net.so"))
-        from kiln.contrib import graph_executor
-        m = graph_executor.GraphModule(remote.load_module("net.so")["default"](dev))
-        xg = np.random.default_rng(3).standard_normal((4, 8)).astype("float32")
+        m = graph_module(lib, remote.load_module("net.so"), dev)
+        xg = np.random.default_rng(seed).standard_normal((4, 8)).astype("float32")
         m.set_input("x", xg)
         m.run()
         np.save(tmp_path / "y.npy", m.get_output(0).numpy())
@@ -218,6 +214,17 @@ def test_rpc_server_from_the_package(device, tmp_path):
         proc.terminate()
         proc.wait(10)
         log.close()
+
+
+def test_rpc_server_from_the_package(device, tmp_path):
+    """The package's ``python -m kiln.exec.rpc_server`` serves a client that has the compiler."""
+    _, env, python, base = device
+    from kiln.contrib import graph_executor
+
+    port = svc.free_port()
+    _serve_a_module_and_a_graph(
+        [python, "-m", "kiln.exec.rpc_server", "--host", svc.HOST, "--port", str(port), "--port-end", str(port + 20)],
+        env(), base, tmp_path, lambda lib, rlib, dev: graph_executor.GraphModule(rlib["default"](dev)), seed=3)
 
 
 def test_opencl_module_runs_with_pyopencl(device, tmp_path):
@@ -348,38 +355,14 @@ def test_c_runtime_runs_a_onednn_package(c_device, tmp_path):
 
 def test_c_rpc_server_from_the_package(c_device, tmp_path):
     """The package's kiln_rpc serves a client that has the compiler: a module and a graph."""
-    from kiln import rpc
     from kiln.contrib import graph_executor
 
-    log = open(tmp_path / "server.log", "w+")
-    port = svc.free_port()
-    proc = subprocess.Popen([str(c_device / "kiln_rpc"), "--host", svc.HOST, "--port", str(port)], stdout=log,
-                            stderr=subprocess.STDOUT, env={"PATH": "/nonexistent", "HOME": str(tmp_path)},
-                            cwd=str(tmp_path))
-    try:
-        svc.wait_until(lambda: "bind to" in (tmp_path / "server.log").read_text(), what="kiln_rpc start")
-        port = int((tmp_path / "server.log").read_text().split("bind to")[1].split(":")[1].split()[0])
-        remote = rpc.connect(svc.HOST, port)
-        _add_one("llvm").export_library(str(tmp_path / "add.so"))
-        remote.upload(str(tmp_path / "add.so"))
-        f = remote.load_module("add.so")
-        dev = remote.cpu(0)
-        x = np.linspace(-3, 3, 64).astype("float32")
-        a, b = tvm.nd.array(x, dev), tvm.nd.empty((64,), "float32", dev)
-        f(a, b)
-        np.testing.assert_array_equal(b.numpy(), x * np.float32(2) + np.float32(1))
-        lib, w = _small_graph()
-        lib.export_library(str(tmp_path / "net.so"))
-        remote.upload(str(tmp_path / "net.so"))
+    def graph_module(lib, rlib, dev):
         # The C server's graph executor: graph JSON + library + parameters (src/runtime/rpc/session_graph.c)
-        m = graph_executor.create(lib.get_graph_json(), remote.load_module("net.so"), dev)
+        m = graph_executor.create(lib.get_graph_json(), rlib, dev)
         m.set_input(**lib.get_params())
-        xg = np.random.default_rng(6).standard_normal((4, 8)).astype("float32")
-        m.set_input("x", xg)
-        m.run()
-        np.save(tmp_path / "y.npy", m.get_output(0).numpy())
-        _check_graph(tmp_path / "y.npy", xg, w)
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
+        return m
+
+    _serve_a_module_and_a_graph([str(c_device / "kiln_rpc"), "--host", svc.HOST, "--port", str(svc.free_port())],
+                                {"PATH": "/nonexistent", "HOME": str(tmp_path)}, tmp_path, tmp_path, graph_module,
+                                seed=6)
