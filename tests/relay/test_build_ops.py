@@ -17,7 +17,7 @@ from kiln.relay.op.grid_sample import grid_sample
 from kiln.relay.op.rnn import rnn_recurrence
 from kiln.relay.op.scatter import cumprod, cumsum, gather_nd, scatter_elements, scatter_nd
 from kiln.relay.op.sort import topk_indices
-from kiln.relay.op.activation import gelu
+from kiln.relay.op.activation import gelu, hardswish
 from kiln.relay.op.dynamic import non_max_suppression, nonzero, unique, with_length
 from kiln.relay.op.linear_attention import linear_attention
 from kiln.relay.op.vision import deform_conv2d, roi_align
@@ -73,7 +73,8 @@ def _data_dependent_case():
                         roi_align(img, rois, relay.const(np.array([0, 0], "int64")), (3, 2), 0.5, 2),
                         roi_align(img, rois, relay.const(np.array([0, 0], "int64")), (2, 2), 1.0, 0, "max", False),
                         deform_conv2d(img, c(4, 8, 3, 3), offset, mask, c(4), pads=(0, 0)),
-                        gelu(X), gelu(X, "tanh"), la[0], la[1]])
+                        gelu(X), gelu(X, "tanh"), la[0], la[1],
+                        hardswish(relay.multiply(X, relay.const(2.5, "float32")))])  # X*2.5 spans both kinks (+-3)
 
 
 DATA_DEPENDENT_IN = {**X_IN, "im": arr(1, 8, 10, 10), "bx": np.sort(arr(1, 12, 4, low=0, high=9), axis=-1),
