@@ -121,14 +121,5 @@ def test_aarch64_int8_exact_on_qemu(board, tier, tmp_path):
     rng = np.random.default_rng(7)
     mod, inputs = conv_graph(rng, stride=2, zx=200)
     lib = _build(tier, mod)
-    path = str(tmp_path / "mod.so")
-    lib.get_lib().export_library(path)
-    with rpc.connect(svc.HOST, board.port) as remote:
-        remote.upload(path)
-        m = graph_executor.create(lib.get_graph_json(), remote.load_module("mod.so"), remote.cpu())
-        m.load_params(save_params(lib.get_params()))  # the packed weights and requantize constants
-        m.set_input("x", inputs["x"])
-        m.run()
-        got = [m.get_output(i).numpy() for i in range(2)]
-    for g, want in zip(got, reference(mod, inputs)):
+    for g, want in zip(_run_on(board, lib, inputs, tmp_path), reference(mod, inputs)):
         np.testing.assert_array_equal(g, want)
