@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from onnx_models import mobilenet_v2, resnet50  # noqa: E402
 
+from cpu_module import built  # noqa: E402
 from timing import interleaved  # noqa: E402
 
 MODELS = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2}
@@ -76,18 +77,9 @@ def quantized(model, inputs: dict, calibration: int = 8):
 
 
 def build_kiln(model, threads: int, target: str = "llvm"):
-    import kiln as tvm
-    from kiln import config, relay
-    from kiln.contrib import graph_executor
+    from kiln import relay
 
-    mod, params = relay.frontend.from_onnx(model)
-    start = time.perf_counter()
-    with tvm.transform.PassContext(opt_level=3):
-        lib = relay.build(mod, target=target, params=params)
-    compile_s = time.perf_counter() - start
-    with config.override(num_threads=threads):
-        m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
-    return m, compile_s
+    return built(*relay.frontend.from_onnx(model), threads, target)
 
 
 def ort_session(model, threads: int):

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -36,6 +35,7 @@ sys.path.insert(0, str(HERE))
 
 import tflite_builder as TB  # noqa: E402
 
+from cpu_module import built  # noqa: E402
 from timing import interleaved  # noqa: E402
 
 
@@ -57,18 +57,9 @@ def interpreter(model: bytes, threads: int, xnnpack: bool):
 
 
 def build_kiln(model: bytes, threads: int, target: str, exact: bool):
-    import kiln as tvm
-    from kiln import config, relay
-    from kiln.contrib import graph_executor
+    from kiln import relay
 
-    mod, params = relay.frontend.from_tflite(model, exact_rounding=exact)
-    start = time.perf_counter()
-    with tvm.transform.PassContext(opt_level=3):
-        lib = relay.build(mod, target=target, params=params)
-    compile_s = time.perf_counter() - start
-    with config.override(num_threads=threads):
-        m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
-    return m, compile_s
+    return built(*relay.frontend.from_tflite(model, exact_rounding=exact), threads, target)
 
 
 def main():

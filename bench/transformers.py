@@ -39,6 +39,7 @@ HERE = Path(__file__).resolve().parent
 # This file is named like the ``transformers`` package: keep bench/ behind site-packages.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE] + [str(HERE), str(HERE.parent / "tests" / "relay")]
 
+from cpu_module import built  # noqa: E402
 from timing import interleaved  # noqa: E402
 from transformer_models import export  # noqa: E402
 
@@ -47,18 +48,10 @@ NAMES = {"bert": "BERT-base seq 128", "gpt2": "GPT-2 small seq 64", "vit": "ViT-
 
 
 def build_kiln(model, inputs: dict, threads: int, target: str):
-    import kiln as tvm
-    from kiln import config, relay
-    from kiln.contrib import graph_executor
+    from kiln import relay
 
-    shape = {k: v.shape for k, v in inputs.items()}
-    mod, params = relay.frontend.from_onnx(model, shape=shape)
-    start = time.perf_counter()
-    with tvm.transform.PassContext(opt_level=3):
-        lib = relay.build(mod, target=target, params=params)
-    build_s = time.perf_counter() - start
-    with config.override(num_threads=threads):
-        m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    mod, params = relay.frontend.from_onnx(model, shape={k: v.shape for k, v in inputs.items()})
+    m, build_s = built(mod, params, threads, target)
     m.set_input(**inputs)
     return m, build_s
 
