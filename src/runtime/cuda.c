@@ -259,43 +259,23 @@ struct KilnCudaModule {
   int32_t event_device;
 };
 
-static int read_kernel(CUKernelInfo* k, const JsonNode* node, const char* label) {
+static int read_kernel(void* kernel, const JsonNode* node, const char* label) {
+  CUKernelInfo* k = kernel;
   const JsonNode* shared = json_get(node, "shared_bytes");
   k->shared_bytes = shared && shared->type == JSON_NUMBER ? (int)shared->number : 0;
   return kiln_device_kernel_read(node, label, &k->name, &k->num_params, &k->kinds, &k->dtypes);
 }
 
-/* *out = NULL (and 0) when the metadata carries no CUDA device code. */
-int kiln_cuda_module_create(const char* json, size_t len, const char* label, KilnCudaModule** out) {
-  *out = NULL;
-  JsonNode* root = json_parse(json, len);
-  if (!root) return -1;
-  int rc = -1;
-  KilnCudaModule* m = NULL;
-  const JsonNode* code = json_get(root, "device_code");
-  const char* type = code && code->type == JSON_OBJECT ? json_string(json_get(code, "type_key")) : NULL;
-  if (!type || strcmp(type, "cuda") != 0) { rc = 0; goto done; }
-  const char* ptx = json_string(json_get(code, "ptx"));
-  const JsonNode* kernels = json_get(code, "kernels");
-  if (!ptx || !kernels || kernels->type != JSON_ARRAY || kernels->count > 65536) {
-    kiln_error("%s: its CUDA device_code lacks 'ptx' or 'kernels' (build it where NVRTC is installed: "
-               "pip install 'kiln[cuda]')", label);
-    goto done;
+int kiln_cuda_module_create(const JsonNode* code, const char* label, KilnCudaModule** out) {
+  KilnCudaModule* m = calloc(1, sizeof(*m));
+  if (!m) return kiln_error("out of memory");
+  if (kiln_device_code_read(code, label, "ptx", "build it where NVRTC is installed: pip install 'kiln[cuda]'",
+                            sizeof(CUKernelInfo), read_kernel, &m->ptx, (void**)&m->kernels, &m->num_kernels)) {
+    kiln_cuda_module_free(m);
+    return -1;
   }
-  if (!(m = calloc(1, sizeof(*m))) || !(m->ptx = strdup(ptx)) ||
-      !(m->kernels = calloc(kernels->count + 1, sizeof(CUKernelInfo)))) {
-    kiln_error("out of memory");
-    goto done;
-  }
-  for (const JsonNode* k = kernels->child; k; k = k->next)
-    if (read_kernel(&m->kernels[m->num_kernels++], k, label)) goto done;
   *out = m;
-  m = NULL;
-  rc = 0;
-done:
-  kiln_cuda_module_free(m);
-  json_free(root);
-  return rc;
+  return 0;
 }
 
 void kiln_cuda_module_free(KilnCudaModule* m) {

@@ -82,8 +82,8 @@ void kiln_texture_fold(const int64_t* shape, const char* scope, size_t max_w, si
 
 /* ---- opencl_module.c: the device half of GPU modules ------------------------------------- */
 typedef struct KilnCLModule KilnCLModule;
-/* From the metadata's device_code; *out stays NULL for a module without device code. */
-int kiln_opencl_module_create(const char* json, size_t len, const char* label, KilnCLModule** out);
+/* From the metadata's device_code of type "opencl" (module.c decides which API's it is). */
+int kiln_opencl_module_create(const JsonNode* code, const char* label, KilnCLModule** out);
 void kiln_opencl_module_free(KilnCLModule* m);
 /* Point the library's __kiln_device_launch / __kiln_device_ctx at this module. */
 int kiln_opencl_module_attach(KilnCLModule* m, void* hook_slot, void* ctx_slot);
@@ -102,8 +102,8 @@ int kiln_cuda_copy(const DLTensor* from, DLTensor* to, size_t n); /* either side
 int kiln_cuda_sync(int32_t device_id);
 int kiln_cuda_attr(int32_t device_id, const char* name, int64_t* ints, int* count, char* text, size_t size);
 typedef struct KilnCudaModule KilnCudaModule;
-/* From the metadata's device_code; *out stays NULL unless it is CUDA device code. */
-int kiln_cuda_module_create(const char* json, size_t len, const char* label, KilnCudaModule** out);
+/* From the metadata's device_code of type "cuda" (module.c decides which API's it is). */
+int kiln_cuda_module_create(const JsonNode* code, const char* label, KilnCudaModule** out);
 void kiln_cuda_module_free(KilnCudaModule* m);
 int kiln_cuda_module_attach(KilnCudaModule* m, void* hook_slot, void* ctx_slot);
 int kiln_cuda_module_take_failure(KilnCudaModule* m);
@@ -178,6 +178,11 @@ int kiln_graph_kernel_node(const struct KilnGraph* g, int k);
 enum { KILN_KERNEL_BUFFER, KILN_KERNEL_SCALAR };
 int kiln_device_kernel_read(const JsonNode* node, const char* label, char** name, int* num_params,
                             int** kinds, DLDataType** dtypes);
+/* The device_code's text (`text_key`: "source", "ptx") and kernel records, read alike for every
+   device API; read_kernel fills one record of kernel_size bytes (metadata.c). */
+int kiln_device_code_read(const JsonNode* code, const char* label, const char* text_key, const char* missing_hint,
+                          size_t kernel_size, int (*read_kernel)(void* kernel, const JsonNode* node, const char* label),
+                          char** text, void** kernels, int* num_kernels);
 
 /* json_external.c: the subgraphs a library offloads to external compilers (docs/byoc.md), read
  * from its __kiln_external_modules symbol and appended to mod's functions. */

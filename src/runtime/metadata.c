@@ -146,6 +146,24 @@ void kiln_metadata_free(KilnModule* mod) {
   mod->num_functions = 0;
 }
 
+/* The part of a GPU module's device_code (docs/abi.md, GPU modules) that every device API
+   reads alike: the `text_key` string (OpenCL C, PTX) copied into *text, and each kernel entry
+   read by read_kernel into an array of kernel_size-byte records. *num_kernels counts every
+   record begun, so the caller's free also releases a half-read one after a failure. */
+int kiln_device_code_read(const JsonNode* code, const char* label, const char* text_key, const char* missing_hint,
+                          size_t kernel_size, int (*read_kernel)(void* kernel, const JsonNode* node, const char* label),
+                          char** text, void** kernels, int* num_kernels) {
+  const char* s = json_string(json_get(code, text_key));
+  const JsonNode* list = json_get(code, "kernels");
+  if (!s || !list || list->type != JSON_ARRAY || list->count > 65536)
+    return kiln_error("%s: its %s device_code lacks '%s' or 'kernels'; %s", label,
+                      json_string(json_get(code, "type_key")), text_key, missing_hint);
+  if (!(*text = strdup(s)) || !(*kernels = calloc(list->count + 1, kernel_size))) return kiln_error("out of memory");
+  for (const JsonNode* k = list->child; k; k = k->next)
+    if (read_kernel((char*)*kernels + (size_t)(*num_kernels)++ * kernel_size, k, label)) return -1;
+  return 0;
+}
+
 /* One kernel of the metadata's device_code (docs/abi.md, GPU modules): its name and, per
    parameter, whether it is a buffer or a scalar of which dtype. The OpenCL and CUDA loaders share it. */
 int kiln_device_kernel_read(const JsonNode* node, const char* label, char** name_out, int* num_params,

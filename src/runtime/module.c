@@ -85,6 +85,24 @@ static int32_t configured_threads(void) {
   return v && *v ? (int32_t)atoi(v) : 0;
 }
 
+/* The device half of a GPU module, from its metadata's device_code (docs/abi.md "GPU modules"):
+ * the one place that decides which device API's module the code makes. A CPU module has none. */
+static int device_module_create(KilnModule* mod, const char* meta, const char* label) {
+  JsonNode* root = json_parse(meta, strlen(meta));
+  if (!root) return -1;
+  const JsonNode* code = json_get(root, "device_code");
+  const char* type = code && code->type == JSON_OBJECT ? json_string(json_get(code, "type_key")) : NULL;
+  int rc = 0;
+  if (!code || code->type != JSON_OBJECT) rc = 0;
+  else if (type && !strcmp(type, "cuda")) rc = kiln_cuda_module_create(code, label, &mod->cuda);
+  else if (type && !strcmp(type, "opencl")) rc = kiln_opencl_module_create(code, label, &mod->device);
+  else
+    rc = kiln_error("%s carries '%s' device code, which this runtime cannot run (it runs 'opencl' and 'cuda'); "
+                    "rebuild for a target this device supports", label, type ? type : "?");
+  json_free(root);
+  return rc;
+}
+
 int kiln_module_load_so(const char* path, KilnModule** out) {
   if (kiln_elf_check(path)) return -1;
   char* target = path_to_open(path);
@@ -122,8 +140,7 @@ int kiln_module_load_so(const char* path, KilnModule** out) {
     goto fail;
   }
   if (kiln_metadata_read(mod, meta, strlen(meta), base_name(path))) goto fail;
-  if (kiln_cuda_module_create(meta, strlen(meta), base_name(path), &mod->cuda)) goto fail;
-  if (!mod->cuda && kiln_opencl_module_create(meta, strlen(meta), base_name(path), &mod->device)) goto fail;
+  if (device_module_create(mod, meta, base_name(path))) goto fail;
   if (mod->device || mod->cuda) {
     void* hook = dlsym(mod->lib, "__kiln_device_launch");
     void* ctx = dlsym(mod->lib, "__kiln_device_ctx");

@@ -32,7 +32,8 @@ struct KilnCLModule {
   int32_t event_device;                    /* where the recorded kernels ran */
 };
 
-static int read_kernel(CLKernelInfo* k, const JsonNode* node, const char* label) {
+static int read_kernel(void* kernel, const JsonNode* node, const char* label) {
+  CLKernelInfo* k = kernel;
   if (kiln_device_kernel_read(node, label, &k->name, &k->num_params, &k->kinds, &k->dtypes)) return -1;
   /* Texture parameters (docs/abi.md "Images"): kept only for kernels that have one. */
   int i = 0, any = 0;
@@ -78,40 +79,16 @@ static int check_memory(CLKernelInfo* k, int i, void* mem) {
   return 0;
 }
 
-int kiln_opencl_module_create(const char* json, size_t len, const char* label, KilnCLModule** out) {
-  *out = NULL;
-  JsonNode* root = json_parse(json, len);
-  if (!root) return -1;
-  int rc = -1;
-  KilnCLModule* m = NULL;
-  const JsonNode* code = json_get(root, "device_code");
-  if (!code || code->type != JSON_OBJECT) { rc = 0; goto done; } /* a CPU module */
-  const char* type = json_string(json_get(code, "type_key"));
-  const char* source = json_string(json_get(code, "source"));
-  const JsonNode* kernels = json_get(code, "kernels");
-  if (!type || strcmp(type, "opencl") != 0) {
-    kiln_error("%s carries '%s' device code, which this runtime cannot run (it runs 'opencl'); rebuild "
-               "for a target this device supports", label, type ? type : "?");
-    goto done;
+int kiln_opencl_module_create(const JsonNode* code, const char* label, KilnCLModule** out) {
+  KilnCLModule* m = calloc(1, sizeof(*m));
+  if (!m) return kiln_error("out of memory");
+  if (kiln_device_code_read(code, label, "source", "rebuild it", sizeof(CLKernelInfo), read_kernel, &m->source,
+                            (void**)&m->kernels, &m->num_kernels)) {
+    kiln_opencl_module_free(m);
+    return -1;
   }
-  if (!source || !kernels || kernels->type != JSON_ARRAY || kernels->count > 65536) {
-    kiln_error("%s: its device_code lacks 'source' or 'kernels'; rebuild it", label);
-    goto done;
-  }
-  if (!(m = calloc(1, sizeof(*m))) || !(m->source = strdup(source)) ||
-      !(m->kernels = calloc(kernels->count + 1, sizeof(CLKernelInfo)))) {
-    kiln_error("out of memory");
-    goto done;
-  }
-  for (const JsonNode* k = kernels->child; k; k = k->next)
-    if (read_kernel(&m->kernels[m->num_kernels++], k, label)) goto done;
   *out = m;
-  m = NULL;
-  rc = 0;
-done:
-  kiln_opencl_module_free(m);
-  json_free(root);
-  return rc;
+  return 0;
 }
 
 void kiln_opencl_module_free(KilnCLModule* m) {

@@ -401,3 +401,55 @@ def test_graph_with_data_dependent_outputs_is_refused_in_one_line(build, tmp_pat
     assert result.returncode != 0 and not (tmp_path / "out.npz").exists()
     assert "outputs of data-dependent size" in result.stderr and "Python runtime" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def _gpu_library(target: str, path) -> None:
+    from kiln import te
+
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    bx, tx = s[B].split(B.op.axis[0], factor=16)
+    s[B].bind(bx, te.thread_axis("blockIdx.x"))
+    s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    tvm.build(s, [A, B], target=target, name="twice").export_library(str(path))
+
+
+@pytest.mark.parametrize("target, old, new, message", [
+    ("opencl", None, None, None),
+    ("cuda", None, None, None),
+    ("opencl", b'"type_key":"opencl"', b'"type_key":"vulkan"',
+     "lib.so carries 'vulkan' device code, which this runtime cannot run (it runs 'opencl' and 'cuda')"),
+    ("opencl", b'"source":"', b'"sourcf":"', "lib.so: its opencl device_code lacks 'source' or 'kernels'; rebuild"),
+    ("cuda", b'"ptx":"', b'"ptq":"', "lib.so: its cuda device_code lacks 'ptx' or 'kernels'; build it where NVRTC"),
+])
+def test_device_code_is_loaded_without_a_device(build, tmp_path, target, old, new, message):
+    """module.c makes the device half of a GPU library from its device_code (the text and the
+    kernel table are read by one function for every device API); loading needs no device, and a
+    library with device code of an unknown kind or without its text fails in one line."""
+    import ctypes
+
+    from kiln.runtime.devices.nvrtc import have_nvrtc
+    from kiln.runtime.integrity import SEAL_BYTES, seal
+
+    if target == "cuda" and not have_nvrtc():
+        pytest.skip("building CUDA needs NVRTC: pip install -e '.[cuda]'")
+    _gpu_library(target, tmp_path / "built.so")
+    blob = (tmp_path / "built.so").read_bytes()
+    if old is not None:
+        blob = blob[:-SEAL_BYTES]
+        assert blob.count(old) == 1 and len(old) == len(new)
+        blob = blob.replace(old, new)
+    (tmp_path / "lib.so").write_bytes(blob)
+    if old is not None:
+        seal(str(tmp_path / "lib.so"))
+    rt = ctypes.CDLL(os.path.join(build, "libkiln_runtime.so"))
+    rt.kiln_last_error.restype = ctypes.c_char_p
+    mod = ctypes.c_void_p()
+    rc = rt.kiln_module_load(str(tmp_path / "lib.so").encode(), ctypes.byref(mod))
+    if message is None:
+        assert rc == 0, rt.kiln_last_error().decode()
+        rt.kiln_module_free(mod)
+    else:
+        error = rt.kiln_last_error().decode()
+        assert rc != 0 and message in error and "\n" not in error, error
