@@ -109,3 +109,29 @@ def test_lld_linked_library_runs_on_aarch64(c_kernels_aarch64, tmp_path):
     out = subprocess.run(["qemu-aarch64", "-L", QEMU_SYSROOT, str(tmp_path / "driver"), str(lib)],
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["0", "meta", "2", "3", "4", "5"], out.stdout + out.stderr
+
+
+def test_dnnl_for_a_triple_without_a_shim_is_one_error_at_build(tmp_path):
+    """A library offloading to oneDNN for another triple needs that triple's prebuilt shim
+    (KILN_DNNL_SHIMS); without one the build is one line saying what to do, never a library that
+    fails on the device. A listed shim of the wrong architecture does not count. Needs no oneDNN
+    here: the refusal comes before anything of oneDNN is looked for."""
+    import sys
+
+    import numpy as np
+    import onnx
+
+    from test_c_graph import convnet_onnx
+
+    model, _ = convnet_onnx(image=12)
+    onnx.save(model, tmp_path / "m.onnx")
+    host_elf = (getattr(np, "_core", None) or np.core)._multiarray_umath.__file__  # an ELF .so of this machine
+    made = subprocess.run([sys.executable, "-m", "kiln.driver.tvmc", "compile", str(tmp_path / "m.onnx"), "-o",
+                           str(tmp_path / "d.tar"), "--target", "dnnl, llvm", "--target-llvm-mtriple",
+                           "aarch64-linux-gnu"], capture_output=True, text=True,
+                          env=dict(os.environ, KILN_DNNL_SHIMS=host_elf))
+    lines = made.stderr.strip().splitlines()
+    assert made.returncode != 0 and len(lines) == 1, made.stdout + made.stderr
+    assert "cannot build oneDNN (dnnl) subgraphs for aarch64" in lines[0] and "KILN_DNNL_SHIMS lists none for aarch64" \
+        in lines[0] and host_elf in lines[0]
+    assert not (tmp_path / "d.tar").exists()
