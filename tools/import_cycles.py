@@ -8,6 +8,7 @@ names; `from pkg import name` counts `pkg.name` when that is a module, else `pkg
 
     python tools/import_cycles.py            # count and largest circle
     python tools/import_cycles.py -v         # every circle, with its members
+    python tools/import_cycles.py --edges    # ... and the imports (file:line) that close each one
     python tools/import_cycles.py --under kiln/runtime   # only circles touching that folder
     python tools/import_cycles.py --tree /tmp/old        # another checkout (an old commit)
 """
@@ -40,27 +41,38 @@ def _resolve(mod: str, path: Path, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def import_sites(mod: str, path: Path, known: dict[str, Path]) -> list[tuple[str, int, bool]]:
+    """(kiln module, line, inside a function) for every import of another kiln module in `mod`."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            lazy = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            names = []
+            if isinstance(child, ast.Import):
+                names = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                base = _resolve(mod, path, child)
+                for a in child.names:
+                    full = f"{base}.{a.name}"
+                    names.append(full if full in known else base)
+            for name in names:
+                # "import kiln.a.b" depends on kiln.a.b (and runs kiln.a's __init__, which we do
+                # not count: a package __init__ is imported by every child, that is no circle).
+                while name and name not in known:
+                    name = name.rpartition(".")[0]
+                if name and name != mod:
+                    found.append((name, child.lineno, in_function))
+            visit(child, lazy)
+
+    visit(tree, False)
+    return found
+
+
 def imports_of(mod: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The kiln modules that `mod` imports anywhere in its text."""
-    tree = ast.parse(path.read_text(), str(path))
-    found = set()
-    for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = _resolve(mod, path, node)
-            for a in node.names:
-                full = f"{base}.{a.name}"
-                names.append(full if full in known else base)
-        for name in names:
-            # "import kiln.a.b" depends on kiln.a.b (and runs kiln.a's __init__, which we do
-            # not count: a package __init__ is imported by every child, that is no circle).
-            while name and name not in known:
-                name = name.rpartition(".")[0]
-            if name and name != mod:
-                found.add(name)
-    return found
+    return {name for name, _, _ in import_sites(mod, path, known)}
 
 
 def graph(pkg_dir: Path) -> dict[str, set[str]]:
@@ -120,6 +132,8 @@ def circles(pkg_dir: Path = ROOT / "kiln") -> list[list[str]]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-v", "--verbose", action="store_true", help="list every circle's members")
+    ap.add_argument("--edges", action="store_true", help="with each circle, the imports that close it "
+                    "(file:line, 'lazy' when inside a function)")
     ap.add_argument("--under", help="only circles with a module under this folder (e.g. kiln/runtime)")
     ap.add_argument("--tree", default=str(ROOT), help="the checkout to read (e.g. an old commit unpacked with "
                     "git archive REV kiln | tar -x -C DIR)")
@@ -131,8 +145,14 @@ def main(argv=None) -> int:
     sizes = [len(c) for c in found]
     print(f"import circles: {len(found)}; largest: {max(sizes, default=0)} modules; "
           f"modules in circles: {sum(sizes)}")
-    for c in found if args.verbose else found[:1]:
+    known = module_names(Path(args.tree) / "kiln") if args.edges else {}
+    for c in found if args.verbose or args.edges else found[:1]:
         print(f"  [{len(c)}] " + " ".join(c))
+        for m in c if args.edges else ():
+            path = known[m]
+            for name, line, lazy in sorted(set(import_sites(m, path, known)), key=lambda t: t[1]):
+                if name in c:
+                    print(f"      {path.relative_to(Path(args.tree))}:{line} -> {name}{'  (lazy)' if lazy else ''}")
     return 0
 
 

@@ -16,3 +16,4 @@ from .stmt import (
 )
 from .structural import assert_structural_equal, structural_equal, structural_hash
 from .op_attr import get_op_attr, register_op_attr
+from . import printer as _printer  # installs the text form of nodes and modules (Node.script)

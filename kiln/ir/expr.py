@@ -8,7 +8,7 @@ compare structure with ``kiln.ir.structural_equal``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, ClassVar
 
 from .dtype import BOOL_T, INT32, DType, dtype as _dtype
 
@@ -20,11 +20,12 @@ class Node:
     """Base of every IR node (expressions, statements, buffers, functions)."""
 
     __slots__ = ()
+    # How nodes print (TVMScript): printer.py, above every node module, installs its to_text here
+    # when kiln.ir loads (kiln/ir/__init__.py), so no node module depends on the printer.
+    text_form: ClassVar[Callable[["Node"], str]]
 
     def script(self) -> str:
-        from .printer import to_text
-
-        return to_text(self)
+        return self.text_form(self)
 
     def show(self) -> None:
         """Print the node as TVMScript."""

@@ -50,6 +50,10 @@ def graph_ir_of(value) -> GraphIR | None:
 class IRModule:
     """Functions by name. ``mod["main"]``, ``mod["main"] = f``, ``mod.functions``."""
 
+    # The module's text (TVMScript, or relay's text for graph modules): installed by printer.py
+    # when kiln.ir loads, as Node.text_form is.
+    text_form: Callable[["IRModule"], str]
+
     def __init__(self, functions: dict | None = None, type_definitions: dict | None = None, attrs: dict | None = None):
         self._functions: dict[str, Any] = {}
         for key, func in (functions or {}).items():
@@ -121,9 +125,7 @@ class IRModule:
         print(self.script())
 
     def script(self) -> str:
-        from kiln.ir.printer import module_to_text
-
-        return module_to_text(self)
+        return self.text_form(self)
 
     astext = script
 

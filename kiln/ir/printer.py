@@ -15,6 +15,8 @@ import re
 from . import block as B
 from . import expr as E
 from . import stmt as S
+from .module import IRModule, graph_ir_of
+from .structural import structural_equal
 
 # Python precedence, loosest first; comparisons never chain (both sides bind tighter).
 _OR, _AND, _NOT, _CMP, _ADD, _MUL, _UNARY, _ATOM = range(1, 9)
@@ -410,14 +412,10 @@ def _string(text: str) -> str:
 
 
 def _same_shape(shape, extents) -> bool:
-    from .structural import structural_equal
-
     return len(shape) == len(extents) and all(structural_equal(a, b) for a, b in zip(shape, extents))
 
 
 def _same_range(dom, loop) -> bool:
-    from .structural import structural_equal
-
     return dom is not None and structural_equal(dom.min, loop.min) and structural_equal(dom.extent, loop.extent)
 
 
@@ -525,8 +523,6 @@ def module_to_text(mod) -> str:
     if not any(isinstance(f, S.PrimFunc) for _, f in mod.items()):
         # A relay module prints in relay's own text form, one `def @name(...)` per function
         # (relay registers how: kiln/ir/module.py GraphIR).
-        from .module import graph_ir_of
-
         parts = []
         for name, f in mod.items():
             ir = graph_ir_of(f)
@@ -545,3 +541,8 @@ def module_to_text(mod) -> str:
             lines.extend("    " + line for line in text.splitlines())
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+# The text form of every node and module (kiln/ir/expr.py Node.text_form): set here, above them.
+E.Node.text_form = staticmethod(to_text)
+IRModule.text_form = staticmethod(module_to_text)
