@@ -37,7 +37,7 @@ from . import gpu
 from .c_family import ALIGN, CStylePrinter, Lang, _const_size
 from .c_family_expr import _contiguous
 from .gpu import KernelLanguage
-from .cuda_wgmma import CALLS as WGMMA_CALLS, SCOPE as WGMMA_SCOPE, WgmmaPrinter
+from .cuda_wgmma import CALLS as WGMMA_CALLS, SCOPE as WGMMA_SCOPE, SWIZZLE_ALIGN, WgmmaPrinter
 from .cuda_wmma import OPS as WMMA_OPS, STRUCTS as WMMA_STRUCTS, WmmaPrinter, access_ptr
 
 STATIC_SHARED_LIMIT = 48 * 1024  # larger shared memory must be dynamic
@@ -124,6 +124,9 @@ class CUDAPrinter(CStylePrinter):
         self.wmma = WmmaPrinter(self, func)
         self.wgmma = WgmmaPrinter(self, func)  # Hopper's warpgroup MMA, mbarriers, bulk copies (sm_90a)
         text = super().print_kernel(func)
+        if self.wgmma.tensor_maps:  # bulk tensor copies' maps: by-value parameters after the others
+            head, _, rest = text.partition(") {\n")
+            text = head + ", " + ", ".join(self.wgmma.signature_params()) + ") {\n" + rest
         if self.dyn_decls:  # after the opening line of the kernel body
             head, _, rest = text.partition(" {\n")
             text = head + " {\n" + "".join(f"  {d}\n" for d in self.dyn_decls) + rest
@@ -140,17 +143,25 @@ class CUDAPrinter(CStylePrinter):
     def _hoist_shared(self, body) -> list:
         shared = super()._hoist_shared(body)
         total = sum(_padded(n * self.storage_bits(b.dtype) // 8) for b, n in shared)
-        if total <= STATIC_SHARED_LIMIT:
+        tma = self.wgmma is not None and self.wgmma.tma
+        if total <= STATIC_SHARED_LIMIT and not tma:
             return shared
-        # Too big for static declarations: carve every shared array out of the dynamic buffer.
+        # Too big for static declarations (or tiles of bulk tensor copies, 1024-byte aligned):
+        # carve every shared array out of the dynamic buffer.
+        align = SWIZZLE_ALIGN if tma else ALIGN
         self.dyn_decls.append(f"extern __shared__ __align__({ALIGN}) unsigned char kiln_dyn_shared[];")
+        base = "kiln_dyn_shared"
+        if tma:  # the buffer's start is only 16-byte aligned for sure: round it up, in the slack asked for
+            base = "kiln_dyn_aligned"
+            self.dyn_decls.append(f"unsigned char* {base} = kiln_dyn_shared + ((({align}u - ((unsigned)"
+                                  f"__cvta_generic_to_shared(kiln_dyn_shared) % {align}u)) % {align}u));")
         offset = 0
         for buf, n in shared:
             t = self.storage_type(buf.dtype)
-            self.dyn_decls.append(f"{t}* {self.name(buf.data)} = ({t}*)(kiln_dyn_shared + {offset});")
+            self.dyn_decls.append(f"{t}* {self.name(buf.data)} = ({t}*)({base} + {offset});")
             self.aligned[id(buf.data)] = ALIGN
-            offset += _padded(n * self.storage_bits(buf.dtype) // 8)
-        self.shared_bytes = offset
+            offset += _padded(n * self.storage_bits(buf.dtype) // 8, align)
+        self.shared_bytes = offset + (align if tma else 0)
         return []
 
     def storage_bits(self, dt: DType) -> int:
@@ -206,7 +217,8 @@ class CUDAPrinter(CStylePrinter):
         self.in_async = True
         self.stmt(s.body)
         self.in_async = False
-        self.emit('asm volatile("cp.async.commit_group;" ::: "memory");')
+        if not self.wgmma.tma:  # bulk tensor copies complete on mbarriers instead
+            self.emit('asm volatile("cp.async.commit_group;" ::: "memory");')
 
     def stmt_Evaluate(self, s) -> None:
         if isinstance(s.value, E.Call) and s.value.op == WAIT_OP:
@@ -316,17 +328,21 @@ def _offset(base, off: int):
     return E.Add(base, E.const(off, base.dtype), base.dtype) if off else base
 
 
-def _padded(nbytes: int) -> int:
-    return (nbytes + ALIGN - 1) // ALIGN * ALIGN
+def _padded(nbytes: int, align: int = ALIGN) -> int:
+    return (nbytes + align - 1) // align * align
 
 
 def kernel_source(kernels, arch: str | None = None) -> tuple[str, list[int]]:
-    """(CUDA C of the kernels, dynamic shared bytes of each kernel); arch enables what it has (cp.async)."""
+    """(CUDA C of the kernels, each kernel's entry extras: dynamic shared bytes, tensor maps); arch
+    enables what it has (cp.async)."""
     parts, shared, helpers, hopper = [], [], {}, {}
     for k in kernels:
         p = CUDAPrinter(arch)
         parts.append(p.print_kernel(k))
-        shared.append(p.shared_bytes)
+        extra = {"shared_bytes": p.shared_bytes} if p.shared_bytes else {}
+        if p.wgmma.tensor_maps:
+            extra["tensor_maps"] = p.wgmma.tensor_maps
+        shared.append(extra)
         helpers.update(p.wmma.helpers)
         hopper.update(p.wgmma.helpers)
     wmma = WMMA_STRUCTS + "".join(helpers.values()) if helpers else ""
@@ -348,8 +364,7 @@ def default_arch() -> str:
 # Build -----------------------------------------------------------------------------------------
 
 def print_kernels(kernels, target) -> tuple[str, list[dict]]:
-    source, shared = kernel_source(kernels, _arch(target))
-    return source, [{"shared_bytes": n} if n else {} for n in shared]
+    return kernel_source(kernels, _arch(target))
 
 
 def finish(device_code: dict, target) -> None:

@@ -10,6 +10,21 @@ small ``__device__`` helper over inline PTX, emitted only when a kernel uses it:
         so an 8 x 8 core matrix is 128 contiguous bytes; a_lbo / b_lbo: bytes between core
         matrices adjacent in K (rows * 16), 128 between those adjacent in M / N
     tir.kiln_wgmma_store(acc, index, n, dst, ld)            the 64 x n tile to memory, row-major
+    tir.kiln_wgmma_mma(..., lag, 128)                       the same over tiles in the 128-byte swizzled
+        layout the bulk tensor copy writes: rows of 64 halves (128 bytes), 16-byte chunk c of row r
+        at chunk c ^ (r % 8), 8-row groups 1024 bytes apart, the tile 1024-byte aligned
+    tir.kiln_tma_load(dst, src, x, y, width, height, row_bytes, box_w, box_h, elem_bytes, swizzle,
+                      bars, slot)
+        one thread copies the box_h x box_w tile at column x, row y of the 2-D tensor src (a kernel
+        parameter, as its tvm_access_ptr; height x width elements, rows row_bytes apart) to shared dst with the copy
+        engine (``cp.async.bulk.tensor.2d``), completing on mbarrier bars[slot]. The tensor map
+        it reads is a ``__grid_constant__`` kernel parameter appended after the others; the kernel
+        entry's ``tensor_maps`` tells the runtime how to encode it from the buffer's address
+        (kiln/runtime/devices/cuda.py)
+    tir.kiln_tma_init(bars, n) / tir.kiln_tma_arrive(bars, slot, bytes) / tir.kiln_tma_wait(bars, slot, phase)
+        the pipeline's mbarriers (kiln/tir/transform/double_buffer.py): one thread initializes n
+        of them (count 1) and arms one with the bytes its copies bring; every thread waits for a
+        phase
     tir.kiln_mbarrier_init(bar, count) / tir.kiln_mbarrier_expect_tx(bar, bytes) /
     tir.kiln_mbarrier_wait(bar, phase) / tir.kiln_bulk_copy(dst, src, bytes, bar)
         a shared-memory mbarrier, and a bulk copy (the copy engine, ``cp.async.bulk``) of
@@ -37,16 +52,20 @@ from ..errors import CompileError
 from ..ir import expr as E
 from ..ir.functor import Visitor
 
+TMA_CALLS = ("kiln_tma_load", "kiln_tma_init", "kiln_tma_arrive", "kiln_tma_wait")
 CALLS = ("kiln_wgmma_fill", "kiln_wgmma_mma", "kiln_wgmma_store", "kiln_mbarrier_init", "kiln_mbarrier_expect_tx",
-         "kiln_mbarrier_wait", "kiln_bulk_copy")
+         "kiln_mbarrier_wait", "kiln_bulk_copy") + TMA_CALLS
+SWIZZLE_ALIGN = 1024  # bytes: a 128-byte-swizzled tile starts on a whole swizzle pattern
 SCOPE = "wgmma.accumulator"
 N_SIZES = (8, 16, 32, 64, 96, 128, 192, 256)
 
-DESC = r"""__device__ __forceinline__ unsigned long long kiln_wgmma_desc(const void* p, unsigned lbo, unsigned sbo) {
-  // no swizzle (bits 62-63 = 0), base offset 0; addresses and strides in 16-byte units, 14 bits each
+DESC = r"""__device__ __forceinline__ unsigned long long kiln_wgmma_desc(const void* p, unsigned lbo, unsigned sbo,
+                                                                 unsigned long long layout = 0) {
+  // layout (bits 62-63): 0 no swizzle, 1 128-byte swizzle; base offset 0 (swizzled tiles are
+  // 1024-byte aligned); addresses and strides in 16-byte units, 14 bits each
   unsigned a = (unsigned)__cvta_generic_to_shared(p);
   return (unsigned long long)((a & 0x3FFFF) >> 4) | ((unsigned long long)((lbo & 0x3FFFF) >> 4) << 16)
-       | ((unsigned long long)((sbo & 0x3FFFF) >> 4) << 32);
+       | ((unsigned long long)((sbo & 0x3FFFF) >> 4) << 32) | (layout << 62);
 }
 """
 
@@ -71,6 +90,36 @@ __device__ __forceinline__ void kiln_bulk_copy(void* dst, const void* src, unsig
 """
 
 
+TMA = r"""struct __align__(64) kiln_tmap { unsigned long long x[16]; };  // CUtensorMap, encoded by the runtime
+__device__ __forceinline__ bool kiln_elected() { return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0; }
+__device__ __forceinline__ void kiln_tma_init(unsigned long long* bars, int n) {
+  if (kiln_elected()) {
+    for (int i = 0; i < n; ++i)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"((unsigned)__cvta_generic_to_shared(bars + i)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+}
+__device__ __forceinline__ void kiln_tma_arrive(unsigned long long* bars, int slot, unsigned bytes) {
+  if (kiln_elected())
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 :: "r"((unsigned)__cvta_generic_to_shared(bars + slot)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void kiln_tma_wait(unsigned long long* bars, int slot, int phase) {
+  asm volatile("{\n .reg .pred done;\n kiln_tma_waitloop:\n"
+               " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               " @!done bra kiln_tma_waitloop;\n}\n"
+               :: "r"((unsigned)__cvta_generic_to_shared(bars + slot)), "r"(phase) : "memory");
+}
+__device__ __forceinline__ void kiln_tma_load(void* dst, const kiln_tmap* map, int x, int y,
+                                              unsigned long long* bars, int slot) {
+  if (kiln_elected())
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"((unsigned long long)map), "r"(x), "r"(y),
+                    "r"((unsigned)__cvta_generic_to_shared(bars + slot)) : "memory");
+}
+"""
+
+
 def _name(call) -> str:
     return call.op[4:] if call.op.startswith("tir.") else call.op
 
@@ -81,18 +130,18 @@ def _int(e, what: str) -> int:
     return e.value
 
 
-def uses(kernel) -> bool:
-    """Whether the kernel calls any of CALLS or has wgmma accumulators."""
+def uses(kernel, calls=CALLS) -> bool:
+    """Whether the kernel calls any of ``calls`` or has wgmma accumulators (with the default calls)."""
     found = []
 
     class _Find(Visitor):
         def visit_Call(self, op):
-            if _name(op) in CALLS:
+            if _name(op) in calls:
                 found.append(op)
             self.generic_visit(op)
 
         def visit_Allocate(self, op):
-            if op.buffer.scope == SCOPE:
+            if op.buffer.scope == SCOPE and calls is CALLS:
                 found.append(op)
             self.generic_visit(op)
 
@@ -111,20 +160,24 @@ def fill_helper(n: int) -> tuple[str, str]:
                   f"#pragma unroll\n  for (int i = 0; i < {n // 2}; ++i) d.x[i] = 0.0f;\n}}\n")
 
 
-def mma_helper(n: int, lag: int = 0) -> tuple[str, str]:
+def mma_helper(n: int, lag: int = 0, swizzle: int = 0) -> tuple[str, str]:
     """fence, k_steps x wgmma m64n{n}k16 (f32 += f16 x f16, both K-major), commit, and wait until
-    at most ``lag`` groups (the earlier calls') are running."""
+    at most ``lag`` groups (the earlier calls') are running. swizzle 128: the tiles are in the
+    128-byte swizzled layout (rows of 64 halves; a k16 step is 32 bytes along the row)."""
     regs = n // 2
-    name = f"kiln_wgmma_m64n{n}k16_lag{lag}"
+    name = f"kiln_wgmma_m64n{n}k16_lag{lag}" + (f"_sw{swizzle}" if swizzle else "")
+    if swizzle:
+        da, db = "kiln_wgmma_desc(a + 16 * k, 16, 1024, 1)", "kiln_wgmma_desc(b + 16 * k, 16, 1024, 1)"
+    else:  # one k16 step is two core matrices along K: 2 * lbo bytes, lbo halves
+        da, db = "kiln_wgmma_desc(a + k * a_lbo, a_lbo, 128)", "kiln_wgmma_desc(b + k * b_lbo, b_lbo, 128)"
     outs = ", ".join(f'"+f"(d.x[{i}])' for i in range(regs))
     dlist = ",".join(f"%{i}" for i in range(regs))
     text = (f"__device__ __forceinline__ void {name}({struct(n)}& d, const half* a, unsigned a_lbo, const half* b, "
             f"unsigned b_lbo, int k_steps) {{\n"
             f'  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");\n'
-            f"  for (int k = 0; k < k_steps; ++k) {{\n"
-            # one k16 step is two core matrices along K: 2 * lbo bytes, lbo halves
-            f"    unsigned long long da = kiln_wgmma_desc(a + k * a_lbo, a_lbo, 128);\n"
-            f"    unsigned long long db = kiln_wgmma_desc(b + k * b_lbo, b_lbo, 128);\n"
+            f"#pragma unroll\n  for (int k = 0; k < k_steps; ++k) {{\n"
+            f"    unsigned long long da = {da};\n"
+            f"    unsigned long long db = {db};\n"
             f'    asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, 1, 0;\\n"\n'
             f'                 " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{dlist}}}, %{regs}, %{regs + 1}, '
             f'p, 1, 1, 0, 0;\\n}}\\n"\n'
@@ -157,6 +210,10 @@ class WgmmaPrinter:
     def __init__(self, printer, kernel):
         self.p = printer
         self.used = uses(kernel)
+        self.tma = uses(kernel, TMA_CALLS)  # shared tiles 1024-byte aligned (cuda.py)
+        # a buffer parameter's data Var (the body's handle) -> its position
+        self.params = [kernel.buffer_map[v].data if v in kernel.buffer_map else v for v in kernel.params]
+        self.tensor_maps: list[dict] = []  # the kernel entry's tensor_maps: one extra parameter each
         self.helpers: dict[str, str] = {}
         self.sizes: dict[int, int] = {}  # id(accumulator data Var) -> n
         if self.used and not (printer.arch or "").endswith("a"):
@@ -213,7 +270,10 @@ class WgmmaPrinter:
             n = self._n(a[2])
             self.helpers.setdefault("kiln_wgmma_desc", DESC)
             lag = _int(a[8], "the wgmma lag") if len(a) > 8 else 0
-            fn, text = mma_helper(n, lag)
+            swizzle = _int(a[9], "the wgmma tiles' swizzle") if len(a) > 9 else 0
+            if swizzle not in (0, 128):
+                raise CompileError(f"wgmma tiles are read unswizzled (0) or 128-byte swizzled, not {swizzle}")
+            fn, text = mma_helper(n, lag, swizzle)
             self.helpers[fn] = text
             return (f"{fn}({p.name(a[0])}[{p.expr(a[1])}], {p.expr(a[3])}, {p.expr(a[4])}, {p.expr(a[5])}, "
                     f"{p.expr(a[6])}, {p.expr(a[7])})")
@@ -224,6 +284,37 @@ class WgmmaPrinter:
             fn, text = store_helper(n, ctype)
             self.helpers[fn] = text
             return f"{fn}({p.expr(a[3])}, {p.name(a[0])}[{p.expr(a[1])}], {p.expr(a[4])})"
+        if name in TMA_CALLS:
+            self.helpers.setdefault("kiln_tma", TMA)
+            if name == "kiln_tma_load":
+                return self._tma_load(e)
+            return f"{name}({', '.join(p.expr(x) for x in a)})"
         self.helpers.setdefault("kiln_mbarrier", MBARRIER)
         args = ", ".join(p.expr(x) for x in a)
         return f"{name}({args})"
+
+    def _tma_load(self, e) -> str:
+        dst, src, x, y, *shape, bars, slot = e.args
+        width, height, row_bytes, box_w, box_h, elem_bytes, swizzle = (_int(v, "a bulk tensor copy's shape")
+                                                                        for v in shape)
+        if isinstance(src, E.Call) and src.op == "tir.tvm_access_ptr":  # the tensor's pointer: its data Var
+            src = src.args[1]
+        index = next((i for i, v in enumerate(self.params) if v is src), None)
+        if index is None:
+            raise CompileError(f"{self.p.func_name}: a bulk tensor copy reads {src}, which is not a buffer "
+                               "parameter of the kernel (its tensor map is made from the argument's address)")
+        if box_w * elem_bytes > swizzle or box_w > 256 or box_h > 256 or row_bytes % 16:
+            raise CompileError(f"{self.p.func_name}: a {box_h} x {box_w} box of {elem_bytes}-byte elements cannot be "
+                               f"copied with a {swizzle}-byte swizzle (rows of at most {swizzle} bytes, boxes of "
+                               "at most 256 x 256, rows 16-byte aligned)")
+        spec = {"param": index, "elem_bytes": elem_bytes, "dims": [width, height], "row_bytes": row_bytes,
+                "box": [box_w, box_h], "swizzle": swizzle}
+        if spec not in self.tensor_maps:
+            self.tensor_maps.append(spec)
+        m = self.tensor_maps.index(spec)
+        p = self.p
+        return (f"kiln_tma_load({p.expr(dst)}, &kiln_tmap{m}, {p.expr(x)}, {p.expr(y)}, {p.expr(bars)}, "
+                f"{p.expr(slot)})")
+
+    def signature_params(self) -> list[str]:
+        return [f"const __grid_constant__ kiln_tmap kiln_tmap{m}" for m in range(len(self.tensor_maps))]

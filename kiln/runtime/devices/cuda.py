@@ -384,8 +384,31 @@ class CUDAModule:
                 f"(cuda({device_id}) allows {API.attribute(device_id, 'max_shared_memory_per_block_optin')})")
             raised[kernel_id] = shared
         holders = [ctypes.c_uint64(int(v)) if c is None else c(v) for c, v in zip(casts, values)]
+        holders += [_tensor_map(spec, int(values[spec["param"]]), entry["name"]) for spec in entry.get("tensor_maps", ())]
         params = (ctypes.c_void_p * max(len(holders), 1))(*[ctypes.addressof(h) for h in holders])
         return func, grid + block, shared, ctypes.addressof(params), device_id, (holders, params)
 
     def __repr__(self) -> str:
         return f"CUDAModule(kernels=[{', '.join(self.function_names())}])"
+
+
+def _tensor_map(spec: dict, address: int, kernel: str):
+    """The 128-byte CUtensorMap a kernel's bulk tensor copies read (a by-value parameter after its
+    others): the 2-D tensor at ``address`` as the kernel entry's ``tensor_maps`` describes it
+    (kiln/codegen/cuda_wgmma.py)."""
+    drv = _drv()
+    types = {2: drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+             4: drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}
+    swizzles = {0: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+                32: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
+                64: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+                128: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}
+    tmap = _check(drv.cuTensorMapEncodeTiled(
+        types[spec["elem_bytes"]], 2, address, list(spec["dims"]), [spec["row_bytes"]], list(spec["box"]), [1, 1],
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzles[spec["swizzle"]],
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        f"{kernel}: the tensor map of parameter {spec['param']} ({spec})")
+    holder = (ctypes.c_uint64 * 16)()
+    ctypes.memmove(holder, tmap.getPtr(), 128)
+    return holder

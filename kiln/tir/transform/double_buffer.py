@@ -27,6 +27,12 @@ The prefetches are marked
 ``kiln.async_fetch``: the CUDA printer issues their aligned copies as ``cp.async`` (sm_80 and
 newer), so the loads run while the tensor cores work, and barrier insertion (thread_sync.py)
 does not fence them again. Runs after flattening (one index per access).
+
+Fetches that are bulk tensor copies (``tir.kiln_tma_load``, Hopper's copy engine: one thread
+issues a whole tile) complete on an mbarrier per slot instead of cp.async groups: the slots'
+barriers are initialized before the first fetch, each fetch arms its slot's barrier with the
+bytes it brings (``tir.kiln_tma_arrive``) and passes it to its copies, and iteration k waits for
+phase (k / P) % 2 of slot k % P's barrier (``tir.kiln_tma_wait``) before the block barrier.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ from dataclasses import replace
 from kiln.ir import expr as E
 from kiln.ir.dtype import BOOL_T
 from kiln.ir.functor import Mutator, post_order_visit, substitute
-from kiln.ir.stmt import Allocate, AttrStmt, BufferStore, Evaluate, ForKind, IfThenElse, PrimFunc, SeqStmt, seq
+from kiln.ir.stmt import (Allocate, AttrStmt, BufferStore, Evaluate, ForKind, IfThenElse, PrimFunc, SeqStmt,
+                          decl_buffer, seq)
 
 MARK = "double_buffer_scope"
 LAG = "kiln.async_consumer_lag"
@@ -95,22 +102,69 @@ class _Inject(Mutator):
         def marked(stmt):
             return AttrStmt(E.const(0), ASYNC, E.const(1), stmt)
 
-        first = [marked(fetch(E.const(j, k.dtype), E.const(j, k.dtype))) for j in range(stages - 1 - lag)]
         ahead = E.Add(k, E.const(stages - 1 - lag, k.dtype), k.dtype)
         from .thread_sync import barrier
 
-        loop_body = seq(async_wait(stages - 2 - lag), barrier(),
-                        marked(IfThenElse(E.LT(ahead, op.extent, BOOL_T), fetch(ahead, mod(ahead)))),
+        bulk = _bulk_bytes(fetches)
+        if bulk:  # bulk tensor copies completing on one mbarrier per slot (module doc)
+            bars = decl_buffer((stages,), "uint64", "kiln_tma_bar", scope="shared")
+            plain_fetch = fetch
+
+            def fetch(at, which):
+                return seq(_call("tir.kiln_tma_arrive", bars.data, which, bulk),
+                           _WithBarrier(bars.data, which).visit(plain_fetch(at, which)))
+
+            ready = seq(_call("tir.kiln_tma_wait", bars.data, mod(k),
+                              E.FloorMod(E.FloorDiv(k, E.const(stages, k.dtype), k.dtype), E.const(2, k.dtype),
+                                         k.dtype)), barrier())
+        else:
+            ready = seq(async_wait(stages - 2 - lag), barrier())
+        first = [marked(fetch(E.const(j, k.dtype), E.const(j, k.dtype))) for j in range(stages - 1 - lag)]
+        loop_body = seq(ready, marked(IfThenElse(E.LT(ahead, op.extent, BOOL_T), fetch(ahead, mod(ahead)))),
                         slot(seq(*rest), mod(k)))
         inner = [a for a in allocs if a not in doubled]
         for a in reversed(inner):
             loop_body = replace(a, body=loop_body)
         # The barrier first: the tile's last readers (an enclosing loop's previous iteration) are done.
-        stmt = seq(barrier(), *first, replace(op, body=loop_body))
+        if bulk:  # (re)initialized once the previous run's waits are done
+            stmt = seq(barrier(), _call("tir.kiln_tma_init", bars.data, stages), barrier(), *first,
+                       replace(op, body=loop_body))
+        else:
+            stmt = seq(barrier(), *first, replace(op, body=loop_body))
         for a in reversed(doubled):
             stmt = Allocate(a.buffer, (E.const(stages * sizes[id(a.buffer.data)], a.extents[0].dtype),), stmt,
                             a.condition)
+        if bulk:
+            stmt = Allocate(bars, (E.const(stages, "int32"),), stmt)
         return stmt
+
+
+TMA_LOAD = "tir.kiln_tma_load"
+
+
+def _call(op, *args):
+    return Evaluate(E.Call(E.const(0).dtype, op, tuple(E.convert(a) for a in args)))
+
+
+def _bulk_bytes(fetches) -> int:
+    """Bytes the bulk tensor copies among ``fetches`` bring per slot (0: none, cp.async fetches).
+    A copy's args: dst, src, x, y, width, height, row_bytes, box_w, box_h, elem_bytes, swizzle."""
+    calls = []
+    for f in fetches:
+        post_order_visit(f.body, lambda n: calls.append(n) if isinstance(n, E.Call) and n.op == TMA_LOAD else None)
+    return sum(c.args[7].value * c.args[8].value * c.args[9].value for c in calls)
+
+
+class _WithBarrier(Mutator):
+    """Bulk tensor copies completing on slot ``which`` of the barriers ``bars``."""
+
+    def __init__(self, bars, which):
+        super().__init__()
+        self.extra = (bars, which)
+
+    def visit_Call(self, e):
+        e = self.generic_visit(e)
+        return E.Call(e.dtype, e.op, e.args + self.extra) if e.op == TMA_LOAD else e
 
 
 def _size(a: Allocate):

@@ -15,6 +15,13 @@ slab. The accumulators are stored row-major straight to C.
     C = dense_wgmma(A, W)
     s = schedule_dense_wgmma([C], {"warpgroups": 2, "n": 128, "bk": 64, "stages": 3})
     f = tvm.build(s, [A, W, C], target="cuda -arch=sm_90a")
+
+With ``"copy": "tma"`` the slabs are instead fetched by Hopper's copy engine: one thread issues a
+bulk tensor copy per slab (``cp.async.bulk.tensor.2d`` of a ``rows x 64`` box of A or W as they
+are, row-major), which lands in the 128-byte swizzled layout wgmma reads conflict-free (rows of
+64 halves; the 16-byte chunk c of row r at c ^ r % 8) and completes on the slot's mbarrier
+(kiln/tir/transform/double_buffer.py); bk is then 64, one swizzle row. The tensor maps are
+kernel parameters the runtime encodes from the arguments' addresses.
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ from ..gpu.common import block, thread
 from ..utils import const_int, find_stage
 
 ROWS = 64  # rows of one warpgroup's tile (wgmma's m)
-DEFAULT = {"warpgroups": 2, "n": 128, "bk": 64, "stages": 4, "copy_order": "chunks"}
+DEFAULT = {"warpgroups": 2, "n": 128, "bk": 64, "stages": 4, "copy_order": "chunks", "copy": "cp.async"}
+SWIZZLE = 128  # bytes: the bulk tensor copies' swizzle, one row of the tiles they write
 
 
 def _call(op: str, *args):
@@ -71,6 +79,56 @@ def intrin_wgmma_gemm(n: int, kc: int, dtype: str = "float16", lag: int = 0):
     return te.decl_tensor_intrin(c.op, fintrin, name=f"wgmma_m64n{n}", binds=binds)
 
 
+def intrin_wgmma_gemm_swizzled(n: int, bk: int = 64, dtype: str = "float16", lag: int = 0):
+    """acc (64 x n, float32) += a (64 x bk) . b (n x bk)^T, a and b row-major tiles in shared memory
+    as the bulk tensor copies write them (128-byte swizzle: rows of bk = 64 halves)."""
+    if bk * 2 != SWIZZLE:
+        raise ValueError(f"128-byte swizzled tiles have rows of 64 halves; bk={bk}")
+    a = te.placeholder((ROWS, bk), dtype, name="a")
+    b = te.placeholder((n, bk), dtype, name="b")
+    rk = te.reduce_axis((0, bk), name="rk")
+    c = te.compute((ROWS, n), lambda i, j: te.sum(a[i, rk].astype("float32") * b[j, rk].astype("float32"), axis=rk),
+                   name="acc")
+
+    def fintrin(ins, outs):
+        (A, B), (C,) = ins, outs
+        index = _tile(C, ROWS * n)
+        fill = _call("tir.kiln_wgmma_fill", C.data, index, n)
+        mma = _call("tir.kiln_wgmma_mma", C.data, index, n, A.access_ptr("r"), 16, B.access_ptr("r"), 16, bk // 16,
+                    lag, SWIZZLE)
+        if lag:
+            mma = AttrStmt(E.const(0), LAG, E.const(lag), mma)
+        return SeqStmt((fill, mma)), fill, mma
+
+    binds = {a: decl_buffer(a.shape, dtype, "a", strides=[bk, 1], scope="shared", offset_factor=8),
+             b: decl_buffer(b.shape, dtype, "b", strides=[bk, 1], scope="shared", offset_factor=8),
+             c: decl_buffer(c.shape, "float32", "acc", strides=[te.var("acc_s"), 1], scope="wgmma.accumulator",
+                            offset_factor=1)}
+    return te.decl_tensor_intrin(c.op, fintrin, name=f"wgmma_m64n{n}_sw128", binds=binds)
+
+
+def intrin_tma_load(rows: int, cols: int, shape, dtype: str = "float16"):
+    """The rows x cols tile of a row-major 2-D tensor of ``shape`` (height, width) to shared memory:
+    one bulk tensor copy (128-byte swizzle), issued by one thread; the pipeline gives it its
+    mbarrier (kiln/tir/transform/double_buffer.py)."""
+    elem = 2 if dtype in ("float16", "bfloat16") else 4
+    height, width = (int(x) for x in shape)
+    src = te.placeholder((rows, cols), dtype, name="src")
+    dst = te.compute((rows, cols), lambda i, j: src[i, j], name="dst")
+
+    def fintrin(ins, outs):
+        (sb,), (db,) = ins, outs
+        off, ld = sb.elem_offset, sb.strides[0]
+        x = E.FloorMod(off, ld, off.dtype)
+        y = E.FloorDiv(off, ld, off.dtype)
+        return _call("tir.kiln_tma_load", db.access_ptr("w"), sb.access_ptr("r"), x, y, width, height, width * elem, cols, rows,
+                     elem, SWIZZLE)
+
+    binds = {src: decl_buffer(src.shape, dtype, "src", strides=[te.var("src_s"), 1], offset_factor=1),
+             dst: decl_buffer(dst.shape, dtype, "dst", scope="shared", offset_factor=1)}
+    return te.decl_tensor_intrin(dst.op, fintrin, name=f"tma_load_{rows}x{cols}", binds=binds)
+
+
 def intrin_wgmma_store(n: int, out_dtype: str = "float32"):
     """The 64 x n accumulator tile to memory, row-major."""
     acc = te.placeholder((ROWS, n), "float32", name="acc")
@@ -100,6 +158,15 @@ def dense_wgmma(data, weight, conf=None):
     if not fits(m, n, k, data.dtype, conf) or str(weight.dtype) != "float16":
         raise ValueError(f"dense on wgmma needs float16 inputs, M a multiple of {ROWS * conf['warpgroups']}, N of "
                          f"{conf['n']} and K of {conf['bk']}; got {data.dtype} M={m} N={n} K={k}")
+    if conf["copy"] == "tma":  # A and W as they are: the copy engine swizzles the tiles
+        if conf["bk"] != 64:
+            raise ValueError(f"dense on wgmma with bulk tensor copies steps k by 64 (one 128-byte swizzle row); "
+                             f"bk={conf['bk']}")
+        rk = te.reduce_axis((0, k), name="rk")
+        out = te.compute((m, n), lambda i, j: te.sum(data[i, rk].astype("float32") * weight[j, rk].astype("float32"),
+                                                     axis=rk), name="dense_wgmma", tag="dense")
+        out.op.attrs["wgmma_config"] = conf
+        return out
     a_il = te.compute((k // 8, m, 8), lambda c, i, e: data[i, c * 8 + e], name="A_il")
     w_il = te.compute((k // 8, n, 8), lambda c, j, e: weight[j, c * 8 + e], name="W_il")
     rc = te.reduce_axis((0, k // 8), name="rc")
@@ -115,6 +182,8 @@ def schedule_dense_wgmma(outs, conf=None):
     C = find_stage(outs[0], lambda op: "wgmma_config" in getattr(op, "attrs", {}), "wgmma dense stage")
     conf = {**C.op.attrs["wgmma_config"], **(conf or {})}
     wg, n, bk, stages = conf["warpgroups"], conf["n"], conf["bk"], conf["stages"]
+    if conf["copy"] == "tma":
+        return _schedule_tma(outs, C, conf)
     s = te.create_schedule([o.op for o in outs])
     a_il, w_il = C.op.input_tensors
     s[a_il].compute_inline()
@@ -162,6 +231,53 @@ def schedule_dense_wgmma(outs, conf=None):
         sh.bind(tx, thread("x"))
         sh.bind(ty, thread("y"))
         sh.vectorize(e)  # 8 halves: one 16-byte copy (cp.async in the pipeline's prefetches)
+        if stages > 1:
+            sh.double_buffer(stages)
+    return s
+
+
+def _output_tiles(s, C, wg, n):
+    """C's blocks (64 wg x n) over blockIdx, warpgroups over threadIdx.y, each one 64 x n store."""
+    st = s[C]
+    i, j = st.op.axis
+    bi, ii = st.split(i, factor=ROWS * wg)
+    bj, jj = st.split(j, factor=n)
+    tg, iii = st.split(ii, factor=ROWS)
+    st.reorder(bi, bj, tg, iii, jj)
+    st.bind(bi, block("y"))
+    st.bind(bj, block("x"))
+    st.bind(tg, thread("y"))
+    st.tensorize(iii, intrin_wgmma_store(n, str(C.dtype)))
+    return st, tg
+
+
+def _schedule_tma(outs, C, conf):
+    wg, n, bk, stages = conf["warpgroups"], conf["n"], conf["bk"], conf["stages"]
+    s = te.create_schedule([o.op for o in outs])
+    a, w = C.op.input_tensors
+    AS = s.cache_read(a, "shared", [C])
+    BS = s.cache_read(w, "shared", [C])
+    CF = s.cache_write(C, "wgmma.accumulator")
+    st, tg = _output_tiles(s, C, wg, n)
+    cf = s[CF]
+    cf.compute_at(st, tg)
+    ci, cj = cf.op.axis
+    (rk,) = cf.op.reduce_axis
+    ko, ki = cf.split(rk, factor=bk)
+    cf.reorder(ko, ci, cj, ki)
+    steps = const_int(C.op.reduce_axis[0].dom.extent) // bk
+    lag = 1 if stages >= 3 and steps >= stages else 0
+    cf.tensorize(ci, intrin_wgmma_gemm_swizzled(n, bk, lag=lag))
+    # A warpgroup is 128 threads along threadIdx.x; the copies are one thread's (kiln_elected):
+    # bound to threadIdx.x over one iteration, they are also guarded by threadIdx.x < 1.
+    tx = te.thread_axis((0, 128), "threadIdx.x")
+    for slab, src, rows in ((AS, a, ROWS * wg), (BS, w, n)):
+        sh = s[slab]
+        sh.compute_at(cf, ko)
+        r, _ = sh.op.axis
+        one, r = sh.split(r, nparts=1)
+        sh.bind(one, tx)
+        sh.tensorize(r, intrin_tma_load(rows, bk, src.shape, str(src.dtype)))
         if stages > 1:
             sh.double_buffer(stages)
     return s

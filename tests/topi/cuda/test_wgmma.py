@@ -45,6 +45,34 @@ def test_dense_compiles_to_wgmma_and_assembles(conf):
     assert base64.b64decode(code["cubin"])[:4] == b"\x7fELF"  # ptxas (inside NVRTC) accepted it for sm_90a
 
 
+def test_bulk_tensor_copies_feed_swizzled_tiles_and_assemble():
+    """copy "tma": one thread copies each slab with cp.async.bulk.tensor (completing on the slot's
+    mbarrier), wgmma reads the 128-byte swizzled tiles (descriptor layout 1), the slabs are
+    1024-byte aligned in dynamic shared memory, and the kernel entry tells the runtime how to
+    encode the two tensor maps it takes after its buffers."""
+    m, n, k = 256, 512, 512
+    f = build(m, n, k, {"n": 256, "copy": "tma"})
+    code = f.metadata["device_code"]
+    ptx = code["ptx"]
+    for op in ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
+               "mbarrier.init.shared::cta.b64", "mbarrier.arrive.expect_tx.shared::cta.b64",
+               "mbarrier.try_wait.parity.shared::cta.b64", "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16"):
+        assert op in ptx, op
+    assert "cp.async.cg" not in ptx and "cp.async.commit_group" not in ptx
+    assert base64.b64decode(code["cubin"])[:4] == b"\x7fELF"
+    (entry,) = code["kernels"]
+    assert entry["tensor_maps"] == [
+        {"param": 0, "elem_bytes": 2, "dims": [k, m], "row_bytes": 2 * k, "box": [64, 128], "swizzle": 128},
+        {"param": 1, "elem_bytes": 2, "dims": [k, n], "row_bytes": 2 * k, "box": [64, 256], "swizzle": 128}]
+    # 4 slots of a 128 x 64 A slab and a 256 x 64 W slab, the barriers, and the 1024 bytes of alignment slack
+    assert entry["shared_bytes"] == 4 * (128 + 256) * 64 * 2 + 1024 + 1024
+    src = [mod for mod in f.imported_modules if mod.type_key == "cuda"][0].get_source()
+    assert "kiln_tma_arrive(kiln_tma_bar, ((rk_outer + 2) % 4), 49152)" in src  # 2 ahead: wgmma lags 1
+    assert "kiln_wgmma_desc(a + 16 * k, 16, 1024, 1)" in src
+    with pytest.raises(ValueError, match="bk=32"):
+        build(m, n, k, {"copy": "tma", "bk": 32})
+
+
 def test_products_overlap_the_next_tile_where_the_pipeline_has_slots():
     """4 stages: each step leaves its wgmma group running (wait_group 1) and the tiles are fetched
     two steps ahead (cp.async.wait_group 1), so a slot is refilled only after the products that
@@ -110,12 +138,16 @@ extern "C" __global__ void __launch_bounds__(128) bulk(const half* __restrict__ 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("conf", [None, {"warpgroups": 1, "n": 64, "bk": 32, "stages": 2}], ids=["default", "small"])
+@pytest.mark.parametrize("conf", [None, {"warpgroups": 1, "n": 64, "bk": 32, "stages": 2},
+                                  {"n": 256, "copy": "tma"}, {"warpgroups": 1, "n": 64, "stages": 2, "copy": "tma"}],
+                         ids=["default", "small", "tma", "tma-small"])
 def test_dense_runs(conf):
     dev = tvm.cuda(0)
     if dev.compute_version != "9.0":
         pytest.skip(f"wgmma runs on compute capability 9.0 (sm_90a) only; this GPU is {dev.compute_version}")
-    m, n, k = 256, 256, 320 if conf else 256
+    m, n, k = 256, 512, 320 if conf else 256
+    if conf and conf.get("copy") == "tma":
+        m, k = 384, 640  # 10 k steps: slots reused and barrier phases flipped more than once
     f = build(m, n, k, conf)
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal((m, k)).astype("float16"), rng.standard_normal((n, k)).astype("float16")
