@@ -1,4 +1,4 @@
-"""CUDA whole models: ResNet-50 and MobileNetV2 batch 1 (224 x 224), kiln vs torch.compile and eager.
+"""CUDA whole models: ResNet-50 and MobileNetV2 batch 1 (224 x 224) and transformers, kiln vs torch.compile and eager.
 
 For each model and dtype:
 
@@ -7,6 +7,10 @@ For each model and dtype:
   schedules; float16 is ``ToMixedPrecision("float16", accumulation_dtype="float32")`` of the
   same graph (float16 tensors, float32 sums, float32 interface). Checked against onnxruntime
   (CPU) on the float32 model: float32 within 1e-3, float16 the same top-5 classes in order.
+- Transformers (``--models bert gpt2 vit``): BERT-base (seq 128, masked), GPT-2 small (seq 64) and
+  ViT-B/16 from ``transformers`` configs (bench/transformer_models.py, seed 0), the same module
+  exported to ONNX for kiln and run by torch; float16 checked by cosine (>= 0.999) against
+  onnxruntime's float32 hidden states, with the max error relative to the largest value.
 - torch: torchvision's ``resnet50`` / ``mobilenet_v2`` (the same architectures, random weights:
   only their latency is compared) in eager mode on cuDNN, TF32 off; ``.half()`` for float16;
   and the same under ``torch.compile(mode="reduce-overhead")`` (inductor kernels replayed as a
@@ -44,11 +48,14 @@ from kiln.contrib import graph_executor  # noqa: E402
 
 import sibling  # noqa: E402  (bench/sibling.py: this script's folder is on sys.path)
 
-MODELS = ("resnet50", "mobilenet_v2", "resnet18")
+MODELS = ("resnet50", "mobilenet_v2", "resnet18", "bert", "gpt2", "vit")
+TRANSFORMERS = ("bert", "gpt2", "vit")  # bench/transformer_models.py: BERT-base seq 128, GPT-2 small seq 64, ViT-B/16
 
 
 
 def onnx_model(name: str):
+    if name in TRANSFORMERS:  # transformers' configs, random weights (seed 0), torch.onnx.export
+        return sibling.load("transformer_models.py").export(name, "base")
     import onnx_models
 
     if name == "mobilenet_v2":  # 0.5: float16 rounding does not reorder the random network's top-5
@@ -57,6 +64,20 @@ def onnx_model(name: str):
 
 
 def torch_model(torch, name: str):
+    if name in TRANSFORMERS:  # the same module the ONNX file was exported from, its last hidden state
+        tm = sibling.load("transformer_models.py")
+        torch.manual_seed(0)
+        inner = tm._config(name, "base").eval().cuda()
+
+        class Last(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, **xs):
+                return self.inner(**xs).last_hidden_state
+
+        return Last().eval()
     import torchvision
 
     net = getattr(torchvision.models, name)(weights=None)
@@ -93,8 +114,15 @@ def build(model, target, dtype: str):
         return relay.build(mod, target=target, params=params)
 
 
-def check(dtype: str, got: np.ndarray, want: np.ndarray) -> tuple[bool, str]:
-    """(passed, what was compared): float32 within 1e-3 of onnxruntime, float16 its top-5."""
+def check(dtype: str, got: np.ndarray, want: np.ndarray, name: str = "") -> tuple[bool, str]:
+    """(passed, what was compared): float32 within 1e-3 of onnxruntime, float16 its top-5 (a
+    transformer's hidden states: cosine >= 0.999 and the max error relative to the largest value)."""
+    if dtype != "float32" and name in TRANSFORMERS:
+        got, want = got.astype(np.float64).ravel(), want.astype(np.float64).ravel()
+        cos = float(np.dot(got, want) / (np.linalg.norm(got) * np.linalg.norm(want)))
+        rel = float(np.abs(got - want).max() / np.abs(want).max())
+        return cos >= 0.999, f"cosine to onnxruntime's float32 {cos:.5f}, max err {rel:.1e} of the largest" + (
+            "" if cos >= 0.999 else " (cosine < 0.999: WRONG)")
     if dtype == "float32":
         err = float(np.abs(got - want).max())
         ok = bool(np.allclose(got, want, rtol=1e-3, atol=1e-3))
@@ -127,27 +155,31 @@ def bench(name: str, dtype: str, target, dev, torch, gpu, args) -> tuple[float, 
     g = graph_executor.GraphModule(lib["default"](dev))
     g.set_input(**inputs)
     g.run()
-    ok, verdict = check(dtype, g.get_output(0).numpy(), want)
+    ok, verdict = check(dtype, g.get_output(0).numpy(), want, name)
     timer = g.module.time_evaluator("run", dev, number=args.number, repeat=args.repeat)
     kiln_ms = statistics.median(timer().results) * 1e3
 
     net = torch_model(torch, name)
-    x = torch.from_numpy(inputs["data"]).cuda()
-    if dtype == "float16":
-        net, x = net.half(), x.half()
-    elif dtype == "bfloat16":
-        net, x = net.bfloat16(), x.bfloat16()
+    xs = {k: torch.from_numpy(v).cuda() for k, v in inputs.items()}
+    cast = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(dtype)
+    if cast is not None:
+        net = net.to(cast)
+        xs = {k: v.to(cast) if v.is_floating_point() else v for k, v in xs.items()}
+    if name in TRANSFORMERS:
+        call = lambda m: m(**xs)  # noqa: E731
+    else:
+        call = lambda m: m(xs["data"])  # noqa: E731
     with torch.no_grad():
-        ref_ms = gpu.time_torch(torch, lambda: net(x), args.repeat, args.number, warmup=3)
+        ref_ms = gpu.time_torch(torch, lambda: call(net), args.repeat, args.number, warmup=3)
         line = f"torch eager {ref_ms:.3f} ms  kiln/eager {kiln_ms / ref_ms:.2f}x"
         ratio = kiln_ms / ref_ms
         if not args.no_compile:  # inductor + CUDA graphs: the reference of the issue's goals
             start = time.perf_counter()
             compiled = torch.compile(net, mode="reduce-overhead")
             for _ in range(3):
-                compiled(x)
+                call(compiled)
             compile_s = time.perf_counter() - start
-            comp_ms = gpu.time_torch(torch, lambda: compiled(x), args.repeat, args.number, warmup=3)
+            comp_ms = gpu.time_torch(torch, lambda: call(compiled), args.repeat, args.number, warmup=3)
             ratio = kiln_ms / comp_ms
             line += f"  torch.compile(reduce-overhead) {comp_ms:.3f} ms  kiln/compile {ratio:.2f}x " \
                     f"(its compile {compile_s:.0f} s)"

@@ -93,13 +93,28 @@ def mma(d_bits: int, c_bits: int) -> tuple[str, str]:
     return name, text
 
 
+def float_rows(pieces: int, ctype: str) -> str:
+    """C lines storing one warp's 16-row slab of float accumulators in the m16n8 layout: ``pieces``
+    8-column blocks, block j's f.x[4j], f.x[4j+1] at row g, columns 8j + 2t, + 1 and f.x[4j+2],
+    f.x[4j+3] at row g + 8 (lane 4g + t), as ``ctype`` at ``p`` (rows ``ld`` apart, ld even). The
+    mma.sync accumulator and each warp's part of a wgmma accumulator (cuda_wgmma.py) are so laid out."""
+    pair = {"float": "*((float2*)({at})) = make_float2({a}, {b});",
+            "half": "*((half2*)({at})) = half2{{half({a}), half({b})}};"}.get(ctype)
+    lines = []
+    for row, k in (("g", 0), ("(g + 8)", 2)):
+        at = f"p + {row} * ld + j * 8 + 2 * t"
+        a, b = f"f.x[4 * j + {k}]", f"f.x[4 * j + {k + 1}]"
+        if pair:
+            lines.append("    " + pair.format(at=at, a=a, b=b))
+        else:
+            lines.append(f"    ({at})[0] = ({ctype}){a}; ({at})[1] = ({ctype}){b};")
+    return f"#pragma unroll\n  for (int j = 0; j < {pieces}; ++j) {{\n" + "\n".join(lines) + "\n  }\n"
+
+
 def store(bits: int) -> tuple[str, str]:
     if bits == 32:
         name = "kiln_mma_store_f32"
-        body = ("  for (int j = 0; j < 2; ++j) {\n"
-                "    *((float2*)(p + g * ld + j * 8 + 2 * t)) = make_float2(f.x[4 * j], f.x[4 * j + 1]);\n"
-                "    *((float2*)(p + (g + 8) * ld + j * 8 + 2 * t)) = make_float2(f.x[4 * j + 2], f.x[4 * j + 3]);\n"
-                "  }\n")
+        body = float_rows(2, "float")
         sig = "float* p, const kiln_frag_f32& f, int ld"
     else:
         name = "kiln_mma_store_f16"

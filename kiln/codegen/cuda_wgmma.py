@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from ..errors import CompileError
 from ..ir import expr as E
+from . import cuda_mma
 from ..ir.functor import Visitor
 
 TMA_CALLS = ("kiln_tma_load", "kiln_tma_init", "kiln_tma_arrive", "kiln_tma_wait")
@@ -191,16 +192,11 @@ def mma_helper(n: int, lag: int = 0, swizzle: int = 0) -> tuple[str, str]:
 
 def store_helper(n: int, ctype: str) -> tuple[str, str]:
     name = f"kiln_wgmma_store{n}_{ctype.replace(' ', '_')}"
-    text = (f"__device__ __forceinline__ void {name}({ctype}* p, const {struct(n)}& d, int ld) {{\n"
+    # each warp w holds rows 16 w .. 16 w + 15 in mma.sync's accumulator layout (cuda_mma.py)
+    text = (f"__device__ __forceinline__ void {name}({ctype}* p, const {struct(n)}& f, int ld) {{\n"
             f'  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // products left running\n'
-            f"  int t = threadIdx.x % 128, w = t / 32, l = t % 32;\n"
-            f"  int row = 16 * w + l / 4, col = 2 * (l % 4);\n"
-            f"#pragma unroll\n  for (int i = 0; i < {n // 8}; ++i) {{\n"
-            f"    p[row * ld + 8 * i + col] = ({ctype})d.x[4 * i];\n"
-            f"    p[row * ld + 8 * i + col + 1] = ({ctype})d.x[4 * i + 1];\n"
-            f"    p[(row + 8) * ld + 8 * i + col] = ({ctype})d.x[4 * i + 2];\n"
-            f"    p[(row + 8) * ld + 8 * i + col + 1] = ({ctype})d.x[4 * i + 3];\n"
-            f"  }}\n}}\n")
+            f"  int l = threadIdx.x % 32, g = l / 4, t = l % 4;\n"
+            f"  p += 16 * ((threadIdx.x % 128) / 32) * ld;\n" + cuda_mma.float_rows(n // 8, ctype) + "}\n")
     return name, text
 
 
