@@ -12,6 +12,6 @@ from .reduction import CommReducer, comm_reducer, max, min, prod, sum  # noqa: F
 from .schedule import Schedule, Stage, create_schedule  # noqa: F401
 from .tensor_intrin import TensorIntrin, decl_tensor_intrin  # noqa: F401
 from .tensor import (  # noqa: F401
-    ComputeOp, Operation, PlaceholderOp, Tensor, compute, create_prim_func, placeholder,
-    reduce_axis, size_var, thread_axis, var,
+    ComputeOp, Operation, PlaceholderOp, Tensor, compute, placeholder, reduce_axis, size_var, thread_axis, var,
 )
+from .prim_func import create_prim_func  # noqa: F401

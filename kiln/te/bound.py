@@ -15,7 +15,7 @@ from kiln.ir.expr import IntImm, IterType, IterVar, PrimExpr, ProducerLoad, Rang
 from kiln.ir.functor import Visitor, substitute
 from kiln.tir.simplify import Analyzer, simplify
 
-from .schedule import Attach, Fuse, Split, Stage
+from .schedule import Attach, Fuse, Split, Stage, attach_leaf
 
 
 @dataclass
@@ -205,8 +205,6 @@ def infer_region(stage: Stage, consumers: list, domains: dict, infos: dict, bodi
     for cons in consumers:
         fixed = None
         if cons is stage.attach_stage:
-            from .lower import attach_leaf
-
             fixed = attach_leaf(cons, stage.attach_ivar)
         relax = shared_thread_leaves(cons, stage.scope)
         intervals = root_intervals(cons, domains, infos[cons], fixed, relax)
@@ -283,8 +281,6 @@ def _path_relaxed(cons: Stage, stage: Stage, infos: dict) -> dict:
     loops that run inside stage's attach point (a local cache read from a shared one, attached
     deeper) range fully; those outside it stay fixed, except the GPU thread loops whose threads
     share stage's memory (a shared stage serves its whole block)."""
-    from .lower import attach_leaf
-
     if stage.attach != Attach.SCOPE:
         return {}
     target = stage.attach_stage

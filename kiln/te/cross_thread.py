@@ -21,7 +21,9 @@ from kiln.ir import expr as E
 from kiln.ir.dtype import BOOL_T, HANDLE_T
 from kiln.ir.expr import IterType, Var, const
 from kiln.ir.stmt import Allocate, Buffer, BufferStore, Evaluate, IfThenElse, LetStmt, seq
-from kiln.tir.simplify import simplify
+from kiln.tir.simplify import guard_with as _guard, simplify
+
+from .schedule import attach_leaf
 
 BARRIER_OP = "tir.tvm_storage_sync"
 
@@ -67,8 +69,6 @@ def cross_thread_reduce(low, st, info, bufs, store_idx, guards, expr, leaf_expr)
     cond = expr(red.condition)
     if not (isinstance(cond, E.IntImm) and cond.value):
         conds.append(cond)
-    from .lower import _guard
-
     update = _guard(update, conds)
     serial = [iv for iv in reduce_leaves if iv is not tiv]
     partial = seq(init, low._nest(st, serial, info, update))
@@ -126,8 +126,6 @@ def _thread_groups(st, info, data_leaves, low=None):
     levels = [(st, info, data_leaves)]
     child = st
     while low is not None and child.attach_stage is not None and child.attach.value == "scope":
-        from .lower import attach_leaf
-
         parent = child.attach_stage
         leaves = parent.leaf_iter_vars
         at = leaves.index(attach_leaf(parent, child.attach_ivar))

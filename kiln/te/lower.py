@@ -17,10 +17,10 @@ from kiln.ir.stmt import (
     Allocate, Buffer, BufferStore, For, ForKind, IfThenElse, LetStmt, PrimFunc, Stmt, seq,
 )
 from kiln.tir.op import likely
-from kiln.tir.simplify import simplify
+from kiln.tir.simplify import guard_with as _guard, simplify
 
 from .bound import full_domains, infer_region, leaf_info
-from .schedule import Attach, Schedule, Stage
+from .schedule import Attach, Schedule, Stage, attach_leaf
 from .extern import ExternOp
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 
@@ -382,23 +382,6 @@ def _attached_scope(st: Stage) -> str:
     return {-1: "global", 0: "shared", 1: "local"}[rank]
 
 
-def attach_leaf(parent: Stage, iv: IterVar) -> IterVar:
-    """The leaf loop an attach axis ended up as: fused axes attach to the fused loop, split ones to the inner."""
-    from .schedule import Fuse, Split
-
-    while iv not in parent.leaf_iter_vars:
-        for rel in parent.relations:
-            if isinstance(rel, Fuse) and iv in (rel.outer, rel.inner):
-                iv = rel.fused
-                break
-            if isinstance(rel, Split) and iv is rel.parent:
-                iv = rel.inner
-                break
-        else:
-            raise ScheduleError(f"stage {parent.name}: axis {iv.var.name} is no longer a loop of the stage")
-    return iv
-
-
 class _Rebind(Mutator):
     """Accesses through an extern's placeholder buffers (and views sharing their data) go to the
     real buffers; a view of another shape (ir_builder's flat indexing) keeps its shape."""
@@ -440,16 +423,6 @@ class _ToBuffers(Mutator):
     def visit_ProducerLoad(self, load):
         load = self.generic_visit(load)
         return self.lowering.load(load)
-
-
-def _guard(stmt: Stmt, conds: list) -> Stmt:
-    conds = [c for c in (simplify(c) for c in conds) if not (isinstance(c, E.IntImm) and c.value)]
-    if not conds:
-        return stmt
-    cond = conds[0]
-    for c in conds[1:]:
-        cond = E.And(cond, c, BOOL_T)
-    return IfThenElse(likely(cond), stmt)
 
 
 def _alloc_size(b: Buffer) -> PrimExpr:

@@ -9,6 +9,8 @@ the reduction's inputs and has an init storing the identity.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from kiln.ir import expr as E
 from kiln.ir.block import Block, BlockRealize, BufferRegion
 from kiln.ir.dtype import HANDLE_T
@@ -16,14 +18,25 @@ from kiln.ir.functor import Mutator
 from kiln.ir.stmt import Allocate, Buffer, BufferStore, Evaluate, For, ForKind, PrimFunc, seq
 from kiln.tir.simplify import simplify
 
-from .tensor import ComputeOp, PlaceholderOp
+from .lower import lower_to_primfunc
+from .schedule import create_schedule
+from .tensor import ComputeOp, PlaceholderOp, Tensor
+
+
+def create_prim_func(ops: Sequence[Tensor]):
+    """The schedule-free path: a PrimFunc computing the given tensors, one T.block per compute op
+    (kiln/te/prim_func.py), for ``tvm.tir.Schedule``; ops the block form does not cover get the
+    default loop nests."""
+    tensors = list(ops)
+    if supports(tensors):
+        return block_prim_func(tensors)
+    outputs = [t.op for t in tensors if not isinstance(t.op, PlaceholderOp)]
+    return lower_to_primfunc(create_schedule(outputs), tensors, "main")
 
 
 def supports(tensors) -> bool:
     """Whether every op is one the block form covers (tensor arguments only; single-output
     reductions without conditions)."""
-    from .tensor import Tensor
-
     if not all(isinstance(t, (Tensor, E.Var)) for t in tensors):
         return False
     for op in _ops([t for t in tensors if isinstance(t, Tensor)]):

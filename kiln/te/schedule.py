@@ -12,6 +12,7 @@ from kiln.ir.expr import IterType, IterVar, Var, convert
 from kiln.ir.functor import substitute
 
 from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor, compute
+from .tensor_intrin import TensorIntrin
 
 
 _THREAD_TAGS = {f"{k}.{d}" for k in ("blockIdx", "threadIdx") for d in "xyz"}
@@ -214,8 +215,6 @@ class Stage:
 
     def tensorize(self, axis: IterVar, intrin) -> None:
         """Compute the loops from axis inwards with a tensor intrinsic (te.decl_tensor_intrin)."""
-        from .tensor_intrin import TensorIntrin
-
         self._check_leaf(axis, "tensorize")
         if not isinstance(intrin, TensorIntrin):
             raise ScheduleError(f"stage {self.name}: tensorize needs a te.decl_tensor_intrin(...), got {intrin!r}")
@@ -403,3 +402,18 @@ def create_schedule(ops) -> Schedule:
 
 
 _ = PlaceholderOp
+
+
+def attach_leaf(parent: Stage, iv: IterVar) -> IterVar:
+    """The leaf loop an attach axis ended up as: fused axes attach to the fused loop, split ones to the inner."""
+    while iv not in parent.leaf_iter_vars:
+        for rel in parent.relations:
+            if isinstance(rel, Fuse) and iv in (rel.outer, rel.inner):
+                iv = rel.fused
+                break
+            if isinstance(rel, Split) and iv is rel.parent:
+                iv = rel.inner
+                break
+        else:
+            raise ScheduleError(f"stage {parent.name}: axis {iv.var.name} is no longer a loop of the stage")
+    return iv

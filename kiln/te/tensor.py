@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Callable, Sequence
+from typing import Callable
 
 from kiln.ir.dtype import dtype as _dtype
 from kiln.ir.expr import (
@@ -209,18 +209,3 @@ def var(name="tindex", dtype="int32") -> Var:
 
 def size_var(name="size", dtype="int32") -> SizeVar:
     return SizeVar(name, _dtype(dtype))
-
-
-def create_prim_func(ops: Sequence[Tensor]):
-    """The schedule-free path: a PrimFunc computing the given tensors, one T.block per compute op
-    (kiln/te/prim_func.py), for ``tvm.tir.Schedule``; ops the block form does not cover get the
-    default loop nests."""
-    from .lower import lower_to_primfunc
-    from .prim_func import block_prim_func, supports
-    from .schedule import create_schedule
-
-    tensors = list(ops)
-    if supports(tensors):
-        return block_prim_func(tensors)
-    outputs = [t.op for t in tensors if not isinstance(t.op, PlaceholderOp)]
-    return lower_to_primfunc(create_schedule(outputs), tensors, "main")

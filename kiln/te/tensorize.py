@@ -20,7 +20,9 @@ from kiln.ir import expr as E
 from kiln.ir.expr import IterType, ProducerLoad, Reduce
 from kiln.ir.functor import Mutator, child_fields, substitute
 from kiln.ir.stmt import BufferStore, seq
-from kiln.tir.simplify import simplify
+from kiln.tir.simplify import guard_with as _guarded, simplify
+
+from .schedule import Attach, attach_leaf
 
 
 
@@ -111,8 +113,6 @@ def _assemble(low, st, info, tile, outer, p, body, init, update, guards):
 
 
 def _check_nothing_attached(low, st, inner, where):
-    from .lower import attach_leaf
-    from .schedule import Attach
 
     ids = {id(iv) for iv in inner}
     for c in low.active:
@@ -308,10 +308,3 @@ def _uses_any(e, ivs) -> bool:
 
     ids = {id(iv.var) for iv in ivs}
     return uses_var(e, lambda v: id(v) in ids)
-
-
-def _guarded(stmt, conds):
-    from .lower import _guard
-
-    return _guard(stmt, conds)
-

@@ -13,7 +13,10 @@ import math
 
 from kiln.ir import expr as E
 from kiln.ir.expr import IntImm, FloatImm, PrimExpr, Var, const
+from kiln.ir.dtype import BOOL_T
 from kiln.ir.functor import Mutator
+from kiln.ir.stmt import IfThenElse
+from kiln.tir.op import likely
 
 INF = math.inf
 
@@ -465,3 +468,15 @@ def _is_const(e, value) -> bool:
 def simplify(e, ranges: dict | None = None):
     """Simplify an expression or statement, given optional ranges {Var: Range} of variables."""
     return Analyzer(ranges).simplify(e)
+
+
+def guard_with(stmt, conds: list):
+    """``stmt`` run only where every condition holds (``if likely(c0 && c1 ...)``), the conditions
+    simplified first and those that are always true dropped; ``stmt`` itself when none is left."""
+    conds = [c for c in (simplify(c) for c in conds) if not (isinstance(c, E.IntImm) and c.value)]
+    if not conds:
+        return stmt
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = E.And(cond, c, BOOL_T)
+    return IfThenElse(likely(cond), stmt)
