@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import importlib
 
-from . import analysis, image, nn, op
+from kiln.ir.module import GraphIR, register_graph_ir
+
+from . import analysis, image, nn, op, printer
+from .analysis import as_function
 from .expr import (Attrs, Call, Constant, DictAttrs, Function, If, Let, RelayExpr, Tuple, TupleGetItem, TupleWrapper,
-                   Var, as_function, bind, const, var)
+                   Var, const, var)
+from .visitor import bind
 from .op.reduce import all, any, argmax, argmin, max, mean, min, prod, sum, variance  # noqa: A004
 from .op.tensor import (abs, add, ceil, clip, copy, cos, divide, equal, erf, exp, floor, floor_divide, floor_mod,
                         greater, greater_equal, isnan, less, less_equal, log, logical_and, logical_not, logical_or,
@@ -26,9 +30,12 @@ from .ty import FuncType, TensorType, TupleType, Type
 
 Expr = RelayExpr
 
+# IRModule.from_expr and module printing find relay through this (kiln/ir never imports relay).
+register_graph_ir(GraphIR((RelayExpr, TupleWrapper), as_function, printer.astext))
+
 # Heavier parts load on first use: the ONNX frontend imports onnx, testing builds networks,
 # and build_module (written on top of the TE compiler) pulls in codegen.
-_LAZY_MODULES = {"frontend", "testing", "transform", "reference", "build_module", "backend", "visitor", "printer",
+_LAZY_MODULES = {"frontend", "testing", "transform", "reference", "build_module", "backend", "visitor",
                  "dataflow_pattern", "qnn", "quantize"}
 _LAZY_ATTRS = {"build": ("kiln.relay.build_module", "build"),
                "optimize": ("kiln.relay.build_module", "optimize"),

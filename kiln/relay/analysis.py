@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .expr import Call, Function, Let, Var
+from .expr import Call, Function, Let, TupleWrapper, Var
 from .visitor import children, post_order
 
 
@@ -77,3 +77,12 @@ def op_calls(expr, ops=None) -> list:
 
     post_order_visit(expr, keep)
     return found
+
+
+def as_function(expr) -> Function:
+    """``expr`` itself if it is a Function; otherwise a Function whose params are its free vars."""
+    if isinstance(expr, Function):
+        return expr
+    if isinstance(expr, TupleWrapper):
+        expr = expr.astuple()
+    return Function(free_vars(expr), expr)

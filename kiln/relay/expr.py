@@ -9,12 +9,11 @@ node's type is a function of the node alone.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
 from kiln.errors import KilnError
-from kiln.ir.module import GraphIR, register_graph_ir
 
 from .ty import TensorType, Type, dtype_of, np_dtype
 
@@ -67,8 +66,17 @@ class Attrs:
 DictAttrs = Attrs
 
 
+# The relay ops Python's operators on expressions build (``a + b`` is ``relay.add(a, b)``): they
+# are defined above this module, and op/tensor.py installs them here when kiln.relay loads.
+OPERATORS: dict[str, Callable] = {}
+
+
 class RelayExpr:
     """Base of relay expressions; ``+ - * /`` and unary ``-`` build calls to the tensor ops."""
+
+    # The text form (relay's text format): installed by printer.py, above this module, when
+    # kiln.relay loads, so expressions print without this module importing the printer.
+    text_form: ClassVar[Callable[["RelayExpr"], str]]
 
     @property
     def checked_type(self) -> Type:
@@ -81,40 +89,31 @@ class RelayExpr:
         object.__setattr__(self, "_checked_type", t)
 
     def __add__(self, other):
-        from .op import tensor
-        return tensor.add(self, _lift(other, self))
+        return OPERATORS["add"](self, _lift(other, self))
 
     def __radd__(self, other):
-        from .op import tensor
-        return tensor.add(_lift(other, self), self)
+        return OPERATORS["add"](_lift(other, self), self)
 
     def __sub__(self, other):
-        from .op import tensor
-        return tensor.subtract(self, _lift(other, self))
+        return OPERATORS["subtract"](self, _lift(other, self))
 
     def __rsub__(self, other):
-        from .op import tensor
-        return tensor.subtract(_lift(other, self), self)
+        return OPERATORS["subtract"](_lift(other, self), self)
 
     def __mul__(self, other):
-        from .op import tensor
-        return tensor.multiply(self, _lift(other, self))
+        return OPERATORS["multiply"](self, _lift(other, self))
 
     def __rmul__(self, other):
-        from .op import tensor
-        return tensor.multiply(_lift(other, self), self)
+        return OPERATORS["multiply"](_lift(other, self), self)
 
     def __truediv__(self, other):
-        from .op import tensor
-        return tensor.divide(self, _lift(other, self))
+        return OPERATORS["divide"](self, _lift(other, self))
 
     def __neg__(self):
-        from .op import tensor
-        return tensor.negative(self)
+        return OPERATORS["negative"](self)
 
     def astext(self, show_meta_data: bool = False) -> str:
-        from .printer import astext
-        return astext(self)
+        return self.text_form(self)
 
     def __str__(self) -> str:
         return self.astext()
@@ -303,41 +302,5 @@ def const(value, dtype: str | None = None) -> Constant:
     return Constant(arr)
 
 
-def as_function(expr) -> Function:
-    """``expr`` itself if it is a Function; otherwise a Function whose params are its free vars."""
-    if isinstance(expr, Function):
-        return expr
-    if isinstance(expr, TupleWrapper):
-        expr = expr.astuple()
-    from .analysis import free_vars
-
-    return Function(free_vars(expr), expr)
-
-
-def bind(expr: RelayExpr, binds: dict) -> RelayExpr:
-    """Replace Vars by expressions (``{var: expr}``). Binding a Function's params drops them."""
-    from .visitor import ExprMutator
-
-    class _Bind(ExprMutator):
-        def visit_Var(self, v):
-            return binds.get(v, v)
-
-    if isinstance(expr, Function):
-        params = [p for p in expr.params if p not in binds]
-        body = _Bind().visit(expr.body)
-        return Function(params, body, expr.ret_type, expr.type_params, expr.attrs)
-    return _Bind().visit(expr)
-
-
 def type_of_value(value: np.ndarray) -> TensorType:
     return TensorType(value.shape, dtype_of(value))
-
-
-def _module_text(func, name: str) -> str:
-    from .printer import astext
-
-    return astext(func, name)
-
-
-# IRModule.from_expr and module printing find relay through this (kiln/ir never imports relay).
-register_graph_ir(GraphIR((RelayExpr, TupleWrapper), as_function, _module_text))

@@ -11,7 +11,7 @@ Attributes equal to the op's default are left out. Non-scalar constants print as
 
 from __future__ import annotations
 
-from .expr import Call, Constant, Function, If, Let, Tuple, TupleGetItem, Var
+from .expr import Call, Constant, Function, If, Let, RelayExpr, Tuple, TupleGetItem, Var
 from .op.registry import OpDef
 from .visitor import _walk, children
 
@@ -143,3 +143,7 @@ def _print_order(body) -> list:
     order: list = []
     _walk(body, {}, lambda n: order.append(n) or True, kids)
     return order
+
+
+# The text form of every relay expression (kiln/relay/expr.py RelayExpr.text_form): set here, above it.
+RelayExpr.text_form = staticmethod(astext)

@@ -108,7 +108,7 @@ class _Executor:
     def evaluate(self, expr=None):
         func = self.mod["main"] if expr is None else expr
         if not isinstance(func, Function):
-            from .expr import as_function
+            from .analysis import as_function
             func = as_function(func)
 
         def run_it(*args, **kwargs):

@@ -182,3 +182,16 @@ def post_order_visit(expr, fn) -> None:
 
 __all__ = ["ExprVisitor", "ExprMutator", "post_order", "post_order_visit", "children",
            "Var", "Constant", "Call", "Tuple", "TupleGetItem", "Let", "If", "Function"]
+
+
+def bind(expr: RelayExpr, binds: dict) -> RelayExpr:
+    """Replace Vars by expressions (``{var: expr}``). Binding a Function's params drops them."""
+    class _Bind(ExprMutator):
+        def visit_Var(self, v):
+            return binds.get(v, v)
+
+    if isinstance(expr, Function):
+        params = [p for p in expr.params if p not in binds]
+        body = _Bind().visit(expr.body)
+        return Function(params, body, expr.ret_type, expr.type_params, expr.attrs)
+    return _Bind().visit(expr)

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ..expr import OPERATORS
 from ..ty import TensorType
 from .registry import OpDef, OpPattern, RelCtx, broadcast_shapes, identity_rel
 
@@ -178,3 +179,7 @@ def less_equal(lhs, rhs): return LESS_EQUAL(lhs, rhs)
 def greater(lhs, rhs): return GREATER(lhs, rhs)
 def greater_equal(lhs, rhs): return GREATER_EQUAL(lhs, rhs)
 def where(condition, x, y): return WHERE(condition, x, y)
+
+
+# What Python's operators on expressions build (kiln/relay/expr.py OPERATORS): a + b is add(a, b).
+OPERATORS.update(add=add, subtract=subtract, multiply=multiply, divide=divide, negative=negative)

@@ -6,7 +6,7 @@ import numpy as np
 
 from kiln.ir.module import IRModule
 
-from ..expr import as_function
+from ..analysis import as_function
 from ..transform.infer_type import infer
 from ..ty import np_dtype
 

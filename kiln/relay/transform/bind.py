@@ -6,7 +6,8 @@ import numpy as np
 
 from kiln.errors import KilnError
 
-from ..expr import Function, bind, const
+from ..expr import Function, const
+from ..visitor import bind
 
 
 def bind_params_by_name(func: Function, params: dict) -> Function:
