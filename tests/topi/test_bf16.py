@@ -178,3 +178,45 @@ def test_amx_plain_input_rows(c, k, stride):
     bound = c * k * k * U32 * testing.conv2d_nchw_python(np.abs(x64), np.abs(w64), stride, k // 2)
     got = res.numpy().transpose(0, 1, 4, 2, 3).reshape(want.shape)
     assert np.all(np.abs(got - want) <= bound), f"max excess {np.max(np.abs(got - want) - bound):.3g}"
+
+
+@pytest.mark.parametrize("c, o, hw, k, stride, dilation, ib, bn, plain_output", [
+    (64, 64, (7, 7), 3, 1, 1, 32, 32, False),     # flat runs across rows: 2 junk pixels per row, rows added below
+    (32, 16, (9, 11), 3, 1, 2, 16, 16, False),    # dilated, one 16-channel piece (one B tile per step)
+    (64, 128, (6, 6), 1, 1, 1, 32, 64, True),     # 1x1 without padding, two pairs of pieces, NCHW output
+    (32, 32, (13, 13), 3, 2, 1, 32, 32, False),   # strided: row runs of 7, an odd count (one discarded run)
+    (32, 48, (14, 14), 1, 2, 1, 16, 16, False),   # 1x1/2
+])
+def test_amx_conv_runs(c, o, hw, k, stride, dilation, ib, bn, plain_output):
+    """AMX runs of 16 virtual pixels across rows (stride 1) or of one output row (strided), two
+    runs x two 16-channel pieces per step, in each shape that changes the run bookkeeping;
+    against float64 within the float32 sum bound."""
+    _x86_only()
+    from kiln.topi import testing
+    from kiln.topi.x86.conv2d_bf16 import prepack_kernel_nchwc_bf16
+    from kiln.topi.x86.conv2d_nchwc import conv2d_NCHWc, schedule_conv2d_NCHWc
+
+    target = Target(f"{X86} -mcpu=sapphirerapids")
+    pad = dilation * (k // 2)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, c, *hw)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((o, c, k, k)).astype(ml_dtypes.bfloat16)
+    with target:
+        X = te.placeholder((1, c // ib, *hw, ib), "bfloat16", name="X")
+        W = te.placeholder((o // bn, c // ib, k, k, ib // 2, bn, 2), "bfloat16", name="W")
+        out = conv2d_NCHWc(X, W, stride, pad, dilation, "float32", out_channels=o, plain_output=plain_output)
+        mod = tvm.build(schedule_conv2d_NCHWc([out]), [X, W, out], target=target)
+    assert re.search(r"\btdpbf16ps\b", mod.get_source("asm"))
+    why_not = why_host_cannot_run(target)
+    if why_not:
+        pytest.skip(f"AMX code cannot run here: {why_not}")
+    xb = np.ascontiguousarray(x.reshape(1, c // ib, ib, *hw).transpose(0, 1, 3, 4, 2))
+    res = tvm.nd.empty(tuple(int(d) for d in out.shape), "float32")
+    mod(tvm.nd.array(xb.view(np.uint16)), tvm.nd.array(prepack_kernel_nchwc_bf16(w, ib, bn).view(np.uint16)), res)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    want = testing.conv2d_nchw_python(x64, w64, stride, pad, dilation)
+    bound = c * k * k * U32 * testing.conv2d_nchw_python(np.abs(x64), np.abs(w64), stride, pad, dilation)
+    got = res.numpy()
+    if not plain_output:
+        got = got.transpose(0, 1, 4, 2, 3).reshape(want.shape)
+    assert np.all(np.abs(got - want) <= bound), f"max excess {np.max(np.abs(got - want) - bound):.3g}"

@@ -248,6 +248,7 @@ class _Rewriter:
 
 def alter_op_layout(func: Function, target) -> Function:
     """``func`` with its convolutions on NCHW{b}c data (for x86 targets; see the module doc)."""
+    from kiln.topi.x86.amx_bf16 import amx_block
     from kiln.topi.x86.conv2d_nchwc import config_for_nchwc
 
     from ..backend import dispatch
@@ -259,6 +260,8 @@ def alter_op_layout(func: Function, target) -> Function:
         cfg = dispatch.select_config("nn.conv2d", workload, target) if target is not None else None
         conf = config_for_nchwc(_shape(call.args[0]), _shape(call.args[1]), a.strides, tuple(a.padding),
                                 a.dilation, cfg)
+        if cfg is None:  # AMX bfloat16: blocks of 32 channels (64-byte A rows, K = 32 per product)
+            return amx_block(arg_types[0].dtype, arg_types[1].dtype, _shape(call)[1], int(conf["oc_bn"]), target)
         return int(conf["oc_bn"])
 
     return _Rewriter(conv_block).run(func)

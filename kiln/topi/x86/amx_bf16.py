@@ -7,14 +7,17 @@ so B is one tile load with a row stride of ``bn`` pairs). With NCHW16c data one 
 input channels are one 32-byte A row, M output pixels of a row are M A rows (stride: the conv's
 stride in pixels), and C's rows are the output pixels' 16-channel pieces of the NCHW{bn}c output.
 
-One task per (image, output block, output row): for each run of M pixels (the widest divisor
-of the row <= 16) and each pair of 16-channel pieces of the block, two C tiles (32 channels)
-accumulate over (C/16, KH, KW), each A load shared by both B tiles; float32 results are stored straight into the output and the fused
-epilogue runs over it afterwards. Each task loads the tile configuration (a per-thread state)
-and releases it; the kernel asks Linux for the AMX state on entry (kiln/runtime/amx.py explains
-why; one system call per kernel call).
+A run is M = 16 consecutive virtual pixels of a stride-1 conv (``Runs``: the output computed
+over the padded input's width, so a run crosses rows and a tap is one offset), or M pixels of
+one output row of a strided conv. Each step (input block, KH, KW) loads two runs' A tiles and
+two 16-channel pieces' B tiles into four C tiles (each load feeds two ``tdpbf16ps``); float32
+results are stored into the output and the fused epilogue runs over it afterwards. A task is
+(image, output block, a group of run pairs) and loads the tile configuration (per-thread state)
+once; the kernel asks Linux for the AMX state on entry (kiln/runtime/amx.py explains why; one
+system call per kernel call). The int8 kernel (amx_int8.py) keeps amx_tiles.conv_tiles' one run
+x two pieces per row task.
 
-Tile registers: C0, C1 = 0, 1; A = 2; B0, B1 = 3, 4.
+Tile registers: C = 0-3 (run t, piece j: 2t + j); A = 4, 5; B = 6, 7.
 """
 
 from __future__ import annotations
@@ -22,10 +25,14 @@ from __future__ import annotations
 import dataclasses
 
 from kiln import te, tir
+from kiln.ir import expr as E
+from kiln.ir.stmt import Evaluate
+from kiln.runtime.amx import ARCH_REQ_XCOMP_PERM, SYS_ARCH_PRCTL, XFEATURE_XTILEDATA
 
 from ..nn.pad import pad
 from ..utils import const_int
-from .amx_tiles import conv_tiles, row_tile
+
+from .amx_tiles import _addr, _amx, _i8, row_tile
 
 TAG = "conv2d_NCHWc_amx_bf16"
 
@@ -39,6 +46,15 @@ def applies(data_dtype, kernel_dtype, ib: int, bn: int, target=None) -> bool:
             and bn % 16 == 0 and "amx-bf16" in cpu_facts(target).features)
 
 
+def amx_block(data_dtype, kernel_dtype, out_channels: int, bn: int, target=None) -> int:
+    """The output block a bfloat16 conv takes on AMX: 32 channels where they divide (the next
+    conv's A rows are then 64 bytes, K = 32 per ``tdpbf16ps``; blocks of 16 halve K: ResNet's
+    64->64 3x3 at 56x56 ran 1.3x slower), else ``bn``."""
+    if out_channels % 32 == 0 and applies(data_dtype, kernel_dtype, 32, 32, target):
+        return 32
+    return bn
+
+
 def conv2d_nchwc_amx(data, kernel, p, bn: int, plain_output: bool = False, row: int | None = None):
     """float32 NCHW{bn}c conv of bfloat16 NCHW16c ``data`` and a pair-packed 7-dim ``kernel``.
 
@@ -46,24 +62,160 @@ def conv2d_nchwc_amx(data, kernel, p, bn: int, plain_output: bool = False, row: 
     path's overlapping rows); the kernel's pair dimension is then ``row / 2``."""
     n, chunks, _, _, ib = (const_int(d) for d in data.shape)
     k_row = row or ib
-    padded = data if row else pad(data, (0, 0, p.pad_top, p.pad_left, 0), (0, 0, p.pad_bottom, p.pad_right, 0),
-                                  name="data_pad")
+    runs = Runs.of(p, const_int(data.shape[3]) if row else None, (row or ib) // ib - 1)
+    if row:  # the plain path padded its NHWC4 copy already; rows past it only feed discarded pixels
+        padded = data if not runs.extra_rows else pad(data, (0, 0, 0, 0, 0), (0, 0, runs.extra_rows, 0, 0),
+                                                      name="data_pad")
+    else:
+        padded = pad(data, (0, 0, p.pad_top, p.pad_left, 0),
+                     (0, 0, p.pad_bottom + runs.extra_rows, p.pad_right, 0), name="data_pad")
     hp, wp = const_int(padded.shape[2]), const_int(padded.shape[3])
-    oh, ow, kh, kw = p.out_height, p.out_width, p.kernel_h, p.kernel_w
     ocb = p.out_channel // bn
-    m = row_tile(ow)
 
     def body(ins, outs):
-        return conv_tiles(*ins, *outs, n=n, chunks=chunks, hp=hp, wp=wp, ib=ib, k_row=k_row, ocb=ocb, oh=oh,
-                          ow=ow, kh=kh, kw=kw, bn=bn, strides=(p.stride_h, p.stride_w),
-                          dilation=(p.dilation_h, p.dilation_w), elem_bytes=2, product="tdpbf16ps")
+        return amx_conv_tiles(*ins, *outs, runs=runs, n=n, chunks=chunks, hp=hp, wp=wp, ib=ib, k_row=k_row,
+                              ocb=ocb, kh=p.kernel_h, kw=p.kernel_w, bn=bn, dilation=(p.dilation_h, p.dilation_w))
 
-    conv = te.extern((n, ocb, oh, ow, bn), [padded, kernel], body, name="conv2d_NCHWc_amx", dtype="float32",
-                     tag=TAG, attrs={"workload": p, "config": {"oc_bn": bn, "tile_ow": m}})
+    conv = te.extern((n, ocb, runs.pixels, bn), [padded, kernel], body, name="conv2d_NCHWc_amx", dtype="float32",
+                     tag=TAG, attrs={"workload": p, "config": {"oc_bn": bn, "tile_ow": runs.m}})
+    w_ = runs.width
+
     if plain_output:
-        return te.compute((n, p.out_channel, oh, ow), lambda b_, c, y_, x_: conv[b_, c // bn, y_, x_, c % bn],
+        return te.compute((n, p.out_channel, p.out_height, p.out_width),
+                          lambda b_, c, y_, x_: conv[b_, c // bn, y_ * w_ + x_, c % bn],
                           name="conv2d_nchw", tag="injective,conv2d_store")
-    return te.compute(conv.shape, lambda *i: conv(*i), name="conv2d_NCHWc", tag="injective,conv2d_store")
+    return te.compute((n, ocb, p.out_height, p.out_width, bn), lambda b_, c, y_, x_, k: conv[b_, c, y_ * w_ + x_, k],
+                      name="conv2d_NCHWc", tag="injective,conv2d_store")
+
+
+@dataclasses.dataclass(frozen=True)
+class Runs:
+    """How a conv's output pixels are cut into runs of ``m`` A-tile rows.
+
+    ``flat`` (stride 1): output pixel (y, x) is virtual pixel y * WP + x of the padded input's
+    width WP, and tap (ry, rx) of virtual pixel v reads padded pixel v + ry * dh * WP + rx * dw:
+    consecutive virtual pixels read consecutive input pixels, so a run is any 16 of them, across
+    rows (the WP - OW virtual pixels at each row's end are computed and never read). A 7x7 image
+    is then 63 virtual pixels in four tiles of 16 instead of seven tiles of 7 rows.
+    Otherwise (strided): a run is ``m`` pixels of one output row (the widest divisor of the row
+    <= 16), A rows ``stride`` pixels apart.
+
+    The kernel's output is (N, O/bn, ``pixels``, bn): ``pixels`` = runs x m, runs rounded up to
+    an even count (two A tiles per step); ``width`` is the row pitch in it (WP or OW).
+    ``extra_rows``: zero rows added under the padded input so the last runs read inside it."""
+    flat: bool
+    m: int
+    runs: int
+    width: int
+    per_row: int
+    stride: tuple
+    extra_rows: int
+
+    @property
+    def pixels(self) -> int:
+        return self.runs * self.m
+
+    @staticmethod
+    def of(p, padded_width: int | None = None, span: int = 0) -> "Runs":
+        """``padded_width``: the input's width where it is padded already; ``span``: pixels an A
+        row reads beyond its first (the plain path's rows of 8 pixels: 7)."""
+        wp = padded_width or p.in_width + p.pad_left + p.pad_right
+        hp = p.in_height + p.pad_top + p.pad_bottom
+        oh, ow, sh, sw = p.out_height, p.out_width, p.stride_h, p.stride_w
+        if (sh, sw) == (1, 1):
+            width = wp
+            virtual = (oh - 1) * width + ow
+            runs = -(-virtual // 16)
+            runs += runs % 2
+            # reads up to virtual pixel runs*16 - 1 plus the last tap; rows of WP hold them
+            last = runs * 16 - 1 + (p.kernel_h - 1) * p.dilation_h * wp + (p.kernel_w - 1) * p.dilation_w + span
+            extra = max(0, -(-(last + 1) // wp) - hp)
+            return Runs(True, 16, runs, width, 0, (1, 1), extra)
+        m = row_tile(ow)
+        per_row = ow // m
+        runs = oh * per_row
+        extra = 0
+        if runs % 2:
+            runs += 1  # one more run: row oh, pixels 0..m-1 (discarded)
+            extra = max(0, oh * sh + (p.kernel_h - 1) * p.dilation_h + 1 - hp)
+        return Runs(False, m, runs, ow, per_row, (sh, sw), extra)
+
+
+TASK_TILES = 64  # tdpbf16ps per task at least, where the tasks stay >= TASKS (one tile config load each)
+TASKS = 64
+
+
+def amx_conv_tiles(x, w, y, *, runs: Runs, n, chunks, hp, wp, ib, k_row, ocb, kh, kw, bn, dilation):
+    """The kernel body: padded bfloat16 data ``x`` (N, chunks, HP, WP, ib), pair-packed weights
+    ``w`` (O/bn, chunks, KH, KW, k_row/2, bn, 2), float32 output ``y`` (N, O/bn, pixels, bn).
+
+    Tiles: C 0-3 (two runs x two 16-channel pieces), A 4-5 (the two runs' input rows), B 6-7
+    (the two pieces' weights): each A and B load feeds two ``tdpbf16ps``. A task is (image,
+    output block, a group of run pairs); it loads the tile configuration once."""
+    dh, dw = dilation
+    sh, sw = runs.stride
+    m = runs.m
+    pieces = bn // 16
+    nb = min(2, pieces)  # B tiles (16-channel pieces) per step
+    pairs = runs.runs // 2
+    steps = chunks * kh * kw
+    per_task = max(1, -(-TASK_TILES // (4 * steps)))  # run pairs per task
+    per_task = min(per_task, max(1, pairs * n * ocb // TASKS), pairs)
+    groups = -(-pairs // per_task)
+    ib_ = tir.ir_builder.create()
+    ib_.emit(Evaluate(tir.call_extern("int64", "syscall", E.const(SYS_ARCH_PRCTL, "int64"),
+                                      E.const(ARCH_REQ_XCOMP_PERM, "int64"), E.const(XFEATURE_XTILEDATA, "int64"))))
+    xv, wv, yv = ib_.buffer_ptr(x), ib_.buffer_ptr(w), ib_.buffer_ptr(y)
+    row_bytes = k_row * 2
+    a_stride = E.const(sw * ib * 2, "int64")
+    with ib_.for_range(0, n * ocb * groups, name="task", kind="parallel") as task:
+        cfg = ib_.allocate("uint8", (64,), name="tilecfg", scope="local")
+        for i in range(64):
+            cfg[i] = E.const(0, "uint8")
+        cfg[0] = E.const(1, "uint8")  # palette 1
+        tiles = [(m, 64)] * 4 + [(m, row_bytes)] * 2 + [(row_bytes // 4, 64)] * 2  # (rows, bytes per row)
+        for t, (rows, colsb) in enumerate(tiles):
+            cfg[16 + 2 * t] = E.const(colsb & 255, "uint8")
+            cfg[17 + 2 * t] = E.const(colsb >> 8, "uint8")
+            cfg[48 + t] = E.const(rows, "uint8")
+        ib_.emit(_amx("ldtilecfg", _addr(cfg[0])))
+        b = task // (ocb * groups)
+        oc = task // groups % ocb
+        grp = task % groups
+        with ib_.for_range(0, per_task, name="pi") as pi:
+            pair = grp * per_task + pi
+            with ib_.if_scope(pair < pairs):
+                def a_base(q):  # padded pixel of run q's first A row (tap 0, 0)
+                    if runs.flat:
+                        return q * 16
+                    return (q // runs.per_row * sh) * wp + q % runs.per_row * (m * sw)
+                bases = [a_base(pair * 2 + t) for t in range(2)]
+                for g in range(0, pieces, nb):  # C tiles for channels 16g .. 16(g + nb)
+                    for t in range(2):
+                        for j in range(nb):
+                            ib_.emit(_amx("tilezero", _i8(2 * t + j)))
+                    with ib_.for_range(0, chunks, name="rco") as rco:
+                        with ib_.for_range(0, kh, name="ry") as ry:
+                            with ib_.for_range(0, kw, name="rx") as rx:
+                                tap = ry * dh * wp + rx * dw
+                                plane = (b * chunks + rco) * hp * wp
+                                for t in range(2):
+                                    ib_.emit(_amx("tileloadd64", _i8(4 + t), _addr(xv[(plane + bases[t] + tap) * ib]),
+                                                  a_stride))
+                                w_off = (((oc * chunks + rco) * kh + ry) * kw + rx) * (k_row * bn)
+                                for j in range(nb):  # 16 channels x 4 bytes per B row
+                                    ib_.emit(_amx("tileloadd64", _i8(6 + j), _addr(wv[w_off + 32 * (g + j)]),
+                                                  E.const(bn * 4, "int64")))
+                                for t in range(2):
+                                    for j in range(nb):
+                                        ib_.emit(_amx("tdpbf16ps", _i8(2 * t + j), _i8(4 + t), _i8(6 + j)))
+                    for t in range(2):
+                        y_off = ((b * ocb + oc) * runs.pixels + (pair * 2 + t) * m) * bn
+                        for j in range(nb):
+                            ib_.emit(_amx("tilestored64", _i8(2 * t + j), _addr(yv[y_off + 16 * (g + j)]),
+                                          E.const(bn * 4, "int64")))
+        ib_.emit(_amx("tilerelease"))
+    return ib_.get()
 
 
 def schedule_conv2d_nchwc_amx(s, conv, out):
