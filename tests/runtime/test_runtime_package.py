@@ -3,10 +3,11 @@ that holds numpy and nothing else (the compiler's files are physically absent), 
 the compiler exported, locally and through the package's RPC server (issue 34).
 
 Device environments, as in pyproject's runtime-* extras: numpy only (LLVM .so modules,
-graph_executor, oneDNN-offloaded graphs, the RPC server); + pyopencl (OpenCL modules on PoCL);
-+ cuda-bindings without NVRTC (CUDA modules up to the first launch; the launch on a GPU). The C
-runtime half: the package built with this machine's C runtime runs a tvmc package (plain and
-oneDNN-offloaded) with kiln_run and serves a client with kiln_rpc, with no compiler on PATH.
+graph_executor, oneDNN-offloaded graphs, the RPC server, which also serves on document 001's
+stand-in numpy.py); + pyopencl (OpenCL modules on PoCL); + cuda-bindings without NVRTC (CUDA
+modules up to the first launch; the launch on a GPU). The C runtime half: the package built with
+this machine's C runtime runs a tvmc package (plain, oneDNN-offloaded, OpenCL on PoCL) with
+kiln_run and serves a client with kiln_rpc, with no compiler on PATH (PoCL's own linker aside).
 The venv links the packages from this test's own environment instead of downloading them.
 """
 
@@ -123,7 +124,7 @@ def test_llvm_module_runs_in_numpy_only_python(device, tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), x * 2 + 1)  # exact: one rounding each
 
 
-def _small_graph(dnnl: bool = False):
+def _small_graph(dnnl: bool = False, target: str = "llvm"):
     from kiln import relay
 
     rng = np.random.default_rng(0)
@@ -135,7 +136,7 @@ def _small_graph(dnnl: bool = False):
         from kiln.relay.op.contrib.dnnl import partition_for_dnnl
         mod = partition_for_dnnl(mod)
     with tvm.transform.PassContext(opt_level=3):
-        lib = relay.build(mod, target="llvm")
+        lib = relay.build(mod, target=target, target_host="llvm" if target != "llvm" else None)
     return lib, w
 
 
@@ -182,9 +183,10 @@ def test_onednn_graph_runs_in_numpy_only_python(device, tmp_path):
     _check_graph(tmp_path / "y.npy", x, w)
 
 
-def _serve_a_module_and_a_graph(cmd, env, cwd, tmp_path, graph_module, seed):
+def _serve_a_module_and_a_graph(cmd, env, cwd, tmp_path, graph_module, seed, check_session=None):
     """Start the package's server ``cmd`` on 127.0.0.1, then as a client with the compiler: run an
-    exported kernel and a graph (``graph_module(lib, remote_lib, dev)`` makes its executor)."""
+    exported kernel and a graph (``graph_module(lib, remote_lib, dev)`` makes its executor; None:
+    no graph). ``check_session(remote)`` looks at the server first."""
     from kiln import rpc
 
     log = open(tmp_path / "server.log", "w+")
@@ -193,6 +195,8 @@ def _serve_a_module_and_a_graph(cmd, env, cwd, tmp_path, graph_module, seed):
         svc.wait_until(lambda: "bind to" in (tmp_path / "server.log").read_text(), what=f"{cmd[0]} start")
         port = int((tmp_path / "server.log").read_text().split("bind to")[1].split(":")[1].split()[0])
         remote = rpc.connect(svc.HOST, port)
+        if check_session is not None:
+            check_session(remote)
         _add_one("llvm").export_library(str(tmp_path / "add.so"))
         remote.upload(str(tmp_path / "add.so"))
         f = remote.load_module("add.so")
@@ -201,6 +205,10 @@ def _serve_a_module_and_a_graph(cmd, env, cwd, tmp_path, graph_module, seed):
         a, b = tvm.nd.array(x, dev), tvm.nd.empty((64,), "float32", dev)
         f(a, b)
         np.testing.assert_array_equal(b.numpy(), x * np.float32(2) + np.float32(1))
+        times = f.time_evaluator("add_one", dev, number=3, repeat=2)(a, b).results
+        assert len(times) == 2 and all(t > 0 for t in times)
+        if graph_module is None:
+            return
         lib, w = _small_graph()
         lib.export_library(str(tmp_path / "net.so"))
         remote.upload(str(tmp_path / "net.so"))
@@ -225,6 +233,28 @@ def test_rpc_server_from_the_package(device, tmp_path):
     _serve_a_module_and_a_graph(
         [python, "-m", "kiln.exec.rpc_server", "--host", svc.HOST, "--port", str(port), "--port-end", str(port + 20)],
         env(), base, tmp_path, lambda lib, rlib, dev: graph_executor.GraphModule(rlib["default"](dev)), seed=3)
+
+
+def test_rpc_server_from_the_package_on_the_documents_stand_in_numpy(device, tmp_path):
+    """Document 001's troubleshooting for a device without numpy: its stand-in numpy.py ahead of
+    everything on the path; the package's server still serves an exported kernel (arrays the
+    server allocates without numpy, time_evaluator)."""
+    from test_no_numpy import STAND_IN_NUMPY
+
+    _, env, python, base = device
+    (tmp_path / "stand_in").mkdir()
+    (tmp_path / "stand_in" / "numpy.py").write_text(STAND_IN_NUMPY)
+    server_env = env()
+    server_env["PYTHONPATH"] = str(tmp_path / "stand_in") + os.pathsep + server_env["PYTHONPATH"]
+
+    def runs_on_the_stand_in(remote):
+        with open(f"/proc/{remote.get_function('rpc.getpid')()}/maps") as maps:
+            assert "_multiarray_umath" not in maps.read()  # the server's worker never loaded numpy
+
+    port = svc.free_port()
+    _serve_a_module_and_a_graph(
+        [python, "-m", "kiln.exec.rpc_server", "--host", svc.HOST, "--port", str(port), "--port-end", str(port + 20)],
+        server_env, base, tmp_path, None, seed=0, check_session=runs_on_the_stand_in)
 
 
 def test_opencl_module_runs_with_pyopencl(device, tmp_path):
@@ -316,12 +346,13 @@ def c_device(tmp_path_factory):
     return host
 
 
-def _kiln_run(host: Path, package: Path, tmp_path: Path, x) -> Path:
+def _kiln_run(host: Path, package: Path, tmp_path: Path, x, *options: str, path: str = "/nonexistent") -> Path:
     np.savez(tmp_path / "in.npz", x=x)
     out = tmp_path / "out.npz"
-    env = {"PATH": "/nonexistent", "HOME": str(tmp_path), "KILN_CACHE_DIR": str(tmp_path / "cache")}
+    env = {"PATH": path, "HOME": str(tmp_path), "KILN_CACHE_DIR": str(tmp_path / "cache"),
+           **{k: os.environ[k] for k in ("OCL_ICD_VENDORS", "POCL_DEVICES") if k in os.environ}}
     proc = subprocess.run([str(host / "kiln_run"), "--package", str(package), "--input", str(tmp_path / "in.npz"),
-                           "--output", str(out)], capture_output=True, text=True, env=env, timeout=300)
+                           "--output", str(out), *options], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 
@@ -333,6 +364,21 @@ def test_c_runtime_runs_a_graph_package(c_device, tmp_path):
     export_package(lib, str(tmp_path / "net.tar"))
     x = np.random.default_rng(4).standard_normal((4, 8)).astype("float32")
     out = _kiln_run(c_device, tmp_path / "net.tar", tmp_path, x)
+    np.save(tmp_path / "y.npy", np.load(out)["output_0"])
+    _check_graph(tmp_path / "y.npy", x, w)
+
+
+@pytest.mark.opencl
+def test_c_runtime_runs_an_opencl_package(c_device, tmp_path):
+    """The package's kiln_run on the local OpenCL device (PoCL): the kernels are built from the
+    package's OpenCL C by the device's own driver (PoCL links them with the system's ld, so PATH
+    stays as it is here; kiln's own sources are not in the package)."""
+    from kiln.driver.tvmc.compiler import export_package
+
+    lib, w = _small_graph(target="opencl")
+    export_package(lib, str(tmp_path / "net.tar"))
+    x = np.random.default_rng(7).standard_normal((4, 8)).astype("float32")
+    out = _kiln_run(c_device, tmp_path / "net.tar", tmp_path, x, "--device", "cl", path=os.environ["PATH"])
     np.save(tmp_path / "y.npy", np.load(out)["output_0"])
     _check_graph(tmp_path / "y.npy", x, w)
 
