@@ -22,7 +22,7 @@ from __future__ import annotations
 from kiln import te
 
 from .amx_tiles import conv_tiles, row_tile
-from .conv2d import find_tagged
+from .conv2d_int8 import epilogue_schedule, schedule_pad
 
 TAG = "conv2d_int8_amx"
 
@@ -53,14 +53,8 @@ def conv2d_int8_amx_acc(padded, kernel, out_hw, strides, dilation):
 def schedule_conv2d_int8_amx(outs, cfg=None):
     """The AMX kernel at root, the padding a parallel pass, the requantize epilogue (and what is
     fused after it) one parallel pass vectorized over the channel block."""
-    from .conv2d_int8 import _inline_between, _schedule_pad
-
-    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
-    s = te.create_schedule([o.op for o in outs])
-    out = outs[0]
-    acc = find_tagged(out, TAG)
-    _inline_between(s, out, acc)
-    _schedule_pad(s, acc)
+    s, out, acc = epilogue_schedule(outs, TAG)
+    schedule_pad(s, acc)
     n, c, y, x, b = s[out].op.axis
     s[out].parallel(s[out].fuse(n, c, y))
     s[out].vectorize(b)

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from kiln import te, tir
 
-from .conv2d import find_tagged
-from .conv2d_int8 import tile_width
+from .conv2d_int8 import epilogue_schedule, tile_width
 from .int8_intrin import dot_intrin
 
 TAG = "batch_matmul_int8_acc"
@@ -57,13 +56,7 @@ def batch_matmul_int8_acc(x, packed, tile_m=None):
 def schedule_batch_matmul_int8(outs, cfg=None):
     """(batch, row tile, lane block) parallel; tile rows x L lanes of int32 in registers over K."""
     del cfg
-    from .conv2d_int8 import _inline_between
-
-    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
-    s = te.create_schedule([o.op for o in outs])
-    out = outs[0]
-    acc = find_tagged(out, TAG)
-    _inline_between(s, out, acc)
+    s, out, acc = epilogue_schedule(outs, TAG)
     lanes, tile = acc.op.attrs["lanes"], acc.op.attrs["tile"]
     bi, i, j = s[out].op.axis
     jo, jl = s[out].split(j, factor=lanes)

@@ -293,6 +293,19 @@ def _inline_between(s, out, stop):
         stack.extend(t.op.input_tensors)
 
 
+def epilogue_schedule(outs, tag: str):
+    """(schedule, first output, its stage tagged ``tag``) of an int8 kernel's outputs, every
+    elementwise stage between the two (the requantize epilogue and what is fused after it) inlined
+    into the output: the prologue of each int8 schedule (conv, depthwise, dense, AMX, Winograd,
+    batch_matmul)."""
+    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
+    s = te.create_schedule([o.op for o in outs])
+    out = outs[0]
+    acc = find_tagged(out, tag)
+    _inline_between(s, out, acc)
+    return s, out, acc
+
+
 def tile_width(width: int, most: int = 8) -> int:
     """The widest register tile of pixels (at most ``most``) that divides ``width``."""
     return next(t for t in range(min(most, width), 0, -1) if width % t == 0)
@@ -300,11 +313,7 @@ def tile_width(width: int, most: int = 8) -> int:
 
 def schedule_conv2d_int8(outs, cfg=None):
     """Schedule of an int8 conv (accumulators, requantize, any fused elementwise ops)."""
-    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
-    s = te.create_schedule([o.op for o in outs])
-    out = outs[0]
-    acc = find_tagged(out, CONV_TAG)
-    _inline_between(s, out, acc)
+    s, out, acc = epilogue_schedule(outs, CONV_TAG)
     tier, chunks = acc.op.attrs["tier"], acc.op.attrs.get("chunks", 1)
     n, c, y, x, b = s[out].op.axis
     xo, xi = s[out].split(x, factor=acc.op.attrs["tile"])
@@ -336,7 +345,7 @@ def schedule_conv2d_int8(outs, cfg=None):
         s[acc].reorder(an, ac, ay, rco, ry, rx, rcq, ax, ab, *inner)
         s[acc].unroll(ax)
         s[acc].tensorize(ab, intrin_for(acc))
-    _schedule_pad(s, acc)
+    schedule_pad(s, acc)
     return s
 
 
@@ -351,11 +360,7 @@ def intrin_for(acc):
 
 def schedule_depthwise_int8(outs, cfg=None):
     """Schedule of an int8 depthwise conv: a tile of pixels x one channel vector in registers."""
-    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
-    s = te.create_schedule([o.op for o in outs])
-    out = outs[0]
-    acc = find_tagged(out, DEPTHWISE_TAG)
-    _inline_between(s, out, acc)
+    s, out, acc = epilogue_schedule(outs, DEPTHWISE_TAG)
     n, c, y, x, b = s[out].op.axis
     xo, xi = s[out].split(x, factor=acc.op.attrs["tile"])
     s[out].reorder(n, c, y, xo, xi, b)
@@ -368,11 +373,12 @@ def schedule_depthwise_int8(outs, cfg=None):
     s[acc].reorder(an, ac, ay, ry, rx, ax, ab)
     s[acc].unroll(ax)
     s[acc].vectorize(ab)
-    _schedule_pad(s, acc)
+    schedule_pad(s, acc)
     return s
 
 
-def _schedule_pad(s, acc):
+def schedule_pad(s, acc):
+    """The padding stage read by ``acc`` (if any) a parallel pass vectorized over the block."""
     for t in acc.op.input_tensors:
         if getattr(t.op, "tag", "") == "int8_pad":
             axes = s[t].op.axis
@@ -382,11 +388,7 @@ def _schedule_pad(s, acc):
 
 def schedule_dense_int8(outs, cfg=None):
     """Schedule of an int8 dense: rows x one lane block per tile, requantize as epilogue."""
-    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
-    s = te.create_schedule([o.op for o in outs])
-    out = outs[0]
-    acc = find_tagged(out, DENSE_TAG)
-    _inline_between(s, out, acc)
+    s, out, acc = epilogue_schedule(outs, DENSE_TAG)
     tier, lanes = acc.op.attrs["tier"], acc.op.attrs["lanes"]
     m = int(out.shape[0])
     i, j = s[out].op.axis
@@ -429,4 +431,4 @@ def pad_value_u8(zp) -> int:
 
 __all__ = ["int8_tier", "block_for", "conv2d_int8_acc", "dense_int8_acc", "depthwise_int8_acc",
            "schedule_depthwise_int8", "requantize_epilogue",
-           "schedule_conv2d_int8", "schedule_dense_int8", "tile_width", "CONV_TAG", "DENSE_TAG"]
+           "schedule_conv2d_int8", "schedule_dense_int8", "epilogue_schedule", "schedule_pad", "tile_width", "CONV_TAG", "DENSE_TAG"]

@@ -23,8 +23,7 @@ import numpy as np
 
 from kiln import te, tir
 
-from .conv2d import find_tagged
-from .conv2d_int8 import _inline_between, tile_width
+from .conv2d_int8 import epilogue_schedule, tile_width
 from .conv2d_winograd import schedule_input_transform, schedule_output_tiles
 from .int8_intrin import dot_intrin
 
@@ -142,11 +141,7 @@ def schedule_conv2d_int8_winograd(outs, cfg=None):
     """The fp32 Winograd schedule's structure (x86/conv2d_winograd.py) with the 16-bit dot product:
     per 2x2-tile row, ``tile`` tiles x L lanes of each frequency in registers over the channels."""
     del cfg
-    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
-    s = te.create_schedule([o.op for o in outs])
-    out = outs[0]
-    m = find_tagged(out, PRODUCT_TAG)
-    _inline_between(s, out, m)
+    s, out, m = epilogue_schedule(outs, PRODUCT_TAG)
     tile, lanes = m.op.attrs["tile"], m.op.attrs["lanes"]
     mm = schedule_output_tiles(s, out, m, tile)
     _, _, _, mt, mkk = s[mm].op.axis
