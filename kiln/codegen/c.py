@@ -177,7 +177,30 @@ static inline float kiln_rne22(float v) {
   return (v + 12582912.0f) - 12582912.0f;
 }
 """
-ARM_PRELUDES = (("__smlad", ACLE_PRELUDE), ("vmladavaq_s8", MVE_PRELUDE), ("kiln_rintf(", RINTF_PRELUDE),
+# An aligned 8-byte load as one LDRD (kiln/topi/cortex_m/intrin.py's dot16_intrin: two int16 pairs
+# a step): GCC tuned for the Cortex-M4 splits 64-bit loads into two LDR. The "m" operand (of a
+# may_alias type) tells GCC the bytes read, so stores before it stay before it; GCC's DImode
+# addresses are LDRD's (base + a multiple of 4 up to 1020). volatile keeps the loads in program
+# order (each consumed by the dual MACs after it): without it GCC expands one accumulator's whole
+# chain first and spills the other loads. kiln_base hides a tile's address from GCC's
+# induction-variable pass, which would otherwise keep one pointer per unrolled word, spilled.
+LD64_PRELUDE = r"""
+typedef int64_t kiln_i64_alias __attribute__((may_alias, aligned(4)));
+#if defined(__GNUC__) && defined(__arm__) && defined(__thumb2__)
+static inline int64_t kiln_ld64(const void* p, int32_t off) {
+  int64_t v;
+  __asm__ volatile("ldrd %Q0, %R0, %1" : "=r"(v) : "m"(*(const kiln_i64_alias*)((const char*)p + off)));
+  return v;
+}
+static inline void* kiln_base(const void* p) { __asm__("" : "+r"(p)); return (void*)p; }
+#else
+static inline int64_t kiln_ld64(const void* p, int32_t off) { int64_t v; memcpy(&v, (const char*)p + off, 8); return v; }
+static inline void* kiln_base(const void* p) { return (void*)p; }
+#endif
+static inline int32_t kiln_lo32(int64_t v) { return (int32_t)(uint32_t)(uint64_t)v; }
+static inline int32_t kiln_hi32(int64_t v) { return (int32_t)(uint32_t)((uint64_t)v >> 32); }
+"""
+ARM_PRELUDES = (("__smlad", ACLE_PRELUDE), ("kiln_ld64(", LD64_PRELUDE), ("vmladavaq_s8", MVE_PRELUDE), ("kiln_rintf(", RINTF_PRELUDE),
                 ("kiln_ssat(", SSAT_PRELUDE), ("kiln_rne22(", RNE22_PRELUDE),
                 ("kiln_read_s32", "static inline int32_t kiln_read_s32(const void* p) "
                                   "{ int32_t v; memcpy(&v, p, 4); return v; }  /* unaligned word */"))

@@ -57,6 +57,7 @@ class WeightTransform:
     shape: tuple
     fn: Callable
     key: tuple  # identifies the transform in the kernel cache
+    dtype: str | None = None  # the transformed constant's dtype, when not the original's
 
 
 @dataclass
@@ -296,13 +297,15 @@ def _conv2d(a, x, t, ctx):
         kshape = (_shape(t)[1], int(data.shape[1]) // max(int(a.groups), 1)) + khw
     else:
         kshape = tuple(int(d) for d in kernel.shape)
-    tier = _cortex_m_tier(a, data.dtype, kernel.dtype, kshape)
+    # only the Cortex-M prepacks widen a kernel (int8 -> int16 for the DSP): the choices below see int8
+    kdtype = "int8" if ctx.prepacked and str(kernel.dtype) == "int16" else kernel.dtype
+    tier = _cortex_m_tier(a, data.dtype, kdtype, kshape)
     if tier is not None:  # int8 on a Cortex-M core: the DSP/MVE dot product (kernel pre-shaped (O, C))
         from kiln.topi.cortex_m.conv2d_int8 import conv2d_1x1_int8
         kernel2d = kernel if ctx.prepacked else topi.reshape(kernel, kshape[:2])
         return conv2d_1x1_int8(data, kernel2d, tier, rows=knob(ctx.cfg, "rows", 2), cols=knob(ctx.cfg, "cols", 2),
                                unroll=knob(ctx.cfg, "unroll", True))
-    kind = _cortex_m_other(a, data.dtype, kernel.dtype, kshape, int(data.shape[1]))
+    kind = _cortex_m_other(a, data.dtype, kdtype, kshape, int(data.shape[1]))
     if kind is not None:  # int8 depthwise / im2col conv on a Cortex-M core (kiln/topi/cortex_m)
         from kiln.topi.cortex_m.conv2d_int8 import compute_other, prepack_im2col
         if kind[0] == "im2col" and not ctx.prepacked:
@@ -349,17 +352,20 @@ def _conv2d_prepack(a, types, cfg):
     from kiln.topi.x86.conv2d import config_for, prepack_kernel
 
     dshape, wshape = _shape(types[0]), _shape(types[1])
-    if _cortex_m_tier(a, types[0].dtype, types[1].dtype, wshape) is not None:  # (O, C) for the 1x1 dot
-        return WeightTransform(1, wshape[:2], lambda w: np.ascontiguousarray(w.reshape(wshape[:2])), ("cortex_m_oc",))
+    tier = _cortex_m_tier(a, types[0].dtype, types[1].dtype, wshape)
+    if tier is not None:  # (O, C) for the 1x1 dot (int16 for the DSP: widened once here)
+        from kiln.topi.cortex_m.conv2d_int8 import operand_dtype, prepack_1x1
+        return WeightTransform(1, wshape[:2], lambda w: prepack_1x1(w, tier), ("cortex_m_oc", tier),
+                               operand_dtype(tier))
     kind = _cortex_m_other(a, types[0].dtype, types[1].dtype, wshape, dshape[1])
     if kind is not None:  # Cortex-M int8: the depthwise reads OIHW as it is, the im2col conv (O, K) rows
         if kind[0] != "im2col":
             return None
-        from kiln.topi.cortex_m.conv2d_int8 import im2col_k, prepack_im2col
+        from kiln.topi.cortex_m.conv2d_int8 import im2col_k, operand_dtype, prepack_im2col
         o, i, kh, kw = wshape
         tier = kind[1]
         return WeightTransform(1, (o, im2col_k(i, kh, kw, tier)), lambda w: prepack_im2col(w, tier),
-                               ("cortex_m_im2col", tier))
+                               ("cortex_m_im2col", tier), operand_dtype(tier))
     if any(_blocks(a)) and a.kernel_layout == "OIHW":
         return _conv2d_blocked_prepack(a, types, cfg)
     if a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or (a.groups > 1 and a.groups == dshape[1]):

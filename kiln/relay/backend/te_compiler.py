@@ -171,7 +171,7 @@ class TECompiler:
         index = list(func.params).index(weight)
         if index not in const_params or _uses(func, weight) != 1:
             return None
-        return WeightTransform(index, spec.shape, spec.fn, spec.key)
+        return WeightTransform(index, spec.shape, spec.fn, spec.key, spec.dtype)
 
     def _lower_te(self, func, calls, anchor, cfg, transform, name, scopes=((), ())):
         from kiln.te.lower import lower_to_primfunc
@@ -180,8 +180,10 @@ class TECompiler:
         value: dict = {}
         for i, p in enumerate(func.params):
             ty = p.checked_type
-            shape = transform.shape if transform and transform.index == i else tuple(int(d) for d in ty.shape)
-            value[p] = te.placeholder(shape, name=f"p{i}", dtype=str(ty.dtype))
+            mine = transform is not None and transform.index == i
+            shape = transform.shape if mine else tuple(int(d) for d in ty.shape)
+            dtype = (transform.dtype if mine else None) or str(ty.dtype)  # a prepack may widen (Cortex-M int16)
+            value[p] = te.placeholder(shape, name=f"p{i}", dtype=dtype)
             inputs.append(value[p])
         pkg = PACKAGES[self.family]
         for node in post_order(func.body):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kiln import te
 
-from .intrin import WIDTH, dot_intrin, isa_tier
+from .intrin import WIDTH, dot16_intrin, dot_intrin, isa_tier
 
 TAG = "cortex_m_conv2d_1x1_int8"
 IM2COL_MAX_K = 1024  # the longest im2col row (C * KH * KW) the kernel copies per pixel
@@ -65,15 +65,23 @@ def schedule_any(outs):
     return schedule_depthwise_int8(outs, acc) if acc is not None else None
 
 
+def operand_dtype(tier: str) -> str:
+    """The dtype the dot product reads its operands in: int16 for the DSP (weights widened at
+    build time, data in the pixel copy: ``dot16_intrin``), int8 for MVE."""
+    return "int16" if tier == "dsp" else "int8"
+
+
 def conv2d_1x1_int8(data, kernel2d, tier: str, rows: int = 4, cols: int = 1, unroll: bool = False):
-    """int32 NCHW result of int8 NCHW ``data`` and the (O, C) int8 ``kernel2d``; the sums are
-    computed in tiles of ``cols`` pixels x ``rows`` channels (the pixels x channels copy of the data
-    has ``cols - 1`` extra zero rows, so the last tile of an odd pixel count stays whole)."""
+    """int32 NCHW result of int8 NCHW ``data`` and the (O, C) ``kernel2d`` (int8, or int16 for the
+    DSP: ``prepack``); the sums are computed in tiles of ``cols`` pixels x ``rows`` channels (the
+    pixels x channels copy of the data has ``cols - 1`` extra zero rows, so the last tile of an odd
+    pixel count stays whole)."""
     n, c, h, w = (int(d) for d in data.shape)
     total = n * h * w
+    od = operand_dtype(tier)
     pixels = te.compute((total + cols - 1, c), lambda p, k: te.if_then_else(
-        p < total, data[p // (h * w) % n, k, p // w % h, p % w], te.const(0, data.dtype)) if cols > 1 else
-        data[p // (h * w), k, p // w % h, p % w], name="data_pc")
+        p < total, data[p // (h * w) % n, k, p // w % h, p % w].astype(od), te.const(0, od)) if cols > 1 else
+        data[p // (h * w), k, p // w % h, p % w].astype(od), name="data_pc")
     return _gemm(pixels, kernel2d, (n, h, w), tier, rows, cols, unroll)
 
 
@@ -84,13 +92,20 @@ def im2col_k(c: int, kh: int, kw: int, tier: str) -> int:
 
 
 def prepack_im2col(w, tier: str):
-    """The OIHW kernel as (O, C*KH*KW) rows zero-padded to ``im2col_k``."""
+    """The OIHW kernel as (O, C*KH*KW) rows zero-padded to ``im2col_k``, in ``operand_dtype``."""
     import numpy as np
     w = np.asarray(w)
     o, c, kh, kw = w.shape
-    out = np.zeros((o, im2col_k(c, kh, kw, tier)), w.dtype)
+    out = np.zeros((o, im2col_k(c, kh, kw, tier)), operand_dtype(tier))
     out[:, :c * kh * kw] = w.reshape(o, -1)
     return out
+
+
+def prepack_1x1(w, tier: str):
+    """The OIHW 1x1 kernel as (O, C) rows in ``operand_dtype``."""
+    import numpy as np
+    w = np.asarray(w)
+    return np.ascontiguousarray(w.reshape(w.shape[:2]).astype(operand_dtype(tier)))
 
 
 def im2col_int8(data, kernel2d, strides, padding, kernel_hw, tier: str, rows: int = 2, cols: int = 2,
@@ -114,14 +129,18 @@ def im2col_int8(data, kernel2d, strides, padding, kernel_hw, tier: str, rows: in
         ci, ry, rx = k // (kh * kw) % c, k // kw % kh, k % kw
         return src[b, ci, y * sh + ry, x * sw + rx]
 
+    od = operand_dtype(tier)
     pixels = te.compute((total + cols - 1, k_all), lambda p, k: te.if_then_else(
-        te.all(p < total, k < k_real), window(p, k), te.const(0, data.dtype)), name="data_pc")
+        te.all(p < total, k < k_real), window(p, k).astype(od), te.const(0, od)), name="data_pc")
     return _gemm(pixels, kernel2d, (n, oh, ow), tier, rows, cols, unroll)
 
 
 def _gemm(pixels, kernel2d, nhw, tier, rows, cols, unroll):
     n, h, w = nhw
     o, c = (int(d) for d in kernel2d.shape)
+    if kernel2d.dtype != pixels.dtype:  # a kernel not pre-widened (no params at build): widened per call
+        k8 = kernel2d
+        kernel2d = te.compute(k8.shape, lambda j, k: k8[j, k].astype(pixels.dtype), name="kernel_oc")
     r = te.reduce_axis((0, c), name="rc")
     acc = te.compute(tuple(int(d) for d in pixels.shape[:1]) + (o,), lambda p, j: te.sum(
         pixels[p, r].astype("int32") * kernel2d[j, r].astype("int32"), axis=r), name="acc", tag=TAG,
@@ -161,8 +180,12 @@ def schedule_conv2d_1x1_int8(outs):
     s[acc].compute_at(s[out], jo)
     p, lj = s[acc].op.axis
     (r,) = s[acc].op.reduce_axis
-    ro, ri = s[acc].split(r, factor=WIDTH[tier])
     ljo, lji = s[acc].split(lj, factor=rows)
+    if operand_dtype(tier) == "int16":  # the whole reduction of the tile in one intrinsic (LDRD + SMLAD)
+        s[acc].reorder(ljo, p, lji, r)
+        s[acc].tensorize(p, dot16_intrin(rows, cols, int(r.dom.extent.value), bool(int(acc.op.attrs.get("unroll", 0)))))
+        return s
+    ro, ri = s[acc].split(r, factor=WIDTH[tier])
     if cols > 1:
         s[acc].reorder(ljo, ro, p, lji, ri)
         s[acc].tensorize(p, dot_intrin(tier, rows, cols))
@@ -184,4 +207,5 @@ def _find(t, tag=TAG):
     return None
 
 
-__all__ = ["TAG", "applies", "conv_kind", "compute_other", "schedule_any", "im2col_int8", "prepack_im2col", "im2col_k", "conv2d_1x1_int8", "schedule_conv2d_1x1_int8"]
+__all__ = ["TAG", "applies", "conv_kind", "compute_other", "schedule_any", "im2col_int8", "prepack_im2col",
+           "prepack_1x1", "operand_dtype", "im2col_k", "conv2d_1x1_int8", "schedule_conv2d_1x1_int8"]

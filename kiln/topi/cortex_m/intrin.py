@@ -11,8 +11,17 @@ loaded (and, for the DSP, sign-extended) once per ``rows`` accumulators.
 - ``mve`` (Cortex-M55/M85, Helium): width 16, ``vmladavaq_s8(acc, vldrbq_s8(a), vldrbq_s8(b))``
   (16 MACs summed into a scalar accumulator).
 
+``dot16_intrin`` is the DSP tier's form for operands widened to int16 before the loop (weights at
+build time, data in the conv's pixel copy): a whole reduction of ``k`` int16 for a tile of ``cols``
+pixels x ``rows`` channels, each 4-element step one ``LDRD`` (two int16 pairs) per pixel and per
+channel and two ``__smlad`` per (pixel, channel): 16 MACs in 12 instructions for a 2 x 2 tile,
+no unpacking in the loop.
+
 The C printer (kiln/codegen/c.py) includes ``arm_acle.h`` / ``arm_mve.h`` when a function calls
-these and provides ``kiln_read_s32`` (an unaligned 32-bit load, which these cores allow).
+these and provides ``kiln_read_s32`` (an unaligned 32-bit load, which these cores allow),
+``kiln_ld64`` (an aligned 8-byte load as one ``LDRD``: GCC splits 64-bit loads into two ``LDR``
+when tuning for the M4) and ``kiln_base`` (a tile's row address, opaque to GCC, so it addresses
+the row's words from one register instead of keeping one induction variable per word).
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from __future__ import annotations
 from kiln import te
 from kiln.ir import expr as E
 from kiln.ir.dtype import dtype as _dt
-from kiln.ir.stmt import LetStmt, SeqStmt, decl_buffer
+from kiln.ir.stmt import For, ForKind, LetStmt, SeqStmt, decl_buffer
 
 # -mcpu -> the best int8 tier of the core (Arm's Technical Reference Manuals: the DSP extension
 # is part of the M4/M7, optional on the M33/M35P (enabled by the compilers' default for -mcpu),
@@ -132,4 +141,74 @@ def dot_intrin(tier: str, rows: int = 1, cols: int = 1):
     return te.decl_tensor_intrin(c.op, fintrin, name=name, binds=binds)
 
 
-__all__ = ["dot_intrin", "isa_tier", "WIDTH"]
+def dot16_intrin(rows: int, cols: int, k: int, unroll: bool = True):
+    """``c[i, j] += sum_{r < k} a[i, r] * b[j, r]`` for int16 ``a`` (``cols`` rows) and ``b``
+    (``rows`` rows), int32 ``c``, ``k`` a multiple of 4 (the DSP tier with operands widened to int16;
+    rows 4-byte aligned: ``LDRD``). ``unroll``: the ``k / 4`` steps in straight code (immediate
+    offsets), else a loop."""
+    if k % 4:
+        raise ValueError(f"cortex-m dot16 intrinsic: the reduction ({k}) must be a multiple of 4")
+    r = te.reduce_axis((0, k), name="k")
+    a = te.placeholder((cols, k), "int16", name="a")
+    b = te.placeholder((rows, k), "int16", name="b")
+    c = te.compute((cols, rows), lambda i, j: te.sum(a[i, r].astype("int32") * b[j, r].astype("int32"), axis=r),
+                   name="c")
+    binds = {a: decl_buffer(a.shape, a.dtype, name="A", offset_factor=1, strides=[te.var("lda"), 1]),
+             b: decl_buffer(b.shape, b.dtype, name="B", offset_factor=1, strides=[te.var("ldb"), 1]),
+             c: decl_buffer(c.shape, c.dtype, name="C", offset_factor=1, strides=[te.var("ldc"), 1])}
+    tile = [(i, j) for i in range(cols) for j in range(rows)]
+    i32 = _dt("int32")
+
+    def fintrin(ins, outs):
+        A, B = ins
+        (C,) = outs
+        zero = E.const(0, "int32")
+        # one base register per operand: rows at constant offsets (the strides are known once bound)
+        pa, pb = E.Var("pa", _dt("handle")), E.Var("pb", _dt("handle"))
+
+        def at(base, buf, row, off):
+            return _pure("int64", "kiln_ld64", base, off + buf.strides[0] * (2 * row) if row else off)
+
+        def step(off, acc_of):
+            """One 4-element step at byte offset ``off``: the channels' words, then per pixel its
+            words and the tile's dual MACs."""
+            wv = [E.Var(f"wv{j}", _dt("int64")) for j in range(rows)]
+            body = []
+            for i in range(cols):
+                dv = E.Var(f"dv{i}", _dt("int64"))
+                upd = [C.vstore((i, j), _pure("int32", "__smlad", _pure("int32", "kiln_hi32", dv),
+                                              _pure("int32", "kiln_hi32", wv[j]),
+                                              _pure("int32", "__smlad", _pure("int32", "kiln_lo32", dv),
+                                                    _pure("int32", "kiln_lo32", wv[j]), acc_of(i, j))))
+                       for j in range(rows)]
+                body.append(LetStmt(dv, at(pa, A, i, off),
+                                    SeqStmt(tuple(upd)) if len(upd) > 1 else upd[0]))
+            s = SeqStmt(tuple(body)) if len(body) > 1 else body[0]
+            for j in reversed(range(rows)):
+                s = LetStmt(wv[j], at(pb, B, j, off), s)
+            return s
+
+        def update(first):
+            def acc_of(i, j, first_step):
+                return zero if first_step else C.vload((i, j))
+            steps = k // 4
+            if unroll or steps == 1:
+                seq = [step(E.const(8 * s, "int32"), lambda i, j, s=s: acc_of(i, j, first and s == 0))
+                       for s in range(steps)]
+                body = SeqStmt(tuple(seq)) if len(seq) > 1 else seq[0]
+            else:
+                sv = E.Var("s", i32)
+                rest = For(sv, E.const(1 if first else 0, "int32"), E.const(steps - (1 if first else 0), "int32"),
+                           ForKind.SERIAL, step(sv * 8, lambda i, j: C.vload((i, j))))
+                body = SeqStmt((step(E.const(0, "int32"), lambda i, j: acc_of(i, j, True)), rest)) if first else rest
+            body = LetStmt(pb, _pure("handle", "kiln_base", _addr(B, 0, 0)), body)
+            return LetStmt(pa, _pure("handle", "kiln_base", _addr(A, 0, 0)), body)
+
+        reset = SeqStmt(tuple(C.vstore((i, j), zero) for i, j in tile)) if len(tile) > 1 else C.vstore((0, 0), zero)
+        return update(True), reset, update(False)
+
+    name = f"cortex_m_dsp16_dot_{rows}x{cols}_k{k}" + ("" if unroll else "_loop")
+    return te.decl_tensor_intrin(c.op, fintrin, name=name, binds=binds)
+
+
+__all__ = ["dot_intrin", "dot16_intrin", "isa_tier", "WIDTH"]

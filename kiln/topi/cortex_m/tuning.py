@@ -25,7 +25,7 @@ from __future__ import annotations
 from kiln import te
 from kiln.autotvm.space import OtherOptionEntity
 
-from .conv2d_int8 import _find, applies, conv2d_1x1_int8, conv_kind, im2col_int8, im2col_k, schedule_any
+from .conv2d_int8 import _find, applies, conv2d_1x1_int8, conv_kind, im2col_int8, im2col_k, operand_dtype, schedule_any
 
 DEFAULTS = {"1x1": {"rows": 2, "cols": 2, "unroll": True}, "im2col": {"rows": 2, "cols": 2, "unroll": True}, "depthwise": {"unroll": True}}
 
@@ -63,7 +63,8 @@ def tunable_conv2d(cfg, data, kernel, strides, padding, dilation, groups, out_dt
         cols = _knob(cfg, "cols", [1, 2, 3, 4], DEFAULTS["1x1"]["cols"])
         unroll = _knob(cfg, "unroll", [False, True], DEFAULTS["1x1"]["unroll"])
         cfg.add_flop(2.0 * n * o * h * w * c)
-        kernel2d = te.compute((o, c), lambda j, k: kernel[j, k, 0, 0], name="kernel_oc")
+        od = operand_dtype(kind[1])
+        kernel2d = te.compute((o, c), lambda j, k: kernel[j, k, 0, 0].astype(od), name="kernel_oc")
         out = conv2d_1x1_int8(data, kernel2d, kind[1], rows=rows, cols=cols, unroll=unroll)
         _acc(out).op.attrs["isa"] = isa
         return out
@@ -74,8 +75,9 @@ def tunable_conv2d(cfg, data, kernel, strides, padding, dilation, groups, out_dt
         cols = _knob(cfg, "cols", [1, 2, 3, 4], DEFAULTS["im2col"]["cols"])
         unroll = _knob(cfg, "unroll", [False, True], DEFAULTS["im2col"]["unroll"])
         k_real, k_all = c * kh * kw, im2col_k(c, kh, kw, kind[1])
+        od = operand_dtype(kind[1])
         kernel2d = te.compute((o, k_all), lambda j, k: te.if_then_else(
-            k < k_real, kernel[j, k // (kh * kw) % c, k // kw % kh, k % kw], te.const(0, kernel.dtype)),
+            k < k_real, kernel[j, k // (kh * kw) % c, k // kw % kh, k % kw].astype(od), te.const(0, od)),
             name="kernel_oc")
         out = im2col_int8(data, kernel2d, strides, padding, (kh, kw), kind[1], rows=rows, cols=cols, unroll=unroll)
         oh, ow = (int(d) for d in out.shape[2:])
