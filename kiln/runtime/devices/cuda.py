@@ -404,7 +404,8 @@ def _tensor_map(spec: dict, address: int, kernel: str):
                 64: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
                 128: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}
     tmap = _check(drv.cuTensorMapEncodeTiled(
-        types[spec["elem_bytes"]], 2, address, list(spec["dims"]), [spec["row_bytes"]], list(spec["box"]), [1, 1],
+        types[spec["elem_bytes"]], 2, address, [drv.cuuint64_t(d) for d in spec["dims"]],
+        [drv.cuuint64_t(spec["row_bytes"])], [drv.cuuint32_t(b) for b in spec["box"]], [drv.cuuint32_t(1)] * 2,
         drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzles[spec["swizzle"]],
         drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),

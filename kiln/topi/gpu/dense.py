@@ -62,15 +62,25 @@ def shared_limit(target=None) -> int:
 
 
 def default_config(m: int, n: int, k: int, threads: int | None = None, shared: int | None = None,
-                   dtype_bytes: int = 4) -> dict:
+                   dtype_bytes: int = 4, batch: int = 1, min_blocks: int | None = None) -> dict:
     """Untuned tiles: 16 x 16 work-items of 8 x 8 outputs where the sizes allow. Always within the
     target's limits, for any shape: at most ``threads`` work-items (``max_num_threads``) and the
-    two shared slabs, (BM + BN) x BK elements, within ``shared`` bytes (``max_shared_memory_per_block``)."""
+    two shared slabs, (BM + BN) x BK elements, within ``shared`` bytes (``max_shared_memory_per_block``).
+    With ``min_blocks`` (CUDA: topi/cuda/busy.py), blocks shrink until the product (``batch`` of
+    them) has that many: a transformer's 128-token products are 6 to 24 blocks of 128 x 128."""
     threads = threads or max_threads()
     shared = shared or shared_limit()
     side = _side(threads)
     ty = _axis_tiles(m, side)
     tx = _axis_tiles(n, side)
+    if min_blocks is None:
+        from ..cuda.busy import min_blocks as _cuda_min_blocks
+
+        min_blocks = _cuda_min_blocks()
+    if min_blocks:
+        from ..cuda.busy import more_blocks
+
+        ty, tx = more_blocks(ty, tx, m, n, batch, min_blocks)
     ki = divisor(k, 8)
     bm, bn = ty[1] * ty[2] * ty[3], tx[1] * tx[2] * tx[3]
     while ki > 1 and (bm + bn) * ki * dtype_bytes > shared:
@@ -80,16 +90,16 @@ def default_config(m: int, n: int, k: int, threads: int | None = None, shared: i
             "auto_unroll_max_step": 512, "unroll_explicit": True}
 
 
-def config_for(m: int, n: int, k: int, cfg=None) -> dict:
-    conf = default_config(m, n, k)
+def config_for(m: int, n: int, k: int, cfg=None, batch: int = 1) -> dict:
+    conf = default_config(m, n, k, batch=batch)
     conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
     for key, total in (("tile_y", m), ("tile_x", n), ("tile_k", k)):
         conf[key] = resolve(conf[key], total, key)
     return conf
 
 
-def _record(out, m, n, k, cfg):
-    out.op.attrs["gpu_config"] = config_for(m, n, k, cfg)
+def _record(out, m, n, k, cfg, batch: int = 1):
+    out.op.attrs["gpu_config"] = config_for(m, n, k, cfg, batch)
     return out
 
 
@@ -118,9 +128,9 @@ def batch_matmul(a, b, oshape=None, out_dtype=None, transpose_a=False, transpose
             const_int(a.shape[0]) == const_int(b.shape[0]):
         return tc.batch_matmul_tensorcore(a, b, oshape, out_dtype, transpose_b=transpose_b, cfg=tc.tensorcore_cfg(cfg))
     out = _batch_matmul(a, b, oshape, out_dtype, transpose_a, transpose_b)
-    _, m, n = (const_int(d) for d in out.shape)
+    batch, m, n = (const_int(d) for d in out.shape)
     k = const_int(a.shape[1 if transpose_a else 2])
-    return _record(out, m, n, k, cfg)
+    return _record(out, m, n, k, cfg, batch)
 
 
 def _find(out):

@@ -1,0 +1,55 @@
+"""Enough blocks for an NVIDIA GPU in the untuned float32 dense / batch_matmul tiles (topi/gpu/dense.py).
+
+The shared default is 128 x 128 blocks (16 x 16 threads of 8 x 8 outputs): for a transformer's
+128-token products that is 6 to 24 blocks, so 108 to 126 of an H100's 132 multiprocessors idle
+(BERT-base float32: 1.08 ms for each 128 x 3072 x 768 dense). On CUDA the blocks shrink, largest
+side first, each step halving it (first the outputs per thread down to 4, then the threads down
+to 8, then the outputs per thread down to 2) until the product has ``MIN_BLOCKS`` blocks or
+nothing is left to shrink. Other GPU targets keep the shared default.
+"""
+
+from __future__ import annotations
+
+MIN_BLOCKS = 132  # a wave of an H100 / H200 (132 multiprocessors)
+
+
+def min_blocks() -> int:
+    """MIN_BLOCKS when the current target is CUDA, else 0 (no shrinking)."""
+    from kiln.target import Target
+
+    target = Target.current(allow_none=True)
+    return MIN_BLOCKS if target is not None and target.kind == "cuda" else 0
+
+
+def _halve(t: list[int], n: int, phase: tuple[str, int]):
+    """The axis tiles [blocks, 1, threads, per thread] with the block halved in this phase
+    (("inner", 4): outputs per thread down to 4; ("threads", 8); ("inner", 2)), or None."""
+    b, v, th, i = t
+    what, floor = phase
+    if what == "inner" and i > floor and i % 2 == 0:
+        i //= 2
+    elif what == "threads" and th > floor and th % 2 == 0:
+        th //= 2
+    else:
+        return None
+    return [-(-n // (v * th * i)), v, th, i]
+
+
+PHASES = (("inner", 4), ("threads", 8), ("inner", 2))
+
+
+def more_blocks(ty: list[int], tx: list[int], m: int, n: int, batch: int, want: int):
+    """(ty, tx) shrunk until batch * blocks >= want (module doc)."""
+    for phase in PHASES:
+        while batch * ty[0] * tx[0] < want:
+            y_first = ty[2] * ty[3] >= tx[2] * tx[3]  # the larger block side first
+            y = _halve(ty, m, phase) if y_first else None
+            x = _halve(tx, n, phase) if y is None else None
+            y = _halve(ty, m, phase) if y is None and x is None and not y_first else y
+            if y is not None:
+                ty = y
+            elif x is not None:
+                tx = x
+            else:
+                break
+    return ty, tx

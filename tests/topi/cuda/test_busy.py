@@ -1,0 +1,56 @@
+"""On CUDA the untuned float32 dense / batch_matmul tiles shrink until a transformer's 128-token
+products fill the GPU (topi/cuda/busy.py); other GPU targets keep the shared default. The shrunk
+tiles compute the same numbers (run through the OpenCL runner, PoCL in CI: the schedule is the
+shared topi.gpu one)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln.topi.cuda.busy import MIN_BLOCKS
+from kiln.topi.gpu.dense import default_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+from gpu_runner import rand, run  # noqa: E402
+
+from kiln import topi  # noqa: E402
+
+# BERT-base's products at 128 tokens (QKV/out, FFN up, FFN down, per-head scores and values),
+# GPT-2's fused QKV at 64 tokens, ViT's 197 tokens
+SHAPES = [(128, 768, 768, 1), (128, 3072, 768, 1), (128, 768, 3072, 1), (128, 128, 64, 12), (128, 64, 128, 12),
+          (64, 2304, 768, 1), (197, 768, 768, 1), (197, 197, 64, 12)]
+
+
+def _blocks(c, batch):
+    return batch * c["tile_y"][0] * c["tile_x"][0]
+
+
+@pytest.mark.parametrize("m,n,k,batch", SHAPES)
+def test_cuda_tiles_fill_the_gpu(m, n, k, batch):
+    with tvm.target.Target("cuda"):
+        c = default_config(m, n, k, batch=batch)
+    assert _blocks(c, batch) >= MIN_BLOCKS
+    for t, size in ((c["tile_y"], m), (c["tile_x"], n)):
+        assert t[0] * t[1] * t[2] * t[3] >= size and (t[0] - 1) * t[1] * t[2] * t[3] < size  # no empty block
+        assert t[3] >= 2  # at least 2 outputs per thread along each side
+    with tvm.target.Target("opencl"):
+        assert _blocks(default_config(m, n, k, batch=batch), batch) <= _blocks(c, batch)
+    with tvm.target.Target("cuda"):  # large products keep 128 x 128 blocks
+        assert default_config(4096, 4096, 4096)["tile_y"] == [32, 1, 16, 8]
+
+
+@pytest.mark.parametrize("m,n,k", [(128, 192, 96), (197, 96, 64)], ids=["exact", "ragged"])
+def test_shrunk_tiles_compute_the_product(m, n, k):
+    with tvm.target.Target("cuda"):
+        c = default_config(m, n, k)
+    cfg = {key: c[key] for key in ("tile_y", "tile_x", "tile_k", "vec")}
+    assert c["tile_y"][3] < 8  # shrunk
+    rng = np.random.default_rng(0)
+    x, w = rand(rng, m, k), rand(rng, n, k)
+    got = run("opencl", lambda a, ww: topi.gpu.dense(a, ww, None, "float32", cfg=cfg), topi.gpu.schedule_dense, [x, w])
+    np.testing.assert_allclose(got, x.astype(np.float64) @ w.astype(np.float64).T, rtol=1e-4, atol=1e-4 * k)
