@@ -105,10 +105,16 @@ def _inputs(name: str, model, size: str) -> dict:
     return {"input_features": rng.standard_normal((1, cfg.num_mel_bins, frames)).astype(np.float32)}
 
 
-def export(name: str, size: str = "base", dynamo: bool = False, opset: int = 17):
-    """(onnx.ModelProto, inputs) of ``name`` (bert, gpt2, vit, whisper) with random weights."""
+def export(name: str, size: str = "base", dynamo: bool = False, opset: int | None = None):
+    """(onnx.ModelProto, inputs) of ``name`` (bert, gpt2, vit, whisper) with random weights.
+
+    ``opset`` defaults to 17 for the TorchScript exporter and 18 for the dynamo one, whose
+    down-conversion to 17 leaves opset-18 attributes behind (GPT-2's Split keeps num_outputs,
+    which onnxruntime refuses at opset 17)."""
     import onnx
     import torch
+
+    opset = opset or (18 if dynamo else 17)
 
     torch.manual_seed(0)
     model = _config(name, size).eval()
