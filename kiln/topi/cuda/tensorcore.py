@@ -50,10 +50,13 @@ def shared_bytes(conf: dict) -> int:
     return stages * rows * (WMMA * conf["chunk"] + conf["offset"]) * 2
 
 
-def default_config(m: int, n: int, k: int) -> dict:
+def default_config(m: int, n: int, k: int, batch: int = 1) -> dict:
     """Untuned: 2 x 2 warps of 4 x 4 tiles (a 128 x 128 block, 64-wide k steps) where the sizes
-    allow (the best point measured on an H100, bench/cuda_matmul.py), and a 3-stage cp.async
-    pipeline where the target's shared memory per block holds it (one slab within 48 KiB)."""
+    allow (the best point measured on an H100, bench/cuda_matmul.py) and those blocks keep
+    ``BUSY_WARPS`` warps in flight; else (a transformer's 128-token products: 6 to 24 such
+    blocks) the smaller block the NCHW convs choose (conv_config, without split-K); and a
+    3-stage cp.async pipeline where the target's shared memory per block holds it (one slab
+    within 48 KiB)."""
     from kiln.target import Target
 
     def largest(options, total):
@@ -66,6 +69,11 @@ def default_config(m: int, n: int, k: int) -> dict:
     chunk = largest([1, 2, 4], k // WMMA)
     conf = {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": wrt, "warp_col_tiles": wct,
             "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": 0, "mma": 0, "raster": 1}
+    bm, bn = WMMA * brw * wrt, WMMA * bcw * wct
+    if batch * (m // bm) * (n // bn) * brw * bcw < BUSY_WARPS:
+        small = _busiest_tile(m, n, k, batch)
+        conf.update({key: small[key] for key in ("block_row_warps", "block_col_warps", "warp_row_tiles",
+                                                  "warp_col_tiles", "chunk")})
     target = Target.current(allow_none=True)
     limit = (target.attrs.get("max_shared_memory_per_block") if target is not None else None) or 48 * 1024
     for stages in (3, 2):
@@ -75,8 +83,8 @@ def default_config(m: int, n: int, k: int) -> dict:
     return conf
 
 
-def config_for(m: int, n: int, k: int, cfg=None) -> dict:
-    conf = default_config(m, n, k)
+def config_for(m: int, n: int, k: int, cfg=None, batch: int = 1) -> dict:
+    conf = default_config(m, n, k, batch)
     conf.update({key: int(knob(cfg, key, v)) for key, v in conf.items()})
     return conf
 
@@ -127,7 +135,7 @@ def batch_matmul_tensorcore(a, b, oshape=None, out_dtype=None, transpose_a=False
                            name="bmm_cols")
     out = _batch_matmul(a, b, None if (mp, np_) != (m, n) else oshape, out_dtype, False, transpose_b)
     # b as (B, K, N) (ONNX MatMul's layout): a row-major wmma B, as the NCHW convs'
-    out.op.attrs["tensorcore_config"] = {**config_for(mp, np_, kp, cfg),
+    out.op.attrs["tensorcore_config"] = {**config_for(mp, np_, kp, cfg, batch),
                                          **({} if transpose_b else {"b_layout": "row_major"})}
     if (mp, np_) != (m, n):
         product = out
@@ -188,6 +196,30 @@ def _pixel_step(p: int) -> int:
 BUSY_WARPS = 16 * 132
 
 
+def _warps(bm: int, bn: int) -> int:
+    return (2 if bm >= 32 else 1) * (2 if bn >= 32 else 1)
+
+
+def _busiest_tile(f: int, q: int, k: int, batch: int = 1) -> dict:
+    """Without split-K: the block tile (64 x 64 down to 16 x 16) and chunk that keep the most warps
+    in flight, up to BUSY_WARPS, then reuse their loads most (conv_config's choice)."""
+    steps = k // WMMA
+
+    def score(choice):
+        (bm, bn), chunk = choice
+        return min(batch * (f // bm) * (q // bn) * _warps(bm, bn), BUSY_WARPS), bm * bn / (bm + bn), chunk
+
+    options = [((bm, bn), chunk) for bm, bn in TILES
+               for chunk in ([c for c in (4, 2) if steps % c == 0] or [1]) if f % bm == 0 and q % bn == 0]
+    (bm, bn), chunk = max(options, key=score)
+    brw, bcw = (2 if bm >= 32 else 1), (2 if bn >= 32 else 1)
+    return {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": bm // (WMMA * brw),
+            "warp_col_tiles": bn // (WMMA * bcw), "chunk": chunk}
+
+
+TILES = ((64, 64), (64, 32), (32, 64), (32, 32), (16, 64), (32, 16), (16, 32), (16, 16))
+
+
 def conv_config(f: int, q: int, k: int, cfg=None) -> dict:
     """Untuned tiles of an NCHW implicit GEMM (f output channels x q pixels x k reduction terms,
     each padded to a multiple of 16): the block tile (64 x 64 down to 16 x 16, 4 warps where it
@@ -217,7 +249,7 @@ def conv_config(f: int, q: int, k: int, cfg=None) -> dict:
         return busy, bm * bn / (bm + bn), chunk
 
     options = [((bm, bn), chunk)
-               for bm, bn in ((64, 64), (64, 32), (32, 64), (32, 32), (16, 64), (32, 16), (16, 32), (16, 16))
+               for bm, bn in TILES
                for chunk in ([c for c in (4, 2) if steps % c == 0] or [1]) if f % bm == 0 and q % bn == 0]
     (bm, bn), chunk = max(options, key=score)
     split = split_for((f // bm) * (q // bn), chunk, warps(bm, bn))
