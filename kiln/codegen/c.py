@@ -200,7 +200,36 @@ static inline void* kiln_base(const void* p) { return (void*)p; }
 static inline int32_t kiln_lo32(int64_t v) { return (int32_t)(uint32_t)(uint64_t)v; }
 static inline int32_t kiln_hi32(int64_t v) { return (int32_t)(uint32_t)((uint64_t)v >> 32); }
 """
-ARM_PRELUDES = (("__smlad", ACLE_PRELUDE), ("kiln_ld64(", LD64_PRELUDE), ("vmladavaq_s8", MVE_PRELUDE), ("kiln_rintf(", RINTF_PRELUDE),
+# kiln_ssat(kiln_rne22(v) + c, n) in fewer steps: the float sum v + 1.5*2**23 holds round(v) in its
+# bits (bits - 0x4B400000) while |v| < 2**22, so the integer comes from one move and one
+# saturating subtract (QSUB) that also adds c, instead of subtracting the magic in float and
+# converting. Out of that range the n-bit clamp after it (n <= 16, |c| <= 2**16) saturates both
+# forms alike: v >= 2**22 gives bits - 0x4B400000 >= 2**22; v <= -2**22 a non-positive sum (bits
+# below 0x4B000000, or a negative int32 that QSUB saturates instead of wrapping).
+RNE22_ADD_PRELUDE = r"""
+#if defined(__ARM_FEATURE_DSP)
+#include <arm_acle.h>
+#endif
+static inline int32_t kiln_rne22_add(float v, int32_t c) {
+#if defined(__GNUC__) && defined(__arm__) && defined(__ARM_FP)
+  __asm__("" : "+t"(v));
+#elif defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  __asm__("" : "+x"(v));
+#elif defined(__GNUC__)
+  __asm__("" : "+r"(v));
+#endif
+  float r = v + 12582912.0f;
+  int32_t bits;
+  memcpy(&bits, &r, 4);
+#if defined(__ARM_FEATURE_DSP)
+  return __qsub(bits, 0x4B400000 - c);
+#else
+  int64_t d = (int64_t)bits - (int64_t)(0x4B400000 - c);
+  return d < INT32_MIN ? INT32_MIN : (int32_t)d;
+#endif
+}
+"""
+ARM_PRELUDES = (("__smlad", ACLE_PRELUDE), ("kiln_rne22_add(", RNE22_ADD_PRELUDE), ("kiln_ld64(", LD64_PRELUDE), ("vmladavaq_s8", MVE_PRELUDE), ("kiln_rintf(", RINTF_PRELUDE),
                 ("kiln_ssat(", SSAT_PRELUDE), ("kiln_rne22(", RNE22_PRELUDE),
                 ("kiln_read_s32", "static inline int32_t kiln_read_s32(const void* p) "
                                   "{ int32_t v; memcpy(&v, p, 4); return v; }  /* unaligned word */"))
@@ -227,6 +256,24 @@ def _saturation_bits(e, outer=E.Min, inner=E.Max) -> int:
     hi, lo = (e.b.value, e.a.b.value) if outer is E.Min else (e.a.b.value, e.b.value)
     n = (hi + 1).bit_length()
     return n if 2 <= n <= 16 and hi + 1 == 1 << (n - 1) and lo == -(hi + 1) else 0
+
+
+def _rne22_plus(x):
+    """(v, c) when int32 ``x`` is ``int32((v + 1.5*2**23) - 1.5*2**23) + c`` (or ``- c``, or no c) of
+    float32 ``v`` with |c| <= 2**16, else None."""
+    c = 0
+    if isinstance(x, (E.Add, E.Sub)) and isinstance(x.b, E.IntImm):
+        c = x.b.value if isinstance(x, E.Add) else -x.b.value
+        x = x.a
+    magic = 12582912.0
+    if not (isinstance(x, E.Cast) and x.dtype.is_int and x.dtype.bits == 32 and abs(c) <= 1 << 16):
+        return None
+    f = x.value
+    if not (isinstance(f, E.Sub) and f.dtype.is_float and f.dtype.bits == 32 and isinstance(f.b, E.FloatImm)
+            and f.b.value == magic and isinstance(f.a, E.Add) and isinstance(f.a.b, E.FloatImm)
+            and f.a.b.value == magic):
+        return None
+    return f.a.a, c
 
 
 class CPrinter(CStylePrinter):
@@ -360,16 +407,22 @@ class CPrinter(CStylePrinter):
             return f"kiln_rne22({self.expr(e.a.a)})"
         return super().expr_Sub(e)
 
+    def _ssat(self, x, n: int) -> str:
+        got = _rne22_plus(x)
+        if got is not None:  # round-to-int32 + c then the clamp: kiln_rne22_add (see its prelude)
+            return f"((int32_t)kiln_ssat(kiln_rne22_add({self.expr(got[0])}, {got[1]}), {n}))"
+        return f"((int32_t)kiln_ssat({self.expr(x)}, {n}))"
+
     def expr_Min(self, e):
         n = _saturation_bits(e)
         if n:
-            return f"((int32_t)kiln_ssat({self.expr(e.a.a)}, {n}))"
+            return self._ssat(e.a.a, n)
         return self._minmax(e, "min")
 
     def expr_Max(self, e):
         n = _saturation_bits(e, E.Max, E.Min)
         if n:
-            return f"((int32_t)kiln_ssat({self.expr(e.a.a)}, {n}))"
+            return self._ssat(e.a.a, n)
         return self._minmax(e, "max")
 
     def expr_FloorDiv(self, e):
