@@ -164,6 +164,8 @@ def schedule_conv2d_1x1_int8(outs):
         stage.compute_inline()
     tier, rows = acc.op.attrs["tier"], int(acc.op.attrs["rows"])
     cols = int(acc.op.attrs.get("cols", 1))
+    if int(acc.op.attrs.get("unroll", 0)):
+        _unroll_copy(s, acc)
     # the sums of `cols` pixels x `rows` channels at a time, in registers, stored through the epilogue
     out = outs[0]
     b, j, y, x = s[out].op.axis
@@ -195,6 +197,20 @@ def schedule_conv2d_1x1_int8(outs):
         s[acc].reorder(p, ljo, ro, lji, ri)
         s[acc].tensorize(lji, dot_intrin(tier, rows))
     return s
+
+
+def _unroll_copy(s, acc):
+    """The pixel copy (``data_pc``: NCHW -> pixels x channels, or im2col windows) with its row
+    unrolled (up to 64; else by 16): constant offsets for the strided loads, the window's index
+    arithmetic folded (im2col), no loop counter per element."""
+    for t in acc.op.input_tensors:
+        if t.op.name != "data_pc":
+            continue
+        k = s[t].op.axis[-1]
+        if int(k.dom.extent.value) <= 64:
+            s[t].unroll(k)
+        elif int(k.dom.extent.value) % 16 == 0:
+            s[t].unroll(s[t].split(k, factor=16)[1])
 
 
 def _find(t, tag=TAG):
