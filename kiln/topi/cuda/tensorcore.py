@@ -7,12 +7,16 @@ of A and of B (dense's weight, N x K) into shared memory (all threads, ``vec`` h
 padded by ``offset`` halves against bank conflicts), then each warp loads its A and B tiles into
 fragments and multiplies. With ``double_buffer`` = P the block keeps P slabs and fetches P - 1
 ahead (``cp.async`` on sm_80+) while the warps work on the current one. The accumulators go
-straight to global memory (``wmma.store``); an elementwise epilogue (bias, activation) is a
-second kernel.
+straight to global memory (``wmma.store``). An elementwise epilogue (bias, activation, the
+cast back to float16, the valid part of a padded product) is done in the same kernel where
+the block's BM x BN float tile also fits in shared memory (``fuse_epilogue``, default on): the
+warps store their accumulators there, and after a barrier all threads apply the epilogue to
+the tile and write it out; else it is a second kernel that reads the product back.
 
 ``cfg`` knobs (AutoTVM template ``dense_tensorcore.cuda`` / ``batch_matmul_tensorcore.cuda``):
 block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, offset, vec, double_buffer,
-mma (ldmatrix + mma.sync instead of wmma, sm_80+), raster (block rows walked per block column).
+mma (ldmatrix + mma.sync instead of wmma, sm_80+), raster (block rows walked per block column),
+fuse_epilogue.
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ def default_config(m: int, n: int, k: int, batch: int = 1) -> dict:
     wct = largest([1, 2, 4], n // (WMMA * bcw))
     chunk = largest([1, 2, 4], k // WMMA)
     conf = {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": wrt, "warp_col_tiles": wct,
-            "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": 0, "mma": 0, "raster": 1}
+            "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": 0, "mma": 0, "raster": 1, "fuse_epilogue": 1}
     bm, bn = WMMA * brw * wrt, WMMA * bcw * wct
     if batch * (m // bm) * (n // bn) * brw * bcw < BUSY_WARPS:
         small = _busiest_tile(m, n, k, batch)
@@ -413,11 +417,32 @@ def schedule_dense_tensorcore(outs, cfg=None):
     for st in list(s.stages):  # elementwise stages between the product and the outputs
         if isinstance(st.op, te.ComputeOp) and st.op is not mm.op and st.op not in out_ops:
             st.compute_inline()
+    if _fusable(outs, mm, conf):
+        _schedule_mma(s, mm, conf, epilogue=outs[0])
+        return s
     _schedule_mma(s, mm, conf)
     for o in outs:  # an epilogue reads the product from global memory, in a kernel of its own
         if o.op is not mm.op:
             _schedule_epilogue(s, o)
     return s
+
+
+def _tile_shape(conf) -> tuple[int, int]:
+    return (WMMA * conf["block_row_warps"] * conf["warp_row_tiles"],
+            WMMA * conf["block_col_warps"] * conf["warp_col_tiles"])
+
+
+def _fusable(outs, mm, conf) -> bool:
+    """One elementwise output over the product's index space (module doc) whose float tile fits
+    in shared memory beside the slabs."""
+    from kiln.target import Target
+
+    if len(outs) != 1 or outs[0].op is mm.op or not conf.get("fuse_epilogue", 1) or len(outs[0].shape) != len(mm.shape):
+        return False
+    bm, bn = _tile_shape(conf)
+    target = Target.current(allow_none=True)
+    limit = (target.attrs.get("max_shared_memory_per_block") if target is not None else None) or 48 * 1024
+    return shared_bytes(conf) + bm * (bn + 8) * mm.dtype.bits // 8 <= limit
 
 
 def use_tensorcore(a, b, transpose_b: bool = True, pad: bool = False) -> bool:
@@ -480,7 +505,7 @@ def _schedule_epilogue(s, out):
     st.bind(tx, thread("x"))
 
 
-def _schedule_mma(s, C, conf):
+def _schedule_mma(s, C, conf, epilogue=None):
     A, B = C.op.input_tensors[:2]
     in_dtype, out_dtype = str(A.dtype), str(C.dtype)
     b_layout = conf.get("b_layout", "col_major")  # row_major: B is (K, N), as conv2d_nchw_tensorcore's
@@ -489,7 +514,10 @@ def _schedule_mma(s, C, conf):
     AF = s.cache_read(AS, "wmma.matrix_a", [C])
     BF = s.cache_read(BS, "wmma.matrix_b", [C])
     CF = s.cache_write(C, "wmma.accumulator")
-    tz = _schedule_output(s[C], conf, out_dtype)
+    if epilogue is not None:
+        tz = _schedule_fused_output(s, C, epilogue, conf, out_dtype)
+    else:
+        tz = _schedule_output(s[C], conf, out_dtype)
     cf, ko, kc = _schedule_accumulators(s[CF], s[C], tz, conf, in_dtype, out_dtype, b_layout)
     for frag, layout, scope in ((AF, "row_major", "wmma.matrix_a"), (BF, b_layout, "wmma.matrix_b")):
         _schedule_fragments(s[frag], cf, kc, layout, scope, in_dtype)
@@ -526,6 +554,52 @@ def _schedule_output(st, conf, out_dtype):
     st.tensorize(yt, intrin_wmma_store_matrix((WMMA,) * 3, out_dtype, "global"))
     st.unroll(yo)
     st.unroll(xo)
+    return tz
+
+
+def _schedule_fused_output(s, C, out, conf, out_dtype):
+    """The epilogue ``out`` in BM x BN blocks over all the block's threads; the product C, in
+    shared memory, computed per block: each warp stores its tiles there (module doc)."""
+    brw, bcw = conf["block_row_warps"], conf["block_col_warps"]
+    bm, bn = _tile_shape(conf)
+    so = s[out]
+    *batch, y, x = so.op.axis
+    by, yi = so.split(y, factor=bm)
+    bx, xi = so.split(x, factor=bn)
+    so.reorder(*batch, by, bx, yi, xi)
+    if batch:
+        so.bind(so.fuse(*batch) if len(batch) > 1 else batch[0], block("z"))
+    so.bind(by, block("y"))
+    so.bind(bx, block("x"))
+    *_, oy, ox = (const_int(d) for d in out.shape)
+    threads = WARP * brw * bcw
+    vec = 4 if oy % bm == 0 and ox % bn == 0 and bm * bn % (threads * 4) == 0 else 1
+    fused = so.fuse(yi, xi)
+    fused, v = so.split(fused, factor=vec)
+    fused, tx = so.split(fused, factor=WARP)
+    fused, ty = so.split(fused, factor=brw)
+    fused, tz = so.split(fused, factor=bcw)
+    so.bind(tz, thread("z"))
+    so.bind(ty, thread("y"))
+    so.bind(tx, thread("x"))
+    if vec > 1:
+        so.vectorize(v)
+
+    s[C].set_scope("shared")
+    sc = s[C]
+    sc.compute_at(so, bx)
+    *cb, cy, cx = sc.op.axis
+    sc.storage_align(cy, bn, 8)  # rows 8 floats apart from a multiple of BN: fewer bank conflicts
+    ty, cyi = sc.split(cy, nparts=brw)
+    tz, cxi = sc.split(cx, nparts=bcw)
+    yo, yt = sc.split(cyi, factor=WMMA)
+    xo, xt = sc.split(cxi, factor=WMMA)
+    sc.reorder(*cb, ty, tz, yo, xo, yt, xt)
+    sc.bind(ty, thread("y"))
+    sc.bind(tz, thread("z"))
+    sc.tensorize(yt, intrin_wmma_store_matrix((WMMA,) * 3, out_dtype, "shared"))
+    sc.unroll(yo)
+    sc.unroll(xo)
     return tz
 
 

@@ -97,9 +97,17 @@ def test_double_buffered_tiles_prefetch_with_cp_async():
     assert "cp.async" not in ptx70 and "wmma.mma.sync" in ptx70  # no cp.async before sm_80: plain copies
 
 
-def test_dense_with_bias_is_a_second_kernel():
+def test_dense_bias_is_applied_in_the_tensor_core_kernel():
+    """The accumulators go to a shared tile, the bias is added to it by all threads after a
+    barrier and written out: one kernel; without room for the tile (or fuse_epilogue 0) the
+    epilogue is a second kernel reading the product back."""
     src, ptx = device(build_dense(32, 32, 32, bias=True))
-    assert src.count('extern "C" __global__') == 2 and "wmma.store.d" in ptx
+    assert src.count('extern "C" __global__') == 1 and "__shared__ float T_dense[1280]" in src  # 32 x (32 + 8)
+    kernel = src[src.index('extern "C" __global__'):]
+    after = kernel[kernel.index("kiln_wmma_store_row_m16n16k16_f32((T_dense + "):]
+    assert "__syncthreads();" in after and "bias" in after and "wmma.store.d.sync.aligned.row.m16n16k16.f32" in ptx
+    src, ptx = device(build_dense(32, 32, 32, bias=True, cfg={"fuse_epilogue": 0}))
+    assert src.count('extern "C" __global__') == 2 and "__shared__ float" not in src
 
 
 def test_batch_matmul_compiles_to_wmma():
