@@ -229,7 +229,21 @@ static inline int32_t kiln_rne22_add(float v, int32_t c) {
 #endif
 }
 """
-ARM_PRELUDES = (("__smlad", ACLE_PRELUDE), ("kiln_rne22_add(", RNE22_ADD_PRELUDE), ("kiln_ld64(", LD64_PRELUDE), ("vmladavaq_s8", MVE_PRELUDE), ("kiln_rintf(", RINTF_PRELUDE),
+# 16 x 16 + 32 multiply-accumulates of one half of each operand (the depthwise row intrinsic:
+# a tap's weight in the bottom or top half of a pair), portable off the DSP.
+SMLAXY_PRELUDE = r"""
+#if defined(__ARM_FEATURE_DSP)
+#include <arm_acle.h>
+#else
+static inline int32_t __smlabb(int32_t x, int32_t y, int32_t acc) {
+  return (int32_t)((uint32_t)acc + (uint32_t)((int32_t)(int16_t)x * (int16_t)y));
+}
+static inline int32_t __smlabt(int32_t x, int32_t y, int32_t acc) {
+  return (int32_t)((uint32_t)acc + (uint32_t)((int32_t)(int16_t)x * (int16_t)((uint32_t)y >> 16)));
+}
+#endif
+"""
+ARM_PRELUDES = (("__smlad", ACLE_PRELUDE), ("__smlabb(", SMLAXY_PRELUDE), ("kiln_rne22_add(", RNE22_ADD_PRELUDE), ("kiln_ld64(", LD64_PRELUDE), ("vmladavaq_s8", MVE_PRELUDE), ("kiln_rintf(", RINTF_PRELUDE),
                 ("kiln_ssat(", SSAT_PRELUDE), ("kiln_rne22(", RNE22_PRELUDE),
                 ("kiln_read_s32", "static inline int32_t kiln_read_s32(const void* p) "
                                   "{ int32_t v; memcpy(&v, p, 4); return v; }  /* unaligned word */"))

@@ -243,4 +243,7 @@ def test_float32_requantize_clamps_in_int32_on_cortex_m(tmp_path):
     import subprocess
     asm = subprocess.run(["arm-none-eabi-objdump", "-d", project.elf], capture_output=True, text=True).stdout
     assert "\tssat" in asm  # the int32 clamp to int8 is one SSAT (kiln_ssat, kiln/codegen/c.py)
+    # the rounding's integer from the magic sum's bits by QSUB (kiln_rne22_add): x's int32 extremes
+    # above put the float sum out of its exact range on both sides (saturated alike by the clamp)
+    assert "kiln_rne22_add(" in "\n".join(lib.sources.values()) and "\tqsub" in asm
     np.testing.assert_array_equal(next(iter(project.run()["outputs"].values())), want)

@@ -358,7 +358,11 @@ def _conv2d_prepack(a, types, cfg):
         return WeightTransform(1, wshape[:2], lambda w: prepack_1x1(w, tier), ("cortex_m_oc", tier),
                                operand_dtype(tier))
     kind = _cortex_m_other(a, types[0].dtype, types[1].dtype, wshape, dshape[1])
-    if kind is not None:  # Cortex-M int8: the depthwise reads OIHW as it is, the im2col conv (O, K) rows
+    if kind is not None:  # Cortex-M int8: the depthwise (DSP: int16 tap pairs), the im2col conv (O, K) rows
+        if kind == ("depthwise", "dsp"):
+            from kiln.topi.cortex_m.conv2d_direct import prepack_depthwise
+            o, _, kh, kw = wshape
+            return WeightTransform(1, (o, kh * kw + (kh * kw) % 2), prepack_depthwise, ("cortex_m_dw16",), "int16")
         if kind[0] != "im2col":
             return None
         from kiln.topi.cortex_m.conv2d_int8 import im2col_k, operand_dtype, prepack_im2col
@@ -409,6 +413,16 @@ def _expand_depthwise(a, x, t, ctx):
         raise CompileError("nn.contrib_expand_depthwise_NCHWc has a compute for x86 CPUs only; build for an "
                            "x86 llvm target, or leave the expand and depthwise convs unfused")
     return ctx.topi.expand_depthwise_NCHWc(*x, a.strides, tuple(a.padding), a.act_min, a.act_max, cfg=ctx.cfg)
+
+
+def _conv2d_bias(a, x, t, ctx):
+    from kiln.topi.x86 import amx_bf16
+
+    if ctx.topi is not topi.x86 or not amx_bf16.applies("bfloat16", "bfloat16", 32, 32):
+        raise CompileError("nn.contrib_conv2d_bias_NCHWc: only x86 CPUs with AMX-BF16 compute it (FuseConvEpilogue makes it for them); build for "
+                           "such a target, or leave the conv and its epilogue unfused")
+    return amx_bf16.conv2d_amx_fused(x[0], x[1], x[2], x[3] if len(x) > 3 else None, a.strides, tuple(a.padding),
+                                     a.dilation, a.relu)
 
 
 def _conv2d_transpose(a, x, t, ctx):
@@ -545,6 +559,8 @@ OP_IMPLS: dict[str, OpImpl] = {
     "nn.conv2d": OpImpl(_conv2d, _conv2d_schedule, prepack=_conv2d_prepack),
     "nn.conv2d_transpose": OpImpl(_conv2d_transpose, "conv2d_transpose_nchw"),
     "nn.contrib_expand_depthwise_NCHWc": OpImpl(_expand_depthwise, "expand_depthwise_NCHWc"),
+    "nn.contrib_conv2d_bias_NCHWc": OpImpl(_conv2d_bias, "conv2d_amx_fused"),
+    "nn.contrib_conv2d_bias_residual_NCHWc": OpImpl(_conv2d_bias, "conv2d_amx_fused"),
     "nn.dense": OpImpl(_dense, "dense", prepack=_dense_prepack),
     "nn.batch_matmul": OpImpl(_batch_matmul, "batch_matmul"),
     "nn.attention": OpImpl(_attention, "attention"),
@@ -586,6 +602,7 @@ SCHEDULES: dict[str, dict[str, Callable]] = {
     "depthwise_conv2d_NCHWc": {"x86": topi.x86.schedule_depthwise_conv2d_NCHWc,
                                "arm_cpu": topi.arm_cpu.schedule_depthwise_conv2d_NCHWc},
     "expand_depthwise_NCHWc": {"x86": topi.x86.schedule_expand_depthwise_NCHWc},  # made on x86 only
+    "conv2d_amx_fused": {"x86": lambda outs, cfg=None: topi.x86.amx_bf16.schedule_conv2d_amx_fused(outs)},  # AMX only
     "attention": {"x86": topi.x86.schedule_attention},  # FuseAttention forms it on x86 only
 }
 

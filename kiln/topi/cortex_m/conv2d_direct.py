@@ -33,14 +33,38 @@ def _out_hw(data, kh, kw, strides, padding):
     return (h + pt + pb - kh) // int(strides[0]) + 1, (w + pl + pr - kw) // int(strides[1]) + 1
 
 
-def depthwise_int8(data, kernel, strides, padding, unroll: bool = True):
-    """int32 depthwise conv of int8 NCHW ``data`` and the (C, 1, KH, KW) int8 ``kernel``."""
+def prepack_depthwise(w):
+    """The (C, 1, KH, KW) int8 kernel as (C, KH*KW rounded up to even) int16 rows: tap ``t`` of a
+    channel is half ``t % 2`` of its word ``t // 2`` (``dw_row_intrin``)."""
+    import numpy as np
+    w = np.asarray(w)
+    c, taps = w.shape[0], w.shape[2] * w.shape[3]
+    out = np.zeros((c, taps + taps % 2), "int16")
+    out[:, :taps] = w.reshape(c, taps)
+    return out
+
+
+def depthwise_int8(data, kernel, strides, padding, unroll: bool = True, tier: str | None = None,
+                   kernel_hw=None):
+    """int32 depthwise conv of int8 NCHW ``data`` and the (C, 1, KH, KW) int8 ``kernel``; with
+    ``tier="dsp"`` the kernel may be ``prepack_depthwise``'s (C, T) int16 pairs (``kernel_hw``
+    then gives KH, KW), and each output row is ``dw_row_intrin`` (SMLABB/SMLABT per tap)."""
     n, c = int(data.shape[0]), int(data.shape[1])
-    kh, kw = int(kernel.shape[2]), int(kernel.shape[3])
+    kh, kw = (int(d) for d in (kernel_hw if len(kernel.shape) == 2 else kernel.shape[2:]))
     oh, ow = _out_hw(data, kh, kw, strides, padding)
     sh, sw = int(strides[0]), int(strides[1])
     src = _padded(data, padding)
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
+    if tier == "dsp":
+        taps = kh * kw
+        k16 = kernel if len(kernel.shape) == 2 else te.compute(
+            (c, taps + taps % 2), lambda ch, t: te.if_then_else(
+                t < taps, kernel[ch, 0, t // kw % kh, t % kw].astype("int16"), te.const(0, "int16")), name="kernel_dw")
+        acc = te.compute((n, c, oh, ow), lambda b, ch, y, x: te.sum(
+            src[b, ch, y * sh + ry, x * sw + rx].astype("int32") * k16[ch, ry * kw + rx].astype("int32"),
+            axis=[ry, rx]), name="dw_acc", tag=DW_TAG,
+            attrs={"unroll": int(bool(unroll)), "tier": "dsp", "kh": kh, "kw": kw, "sw": sw})
+        return _result(acc)
     acc = te.compute((n, c, oh, ow), lambda b, ch, y, x: te.sum(
         src[b, ch, y * sh + ry, x * sw + rx].astype("int32") * kernel[ch, 0, ry, rx].astype("int32"), axis=[ry, rx]),
         name="dw_acc", tag=DW_TAG, attrs={"unroll": int(bool(unroll))})
@@ -65,6 +89,8 @@ def _inline_rest(s, outs, keep):
 def schedule_depthwise_int8(outs, acc):
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([t.op for t in outs])
+    if acc.op.attrs.get("tier") == "dsp":
+        return _schedule_dw_dsp(s, outs, acc)
     _inline_rest(s, outs, [acc.op])
     out = outs[0]
     x = s[out].op.axis[3]
@@ -75,6 +101,26 @@ def schedule_depthwise_int8(outs, acc):
     s[acc].unroll(rx)
     if int(acc.op.attrs.get("unroll", 0)) and int(x.dom.extent.value) <= 8:
         s[out].unroll(x)  # a row of outputs in straight code: the C compiler reuses the window's loads
+    return s
+
+
+def _schedule_dw_dsp(s, outs, acc):
+    """Each output row (one channel, one y) by ``dw_row_intrin``, its sums in registers, the fused
+    epilogue inlined into the row's unrolled stores; the kernel's pairs and a padded input (when
+    the conv pads) stay buffers the intrinsic reads."""
+    from .intrin import dw_row_intrin
+    keep = [acc.op] + [t.op for t in acc.op.input_tensors if t.op.name in ("kernel_dw", "data_pad")]
+    _inline_rest(s, outs, keep)
+    out = outs[0]
+    y, x = s[out].op.axis[2:4]
+    s[acc].set_scope("local")
+    s[acc].compute_at(s[out], y)
+    unroll = bool(int(acc.op.attrs.get("unroll", 0)))
+    ow = int(x.dom.extent.value)
+    s[acc].tensorize(s[acc].op.axis[3], dw_row_intrin(ow, int(acc.op.attrs["kh"]), int(acc.op.attrs["kw"]),
+                                                       int(acc.op.attrs["sw"]), unroll))
+    if unroll and ow <= 8:
+        s[out].unroll(x)
     return s
 
 
@@ -93,4 +139,4 @@ def schedule_injective(outs):
     return s
 
 
-__all__ = ["DW_TAG", "depthwise_int8", "schedule_depthwise_int8", "schedule_injective"]
+__all__ = ["DW_TAG", "depthwise_int8", "prepack_depthwise", "schedule_depthwise_int8", "schedule_injective"]

@@ -39,7 +39,7 @@ def conv_kind(target, data_dtype, kernel_dtype, kernel_shape, in_channels, strid
         return None
     o, c, kh, kw = (int(d) for d in kernel_shape)
     if groups > 1 and groups == in_channels == o and c == 1:
-        return ("depthwise", None)
+        return ("depthwise", "dsp" if tier == "dsp" else None)  # MVE: plain loops (NCHW taps are not lanes)
     if groups == 1 and (kh, kw) != (1, 1) and c * kh * kw <= IM2COL_MAX_K:
         return ("im2col", tier)
     return None
@@ -51,7 +51,7 @@ def compute_other(kind, data, kernel, strides, padding, kernel_hw, rows: int = 2
     kiln/topi/cortex_m/conv2d_direct.py) or the im2col conv (kernel pre-shaped by ``prepack_im2col``)."""
     from .conv2d_direct import depthwise_int8
     if kind[0] == "depthwise":
-        return depthwise_int8(data, kernel, strides, padding, unroll)
+        return depthwise_int8(data, kernel, strides, padding, unroll, kind[1], kernel_hw)
     return im2col_int8(data, kernel, strides, padding, kernel_hw, kind[1], rows, cols, unroll)
 
 

@@ -211,4 +211,54 @@ def dot16_intrin(rows: int, cols: int, k: int, unroll: bool = True):
     return te.decl_tensor_intrin(c.op, fintrin, name=name, binds=binds)
 
 
-__all__ = ["dot_intrin", "dot16_intrin", "isa_tier", "WIDTH"]
+def dw_row_intrin(ow: int, kh: int, kw: int, stride: int, unroll: bool = True):
+    """A row of a depthwise conv for the DSP tier: ``c[x] += sum_{ry, rx} a[ry, x * stride + rx] *
+    b[ry * kw + rx]`` for ``x < ow``, int8 ``a`` (``kh`` input rows), ``b`` the channel's taps as
+    int16 pairs (``prepack_depthwise``: tap ``t`` in the bottom (even ``t``) or top half of word
+    ``t // 2``), int32 ``c``. Each tap is one ``__smlabb`` / ``__smlabt`` (16 x 16 + 32, the
+    half chosen by the instruction), so a channel's window is ``ceil(kh * kw / 2)`` words in
+    registers instead of ``kh * kw`` bytes; the ``x`` loop is unrolled (``unroll``) or a loop."""
+    taps = kh * kw
+    width = (ow - 1) * stride + kw
+    ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
+    a = te.placeholder((kh, width), "int8", name="a")
+    b = te.placeholder((taps,), "int16", name="b")  # the pairs' rows are taps + taps % 2 long
+    c = te.compute((ow,), lambda x: te.sum(a[ry, x * stride + rx].astype("int32") * b[ry * kw + rx].astype("int32"),
+                                           axis=[ry, rx]), name="c")
+    binds = {a: decl_buffer(a.shape, a.dtype, name="A", offset_factor=1, strides=[te.var("lda"), 1]),
+             b: decl_buffer(b.shape, b.dtype, name="B", offset_factor=1),
+             c: decl_buffer(c.shape, c.dtype, name="C", offset_factor=1)}
+    i32 = _dt("int32")
+
+    def fintrin(ins, outs):
+        A, B = ins
+        (C,) = outs
+        words = [E.Var(f"wp{k}", i32) for k in range((taps + 1) // 2)]
+
+        def row(x, first):
+            acc = E.const(0, "int32") if first else C.vload((x,))
+            for t in range(taps):
+                v = E.Cast(i32, A.vload((E.const(t // kw, "int32"), x * stride + t % kw)))
+                acc = _pure("int32", "__smlabb" if t % 2 == 0 else "__smlabt", v, words[t // 2], acc)
+            return C.vstore((x,), acc)
+
+        def update(first):
+            if unroll or ow == 1:
+                body = SeqStmt(tuple(row(E.const(x, "int32"), first) for x in range(ow))) if ow > 1 else \
+                    row(E.const(0, "int32"), first)
+            else:
+                xv = E.Var("x", i32)
+                body = For(xv, E.const(0, "int32"), E.const(ow, "int32"), ForKind.SERIAL, row(xv, first))
+            for k in reversed(range(len(words))):
+                body = LetStmt(words[k], _pure("int32", "kiln_read_s32", _addr(B, 2 * k)), body)
+            return body
+
+        zero = E.const(0, "int32")
+        reset = SeqStmt(tuple(C.vstore((x,), zero) for x in range(ow))) if ow > 1 else C.vstore((0,), zero)
+        return update(True), reset, update(False)
+
+    name = f"cortex_m_dsp_dw_row_{ow}_{kh}x{kw}_s{stride}" + ("" if unroll else "_loop")
+    return te.decl_tensor_intrin(c.op, fintrin, name=name, binds=binds)
+
+
+__all__ = ["dot_intrin", "dot16_intrin", "dw_row_intrin", "isa_tier", "WIDTH"]
