@@ -154,8 +154,7 @@ static int kernel_failed(const KilnFunction* f, int32_t rc) {
     snprintf(why, sizeof(why), "%s", kiln_last_error());
     return kiln_error("%s: %s", f->name, why);
   }
-  if ((f->module->device && kiln_opencl_module_take_failure(f->module->device)) ||
-      (f->module->cuda && kiln_cuda_module_take_failure(f->module->cuda))) {
+  if (f->module->device && kiln_device_module_take_failure(f->module->device)) {
     char why[900]; /* copied: the message buffer cannot be both source and destination */
     snprintf(why, sizeof(why), "%s", kiln_last_error());
     return kiln_error("%s: %s", f->name, why);
@@ -194,23 +193,20 @@ static double now_seconds(void) {
 
 /* Seconds for n calls, or a negative value when the kernel failed. */
 static double run(KilnFunction* f, const KilnValue* packed, int32_t n, long long calls) {
-  KilnCLModule* device = f->module->device;
-  KilnCudaModule* cuda = f->module->cuda;
-  if (device) kiln_opencl_timing_begin(device);
-  if (cuda) kiln_cuda_timing_begin(cuda);
+  KilnDeviceModule* device = f->module->device;
+  if (device) device->api->timing_begin(device);
   double start = now_seconds();
   for (long long i = 0; i < calls; i++) {
     int32_t rc = invoke(f, packed, n);
     if (rc) {
-      if (device) kiln_opencl_timing_end(device);
-      if (cuda) kiln_cuda_timing_end(cuda);
+      if (device) device->api->timing_end(device);
       kernel_failed(f, rc);
       return -1;
     }
   }
-  if (device || cuda) {
+  if (device) {
     /* GPU modules are timed on the device: first kernel start to last kernel end. */
-    double on_device = device ? kiln_opencl_timing_end(device) : kiln_cuda_timing_end(cuda);
+    double on_device = device->api->timing_end(device);
     if (on_device >= 0) return on_device;
   }
   return now_seconds() - start;

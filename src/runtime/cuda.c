@@ -240,82 +240,57 @@ int kiln_cuda_attr(int32_t device_id, const char* name, int64_t* ints, int* coun
 enum { PARAM_BUFFER = KILN_KERNEL_BUFFER, PARAM_SCALAR = KILN_KERNEL_SCALAR };
 
 typedef struct {
-  char* name;
-  int num_params;
-  int* kinds;
-  DLDataType* dtypes;
+  KilnKernelInfo k;  /* first: module.c's launch hook reads it */
   int shared_bytes; /* dynamic shared memory the kernel needs (docs/cuda.md) */
 } CUKernelInfo;
 
-struct KilnCudaModule {
-  char* ptx;
-  int num_kernels;
-  CUKernelInfo* kernels;
+typedef struct KilnCudaModule { /* the KilnDeviceModule's impl; its text is the PTX */
   CUmodule loaded[KILN_CUDA_MAX_DEVICES];
   CUfunction* functions[KILN_CUDA_MAX_DEVICES];
-  int failed;
   int recording;
   CUevent start, end;
   int32_t event_device;
-};
+} KilnCudaModule;
 
 static int read_kernel(void* kernel, const JsonNode* node, const char* label) {
   CUKernelInfo* k = kernel;
   const JsonNode* shared = json_get(node, "shared_bytes");
   k->shared_bytes = shared && shared->type == JSON_NUMBER ? (int)shared->number : 0;
-  return kiln_device_kernel_read(node, label, &k->name, &k->num_params, &k->kinds, &k->dtypes);
+  return kiln_device_kernel_read(node, label, &k->k);
 }
 
-int kiln_cuda_module_create(const JsonNode* code, const char* label, KilnCudaModule** out) {
-  KilnCudaModule* m = calloc(1, sizeof(*m));
-  if (!m) return kiln_error("out of memory");
-  if (kiln_device_code_read(code, label, "ptx", "build it where NVRTC is installed: pip install 'kiln[cuda]'",
-                            sizeof(CUKernelInfo), read_kernel, &m->ptx, (void**)&m->kernels, &m->num_kernels)) {
-    kiln_cuda_module_free(m);
-    return -1;
-  }
-  *out = m;
-  return 0;
-}
-
-void kiln_cuda_module_free(KilnCudaModule* m) {
-  if (!m) return;
+static void release(KilnDeviceModule* dm) {
+  KilnCudaModule* m = dm->impl;
   for (int d = 0; d < KILN_CUDA_MAX_DEVICES; d++) {
     if (m->loaded[d] && !activate(d)) cu.ModuleUnload(m->loaded[d]);
     free(m->functions[d]);
   }
-  for (int k = 0; k < m->num_kernels; k++) {
-    free(m->kernels[k].name);
-    free(m->kernels[k].kinds);
-    free(m->kernels[k].dtypes);
-  }
   if (m->start) cu.EventDestroy(m->start);
   if (m->end) cu.EventDestroy(m->end);
-  free(m->kernels);
-  free(m->ptx);
-  free(m);
 }
 
-static int load(KilnCudaModule* m, int32_t d) {
+static int load(KilnDeviceModule* dm, int32_t d) {
+  KilnCudaModule* m = dm->impl;
+  const CUKernelInfo* kernels = dm->kernels;
   CUmodule mod;
-  CUresult r = cu.ModuleLoadData(&mod, m->ptx);
+  CUresult r = cu.ModuleLoadData(&mod, dm->text);
   if (r) return kiln_error("cuda(%d): loading the module's PTX failed (%d: %s); a PTX newer than the driver "
                            "needs a newer driver, or build with an older NVRTC", d, r, cu_error_name(r));
-  CUfunction* fs = calloc((size_t)m->num_kernels + 1, sizeof(CUfunction));
+  CUfunction* fs = calloc((size_t)dm->num_kernels + 1, sizeof(CUfunction));
   if (!fs) { cu.ModuleUnload(mod); return kiln_error("out of memory"); }
-  for (int k = 0; k < m->num_kernels; k++) {
-    if ((r = cu.ModuleGetFunction(&fs[k], mod, m->kernels[k].name))) {
+  for (int k = 0; k < dm->num_kernels; k++) {
+    if ((r = cu.ModuleGetFunction(&fs[k], mod, kernels[k].k.name))) {
       free(fs);
       cu.ModuleUnload(mod);
-      return kiln_error("cuda: the module has no kernel '%s' (%d: %s); rebuild it", m->kernels[k].name, r,
+      return kiln_error("cuda: the module has no kernel '%s' (%d: %s); rebuild it", kernels[k].k.name, r,
                         cu_error_name(r));
     }
-    if (m->kernels[k].shared_bytes > 48 * 1024 &&
-        (r = cu.FuncSetAttribute(fs[k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, m->kernels[k].shared_bytes))) {
+    if (kernels[k].shared_bytes > 48 * 1024 &&
+        (r = cu.FuncSetAttribute(fs[k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, kernels[k].shared_bytes))) {
       free(fs);
       cu.ModuleUnload(mod);
-      return kiln_error("%s: raising its dynamic shared memory to %d bytes failed (%d: %s)", m->kernels[k].name,
-                        m->kernels[k].shared_bytes, r, cu_error_name(r));
+      return kiln_error("%s: raising its dynamic shared memory to %d bytes failed (%d: %s)", kernels[k].k.name,
+                        kernels[k].shared_bytes, r, cu_error_name(r));
     }
   }
   m->loaded[d] = mod;
@@ -325,14 +300,11 @@ static int load(KilnCudaModule* m, int32_t d) {
 
 typedef union { int8_t i8; int16_t i16; int32_t i32; int64_t i64; float f32; double f64; } Scalar;
 
-static int32_t launch(KilnCudaModule* m, int32_t kid, const KilnValue* args, const int32_t* codes, int32_t n,
+static int32_t launch(KilnDeviceModule* dm, int32_t kid, const KilnValue* args, const int32_t* codes, int32_t n,
                       const int64_t* dims, int64_t dyn_shared) {
-  if (kid < 0 || kid >= m->num_kernels)
-    return kiln_error("cuda module has %d kernels; kernel id %d is out of range (rebuild)", m->num_kernels, kid);
-  const CUKernelInfo* info = &m->kernels[kid];
-  if (n != info->num_params || n > 1024)
-    return kiln_error("%s takes %d arguments, the host code passed %d: rebuild the module", info->name,
-                      info->num_params, n);
+  KilnCudaModule* m = dm->impl;
+  const CUKernelInfo* kernel = (const CUKernelInfo*)dm->kernels + kid;
+  const KilnKernelInfo* info = &kernel->k; /* kid and n checked by module.c's hook (n <= 1024) */
   int32_t dev = 0;
   for (int i = 0; i < n; i++) {
     if (info->kinds[i] != PARAM_BUFFER) continue;
@@ -344,7 +316,7 @@ static int32_t launch(KilnCudaModule* m, int32_t kid, const KilnValue* args, con
     if (dims[i] < 0 || (i >= 3 && dims[i] < 1)) return kiln_error("%s: bad launch extents", info->name);
   if (!dims[0] || !dims[1] || !dims[2]) return 0; /* an empty grid */
   if (activate(dev)) return -1;
-  if (!m->loaded[dev] && load(m, dev)) return -1;
+  if (!m->loaded[dev] && load(dm, dev)) return -1;
   Scalar values[1024];
   void* params[1024];
   for (int i = 0; i < n; i++) {
@@ -364,7 +336,7 @@ static int32_t launch(KilnCudaModule* m, int32_t kid, const KilnValue* args, con
     }
     params[i] = &values[i];
   }
-  int64_t shared = dyn_shared > info->shared_bytes ? dyn_shared : info->shared_bytes;
+  int64_t shared = dyn_shared > kernel->shared_bytes ? dyn_shared : kernel->shared_bytes;
   if (m->recording && !m->start) {
     cu.EventCreate(&m->start, 0);
     cu.EventCreate(&m->end, 0);
@@ -396,29 +368,8 @@ static int32_t workspace(int32_t kind, const KilnValue* args, int32_t n) {
                     kind, n);
 }
 
-static int32_t device_launch(void* ctx, int32_t kernel_id, const KilnValue* args, const int32_t* codes,
-                             int32_t num_args, const int64_t* dims, int64_t dyn_shared_bytes) {
-  KilnCudaModule* m = ctx;
-  int32_t rc = kernel_id < 0 ? workspace(kernel_id, args, num_args)
-                             : launch(m, kernel_id, args, codes, num_args, dims, dyn_shared_bytes);
-  if (rc) m->failed = 1;
-  return rc;
-}
-
-int kiln_cuda_module_attach(KilnCudaModule* m, void* hook_slot, void* ctx_slot) {
-  *(void**)ctx_slot = m;
-  *(int32_t (**)(void*, int32_t, const KilnValue*, const int32_t*, int32_t, const int64_t*, int64_t))hook_slot =
-      device_launch;
-  return 0;
-}
-
-int kiln_cuda_module_take_failure(KilnCudaModule* m) {
-  int failed = m->failed;
-  m->failed = 0;
-  return failed;
-}
-
-void kiln_cuda_timing_begin(KilnCudaModule* m) {
+static void timing_begin(KilnDeviceModule* dm) {
+  KilnCudaModule* m = dm->impl;
   if (m->start) cu.EventDestroy(m->start);
   if (m->end) cu.EventDestroy(m->end);
   m->start = m->end = NULL;
@@ -427,7 +378,8 @@ void kiln_cuda_timing_begin(KilnCudaModule* m) {
 
 /* Device seconds from before the first launch since timing_begin to after the last queued work
  * (CUDA events); -1 when nothing was launched. */
-double kiln_cuda_timing_end(KilnCudaModule* m) {
+static double timing_end(KilnDeviceModule* dm) {
+  KilnCudaModule* m = dm->impl;
   m->recording = 0;
   if (!m->start || activate(m->event_device)) return -1;
   float ms = 0;
@@ -435,3 +387,7 @@ double kiln_cuda_timing_end(KilnCudaModule* m) {
     return -1;
   return (double)ms * 1e-3;
 }
+
+const KilnDeviceApi kiln_cuda_device_api = {
+    "cuda", "ptx", "build it where NVRTC is installed: pip install 'kiln[cuda]'", sizeof(CUKernelInfo), read_kernel,
+    NULL, sizeof(KilnCudaModule), release, launch, workspace, timing_begin, timing_end};

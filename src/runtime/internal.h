@@ -80,17 +80,50 @@ int kiln_texture_check(const int64_t* shape, int32_t ndim, DLDataType dtype, con
 void kiln_texture_fold(const int64_t* shape, const char* scope, size_t max_w, size_t max_h, size_t* width,
                        size_t* height);
 
-/* ---- opencl_module.c: the device half of GPU modules ------------------------------------- */
-typedef struct KilnCLModule KilnCLModule;
-/* From the metadata's device_code of type "opencl" (module.c decides which API's it is). */
-int kiln_opencl_module_create(const JsonNode* code, const char* label, KilnCLModule** out);
-void kiln_opencl_module_free(KilnCLModule* m);
-/* Point the library's __kiln_device_launch / __kiln_device_ctx at this module. */
-int kiln_opencl_module_attach(KilnCLModule* m, void* hook_slot, void* ctx_slot);
-/* Whether the last launch failed (its message is kiln_last_error); clears the flag. */
-int kiln_opencl_module_take_failure(KilnCLModule* m);
-void kiln_opencl_timing_begin(KilnCLModule* m);
-double kiln_opencl_timing_end(KilnCLModule* m); /* device seconds, or -1 if nothing ran */
+/* ---- the device half of GPU modules (docs/abi.md "GPU modules") ----------------------------- */
+/* One kernel entry of the metadata's device_code: the first member of every device API's kernel
+ * record, so module.c's launch hook checks kernel ids and argument counts for all of them. */
+typedef struct KilnKernelInfo {
+  char* name;
+  int num_params;
+  int* kinds;         /* KILN_KERNEL_BUFFER / KILN_KERNEL_SCALAR per parameter */
+  DLDataType* dtypes; /* of the scalars */
+} KilnKernelInfo;
+enum { KILN_KERNEL_BUFFER, KILN_KERNEL_SCALAR };
+
+struct KilnDeviceModule;
+/* What a device API (opencl_module.c, cuda.c) does for module.c, which makes every device module
+ * from the device_code (by type_key) and owns the launch hook the library calls. */
+typedef struct KilnDeviceApi {
+  const char* type_key;     /* the device_code's type_key this API runs */
+  const char* text_key;     /* the device_code's code for the device: "source" (OpenCL C), "ptx" */
+  const char* missing_hint; /* what to do when the device_code lacks it */
+  size_t kernel_size;       /* the API's kernel record: a KilnKernelInfo first, then its own fields */
+  int (*read_kernel)(void* kernel, const JsonNode* node, const char* label); /* one record */
+  void (*free_kernel)(void* kernel); /* what read_kernel allocated beyond the KilnKernelInfo, or NULL */
+  size_t state_size; /* d->impl: the API's state (programs, loaded modules per device), zeroed */
+  void (*release)(struct KilnDeviceModule* d); /* what the state holds on devices */
+  /* A checked launch: kernel_id is in range and num_args is the kernel's parameter count. */
+  int32_t (*launch)(struct KilnDeviceModule* d, int32_t kernel_id, const KilnValue* args, const int32_t* codes,
+                    int32_t num_args, const int64_t* dims, int64_t dyn_shared_bytes);
+  /* Kernel ids < 0: device workspace requests (docs/abi.md). */
+  int32_t (*workspace)(int32_t request, const KilnValue* args, int32_t num_args);
+  void (*timing_begin)(struct KilnDeviceModule* d);
+  double (*timing_end)(struct KilnDeviceModule* d); /* device seconds, or -1 if nothing ran */
+} KilnDeviceApi;
+extern const KilnDeviceApi kiln_opencl_device_api; /* opencl_module.c */
+extern const KilnDeviceApi kiln_cuda_device_api;   /* cuda.c */
+
+typedef struct KilnDeviceModule {
+  const KilnDeviceApi* api;
+  char* text;         /* the device_code's api->text_key */
+  void* kernels;      /* num_kernels records of api->kernel_size bytes */
+  int num_kernels;
+  void* impl;         /* api->state_size bytes of the API's state */
+  int failed;         /* the last launch failed; its message is kiln_last_error */
+} KilnDeviceModule;
+/* module.c: whether the last launch failed; clears the flag. */
+int kiln_device_module_take_failure(KilnDeviceModule* d);
 
 /* ---- cuda.c: CUDA devices (data is a CUdeviceptr) and the CUDA half of GPU modules ------- */
 int kiln_cuda_device_count(void); /* 0 without libcuda.so.1 or a GPU */
@@ -101,14 +134,6 @@ int kiln_cuda_read(const DLTensor* t, uint64_t offset, void* data, size_t n);
 int kiln_cuda_copy(const DLTensor* from, DLTensor* to, size_t n); /* either side on CUDA */
 int kiln_cuda_sync(int32_t device_id);
 int kiln_cuda_attr(int32_t device_id, const char* name, int64_t* ints, int* count, char* text, size_t size);
-typedef struct KilnCudaModule KilnCudaModule;
-/* From the metadata's device_code of type "cuda" (module.c decides which API's it is). */
-int kiln_cuda_module_create(const JsonNode* code, const char* label, KilnCudaModule** out);
-void kiln_cuda_module_free(KilnCudaModule* m);
-int kiln_cuda_module_attach(KilnCudaModule* m, void* hook_slot, void* ctx_slot);
-int kiln_cuda_module_take_failure(KilnCudaModule* m);
-void kiln_cuda_timing_begin(KilnCudaModule* m);
-double kiln_cuda_timing_end(KilnCudaModule* m);
 
 #endif
 
@@ -151,8 +176,7 @@ struct KilnModule {
   KilnFunction* functions;
   const char* last_error;   /* the module's __kiln_last_error buffer */
   int32_t* num_threads;     /* the module's __kiln_num_threads */
-  struct KilnCLModule* device;  /* the kernels of a GPU module (NULL for CPU modules) */
-  struct KilnCudaModule* cuda;  /* instead of device, for modules built for 'cuda' */
+  KilnDeviceModule* device; /* the kernels of a GPU module (NULL for CPU modules) */
 };
 
 /* call.c: check arguments once (array arguments only need no conversion), then call many times. */
@@ -174,10 +198,9 @@ void kiln_graph_take_module(struct KilnGraph* g);
 int kiln_graph_kernel_node(const struct KilnGraph* g, int k);
 
 /* One kernel entry of the metadata's device_code: name, parameter kinds and scalar dtypes
-   (arrays allocated here, freed by the caller). */
-enum { KILN_KERNEL_BUFFER, KILN_KERNEL_SCALAR };
-int kiln_device_kernel_read(const JsonNode* node, const char* label, char** name, int* num_params,
-                            int** kinds, DLDataType** dtypes);
+   (arrays allocated here, released by kiln_device_kernel_free). */
+int kiln_device_kernel_read(const JsonNode* node, const char* label, KilnKernelInfo* k);
+void kiln_device_kernel_free(KilnKernelInfo* k);
 /* The device_code's text (`text_key`: "source", "ptx") and kernel records, read alike for every
    device API; read_kernel fills one record of kernel_size bytes (metadata.c). */
 int kiln_device_code_read(const JsonNode* code, const char* label, const char* text_key, const char* missing_hint,

@@ -166,29 +166,34 @@ int kiln_device_code_read(const JsonNode* code, const char* label, const char* t
 
 /* One kernel of the metadata's device_code (docs/abi.md, GPU modules): its name and, per
    parameter, whether it is a buffer or a scalar of which dtype. The OpenCL and CUDA loaders share it. */
-int kiln_device_kernel_read(const JsonNode* node, const char* label, char** name_out, int* num_params,
-                            int** kinds, DLDataType** dtypes) {
+int kiln_device_kernel_read(const JsonNode* node, const char* label, KilnKernelInfo* k) {
   const char* name = json_string(json_get(node, "name"));
   const JsonNode* params = json_get(node, "params");
   if (!name || !params || params->type != JSON_ARRAY || params->count > 1024)
     return kiln_error("%s: a device_code kernel lacks 'name' or 'params'", label);
-  if (!(*name_out = strdup(name))) return kiln_error("out of memory");
-  *num_params = (int)params->count;
-  *kinds = calloc(params->count + 1, sizeof(int));
-  *dtypes = calloc(params->count + 1, sizeof(DLDataType));
-  if (!*kinds || !*dtypes) return kiln_error("out of memory");
+  if (!(k->name = strdup(name))) return kiln_error("out of memory");
+  k->num_params = (int)params->count;
+  k->kinds = calloc(params->count + 1, sizeof(int));
+  k->dtypes = calloc(params->count + 1, sizeof(DLDataType));
+  if (!k->kinds || !k->dtypes) return kiln_error("out of memory");
   int i = 0;
   for (const JsonNode* p = params->child; p; p = p->next, i++) {
     const char* kind = json_string(json_get(p, "kind"));
     const char* dtype = json_string(json_get(p, "dtype"));
     if (kind && !strcmp(kind, "buffer")) {
-      (*kinds)[i] = KILN_KERNEL_BUFFER;
+      k->kinds[i] = KILN_KERNEL_BUFFER;
       continue;
     }
-    (*kinds)[i] = KILN_KERNEL_SCALAR;
-    if (!kind || strcmp(kind, "scalar") != 0 || !dtype || kiln_dtype_parse(dtype, strlen(dtype), &(*dtypes)[i]))
+    k->kinds[i] = KILN_KERNEL_SCALAR;
+    if (!kind || strcmp(kind, "scalar") != 0 || !dtype || kiln_dtype_parse(dtype, strlen(dtype), &k->dtypes[i]))
       return kiln_error("%s: kernel %s has a parameter that is neither a buffer nor a scalar of a known dtype",
                         label, name);
   }
   return 0;
+}
+
+void kiln_device_kernel_free(KilnKernelInfo* k) {
+  free(k->name);
+  free(k->kinds);
+  free(k->dtypes);
 }

@@ -85,22 +85,82 @@ static int32_t configured_threads(void) {
   return v && *v ? (int32_t)atoi(v) : 0;
 }
 
+/* The device APIs this runtime runs GPU modules on, by the device_code's type_key. */
+static const KilnDeviceApi* const DEVICE_APIS[] = {&kiln_opencl_device_api, &kiln_cuda_device_api};
+
 /* The device half of a GPU module, from its metadata's device_code (docs/abi.md "GPU modules"):
- * the one place that decides which device API's module the code makes. A CPU module has none. */
+ * the one place that makes device modules, by type_key; another kind is one error. A CPU module
+ * has none. */
 static int device_module_create(KilnModule* mod, const char* meta, const char* label) {
   JsonNode* root = json_parse(meta, strlen(meta));
   if (!root) return -1;
   const JsonNode* code = json_get(root, "device_code");
   const char* type = code && code->type == JSON_OBJECT ? json_string(json_get(code, "type_key")) : NULL;
+  const KilnDeviceApi* api = NULL;
+  for (size_t i = 0; type && i < sizeof(DEVICE_APIS) / sizeof(DEVICE_APIS[0]); i++)
+    if (!strcmp(type, DEVICE_APIS[i]->type_key)) api = DEVICE_APIS[i];
   int rc = 0;
-  if (!code || code->type != JSON_OBJECT) rc = 0;
-  else if (type && !strcmp(type, "cuda")) rc = kiln_cuda_module_create(code, label, &mod->cuda);
-  else if (type && !strcmp(type, "opencl")) rc = kiln_opencl_module_create(code, label, &mod->device);
-  else
+  KilnDeviceModule* d;
+  if (!code || code->type != JSON_OBJECT) {
+    rc = 0;
+  } else if (!api) {
     rc = kiln_error("%s carries '%s' device code, which this runtime cannot run (it runs 'opencl' and 'cuda'); "
                     "rebuild for a target this device supports", label, type ? type : "?");
+  } else if (!(d = mod->device = calloc(1, sizeof(KilnDeviceModule)))) {
+    rc = kiln_error("out of memory");
+  } else { /* on failure the half-made module is freed with mod (kiln_module_free) */
+    d->api = api;
+    if (kiln_device_code_read(code, label, api->text_key, api->missing_hint, api->kernel_size, api->read_kernel,
+                              &d->text, &d->kernels, &d->num_kernels))
+      rc = -1;
+    else if (!(d->impl = calloc(1, api->state_size)))
+      rc = kiln_error("out of memory");
+  }
   json_free(root);
   return rc;
+}
+
+static void device_module_free(KilnDeviceModule* d) {
+  if (!d) return;
+  if (d->impl) d->api->release(d);
+  free(d->impl);
+  for (int k = 0; k < d->num_kernels; k++) {
+    void* record = (char*)d->kernels + (size_t)k * d->api->kernel_size;
+    if (d->api->free_kernel) d->api->free_kernel(record);
+    kiln_device_kernel_free(record);
+  }
+  free(d->kernels);
+  free(d->text);
+  free(d);
+}
+
+/* The launch hook of every GPU library (KilnDeviceLaunch in docs/abi.md; ctx is the
+ * KilnDeviceModule): workspace requests, else a kernel id and argument count checked here, for
+ * every device API alike, before the API launches. */
+static int32_t device_launch(void* ctx, int32_t kernel_id, const KilnValue* args, const int32_t* codes,
+                             int32_t num_args, const int64_t* dims, int64_t dyn_shared_bytes) {
+  KilnDeviceModule* d = ctx;
+  int32_t rc;
+  if (kernel_id < 0) {
+    rc = d->api->workspace(kernel_id, args, num_args);
+  } else if (kernel_id >= d->num_kernels) {
+    rc = kiln_error("%s module has %d kernels; kernel id %d is out of range (rebuild)", d->api->type_key,
+                    d->num_kernels, kernel_id);
+  } else {
+    const KilnKernelInfo* k = (const KilnKernelInfo*)((char*)d->kernels + (size_t)kernel_id * d->api->kernel_size);
+    rc = num_args != k->num_params
+             ? kiln_error("%s takes %d arguments, the host code passed %d: rebuild the module", k->name,
+                          k->num_params, num_args)
+             : d->api->launch(d, kernel_id, args, codes, num_args, dims, dyn_shared_bytes);
+  }
+  if (rc) d->failed = 1;
+  return rc;
+}
+
+int kiln_device_module_take_failure(KilnDeviceModule* d) {
+  int failed = d->failed;
+  d->failed = 0;
+  return failed;
 }
 
 int kiln_module_load_so(const char* path, KilnModule** out) {
@@ -141,7 +201,7 @@ int kiln_module_load_so(const char* path, KilnModule** out) {
   }
   if (kiln_metadata_read(mod, meta, strlen(meta), base_name(path))) goto fail;
   if (device_module_create(mod, meta, base_name(path))) goto fail;
-  if (mod->device || mod->cuda) {
+  if (mod->device) {
     void* hook = dlsym(mod->lib, "__kiln_device_launch");
     void* ctx = dlsym(mod->lib, "__kiln_device_ctx");
     if (!hook || !ctx) {
@@ -149,8 +209,9 @@ int kiln_module_load_so(const char* path, KilnModule** out) {
                  "and __kiln_device_ctx; rebuild it with this kiln version", base_name(path));
       goto fail;
     }
-    if (mod->cuda) kiln_cuda_module_attach(mod->cuda, hook, ctx);
-    else kiln_opencl_module_attach(mod->device, hook, ctx);
+    *(void**)ctx = mod->device;
+    *(int32_t (**)(void*, int32_t, const KilnValue*, const int32_t*, int32_t, const int64_t*, int64_t))hook =
+        device_launch;
   }
   mod->last_error = dlsym(mod->lib, "__kiln_last_error");
   mod->num_threads = dlsym(mod->lib, "__kiln_num_threads");
@@ -244,8 +305,7 @@ void kiln_module_free(KilnModule* mod) {
   if (!mod) return;
   kiln_external_free(mod);
   kiln_metadata_free(mod);
-  kiln_opencl_module_free(mod->device);
-  kiln_cuda_module_free(mod->cuda);
+  device_module_free(mod->device);
   if (mod->lib) dlclose(mod->lib);
   free(mod->path);
   free(mod);

@@ -12,47 +12,40 @@
 enum { PARAM_BUFFER = KILN_KERNEL_BUFFER, PARAM_SCALAR = KILN_KERNEL_SCALAR };
 
 typedef struct {
-  char* name;
-  int num_params;
-  int* kinds;            /* PARAM_* */
-  DLDataType* dtypes;    /* scalars */
+  KilnKernelInfo k;      /* first: module.c's launch hook reads it */
   size_t* images;        /* [2 * i, 2 * i + 1]: the image2d_t size parameter i was compiled for, or 0 0 */
   char** param_names;
 } CLKernelInfo;
 
-struct KilnCLModule {
-  char* source;
-  int num_kernels;
-  CLKernelInfo* kernels;
+typedef struct KilnCLModule {             /* the KilnDeviceModule's impl; its text is the OpenCL C */
   cl_program programs[KILN_CL_MAX_DEVICES];
   cl_kernel* built[KILN_CL_MAX_DEVICES];   /* one cl_kernel per kernels entry, per device */
-  int failed;                              /* the last launch failed; the message is kiln_last_error */
   int recording;                           /* timing: keep the first and last launch events */
   cl_event first, last;
   int32_t event_device;                    /* where the recorded kernels ran */
-};
+} KilnCLModule;
 
 static int read_kernel(void* kernel, const JsonNode* node, const char* label) {
-  CLKernelInfo* k = kernel;
-  if (kiln_device_kernel_read(node, label, &k->name, &k->num_params, &k->kinds, &k->dtypes)) return -1;
+  CLKernelInfo* c = kernel;
+  if (kiln_device_kernel_read(node, label, &c->k)) return -1;
   /* Texture parameters (docs/abi.md "Images"): kept only for kernels that have one. */
   int i = 0, any = 0;
   for (const JsonNode* p = json_get(node, "params")->child; p; p = p->next) any |= json_get(p, "image") != NULL;
   if (!any) return 0;
-  k->images = calloc(2 * (size_t)k->num_params + 1, sizeof(size_t));
-  k->param_names = calloc((size_t)k->num_params + 1, sizeof(char*));
-  if (!k->images || !k->param_names) return kiln_error("out of memory");
+  c->images = calloc(2 * (size_t)c->k.num_params + 1, sizeof(size_t));
+  c->param_names = calloc((size_t)c->k.num_params + 1, sizeof(char*));
+  if (!c->images || !c->param_names) return kiln_error("out of memory");
   for (const JsonNode* p = json_get(node, "params")->child; p; p = p->next, i++) {
     const JsonNode* img = json_get(p, "image");
     const char* name = json_string(json_get(p, "name"));
-    if (!(k->param_names[i] = strdup(name ? name : "?"))) return kiln_error("out of memory");
+    if (!(c->param_names[i] = strdup(name ? name : "?"))) return kiln_error("out of memory");
     if (!img) continue;
     const JsonNode *w = img->type == JSON_ARRAY && img->count == 2 ? img->child : NULL, *h = w ? w->next : NULL;
     if (!w || !h || !w->is_integer || !h->is_integer || w->integer < 1 || h->integer < 1)
       return kiln_error("%s: kernel %s: parameter %d's 'image' is not [width, height]; rebuild the module", label,
-                        k->name, i);
-    k->images[2 * i] = (size_t)w->integer;
-    k->images[2 * i + 1] = (size_t)h->integer;
+                        c->k.name, i);
+    c->images[2 * i] = (size_t)w->integer;
+    c->images[2 * i + 1] = (size_t)h->integer;
   }
   return 0;
 }
@@ -67,60 +60,46 @@ static int check_memory(CLKernelInfo* k, int i, void* mem) {
   if (want_w && !is_image)
     return kiln_error("%s: argument %d (%s) is a buffer, but the kernel takes an image of %zu x %zu texels (a "
                       "texture-scoped tensor); allocate it with mem_scope (the graph's attrs.storage_scope)",
-                      k->name, i, k->param_names[i], want_w, want_h);
+                      k->k.name, i, k->param_names[i], want_w, want_h);
   if (want_w && (w != want_w || h != want_h))
     return kiln_error("%s: argument %d (%s) is an image of %zu x %zu texels, but the kernel was compiled for %zu x "
                       "%zu (another scope in mod.json, or a fold this device's images cannot hold: rebuild mod.so "
                       "and mod.json together, with -texture_spatial_limit within the device's image limits)",
-                      k->name, i, k->param_names[i], w, h, want_w, want_h);
+                      k->k.name, i, k->param_names[i], w, h, want_w, want_h);
   if (!want_w && is_image)
     return kiln_error("%s: argument %d (%s) is an image, but the kernel takes a buffer; keep the tensor in scope "
-                      "'global'", k->name, i, k->param_names[i]);
+                      "'global'", k->k.name, i, k->param_names[i]);
   return 0;
 }
 
-int kiln_opencl_module_create(const JsonNode* code, const char* label, KilnCLModule** out) {
-  KilnCLModule* m = calloc(1, sizeof(*m));
-  if (!m) return kiln_error("out of memory");
-  if (kiln_device_code_read(code, label, "source", "rebuild it", sizeof(CLKernelInfo), read_kernel, &m->source,
-                            (void**)&m->kernels, &m->num_kernels)) {
-    kiln_opencl_module_free(m);
-    return -1;
-  }
-  *out = m;
-  return 0;
+/* What read_kernel allocated beyond the KilnKernelInfo. */
+static void free_kernel(void* kernel) {
+  CLKernelInfo* c = kernel;
+  for (int i = 0; c->param_names && i < c->k.num_params; i++) free(c->param_names[i]);
+  free(c->param_names);
+  free(c->images);
 }
 
-void kiln_opencl_module_free(KilnCLModule* m) {
-  if (!m) return;
+static void release(KilnDeviceModule* dm) {
+  KilnCLModule* m = dm->impl;
   const KilnCL* cl = kiln_opencl_api(NULL);
   for (int d = 0; d < KILN_CL_MAX_DEVICES; d++) {
-    for (int k = 0; m->built[d] && k < m->num_kernels; k++)
+    for (int k = 0; m->built[d] && k < dm->num_kernels; k++)
       if (m->built[d][k] && cl) cl->ReleaseKernel(m->built[d][k]);
     free(m->built[d]);
     if (m->programs[d] && cl) cl->ReleaseProgram(m->programs[d]);
   }
-  for (int k = 0; k < m->num_kernels; k++) {
-    free(m->kernels[k].name);
-    free(m->kernels[k].kinds);
-    free(m->kernels[k].dtypes);
-    for (int i = 0; m->kernels[k].param_names && i < m->kernels[k].num_params; i++)
-      free(m->kernels[k].param_names[i]);
-    free(m->kernels[k].param_names);
-    free(m->kernels[k].images);
-  }
   if (cl && m->first) cl->ReleaseEvent(m->first);
   if (cl && m->last) cl->ReleaseEvent(m->last);
-  free(m->kernels);
-  free(m->source);
-  free(m);
 }
 
 /* Build the program for device `dev` (once) and create every kernel of it. */
-static int build(KilnCLModule* m, int32_t dev, KilnCLDevice* d) {
+static int build(KilnDeviceModule* dm, int32_t dev, KilnCLDevice* d) {
+  KilnCLModule* m = dm->impl;
+  const CLKernelInfo* kernels = dm->kernels;
   const KilnCL* cl = kiln_opencl_api(NULL);
   cl_int err;
-  const char* src = m->source;
+  const char* src = dm->text;
   cl_program prog = cl->CreateProgramWithSource(d->context, 1, &src, NULL, &err);
   if (!prog) return kiln_error("opencl: cannot create the program (%d: %s)", err, kiln_opencl_error_name(err));
   if ((err = cl->BuildProgram(prog, 1, &d->id, "", NULL, NULL)) != CL_SUCCESS) {
@@ -130,15 +109,15 @@ static int build(KilnCLModule* m, int32_t dev, KilnCLDevice* d) {
     return kiln_error("OpenCL program does not build on opencl(%d) (%d: %s):\n%.3000s", dev, err,
                       kiln_opencl_error_name(err), log);
   }
-  cl_kernel* ks = calloc((size_t)m->num_kernels + 1, sizeof(cl_kernel));
+  cl_kernel* ks = calloc((size_t)dm->num_kernels + 1, sizeof(cl_kernel));
   if (!ks) { cl->ReleaseProgram(prog); return kiln_error("out of memory"); }
-  for (int k = 0; k < m->num_kernels; k++) {
-    if (!(ks[k] = cl->CreateKernel(prog, m->kernels[k].name, &err))) {
+  for (int k = 0; k < dm->num_kernels; k++) {
+    if (!(ks[k] = cl->CreateKernel(prog, kernels[k].k.name, &err))) {
       for (int j = 0; j < k; j++) cl->ReleaseKernel(ks[j]);
       free(ks);
       cl->ReleaseProgram(prog);
       return kiln_error("opencl: the program has no kernel '%s' (%d: %s); rebuild the module",
-                        m->kernels[k].name, err, kiln_opencl_error_name(err));
+                        kernels[k].k.name, err, kiln_opencl_error_name(err));
     }
   }
   m->programs[dev] = prog;
@@ -163,14 +142,12 @@ static cl_int set_scalar(const KilnCL* cl, cl_kernel k, cl_uint i, DLDataType t,
   }
 }
 
-static int32_t launch(KilnCLModule* m, int32_t kid, const KilnValue* args, const int32_t* codes, int32_t n,
-                      const int64_t* dims) {
-  if (kid < 0 || kid >= m->num_kernels)
-    return kiln_error("opencl module has %d kernels; kernel id %d is out of range (rebuild)", m->num_kernels, kid);
-  CLKernelInfo* info = &m->kernels[kid];
-  if (n != info->num_params)
-    return kiln_error("%s takes %d arguments, the host code passed %d: rebuild the module", info->name,
-                      info->num_params, n);
+static int32_t launch(KilnDeviceModule* dm, int32_t kid, const KilnValue* args, const int32_t* codes, int32_t n,
+                      const int64_t* dims, int64_t dyn_shared_bytes) {
+  KilnCLModule* m = dm->impl;
+  CLKernelInfo* kernel = (CLKernelInfo*)dm->kernels + kid;
+  const KilnKernelInfo* info = &kernel->k; /* kid and n checked by module.c's hook */
+  if (dyn_shared_bytes) return kiln_error("dynamic shared memory is not supported by the OpenCL runtime yet");
   int32_t dev = 0; /* the device the first buffer lives on */
   for (int i = 0; i < n; i++) {
     if (info->kinds[i] != PARAM_BUFFER) continue;
@@ -180,11 +157,11 @@ static int32_t launch(KilnCLModule* m, int32_t kid, const KilnValue* args, const
   }
   KilnCLDevice* d;
   if (kiln_opencl_device(dev, &d)) return -1;
-  if (!m->built[dev] && build(m, dev, d)) return -1;
+  if (!m->built[dev] && build(dm, dev, d)) return -1;
   const KilnCL* cl = kiln_opencl_api(NULL);
   cl_kernel k = m->built[dev][kid];
   for (int i = 0; i < n; i++) {
-    if (info->kinds[i] == PARAM_BUFFER && check_memory(info, i, args[i].v_handle)) return -1;
+    if (info->kinds[i] == PARAM_BUFFER && check_memory(kernel, i, args[i].v_handle)) return -1;
     cl_int err = info->kinds[i] == PARAM_BUFFER ? cl->SetKernelArg(k, (cl_uint)i, sizeof(cl_mem), &args[i].v_handle)
                                                 : set_scalar(cl, k, (cl_uint)i, info->dtypes[i], args[i], codes[i]);
     if (err) return kiln_error("%s: setting argument %d failed (%d: %s)", info->name, i, err, kiln_opencl_error_name(err));
@@ -236,32 +213,8 @@ static int32_t workspace(int32_t kind, const KilnValue* args, int32_t n) {
                     kind, n);
 }
 
-/* The hook (KilnDeviceLaunch in docs/abi.md): ctx is the KilnCLModule. */
-static int32_t device_launch(void* ctx, int32_t kernel_id, const KilnValue* args, const int32_t* codes,
-                             int32_t num_args, const int64_t* dims, int64_t dyn_shared_bytes) {
-  KilnCLModule* m = ctx;
-  int32_t rc = kernel_id < 0 ? workspace(kernel_id, args, num_args)
-               : dyn_shared_bytes
-                   ? kiln_error("dynamic shared memory is not supported by the OpenCL runtime yet")
-                   : launch(m, kernel_id, args, codes, num_args, dims);
-  if (rc) m->failed = 1;
-  return rc;
-}
-
-int kiln_opencl_module_attach(KilnCLModule* m, void* hook_slot, void* ctx_slot) {
-  *(void**)ctx_slot = m;
-  *(int32_t (**)(void*, int32_t, const KilnValue*, const int32_t*, int32_t, const int64_t*, int64_t))hook_slot =
-      device_launch;
-  return 0;
-}
-
-int kiln_opencl_module_take_failure(KilnCLModule* m) {
-  int failed = m->failed;
-  m->failed = 0;
-  return failed;
-}
-
-void kiln_opencl_timing_begin(KilnCLModule* m) {
+static void timing_begin(KilnDeviceModule* dm) {
+  KilnCLModule* m = dm->impl;
   const KilnCL* cl = kiln_opencl_api(NULL);
   if (cl && m->first) cl->ReleaseEvent(m->first);
   if (cl && m->last) cl->ReleaseEvent(m->last);
@@ -271,7 +224,8 @@ void kiln_opencl_timing_begin(KilnCLModule* m) {
 
 /* Seconds from the start of the first kernel since timing_begin to the end of the last, after
  * waiting for them; -1 when no kernel ran (the caller keeps its wall-clock time). */
-double kiln_opencl_timing_end(KilnCLModule* m) {
+static double timing_end(KilnDeviceModule* dm) {
+  KilnCLModule* m = dm->impl;
   m->recording = 0;
   const KilnCL* cl = kiln_opencl_api(NULL);
   if (!cl || !m->first || kiln_opencl_sync(m->event_device)) return -1;
@@ -282,3 +236,7 @@ double kiln_opencl_timing_end(KilnCLModule* m) {
     return -1;
   return (double)(end - start) * 1e-9;
 }
+
+const KilnDeviceApi kiln_opencl_device_api = {
+    "opencl", "source", "rebuild it", sizeof(CLKernelInfo), read_kernel, free_kernel, sizeof(KilnCLModule), release,
+    launch, workspace, timing_begin, timing_end};
