@@ -363,3 +363,49 @@ def test_max_and_min_over_an_empty_axis_give_the_identity(dtype):
     ref = reference.run(tvm.IRModule.from_expr(relay.Function([e], body)), {"e": x})
     for got, w in zip(ref, want):
         np.testing.assert_array_equal(got, w)
+
+
+def test_amx_conv_bias_ops_match_reference():
+    """The AMX-BF16 ops FuseConvEpilogue makes (tests/relay/transform/test_fuse_conv_epilogue.py):
+    nn.contrib_conv2d_bias_residual_NCHWc (stride 2, relu) and nn.contrib_conv2d_bias_NCHWc
+    (plain RGB input), built for sapphirerapids, run where the host has AMX, against the reference
+    within the rounding the float32 sum order leaves (the kernel's float32 sums vs the
+    reference's float64 ones, then one bfloat16 step)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 arrays for the reference")
+    from kiln.target.cpu_facts import why_host_cannot_run
+    from kiln.topi.x86.conv2d_bf16 import prepack_kernel_nchwc_bf16
+    from kiln.topi.x86.conv2d_nchwc import prepack_kernel_nchwc
+
+    amx = "llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids"
+    why_not = why_host_cannot_run(tvm.target.Target(amx))
+    rng = np.random.default_rng(2)
+
+    def bf(*shape):
+        return rng.standard_normal(shape).astype(ml_dtypes.bfloat16)
+
+    x = relay.var("x", shape=(1, 2, 9, 9, 32), dtype="bfloat16")
+    r = relay.var("r", shape=(1, 2, 5, 5, 32), dtype="bfloat16")
+    img = relay.var("img", shape=(1, 3, 12, 12), dtype="bfloat16")
+    w = relay.const(prepack_kernel_nchwc_bf16(bf(64, 64, 3, 3), 32, 32))
+    w_img = relay.const(prepack_kernel_nchwc(bf(32, 3, 7, 7), 1, 32))
+    body = relay.Tuple([
+        relay.nn.contrib_conv2d_bias_residual_NCHWc(x, w, relay.const(bf(1, 2, 1, 1, 32)), r, strides=2,
+                                                    padding=(1, 1), relu=True),
+        relay.nn.contrib_conv2d_bias_NCHWc(img, w_img, relay.const(bf(1, 1, 1, 1, 32)), strides=2, padding=(3, 3))])
+    mod = tvm.IRModule.from_expr(relay.Function([x, r, img], body))
+    inputs = {"x": bf(1, 2, 9, 9, 32), "r": bf(1, 2, 5, 5, 32), "img": bf(1, 3, 12, 12)}
+    want = reference.run(mod, inputs)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=amx)
+    if why_not:
+        pytest.skip(f"AMX code cannot run here: {why_not}")
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    m.set_input(**{k: v.view(np.uint16) for k, v in inputs.items()})
+    m.run()
+    for i, (k, terms) in enumerate(((9, 64 * 9), (7, 3 * 49))):
+        got = m.get_output(i).numpy().view(ml_dtypes.bfloat16).astype(np.float64)
+        ref = np.asarray(want[i]).astype(np.float64)
+        # a float32 sum of `terms` products is within terms * 2^-24 of the exact one (relative to
+        # the sum of |products| <= terms * max|x| * max|w|, ~ terms * 16 here); each of the three
+        # roundings after it moves a result by at most one bfloat16 step (2^-8 relative)
+        assert np.all(np.abs(got - ref) <= 2.0 ** -6 * np.abs(ref) + terms * 16 * 2.0 ** -24 + 2.0 ** -7), i

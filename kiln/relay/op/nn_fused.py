@@ -11,6 +11,19 @@ makes it on x86; topi.x86.expand_depthwise_NCHWc computes it). Inputs:
 
 Output (N, O/b, OH, OW, b): the depthwise conv of ``clip(conv1x1 + bias, act_min, act_max)``
 zero-padded by ``padding`` (top, left, bottom, right), with ``strides``.
+
+``nn.contrib_conv2d_bias_NCHWc`` / ``nn.contrib_conv2d_bias_residual_NCHWc``: a bfloat16 conv2d
+accumulating in float32, rounded to bfloat16, plus its bias, plus (the second op) a residual,
+then relu if ``relu`` -- each addition in bfloat16 (rounded), as ToMixedPrecision's ops compute
+them (the FuseConvEpilogue pass makes them on CPUs with AMX-BF16; topi.x86.amx_bf16 computes
+them with the epilogue applied to the AMX tiles in cache). Inputs:
+
+    data      (N, C/ib, H, W, ib), or a plain (N, C, H, W) image of at most 4 channels
+    weight    (O/b, C/ib, KH, KW, ib/2, b, 2) (channel pairs), or (O/b, C, KH, KW, 1, b) for plain data
+    bias      (1, O/b, 1, 1, b)
+    residual  (N, O/b, OH, OW, b)
+
+Output (N, O/b, OH, OW, b), bfloat16.
 """
 
 from __future__ import annotations
@@ -73,7 +86,87 @@ EXPAND_DEPTHWISE = OpDef(
     _expand_depthwise_rel, OpPattern.OUT_ELEMWISE_FUSABLE, _expand_depthwise_ref,
     doc="1x1 conv2d + bias + clip, then a depthwise conv2d, as one kernel (blocked layout, packed weights)")
 
-OPS = [EXPAND_DEPTHWISE]
+def _conv_bias_rel(ctx: RelCtx):
+    a = ctx.attrs
+    data = ctx.args[0]
+    if len(data.shape) not in (4, 5):
+        ctx.fail(f"input 'data' has {len(data.shape)} dims; expected (N, C/ib, H, W, ib) or a plain (N, C, H, W)")
+    weight = ctx.ndim(1, 7 if len(data.shape) == 5 else 6, "the packed conv weight")
+    bias = ctx.ndim(2, 5, "1, O/b, 1, 1, b")
+    ctx.same_dtype(0, 1, 2)
+    if str(data.dtype) != "bfloat16":
+        ctx.fail(f"input 'data' is {data.dtype}; this op computes bfloat16 convolutions")
+    n, _, h, w = data.shape[:4]
+    chunks, b, kh, kw = weight.shape[0], weight.shape[5], weight.shape[2], weight.shape[3]
+    if tuple(bias.shape) != (1, chunks, 1, 1, b):
+        ctx.fail(f"input 'bias' has shape {bias.shape}; expected (1, {chunks}, 1, 1, {b})")
+    pt, pl, pb, pr = a.padding
+    oh = conv_out_size(h, kh, a.strides[0], pt, pb, a.dilation[0])
+    ow = conv_out_size(w, kw, a.strides[1], pl, pr, a.dilation[1])
+    if oh <= 0 or ow <= 0:
+        ctx.fail(f"the {kh}x{kw} kernel does not fit the {h}x{w} input with padding {a.padding}")
+    out = (n, chunks, oh, ow, b)
+    if len(ctx.args) > 3 and tuple(ctx.args[3].shape) != out:
+        ctx.fail(f"input 'residual' has shape {ctx.args[3].shape}; expected the output's {out}")
+    if len(ctx.args) > 3:
+        ctx.same_dtype(0, 3)
+    return TensorType(out, data.dtype)
+
+
+def unpack_conv_weight(weight: np.ndarray) -> np.ndarray:
+    """OIHW of the packed weights of ``nn.contrib_conv2d_bias_NCHWc`` (7 dims: channel pairs;
+    6: plain data's (O/b, C, KH, KW, 1, b))."""
+    if weight.ndim == 7:
+        ob, cb, kh, kw, half, b, _ = weight.shape
+        return weight.transpose(0, 5, 1, 4, 6, 2, 3).reshape(ob * b, cb * half * 2, kh, kw)
+    ob, c, kh, kw, _, b = weight.shape
+    return weight[:, :, :, :, 0, :].transpose(0, 4, 1, 2, 3).reshape(ob * b, c, kh, kw)
+
+
+def _conv_bias_ref(a, x, weight, bias, residual=None):
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    plain = x.ndim == 4
+    xs = x.astype(np.float64) if plain else _unblock(x.astype(np.float64))
+    sums = conv2d_nchw_ref(xs, unpack_conv_weight(weight).astype(np.float64), a.strides, a.padding, a.dilation, 1)
+    n, c, oh, ow = sums.shape
+    b = weight.shape[5]
+    out = sums.reshape(n, c // b, b, oh, ow).transpose(0, 1, 3, 4, 2).astype(np.float32).astype(bf16)
+    out = (out + bias.astype(bf16)).astype(bf16)
+    if residual is not None:
+        out = (out + residual.astype(bf16)).astype(bf16)
+    if a.relu:
+        out = np.where(out < 0, bf16(0), out).astype(bf16)
+    return np.ascontiguousarray(out)
+
+
+_CONV_ATTRS = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "relu": False}
+CONV_BIAS = OpDef("nn.contrib_conv2d_bias_NCHWc", ("data", "weight", "bias"), dict(_CONV_ATTRS),
+                  _conv_bias_rel, OpPattern.OPAQUE, _conv_bias_ref,
+                  doc="bfloat16 conv2d (float32 sums) + bias [+ relu] as one kernel (packed weights)")
+CONV_BIAS_RESIDUAL = OpDef("nn.contrib_conv2d_bias_residual_NCHWc", ("data", "weight", "bias", "residual"),
+                           dict(_CONV_ATTRS), _conv_bias_rel, OpPattern.OPAQUE, _conv_bias_ref,
+                           doc="bfloat16 conv2d (float32 sums) + bias + residual [+ relu] as one kernel")
+
+OPS = [EXPAND_DEPTHWISE, CONV_BIAS, CONV_BIAS_RESIDUAL]
+
+
+def _conv_attrs(strides, padding, dilation, relu) -> dict:
+    return dict(strides=as_tuple(strides, 2, "strides"), padding=conv_padding(padding),
+                dilation=as_tuple(dilation, 2, "dilation"), relu=bool(relu))
+
+
+def contrib_conv2d_bias_NCHWc(data, weight, bias, strides=(1, 1), padding=(0, 0), dilation=(1, 1),  # noqa: N802
+                              relu=False):
+    """The fused bfloat16 conv + bias [+ relu] op (module docstring); ``padding`` as for conv2d."""
+    return CONV_BIAS(data, weight, bias, **_conv_attrs(strides, padding, dilation, relu))
+
+
+def contrib_conv2d_bias_residual_NCHWc(data, weight, bias, residual, strides=(1, 1), padding=(0, 0),  # noqa: N802
+                                       dilation=(1, 1), relu=False):
+    """The fused bfloat16 conv + bias + residual [+ relu] op (module docstring)."""
+    return CONV_BIAS_RESIDUAL(data, weight, bias, residual, **_conv_attrs(strides, padding, dilation, relu))
 
 
 def contrib_expand_depthwise_NCHWc(data, expand_weight, expand_bias, depthwise_weight, strides=(1, 1),  # noqa: N802

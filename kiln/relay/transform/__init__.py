@@ -120,6 +120,24 @@ def FuseExpandDepthwise():  # noqa: N802
     return FunctionPass(run, PassInfo(3, "FuseExpandDepthwise"))
 
 
+def FuseConvEpilogue():  # noqa: N802
+    """On an x86 target with AMX-BF16, each bfloat16 conv2d + cast + bias [+ residual] [+ relu]
+    (ToMixedPrecision's, after AlterOpLayout) as one op whose AMX kernel applies them to its tiles
+    in cache (fuse_conv_epilogue.py). Other targets, or no target: the function unchanged."""
+    def run(func, mod, ctx):
+        from kiln.target import Target
+        from kiln.target.cpu_facts import cpu_facts
+
+        from ..backend.te_compiler import target_family
+        from .fuse_conv_epilogue import fuse_conv_epilogue
+        target = Target.current(allow_none=True)
+        if target is None or target.kind.name != "llvm" or target_family(target) != "x86" \
+                or "amx-bf16" not in cpu_facts(target).features:
+            return func
+        return infer(fuse_conv_epilogue(infer(func)))
+    return FunctionPass(run, PassInfo(3, "FuseConvEpilogue"))
+
+
 def FuseAttention():  # noqa: N802
     """On an x86 target, each batch_matmul -> scale -> mask -> softmax -> batch_matmul chain as one
     nn.attention op that keeps a head's scores in cache (fuse_attention.py). Other targets, or no
@@ -222,11 +240,11 @@ def optimize_sequence() -> Sequential:
     """The passes relay.build runs before lowering, in order (each gated by its opt level)."""
     from ..qnn.transform import CanonicalizeOps, Legalize  # quantized models: docs/quantization.md
     return Sequential([FakeQuantizationToInteger(), Legalize(), CanonicalizeOps(), SimplifyInference(), FoldConstant(), FoldScaleAxis(), FoldConstant(), NarrowRequantize(), AlterOpLayout(),
-                       DeadCodeElimination(), InferType(), FuseExpandDepthwise(), FuseAttention(), FuseDenseEpilogue(), FuseOps(),
+                       DeadCodeElimination(), InferType(), FuseExpandDepthwise(), FuseConvEpilogue(), FuseAttention(), FuseDenseEpilogue(), FuseOps(),
                        InferType()], name="relay.optimize")
 
 
-__all__ = ["InferType", "AlterOpLayout", "NarrowRequantize", "FuseExpandDepthwise", "FuseAttention", "FuseDenseEpilogue", "fuse_expand_depthwise", "alter_op_layout", "FoldConstant", "SimplifyInference", "FoldScaleAxis", "DeadCodeElimination",
+__all__ = ["InferType", "AlterOpLayout", "NarrowRequantize", "FuseExpandDepthwise", "FuseConvEpilogue", "FuseAttention", "FuseDenseEpilogue", "fuse_expand_depthwise", "alter_op_layout", "FoldConstant", "SimplifyInference", "FoldScaleAxis", "DeadCodeElimination",
            "ConvertLayout", "FuseOps", "BindParams", "Sequential", "PassContext", "optimize_sequence",
            "bind_params_by_name", "fold_constant", "simplify_inference", "fold_scale_axis", "fuse_ops", "partition",
            "convert_layout", "dead_code_elimination", "infer", "infer_type", "ToMixedPrecision", "to_mixed_precision",

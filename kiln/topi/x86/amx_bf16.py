@@ -26,7 +26,8 @@ import dataclasses
 
 from kiln import te, tir
 from kiln.ir import expr as E
-from kiln.ir.stmt import Evaluate
+from kiln.ir.dtype import dtype as _dt
+from kiln.ir.stmt import BufferStore, Evaluate
 from kiln.runtime.amx import ARCH_REQ_XCOMP_PERM, SYS_ARCH_PRCTL, XFEATURE_XTILEDATA
 
 from ..nn.pad import pad
@@ -55,11 +56,16 @@ def amx_block(data_dtype, kernel_dtype, out_channels: int, bn: int, target=None)
     return bn
 
 
-def conv2d_nchwc_amx(data, kernel, p, bn: int, plain_output: bool = False, row: int | None = None):
-    """float32 NCHW{bn}c conv of bfloat16 NCHW16c ``data`` and a pair-packed 7-dim ``kernel``.
+def conv2d_nchwc_amx(data, kernel, p, bn: int, plain_output: bool = False, row: int | None = None,
+                     out_dtype: str = "float32", fused: tuple | None = None):
+    """float32 NCHW{bn}c conv of bfloat16 NCHW16c ``data`` and a pair-packed 7-dim ``kernel``;
+    ``out_dtype`` "bfloat16": the float32 sums rounded once, in the kernel (``amx_conv_tiles``).
 
     ``row``: elements of an A row when it spans more than one pixel's ``ib`` (the plain-input
-    path's overlapping rows); the kernel's pair dimension is then ``row / 2``."""
+    path's overlapping rows); the kernel's pair dimension is then ``row / 2``.
+
+    ``fused``: (Epilogue, its extra input tensors): returns the kernel's bfloat16 output itself,
+    the epilogue applied (``conv2d_amx_fused``)."""
     n, chunks, _, _, ib = (const_int(d) for d in data.shape)
     k_row = row or ib
     runs = Runs.of(p, const_int(data.shape[3]) if row else None, (row or ib) // ib - 1)
@@ -71,21 +77,45 @@ def conv2d_nchwc_amx(data, kernel, p, bn: int, plain_output: bool = False, row: 
                      (0, 0, p.pad_bottom + runs.extra_rows, p.pad_right, 0), name="data_pad")
     hp, wp = const_int(padded.shape[2]), const_int(padded.shape[3])
     ocb = p.out_channel // bn
+    if str(out_dtype) not in ("float32", "bfloat16"):
+        raise ValueError(f"conv2d_NCHWc on AMX: out_dtype {out_dtype!r}; the bfloat16 products sum in float32 "
+                         "(out_dtype 'float32', or 'bfloat16' for the sums rounded once)")
+    rounded = str(out_dtype) == "bfloat16" or fused is not None
+    shape = (n, ocb, p.out_height, p.out_width, bn) if rounded else (n, ocb, runs.pixels, bn)
+    epilogue, extra = fused if fused is not None else (Epilogue() if rounded else None, [])
 
     def body(ins, outs):
         return amx_conv_tiles(*ins, *outs, runs=runs, n=n, chunks=chunks, hp=hp, wp=wp, ib=ib, k_row=k_row,
-                              ocb=ocb, kh=p.kernel_h, kw=p.kernel_w, bn=bn, dilation=(p.dilation_h, p.dilation_w))
+                              ocb=ocb, kh=p.kernel_h, kw=p.kernel_w, bn=bn, dilation=(p.dilation_h, p.dilation_w),
+                              epilogue=epilogue)
 
-    conv = te.extern((n, ocb, runs.pixels, bn), [padded, kernel], body, name="conv2d_NCHWc_amx", dtype="float32",
+    conv = te.extern(shape, [padded, kernel, *extra], body, name="conv2d_NCHWc_amx",
+                     dtype="bfloat16" if rounded else "float32",
                      tag=TAG, attrs={"workload": p, "config": {"oc_bn": bn, "tile_ow": runs.m}})
-    w_ = runs.width
+    if fused is not None:
+        return conv
+
+    def at(b_, c, y_, x_, k):
+        return conv[b_, c, y_, x_, k] if rounded else conv[b_, c, y_ * runs.width + x_, k]
 
     if plain_output:
         return te.compute((n, p.out_channel, p.out_height, p.out_width),
-                          lambda b_, c, y_, x_: conv[b_, c // bn, y_ * w_ + x_, c % bn],
+                          lambda b_, c, y_, x_: at(b_, c // bn, y_, x_, c % bn),
                           name="conv2d_nchw", tag="injective,conv2d_store")
-    return te.compute((n, ocb, p.out_height, p.out_width, bn), lambda b_, c, y_, x_, k: conv[b_, c, y_ * w_ + x_, k],
+    return te.compute((n, ocb, p.out_height, p.out_width, bn), lambda b_, c, y_, x_, k: at(b_, c, y_, x_, k),
                       name="conv2d_NCHWc", tag="injective,conv2d_store")
+
+
+@dataclasses.dataclass(frozen=True)
+class Epilogue:
+    """What the kernel does to the float32 sums of a bfloat16 output, in the order the unfused
+    relay ops would (each bfloat16 operation rounds, as ``promote_bfloat16`` makes them): round
+    to bfloat16, add ``bias`` (a (1, O/bn, 1, 1, bn) buffer), add ``residual`` (a buffer shaped
+    as the output), ``relu`` (topi.nn.relu's select). Bias and residual are the kernel's extra
+    inputs, in that order."""
+    bias: bool = False
+    residual: bool = False
+    relu: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +140,7 @@ class Runs:
     per_row: int
     stride: tuple
     extra_rows: int
+    out_hw: tuple
 
     @property
     def pixels(self) -> int:
@@ -130,7 +161,7 @@ class Runs:
             # reads up to virtual pixel runs*16 - 1 plus the last tap; rows of WP hold them
             last = runs * 16 - 1 + (p.kernel_h - 1) * p.dilation_h * wp + (p.kernel_w - 1) * p.dilation_w + span
             extra = max(0, -(-(last + 1) // wp) - hp)
-            return Runs(True, 16, runs, width, 0, (1, 1), extra)
+            return Runs(True, 16, runs, width, 0, (1, 1), extra, (oh, ow))
         m = row_tile(ow)
         per_row = ow // m
         runs = oh * per_row
@@ -138,16 +169,53 @@ class Runs:
         if runs % 2:
             runs += 1  # one more run: row oh, pixels 0..m-1 (discarded)
             extra = max(0, oh * sh + (p.kernel_h - 1) * p.dilation_h + 1 - hp)
-        return Runs(False, m, runs, ow, per_row, (sh, sw), extra)
+        return Runs(False, m, runs, ow, per_row, (sh, sw), extra, (oh, ow))
+
+
+def _epilogue_value(ep: Epilogue, sums, bias, residual, bias_at, out_at):
+    """The output vector of 16 float32 sums: rounded, then the epilogue's operations in bfloat16."""
+    bf = _dt("bfloat16x16")
+    v = E.cast(sums, bf)
+    if bias is not None:
+        v = v + E.BufferLoad(_flat(bias), (_ramp16(bias_at),), bf)
+    if residual is not None:
+        v = v + E.BufferLoad(_flat(residual), (_ramp16(out_at),), bf)
+    if ep.relu:
+        zero = E.Broadcast(E.const(0.0, "bfloat16"), 16, bf)
+        v = tir.Select(v < zero, zero, v, bf)
+    return v
+
+
+def _flat(buf):
+    from kiln.tir import decl_buffer
+
+    size = 1
+    for d in buf.shape:
+        size *= const_int(d)
+    return decl_buffer((size,), buf.dtype, buf.name, data=buf.data)
+
+
+def _ramp16(base):
+    """The 16 consecutive indices from ``base`` (a vector access)."""
+    base = tir.convert(base) if not isinstance(base, E.PrimExpr) else base
+    return E.Ramp(base, E.const(1, base.dtype), 16, base.dtype.with_lanes(16))
 
 
 TASK_TILES = 64  # tdpbf16ps per task at least, where the tasks stay >= TASKS (one tile config load each)
 TASKS = 64
 
 
-def amx_conv_tiles(x, w, y, *, runs: Runs, n, chunks, hp, wp, ib, k_row, ocb, kh, kw, bn, dilation):
+def amx_conv_tiles(x, w, *rest, runs: Runs, n, chunks, hp, wp, ib, k_row, ocb, kh, kw, bn, dilation,
+                   epilogue: Epilogue | None = None):
     """The kernel body: padded bfloat16 data ``x`` (N, chunks, HP, WP, ib), pair-packed weights
-    ``w`` (O/bn, chunks, KH, KW, k_row/2, bn, 2), float32 output ``y`` (N, O/bn, pixels, bn).
+    ``w`` (O/bn, chunks, KH, KW, k_row/2, bn, 2), then the epilogue's bias and residual buffers
+    where it has them, and the output ``y``: float32 sums (N, O/bn, pixels, bn) without
+    ``epilogue``, else bfloat16 (N, O/bn, OH, OW, bn).
+
+    With an epilogue the four C tiles are stored into a 4 KB float32 buffer of the task (in L1)
+    and the epilogue runs from there, 16 channels per vector, writing only the output's pixels:
+    the float32 sums never reach memory (a 64->256 1x1 conv at 56x56 wrote 3.2 MB of them, which
+    a separate epilogue kernel read back) and bias, residual and relu cost no pass of their own.
 
     Tiles: C 0-3 (two runs x two 16-channel pieces), A 4-5 (the two runs' input rows), B 6-7
     (the two pieces' weights): each A and B load feeds two ``tdpbf16ps``. A task is (image,
@@ -165,6 +233,10 @@ def amx_conv_tiles(x, w, y, *, runs: Runs, n, chunks, hp, wp, ib, k_row, ocb, kh
     ib_ = tir.ir_builder.create()
     ib_.emit(Evaluate(tir.call_extern("int64", "syscall", E.const(SYS_ARCH_PRCTL, "int64"),
                                       E.const(ARCH_REQ_XCOMP_PERM, "int64"), E.const(XFEATURE_XTILEDATA, "int64"))))
+    rest = list(rest)
+    y = rest.pop()
+    bias = rest.pop(0) if epilogue is not None and epilogue.bias else None
+    residual = rest.pop(0) if epilogue is not None and epilogue.residual else None
     xv, wv, yv = ib_.buffer_ptr(x), ib_.buffer_ptr(w), ib_.buffer_ptr(y)
     row_bytes = k_row * 2
     a_stride = E.const(sw * ib * 2, "int64")
@@ -179,6 +251,8 @@ def amx_conv_tiles(x, w, y, *, runs: Runs, n, chunks, hp, wp, ib, k_row, ocb, kh
             cfg[17 + 2 * t] = E.const(colsb >> 8, "uint8")
             cfg[48 + t] = E.const(rows, "uint8")
         ib_.emit(_amx("ldtilecfg", _addr(cfg[0])))
+        if epilogue is not None:
+            sums = ib_.allocate("float32", (2 * m * 16 * nb,), name="sums", scope="local")
         b = task // (ocb * groups)
         oc = task // groups % ocb
         grp = task % groups
@@ -209,6 +283,26 @@ def amx_conv_tiles(x, w, y, *, runs: Runs, n, chunks, hp, wp, ib, k_row, ocb, kh
                                 for t in range(2):
                                     for j in range(nb):
                                         ib_.emit(_amx("tdpbf16ps", _i8(2 * t + j), _i8(4 + t), _i8(6 + j)))
+                    if epilogue is not None:
+                        for t in range(2):
+                            for j in range(nb):
+                                ib_.emit(_amx("tilestored64", _i8(2 * t + j), _addr(sums[(t * m * nb + j) * 16]),
+                                              E.const(nb * 64, "int64")))
+                        with ib_.for_range(0, 2 * m, name="px") as px:
+                            if runs.flat:
+                                v_ = pair * 32 + px
+                                yy, xx = v_ // runs.width, v_ % runs.width
+                            else:
+                                q = pair * 2 + px // m
+                                yy, xx = q // runs.per_row, q % runs.per_row * m + px % m
+                            with ib_.if_scope(tir.all(yy < runs.out_hw[0], xx < runs.out_hw[1])):
+                                out = (((b * ocb + oc) * runs.out_hw[0] + yy) * runs.out_hw[1] + xx) * bn + 16 * g
+                                for j in range(nb):
+                                    s_ = E.BufferLoad(sums.asobject(), (_ramp16((px * nb + j) * 16),), _dt("float32x16"))
+                                    val = _epilogue_value(epilogue, s_, bias, residual, oc * bn + 16 * (g + j),
+                                                          out + 16 * j)
+                                    ib_.emit(BufferStore(yv._flat_view(), val, (_ramp16(out + 16 * j),)))
+                        continue
                     for t in range(2):
                         y_off = ((b * ocb + oc) * runs.pixels + (pair * 2 + t) * m) * bn
                         for j in range(nb):
@@ -223,8 +317,15 @@ def schedule_conv2d_nchwc_amx(s, conv, out):
     epilogue inlined) parallel over its outer axes, vectorized over the channel block."""
     from ..generic.default import schedule_stage
 
-    padded, kernel = conv.op.input_tensors
-    if "pad" in padded.op.tag:  # zero padding (and im2col rows): one parallel pass
+    _schedule_inputs(s, conv)
+    schedule_stage(s, out)
+
+
+def _schedule_inputs(s, conv):
+    """The kernel's padded input (and im2col rows) one parallel pass; a weight packed in the
+    graph (not pre-packed) another."""
+    padded, kernel = conv.op.input_tensors[:2]
+    if "pad" in getattr(padded.op, "tag", ""):
         _inline_upstream(s, padded)
         axes = s[padded].op.axis
         s[padded].parallel(s[padded].fuse(axes[0], axes[1], axes[2]))
@@ -233,7 +334,6 @@ def schedule_conv2d_nchwc_amx(s, conv, out):
         _inline_upstream(s, kernel)
         axes = s[kernel].op.axis
         s[kernel].parallel(s[kernel].fuse(axes[0], axes[1], axes[2]))
-    schedule_stage(s, out)
 
 
 def _inline_upstream(s, t):
@@ -254,7 +354,8 @@ def plain_applies(data_dtype, kernel_dtype, channels: int, kernel_w: int, dilati
             and dilation_w == 1)
 
 
-def conv2d_plain_amx(data, kernel_vec, p, bn: int, plain_output: bool = False):
+def conv2d_plain_amx(data, kernel_vec, p, bn: int, plain_output: bool = False, out_dtype: str = "float32",
+                     fused: tuple | None = None):
     """float32 NCHW{bn}c conv of a plain NCHW bfloat16 ``data`` with few channels (C <= 4,
     4 x KW <= 32: an RGB image's 7x7 conv).
 
@@ -293,4 +394,40 @@ def conv2d_plain_amx(data, kernel_vec, p, bn: int, plain_output: bool = False):
     rows = conv2d_shape("conv2d_NCHWc_amx", (n, 4, hp, wp), (p.out_channel, 4, kh, 1),
                         (p.stride_h, p.stride_w), 0, (p.dilation_h, 1), 1)
     rows = dataclasses.replace(rows, out_width=p.out_width)
-    return conv2d_nchwc_amx(pixels, kernel, rows, bn, plain_output, row=32)
+    return conv2d_nchwc_amx(pixels, kernel, rows, bn, plain_output, row=32, out_dtype=out_dtype, fused=fused)
+
+
+# -- conv2d + bias [+ residual] [+ relu] in one kernel (relay's nn.contrib_conv2d_bias_NCHWc) ----
+
+def conv2d_amx_fused(data, kernel, bias, residual=None, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
+                     relu: bool = False):
+    """bfloat16 NCHW{bn}c output of ``relu(round(conv) + bias + residual)``, each bfloat16 addition
+    rounded as the unfused ops round it, computed from the kernel's tiles while they are in L1.
+
+    ``data``: bfloat16 NCHW{ib}c (ib 16 or 32), or plain NCHW with at most 4 channels (an RGB
+    image); ``kernel``: pair-packed (O/bn, C/ib, KH, KW, ib/2, bn, 2), or for plain data
+    (O/bn, C, KH, KW, 1, bn); ``bias`` (1, O/bn, 1, 1, bn); ``residual`` shaped as the output."""
+    from ..nn.conv2d import conv2d_shape
+
+    dshape = tuple(const_int(d) for d in data.shape)
+    kshape = tuple(const_int(d) for d in kernel.shape)
+    bn = kshape[5]
+    plain = len(dshape) == 4
+    channels = dshape[1] if plain else dshape[1] * dshape[4]
+    p = conv2d_shape("conv2d_NCHWc", (dshape[0], channels, dshape[2], dshape[3]),
+                     (kshape[0] * bn, channels, kshape[2], kshape[3]), strides, padding, dilation, 1)
+    epilogue = Epilogue(bias=True, residual=residual is not None, relu=bool(relu))
+    fused = (epilogue, [bias] + ([residual] if residual is not None else []))
+    if plain:
+        return conv2d_plain_amx(data, kernel, p, bn, fused=fused)
+    return conv2d_nchwc_amx(data, kernel, p, bn, fused=fused)
+
+
+def schedule_conv2d_amx_fused(outs):
+    """The fused kernel at root, its padding one parallel pass (``schedule_conv2d_nchwc_amx``)."""
+    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
+    s = te.create_schedule([o.op for o in outs])
+    if outs[0].op.tag != TAG:
+        raise ValueError(f"schedule_conv2d_amx_fused: output {outs[0].op.name} is not the fused AMX kernel")
+    _schedule_inputs(s, outs[0])
+    return s

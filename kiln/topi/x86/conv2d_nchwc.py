@@ -201,12 +201,12 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
     if bf16.pairs_apply(data.dtype, kernel.dtype, ib) and len(kernel.shape) != 6:
         if amx.applies(data.dtype, kernel.dtype, ib, bn):
             packed = kernel if len(kernel.shape) == 7 else bf16.pack_kernel_nchwc_bf16(kernel, ib, bn)
-            return amx.conv2d_nchwc_amx(data, packed, p, bn, plain_output)
+            return amx.conv2d_nchwc_amx(data, packed, p, bn, plain_output, out_dtype=out_dtype)
         tile = bf16.default_tile_ow(p.out_width, bn, vector_lanes())
         return bf16.conv2d_nchwc_bf16(data, kernel, p, bn, knob(cfg, "tile_ow", tile) if cfg else tile, plain_output)
     if ndim == 4 and len(kernel.shape) != 7 and amx.plain_applies(data.dtype, kernel.dtype, channels, p.kernel_w,
                                                                    p.dilation_w, bn):
-        return amx.conv2d_plain_amx(data, kernel, p, bn, plain_output)
+        return amx.conv2d_plain_amx(data, kernel, p, bn, plain_output, out_dtype=out_dtype)
     if ndim == 4:  # plain NCHW is NCHW1c
         plain = data
         data = te.compute(dshape + (1,), lambda n, c, y, x, b: plain[n, c, y, x], name="data_1c", tag="injective")

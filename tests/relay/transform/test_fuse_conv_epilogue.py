@@ -1,0 +1,81 @@
+"""FuseConvEpilogue: bfloat16 conv2d + bias [+ residual] [+ relu] as one AMX kernel, the same bits
+as the unfused ops; only for targets LLVM gives AMX-BF16. (The fused ops against their numpy
+reference: tests/relay/test_build_ops.py::test_amx_conv_bias_ops_match_reference.)"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import relay
+from kiln.contrib import graph_executor
+from kiln.relay.transform import to_mixed_precision
+from kiln.target.cpu_facts import cpu_facts, why_host_cannot_run
+
+pytest.importorskip("ml_dtypes", reason="ToMixedPrecision's bfloat16 constants need ml_dtypes")
+
+AMX = "llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids"
+FUSED = "nn_contrib_conv2d_bias_"  # both ops' kernel names start so
+
+
+def _resnet_like():
+    """An RGB 7x7/2 stem + relu, a basic block (3x3 + relu, 3x3 + residual + relu), and a
+    downsampling block (3x3/2 + relu, 3x3; 1x1/2 shortcut; add; relu): each epilogue ResNet has;
+    then a global average pool (blocked too, so the last add stays on blocked data)."""
+    rng = np.random.default_rng(0)
+
+    def conv(x, c, o, k, stride=1):
+        w = relay.const((rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype("float32"))
+        b = relay.const(rng.standard_normal((o, 1, 1)).astype("float32") * 0.1)
+        return relay.add(relay.nn.conv2d(x, w, strides=(stride, stride), padding=(k // 2,) * 2, channels=o,
+                                         kernel_size=(k, k)), b)
+
+    x = relay.var("x", shape=(1, 3, 30, 30))
+    stem = relay.nn.relu(conv(x, 3, 32, 7, 2))                       # 15x15
+    y = relay.nn.relu(conv(stem, 32, 32, 3))
+    block = relay.nn.relu(relay.add(conv(y, 32, 32, 3), stem))
+    y = relay.nn.relu(conv(block, 32, 64, 3, 2))                     # 8x8
+    out = relay.nn.global_avg_pool2d(relay.nn.relu(relay.add(conv(y, 64, 64, 3), conv(block, 32, 64, 1, 2))))
+    return to_mixed_precision(relay.Function([x], out), "bfloat16")
+
+
+def _build(func, target, fuse=True):
+    mod = tvm.IRModule.from_expr(func)
+    with tvm.transform.PassContext(opt_level=3, disabled_pass=[] if fuse else ["FuseConvEpilogue"]):
+        lib = relay.build(mod, target=target)
+    names = re.findall(r"func_name[^A-Za-z_]+([A-Za-z_0-9]+)", lib.graph_json)
+    return lib, sum(FUSED in n for n in names)
+
+
+def test_fused_kernels_give_the_unfused_bits():
+    """Every conv of the net becomes one fused kernel (6 of 6) and the output is bit for bit the
+    unfused build's: the epilogue rounds and adds in bfloat16 exactly as the separate ops do."""
+    func = _resnet_like()
+    fused, count = _build(func, AMX)
+    unfused, none = _build(func, AMX, fuse=False)
+    assert (count, none) == (6, 0)
+    assert re.search(r"\btdpbf16ps\b", fused.get_lib().get_source("asm"))
+    why_not = why_host_cannot_run(tvm.target.Target(AMX))
+    if why_not:
+        pytest.skip(f"AMX code cannot run here: {why_not}")
+    x = np.random.default_rng(1).standard_normal((1, 3, 30, 30)).astype("float32")
+    outs = []
+    for lib in (fused, unfused):
+        m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+        m.set_input(x=x)
+        m.run()
+        outs.append(m.get_output(0).numpy())
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert np.abs(outs[0]).max() > 0  # relu did not zero everything
+
+
+@pytest.mark.parametrize("cpu", ["sapphirerapids -mattr=-amx-bf16", "znver4", "haswell"])
+def test_no_fusion_without_amx(cpu):
+    """CPUs without AMX-BF16 keep the conv and its epilogue as relay ops (compile only)."""
+    target = f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}"
+    assert "amx-bf16" not in cpu_facts(tvm.target.Target(target)).features
+    _, count = _build(_resnet_like(), target)
+    assert count == 0
