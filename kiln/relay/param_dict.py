@@ -1,16 +1,7 @@
 """Save and load parameter dicts (``mod.params``) in kiln's binary format.
 
-Format (all integers little-endian), written down in docs/relay.md:
-
-    magic   8 bytes  b"KILNPRM1"
-    count   u64      number of arrays
-    then per array, in insertion order:
-      name_len u64, name (utf-8)
-      dtype_len u64, dtype name (ascii, e.g. "float32", "int64", "bool")
-      ndim u64, shape: ndim x i64
-      nbytes u64, data (C-contiguous, little-endian)
-
-Simple enough for the C runtime to read with fread.
+The format (docs/relay.md) and its reader and writer are kiln/runtime/params.py's, which needs
+only numpy so that devices read the same blob; simple enough for the C runtime to read with fread.
 """
 
 from __future__ import annotations

@@ -65,6 +65,16 @@ async def accept_handshake(reader, writer, token: str, timeout: float = 5.0) -> 
         raise P.ProtocolError(f"malformed handshake: {type(e).__name__}: {e}") from None
 
 
+async def accept_or_drop(reader, writer, token: str) -> dict | None:
+    """The peer's hello, or None after closing a connection whose handshake failed (every
+    service accepts connections this way: a stranger's bad hello never reaches its logic)."""
+    try:
+        return await accept_handshake(reader, writer, token)
+    except (P.RPCError, ConnectionError, OSError):
+        close_writer(writer)
+        return None
+
+
 async def refuse(writer, message: str, code: int = P.E_BAD_REQUEST) -> None:
     try:
         write_message(writer, {"status": P.HS_ERROR, "message": message, "code": code})

@@ -52,10 +52,8 @@ class Proxy:
             await server.serve_forever()
 
     async def _on_connect(self, reader, writer):
-        try:
-            hello = await aio.accept_handshake(reader, writer, self.token)
-        except (P.RPCError, ConnectionError, OSError):
-            aio.close_writer(writer)
+        hello = await aio.accept_or_drop(reader, writer, self.token)
+        if hello is None:
             return
         try:
             if hello["role"] == P.ROLE_SERVER:

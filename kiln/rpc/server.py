@@ -113,10 +113,8 @@ class Server:
 
     # -- accepting -----------------------------------------------------------------------------
     async def _on_connect(self, reader, writer):
-        try:
-            hello = await aio.accept_handshake(reader, writer, self.token)
-        except (P.RPCError, ConnectionError, OSError):
-            aio.close_writer(writer)
+        hello = await aio.accept_or_drop(reader, writer, self.token)
+        if hello is None:
             return
         problem, code = self._admission_problem(hello)
         if code == P.E_BUSY and not self.lease_token and not (hello.get("lease") or ""):

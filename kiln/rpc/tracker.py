@@ -70,10 +70,8 @@ class Tracker:
             reaper.cancel()
 
     async def _on_connect(self, reader, writer):
-        try:
-            hello = await aio.accept_handshake(reader, writer, self.token)
-        except (P.RPCError, ConnectionError, OSError):
-            aio.close_writer(writer)
+        hello = await aio.accept_or_drop(reader, writer, self.token)
+        if hello is None:
             return
         role = hello["role"]
         try:
