@@ -51,6 +51,16 @@ def test_a_chain_reuses_bytes():
     assert arena == 2016 and sorted(set(offsets)) == [0, 1008] and not _conflicts(tensors, offsets)
 
 
+def test_alternating_sizes_reach_the_peak():
+    """DS-CNN's int8 chain: a conv's 8,000 B output, a 12,096 B padded copy, ... : neighbours must
+    sit at opposite ends of the arena; largest-first fit alone needs 28,096 B, the search the peak."""
+    sizes = [8000, 12096, 8000, 8000] * 4 + [8000]
+    tensors = [Live(k, k + 1, n) for k, n in enumerate(sizes)]
+    offsets, arena = plan_offsets(tensors, align=16)
+    peak = max(sum(t.size for t in tensors if t.first <= n <= t.last) for n in range(len(sizes) + 1))
+    assert not _conflicts(tensors, offsets) and arena == peak == 20096
+
+
 def _independent_peak(graph: dict) -> tuple:
     """(peak bytes of intermediate tensors live at one kernel, their lifetimes) from graph JSON."""
     nodes, attrs = graph["nodes"], graph["attrs"]

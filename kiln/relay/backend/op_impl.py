@@ -38,7 +38,9 @@ from kiln.errors import CompileError
 from kiln.ir.expr import const
 from kiln.topi.utils import knob
 
+from ..expr import Call
 from ..op import layout
+from ..op.registry import OpPattern
 from ..op.transform import slice_ranges
 
 
@@ -575,10 +577,21 @@ OP_IMPLS: dict[str, OpImpl] = {
     "nn.layer_norm": OpImpl(_layer_norm, "layer_norm"),
 }
 
+_ANCHOR_RANK = {OpPattern.OPAQUE: 5, OpPattern.OUT_ELEMWISE_FUSABLE: 4, OpPattern.COMM_REDUCE: 3,
+                OpPattern.INJECTIVE: 2, OpPattern.BROADCAST: 1, OpPattern.ELEMWISE: 0}
+
+
+def anchor_of(calls: list) -> Call:
+    """The call whose schedule drives the group: the first of the highest pattern rank."""
+    return max(calls, key=lambda c: (_ANCHOR_RANK.get(c.op.pattern, 0), -calls.index(c)))
+
+
 # int8 kernels of qnn conv/dense + requantize chains on CPUs (relay/qnn/cpu_int8.py)
 from ..qnn import cpu_int8 as _cpu_int8  # noqa: E402
+from ..qnn import avg_pool_int as _avg_pool_int  # noqa: E402
 
 OP_IMPLS.update({name: OpImpl(fn, key) for name, (fn, key) in _cpu_int8.COMPUTES.items()})
+OP_IMPLS.update({name: OpImpl(fn, key) for name, (fn, key) in _avg_pool_int.COMPUTES.items()})  # Cortex-M
 
 # Schedule families by target family. arm_cpu uses the same algorithms as x86 with tiles derived
 # from the target (topi/arm_cpu), so the two columns differ only in which package they name.

@@ -269,6 +269,10 @@ def _batch_matmul(call, x, y, zx, zy, sx, sy):
 
 
 def _avg_pool2d(call, x, si, zi, so, zo):
+    from .avg_pool_int import integer_avg_pool
+    y = integer_avg_pool(call, x, si, zi, so, zo)  # Cortex-M: in integers where exact (avg_pool_int.py)
+    if y is not None:
+        return y
     a = call.attrs
     centered = ftf.cast(_centered(x, zi, 0, 0, "int32"), "float32")
     kw = {k: a[k] for k in ("pool_size", "strides", "dilation", "padding", "layout", "out_layout", "ceil_mode",
