@@ -5,7 +5,15 @@ The shared default is 128 x 128 blocks (16 x 16 threads of 8 x 8 outputs): for a
 (BERT-base float32: 1.08 ms for each 128 x 3072 x 768 dense). On CUDA the blocks shrink, largest
 side first, each step halving it (first the outputs per thread down to 4, then the threads down
 to 8, then the outputs per thread down to 2) until the product has ``MIN_BLOCKS`` blocks or
-nothing is left to shrink. Other GPU targets keep the shared default.
+nothing is left to shrink. Other GPU targets keep the shared default. The shrunk tiles also take deeper k steps (up to
+32, about 256 products per thread between barriers).
+
+``pad_slab``: on CUDA each row of a shared slab is padded to an odd multiple of 8 words plus one
+(stride % 8 == 1). A thread's register tile reads its rows (or columns) of the slab at a stride
+of the row length times the outputs per thread: for dense's weight slab (rows of 8 k terms, 4
+columns per thread) every thread of a half-warp hit the same bank (16-way conflicts); padded,
+at most 2 share one. The slab's stores lose their 16-byte alignment (global float4 loads, then
+scalar shared stores).
 """
 
 from __future__ import annotations
@@ -53,3 +61,9 @@ def more_blocks(ty: list[int], tx: list[int], m: int, n: int, batch: int, want: 
             else:
                 break
     return ty, tx
+
+
+def pad_slab(stage) -> None:
+    """Rows of the shared slab ``stage`` padded so that their stride % 8 == 1, on CUDA (module doc)."""
+    if min_blocks() and len(stage.op.axis) >= 2:
+        stage.storage_align(stage.op.axis[-2], 8, 1)

@@ -81,7 +81,8 @@ def default_config(m: int, n: int, k: int, threads: int | None = None, shared: i
         from ..cuda.busy import more_blocks
 
         ty, tx = more_blocks(ty, tx, m, n, batch, min_blocks)
-    ki = divisor(k, 8)
+    # shrunk register tiles do less work per k step: deeper steps, fewer barriers
+    ki = divisor(k, 8 if not min_blocks else max(8, min(32, 256 // (ty[3] * tx[3]))))
     bm, bn = ty[1] * ty[2] * ty[3], tx[1] * tx[2] * tx[3]
     while ki > 1 and (bm + bn) * ki * dtype_bytes > shared:
         ki = divisor(k, ki - 1)
@@ -248,6 +249,10 @@ def schedule_tiled(s, mm, out, conf, shared: bool = True, vector: bool = True) -
     bb = s.cache_read(b, "shared", [local])
     s[aa].compute_at(lt, ko)
     s[bb].compute_at(lt, ko)
+    from ..cuda.busy import pad_slab
+
+    pad_slab(s[aa])
+    pad_slab(s[bb])
     threads = [("threadIdx.y", conf["tile_y"][2]), ("threadIdx.x", conf["tile_x"][2])]
     for cache in (aa, bb):
         _fetch(s, cache, threads, int(conf.get("vec", 1)))

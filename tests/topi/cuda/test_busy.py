@@ -54,3 +54,35 @@ def test_shrunk_tiles_compute_the_product(m, n, k):
     x, w = rand(rng, m, k), rand(rng, n, k)
     got = run("opencl", lambda a, ww: topi.gpu.dense(a, ww, None, "float32", cfg=cfg), topi.gpu.schedule_dense, [x, w])
     np.testing.assert_allclose(got, x.astype(np.float64) @ w.astype(np.float64).T, rtol=1e-4, atol=1e-4 * k)
+
+
+def _cuda_dense(m, n, k, target="cuda -arch=sm_90"):
+    t = tvm.target.Target(target, host="llvm")
+    with t:
+        a = tvm.te.placeholder((m, k), name="A")
+        w = tvm.te.placeholder((n, k), name="W")
+        c = topi.gpu.dense(a, w, None, "float32")
+        return tvm.build(topi.gpu.schedule_dense([c]), [a, w, c], target=t), c.op.attrs["gpu_config"]
+
+
+def test_cuda_slabs_are_padded_against_bank_conflicts():
+    """Rows of 16 k terms (4 x 4 outputs per thread: 16-deep k steps) padded to 17 words."""
+    f, conf = _cuda_dense(128, 3072, 768)
+    assert conf["tile_k"] == [48, 16] and conf["tile_y"][1:] == [1, 8, 4] and conf["tile_x"][1:] == [1, 16, 4]
+    src = [x for x in f.imported_modules if x.type_key == "cuda"][0].get_source()
+    assert "__shared__ float A_shared[544]" in src and "__shared__ float W_shared[1088]" in src  # 32 and 64 rows x 17
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(128, 3072, 768), (128, 768, 3072), (197, 768, 768)])
+def test_cuda_dense_runs(m, n, k):
+    dev = tvm.cuda(0)
+    f, _ = _cuda_dense(m, n, k, "cuda")
+    rng = np.random.default_rng(2)
+    x, w = rand(rng, m, k), rand(rng, n, k)
+    out = tvm.nd.array(np.full((m, n), np.nan, "float32"), dev)
+    f(tvm.nd.array(x, dev), tvm.nd.array(w, dev), out)
+    want = x.astype(np.float64) @ w.astype(np.float64).T
+    # float32 sums of k products: k roundings of at most 2^-24 of the largest partial sum
+    bound = k * 2.0 ** -24 * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T).max()
+    np.testing.assert_allclose(out.numpy(), want, atol=bound, rtol=0)
