@@ -100,8 +100,7 @@ def weight_scope(transform, dtype: str) -> str:
 
 
 def _writes_texels(func: Function) -> bool:
-    from .op_impl import schedule_key
-    from .te_compiler import anchor_of
+    from .op_impl import anchor_of, schedule_key
     from ..visitor import post_order
 
     calls = [n for n in post_order(func.body) if isinstance(n, Call) and isinstance(n.op, OpDef)]

@@ -28,11 +28,13 @@ from kiln.errors import CompileError, KilnError
 from kiln.ir.expr import const
 
 from ..expr import Call, Constant, Function, Tuple, TupleGetItem, Var
-from ..op.registry import OpDef, OpPattern
+from ..op.registry import OpDef
 from ..ty import TupleType
 from ..visitor import post_order
 from . import build_cache, dispatch
-from .op_impl import GPU_PACKAGES, PACKAGES, SCHEDULES, ComputeCtx, WeightTransform, get_impl, schedule_key
+from .family import target_family
+from .op_impl import (GPU_PACKAGES, PACKAGES, SCHEDULES, ComputeCtx, WeightTransform, anchor_of, get_impl,
+                      schedule_key)
 
 
 @dataclass(frozen=True)
@@ -44,27 +46,6 @@ class LoweredFunc:
     transforms: tuple  # WeightTransform per transformed parameter
     num_outputs: int
     scopes: tuple = ((), ())  # storage scope of each parameter and output ("global.texture*": images)
-
-
-def target_family(target) -> str:
-    """"arm_cpu" for ARM targets (by key or triple), "gpu" for GPU targets ("mali" for
-    ``opencl -device=mali``), else "x86" (the generic CPU schedules)."""
-    keys = getattr(target, "keys", ()) or ()
-    if "gpu" in keys:
-        return "adreno" if "adreno" in keys else "mali" if "mali" in keys else "gpu"
-    triple = (getattr(target, "mtriple", "") or "").lower()
-    if "arm_cpu" in target.keys or triple.startswith(("aarch64", "arm64", "arm", "thumb")):
-        return "arm_cpu"
-    return "x86"
-
-
-_ANCHOR_RANK = {OpPattern.OPAQUE: 5, OpPattern.OUT_ELEMWISE_FUSABLE: 4, OpPattern.COMM_REDUCE: 3,
-                OpPattern.INJECTIVE: 2, OpPattern.BROADCAST: 1, OpPattern.ELEMWISE: 0}
-
-
-def anchor_of(calls: list) -> Call:
-    """The call whose schedule drives the group: the first of the highest pattern rank."""
-    return max(calls, key=lambda c: (_ANCHOR_RANK.get(c.op.pattern, 0), -calls.index(c)))
 
 
 class TECompiler:

@@ -27,7 +27,7 @@ def wanted_signedness(target) -> tuple[str, str] | None:
         return None
     from kiln.target.cpu_facts import cpu_facts
 
-    from ..backend.te_compiler import target_family
+    from ..backend.family import target_family
     facts = cpu_facts(target)
     family = target_family(target)
     llvm_features = facts.llvm_features or ""
