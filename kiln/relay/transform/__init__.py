@@ -77,7 +77,7 @@ def AlterOpLayout():  # noqa: N802
     def run(func, mod, ctx):
         from kiln.target import Target
 
-        from ..backend.te_compiler import target_family
+        from ..backend.family import target_family
 
         target = Target.current(allow_none=True)
         if target is not None and target_family(target) == "adreno":  # NCHW4c on textures
@@ -112,7 +112,7 @@ def FuseExpandDepthwise():  # noqa: N802
     def run(func, mod, ctx):
         from kiln.target import Target
 
-        from ..backend.te_compiler import target_family
+        from ..backend.family import target_family
         target = Target.current(allow_none=True)
         if target is None or target.kind.name != "llvm" or target_family(target) != "x86":
             return func
@@ -128,7 +128,7 @@ def FuseConvEpilogue():  # noqa: N802
         from kiln.target import Target
         from kiln.target.cpu_facts import cpu_facts
 
-        from ..backend.te_compiler import target_family
+        from ..backend.family import target_family
         from .fuse_conv_epilogue import fuse_conv_epilogue
         target = Target.current(allow_none=True)
         if target is None or target.kind.name != "llvm" or target_family(target) != "x86" \
@@ -145,7 +145,7 @@ def FuseAttention():  # noqa: N802
     def run(func, mod, ctx):
         from kiln.target import Target
 
-        from ..backend.te_compiler import target_family
+        from ..backend.family import target_family
         from .fuse_attention import fuse_attention
 
         target = Target.current(allow_none=True)
@@ -162,7 +162,7 @@ def FuseDenseEpilogue():  # noqa: N802
     def run(func, mod, ctx):
         from kiln.target import Target
 
-        from ..backend.te_compiler import target_family
+        from ..backend.family import target_family
         from .fuse_dense_epilogue import fuse_dense_epilogue
 
         target = Target.current(allow_none=True)
