@@ -247,3 +247,76 @@ def test_transformer_aten_ops_match_torch():
         want = [w.numpy() for w in model(ids, mask)]
     mod, params = relay.frontend.from_pytorch(traced, [("ids", ([1, 7], "int64")), ("mask", ([1, 7], "int64"))])
     _check(run_reference(mod, params, {"ids": ids.numpy(), "mask": mask.numpy()}), want)
+
+
+class MoreTransformerOps(nn.Module):
+    """The rest of the aten ops of whole Hugging Face traces (BERT's mask builder, GPT-2's empty
+    key/value cache and split, Whisper's 1-D convolutions): where with a scalar, zeros/ones/full,
+    split by size and by sizes, indexing with several tensors (adjacent, apart, negative),
+    cat beside an empty 1-d tensor, conv1d and conv_transpose1d."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 6, 3, stride=2, padding=1, dilation=1)
+        self.dil = nn.Conv1d(6, 6, 3, padding=2, dilation=2, groups=2)
+        self.up = nn.ConvTranspose1d(6, 4, 3, stride=2, padding=1, output_padding=1)
+
+    def forward(self, x, mask):
+        keep = mask[torch.zeros(1, 1, dtype=torch.int64), torch.arange(x.shape[2])[None, :]]  # (1, 1, L)
+        scores = torch.where(keep.bool(), x, -1e4)
+        a, b = scores.split(2, dim=1)
+        c, d, e = scores.split([1, 2, 1], dim=1)
+        pad = torch.zeros(2, 3) + torch.ones(2, 3) * torch.full((1, 3), 0.5)
+        rows = x[:, torch.tensor([[0, 3], [1, -1]]), torch.tensor([1, 2])]  # adjacent: (1, 2, 2)
+        apart = x[torch.tensor([0]), :, torch.tensor([-1, 2])]  # apart: broadcast axes first, (2, 4)
+        cache = torch.cat([torch.tensor([]), x], dim=-1)
+        y = self.up(F.gelu(self.dil(self.conv(x))))
+        return a - b, c + d.sum(1, keepdim=True) - e, pad, rows, apart, cache, y
+
+
+def test_more_transformer_ops_match_torch():
+    torch.manual_seed(3)
+    model = MoreTransformerOps().eval()
+    x = torch.randn(1, 4, 10)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 1, 0, 0, 0]])
+    with torch.no_grad():
+        traced = torch.jit.trace(model, (x, mask))
+        want = [w.numpy() for w in model(x, mask)]
+    mod, params = relay.frontend.from_pytorch(traced, [("x", (1, 4, 10)), ("mask", ([1, 10], "int64"))])
+    _check(run_reference(mod, params, {"x": x.numpy(), "mask": mask.numpy()}), want)
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # transformers' Python shape checks
+@pytest.mark.parametrize("name", ["bert", "gpt2", "vit", "whisper"])
+def test_hugging_face_traces_match_torch(name):
+    """Whole ``transformers`` models (one layer, width 32: bench/transformer_models.py's "test"
+    size; BERT with a padding mask, GPT-2 with its causal mask and empty cache) traced by
+    torch.jit.trace, imported, built and run against torch."""
+    pytest.importorskip("transformers", reason="the Hugging Face traces need transformers")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+    from transformer_models import _config, _inputs
+
+    torch.manual_seed(0)
+    model = _config(name, "test").eval()
+    inputs = _inputs(name, model, "test")
+
+    class Last(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *xs):
+            return self.inner(**dict(zip(inputs, xs))).last_hidden_state
+
+    args = tuple(torch.from_numpy(v) for v in inputs.values())
+    with torch.no_grad():
+        traced = torch.jit.trace(Last(model), args, check_trace=False)
+        want = Last(model)(*args).numpy()
+    mod, params = relay.frontend.from_pytorch(traced, [(k, (list(v.shape), str(v.dtype))) for k, v in inputs.items()])
+    got = run_built(mod, params, inputs)
+    # Layer-normed outputs of order 1 from float32 sums of at most 64 terms.
+    _check(got, [want])
+

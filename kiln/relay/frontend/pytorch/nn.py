@@ -16,10 +16,18 @@ def _pair(v):
 
 
 def _conv(ctx, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    if len(ctx.shape_of(x)) != 4:
-        ctx.fail(f"only 2-D convolutions (4-d NCHW input) are supported; got shape {ctx.shape_of(x)}")
+    rank = len(ctx.shape_of(x))
+    if rank not in (3, 4):
+        ctx.fail(f"only 1-D and 2-D convolutions (3-d NCL or 4-d NCHW input) are supported; got shape "
+                 f"{ctx.shape_of(x)}")
     if isinstance(padding, str):
         ctx.fail(f"padding={padding!r} is not supported; trace the model with explicit padding numbers")
+    if rank == 3:  # a 1-D conv (Whisper's stem) is a 2-D one over a height of 1
+        (s,), (p,), (d,), (op,) = ([_pair(v)[0]] for v in (stride, padding, dilation, output_padding))
+        out = _conv(ctx, tf.expand_dims(x, 2), tf.expand_dims(w, 2), None, (1, s), (0, p), (1, d), transposed,
+                    (0, op), groups)
+        out = tf.squeeze(out, [2])
+        return out if b is None else nn.bias_add(out, b)
     ph, pw = _pair(padding)
     if transposed:
         out = nn.conv2d_transpose(x, w, strides=_pair(stride), padding=(ph, pw, ph, pw), dilation=_pair(dilation),
@@ -164,7 +172,8 @@ def _dropout(ctx, ins):
 
 
 CONVERTERS = {
-    "aten::_convolution": _convolution, "aten::conv2d": _conv2d, "aten::batch_norm": _batch_norm,
+    "aten::_convolution": _convolution, "aten::conv2d": _conv2d, "aten::conv1d": _conv2d,
+    "aten::batch_norm": _batch_norm,
     "aten::layer_norm": _layer_norm, "aten::max_pool2d": _max_pool2d, "aten::avg_pool2d": _avg_pool2d,
     "aten::adaptive_avg_pool2d": _adaptive_avg_pool2d, "aten::linear": _linear, "aten::matmul": _matmul,
     "aten::mm": _matmul, "aten::bmm": _matmul, "aten::addmm": _addmm,

@@ -1,6 +1,6 @@
 """aten ops of transformer traces (BERT, GPT-2): embedding, arange, gather, index (one tensor
-index), cumsum, new_ones/new_zeros, comparisons, logical/bitwise and/or, diff and
-scaled_dot_product_attention (written as matmul -> scale -> mask -> softmax -> matmul, the
+index), cumsum, new_ones/new_zeros, zeros/ones/full, where, split, comparisons, logical/bitwise
+and/or, diff and scaled_dot_product_attention (written as matmul -> scale -> mask -> softmax -> matmul, the
 pattern FuseAttention forms nn.attention from)."""
 
 from __future__ import annotations
@@ -64,14 +64,36 @@ def _gather(ctx, ins):
 
 
 def _index(ctx, ins):
+    """x[idx], x[:, idx] (take) and x[i, j, ...] with several index tensors broadcast together
+    (gather_nd): torch puts the broadcast axes where the indexed ones were if those are adjacent,
+    else first."""
     x, indices = ins[0], list(ins[1])
     used = [(d, i) for d, i in enumerate(indices) if i is not None]
-    if len(used) != 1:
-        ctx.fail(f"indexing with {len(used)} index tensors; kiln converts one (x[idx] or x[:, idx])")
-    d, idx = used[0]
-    if ctx.dtype_of(idx) == "bool":
+    if not used:
+        return x
+    if any(_is_expr(i) and ctx.dtype_of(i) == "bool" for _, i in used):
         ctx.fail("boolean mask indexing gives a data-dependent shape; kiln needs static shapes")
-    return tf.take(x, idx, axis=d)
+    used = [(d, i if _is_expr(i) else const(np.asarray(i, "int64"))) for d, i in used]
+    if len(used) == 1:
+        return tf.take(x, used[0][1], axis=used[0][0])
+    shape = ctx.shape_of(x)
+    dims = [d for d, _ in used]
+    lanes = tuple(np.broadcast_shapes(*(tuple(int(n) for n in ctx.shape_of(i)) for _, i in used)))
+    parts = []
+    for d, i in used:
+        i = tf.cast(i, "int64") if ctx.dtype_of(i) != "int64" else i
+        zero, size = const(np.asarray(0, "int64")), const(np.asarray(shape[d], "int64"))
+        i = tensor.where(tensor.less(i, zero), tensor.add(i, size), i)  # negative: from the end
+        parts.append(tf.broadcast_to(i, lanes))
+    rest = [d for d in range(len(shape)) if d not in dims]
+    order = dims + rest
+    data = x if order == list(range(len(shape))) else tf.transpose(x, order)
+    out = scatter.gather_nd(data, tf.stack(parts, len(lanes)))  # (*lanes, *rest)
+    lead = dims[0]
+    if dims == list(range(lead, lead + len(dims))) and lead > 0:  # adjacent: lanes go where dims were
+        nb = len(lanes)
+        out = tf.transpose(out, list(range(nb, nb + lead)) + list(range(nb)) + list(range(nb + lead, nb + len(rest))))
+    return out
 
 
 def _cumsum(ctx, ins):
@@ -90,6 +112,51 @@ def _new_full(value):
         code = ins[2] if len(ins) > 2 else None
         return const(np.full(size, value, dtype=_dtype(code, ctx.dtype_of(x))))
     return convert
+
+
+def _full(value):
+    """zeros/ones(size, dtype, ...) and full(size, fill_value, dtype, ...): a constant."""
+    def convert(ctx, ins):
+        if _is_expr(ins[0]) or any(_is_expr(s) for s in ins[0]):
+            ctx.fail("the size must be known at import (trace with fixed sizes)")
+        size = [int(s) for s in ins[0]]
+        fill, code = (value, ins[1]) if value is not None else (ins[1], ins[2])
+        if _is_expr(fill):
+            ctx.fail("the fill value must be known at import")
+        default = "float32" if isinstance(fill, float) or value is not None else \
+            ("bool" if isinstance(fill, bool) else "int64")
+        return const(np.full(size, fill, dtype=_dtype(code, default)))
+    return convert
+
+
+def _where(ctx, ins):
+    if len(ins) == 1:
+        ctx.fail("where(condition) alone (nonzero) gives a data-dependent shape; kiln needs static shapes")
+    cond, a, b = ins[0], ins[1], ins[2]
+    if not _is_expr(cond):
+        return a if cond else b
+    if ctx.dtype_of(cond) != "bool":
+        cond = tf.cast(cond, "bool")
+    if not _is_expr(a) and not _is_expr(b):
+        a = const(np.asarray(a, "float32" if isinstance(a, float) or isinstance(b, float) else "int64"))
+    a, b = _operands(ctx, a, b)
+    return tensor.where(cond, a, b)
+
+
+def _split(ctx, ins):
+    """split(x, split_size or [sizes], dim) and split_with_sizes: a list of tensors."""
+    x, sizes, dim = ins[0], ins[1], int(ins[2]) if len(ins) > 2 else 0
+    length = ctx.shape_of(x)[dim % len(ctx.shape_of(x))]
+    if isinstance(sizes, int):
+        sizes = [min(sizes, length - start) for start in range(0, length, sizes)]
+    sizes = [int(s) for s in sizes]
+    if sum(sizes) != length:
+        ctx.fail(f"split sizes {sizes} do not add up to the axis's {length}")
+    points = list(np.cumsum(sizes)[:-1])
+    if not points:
+        return [x]
+    parts = tf.split(x, [int(p) for p in points], dim % len(ctx.shape_of(x)))
+    return [parts[i] for i in range(len(sizes))]
 
 
 def _compare(relay_fn, py_fn):
@@ -169,4 +236,6 @@ CONVERTERS = {
     "aten::__or__": _logic(tensor.logical_or, math_ops.bitwise_or, operator.or_),
     "aten::bitwise_or": _logic(tensor.logical_or, math_ops.bitwise_or, operator.or_),
     "aten::diff": _diff, "aten::scaled_dot_product_attention": _sdpa,
+    "aten::zeros": _full(0), "aten::ones": _full(1), "aten::full": _full(None), "aten::where": _where,
+    "aten::split": _split, "aten::split_with_sizes": _split,
 }

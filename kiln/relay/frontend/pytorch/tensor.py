@@ -46,7 +46,10 @@ def _t(ctx, ins):
 
 
 def _cat(ctx, ins):
-    return tf.concatenate(list(ins[0]), int(ins[1]))
+    parts = list(ins[0])
+    # torch skips empty 1-d tensors beside tensors of higher rank (an empty key/value cache)
+    kept = [p for p in parts if tuple(ctx.shape_of(p)) != (0,)] or parts[:1]
+    return kept[0] if len(kept) == 1 else tf.concatenate(kept, int(ins[1]))
 
 
 def _stack(ctx, ins):
