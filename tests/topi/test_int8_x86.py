@@ -174,6 +174,58 @@ def test_same_integers_as_the_canonical_path():
         np.testing.assert_array_equal(a, want)
 
 
+def tflite_gemm_graph(rng, rounding="GEMM"):
+    """int8 (TFLite's scheme) 1x1 conv -> depthwise 3x3 -> dense, each rescaled as the TFLite
+    importer writes its convolutions (frontend/tflite/quantize.py: ``GEMM``, two qnn.requantize,
+    two roundings half up) or, with ``rounding="UPWARD"``, once. Multipliers per channel in
+    [0.2, 1) (ties at the second rounding are frequent; a fifth of that for the dense) and
+    [2**-12, 2**-4); small values keep the large multipliers from saturating most outputs."""
+    from kiln.relay.frontend.tflite import quantize as TQ
+
+    def reals(n):
+        return np.where(np.arange(n) % 2 == 0, rng.uniform(0.2, 1.0, n), np.exp2(rng.uniform(-12, -4, n)))
+
+    def rescale(acc, real, zo, axis=1):
+        return TQ.requantize(acc, real, zo, "int8", axis=axis if np.size(real) > 1 else -1, rounding=rounding)
+
+    x = relay.var("x", shape=(1, 8, 10, 10), dtype="int8")
+    w1 = rng.integers(-9, 10, (16, 8, 1, 1)).astype("int8")
+    y = qnn.op.conv2d(x, relay.const(w1), relay.const(-3), relay.const(0), relay.const(0.05),
+                      relay.const(np.full(16, 0.01, "float32")), kernel_size=(1, 1), channels=16)
+    y = relay.nn.bias_add(y, relay.const(rng.integers(-40, 40, 16).astype("int32")))
+    y = rescale(y, reals(16), 5)
+    w2 = rng.integers(-9, 10, (16, 1, 3, 3)).astype("int8")
+    y = qnn.op.conv2d(y, relay.const(w2), relay.const(5), relay.const(0), relay.const(0.05),
+                      relay.const(np.full(16, 0.01, "float32")), kernel_size=(3, 3), channels=16, groups=16,
+                      padding=(1, 1))
+    y = relay.nn.bias_add(y, relay.const(rng.integers(-40, 40, 16).astype("int32")))
+    y = rescale(y, reals(16), -7)
+    wd = rng.integers(-1, 2, (32, 100)).astype("int8")
+    d = qnn.op.dense(relay.reshape(y, (16, 100)), relay.const(wd), relay.const(-7), relay.const(0),
+                     relay.const(0.05), relay.const(np.float32(0.01)), units=32)
+    d = rescale(relay.add(d, relay.const(rng.integers(-40, 40, 32).astype("int32"))), reals(32) / 5, 2)
+    return module(relay.Tuple([y, d])), {"x": rng.integers(-7, 2, (1, 8, 10, 10)).astype("int8")}
+
+
+@pytest.mark.parametrize("mcpu", ["haswell", "cascadelake", "alderlake"])
+def test_tflite_two_rounding_rescale_fused_into_the_int8_kernels(mcpu):
+    """TFLite's conv / depthwise / fully connected rescale (two roundings) runs in the int8
+    kernels' epilogue (rounding GEMM), with the reference executor's integers; the test data
+    tell it from one rounding."""
+    target = f"llvm -mcpu={mcpu}"
+    mod, inputs = tflite_gemm_graph(np.random.default_rng(4))
+    lib = _build(mod, target)
+    assert {op for op, _, _ in anchor_ops(lib)} == {"nn.contrib_conv2d_int8", "nn.contrib_depthwise_conv2d_int8",
+                                                    "nn.contrib_dense_int8"}
+    want = reference(mod, inputs)
+    once = reference(tflite_gemm_graph(np.random.default_rng(4), "UPWARD")[0], inputs)
+    assert all((w != o).sum() >= 3 for w, o in zip(want, once)), "the data should tell two roundings from one"
+    if not host_runs(target):
+        pytest.skip(f"-mcpu={mcpu}: {why_host_cannot_run(target)} (built only)")
+    for got, w in zip(_run(lib, inputs), want):
+        np.testing.assert_array_equal(got, w)
+
+
 def test_pairs_fit_int16():
     assert int8_pack.pairs_fit_int16(np.array([[64, 64, -128, 0]]), 1)
     assert not int8_pack.pairs_fit_int16(np.array([[64, 65, 0, 0]]), 1)

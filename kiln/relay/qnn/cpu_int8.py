@@ -18,7 +18,8 @@ Data enters in ``NCHW[ib]c`` and the result leaves in ``NCHW[L]c``; ``layout_tra
 the op go back to NCHW for other consumers, and a transform pair between two int8 convs cancels.
 qnn.dense chains become ``nn.contrib_dense_int8`` (plain (M, K) data, (M, N) result), or on an AMX
 host with >= 16 rows the AMX conv over the rows as a 1 x M image (``_Rewrite.dense_amx``).
-Everything else (depthwise and grouped convs, non-zero kernel zero points, TFLITE rounding) is
+TFLite's two-rounding rescale of convolutions (two qnn.requantize, ``_gemm_first``) fuses as
+rounding ``GEMM``. Everything else (grouped convs, non-zero kernel zero points, TFLITE rounding) is
 left to CanonicalizeOps. The integers are those of the canonical path, bit for bit.
 """
 
@@ -88,6 +89,11 @@ def _requant_np(acc, bias, q, s, a, axis):
     lo, hi = dtype_range(a.out_dtype)
     if a.rounding == "FLOAT32":
         return np.clip(requantize_float32(x, q) + a.out_zp, lo, hi).astype(a.out_dtype)
+    if a.rounding == "GEMM":  # TFLite's two roundings half up (x86/conv2d_int8.requantize_epilogue)
+        high = np.right_shift(x * q + (1 << 30), 31)
+        k = s - 31
+        return np.clip(np.right_shift(high + np.right_shift(np.left_shift(1, k), 1), k) + a.out_zp,
+                       lo, hi).astype(a.out_dtype)
     p = x * q + np.left_shift(np.int64(1), s - 1)
     if a.rounding == "TONEAREST":
         p = p - (x < 0)
@@ -223,6 +229,7 @@ class _Rewrite(ExprMutator):
         self.blocked: dict = {}  # id(NCHW view of an int8 conv) -> (the blocked call, its block)
         self.views: dict = {}    # (id(x), ib) -> x as NCHW[ib]c, shared by its consumers
         self.keep: list = []     # the keys' nodes stay alive, so their ids stay unique
+        self.first = None        # the int32 first step of the requantize being fused (_gemm_first)
 
     def visit_Function(self, f):
         if f.attrs.get("Primitive"):
@@ -239,10 +246,14 @@ class _Rewrite(ExprMutator):
             return self.blocked_pool(new)
         if new.op is not qcore.REQUANTIZE:
             return new
-        chain = _match(new)
+        first = _gemm_first(new)
+        if first is not None and np.size(value_of(new.args[1])) > 1 and new.attrs.axis != first.attrs.axis:
+            return new
+        chain = _match(new if first is None else first)
         if chain is None:
             return new
         mm, bias = chain
+        self.first = first
         try:
             if mm.op is qnn_nn.CONV2D:
                 return self.conv(mm, bias, new)
@@ -473,14 +484,17 @@ class _Rewrite(ExprMutator):
 
         _, si, zi, so, zo = rq.args
         ra = rq.attrs
-        if ra.rounding not in ("UPWARD", "TONEAREST", "FLOAT32") or ra.out_dtype not in ("uint8", "int8"):
+        rounding = ra.rounding if self.first is None else "GEMM"
+        if rounding not in ("UPWARD", "TONEAREST", "FLOAT32", "GEMM") or ra.out_dtype not in ("uint8", "int8"):
             raise _Skip
         vals = [value_of(v) for v in (si, zi, so, zo)]
         if any(v is None for v in vals) or np.any(vals[1]) or vals[3].size != 1:
             raise _Skip
-        if ra.rounding == "FLOAT32":  # float32 multipliers; the shift input is unused
+        if rounding == "FLOAT32":  # float32 multipliers; the shift input is unused
             m = np.ascontiguousarray(np.broadcast_to(float32_multiplier(vals[0], vals[2]), (channels,)))
             params = (m.astype(np.float32), np.zeros(channels, np.int64))
+        elif rounding == "GEMM":
+            params = _gemm_params(self.first, multiplier(vals[0], vals[2]), channels)
         else:
             params = requant_params(np.broadcast_to(multiplier(vals[0], vals[2]), (channels,)))
         if params is None:
@@ -489,11 +503,51 @@ class _Rewrite(ExprMutator):
         total = b - zx * wsum
         if np.any(np.abs(total) >= 1 << 31):
             raise _Skip
-        attrs = dict(out_zp=int(vals[3].ravel()[0]), out_dtype=ra.out_dtype, rounding=ra.rounding)
+        if rounding == "GEMM" and reduction * 255 * 128 + int(np.abs(total).max(initial=0)) >= 1 << 30:
+            raise _Skip  # |acc + bias| < 2**30: the first step's result and the second's sum fit int32
+        attrs = dict(out_zp=int(vals[3].ravel()[0]), out_dtype=ra.out_dtype, rounding=rounding)
         if ra.rounding == "FLOAT32":  # |float32(acc + bias) * m| < 2**30: no float clamp needed
             bound = (reduction * 255 * 128 + float(np.abs(total).max(initial=0))) * float(params[0].max(initial=0))
             attrs["float_clamp"] = bool(bound >= 2.0 ** 30)
         return total.astype(np.int32), params[0], params[1], attrs
+
+
+def _gemm_first(rq):
+    """The first step of TFLite's two-rounding conv rescale under ``rq`` (the second), or None.
+
+    The TFLite importer writes it (frontend/tflite/quantize.py, rounding ``GEMM``) as two
+    qnn.requantize: ``high = round_half_up(acc * q / 2**31)`` to int32 (zero points 0), then
+    ``round_half_up(high / 2**k)`` with the output zero point; fused, the kernel epilogue
+    computes both (``_gemm_params``)."""
+    inner = rq.args[0]
+    if not isinstance(inner, Call) or inner.op is not qcore.REQUANTIZE:
+        return None
+    ia, oa = inner.attrs, rq.attrs
+    if ia.rounding != "UPWARD" or oa.rounding != "UPWARD" or ia.out_dtype != "int32":
+        return None
+    zeros = [value_of(v) for v in (inner.args[2], inner.args[4], rq.args[2])]
+    if any(z is None or np.any(z) for z in zeros):
+        return None
+    return inner
+
+
+def _gemm_params(first, second, channels: int):
+    """(q, 31 + k) of a two-step rescale whose first multiplier is ``q * 2**-31`` (q in
+    [2**30, 2**31), as TFLite's) and second ``2**-k`` (0 <= k <= 30), per channel; else None."""
+    from .fixed_point import quantize_multiplier
+
+    r1 = value_of(first.args[1]), value_of(first.args[3])
+    if r1[0] is None or r1[1] is None:
+        return None
+    real1 = np.broadcast_to(multiplier(*r1), (channels,)).astype(np.float64)
+    real2 = np.broadcast_to(np.asarray(second, np.float64), (channels,))
+    q, e = quantize_multiplier(real1)
+    mant, exp = np.frexp(real2)
+    k = 1 - exp
+    if np.any(e != 0) or np.any(q.astype(np.float64) * 2.0 ** -31 != real1) or np.any(mant != 0.5) or \
+            np.any(k < 0) or np.any(k > 30):
+        return None
+    return q.astype(np.int64), (31 + k).astype(np.int64)
 
 
 class _Skip(Exception):

@@ -13,7 +13,8 @@ over 4 input channels x L output lanes is one tensor intrinsic (x86/int8_intrin.
 
 Requantize (UPWARD / TONEAREST rounding, as qnn.requantize): ``acc + bias`` in int64, times the
 multiplier q, plus half, arithmetic shift right by s, plus the output zero point, clamped; the
-same integers as kiln/relay/qnn/fixed_point.py.
+same integers as kiln/relay/qnn/fixed_point.py. ``FLOAT32`` (onnxruntime's) and ``GEMM``
+(TFLite's two roundings) are in ``requantize_epilogue``.
 """
 
 from __future__ import annotations
@@ -236,6 +237,9 @@ def requantize_epilogue(acc, bias, mult, shift, out_zp: int, lo: int, hi: int, o
     ``rounding="FLOAT32"`` ``mult`` is float32 and ``clamp(round(float32(acc + bias) * m) + zp)``;
     ``float_clamp=False`` where the caller knows ``|round(...)| < 2**30`` (no float clamp before
     the int32 conversion: the int32 clamp and the narrowing become saturating packs).
+    ``rounding="GEMM"``: TFLite's optimized conv / fully connected rescale of a multiplier
+    ``q * 2**-shift`` below 1: ``high = (x * q + 2**30) >> 31``, then ``(high + 2**(k-1)) >> k``
+    with ``k = shift - 31``, two roundings half up; the caller makes sure ``|high| < 2**30``.
 
     ``bias``/``mult``/``shift``: 1-D tensors over the channels (int32, int64, int64); ``index``
     maps an output index to (accumulator index, channel); default: blocked NCHW[L]c."""
@@ -252,6 +256,18 @@ def requantize_epilogue(acc, bias, mult, shift, out_zp: int, lo: int, hi: int, o
             if float_clamp:
                 y = clamp_float(y, lo - out_zp, hi - out_zp)
             y = y.astype("int32") + tir.const(out_zp, "int32")
+            return tir.min(tir.max(y, tir.const(lo, "int32")), tir.const(hi, "int32")).astype(out_dtype)
+        return te.compute(shape, f, name="requantize_int8", tag=REQUANT_TAG)
+
+    if rounding == "GEMM":  # TFLite's conv/FC rescale: two roundings half up (see below)
+        def f(*i):
+            at, ch = index(*i)
+            x = (acc[at] + bias[ch]).astype("int64")
+            q = mult[ch].astype("int32").astype("int64")  # q < 2**31: a sign-extended 32-bit product
+            high = ((x * q + tir.const(1 << 30, "int64")) >> tir.const(31, "int64")).astype("int32")
+            k = (shift[ch] - tir.const(31, "int64")).astype("int32")
+            half = (tir.const(1, "int32") << k) >> tir.const(1, "int32")
+            y = ((high + half) >> k) + tir.const(out_zp, "int32")
             return tir.min(tir.max(y, tir.const(lo, "int32")), tir.const(hi, "int32")).astype(out_dtype)
         return te.compute(shape, f, name="requantize_int8", tag=REQUANT_TAG)
 
