@@ -13,10 +13,10 @@ Output (N, O/b, OH, OW, b): the depthwise conv of ``clip(conv1x1 + bias, act_min
 zero-padded by ``padding`` (top, left, bottom, right), with ``strides``.
 
 ``nn.contrib_conv2d_bias_NCHWc`` / ``nn.contrib_conv2d_bias_residual_NCHWc``: a bfloat16 conv2d
-accumulating in float32, rounded to bfloat16, plus its bias, plus (the second op) a residual,
-then relu if ``relu`` -- each addition in bfloat16 (rounded), as ToMixedPrecision's ops compute
-them (the FuseConvEpilogue pass makes them on CPUs with AMX-BF16; topi.x86.amx_bf16 computes
-them with the epilogue applied to the AMX tiles in cache). Inputs:
+summed in float32, plus its bias, plus (the second op) a residual, then relu if ``relu``, rounded
+to bfloat16 once (the FuseConvEpilogue pass makes them on CPUs with AMX-BF16 from
+ToMixedPrecision's conv + cast + add [+ add] [+ relu], which round three times;
+topi.x86.amx_bf16 computes them with the epilogue applied to the AMX tiles in cache). Inputs:
 
     data      (N, C/ib, H, W, ib), or a plain (N, C, H, W) image of at most 4 channels
     weight    (O/b, C/ib, KH, KW, ib/2, b, 2) (channel pairs), or (O/b, C, KH, KW, 1, b) for plain data
@@ -132,22 +132,21 @@ def _conv_bias_ref(a, x, weight, bias, residual=None):
     sums = conv2d_nchw_ref(xs, unpack_conv_weight(weight).astype(np.float64), a.strides, a.padding, a.dilation, 1)
     n, c, oh, ow = sums.shape
     b = weight.shape[5]
-    out = sums.reshape(n, c // b, b, oh, ow).transpose(0, 1, 3, 4, 2).astype(np.float32).astype(bf16)
-    out = (out + bias.astype(bf16)).astype(bf16)
+    out = sums.reshape(n, c // b, b, oh, ow).transpose(0, 1, 3, 4, 2) + bias.astype(np.float64)
     if residual is not None:
-        out = (out + residual.astype(bf16)).astype(bf16)
+        out = out + residual.astype(np.float64)
     if a.relu:
-        out = np.where(out < 0, bf16(0), out).astype(bf16)
-    return np.ascontiguousarray(out)
+        out = np.maximum(out, 0.0)
+    return np.ascontiguousarray(out.astype(np.float32).astype(bf16))
 
 
 _CONV_ATTRS = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "relu": False}
 CONV_BIAS = OpDef("nn.contrib_conv2d_bias_NCHWc", ("data", "weight", "bias"), dict(_CONV_ATTRS),
                   _conv_bias_rel, OpPattern.OPAQUE, _conv_bias_ref,
-                  doc="bfloat16 conv2d (float32 sums) + bias [+ relu] as one kernel (packed weights)")
+                  doc="bfloat16 conv2d + bias [+ relu] in float32, rounded once, as one kernel (packed weights)")
 CONV_BIAS_RESIDUAL = OpDef("nn.contrib_conv2d_bias_residual_NCHWc", ("data", "weight", "bias", "residual"),
                            dict(_CONV_ATTRS), _conv_bias_rel, OpPattern.OPAQUE, _conv_bias_ref,
-                           doc="bfloat16 conv2d (float32 sums) + bias + residual [+ relu] as one kernel")
+                           doc="bfloat16 conv2d + bias + residual [+ relu] in float32, rounded once, as one kernel")
 
 OPS = [EXPAND_DEPTHWISE, CONV_BIAS, CONV_BIAS_RESIDUAL]
 

@@ -9,12 +9,12 @@ after it run as one kernel, ``nn.contrib_conv2d_bias_NCHWc`` (or ``..._residual_
   ->
     %5 = nn.contrib_conv2d_bias_residual_NCHWc(%x, pack(W), B, %r, relu=True)
 
-The AMX kernel (topi/x86/amx_bf16.py) applies the rounding, the additions and the relu to each
-tile of float32 sums while it is in L1, in the same order and precision as the unfused ops (each
-bfloat16 addition rounded), so the result is the same bits; what goes is the float32 output
-(twice the bfloat16 one) written to memory and read back by a separate epilogue kernel, and that
-kernel's pass. Measured per layer (one core, CPU time): 64->256 1x1 at 56x56 0.50 -> 0.28 ms,
-64->64 3x3 at 56x56 0.41 -> 0.28 ms.
+The AMX kernel (topi/x86/amx_bf16.py) applies the additions and the relu to each tile of float32
+sums while it is in L1 and rounds once; what goes is the float32 output (twice the bfloat16 one)
+written to memory and read back by a separate epilogue kernel, and that kernel's three roundings
+(after the conv, the bias and the residual): the result is closer to float32's, not further, as
+with FuseExpandDepthwise. Measured per layer (one core, CPU time): 64->256 1x1 at 56x56 0.50 ->
+0.28 ms (epilogue in bfloat16, as the unfused ops) -> 0.2 ms (in float32, one rounding).
 
 Runs on x86 after AlterOpLayout (blocked layouts; the weight must be constant) and after
 FuseExpandDepthwise (whose 1x1 convs it leaves alone); only where ``cpu_facts`` gives the target

@@ -108,11 +108,13 @@ def conv2d_nchwc_amx(data, kernel, p, bn: int, plain_output: bool = False, row: 
 
 @dataclasses.dataclass(frozen=True)
 class Epilogue:
-    """What the kernel does to the float32 sums of a bfloat16 output, in the order the unfused
-    relay ops would (each bfloat16 operation rounds, as ``promote_bfloat16`` makes them): round
-    to bfloat16, add ``bias`` (a (1, O/bn, 1, 1, bn) buffer), add ``residual`` (a buffer shaped
-    as the output), ``relu`` (topi.nn.relu's select). Bias and residual are the kernel's extra
-    inputs, in that order."""
+    """What the kernel does to the float32 sums of a bfloat16 output: add ``bias`` (a (1, O/bn,
+    1, 1, bn) buffer) and ``residual`` (a buffer shaped as the output), both widened to float32
+    (exact), apply ``relu``, and round to bfloat16 once. The unfused ops ToMixedPrecision writes
+    round after the conv and after each addition (three roundings); this is closer to float32's
+    result and costs a third of the vector work per output (each rounding is seven instructions,
+    and the epilogue bounds 1x1 convs with few input channels). Bias and residual are the
+    kernel's extra inputs, in that order."""
     bias: bool = False
     residual: bool = False
     relu: bool = False
@@ -173,17 +175,18 @@ class Runs:
 
 
 def _epilogue_value(ep: Epilogue, sums, bias, residual, bias_at, out_at):
-    """The output vector of 16 float32 sums: rounded, then the epilogue's operations in bfloat16."""
-    bf = _dt("bfloat16x16")
-    v = E.cast(sums, bf)
+    """The output vector of 16 float32 sums: plus bias and residual (widened: exact), relu, then
+    rounded to bfloat16 once."""
+    f32 = _dt("float32x16")
+    v = sums
     if bias is not None:
-        v = v + E.BufferLoad(_flat(bias), (_ramp16(bias_at),), bf)
+        v = v + E.cast(E.BufferLoad(_flat(bias), (_ramp16(bias_at),), _dt("bfloat16x16")), f32)
     if residual is not None:
-        v = v + E.BufferLoad(_flat(residual), (_ramp16(out_at),), bf)
+        v = v + E.cast(E.BufferLoad(_flat(residual), (_ramp16(out_at),), _dt("bfloat16x16")), f32)
     if ep.relu:
-        zero = E.Broadcast(E.const(0.0, "bfloat16"), 16, bf)
-        v = tir.Select(v < zero, zero, v, bf)
-    return v
+        zero = E.Broadcast(E.const(0.0, "float32"), 16, f32)
+        v = tir.Select(v < zero, zero, v, f32)
+    return E.cast(v, _dt("bfloat16x16"))
 
 
 def _flat(buf):
@@ -401,8 +404,8 @@ def conv2d_plain_amx(data, kernel_vec, p, bn: int, plain_output: bool = False, o
 
 def conv2d_amx_fused(data, kernel, bias, residual=None, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
                      relu: bool = False):
-    """bfloat16 NCHW{bn}c output of ``relu(round(conv) + bias + residual)``, each bfloat16 addition
-    rounded as the unfused ops round it, computed from the kernel's tiles while they are in L1.
+    """bfloat16 NCHW{bn}c output of ``round(relu(conv + bias + residual))``, summed in float32 and
+    rounded once (``Epilogue``), computed from the kernel's tiles while they are in L1.
 
     ``data``: bfloat16 NCHW{ib}c (ib 16 or 32), or plain NCHW with at most 4 channels (an RGB
     image); ``kernel``: pair-packed (O/bn, C/ib, KH, KW, ib/2, bn, 2), or for plain data

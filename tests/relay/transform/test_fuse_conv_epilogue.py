@@ -1,5 +1,5 @@
-"""FuseConvEpilogue: bfloat16 conv2d + bias [+ residual] [+ relu] as one AMX kernel, the same bits
-as the unfused ops; only for targets LLVM gives AMX-BF16. (The fused ops against their numpy
+"""FuseConvEpilogue: bfloat16 conv2d + bias [+ residual] [+ relu] as one AMX kernel that rounds once
+(closer to float32 than the unfused ops' three roundings); only for targets LLVM gives AMX-BF16. (The fused ops against their numpy
 reference: tests/relay/test_build_ops.py::test_amx_conv_bias_ops_match_reference.)"""
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ AMX = "llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids"
 FUSED = "nn_contrib_conv2d_bias_"  # both ops' kernel names start so
 
 
-def _resnet_like():
+def _resnet_like(mixed: bool = True):
     """An RGB 7x7/2 stem + relu, a basic block (3x3 + relu, 3x3 + residual + relu), and a
     downsampling block (3x3/2 + relu, 3x3; 1x1/2 shortcut; add; relu): each epilogue ResNet has;
-    then a global average pool (blocked too, so the last add stays on blocked data)."""
+    then a global average pool (blocked too, so the last add stays on blocked data). ``mixed``:
+    after ToMixedPrecision("bfloat16"), else the float32 net."""
     rng = np.random.default_rng(0)
 
     def conv(x, c, o, k, stride=1):
@@ -39,7 +40,8 @@ def _resnet_like():
     block = relay.nn.relu(relay.add(conv(y, 32, 32, 3), stem))
     y = relay.nn.relu(conv(block, 32, 64, 3, 2))                     # 8x8
     out = relay.nn.global_avg_pool2d(relay.nn.relu(relay.add(conv(y, 64, 64, 3), conv(block, 32, 64, 1, 2))))
-    return to_mixed_precision(relay.Function([x], out), "bfloat16")
+    func = relay.Function([x], out)
+    return to_mixed_precision(func, "bfloat16") if mixed else func
 
 
 def _build(func, target, fuse=True):
@@ -50,9 +52,12 @@ def _build(func, target, fuse=True):
     return lib, sum(FUSED in n for n in names)
 
 
-def test_fused_kernels_give_the_unfused_bits():
-    """Every conv of the net becomes one fused kernel (6 of 6) and the output is bit for bit the
-    unfused build's: the epilogue rounds and adds in bfloat16 exactly as the separate ops do."""
+def test_fused_kernels_are_no_further_from_float32():
+    """Every conv of the net becomes one fused kernel (6 of 6), and its output (one rounding per
+    conv) is no further from the float32 net's (numpy reference) than the unfused build's (three
+    roundings per conv): mean and max difference over the 64 outputs."""
+    from kiln.relay import reference
+
     func = _resnet_like()
     fused, count = _build(func, AMX)
     unfused, none = _build(func, AMX, fuse=False)
@@ -62,14 +67,18 @@ def test_fused_kernels_give_the_unfused_bits():
     if why_not:
         pytest.skip(f"AMX code cannot run here: {why_not}")
     x = np.random.default_rng(1).standard_normal((1, 3, 30, 30)).astype("float32")
-    outs = []
+    want = np.asarray(reference.run(tvm.IRModule.from_expr(_resnet_like(mixed=False)), {"x": x}), np.float64)
+    errors = []
     for lib in (fused, unfused):
         m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
         m.set_input(x=x)
         m.run()
-        outs.append(m.get_output(0).numpy())
-    np.testing.assert_array_equal(outs[0], outs[1])
-    assert np.abs(outs[0]).max() > 0  # relu did not zero everything
+        errors.append(np.abs(m.get_output(0).numpy() - want))
+    assert np.abs(want).max() > 0  # relu did not zero everything
+    assert errors[0].mean() <= errors[1].mean() and errors[0].max() <= errors[1].max(), \
+        (errors[0].mean(), errors[1].mean(), errors[0].max(), errors[1].max())
+    # and within bfloat16's reach: a few steps of 2^-8 at the outputs' scale
+    assert errors[0].max() <= 2.0 ** -5 * np.abs(want).max()
 
 
 @pytest.mark.parametrize("cpu", ["sapphirerapids -mattr=-amx-bf16", "znver4", "haswell"])
