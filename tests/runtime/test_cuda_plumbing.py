@@ -248,20 +248,21 @@ def test_wrong_device_and_types_module(fake):
 
 def _relay_two_ops():
     """A relay model whose fused op launches two kernels with device workspace between them
-    (float16 dense on tensor cores, then its bias + relu epilogue), built for the fake device (sm_90)."""
+    (a batch-1 float16 7 x 7 conv on tensor cores with its reduction split across blocks, then
+    the kernel summing the slices with the relu epilogue), built for the fake device (sm_90)."""
     from kiln import relay
 
-    x = relay.var("x", shape=(16, 32), dtype="float16")
-    w = relay.var("w", shape=(32, 32), dtype="float16")
-    b = relay.var("b", shape=(32,), dtype="float16")
-    y = relay.nn.relu(relay.nn.bias_add(relay.nn.dense(x, w), b))
-    mod = tvm.IRModule.from_expr(relay.Function([x, w, b], relay.exp(y)))
+    x = relay.var("x", shape=(1, 256, 7, 7), dtype="float16")
+    w = relay.var("w", shape=(256, 256, 3, 3), dtype="float16")
+    b = relay.var("b", shape=(256,), dtype="float16")
+    y = relay.nn.relu(relay.nn.bias_add(relay.nn.conv2d(x, w, padding=(1, 1)), b))
+    mod = tvm.IRModule.from_expr(relay.Function([x, w, b], y))
     with tvm.transform.PassContext(opt_level=3):
         return relay.build(mod, target=tvm.target.Target("cuda", host="llvm"))
 
 
 def _inputs(ex):
-    for name, shape in (("x", (16, 32)), ("w", (32, 32)), ("b", (32,))):
+    for name, shape in (("x", (1, 256, 7, 7)), ("w", (256, 256, 3, 3)), ("b", (256,))):
         ex["set_input"](name, np.random.rand(*shape).astype("float16"))
 
 

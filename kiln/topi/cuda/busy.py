@@ -63,7 +63,21 @@ def more_blocks(ty: list[int], tx: list[int], m: int, n: int, batch: int, want: 
     return ty, tx
 
 
-def pad_slab(stage) -> None:
-    """Rows of the shared slab ``stage`` padded so that their stride % 8 == 1, on CUDA (module doc)."""
-    if min_blocks() and len(stage.op.axis) >= 2:
+def pad_slab(stage, mm, tensor) -> None:
+    """Rows of the shared slab ``stage`` (of ``tensor``, read by the product ``mm``) padded so
+    that their stride % 8 == 1, on CUDA, where its rows run along the reduction (module doc):
+    slabs whose rows run along the output (matmul's K x N B) are read along them, 16 bytes at a
+    time, which the padding would misalign."""
+    if min_blocks() and len(stage.op.axis) >= 2 and _rows_along_reduction(mm, tensor):
         stage.storage_align(stage.op.axis[-2], 8, 1)
+
+
+def _rows_along_reduction(mm, tensor) -> bool:
+    from kiln.ir import expr as E
+    from kiln.ir.functor import post_order_visit
+
+    k = mm.op.reduce_axis[0].var
+    found = []
+    post_order_visit(mm.op.body[0], lambda n: found.append(n) if isinstance(n, E.ProducerLoad)
+                     and n.producer.op is tensor.op else None)
+    return bool(found) and all(n.indices[-1] is k for n in found)

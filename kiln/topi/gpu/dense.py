@@ -251,8 +251,8 @@ def schedule_tiled(s, mm, out, conf, shared: bool = True, vector: bool = True) -
     s[bb].compute_at(lt, ko)
     from ..cuda.busy import pad_slab
 
-    pad_slab(s[aa])
-    pad_slab(s[bb])
+    pad_slab(s[aa], mm, a)
+    pad_slab(s[bb], mm, b)
     threads = [("threadIdx.y", conf["tile_y"][2]), ("threadIdx.x", conf["tile_x"][2])]
     for cache in (aa, bb):
         _fetch(s, cache, threads, int(conf.get("vec", 1)))
