@@ -184,7 +184,8 @@ static inline float kiln_rne22(float v) {
 # order (each consumed by the dual MACs after it): without it GCC expands one accumulator's whole
 # chain first and spills the other loads. Two 32-bit outputs rather than one 64-bit: a 64-bit
 # value wants a consecutive register pair, and GCC moved halves through the stack to get one
-# (the tuning template's 2 x 2 tiles: 372 k -> 303 k instructions for DS-CNN's stem). kiln_base hides a tile's address from GCC's
+# (the tuning template's 2 x 2 tiles: 372 k -> 303 k instructions for DS-CNN's stem).
+# kiln_base hides a tile's address from GCC's
 # induction-variable pass, which would otherwise keep one pointer per unrolled word, spilled.
 LD64_PRELUDE = r"""
 typedef int64_t kiln_i64_alias __attribute__((may_alias, aligned(4)));
