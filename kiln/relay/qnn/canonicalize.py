@@ -90,9 +90,10 @@ def fixed_point(x64, real, rounding: str, axis: int, ndim: int):
         if np.any(left):
             x64 = ft.clip(ft.multiply(x64, c(np.left_shift(1, left))), -(1 << 31), (1 << 31) - 1)
         ab = ft.multiply(x64, c(q))
-        nudge = ft.where(ft.greater_equal(ab, const(0, "int64")), const(1 << 30, "int64"),
-                         const(1 - (1 << 30), "int64"))
-        high = ft.divide(ft.add(ab, nudge), const(1 << 31, "int64"))  # truncates toward zero, as C
+        # TFLite's (ab + nudge) / 2**31 truncated toward zero, nudge 2**30 or 1 - 2**30 by sign, is
+        # floor((ab + 2**30) / 2**31) for either sign (ab < 0: trunc(t / 2**31) = floor((t + 2**31
+        # - 1) / 2**31) for t = ab + 1 - 2**30 < 0): one add and an arithmetic shift
+        high = fmath.right_shift(ft.add(ab, const(1 << 30, "int64")), const(31, "int64"))
         if not np.any(right):
             return high, zero
         # floor_mod / floor_divide by 2**right as a mask and an arithmetic shift (same integers in

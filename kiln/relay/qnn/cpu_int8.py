@@ -30,6 +30,7 @@ import numpy as np
 from ..expr import Call, Constant, const
 from ..op import nn as fnn
 from ..op import nn_pool as fpool
+from ..op import tensor as ft
 from ..op import transform as ftf
 from ..op.registry import OpDef, OpPattern, RelCtx
 from ..ty import TensorType
@@ -244,6 +245,8 @@ class _Rewrite(ExprMutator):
             return self.batch_matmul(new)
         if new.op is fpool.MAX_POOL2D and new.attrs.layout == "NCHW":
             return self.blocked_pool(new)
+        if new.op in (ft.ADD, ft.SUBTRACT, ft.MULTIPLY, ft.MAXIMUM, ft.MINIMUM, ftf.CAST):
+            return self.blocked_elemwise(new)
         if new.op is not qcore.REQUANTIZE:
             return new
         first = _gemm_first(new)
@@ -251,7 +254,7 @@ class _Rewrite(ExprMutator):
             return new
         chain = _match(new if first is None else first)
         if chain is None:
-            return new
+            return self.blocked_elemwise(new)
         mm, bias = chain
         self.first = first
         try:
@@ -293,6 +296,29 @@ class _Rewrite(ExprMutator):
             return call
         out = Call(call.op, [self.to_block(a, block), self.to_block(b, block), *call.args[2:]], call.attrs)
         return self._record(out, block)
+
+    def blocked_elemwise(self, call):
+        """An elementwise op of an int8 kernel's result and scalar constants (or another blocked
+        result of its shape and block), or a qnn.requantize of it with scalar parameters, stays
+        blocked, so it fuses into the kernel: TFLite's activation clamps, its ADD (shifts, three
+        requantizes, an add: frontend/tflite/qnn_elementwise.py) and the int8 -> uint8 shift that
+        qnn.Legalize puts before the next conv (``cast(x + 128)``) then cost no pass of their own
+        and no layout_transform pair around them."""
+        got = self.blocked.get(id(call.args[0]))
+        if got is None:
+            return call
+        blocked, block = got
+        args = [blocked]
+        shape = infer(call.args[0]).checked_type.shape
+        for a in call.args[1:]:
+            other = self.blocked.get(id(a))
+            if other is not None and other[1] == block and infer(a).checked_type.shape == shape:
+                args.append(other[0])
+            elif isinstance(a, Constant) and a.data.size == 1 and a.data.ndim <= len(shape):
+                args.append(a)
+            else:
+                return call
+        return self._record(Call(call.op, args, call.attrs), block)
 
     def blocked_pool(self, call):
         got = self.blocked.get(id(call.args[0]))

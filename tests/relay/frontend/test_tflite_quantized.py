@@ -134,6 +134,33 @@ def test_mobilenet_v2_int8_built_for_llvm(mobilenet_int8):
     _mobilenet_check(mobilenet_int8, run_built)
 
 
+def test_mobilenet_v2_int8_stays_in_the_int8_kernels_layout_on_x86(mobilenet_int8):
+    """On x86 the int8 kernels keep the network in their blocked layout: TFLite's activation
+    clamps, its ADDs (three requantizes and an add) and qnn.Legalize's int8 -> uint8 shift before
+    each conv stay blocked and fuse into the kernels (relay/qnn/cpu_int8.py), so layout_transform
+    is left at the input and the head only, and the ADD runs in the projection conv's kernel.
+    The output is the builtin kernels' exactly (the two-rounding rescale fused: rounding GEMM)."""
+    import kiln as tvm
+    from kiln.contrib import graph_executor
+    from kiln.relay.qnn.cpu_int8 import x86_plan
+
+    if x86_plan(tvm.target.Target("llvm")) is None:
+        pytest.skip("the host is not an x86 CPU with AVX2: no CPU int8 kernels")
+    mod, params = relay.frontend.from_tflite(mobilenet_int8)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target="llvm", params=params)
+    text = lib.ir_mod["main"].astext()
+    kernels = text.split("fn (")[1:]
+    assert text.count("layout_transform(") <= 4, text.count("layout_transform(")
+    assert any("nn.contrib_conv2d_int8" in k and "right_shift" in k for k in kernels), "the ADD should fuse"
+    x = np.random.default_rng(5).standard_normal((1, 16, 16, 3)).astype("float32")
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    m.set_input(input=x)
+    m.run()
+    for i, w in enumerate(TB.run_tflite(mobilenet_int8, {"input": x})):
+        assert _steps(m.get_output(i).numpy(), w).max() == 0
+
+
 def _bad_model(scale=0.05, zero_point=3, w_scales=(0.01, 0.02, 0.03)):
     m = TB.FlatModel()
     x = m.tensor("x", (1, 4, 4, 2), "int8", quant=([scale], [zero_point], 0))
