@@ -202,7 +202,7 @@ def x86_plan(target):
 
     if target is None or target.kind.name != "llvm":
         return None
-    from ..backend.te_compiler import target_family
+    from ..backend.family import target_family
     family = target_family(target)
     if family == "arm_cpu":
         from kiln.topi.arm_cpu.int8_intrin import int8_tier as arm_tier
