@@ -402,6 +402,13 @@ def _conv2d_blocked_prepack(a, types, cfg):
         bn = _nchwc_config(a, dshape, (o, i, kh, kw), cfg)["oc_bn"]
         ib = max(ib, 1)
         from kiln.topi.x86 import conv2d_bf16
+        if str(types[1].dtype) == "bfloat16" and conv2d_bf16.bf16_tier() is None:
+            # No bfloat16 instructions (AVX2, AVX-512 before Cooper Lake): the tile multiplies in
+            # float32, so the weight is widened once here (exact) instead of at each load in the
+            # tile (docs/mixed-precision.md; MobileNetV2 in znver3 code: 3.1x -> ... float32's time)
+            return WeightTransform(1, (o // bn, i // ib, kh, kw, ib, bn),
+                                   lambda w: prepack_kernel_nchwc(np.asarray(w, np.float32), ib, bn),
+                                   ("nchwc-widened", ib, bn), "float32")
         if conv2d_bf16.pairs_apply(types[0].dtype, types[1].dtype, ib):  # channel pairs (docs/topi.md)
             return WeightTransform(1, (o // bn, i // ib, kh, kw, ib // 2, bn, 2),
                                    lambda w: conv2d_bf16.prepack_kernel_nchwc_bf16(w, ib, bn), ("nchwc-bf16", ib, bn))
