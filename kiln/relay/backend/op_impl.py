@@ -464,7 +464,7 @@ def _dense_prepack(a, types, cfg):
 
 def _attention(a, x, t, ctx):
     if not hasattr(ctx.topi, "attention"):
-        raise CompileError("nn.attention has a compute for x86 CPUs only; FuseAttention forms it for x86 targets "
+        raise CompileError("nn.attention has a compute for x86 CPUs and GPUs only; FuseAttention forms it for x86 and CUDA targets "
                            "(build for an x86 llvm target, or leave the batch_matmul/softmax chain unfused)")
     return ctx.topi.attention(*x, a.scale, a.key_transposed, a.value_transposed, cfg=ctx.cfg)
 
@@ -623,7 +623,8 @@ SCHEDULES: dict[str, dict[str, Callable]] = {
                                "arm_cpu": topi.arm_cpu.schedule_depthwise_conv2d_NCHWc},
     "expand_depthwise_NCHWc": {"x86": topi.x86.schedule_expand_depthwise_NCHWc},  # made on x86 only
     "conv2d_amx_fused": {"x86": lambda outs, cfg=None: topi.x86.amx_bf16.schedule_conv2d_amx_fused(outs)},  # AMX only
-    "attention": {"x86": topi.x86.schedule_attention},  # FuseAttention forms it on x86 only
+    "attention": {"x86": topi.x86.schedule_attention,  # FuseAttention forms it on x86 and CUDA
+                  "gpu": topi.gpu.schedule_attention},
 }
 
 SCHEDULES.update(_cpu_int8.SCHEDULES())

@@ -139,9 +139,9 @@ def FuseConvEpilogue():  # noqa: N802
 
 
 def FuseAttention():  # noqa: N802
-    """On an x86 target, each batch_matmul -> scale -> mask -> softmax -> batch_matmul chain as one
-    nn.attention op that keeps a head's scores in cache (fuse_attention.py). Other targets, or no
-    target: the function unchanged."""
+    """On an x86 or CUDA target, each batch_matmul -> scale -> mask -> softmax -> batch_matmul chain
+    as one nn.attention op that keeps a head's scores in cache (fuse_attention.py; on CUDA in shared
+    memory, topi/cuda/attention.py). Other targets, or no target: the function unchanged."""
     def run(func, mod, ctx):
         from kiln.target import Target
 
@@ -149,7 +149,8 @@ def FuseAttention():  # noqa: N802
         from .fuse_attention import fuse_attention
 
         target = Target.current(allow_none=True)
-        if target is None or target.kind.name != "llvm" or target_family(target) != "x86":
+        if target is None or not (target.kind.name == "llvm" and target_family(target) == "x86"
+                                  or target.kind.name == "cuda"):  # cuda: topi/cuda/attention.py
             return func
         return infer(fuse_attention(infer(func)))
     return FunctionPass(run, PassInfo(3, "FuseAttention"))

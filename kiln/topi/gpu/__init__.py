@@ -18,6 +18,7 @@ from kiln.topi.nn.layer_norm import layer_norm  # noqa: F401
 from kiln.topi.nn.pooling import pool2d as _pool2d
 from kiln.topi.nn.softmax import log_softmax, softmax  # noqa: F401
 
+from ..cuda.attention import attention, schedule_attention  # noqa: F401  (formed on CUDA targets)
 from .common import schedule_per_item
 from .conv2d import conv2d_nchw as _conv2d_nchw_direct, schedule_conv2d_nchw  # noqa: F401
 from .conv2d_winograd import conv2d_nchw_winograd, schedule_conv2d_nchw_winograd  # noqa: F401
