@@ -5,7 +5,7 @@ activations quantized from ranges of the float model on 4 random images, per-cha
 filters, as TFLite's post-training quantizer does). kiln imports it with ``from_tflite`` (an
 integer graph with TFLite's arithmetic: docs/quantization.md) and builds it for ``--target``,
 twice: ``exact`` (TFLite's two-rounding rescale in convolutions, equal to its builtin kernels)
-and ``fast`` (``exact_rounding=False``: one rounding, which the CPU int8 kernels fuse);
+and ``fast`` (``exact_rounding=False``: one rounding); the CPU int8 kernels fuse either;
 the interpreter runs it with the XNNPACK delegate and ``--threads`` threads, kiln's thread pool
 has as many. The sides take turns in every round (timing.interleaved); figures are medians,
 the ratio the median of per-round ratios. Also printed: the largest difference of kiln's int8
