@@ -116,7 +116,8 @@ def build(ir_mod, target=None, target_host=None, params=None, mod_name: str = "d
         from .backend.executor import Executor, Runtime
         executor = executor if isinstance(executor, Executor) else Executor("aot")
         runtime = runtime if runtime is not None else Runtime("crt")
-        return AOTExecutorFactoryModule(opt_mod, tgt, executor, runtime, graph_json, lib, graph_params, mod_name)
+        return AOTExecutorFactoryModule(opt_mod, tgt, executor, runtime, graph_json, lib, graph_params, mod_name,
+                                        inplace=codegen.inplace)
     factory = GraphExecutorFactoryModule(opt_mod, tgt, graph_json, lib, graph_params, mod_name)
     factory.kernel_workloads = dict(compiler.workloads)
     return factory

@@ -61,6 +61,38 @@ def test_alternating_sizes_reach_the_peak():
     assert not _conflicts(tensors, offsets) and arena == peak == 20096
 
 
+def test_elementwise_kernels_write_over_their_dying_input(tmp_path):
+    """Unfused elementwise kernels (opt_level 0: one kernel per op): each writes its output over its
+    input, which dies there, so the chain needs one tensor's bytes, not two; the program still
+    computes numpy's values (the host's cc, standalone AOT)."""
+    import kiln as tvm
+    x = relay.var("x", shape=(1, 4, 16, 16), dtype="float32")
+    y = relay.nn.relu(relay.multiply(relay.exp(relay.add(x, relay.const(1.0))), relay.const(2.0)))
+    y = relay.add(y, relay.sigmoid(y))  # y's last reader is this add: the sigmoid cannot take y's bytes
+    mod = tvm.IRModule.from_expr(relay.Function([x], y))
+    with tvm.transform.PassContext(opt_level=0):
+        lib = relay.build(mod, target="c", executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}))
+    plan, size = lib.plan, 1 * 4 * 16 * 16 * 4
+    peak, span, _ = _independent_peak(json.loads(lib.graph_json))
+    assert peak == 2 * size and len(plan.inplace) == 3  # exp, multiply, relu over their inputs
+    for e_out, e_in in plan.inplace.items():  # the input dies where the output is born, or shares a chain's bytes
+        assert plan.offset[e_out] == plan.offset[e_in] and span[e_in][0] < span[e_out][0]
+    assert plan.workspace_size == 2 * size  # y and sigmoid(y) live together; add..relu share one slot
+    v = np.random.default_rng(0).standard_normal((1, 4, 16, 16)).astype("float32")
+    project = micro.generate_project(micro.get_microtvm_template_projects("crt"), lib, tmp_path / "p",
+                                     {"inputs": {"x": v}, "project_type": "aot_standalone_demo"})
+    project.build()
+    r = np.maximum(np.exp(v + 1) * 2, 0)
+    np.testing.assert_allclose(project.run()["outputs"]["output"], r + 1 / (1 + np.exp(-r)), rtol=1e-5, atol=1e-6)
+
+    x = relay.var("x", shape=(1, 1024), dtype="float32")  # a chain alone: one slot instead of two
+    chain = relay.Function([x], relay.sigmoid(relay.tanh(relay.exp(relay.negative(x)))))
+    with tvm.transform.PassContext(opt_level=0):
+        lib = relay.build(tvm.IRModule.from_expr(chain), target="c",
+                          executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}))
+    assert lib.plan.workspace_size == 4096 and _independent_peak(json.loads(lib.graph_json))[0] == 8192
+
+
 def _independent_peak(graph: dict) -> tuple:
     """(peak bytes of intermediate tensors live at one kernel, their lifetimes) from graph JSON."""
     nodes, attrs = graph["nodes"], graph["attrs"]
@@ -95,6 +127,7 @@ def test_ds_cnn_arena_is_near_the_peak_and_is_the_firmware_bss(tmp_path):
     assert set(plan.offset) == set(span)
     eids = sorted(span)
     placed = [Live(span[e][0], span[e][1], size[e]) for e in eids]
+    assert not plan.inplace  # (DS-CNN has no unfused elementwise kernel)
     assert not _conflicts(placed, [plan.offset[e] for e in eids])
     assert peak <= plan.workspace_size <= 1.25 * peak, (plan.workspace_size, peak)
     project = micro.generate_project(micro.get_microtvm_template_projects("qemu-mps2-an386"), lib,

@@ -58,7 +58,8 @@ class AOTPlan:
     """The C of one model's run function, from graph JSON, params and the kernels' metadata."""
 
     def __init__(self, graph_json: str, params: dict, kernel_meta: dict, mod_name: str, align: int = 16,
-                 const_align: int = 16):
+                 const_align: int = 16, inplace: dict | None = None):
+        self.inplace_candidates = dict(inplace or {})  # node id -> input position (GraphCodegen.inplace)
         self.g = json.loads(graph_json)
         self.params = params
         self.kernels = {f["name"]: f for f in kernel_meta["functions"]}
@@ -81,15 +82,25 @@ class AOTPlan:
 
     def _plan_arena(self) -> None:
         """Offsets of the intermediate tensors in one static arena (aot_memory_plan.py)."""
-        from .aot_memory_plan import lifetimes, peak_live_bytes, plan_offsets
+        from .aot_memory_plan import Live, lifetimes, merge_inplace, peak_live_bytes, plan_offsets
 
         io = {e for _, e in self.inputs} | {e for _, e in self.outputs} | {e for _, e in self.consts}
         live = lifetimes(self.g, self.row, io, lambda e: _nbytes(self.shape[e], self.dtype[e]))
-        eids = sorted(live)
-        offsets, self.workspace_size = plan_offsets([live[e] for e in eids], self.align)
-        self.offset = dict(zip(eids, offsets))  # entry id -> byte offset in the arena
+        nodes = self.g["nodes"]
+        pairs = [(self.row[nodes[nid]["inputs"][pos][0]] + nodes[nid]["inputs"][pos][1], self.row[nid], nid)
+                 for nid, pos in sorted(self.inplace_candidates.items())]
+        self.inplace = merge_inplace(live, pairs)  # entry -> the entry whose bytes it writes over
+        groups: dict = {}
+        for e in sorted(live):
+            groups.setdefault(self.inplace.get(e, e), []).append(e)
+        keys = sorted(groups)
+        merged = [Live(min(live[e].first for e in groups[k]), max(live[e].last for e in groups[k]),
+                       max(live[e].size for e in groups[k])) for k in keys]
+        offsets, self.workspace_size = plan_offsets(merged, self.align)
+        self.offset = {e: off for k, off in zip(keys, offsets) for e in groups[k]}  # entry id -> arena offset
         self.lifetimes = live
-        self.peak_live_bytes = peak_live_bytes(list(live.values()))
+        # the plan's lower bound: tensors sharing bytes in place count once
+        self.peak_live_bytes = peak_live_bytes(merged)
         self.constant_size = sum(_nbytes(self.shape[e], self.dtype[e]) for _, e in self.consts)
         self.io_role = {e: f"inputs->{c_ident(n)}" for n, e in self.inputs}
         self.io_role.update({e: f"outputs->{n}" for n, e in self.outputs})
@@ -218,7 +229,8 @@ int32_t {self.prefix}_run(struct {self.prefix}_inputs* inputs, struct {self.pref
 class AOTExecutorFactoryModule:
     """What relay.build returns for ``Executor("aot")``: C sources, header, plan, params, graph."""
 
-    def __init__(self, ir_mod, target, executor, runtime, graph_json: str, lib, params: dict, mod_name: str):
+    def __init__(self, ir_mod, target, executor, runtime, graph_json: str, lib, params: dict, mod_name: str,
+                 inplace: dict | None = None):
         if target.kind.name != "c":
             raise CompileError(f"relay.build: the AOT executor generates C; build with target 'c' "
                                f"(e.g. 'c -keys=arm_cpu -mcpu=cortex-m4'), not {target}")
@@ -231,7 +243,7 @@ class AOTExecutorFactoryModule:
         self.params = params
         self.libmod_name = mod_name
         self.plan = AOTPlan(graph_json, params, lib.metadata, mod_name, executor["workspace-byte-alignment"],
-                            executor["constant-byte-alignment"])
+                            executor["constant-byte-alignment"], inplace)
         self.header_name = f"{self.plan.prefix}.h"
         self.sources = {f"{mod_name}_lib0.c": lib.get_source("c"), f"{mod_name}_lib1.c": self.plan.source()}
         self.headers = {self.header_name: self.plan.header()}

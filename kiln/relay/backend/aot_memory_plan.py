@@ -12,6 +12,13 @@ any plan must reach: the largest sum of the sizes of tensors live at one node. W
 fit is above that bound (sizes rounded up to ``align``), a bounded backtracking search in order
 of first use looks for a plan of exactly the bound and is taken if it finds one.
 
+In place: a kernel that is elementwise over an input of its output's shape and element size
+(``inplace_input``: every op of the fused function elementwise or broadcast) writes its output
+over that input when the input dies there (``merge_inplace``): element ``i`` is read before it
+is written and no other element is. The two then are one tensor of the plan, live from the
+input's producer to the output's last reader. The graph codegen records the candidates
+(``GraphCodegen.inplace``); only the AOT plan uses them.
+
 The graph executor's planner (memory_plan.py) shares whole buffers between tensors (a storage
 id, sized by the largest tensor it ever holds); offsets let a large tensor's bytes hold two
 smaller ones at once, which is what a microcontroller's RAM wants.
@@ -127,4 +134,51 @@ def lifetimes(graph: dict, row: list, skip: set, nbytes) -> dict:
     return {e: Live(first[e], max(first[e], last.get(e, first[e])), nbytes(e)) for e in first if e not in skip}
 
 
-__all__ = ["Live", "plan_offsets", "peak_live_bytes", "lifetimes"]
+def inplace_input(func, args) -> int | None:
+    """The position of an argument a fused kernel may overwrite with its output, or None: the
+    function's ops are all elementwise/broadcast (OpPattern <= BROADCAST: output element ``i``
+    reads element ``i`` of a same-shaped input, and writes only element ``i``), the argument is a
+    tensor (not a constant, not a tuple) of the output's shape and element size."""
+    from ..expr import Call, Constant, Function, Tuple, TupleGetItem
+    from ..op.registry import OpDef, OpPattern
+    from ..ty import TensorType
+    from ..visitor import post_order
+
+    out = func.body.checked_type
+    if not isinstance(out, TensorType) or any(isinstance(a, (Tuple, TupleGetItem)) for a in args):
+        return None
+    for node in post_order(func.body):
+        if isinstance(node, (Tuple, TupleGetItem, Function)):
+            return None
+        if isinstance(node, Call) and not (isinstance(node.op, OpDef) and node.op.pattern <= OpPattern.BROADCAST):
+            return None
+    import numpy as np
+    size = np.dtype(str(out.dtype)).itemsize if str(out.dtype) != "bool" else 1
+    for i, (p, a) in enumerate(zip(func.params, args)):
+        t = p.checked_type
+        if isinstance(a, Constant) or not isinstance(t, TensorType) or str(t.dtype) == "bool":
+            continue
+        if tuple(int(d) for d in t.shape) == tuple(int(d) for d in out.shape) and \
+                np.dtype(str(t.dtype)).itemsize == size:
+            return i
+    return None
+
+
+def merge_inplace(live: dict, pairs: list) -> dict:
+    """{entry: the entry whose bytes it takes}: for each (input entry, output entry, node) of a
+    kernel that may write over that input (``inplace_input``), when the input dies at that node
+    and both are planned intermediates of one size; chains follow (a -> b -> c share a's bytes)."""
+    root: dict = {}
+
+    def find(e):
+        while e in root:
+            e = root[e]
+        return e
+
+    for e_in, e_out, nid in pairs:
+        if e_in in live and e_out in live and live[e_in].last == nid and live[e_in].size == live[e_out].size:
+            root[e_out] = find(e_in)
+    return {e: find(e) for e in root}
+
+
+__all__ = ["Live", "plan_offsets", "peak_live_bytes", "lifetimes", "inplace_input", "merge_inplace"]

@@ -49,6 +49,7 @@ class GraphCodegen:
         self._used_names: set[str] = set()
         self.external: list = []  # ExternalFunctions of the offloaded calls (backend/contrib)
         self._with_length: dict = {}  # id(entry list) of a with_length result -> (axis, length entry)
+        self.inplace: dict = {}  # node id -> input position the kernel may overwrite (the AOT plan's)
 
     def codegen(self, func: Function) -> tuple[str, dict]:
         """(graph JSON text, {param name: numpy array})."""
@@ -157,6 +158,11 @@ class GraphCodegen:
                                   "num_inputs": str(len(inputs)), "num_outputs": str(len(out_types))},
                         "inputs": inputs}, out_types, lowered.scopes[1] or None)
         nid = len(self.nodes) - 1
+        if len(inputs) == len(call.args):
+            from .aot_memory_plan import inplace_input
+            pos = inplace_input(func, call.args)
+            if pos is not None and pos not in transforms:
+                self.inplace[nid] = pos
         return [[nid, i, 0] for i in range(len(out_types))]
 
     def _external(self, call: Call, entries) -> list:
@@ -176,6 +182,11 @@ class GraphCodegen:
                                   "num_inputs": str(len(inputs)), "num_outputs": str(len(out_types))},
                         "inputs": inputs}, out_types)
         nid = len(self.nodes) - 1
+        if len(inputs) == len(call.args):
+            from .aot_memory_plan import inplace_input
+            pos = inplace_input(func, call.args)
+            if pos is not None and pos not in transforms:
+                self.inplace[nid] = pos
         return [[nid, i, 0] for i in range(len(out_types))]
 
     def _add_node(self, node: dict, types: list, scopes=None) -> None:
