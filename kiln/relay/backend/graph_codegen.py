@@ -182,11 +182,6 @@ class GraphCodegen:
                                   "num_inputs": str(len(inputs)), "num_outputs": str(len(out_types))},
                         "inputs": inputs}, out_types)
         nid = len(self.nodes) - 1
-        if len(inputs) == len(call.args):
-            from .aot_memory_plan import inplace_input
-            pos = inplace_input(func, call.args)
-            if pos is not None and pos not in transforms:
-                self.inplace[nid] = pos
         return [[nid, i, 0] for i in range(len(out_types))]
 
     def _add_node(self, node: dict, types: list, scopes=None) -> None:
