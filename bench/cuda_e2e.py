@@ -105,9 +105,12 @@ def conv_variant(name: str) -> None:
         raise SystemExit(f"bench/cuda_e2e.py: no conv variant {name!r} (default, old, busy2x, shape)")
 
 
+FUSED_ATTENTION = False  # --fused-attention: relay.FuseAttention.cuda (topi/cuda/attention.py)
+
+
 def build(model, target, dtype: str):
     mod, params = relay.frontend.from_onnx(model)
-    with tvm.transform.PassContext(opt_level=3):
+    with tvm.transform.PassContext(opt_level=3, config={"relay.FuseAttention.cuda": FUSED_ATTENTION}):
         if dtype in ("float16", "bfloat16"):
             mod = relay.transform.InferType()(mod)
             mod = relay.transform.ToMixedPrecision(dtype, accumulation_dtype="float32")(mod)
@@ -207,7 +210,10 @@ def main() -> None:
     p.add_argument("--profile", type=int, default=0, metavar="N", help="print each build's N slowest kernels")
     p.add_argument("--conv-variant", default="default", help="untuned conv2d tiles: default, old, busy2x, shape")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (eager is the reference then)")
+    p.add_argument("--fused-attention", action="store_true", help="transformers: one nn.attention kernel per layer")
     args = p.parse_args()
+    global FUSED_ATTENTION
+    FUSED_ATTENTION = args.fused_attention
     conv_variant(args.conv_variant)
     dev = tvm.cuda(0)
     if not dev.exist:
