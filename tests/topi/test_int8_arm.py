@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "relay", "qnn"))
 import boards  # noqa: E402
 from boards import svc  # noqa: E402
 from qnn_run import anchor_ops, reference  # noqa: E402
-from test_int8_x86 import conv_graph  # noqa: E402
+from test_int8_x86 import conv_graph, tflite_gemm_graph  # noqa: E402
 
 ATTRS = {"sdot": "+neon,+dotprod", "neon": "+neon"}
 WANT = {"sdot": [r"^\s*sdot\s+v\d+\.4s"], "neon": [r"^\s*(mla|smlal2?|smull2?)\s+v\d+"]}
@@ -121,5 +121,19 @@ def test_aarch64_int8_exact_on_qemu(board, tier, tmp_path):
     rng = np.random.default_rng(7)
     mod, inputs = conv_graph(rng, stride=2, zx=200)
     lib = _build(tier, mod)
+    for g, want in zip(_run_on(board, lib, inputs, tmp_path), reference(mod, inputs)):
+        np.testing.assert_array_equal(g, want)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("tier", sorted(ATTRS))
+def test_aarch64_tflite_two_rounding_rescale_on_qemu(board, tier, tmp_path):
+    """TFLite's two-rounding conv / depthwise / fully connected rescale fused into the AArch64
+    int8 kernels (rounding GEMM: 64-bit high multiply, 32-bit rounding shift), run under qemu
+    exactly as the reference executor."""
+    mod, inputs = tflite_gemm_graph(np.random.default_rng(5))
+    lib = _build(tier, mod)
+    assert {op for op, _, _ in anchor_ops(lib)} == {"nn.contrib_conv2d_int8", "nn.contrib_depthwise_conv2d_int8",
+                                                    "nn.contrib_dense_int8"}
     for g, want in zip(_run_on(board, lib, inputs, tmp_path), reference(mod, inputs)):
         np.testing.assert_array_equal(g, want)

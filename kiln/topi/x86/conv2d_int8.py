@@ -160,7 +160,8 @@ def depthwise_int8_acc(data, kernel, strides, padding, dilation, pad_value: int,
     """int32 NCHW[b]c accumulators of a depthwise conv: u8 NCHW[b]c data, s8 (C/b, KH, KW, b) kernel.
 
     No dot-product instruction fits (each channel sums only its own taps): the lanes are the
-    channels, widened to int32 and multiplied (``vpmovzxbd``/``vpmovsxbd``, ``vpmulld``)."""
+    channels, widened to int32 and multiplied (``vpmovzxbd``/``vpmovsxbd``; LLVM turns the product
+    of values that fit 16 bits into ``vpmaddwd`` with zero high halves)."""
     n, cc, h, w, b = (int(d) for d in data.shape)
     kc, kh, kw, kb = (int(d) for d in kernel.shape)
     if (kc, kb) != (cc, b):
