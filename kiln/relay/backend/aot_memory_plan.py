@@ -152,14 +152,27 @@ def inplace_input(func, args) -> int | None:
             return None
         if isinstance(node, Call) and not (isinstance(node.op, OpDef) and node.op.pattern <= OpPattern.BROADCAST):
             return None
+    def static(shape):  # None for a dynamic dimension
+        try:
+            return tuple(int(d) for d in shape)
+        except (TypeError, ValueError):
+            return None
+
+    def itemsize(dtype):
+        try:
+            return np.dtype(str(dtype)).itemsize
+        except TypeError:  # bfloat16 and other dtypes numpy does not name
+            return None
+
     import numpy as np
-    size = np.dtype(str(out.dtype)).itemsize if str(out.dtype) != "bool" else 1
+    shape, size = static(out.shape), itemsize(out.dtype)
+    if shape is None or size is None or str(out.dtype) == "bool":
+        return None
     for i, (p, a) in enumerate(zip(func.params, args)):
         t = p.checked_type
         if isinstance(a, Constant) or not isinstance(t, TensorType) or str(t.dtype) == "bool":
             continue
-        if tuple(int(d) for d in t.shape) == tuple(int(d) for d in out.shape) and \
-                np.dtype(str(t.dtype)).itemsize == size:
+        if static(t.shape) == shape and itemsize(t.dtype) == size:
             return i
     return None
 
