@@ -11,6 +11,10 @@ Where OpenVINO is installed (``pip install openvino``; not a kiln dependency) it
 file too (CPU plugin, latency hint, ``--threads`` inference threads); elsewhere it is skipped.
 
     python bench/int8.py [--threads 2] [--rounds 7] [--number 5] [--models resnet50,mobilenet_v2]
+                         [--target llvm] [--profile]
+
+``--profile`` adds each build's slowest kernels (the graph executor's per-kernel times, summed
+by kernel name): where an int8/fp32 ratio differs between hosts, it says which layers differ.
 
 Goals (issue 31): kiln int8 <= 1.0x onnxruntime int8 (within 1.2x of OpenVINO int8 on AMX hosts);
 kiln int8 ResNet-50 >= 2.5x faster than kiln fp32 on VNNI/AMX hosts (1.5x on AVX2-only hosts: on
@@ -120,7 +124,7 @@ def output_step(qmodel) -> float:
     return float("nan")
 
 
-def bench_model(name: str, threads: int, rounds: int, number: int, target: str) -> dict:
+def bench_model(name: str, threads: int, rounds: int, number: int, target: str, profile: bool = False) -> dict:
     model, inputs = MODELS[name]()
     start = time.perf_counter()
     qmodel = quantized(model, inputs)
@@ -157,7 +161,22 @@ def bench_model(name: str, threads: int, rounds: int, number: int, target: str) 
         out["vs_openvino"] = statistics.median(a / b for a, b in zip(times["kiln_int8"], times["openvino_int8"]))
     out["vs_fp32"] = statistics.median(b / a for a, b in zip(times["kiln_int8"], times["kiln_fp32"]))
     out["steps"] = steps
+    if profile:
+        for label, m in (("kiln int8", k8), ("kiln fp32", k32)):
+            print_profile(f"{name} {label}", m)
     return out
+
+
+def print_profile(label: str, m, top: int = 12) -> None:
+    """The graph executor's time of each kernel alone (wall, medians), summed by kernel name."""
+    import json
+
+    by_name: dict = {}
+    for row in json.loads(m.module["profile"](5, 5)):
+        by_name[row["name"]] = by_name.get(row["name"], 0.0) + row["ms"]
+    rows = sorted(by_name.items(), key=lambda kv: -kv[1])
+    print(f"{label}: kernels alone {sum(by_name.values()):.2f} ms; slowest: " +
+          ", ".join(f"{n.replace('tvmgen_default_fused_', '')} {ms:.2f}" for n, ms in rows[:top]), flush=True)
 
 
 def main() -> None:
@@ -167,6 +186,7 @@ def main() -> None:
     ap.add_argument("--number", type=int, default=5)
     ap.add_argument("--models", default="resnet50,mobilenet_v2")
     ap.add_argument("--target", default="llvm")
+    ap.add_argument("--profile", action="store_true", help="also print each build's slowest kernels")
     args = ap.parse_args()
     from kiln.target.cpu_facts import cpu_facts
     from kiln.topi.x86.conv2d_int8 import int8_tier
@@ -176,7 +196,7 @@ def main() -> None:
           f"{sorted(f for f in facts.features if 'vnni' in f or 'amx' in f or f == 'avx2')}; kiln int8 tier: "
           f"{int8_tier(args.target)}; {args.threads} threads; shared machine: figures are noisy")
     for name in args.models.split(","):
-        r = bench_model(name, args.threads, args.rounds, args.number, args.target)
+        r = bench_model(name, args.threads, args.rounds, args.number, args.target, args.profile)
         print(f"{name}: kiln int8 {r['kiln_int8']:.2f} ms, onnxruntime int8 {r['ort_int8']:.2f} ms, "
               f"kiln fp32 {r['kiln_fp32']:.2f} ms | kiln int8 / onnxruntime int8 = {r['vs_ort']:.2f}x (goal <= 1.0), "
               f"kiln fp32 / kiln int8 = {r['vs_fp32']:.2f}x faster (goal >= 2.5 on VNNI/AMX, 1.5 on AVX2)", flush=True)
