@@ -155,9 +155,13 @@ class KilnBackendRep(BackendRep):
         gm = self._executor(named)
         for name in self.input_names:
             if name not in self.static_names:
-                gm.set_input(name, named[name])
+                value = named[name]
+                # the runtime keeps bfloat16 tensors as their uint16 bits (it has no bfloat16 numpy type)
+                gm.set_input(name, value.view(np.uint16) if value.dtype.name == "bfloat16" else value)
         gm.run()
         outs = [gm.get_output(i).numpy() for i in range(gm.get_num_outputs())]
+        bf16 = [o.type.tensor_type.elem_type == 16 for o in self.model.graph.output]
+        outs = [o.view("bfloat16") if b and o.dtype == np.uint16 else o for o, b in zip(outs, bf16)]
         if len(outs) != len(self.output_names):
             raise BackendError(f"KilnBackendRep.run: the model declares {len(self.output_names)} outputs "
                                f"{self.output_names}, the compiled graph gave {len(outs)}")

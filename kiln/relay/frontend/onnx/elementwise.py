@@ -104,9 +104,9 @@ def _mod(ctx, ins, attrs):
     return (tensor.mod if attrs.get("fmod", 0) else tensor.floor_mod)(ins[0], ins[1])
 
 
-# Element types kiln compiles; ONNX also has bfloat16, float8/float4 and int4/int2 variants.
+# Element types kiln compiles; ONNX also has float8/float4 and int4/int2 variants.
 _KILN_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                "float16", "float32", "float64")
+                "bfloat16", "float16", "float32", "float64")
 
 
 def _cast_to(ctx, x, dtype: str):

@@ -19,11 +19,11 @@ from kiln import limits
 
 # Element types a TensorProto may declare, and their numpy dtypes (ONNX TensorProto.DataType).
 _ELEM = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
-         10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
+         10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16"}
 # Which repeated field holds a type's values when raw_data is empty.
 _FIELD = {1: "float_data", 2: "int32_data", 3: "int32_data", 4: "int32_data", 5: "int32_data", 6: "int32_data",
           7: "int64_data", 9: "int32_data", 10: "int32_data", 11: "double_data", 12: "uint64_data",
-          13: "uint64_data"}
+          13: "uint64_data", 16: "int32_data"}
 
 
 # AttributeProto types (FLOAT .. TYPE_PROTOS); UNDEFINED (0) and others are refused.
