@@ -290,6 +290,9 @@ class WgmmaPrinter:
         return f"{name}({args})"
 
     def _tma_load(self, e) -> str:
+        if len(e.args) != 13:
+            raise CompileError(f"{self.p.func_name}: a bulk tensor copy outside a pipelined loop (double_buffer "
+                               "with at least 2 stages over at least 2 steps) has no mbarrier to complete on")
         dst, src, x, y, *shape, bars, slot = e.args
         width, height, row_bytes, box_w, box_h, elem_bytes, swizzle = (_int(v, "a bulk tensor copy's shape")
                                                                         for v in shape)

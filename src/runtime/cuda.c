@@ -254,6 +254,10 @@ typedef struct KilnCudaModule { /* the KilnDeviceModule's impl; its text is the 
 
 static int read_kernel(void* kernel, const JsonNode* node, const char* label) {
   CUKernelInfo* k = kernel;
+  if (json_get(node, "tensor_maps"))  /* bulk tensor copies (docs/cuda.md): maps encoded at launch */
+    return kiln_error("%s: kernel %s takes tensor maps for bulk tensor copies, which the C runtime does not "
+                      "encode yet; run the module from Python (kiln.runtime) or build without copy='tma'",
+                      label, json_string(json_get(node, "name")) ? json_string(json_get(node, "name")) : "?");
   const JsonNode* shared = json_get(node, "shared_bytes");
   k->shared_bytes = shared && shared->type == JSON_NUMBER ? (int)shared->number : 0;
   return kiln_device_kernel_read(node, label, &k->k);

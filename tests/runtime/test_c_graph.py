@@ -453,3 +453,28 @@ def test_device_code_is_loaded_without_a_device(build, tmp_path, target, old, ne
     else:
         error = rt.kiln_last_error().decode()
         assert rc != 0 and message in error and "\n" not in error, error
+
+
+def test_cuda_kernels_with_tensor_maps_are_refused_in_one_line(build, tmp_path):
+    """A kernel whose bulk tensor copies read tensor maps (kiln/codegen/cuda_wgmma.py: encoded by
+    the Python runtime at launch) cannot run here yet: loading says so in one line."""
+    import ctypes
+
+    from kiln import te
+    from kiln.runtime.devices.nvrtc import have_nvrtc
+    from kiln.topi.cuda import wgmma
+
+    if not have_nvrtc():
+        pytest.skip("building CUDA needs NVRTC: pip install -e '.[cuda]'")
+    target = "cuda -arch=sm_90a -max_shared_memory_per_block=232448"
+    a, w = te.placeholder((128, 128), "float16", name="A"), te.placeholder((256, 128), "float16", name="W")
+    with tvm.target.Target(target):
+        c = wgmma.dense_wgmma(a, w, {"n": 256, "copy": "tma"})
+        f = tvm.build(wgmma.schedule_dense_wgmma([c]), [a, w, c], target=target, name="tma")
+    f.export_library(str(tmp_path / "lib.so"))
+    rt = ctypes.CDLL(os.path.join(build, "libkiln_runtime.so"))
+    rt.kiln_last_error.restype = ctypes.c_char_p
+    mod = ctypes.c_void_p()
+    rc = rt.kiln_module_load(str(tmp_path / "lib.so").encode(), ctypes.byref(mod))
+    error = rt.kiln_last_error().decode()
+    assert rc != 0 and "takes tensor maps for bulk tensor copies" in error and "\n" not in error, error

@@ -162,6 +162,9 @@ def dense_wgmma(data, weight, conf=None):
         if conf["bk"] != 64:
             raise ValueError(f"dense on wgmma with bulk tensor copies steps k by 64 (one 128-byte swizzle row); "
                              f"bk={conf['bk']}")
+        if k < 128 or conf["stages"] < 2:
+            raise ValueError(f"dense on wgmma with bulk tensor copies pipelines its k steps (their mbarriers): "
+                             f"K at least 128 and stages at least 2; got K={k}, stages={conf['stages']}")
         rk = te.reduce_axis((0, k), name="rk")
         out = te.compute((m, n), lambda i, j: te.sum(data[i, rk].astype("float32") * weight[j, rk].astype("float32"),
                                                      axis=rk), name="dense_wgmma", tag="dense")

@@ -71,6 +71,8 @@ def test_bulk_tensor_copies_feed_swizzled_tiles_and_assemble():
     assert "kiln_wgmma_desc(a + 16 * k, 16, 1024, 1)" in src
     with pytest.raises(ValueError, match="bk=32"):
         build(m, n, k, {"copy": "tma", "bk": 32})
+    with pytest.raises(ValueError, match="K at least 128 and stages at least 2; got K=64"):
+        build(m, n, 64, {"copy": "tma"})
 
 
 def test_products_overlap_the_next_tile_where_the_pipeline_has_slots():
