@@ -478,3 +478,38 @@ def test_cuda_kernels_with_tensor_maps_are_refused_in_one_line(build, tmp_path):
     rc = rt.kiln_module_load(str(tmp_path / "lib.so").encode(), ctypes.byref(mod))
     error = rt.kiln_last_error().decode()
     assert rc != 0 and "takes tensor maps for bulk tensor copies" in error and "\n" not in error, error
+
+
+def test_cuda_package_on_a_stand_in_driver(build, tmp_path):
+    """kiln_run --device cuda against a stand-in libcuda.so.1 (tests/runtime/fake_libcuda.c: host
+    memory, launches logged, nothing computed): the C runtime loads the package's PTX, finds
+    every kernel in it and launches each through the library's hook, and times on the device's
+    events. The GPU runs the same path for real in test_c_cuda.py."""
+    from kiln.runtime.devices.nvrtc import have_nvrtc
+
+    if not have_nvrtc():
+        pytest.skip("building CUDA needs NVRTC: pip install -e '.[cuda]'")
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(driver / "libcuda.so.1"),
+                    os.path.join(ROOT, "tests", "runtime", "fake_libcuda.c")], check=True)
+    lib, inputs = two_output_model(target="cuda", target_host="llvm", argmax=False)
+    export_package(lib, str(tmp_path / "cuda.tar"))
+    np.savez(tmp_path / "in.npz", **inputs)
+    (cu,) = lib.get_lib().imported_modules
+    kernels = {k["name"] for k in cu.kernels}
+    assert len(kernels) == 2
+    log = tmp_path / "launches.txt"
+    env = dict(os.environ, LD_LIBRARY_PATH=str(driver), KILN_FAKE_CUDA_LOG=str(log))
+    result = subprocess.run([os.path.join(build, "kiln_run"), "--package", str(tmp_path / "cuda.tar"), "--device",
+                             "cuda", "--input", str(tmp_path / "in.npz"), "--output", str(tmp_path / "out.npz"),
+                             "--dump-time", "--repeat", "2"], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    launches = [line.split() for line in log.read_text().splitlines()]
+    assert {name for name, *_ in launches} == kernels, (launches, kernels)
+    for name, *dims in launches:
+        gx, gy, gz, bx, by, bz, shared = map(int, dims)
+        assert min(gx, gy, gz, bx, by, bz) >= 1 and bx * by * bz <= 1024, (name, dims)
+    rounds = [launches[i:i + len(kernels)] for i in range(0, len(launches), len(kernels))]
+    assert len(rounds) >= 2 and all(r == rounds[0] for r in rounds), launches  # every run launches alike
+    assert set(np.load(tmp_path / "out.npz").files) == {"output_0", "output_1"}
