@@ -297,18 +297,16 @@ class CUDAModule:
         return code["ptx"].encode() + b"\0"
 
     def load(self, device_id: int = 0) -> tuple:
-        got = self._loaded.get(device_id)
-        if got is None:
-            with self._lock:
-                got = self._loaded.get(device_id)
-                if got is None:
-                    drv = _drv()
-                    API.activate(device_id)
-                    module = _check(drv.cuModuleLoadData(self.image_for(device_id)), "cuModuleLoadData")
-                    funcs = [_check(drv.cuModuleGetFunction(module, k["name"].encode()),
-                                    f"cuModuleGetFunction({k['name']})") for k in self.kernels]
-                    got = self._loaded[device_id] = (module, funcs, {})
-        return got
+        """(CUmodule, one CUfunction per kernel, launch cache) on ``device_id``, loaded the first time."""
+        return made_once(self._loaded, self._lock, device_id, lambda: self._load(device_id))
+
+    def _load(self, device_id: int) -> tuple:
+        drv = _drv()
+        API.activate(device_id)
+        module = _check(drv.cuModuleLoadData(self.image_for(device_id)), "cuModuleLoadData")
+        funcs = [_check(drv.cuModuleGetFunction(module, k["name"].encode()), f"cuModuleGetFunction({k['name']})")
+                 for k in self.kernels]
+        return module, funcs, {}
 
     def launch(self, kernel_id: int, values: list, grid, block, dyn_shared_bytes: int = 0,
                device_id: int | None = None):

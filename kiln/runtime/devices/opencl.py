@@ -332,13 +332,7 @@ class OpenCLModule:
 
     def build(self, device_id: int = 0) -> list:
         """The program's kernels for ``device_id``, compiling the source the first time."""
-        kernels = self._built.get(device_id)
-        if kernels is None:
-            with self._lock:
-                kernels = self._built.get(device_id)
-                if kernels is None:
-                    kernels = self._built[device_id] = self._compile(device_id)
-        return kernels
+        return made_once(self._built, self._lock, device_id, lambda: self._compile(device_id))
 
     def _compile(self, device_id: int) -> list:
         cl = _cl()
