@@ -260,7 +260,7 @@ def alter_op_layout(func: Function, target) -> Function:
         cfg = dispatch.select_config("nn.conv2d", workload, target) if target is not None else None
         conf = config_for_nchwc(_shape(call.args[0]), _shape(call.args[1]), a.strides, tuple(a.padding),
                                 a.dilation, cfg)
-        if cfg is None:  # AMX bfloat16: blocks of 32 channels (64-byte A rows, K = 32 per product)
+        if cfg is None:  # AMX bfloat16, AVX512-FP16 float16: blocks of 32 channels (amx_bf16.amx_block)
             return amx_block(arg_types[0].dtype, arg_types[1].dtype, _shape(call)[1], int(conf["oc_bn"]), target)
         return int(conf["oc_bn"])
 

@@ -355,3 +355,31 @@ def test_bfloat16_conv_weights_widened_once_where_the_cpu_has_no_bfloat16_instru
     bound = spread + u * (np.abs(want) + spread) + 1e-6 * testing.conv2d_nchw_python(mid, np.abs(w2.astype("float64")),
                                                                                    1, 0)
     assert np.all(np.abs(got - want) <= bound), np.max(np.abs(got - want) - bound)
+
+
+@pytest.mark.parametrize("precision, cpu, block", [
+    ("bfloat16", "sapphirerapids", 32),            # AMX: 64-byte A rows, K = 32 per tdpbf16ps
+    ("bfloat16", "cooperlake", 16),                # vdpbf16ps: float32's vector block
+    ("float16", "sapphirerapids", 32),             # AVX512-FP16: 32 halves per zmm
+    ("float16", "sapphirerapids -mattr=-avx512fp16", 16),
+    ("float16", "znver4", 16),
+    ("float32", "sapphirerapids", 16),
+])
+def test_blocked_layout_fills_the_cpus_16_bit_vectors(precision, cpu, block):
+    """AlterOpLayout's channel block for a 64-channel conv at 56x56 (float32's default there: 16):
+    32 where the CPU multiplies the 16-bit type natively 32 to a register (amx_bf16.amx_block),
+    else float32's."""
+    from kiln.relay.transform import alter_op_layout, infer
+    from kiln.relay.visitor import post_order
+    x = relay.var("x", shape=(1, 64, 56, 56))
+    w = relay.const(np.random.default_rng(0).standard_normal((64, 64, 3, 3)).astype("float32"))
+    y = relay.nn.relu(relay.nn.conv2d(relay.nn.relu(relay.nn.conv2d(x, w, padding=(1, 1))), w, padding=(1, 1)))
+    f = relay.Function([x], y)
+    if precision != "float32":
+        f = to_mixed_precision(f, precision)
+    target = tvm.target.Target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}")
+    with target:
+        f = infer(alter_op_layout(infer(f), target))
+    layouts = {str(n.attrs.out_layout) for n in post_order(f.body)
+               if isinstance(n, relay.Call) and getattr(n.op, "name", "") == "nn.conv2d"}
+    assert f"NCHW{block}c" in layouts, layouts
