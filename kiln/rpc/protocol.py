@@ -586,6 +586,21 @@ class Channel:
                     _yield()
         return self.sock.recv_into(view)
 
+    def _recv_rest(self, view: memoryview, have: int, what: str, before: int = 0, total: int | None = None) -> None:
+        """Receive straight from the socket into ``view[have:]`` until ``view`` is full (its first
+        ``have`` bytes came from the buffer). A peer closing first is ConnectionLost naming
+        ``what`` and the bytes received (``before`` more came earlier, of ``total``)."""
+        n = len(view)
+        while have < n:
+            try:
+                got = self.sock.recv_into(view[have:])
+            except (ConnectionResetError, BrokenPipeError) as e:
+                raise ConnectionLost(f"connection lost: {e}") from None
+            if not got:
+                raise ConnectionLost(f"the peer closed the connection in the middle of {what} "
+                                     f"({before + have} of {n if total is None else total} bytes received)")
+            have += got
+
     def recv(self) -> memoryview:
         """The body of the next frame."""
         self._fill(4)
@@ -603,15 +618,7 @@ class Channel:
         body[:have] = self._view[self._start + 4:self._end]
         self._start = self._end = 0
         view = memoryview(body)
-        while have < length:
-            try:
-                got = self.sock.recv_into(view[have:])
-            except (ConnectionResetError, BrokenPipeError) as e:
-                raise ConnectionLost(f"connection lost: {e}") from None
-            if not got:
-                raise ConnectionLost(f"the peer closed the connection in the middle of a frame "
-                                     f"({have} of {length} bytes received)")
-            have += got
+        self._recv_rest(view, have, "a frame")
         return view
 
     def recv_message(self):
@@ -661,15 +668,7 @@ class Channel:
             self._start += have
             if self._start == self._end:
                 self._start = self._end = 0
-            while have < n:
-                try:
-                    r = self.sock.recv_into(target[have:])
-                except (ConnectionResetError, BrokenPipeError) as e:
-                    raise ConnectionLost(f"connection lost: {e}") from None
-                if not r:
-                    raise ConnectionLost(f"the peer closed the connection in the middle of a streamed "
-                                         f"value ({got + have} of {nbytes} bytes received)")
-                have += r
+            self._recv_rest(target, have, "a streamed value", got, nbytes)
             if write is not None:
                 write(got, target)
             got += n
@@ -694,15 +693,7 @@ class Channel:
         self._start += 10 + have
         if self._start == self._end:
             self._start = self._end = 0
-        while have < n:
-            try:
-                got = self.sock.recv_into(dest[have:])
-            except (ConnectionResetError, BrokenPipeError) as e:
-                raise ConnectionLost(f"connection lost: {e}") from None
-            if not got:
-                raise ConnectionLost(f"the peer closed the connection in the middle of a frame "
-                                     f"({have} of {n} bytes received)")
-            have += got
+        self._recv_rest(dest, have, "a frame")
 
     def request(self, opcode: int, value, hook=None):
         """Send one message and wait for its reply (OP_RETURN value, or raise for OP_ERROR)."""
