@@ -178,12 +178,14 @@ def tflite_gemm_graph(rng, rounding="GEMM"):
     """int8 (TFLite's scheme) 1x1 conv -> depthwise 3x3 -> dense, each rescaled as the TFLite
     importer writes its convolutions (frontend/tflite/quantize.py: ``GEMM``, two qnn.requantize,
     two roundings half up) or, with ``rounding="UPWARD"``, once. Multipliers per channel in
-    [0.2, 1) (ties at the second rounding are frequent; a fifth of that for the dense) and
-    [2**-12, 2**-4); small values keep the large multipliers from saturating most outputs."""
+    [0.2, 1) (ties at the second rounding are frequent; a fifth of that for the dense),
+    [2**-12, 2**-4) and, every third channel, 0.5, 0.75, 0.375 or 0.3125 (ties at any rounding);
+    small values keep the large multipliers from saturating most outputs."""
     from kiln.relay.frontend.tflite import quantize as TQ
 
-    def reals(n):
-        return np.where(np.arange(n) % 2 == 0, rng.uniform(0.2, 1.0, n), np.exp2(rng.uniform(-12, -4, n)))
+    def reals(n):  # every third channel a multiplier of few bits: ties at the single rounding too
+        r = np.where(np.arange(n) % 2 == 0, rng.uniform(0.2, 1.0, n), np.exp2(rng.uniform(-12, -4, n)))
+        return np.where(np.arange(n) % 3 == 2, rng.choice([0.5, 0.75, 0.375, 0.3125], n), r)
 
     def rescale(acc, real, zo, axis=1):
         return TQ.requantize(acc, real, zo, "int8", axis=axis if np.size(real) > 1 else -1, rounding=rounding)
@@ -207,19 +209,22 @@ def tflite_gemm_graph(rng, rounding="GEMM"):
     return module(relay.Tuple([y, d])), {"x": rng.integers(-7, 2, (1, 8, 10, 10)).astype("int8")}
 
 
-@pytest.mark.parametrize("mcpu", ["haswell", "cascadelake", "alderlake"])
-def test_tflite_two_rounding_rescale_fused_into_the_int8_kernels(mcpu):
+@pytest.mark.parametrize("mcpu,rounding", [("haswell", "GEMM"), ("cascadelake", "GEMM"), ("alderlake", "GEMM"),
+                                            ("haswell", "UPWARD"), ("skylake-avx512", "TONEAREST")])
+def test_tflite_two_rounding_rescale_fused_into_the_int8_kernels(mcpu, rounding):
     """TFLite's conv / depthwise / fully connected rescale (two roundings) runs in the int8
     kernels' epilogue (rounding GEMM), with the reference executor's integers; the test data
-    tell it from one rounding."""
+    tell it from one rounding. One rounding (UPWARD, TONEAREST) of the same multipliers (shifts
+    31 to 43: the kernels' split form, ``requantize_epilogue``) gives the reference's integers too."""
     target = f"llvm -mcpu={mcpu}"
-    mod, inputs = tflite_gemm_graph(np.random.default_rng(4))
+    mod, inputs = tflite_gemm_graph(np.random.default_rng(4), rounding)
     lib = _build(mod, target)
     assert {op for op, _, _ in anchor_ops(lib)} == {"nn.contrib_conv2d_int8", "nn.contrib_depthwise_conv2d_int8",
                                                     "nn.contrib_dense_int8"}
     want = reference(mod, inputs)
-    once = reference(tflite_gemm_graph(np.random.default_rng(4), "UPWARD")[0], inputs)
-    assert all((w != o).sum() >= 3 for w, o in zip(want, once)), "the data should tell two roundings from one"
+    if rounding == "GEMM":
+        once = reference(tflite_gemm_graph(np.random.default_rng(4), "UPWARD")[0], inputs)
+        assert all((w != o).sum() >= 3 for w, o in zip(want, once)), "the data should tell two roundings from one"
     if not host_runs(target):
         pytest.skip(f"-mcpu={mcpu}: {why_host_cannot_run(target)} (built only)")
     for got, w in zip(_run(lib, inputs), want):

@@ -88,15 +88,16 @@ def _requant_np(acc, bias, q, s, a, axis):
     shape[axis] = -1
     q, s = q.reshape(shape), s.reshape(shape)
     lo, hi = dtype_range(a.out_dtype)
-    if a.rounding == "FLOAT32":
+    rounding = a.rounding.replace("_SPLIT", "")  # the same integers, computed otherwise by the kernel
+    if rounding == "FLOAT32":
         return np.clip(requantize_float32(x, q) + a.out_zp, lo, hi).astype(a.out_dtype)
-    if a.rounding == "GEMM":  # TFLite's two roundings half up (x86/conv2d_int8.requantize_epilogue)
+    if rounding == "GEMM":  # TFLite's two roundings half up (x86/conv2d_int8.requantize_epilogue)
         high = np.right_shift(x * q + (1 << 30), 31)
         k = s - 31
         return np.clip(np.right_shift(high + np.right_shift(np.left_shift(1, k), 1), k) + a.out_zp,
                        lo, hi).astype(a.out_dtype)
     p = x * q + np.left_shift(np.int64(1), s - 1)
-    if a.rounding == "TONEAREST":
+    if rounding == "TONEAREST":
         p = p - (x < 0)
     return np.clip(np.right_shift(p, s) + a.out_zp, lo, hi).astype(a.out_dtype)
 
@@ -529,8 +530,11 @@ class _Rewrite(ExprMutator):
         total = b - zx * wsum
         if np.any(np.abs(total) >= 1 << 31):
             raise _Skip
-        if rounding == "GEMM" and reduction * 255 * 128 + int(np.abs(total).max(initial=0)) >= 1 << 30:
-            raise _Skip  # |acc + bias| < 2**30: the first step's result and the second's sum fit int32
+        small = reduction * 255 * 128 + int(np.abs(total).max(initial=0)) < 1 << 30  # |acc + bias| < 2**30
+        if rounding == "GEMM" and not small:
+            raise _Skip  # the first step's result and the second's sum must fit int32
+        if rounding in ("UPWARD", "TONEAREST") and small and np.all(params[1] >= 31) and np.all(params[1] <= 61):
+            rounding += "_SPLIT"  # the same integers with a 32-bit second shift (requantize_epilogue)
         attrs = dict(out_zp=int(vals[3].ravel()[0]), out_dtype=ra.out_dtype, rounding=rounding)
         if ra.rounding == "FLOAT32":  # |float32(acc + bias) * m| < 2**30: no float clamp needed
             bound = (reduction * 255 * 128 + float(np.abs(total).max(initial=0))) * float(params[0].max(initial=0))
