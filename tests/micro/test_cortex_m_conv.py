@@ -116,3 +116,47 @@ def test_float32_round_half_to_even_on_the_m4(tmp_path):
     assert "<rintf>" not in asm
     got = next(iter(project.run()["outputs"].values()))
     np.testing.assert_array_equal(got.view(np.uint32), np.rint(v).view(np.uint32))
+
+
+@pytest.mark.parametrize("rows,cols,unroll", [(2, 2, True), (2, 2, False), (1, 4, False), (4, 1, True), (8, 3, False)])
+def test_dsp_tiles_of_every_shape_off_the_core(rows, cols, unroll):
+    """The DSP's int16 tile intrinsic (dot16_intrin) in every tile shape the tuning space has, its
+    reduction unrolled or a loop, built by the host's cc (portable LDRD/SMLAD): numpy's integers."""
+    from kiln import te
+    from kiln.topi.cortex_m.conv2d_int8 import conv2d_1x1_int8, schedule_conv2d_1x1_int8
+    rng = np.random.default_rng(rows * 10 + cols)
+    x = rng.integers(-128, 128, (1, 24, 3, 5), dtype=np.int8)
+    w = rng.integers(-128, 128, (8, 24), dtype=np.int8)
+    x[0, :4, 0, 0] = -128
+    w[0, :4] = -128
+    data = te.placeholder(x.shape, "int8", name="data")
+    kernel = te.placeholder(w.shape, "int16", name="kernel")
+    out = conv2d_1x1_int8(data, kernel, "dsp", rows=rows, cols=cols, unroll=unroll)
+    f = tvm.build(schedule_conv2d_1x1_int8(out), [data, kernel, out], target="c -keys=arm_cpu -mcpu=cortex-m4")
+    got = tvm.nd.empty(out.shape, "int32")
+    f(tvm.nd.array(x), tvm.nd.array(w.astype(np.int16)), got)
+    np.testing.assert_array_equal(got.numpy(), _conv_ref(x, w[:, :, None, None], 1, (0, 0, 0, 0), 1))
+
+
+@pytest.mark.parametrize("khw,stride,pad,unroll", [((3, 3), 1, 0, True), ((3, 3), 1, 0, False),
+                                                   ((5, 4), 2, 0, True), ((3, 3), 2, 1, False)])
+def test_dsp_depthwise_rows_off_the_core(khw, stride, pad, unroll):
+    """The depthwise row intrinsic (SMLABB/SMLABT over int16 tap pairs, dw_row_intrin): odd and
+    even tap counts, strides, a padded input, the row unrolled or a loop, built by the host's cc."""
+    from kiln import te
+    from kiln.topi.cortex_m.conv2d_direct import DW_TAG, depthwise_int8, prepack_depthwise, schedule_depthwise_int8
+    from kiln.topi.cortex_m.conv2d_int8 import _find
+    rng = np.random.default_rng(khw[0] + stride)
+    x = rng.integers(-128, 128, (1, 6, 9, 11), dtype=np.int8)
+    w = rng.integers(-128, 128, (6, 1) + khw, dtype=np.int8)
+    x[0, 0] = -128
+    w[0] = -128
+    data = te.placeholder(x.shape, "int8", name="data")
+    k16 = prepack_depthwise(w)
+    kernel = te.placeholder(k16.shape, "int16", name="kernel")
+    out = depthwise_int8(data, kernel, (stride, stride), (pad,) * 4, unroll, "dsp", khw)
+    f = tvm.build(schedule_depthwise_int8(out, _find(out, DW_TAG)), [data, kernel, out],
+                  target="c -keys=arm_cpu -mcpu=cortex-m4")
+    got = tvm.nd.empty(out.shape, "int32")
+    f(tvm.nd.array(x), tvm.nd.array(k16), got)
+    np.testing.assert_array_equal(got.numpy(), _conv_ref(x, w, stride, (pad,) * 4, 6))
