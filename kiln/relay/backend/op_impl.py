@@ -402,10 +402,13 @@ def _conv2d_blocked_prepack(a, types, cfg):
         bn = _nchwc_config(a, dshape, (o, i, kh, kw), cfg)["oc_bn"]
         ib = max(ib, 1)
         from kiln.topi.x86 import conv2d_bf16
-        if str(types[1].dtype) == "bfloat16" and conv2d_bf16.bf16_tier() is None:
-            # No bfloat16 instructions (AVX2, AVX-512 before Cooper Lake): the tile multiplies in
-            # float32, so the weight is widened once here (exact) instead of at each load in the
-            # tile (docs/mixed-precision.md; MobileNetV2 bf16 in znver3 code: 3.11x -> 1.36x float32)
+        from kiln.topi.x86.conv2d_nchwc import accumulation_dtype
+        if (str(types[1].dtype) == "bfloat16" and conv2d_bf16.bf16_tier() is None) or \
+                (str(types[1].dtype) == "float16" and accumulation_dtype("float16", "float16") == "float32"):
+            # No bfloat16 instructions (AVX2, AVX-512 before Cooper Lake), no native half
+            # arithmetic (F16C only): the tile multiplies in float32, so the weight is widened once
+            # here (exact) instead of at each load in the tile (docs/mixed-precision.md;
+            # MobileNetV2 bf16 in znver3 code: 3.11x -> 1.36x float32)
             return WeightTransform(1, (o // bn, i // ib, kh, kw, ib, bn),
                                    lambda w: prepack_kernel_nchwc(np.asarray(w, np.float32), ib, bn),
                                    ("nchwc-widened", ib, bn), "float32")
