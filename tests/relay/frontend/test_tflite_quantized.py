@@ -10,6 +10,8 @@ x86 hosts checked, and the tests allow one step in at most 1% of the values (a k
 ties differently differs that rarely). Networks: within one step; int16 MEAN: within one step.
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -138,8 +140,9 @@ def test_mobilenet_v2_int8_stays_in_the_int8_kernels_layout_on_x86(mobilenet_int
     """On x86 the int8 kernels keep the network in their blocked layout: TFLite's activation
     clamps, its ADDs (three requantizes and an add) and qnn.Legalize's int8 -> uint8 shift before
     each conv stay blocked and fuse into the kernels (relay/qnn/cpu_int8.py), so layout_transform
-    is left at the input and the head only, and the ADD runs in the projection conv's kernel.
-    The output is the builtin kernels' exactly (the two-rounding rescale fused: rounding GEMM)."""
+    is left at the input and the head only, and the ADD runs in the projection conv's kernel;
+    the input QUANTIZE is one kernel (quantize.round_away's tree). The output is the builtin
+    kernels' exactly (the two-rounding rescale fused: rounding GEMM)."""
     import kiln as tvm
     from kiln.contrib import graph_executor
     from kiln.relay.qnn.cpu_int8 import x86_plan
@@ -153,6 +156,9 @@ def test_mobilenet_v2_int8_stays_in_the_int8_kernels_layout_on_x86(mobilenet_int
     kernels = text.split("fn (")[1:]
     assert text.count("layout_transform(") <= 4, text.count("layout_transform(")
     assert any("nn.contrib_conv2d_int8" in k and "right_shift" in k for k in kernels), "the ADD should fuse"
+    # the input QUANTIZE (round_away of x / s) is one kernel, not a kernel per divide, abs, floor
+    ops = [set(re.findall(r"\b([a-z_][a-z0-9_.]*)\(", k.split("};")[0])) for k in kernels]
+    assert all(o and not o <= {"divide", "abs", "floor"} for o in ops), ops
     x = np.random.default_rng(5).standard_normal((1, 16, 16, 3)).astype("float32")
     m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
     m.set_input(input=x)

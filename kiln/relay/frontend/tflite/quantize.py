@@ -92,11 +92,14 @@ def f64(value):
 
 def round_away(x):
     """Round half away from zero (TFLite's ``std::round``; relay's round goes half to even).
-    ``floor(|x|)`` and ``|x| - floor(|x|)`` are exact in float32, so ties are seen as ties."""
-    a = tensor.abs(x)
-    f = tensor.floor(a)
-    up = tf.cast(tensor.greater_equal(tensor.subtract(a, f), const(0.5, "float32")), "float32")
-    return tensor.multiply(tensor.sign(x), tensor.add(f, up))
+    ``floor(|x|)`` and ``|x| - floor(|x|)`` are exact in float32, so ties are seen as ties.
+    ``x``: an expression, or a function building one (then every use gets its own copy, a tree
+    that FuseOps puts in one kernel: it fuses no op whose result has two consumers)."""
+    make = x if callable(x) else (lambda: x)
+    a = lambda: tensor.abs(make())  # noqa: E731
+    f = lambda: tensor.floor(a())  # noqa: E731
+    up = tf.cast(tensor.greater_equal(tensor.subtract(a(), f()), const(0.5, "float32")), "float32")
+    return tensor.multiply(tensor.sign(make()), tensor.add(f(), up))
 
 
 def round_away_np(x):
@@ -109,7 +112,8 @@ def quantize(x, qp: QParams, dtype: str):
     ``round_away(x / scale) + zero_point`` in float32."""
     scale, zp = qp.per_tensor()
     lo, hi = RANGES[dtype]
-    q = tensor.add(round_away(tensor.divide(x, const(np.float32(scale), "float32"))), const(float(zp), "float32"))
+    q = tensor.add(round_away(lambda: tensor.divide(x, const(np.float32(scale), "float32"))),
+                   const(float(zp), "float32"))
     return tf.cast(tensor.clip(q, float(lo), float(hi)), dtype)
 
 
