@@ -4,7 +4,7 @@ the compiler exported, locally and through the package's RPC server (issue 34).
 
 Device environments, as in pyproject's runtime-* extras: numpy only (LLVM .so modules,
 graph_executor, oneDNN-offloaded graphs, the RPC server, which also serves on document 001's
-stand-in numpy.py); + pyopencl (OpenCL modules on PoCL); + cuda-bindings without NVRTC (CUDA
+stand-in numpy.py); + pyopencl (OpenCL modules on PoCL, locally and served); + cuda-bindings without NVRTC (CUDA
 modules up to the first launch; the launch on a GPU). The C runtime half: the package built with
 this machine's C runtime runs a tvmc package (plain, oneDNN-offloaded, OpenCL on PoCL) with
 kiln_run and serves a client with kiln_rpc, with no compiler on PATH (PoCL's own linker aside).
@@ -183,10 +183,11 @@ def test_onednn_graph_runs_in_numpy_only_python(device, tmp_path):
     _check_graph(tmp_path / "y.npy", x, w)
 
 
-def _serve_a_module_and_a_graph(cmd, env, cwd, tmp_path, graph_module, seed, check_session=None):
+def _serve_a_module_and_a_graph(cmd, env, cwd, tmp_path, graph_module, seed, check_session=None, target="llvm"):
     """Start the package's server ``cmd`` on 127.0.0.1, then as a client with the compiler: run an
-    exported kernel and a graph (``graph_module(lib, remote_lib, dev)`` makes its executor; None:
-    no graph). ``check_session(remote)`` looks at the server first."""
+    exported kernel built for ``target`` ("llvm" or "opencl") and a graph (``graph_module(lib,
+    remote_lib, dev)`` makes its executor; None: no graph). ``check_session(remote)`` looks at
+    the server first."""
     from kiln import rpc
 
     log = open(tmp_path / "server.log", "w+")
@@ -197,10 +198,10 @@ def _serve_a_module_and_a_graph(cmd, env, cwd, tmp_path, graph_module, seed, che
         remote = rpc.connect(svc.HOST, port)
         if check_session is not None:
             check_session(remote)
-        _add_one("llvm").export_library(str(tmp_path / "add.so"))
+        _add_one(target, bind=target != "llvm").export_library(str(tmp_path / "add.so"))
         remote.upload(str(tmp_path / "add.so"))
         f = remote.load_module("add.so")
-        dev = remote.cpu(0)
+        dev = remote.cpu(0) if target == "llvm" else remote.cl(0)
         x = np.linspace(-3, 3, 64).astype("float32")
         a, b = tvm.nd.array(x, dev), tvm.nd.empty((64,), "float32", dev)
         f(a, b)
@@ -278,6 +279,21 @@ def test_opencl_module_runs_with_pyopencl(device, tmp_path):
     """, "opencl")
     # OpenCL may contract a*2+1 into one fma: exact either way for these small integers
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), x * 2 + 1)
+
+
+def test_rpc_server_from_the_package_runs_an_opencl_module(device, tmp_path):
+    """The package's server in the pyopencl environment serves an OpenCL module on its PoCL
+    device to a client with the compiler (the kernel, then device-timed repeats)."""
+    pytest.importorskip("pyopencl", reason="needs pyopencl (pip install -e '.[opencl]')")
+    from kiln.runtime.devices.opencl import API
+
+    if not API.exist(0):
+        pytest.skip("needs an OpenCL device (apt-get install pocl-opencl-icd; check with clinfo)")
+    _, env, python, base = device
+    port = svc.free_port()
+    _serve_a_module_and_a_graph(
+        [python, "-m", "kiln.exec.rpc_server", "--host", svc.HOST, "--port", str(port), "--port-end", str(port + 20)],
+        env("opencl"), base, tmp_path, None, seed=0, target="opencl")
 
 
 @pytest.fixture(scope="module")
