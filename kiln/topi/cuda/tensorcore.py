@@ -574,16 +574,7 @@ def _schedule_fused_output(s, C, out, conf, out_dtype):
     *_, oy, ox = (const_int(d) for d in out.shape)
     threads = WARP * brw * bcw
     vec = 4 if oy % bm == 0 and ox % bn == 0 and bm * bn % (threads * 4) == 0 else 1
-    fused = so.fuse(yi, xi)
-    fused, v = so.split(fused, factor=vec)
-    fused, tx = so.split(fused, factor=WARP)
-    fused, ty = so.split(fused, factor=brw)
-    fused, tz = so.split(fused, factor=bcw)
-    so.bind(tz, thread("z"))
-    so.bind(ty, thread("y"))
-    so.bind(tx, thread("x"))
-    if vec > 1:
-        so.vectorize(v)
+    _spread_over_block(so, so.fuse(yi, xi), vec, brw, bcw)
 
     s[C].set_scope("shared")
     sc = s[C]
@@ -601,6 +592,21 @@ def _schedule_fused_output(s, C, out, conf, out_dtype):
     sc.unroll(yo)
     sc.unroll(xo)
     return tz
+
+
+def _spread_over_block(stage, fused, vec, brw, bcw):
+    """One fused loop over the block's threads, vec elements each (x: the warp's lanes, y and z:
+    the warps); what is left of the loop, the passes each thread makes, is returned."""
+    fused, v = stage.split(fused, factor=vec)
+    fused, tx = stage.split(fused, factor=WARP)
+    fused, ty = stage.split(fused, factor=brw)
+    fused, tz = stage.split(fused, factor=bcw)
+    stage.bind(tz, thread("z"))
+    stage.bind(ty, thread("y"))
+    stage.bind(tx, thread("x"))
+    if vec > 1:
+        stage.vectorize(v)
+    return fused
 
 
 def _schedule_accumulators(cf, st, tz, conf, in_dtype, out_dtype, b_layout="col_major"):
@@ -649,16 +655,7 @@ def _schedule_slab(sh, cf, ko, conf, k_rows=False):
     if conf["offset"]:
         width = WMMA * conf["block_col_warps"] * conf["warp_col_tiles"] if k_rows else WMMA * conf["chunk"]
         sh.storage_align(si, width, conf["offset"])  # rows padded by offset halves against bank conflicts
-    fused = sh.fuse(*sb, si, sk)
-    fused, v = sh.split(fused, factor=vec)
-    fused, tx = sh.split(fused, factor=WARP)
-    fused, tyy = sh.split(fused, factor=brw)
-    fused, tzz = sh.split(fused, factor=bcw)
-    sh.bind(tzz, thread("z"))
-    sh.bind(tyy, thread("y"))
-    sh.bind(tx, thread("x"))
-    if vec > 1:
-        sh.vectorize(v)
+    fused = _spread_over_block(sh, sh.fuse(*sb, si, sk), vec, brw, bcw)
     if conf.get("unroll_fetch", 0):  # every load of the slab in flight at once
         sh.unroll(fused)
     if conf.get("double_buffer", 0):

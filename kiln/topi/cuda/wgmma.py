@@ -195,16 +195,7 @@ def schedule_dense_wgmma(outs, conf=None):
     BS = s.cache_read(w_il, "shared", [C])
     CF = s.cache_write(C, "wgmma.accumulator")
 
-    st = s[C]
-    i, j = st.op.axis
-    bi, ii = st.split(i, factor=ROWS * wg)
-    bj, jj = st.split(j, factor=n)
-    tg, iii = st.split(ii, factor=ROWS)
-    st.reorder(bi, bj, tg, iii, jj)
-    st.bind(bi, block("y"))
-    st.bind(bj, block("x"))
-    st.bind(tg, thread("y"))
-    st.tensorize(iii, intrin_wgmma_store(n, str(C.dtype)))
+    st, tg = _output_tiles(s, C, wg, n)
 
     cf = s[CF]
     cf.compute_at(st, tg)
