@@ -59,3 +59,25 @@ def test_whole_suite_selection_applies_the_exclusion_list():
     assert set(why.values()) <= {None, "control flow (Loop/If/Scan)", "sequence/optional types", "string op",
                                  "training-only op", "ImageDecoder"} | {r for r in why.values() if r and
                                                                          r.endswith(" element type")}
+
+
+def test_training_mode_dropout_is_refused_naming_the_node():
+    """A module exported in train() mode (torch's dynamo exporter keeps its Dropout nodes with
+    training_mode = true) has random outputs: one error, not a silent identity."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kiln import relay
+    from kiln.errors import KilnError
+
+    def model(ratio):
+        inits = [numpy_helper.from_array(np.array(ratio, np.float32), "r"), numpy_helper.from_array(np.array(True), "t")]
+        graph = helper.make_graph([helper.make_node("Dropout", ["x", "r", "t"], ["y"], name="drop1")], "g",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+    with pytest.raises(KilnError, match=r"Dropout node 'drop1': runs in training mode .*ratio 0.1.*model\.eval\(\)"):
+        relay.frontend.from_onnx(model(0.1))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(backend.KilnBackend.prepare(model(0.0), "CPU").run([x])[0], x)  # ratio 0: identity

@@ -335,9 +335,23 @@ def _flatten(ctx, ins, attrs):
 
 def _dropout(ctx, ins, attrs):
     x = ins[0]
+    mode = ins[2] if len(ins) > 2 else None
+    if mode is not None and _known(ctx, mode) and bool(np.asarray(ctx.value(mode)).item()):
+        ratio = ins[1] if len(ins) > 1 else None
+        r = float(np.asarray(ctx.value(ratio)).item()) if ratio is not None and _known(ctx, ratio) else 0.5
+        if r > 0:  # a training-mode export (torch.onnx.export of a module left in train())
+            ctx.fail(f"runs in training mode (training_mode is true, ratio {r:g}): its output is random; "
+                     "export the model after model.eval()")
     if len(ctx.node.output) > 1 and ctx.node.output[1]:
         return [x, const(np.ones(ctx.shape_of(x), dtype=bool))]
     return x
+
+
+def _known(ctx, expr) -> bool:
+    """The input is a constant or an initializer (its value is known at import)."""
+    from ...expr import Var
+
+    return isinstance(expr, Constant) or (isinstance(expr, Var) and expr.name_hint in ctx.importer.initializers)
 
 
 CONVERTERS = {
