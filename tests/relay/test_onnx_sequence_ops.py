@@ -178,3 +178,12 @@ def test_conv_transpose3d_against_onnxruntime(attrs):
     b = rng.standard_normal(3 * attrs.get("group", 1)).astype("float32")
     node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)
     np.testing.assert_allclose(_run(node, [x, w, b], opset=17), _ort(node, [x, w, b]), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5, 6), (1, 4, 9)])
+def test_global_pool_3d_and_1d_against_onnxruntime(op, shape):
+    """Video networks' AdaptiveAvgPool3d(1) exports as a 5-d GlobalAveragePool (TorchScript exporter)."""
+    x = np.random.default_rng(9).standard_normal(shape).astype("float32")
+    node = helper.make_node(op, ["x"], ["y"])
+    np.testing.assert_allclose(_run(node, [x], opset=17), _ort(node, [x]), rtol=1e-5, atol=1e-6)

@@ -285,8 +285,11 @@ def _pool_3d(fn):
     return convert
 
 
-def _global_pool(fn):
+def _global_pool(fn, reduce_fn):
     def convert(ctx, ins, attrs):
+        rank = len(ctx.shape_of(ins[0]))
+        if rank != 4 and rank >= 3:  # 1-D and 3-D (video: AdaptiveAvgPool3d(1)) as a reduction
+            return reduce_fn(ins[0], axis=tuple(range(2, rank)), keepdims=True)
         _check_2d(ctx, ins[0])
         return fn(ins[0])
     return convert
@@ -358,8 +361,8 @@ CONVERTERS = {
     "Conv": _lift_1d(_conv), "ConvTranspose": _lift_1d(_conv_transpose), "Gemm": _gemm, "MatMul": _matmul,
     "BatchNormalization": _batch_norm, "MaxPool": _lift_1d(_pool_3d(_pool("max"))),
     "AveragePool": _lift_1d(_pool_3d(_pool("avg"))),
-    "GlobalAveragePool": _global_pool(nn_pool.global_avg_pool2d),
-    "GlobalMaxPool": _global_pool(nn_pool.global_max_pool2d),
+    "GlobalAveragePool": _global_pool(nn_pool.global_avg_pool2d, reduce.mean),
+    "GlobalMaxPool": _global_pool(nn_pool.global_max_pool2d, reduce.max),
     "Softmax": _softmax(nn_norm.softmax), "LogSoftmax": _softmax(nn_norm.log_softmax),
     "LayerNormalization": _layer_norm, "Flatten": _flatten, "Dropout": _dropout,
 }
