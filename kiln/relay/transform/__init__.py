@@ -121,9 +121,11 @@ def FuseExpandDepthwise():  # noqa: N802
 
 
 def FuseConvEpilogue():  # noqa: N802
-    """On an x86 target with AMX-BF16, each bfloat16 conv2d + cast + bias [+ residual] [+ relu]
-    (ToMixedPrecision's, after AlterOpLayout) as one op whose AMX kernel applies them to its tiles
-    in cache (fuse_conv_epilogue.py). Other targets, or no target: the function unchanged."""
+    """On an x86 target, each bfloat16/float16 conv2d summing in float32 + cast + bias [+ residual]
+    [+ relu] (ToMixedPrecision's, after AlterOpLayout) computes its epilogue in float32 and
+    rounds once: with AMX-BF16 as one op whose AMX kernel applies it to its tiles in cache, elsewhere
+    by moving the cast after it, so FuseOps puts it in the conv's tile store (fuse_conv_epilogue.py).
+    Other targets, or no target: the function unchanged."""
     def run(func, mod, ctx):
         from kiln.target import Target
         from kiln.target.cpu_facts import cpu_facts
@@ -131,10 +133,9 @@ def FuseConvEpilogue():  # noqa: N802
         from ..backend.family import target_family
         from .fuse_conv_epilogue import fuse_conv_epilogue
         target = Target.current(allow_none=True)
-        if target is None or target.kind.name != "llvm" or target_family(target) != "x86" \
-                or "amx-bf16" not in cpu_facts(target).features:
+        if target is None or target.kind.name != "llvm" or target_family(target) != "x86":
             return func
-        return infer(fuse_conv_epilogue(infer(func)))
+        return infer(fuse_conv_epilogue(infer(func), amx="amx-bf16" in cpu_facts(target).features))
     return FunctionPass(run, PassInfo(3, "FuseConvEpilogue"))
 
 

@@ -95,3 +95,69 @@ def test_no_fusion_without_amx(cpu, fused):
     ops += [getattr(m.op, "name", "") for n in post_order(mod["main"].body) if isinstance(n, relay.Function)
             for m in post_order(n.body) if isinstance(m, relay.Call)]
     assert sum(o.startswith("nn.contrib_conv2d_bias") for o in ops) == fused, ops
+
+
+def _layer(rng):
+    """One bfloat16 conv 3x3 (32 -> 32 at 6x6, blocked in: its input comes from another conv) +
+    bias + residual + relu, ToMixedPrecision's, then a 1x1 max pool (the identity, on blocked
+    data); its inputs, weights and bias bfloat16 numbers."""
+    import ml_dtypes
+
+    def bf(*shape):
+        return rng.standard_normal(shape).astype(ml_dtypes.bfloat16).astype("float32")
+
+    x, w0, w, b, r = bf(1, 32, 6, 6), bf(32, 32, 1, 1), bf(32, 32, 3, 3), bf(32, 1, 1), bf(1, 32, 6, 6)
+    xv, rv = relay.var("x", shape=x.shape), relay.var("r", shape=r.shape)
+    first = relay.nn.conv2d(xv, relay.const(w0), channels=32, kernel_size=(1, 1))  # rounds: exact input below
+    y = relay.nn.relu(relay.add(relay.add(relay.nn.conv2d(first, relay.const(w), padding=(1, 1), channels=32,
+                                                          kernel_size=(3, 3)), relay.const(b)), rv))
+    y = relay.nn.max_pool2d(y, (1, 1))  # exact, and blocked: the epilogue stays on blocked data
+    return to_mixed_precision(relay.Function([xv, rv], y), "bfloat16"), x, w0, w, b, r
+
+
+def _chain(func, target, fuse=True) -> list:
+    """The op names of each fused kernel after relay's passes (FuseOps' primitive functions)."""
+    from kiln.relay import transform
+    from kiln.relay.visitor import post_order
+    with tvm.target.Target(target), tvm.transform.PassContext(opt_level=3, disabled_pass=[] if fuse else
+                                                                  ["FuseConvEpilogue"]):
+        mod = transform.optimize_sequence()(tvm.IRModule.from_expr(func))
+    return [[getattr(m.op, "name", "") for m in post_order(n.body) if isinstance(m, relay.Call)]
+            for n in post_order(mod["main"].body) if isinstance(n, relay.Function)]
+
+
+@pytest.mark.parametrize("cpu", ["haswell", "cooperlake"])
+def test_float32_epilogue_without_amx(cpu):
+    """Without AMX the pass moves the cast to bfloat16 after bias, residual and relu (float32, one
+    rounding per conv; FuseOps puts them in the conv's tile store, one kernel as before), and
+    the output is within one bfloat16 rounding of the exact conv of its bfloat16 operands,
+    wherever this machine runs the code."""
+    from kiln.topi import testing
+
+    func, x, w0, w, b, r = _layer(np.random.default_rng(4))
+    target = f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}"
+    fused, unfused = _chain(func, target), _chain(func, target, fuse=False)
+    assert ["nn.conv2d", "add", "add", "nn.relu", "cast"] in fused, fused  # float32 epilogue, one rounding
+    assert ["nn.conv2d", "cast", "add", "add", "nn.relu"] in unfused, unfused  # rounded, then bfloat16 adds
+    assert len(fused) == len(unfused)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(tvm.IRModule.from_expr(func), target=target)
+    if why_host_cannot_run(tvm.target.Target(target)):
+        pytest.skip(f"{cpu} code cannot run here")
+    import ml_dtypes
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    m.set_input(x=x, r=r)
+    m.run()
+    got = m.get_output(0).numpy().astype(np.float64)
+    # the first conv's output, rounded to bfloat16 as the kernel stores it (float32 sum of 32
+    # exact products, then one rounding): recompute it exactly the same way
+    first = testing.conv2d_nchw_python(x.astype(np.float64), w0.astype(np.float64), 1, 0)
+    first = first.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+    exact = np.maximum(testing.conv2d_nchw_python(first, w.astype(np.float64), 1, 1) + b + r, 0)
+    spread = testing.conv2d_nchw_python(np.abs(first), np.abs(w.astype(np.float64)), 1, 1) + np.abs(b) + np.abs(r)
+    # float32 sums of 288 products + 2 terms (<= 290 * 2^-24 * spread), then one rounding (2^-8);
+    # the first conv's float32 sum order may flip one of its roundings: one step of its value
+    # carried through the second conv (2^-7 * conv(|first|, |w|))
+    flip = testing.conv2d_nchw_python(np.abs(first), np.abs(w.astype(np.float64)), 1, 1) * 2.0 ** -7
+    bound = 2.0 ** -8 * (np.abs(exact) + flip) + 290 * 2.0 ** -24 * spread + flip
+    assert np.all(np.abs(got - exact) <= bound), np.max(np.abs(got - exact) - bound)
