@@ -300,15 +300,17 @@ def amx_conv_tiles(x, w, *rest, runs: Runs, n, chunks, hp, wp, ib, k_row, ocb, k
                             for j in range(nb):
                                 ib_.emit(_amx("tilestored64", _i8(2 * t + j), _addr(sums[(t * m * nb + j) * 16]),
                                               E.const(nb * 64, "int64")))
+                        oh_, ow_ = runs.out_hw
                         with ib_.for_range(0, 2 * m, name="px") as px:
-                            if runs.flat:
+                            if runs.flat and runs.width != ow_:  # junk pixels at each row's end
                                 v_ = pair * 32 + px
                                 yy, xx = v_ // runs.width, v_ % runs.width
-                            else:
-                                q = pair * 2 + px // m
-                                yy, xx = q // runs.per_row, q % runs.per_row * m + px % m
-                            with ib_.if_scope(tir.all(yy < runs.out_hw[0], xx < runs.out_hw[1])):
-                                out = (((b * ocb + oc) * runs.out_hw[0] + yy) * runs.out_hw[1] + xx) * bn + 16 * g
+                                valid, pix = tir.all(yy < oh_, xx < ow_), yy * ow_ + xx
+                            else:  # the runs' pixels are the output's, in order: no division
+                                pix = pair * 2 * m + px
+                                valid = pix < oh_ * ow_
+                            with ib_.if_scope(valid):
+                                out = ((b * ocb + oc) * oh_ * ow_ + pix) * bn + 16 * g
                                 for j in range(nb):
                                     s_ = E.BufferLoad(sums.asobject(), (_ramp16((px * nb + j) * 16),), _dt("float32x16"))
                                     val = _epilogue_value(epilogue, s_, bias, residual, oc * bn + 16 * (g + j),
