@@ -6,7 +6,8 @@ conv); torchvision-style architectures in plain torch (its wheel does not import
 torch): an R(2+1)D video network (3-D convs, pools) and a ResNet + FPN detection backbone
 (lateral 1x1 convs, nearest upsampling, P6 max pool). BERT, GPT-2, ViT and Whisper at full size
 are bench/transformers.py and tests/relay/test_transformer_gpu.py. Marked heavy: 14 cases, about
-45 s on 2 cores (`make test-heavy`, or `pytest -m heavy` on this file)."""
+45 s on 2 cores (`make test-heavy`, or `pytest -m heavy` on this file). Also BERT exported with
+dynamic batch and sequence axes by both exporters (issue 32 item 4)."""
 
 from __future__ import annotations
 
@@ -161,3 +162,46 @@ def test_export_imports_and_matches_onnxruntime(name, dynamo):
     m.run()
     # Layer-normed (or batch-normed) outputs of order 1 from float32 sums of at most a few hundred terms.
     np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_dynamic_axes_bert_one_error_then_one_build_per_size(dynamo):
+    """Issue 32 item 4 on a real export: batch and sequence left symbolic (dynamic_axes /
+    dynamic_shapes); without sizes one error names every input and axis; with input_ids' size
+    (the mask shares its symbols) each size builds and matches onnxruntime."""
+    if dynamo:
+        pytest.importorskip("onnxscript", reason="torch.onnx's dynamo exporter needs onnxscript")
+    hf = pytest.importorskip("transformers", reason="the Hugging Face models need transformers")
+    from kiln.errors import KilnError
+
+    torch.manual_seed(0)
+    bert = hf.BertModel(hf.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                      vocab_size=100, max_position_embeddings=64, attn_implementation="eager"))
+    inputs = _text_inputs()
+    names = list(inputs)
+    if dynamo:
+        batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence", max=64)
+        kw = {"dynamic_shapes": {"xs": ({0: batch, 1: seq}, {0: batch, 1: seq})}}
+    else:
+        kw = {"dynamic_axes": {n: {0: "batch", 1: "sequence"} for n in names}}
+    buf = io.BytesIO()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_Last(bert, names, False).eval(), tuple(torch.from_numpy(v) for v in inputs.values()), buf,
+                          input_names=names, output_names=["y"], opset_version=18 if dynamo else 17, dynamo=dynamo,
+                          **kw)
+    model = onnx.load_from_string(buf.getvalue())
+    with pytest.raises(KilnError, match=r"'input_ids' axis 0 \(\w+\), axis 1 \(\w+\); 'attention_mask' axis 0"):
+        relay.frontend.from_onnx(model)
+    sess = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for size in ((1, 8), (2, 20)):
+        feeds = {"input_ids": rng.integers(0, 100, size).astype(np.int64), "attention_mask": np.ones(size, np.int64)}
+        feeds["attention_mask"][0, size[1] // 2:] = 0
+        mod, params = relay.frontend.from_onnx(model, shape={"input_ids": size})
+        with tvm.transform.PassContext(opt_level=3):
+            lib = relay.build(mod, target="llvm", params=params)
+        m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+        m.set_input(**feeds)
+        m.run()
+        np.testing.assert_allclose(m.get_output(0).numpy(), sess.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
