@@ -168,6 +168,8 @@ def test_a_channel_pass_keeps_its_weights_for_every_row():
     (16, 32, 9, 6, 1, 6),              # every tap live somewhere
     (16, 16, 7, 4, 2, (1, 9, 8, 0)),   # top/left taps dropped, the first live one inside the image
     (16, 16, 8, 5, 1, (10, 0, 0, 10)),
+    (16, 16, 33, 24, 1, 24),           # ASPP rate 24: per width tile, tap columns in the padding skipped
+    (16, 16, 13, 4, 2, (4, 3, 4, 5)),  # strided, asymmetric, a last tile cut short
 ])
 def test_taps_that_read_only_padding(runner, c, o, hw, dilation, stride, pad):
     from kiln.topi.x86.conv2d_nchwc import live_taps

@@ -224,18 +224,29 @@ def conv2d_NCHWc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None,
     ry = te.reduce_axis((0, r1 - r0 + 1), name="ry")
     rx = te.reduce_axis((0, c1 - c0 + 1), name="rx")
 
-    top = max(0, pads[0])
+    top, left = max(0, pads[0]), max(0, pads[1])
+    tile_w = int(conf.get("tile_ow") or 1)
 
     def fconv(n, occ, y, x, ocb):
         row = y * p.stride_h + ry * p.dilation_h + max(0, -pads[0])
         a = padded[n, rco, row, x * p.stride_w + rx * p.dilation_w + max(0, -pads[1]), rci]
         w = kernel_vec[occ, rco, ry + r0, rx + c0, rci, ocb]
+        live = []
         if p.dilation_h > 1 and r1 > r0:
             # Dilated rows: a tap row inside the padding of this output row adds nothing; the
             # test is one per (row, tap row), outside the tile's channel loop (ASPP's rate 24 at
             # 33x33: half the tap rows of the image's rows are padding).
-            live = tir.all(row >= top, row < top + p.in_height)
-            return te.sum(a.astype(acc) * w.astype(acc), axis=[rco, ry, rx, rci], where=live)
+            live += [row >= top, row < top + p.in_height]
+        if p.dilation_w > 1 and c1 > c0 and tile_w > 1:
+            # Dilated columns, per width tile: a tap column that reads only padding for every
+            # pixel of the tile adds nothing (exact for any tiling: a pixel's column lies between
+            # its tile's first and last); the test depends on the tile and the tap column only.
+            first = (x // tile_w) * tile_w
+            col = rx * p.dilation_w + max(0, -pads[1])
+            last = tir.min(first + (tile_w - 1), p.out_width - 1)
+            live += [last * p.stride_w + col >= left, first * p.stride_w + col < left + p.in_width]
+        if live:
+            return te.sum(a.astype(acc) * w.astype(acc), axis=[rco, ry, rx, rci], where=tir.all(*live))
         return te.sum(a.astype(acc) * w.astype(acc), axis=[rco, ry, rx, rci])
 
     if not plain_output and flat_pixels(p) and flat_tasks(p, conf) and not conf.get("ic_pass"):
