@@ -21,6 +21,7 @@ from kiln.relay.op.activation import gelu, hardswish
 from kiln.relay.op.dynamic import non_max_suppression, nonzero, unique, with_length
 from kiln.relay.op.linear_attention import linear_attention
 from kiln.relay.op.vision import deform_conv2d, roi_align
+from kiln.relay.qnn.avg_pool_int import QAVG_POOL2D as contrib_qavg_pool2d
 
 RNG = np.random.default_rng(1)
 
@@ -198,6 +199,11 @@ CASES = {
         math_ops.reinterpret(X, "int32"), math_ops.reinterpret(I6, "float32")]),
         {**X_IN, "i": np.array([-7, -4, -1, 0, 5, 9], "int32"), "j": np.array([3, -2, 12, 7, -9, 5], "int32"),
          "s": np.array([1, 200, 17, 255, 3], "uint8"), "t": np.array([1, 3, 0, 8, 9], "uint8")}),
+    "qavg_pool2d": (lambda: relay.Tuple([  # Cortex-M's integer qnn.avg_pool2d: even count (ties), odd count
+        contrib_qavg_pool2d(v("q", 1, 3, 6, 7, dtype="int8"), pool_size=(2, 2), strides=(2, 2), zi=-3, zo=5),
+        contrib_qavg_pool2d(v("u", 1, 2, 5, 5, dtype="uint8"), pool_size=(3, 3), strides=(1, 2), zi=128, zo=120,
+                            out_dtype="uint8")]),
+        {"q": arr(1, 3, 6, 7, dtype="int8", low=-128, high=128), "u": arr(1, 2, 5, 5, dtype="uint8", low=0, high=256)}),
     "grid_sample": (lambda: relay.Tuple([
         grid_sample(IMG, G2, "linear", "zeros"), grid_sample(IMG, G2, "cubic", "border", align_corners=True),
         grid_sample(IMG, G2, "nearest", "reflection"),
