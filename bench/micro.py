@@ -181,7 +181,7 @@ def int8_section(work: str) -> None:
                 per_layer(p.dir + "_profile", template, lib, inputs, hz[template])
         print(f"DS-CNN on {cpu}: int8 / float32 instructions {counted['int8'] / counted['float32']:.3f} "
               f"({counted['float32'] / counted['int8']:.2f}x fewer; goal on the M4F: >= 3x) (stem and 1x1 convs on "
-              "int16 operands, LDRD + SMLAD, or MVE; depthwise rows by SMLABB tap pairs (the DSP, also on the M55); "
+              "int16 operands, LDRD + SMLAD, or MVE; depthwise rows by SMLABB tap pairs (M4F) or MVE VLDRB.S32 + VMLA.S32 over 4 pixels (M55); "
               "requantize in 32-bit; average pool in integers)")
         tune_dense_int8(work, template, cpu)
         tune_convs(work, template, cpu, quantized)

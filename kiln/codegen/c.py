@@ -136,6 +136,33 @@ static inline int32_t vmladavaq_s8(int32_t acc, const int8_t* a, const int8_t* b
 }
 #endif
 """
+# MVE int32 lanes (dw_row_mve_intrin, kiln/topi/cortex_m/intrin.py): widening byte loads, vector x
+# scalar multiply-accumulates, tail predication; portable definitions elsewhere (a predicate is
+# the count of active lanes, as vctp32q's argument).
+MVE_I32_PRELUDE = r"""
+#if defined(__ARM_FEATURE_MVE)
+#include <arm_mve.h>
+#else
+typedef struct { int32_t v[4]; } kiln_i32x4;
+static inline int32_t vctp32q(int32_t n) { return n; }
+static inline kiln_i32x4 vldrbq_z_s32(const int8_t* p, int32_t n) {
+  kiln_i32x4 r; for (int i = 0; i < 4; ++i) r.v[i] = i < n ? p[i] : 0; return r;
+}
+static inline kiln_i32x4 vldrbq_s32(const int8_t* p) { return vldrbq_z_s32(p, 4); }
+static inline kiln_i32x4 vldrwq_z_s32(const int32_t* p, int32_t n) {
+  kiln_i32x4 r; for (int i = 0; i < 4; ++i) r.v[i] = i < n ? p[i] : 0; return r;
+}
+static inline kiln_i32x4 vldrwq_s32(const int32_t* p) { return vldrwq_z_s32(p, 4); }
+static inline kiln_i32x4 vmlaq_n_s32(kiln_i32x4 a, kiln_i32x4 b, int32_t w) {
+  for (int i = 0; i < 4; ++i) a.v[i] = (int32_t)((uint32_t)a.v[i] + (uint32_t)b.v[i] * (uint32_t)w); return a;
+}
+static inline kiln_i32x4 vmulq_n_s32(kiln_i32x4 b, int32_t w) {
+  for (int i = 0; i < 4; ++i) b.v[i] = (int32_t)((uint32_t)b.v[i] * (uint32_t)w); return b;
+}
+static inline void vstrwq_p_s32(int32_t* p, kiln_i32x4 a, int32_t n) { for (int i = 0; i < n; ++i) p[i] = a.v[i]; }
+static inline void vstrwq_s32(int32_t* p, kiln_i32x4 a) { vstrwq_p_s32(p, a, 4); }
+#endif
+"""
 # float32 round-half-even: a Cortex-M4F's FPv4 has no VRINT, and newlib's rintf is a software
 # routine (~30 instructions, a call per requantized value of onnxruntime-rounded int8 models):
 # there |x| + 2**23 - 2**23 rounds |x| < 2**23 to an integer half to even in the FPU (larger
@@ -246,7 +273,7 @@ static inline int32_t __smlabt(int32_t x, int32_t y, int32_t acc) {
 }
 #endif
 """
-ARM_PRELUDES = (("__smlad", ACLE_PRELUDE), ("__smlabb(", SMLAXY_PRELUDE), ("kiln_rne22_add(", RNE22_ADD_PRELUDE), ("kiln_ld64(", LD64_PRELUDE), ("vmladavaq_s8", MVE_PRELUDE), ("kiln_rintf(", RINTF_PRELUDE),
+ARM_PRELUDES = (("__smlad", ACLE_PRELUDE), ("__smlabb(", SMLAXY_PRELUDE), ("kiln_rne22_add(", RNE22_ADD_PRELUDE), ("kiln_ld64(", LD64_PRELUDE), ("vmladavaq_s8", MVE_PRELUDE), ("q_n_s32(", MVE_I32_PRELUDE), ("kiln_rintf(", RINTF_PRELUDE),
                 ("kiln_ssat(", SSAT_PRELUDE), ("kiln_rne22(", RNE22_PRELUDE),
                 ("kiln_read_s32", "static inline int32_t kiln_read_s32(const void* p) "
                                   "{ int32_t v; memcpy(&v, p, 4); return v; }  /* unaligned word */"))

@@ -71,7 +71,8 @@ def _model(rng):
 
 @pytest.mark.parametrize("cpu,template,arch,insns", [
     ("cortex-m4", "qemu-mps2-an386", "arm", ("\tsmlad", "\tldrd", "\tsmlabb")),  # 1x1/im2col: ldrd + smlad; depthwise
-    ("cortex-m55", "qemu-mps3-an547", "armv8.1-m.main", ("\tvmlava.s8",))])
+    # M55: 1x1/im2col vmladava; the depthwise rows 4 output pixels a vector, vldrb.s32 + vmla.s32 per tap
+    ("cortex-m55", "qemu-mps3-an547", "armv8.1-m.main", ("\tvmlava.s8", "\tvldrb.s32", "\tvmla.s32"))])
 def test_int8_convs_on_the_board(cpu, template, arch, insns, tmp_path):
     _board()
     x, mod, want = _model(np.random.default_rng(5))
@@ -160,3 +161,60 @@ def test_dsp_depthwise_rows_off_the_core(khw, stride, pad, unroll):
     got = tvm.nd.empty(out.shape, "int32")
     f(tvm.nd.array(x), tvm.nd.array(k16), got)
     np.testing.assert_array_equal(got.numpy(), _conv_ref(x, w, stride, (pad,) * 4, 6))
+
+
+@pytest.mark.parametrize("khw,pad,width", [((3, 3), 1, 5), ((3, 3), 0, 11), ((5, 4), 1, 9), ((3, 3), 1, 8),
+                                           ((1, 3), 0, 5), ((1, 1), 0, 3)])
+def test_mve_depthwise_rows_off_the_core(khw, pad, width):
+    """The MVE depthwise row intrinsic (dw_row_mve_intrin: 4 output pixels a vector, the scalar tap
+    weight): rows of 5 and 9 (a last vector overlapping the one before), 8 (whole vectors), 11, and
+    under 4 (a predicated vector), built by the host's cc (portable MVE definitions): numpy's integers."""
+    from kiln import te
+    from kiln.topi.cortex_m.conv2d_direct import DW_TAG, depthwise_int8, prepack_depthwise, schedule_depthwise_int8
+    from kiln.topi.cortex_m.conv2d_int8 import _find
+    rng = np.random.default_rng(width + khw[1])
+    x = rng.integers(-128, 128, (1, 6, 9, width), dtype=np.int8)
+    w = rng.integers(-128, 128, (6, 1) + khw, dtype=np.int8)
+    x[0, 0] = -128
+    w[0] = -128
+    data = te.placeholder(x.shape, "int8", name="data")
+    k16 = prepack_depthwise(w)
+    kernel = te.placeholder(k16.shape, "int16", name="kernel")
+    out = depthwise_int8(data, kernel, (1, 1), (pad,) * 4, True, "dsp", khw, mve=True)
+    f = tvm.build(schedule_depthwise_int8(out, _find(out, DW_TAG)), [data, kernel, out],
+                  target="c -keys=arm_cpu -mcpu=cortex-m55")
+    assert "vmlaq_n_s32" in f.get_source()
+    got = tvm.nd.empty(out.shape, "int32")
+    f(tvm.nd.array(x), tvm.nd.array(k16), got)
+    np.testing.assert_array_equal(got.numpy(), _conv_ref(x, w, 1, (pad,) * 4, 6))
+
+
+def test_mve_depthwise_rows_on_the_m55(tmp_path):
+    """Depthwise convs whose rows are 7 (overlapping vectors), 5 and 3 (a predicated vector) wide and
+    one of stride 2 (the DSP rows: MVE takes stride 1), requantized by a shift, on the M55 board:
+    vldrb.s32 + vmla.s32 in the firmware, numpy's integers."""
+    _board()
+    rng = np.random.default_rng(36)
+    x = rng.integers(-128, 128, (1, 8, 6, 9), dtype=np.int8)
+    ws = [rng.integers(-128, 128, (8, 1) + k, dtype=np.int8) for k in ((3, 3), (3, 3), (1, 3), (3, 3))]
+    x[0, 0, :3, :3] = -128
+    ws[0][0] = -128
+    data = relay.var("x", shape=x.shape, dtype="int8")
+    y, want = data, x
+    for w, (stride, pad) in zip(ws, ((1, 0), (1, 0), (1, 0), (2, 1))):
+        conv = relay.nn.conv2d(y, relay.const(w), strides=(stride, stride), padding=(pad,) * 4, groups=8,
+                               kernel_size=w.shape[2:], channels=8, out_dtype="int32")
+        y = relay.cast(relay.clip(relay.op.math_ops.right_shift(conv, relay.const(7, "int32")), -128, 127), "int8")
+        want = _shift_clip(_conv_ref(want, w, stride, (pad,) * 4, 8), 7)
+    assert want.shape == (1, 8, 1, 2)
+    lib = relay.build(tvm.IRModule.from_expr(relay.Function([data], y)), target="c -keys=arm_cpu -mcpu=cortex-m55",
+                      executor=AOT)
+    src = "\n".join(lib.sources.values())
+    assert "vmlaq_n_s32" in src and "__smlabb" in src  # stride 1: MVE rows; stride 2: DSP rows
+    project = micro.generate_project(micro.get_microtvm_template_projects("qemu-mps3-an547"), lib, tmp_path / "fw",
+                                     {"inputs": {"x": x}})
+    project.build()
+    asm = subprocess.run(["arm-none-eabi-objdump", "-d", "-m", "armv8.1-m.main", project.elf], capture_output=True,
+                         text=True).stdout
+    assert "\tvldrb.s32" in asm and "\tvmla.s32" in asm and "\tvldrbt.s32" in asm  # vldrbt: the predicated row
+    np.testing.assert_array_equal(next(iter(project.run()["outputs"].values())), want)

@@ -88,6 +88,23 @@ def test_relay_int8_convs_are_tasks_with_the_cortex_m_knobs_and_the_default_in_t
         assert {k: fallback[k].val for k in t.config_space.space_map} in points
 
 
+def test_the_m55_depthwise_task_has_the_mve_rows_as_its_default():
+    """On the M55 the depthwise task's isa knob adds ``mve`` (dw_row_mve_intrin; stride 1), the
+    untuned default, beside the DSP rows; the M4's space has no ``mve``."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_cortex_m_conv import _model
+    _, mod, _ = _model(np.random.default_rng(5))
+    for cpu, isas in (("cortex-m55", ["plain", "unrolled", "dsp", "mve"]), ("cortex-m4", ["plain", "unrolled", "dsp"])):
+        (t,) = [t for t in autotvm.task.extract_from_program(mod, target=f"c -keys=arm_cpu -mcpu={cpu}")
+                if t.name == "depthwise_conv2d_nchw.arm_cpu"]
+        assert [e.val for e in t.config_space.space_map["isa"].entities] == isas
+        fallback = FallbackConfigEntity()
+        t.instantiate(fallback)
+        assert fallback["isa"].val == isas[-1]
+
+
 def test_the_default_conv_beats_the_naive_schedule_on_the_board(tmp_path):
     """The 1x1 task on the M4F board: the untuned default >= 1.5x fewer instructions than plain loops."""
     t = _conv_tasks()["conv2d_nchw.arm_cpu/1x1"]

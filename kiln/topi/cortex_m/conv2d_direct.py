@@ -5,7 +5,9 @@ clamp) inlined into the output's store; and the Cortex-M injective schedule (the
   (unrolled) and a row of outputs unrolled (up to 8), so the C compiler keeps a channel's
   weights in registers and reuses the window's loads along the row. In NCHW the window's taps
   are not a dot product along a contiguous axis (adjacent bytes are adjacent pixels), so this
-  is plain multiply-accumulates on any core.
+  is plain multiply-accumulates on any core; with ``tier="dsp"`` each output row is one
+  ``dw_row_intrin`` (SMLABB/SMLABT per tap), and on MVE cores (stride 1) one
+  ``dw_row_mve_intrin``, vectorized over the adjacent output pixels instead of the taps.
 
 (KxK convs with groups 1 are im2col + the 1x1 conv's dot product: kiln/topi/cortex_m/conv2d_int8.py.)
 Chosen by kiln/relay/backend/op_impl.py through ``conv_kind`` (kiln/topi/cortex_m/conv2d_int8.py).
@@ -44,11 +46,22 @@ def prepack_depthwise(w):
     return out
 
 
+def mve_default(strides) -> bool:
+    """Whether relay's build (no tuning log) computes a depthwise conv with ``dw_row_mve_intrin``:
+    on an MVE core (the current target's ``-mcpu``), stride 1 along the row."""
+    from kiln.target import Target
+
+    from .intrin import isa_tier
+    return isa_tier(Target.current(allow_none=True)) == "mve" and int(strides[1]) == 1
+
+
 def depthwise_int8(data, kernel, strides, padding, unroll: bool = True, tier: str | None = None,
-                   kernel_hw=None):
+                   kernel_hw=None, mve: bool | None = None):
     """int32 depthwise conv of int8 NCHW ``data`` and the (C, 1, KH, KW) int8 ``kernel``; with
     ``tier="dsp"`` the kernel may be ``prepack_depthwise``'s (C, T) int16 pairs (``kernel_hw``
-    then gives KH, KW), and each output row is ``dw_row_intrin`` (SMLABB/SMLABT per tap)."""
+    then gives KH, KW), and each output row is ``dw_row_intrin`` (SMLABB/SMLABT per tap), or
+    with ``mve`` (stride 1; None: ``mve_default``) ``dw_row_mve_intrin`` (4 output pixels a
+    vector, VLDRB.S32 + VMLA.S32 per tap; the same int16 taps)."""
     n, c = int(data.shape[0]), int(data.shape[1])
     kh, kw = (int(d) for d in (kernel_hw if len(kernel.shape) == 2 else kernel.shape[2:]))
     oh, ow = _out_hw(data, kh, kw, strides, padding)
@@ -56,6 +69,11 @@ def depthwise_int8(data, kernel, strides, padding, unroll: bool = True, tier: st
     src = _padded(data, padding)
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
     if tier == "dsp":
+        if mve is None:
+            mve = mve_default(strides)
+        if mve and sw != 1:
+            raise ValueError(f"cortex-m depthwise: the MVE row kernel takes stride 1 along the row, not {sw}; "
+                             "use the DSP row kernel (mve=False)")
         taps = kh * kw
         k16 = kernel if len(kernel.shape) == 2 else te.compute(
             (c, taps + taps % 2), lambda ch, t: te.if_then_else(
@@ -63,7 +81,7 @@ def depthwise_int8(data, kernel, strides, padding, unroll: bool = True, tier: st
         acc = te.compute((n, c, oh, ow), lambda b, ch, y, x: te.sum(
             src[b, ch, y * sh + ry, x * sw + rx].astype("int32") * k16[ch, ry * kw + rx].astype("int32"),
             axis=[ry, rx]), name="dw_acc", tag=DW_TAG,
-            attrs={"unroll": int(bool(unroll)), "tier": "dsp", "kh": kh, "kw": kw, "sw": sw})
+            attrs={"unroll": int(bool(unroll)), "tier": "mve" if mve else "dsp", "kh": kh, "kw": kw, "sw": sw})
         return _result(acc)
     acc = te.compute((n, c, oh, ow), lambda b, ch, y, x: te.sum(
         src[b, ch, y * sh + ry, x * sw + rx].astype("int32") * kernel[ch, 0, ry, rx].astype("int32"), axis=[ry, rx]),
@@ -89,7 +107,7 @@ def _inline_rest(s, outs, keep):
 def schedule_depthwise_int8(outs, acc):
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([t.op for t in outs])
-    if acc.op.attrs.get("tier") == "dsp":
+    if acc.op.attrs.get("tier") in ("dsp", "mve"):
         return _schedule_dw_dsp(s, outs, acc)
     _inline_rest(s, outs, [acc.op])
     out = outs[0]
@@ -108,7 +126,7 @@ def _schedule_dw_dsp(s, outs, acc):
     """Each output row (one channel, one y) by ``dw_row_intrin``, its sums in registers, the fused
     epilogue inlined into the row's unrolled stores; the kernel's pairs and a padded input (when
     the conv pads) stay buffers the intrinsic reads."""
-    from .intrin import dw_row_intrin
+    from .intrin import dw_row_intrin, dw_row_mve_intrin
     keep = [acc.op] + [t.op for t in acc.op.input_tensors if t.op.name in ("kernel_dw", "data_pad")]
     _inline_rest(s, outs, keep)
     out = outs[0]
@@ -117,8 +135,11 @@ def _schedule_dw_dsp(s, outs, acc):
     s[acc].compute_at(s[out], y)
     unroll = bool(int(acc.op.attrs.get("unroll", 0)))
     ow = int(x.dom.extent.value)
-    s[acc].tensorize(s[acc].op.axis[3], dw_row_intrin(ow, int(acc.op.attrs["kh"]), int(acc.op.attrs["kw"]),
-                                                       int(acc.op.attrs["sw"]), unroll))
+    kh, kw = int(acc.op.attrs["kh"]), int(acc.op.attrs["kw"])
+    if acc.op.attrs.get("tier") == "mve":  # 4 output pixels a vector (stride 1)
+        s[acc].tensorize(s[acc].op.axis[3], dw_row_mve_intrin(ow, kh, kw, "int16"))
+    else:
+        s[acc].tensorize(s[acc].op.axis[3], dw_row_intrin(ow, kh, kw, int(acc.op.attrs["sw"]), unroll))
     if unroll and ow <= 8:
         s[out].unroll(x)
     return s

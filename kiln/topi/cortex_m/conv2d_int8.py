@@ -39,8 +39,8 @@ def conv_kind(target, data_dtype, kernel_dtype, kernel_shape, in_channels, strid
         return None
     o, c, kh, kw = (int(d) for d in kernel_shape)
     if groups > 1 and groups == in_channels == o and c == 1:
-        # the DSP's SMLABB row intrinsic, on MVE cores too (Armv8.1-M has the DSP extension; NCHW
-        # taps are not lanes)
+        # the DSP's SMLABB row intrinsic (its int16 tap prepack), or on MVE cores with stride 1 the
+        # MVE row intrinsic over 4 output pixels (conv2d_direct.mve_default; the same prepack)
         return ("depthwise", "dsp")
     if groups == 1 and (kh, kw) != (1, 1) and c * kh * kw <= IM2COL_MAX_K:
         return ("im2col", tier)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from kiln import te
 from kiln.ir import expr as E
 from kiln.ir.dtype import dtype as _dt
-from kiln.ir.stmt import For, ForKind, LetStmt, SeqStmt, decl_buffer
+from kiln.ir.stmt import Evaluate, For, ForKind, LetStmt, SeqStmt, decl_buffer
 
 # -mcpu -> the best int8 tier of the core (Arm's Technical Reference Manuals: the DSP extension
 # is part of the M4/M7, optional on the M33/M35P (enabled by the compilers' default for -mcpu),
@@ -261,4 +261,74 @@ def dw_row_intrin(ow: int, kh: int, kw: int, stride: int, unroll: bool = True):
     return te.decl_tensor_intrin(c.op, fintrin, name=name, binds=binds)
 
 
-__all__ = ["dot_intrin", "dot16_intrin", "dw_row_intrin", "isa_tier", "WIDTH"]
+MVE_LANES = 4  # int32 lanes of a 128-bit Q register
+
+
+def dw_row_mve_intrin(ow: int, kh: int, kw: int, kdtype: str = "int16"):
+    """A stride-1 row of a depthwise conv for MVE (Helium), vectorized over neighbouring output
+    pixels: ``c[x] += sum_{ry, rx} a[ry, x + rx] * b[ry * kw + rx]`` for ``x < ow``. Lane ``i`` of
+    tap ``(ry, rx)`` is input byte ``x + i + rx`` of row ``ry``, so per 4 outputs each tap is one
+    widening load of 4 contiguous bytes (``vldrbq_s32``: ``VLDRB.S32``) and one multiply-accumulate
+    by the scalar tap weight (``vmlaq_n_s32``: ``VMLA.S32 Q, Q, R``); a row of ``ow`` not a multiple
+    of 4 ends in a vector that overlaps the one before (whose loads it shares: DS-CNN's 5-wide rows
+    of 3 taps are 4 loads per kernel row, not 6), or, for rows under 4 and in the accumulating
+    form, a predicated vector (``vctp32q``: the loads and the store touch only its lanes).
+    ``b`` holds the channel's taps in ``kdtype`` (int16: ``prepack_depthwise``'s rows, the DSP's
+    layout; int8: the OIHW kernel), each loaded once per row into a register."""
+    taps = kh * kw
+    width = ow - 1 + kw
+    ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
+    a = te.placeholder((kh, width), "int8", name="a")
+    b = te.placeholder((taps,), kdtype, name="b")
+    c = te.compute((ow,), lambda x: te.sum(a[ry, x + rx].astype("int32") * b[ry * kw + rx].astype("int32"),
+                                           axis=[ry, rx]), name="c")
+    binds = {a: decl_buffer(a.shape, a.dtype, name="A", offset_factor=1, strides=[te.var("lda"), 1]),
+             b: decl_buffer(b.shape, b.dtype, name="B", offset_factor=1),
+             c: decl_buffer(c.shape, c.dtype, name="C", offset_factor=1)}
+    i32 = _dt("int32")
+
+    def fintrin(ins, outs):
+        A, B = ins
+        (C,) = outs
+        w = [E.Var(f"w{t}", i32) for t in range(taps)]
+
+        def vec(start, first):
+            lanes = min(MVE_LANES, ow - start)
+            x0 = E.const(start, "int32")
+            pred = _pure("handle", "vctp32q", E.const(lanes, "int32")) if lanes < MVE_LANES else None
+
+            def load(t):
+                at = _addr(A, E.const(t // kw, "int32"), x0 + E.const(t % kw, "int32"))
+                return _pure("handle", "vldrbq_z_s32", at, pred) if pred is not None else \
+                    _pure("handle", "vldrbq_s32", at)
+            if first:
+                acc = _pure("handle", "vmulq_n_s32", load(0), w[0])
+            else:
+                acc = _pure("handle", "vmlaq_n_s32", _pure("handle", "vldrwq_z_s32", _addr(C, x0), pred)
+                            if pred is not None else _pure("handle", "vldrwq_s32", _addr(C, x0)), load(0), w[0])
+            for t in range(1, taps):
+                acc = _pure("handle", "vmlaq_n_s32", acc, load(t), w[t])
+            store = E.Call(_dt("int32"), "tir.call_extern",
+                           (E.StringImm("vstrwq_p_s32" if pred is not None else "vstrwq_s32"), _addr(C, x0), acc)
+                           + ((pred,) if pred is not None else ()))
+            return Evaluate(store)
+
+        def update(first):
+            starts = list(range(0, ow, MVE_LANES))
+            if first and ow > MVE_LANES and ow % MVE_LANES:
+                # the last vector overlaps the one before instead of a predicated tail: its loads are
+                # that vector's loads of later taps (one load serves both), its stores rewrite equal sums
+                starts[-1] = ow - MVE_LANES
+            body = SeqStmt(tuple(vec(x, first) for x in starts)) if len(starts) > 1 else vec(0, first)
+            for t in reversed(range(taps)):
+                body = LetStmt(w[t], E.Cast(i32, B.vload((E.const(t, "int32"),))), body)
+            return body
+
+        zero = E.const(0, "int32")
+        reset = SeqStmt(tuple(C.vstore((x,), zero) for x in range(ow))) if ow > 1 else C.vstore((0,), zero)
+        return update(True), reset, update(False)
+
+    return te.decl_tensor_intrin(c.op, fintrin, name=f"cortex_m_mve_dw_row_{ow}_{kh}x{kw}_{kdtype}", binds=binds)
+
+
+__all__ = ["dot_intrin", "dot16_intrin", "dw_row_intrin", "dw_row_mve_intrin", "isa_tier", "MVE_LANES", "WIDTH"]

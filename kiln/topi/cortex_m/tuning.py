@@ -11,9 +11,11 @@ templates (kiln/autotvm/templates/topi_cpu.py) call ``tunable_conv2d`` here when
   tiles only);
 - KxK conv (``im2col_int8``: windows copied to rows, then the 1x1's tiles): the 1x1's knobs;
 - depthwise (``depthwise_int8``): ``isa`` (``plain``: the sum in memory, loops as written;
-  ``unrolled``: the window unrolled with the sum in a register; ``dsp`` on the M4/M7: each output
-  row by ``dw_row_intrin``, the taps as int16 pairs, one SMLABB/SMLABT each), ``unroll`` (a row
-  of outputs unrolled, when at most 8 wide).
+  ``unrolled``: the window unrolled with the sum in a register; ``dsp``: each output
+  row by ``dw_row_intrin``, the taps as int16 pairs, one SMLABB/SMLABT each; ``mve`` on the
+  M55/M85 with stride 1: each row by ``dw_row_mve_intrin``, 4 output pixels a vector, one
+  VLDRB.S32 + VMLA.S32 per tap; the default there), ``unroll`` (a row of outputs unrolled, when
+  at most 8 wide).
 
 The untuned default (what relay builds without a log) is a point of each space
 (``cortex_m_default``). The templates take the kernel as relay holds it (OIHW) and reshape it in
@@ -85,10 +87,12 @@ def tunable_conv2d(cfg, data, kernel, strides, padding, dilation, groups, out_dt
         cfg.add_flop(2.0 * n * o * oh * ow * c * kh * kw)
         _acc(out).op.attrs["isa"] = isa
         return out
-    isas = ["plain", "unrolled"] + ([kind[1]] if kind[1] else [])
+    from .conv2d_direct import mve_default
+    isas = ["plain", "unrolled"] + ([kind[1]] if kind[1] else []) + (["mve"] if mve_default(strides) else [])
     isa = _knob(cfg, "isa", isas, isas[-1])
     unroll = _knob(cfg, "unroll", [False, True], DEFAULTS["depthwise"]["unroll"])
-    out = depthwise_int8(data, kernel, strides, padding, unroll=unroll, tier=kind[1] if isa == kind[1] else None)
+    out = depthwise_int8(data, kernel, strides, padding, unroll=unroll,
+                         tier=kind[1] if isa in (kind[1], "mve") else None, mve=isa == "mve")
     oh, ow = (int(d) for d in out.shape[2:])
     cfg.add_flop(2.0 * n * o * oh * ow * kh * kw)
     _acc(out).op.attrs["isa"] = isa
