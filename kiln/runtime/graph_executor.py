@@ -231,9 +231,13 @@ class GraphExecutor(Module):
             src = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
             if src.shape != dst.shape:
                 raise ValueError(f"set_input: input {key!r} has shape {dst.shape}, got {src.shape}")
+            if src.dtype.name == "bfloat16" and dst.dtype == "uint16":  # ml_dtypes: its bits, as built
+                src = src.view(np.uint16)
             if src.dtype != np.dtype(dst.dtype):
+                hint = (" (a bfloat16 input is held as its 16-bit patterns: pass an ml_dtypes.bfloat16 array or "
+                        "its .view(np.uint16))" if dst.dtype == "uint16" and src.dtype.kind == "f" else "")
                 raise ValueError(f"set_input: input {key!r} has dtype {dst.dtype}, got {src.dtype}; "
-                                 f"convert with .astype('{dst.dtype}')")
+                                 f"convert with .astype('{dst.dtype}'){hint}")
             dst.copyfrom(src)
         for _, _, func, args in self.kernels:  # offloaded functions may keep a converted copy (oneDNN)
             if hasattr(func, "input_changed") and any(a is dst for a in args):

@@ -169,3 +169,22 @@ def test_executor_imports_no_compiler():
             "('kiln.relay', 'kiln.te', 'kiln.tir', 'kiln.codegen', 'kiln.topi'))]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_bfloat16_input_takes_ml_dtypes_arrays_and_says_how_otherwise():
+    """A bfloat16 input is held as its 16-bit patterns: an ml_dtypes.bfloat16 array goes in as is,
+    a float32 array is refused with a message that says what to pass."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from kiln import relay
+    from kiln.contrib.graph_executor import GraphModule
+
+    x = relay.var("x", shape=(4,), dtype="bfloat16")
+    lib = relay.build(tvm.IRModule.from_expr(relay.Function([x], relay.cast(x, "float32") * relay.const(2.0))),
+                      target="llvm")
+    m = GraphModule(lib["default"](tvm.cpu(0)))
+    value = np.array([1.5, -3.0, 0.0078125, 65280.0], ml_dtypes.bfloat16)  # exact in bfloat16
+    m.set_input("x", value)
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), 2 * value.astype("float32"))
+    with pytest.raises(ValueError, match=r"input 'x' has dtype uint16, got float32.*view\(np.uint16\)"):
+        m.set_input("x", value.astype("float32"))
