@@ -270,7 +270,11 @@ def tune_dense_int8(work: str, template: str, cpu: str, shape=(125, 64, 64)) -> 
 
 
 if __name__ == "__main__":
-    if "--int8" in sys.argv[1:]:
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--int8", action="store_true", help="only the int8 part (DS-CNN, int8 kernels, tuning)")
+    if parser.parse_args().int8:
         why = missing_arm_gcc() or missing_qemu()
         if why:
             sys.exit(f"bench/micro.py: {why}")
