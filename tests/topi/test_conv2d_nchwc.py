@@ -152,12 +152,40 @@ def test_a_channel_pass_keeps_its_weights_for_every_row():
 
     A = te.placeholder((1, 4, 7, 7, 16), name="data")
     W = te.placeholder((64, 64, 3, 3), name="kernel")
-    out = topi.x86.conv2d_NCHWc(A, W, 1, 1, 1, "float32", cfg={"oc_bn": 16, "tile_ow": 7, "ic_pass": 32})
+    out = topi.x86.conv2d_NCHWc(A, W, 1, 1, 1, "float32",
+                                cfg={"oc_bn": 16, "tile_ow": 7, "ic_pass": 32, "pass_rows": 7})
     text = str(kiln.lower(topi.x86.schedule_conv2d_NCHWc(out), [A, W, out], simple_mode=True))
-    # one task per output block; 2 passes of 2 input blocks, the 7 rows inside each pass
+    # one task per output block (all 7 rows); 2 passes of 2 input blocks, the 7 rows inside each pass
     assert "T.parallel(4)" in text
     passes, rows = text.index("for rco_outer in T.serial(2)"), text.index("in T.serial(7)", text.index("rco_outer"))
     assert passes < rows < text.index("for rco_inner in T.serial(2)")
+
+
+# Rows per task (pass_rows): the default splits the rows where the blocks alone give few tasks;
+# groups that divide the rows, a one-row tail (7 in 2s), a longer tail (9 in 4s), several blocks
+# per tile and stride 2, each with the fused epilogue.
+@pytest.mark.parametrize("c,o,hw,k,stride,pad,ib,cfg", [
+    (64, 32, 7, 3, 1, 1, 16, {"oc_bn": 16, "tile_ow": 7, "ic_pass": 32}),
+    (32, 32, 7, 3, 1, 1, 16, {"oc_bn": 16, "tile_ow": 7, "ic_pass": 16, "pass_rows": 2}),
+    (48, 32, 9, 1, 1, 0, 16, {"oc_bn": 16, "tile_ow": 5, "ic_pass": 32, "pass_rows": 4}),
+    (64, 64, 9, 3, 2, 1, 16, {"oc_bn": 16, "oc_chunks": 2, "tile_ow": 3, "ic_pass": 16, "pass_rows": 2}),
+])
+def test_channel_passes_over_row_groups(runner, c, o, hw, k, stride, pad, ib, cfg):
+    _run(runner, c, o, hw, k, stride, pad, ib, cfg=cfg, packed=True, epilogue=True)
+
+
+def test_channel_pass_tasks_split_rows_when_blocks_are_few():
+    import kiln
+    from kiln.topi.x86.conv2d_nchwc import PASS_TASKS, pass_rows
+
+    # ResNet's 512->512 3x3 at 7x7 in blocks of 32: 16 blocks x 4 groups of 2 rows (the last 1)
+    assert pass_rows(7, 16) == 2 and 16 * 4 >= PASS_TASKS
+    assert pass_rows(14, 8) == 1 and pass_rows(7, 64) == 7 and pass_rows(9, 4) == 1
+    A = te.placeholder((1, 16, 7, 7, 32), name="data")
+    W = te.placeholder((512, 512, 3, 3), name="kernel")
+    out = topi.x86.conv2d_NCHWc(A, W, 1, 1, 1, "float32", cfg={"oc_bn": 32, "tile_ow": 7, "ic_pass": 32})
+    text = str(kiln.lower(topi.x86.schedule_conv2d_NCHWc(out), [A, W, out], simple_mode=True))
+    assert "T.parallel(64)" in text
 
 
 # Taps that read only padding for every output pixel are left out (DeepLabV3's ASPP: 3x3 convs
