@@ -81,3 +81,26 @@ def test_dense_with_prepacked_weight(runner, n):
     out = topi.x86.dense(A, W, B, units=n)
     got = runner.run(topi.x86.schedule_dense, out, [A, W, B], [a, packed, b])
     np.testing.assert_allclose(got, testing.dense_python(a, w, b), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("m,n,k,tile_k", [(50, 100, 96, 0), (50, 100, 96, 32), (64, 96, 80, 40), (23, 70, 50, 16)])
+def test_dense_gemm_tiles_and_k_blocks(runner, m, n, k, tile_k):
+    """The GEMM path's default tile (rows and columns padded where it does not divide M, N) and
+    the K-blocked schedule (knob tile_k; 16 does not divide 50: a guarded last block), with bias
+    and relu as the epilogue, against numpy."""
+    A = te.placeholder((m, k), name="data")
+    W = te.placeholder((n, k), name="weight")
+    B = te.placeholder((n,), name="bias")
+    out = topi.nn.relu(topi.x86.dense(A, W, B, cfg={"tile_k": tile_k}))
+    a, w, b = runner.rand(m, k), runner.rand(n, k), runner.rand(n)
+    got = runner.run(topi.x86.schedule_dense, out, [A, W, B], [a, w, b])
+    np.testing.assert_allclose(got, np.maximum(testing.dense_python(a, w, b), 0), rtol=1e-4, atol=1e-3)
+
+
+def test_batch_matmul_k_blocks(runner):
+    X = te.placeholder((2, 30, 64), name="x")
+    Y = te.placeholder((2, 64, 40), name="y")
+    out = topi.x86.batch_matmul(X, Y, transpose_b=False, cfg={"tile_k": 16})
+    x, y = runner.rand(2, 30, 64), runner.rand(2, 64, 40)
+    got = runner.run(topi.x86.schedule_batch_matmul, out, [X, Y], [x, y])
+    np.testing.assert_allclose(got, x @ y, rtol=1e-4, atol=1e-3)

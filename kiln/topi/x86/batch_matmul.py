@@ -45,6 +45,7 @@ def batch_matmul(tensor_a, tensor_b, oshape=None, out_dtype=None, transpose_a=Fa
                                acc, cfg, name="batch_matmul"), out_dtype)
     conf = matmul_nn.default_config(const_int(m), const_int(n))
     conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
+    conf["tile_k"] = knob(cfg, "tile_k", 0)
     return narrowed(matmul_nn.dot_nn((max(ba, bb),), m, n, k, fa,
                                      lambda b, kk, j: tensor_b[zero if bb == 1 else b, kk, j], acc, conf,
                                      "batch_matmul"), out_dtype)

@@ -52,7 +52,7 @@ def dot_nt(batch: tuple, m, n, k, fa, fb, out_dtype: str, cfg=None, name="dense"
     if kernel == "gemm":
         conf = matmul_nn.default_config(mi, ni)
         conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
-        conf["kernel"] = "gemm"
+        conf.update(kernel="gemm", tile_k=knob(cfg, "tile_k", 0))
         return matmul_nn.dot_nt_packed(batch, m, n, k, fa, fb, out_dtype, conf, name)
     conf = default_config(mi, ni, ki)
     conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
@@ -133,7 +133,7 @@ def _dense_prepacked(data, panels, out_dtype, cfg, units):
         raise ShapeError(f"dense: input 'data' has K={data.shape[1]} but the packed 'weight' has K={k}")
     conf = matmul_nn.default_config(m, n)
     conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
-    conf.update(kernel="gemm", tile_n=nr)
+    conf.update(kernel="gemm", tile_n=nr, tile_k=knob(cfg, "tile_k", 0))
     return matmul_nn.dot_nn((), m, n, k, lambda i, kk: data[i, kk],
                             lambda kk, j: panels[j // nr, kk, j % nr], out_dtype, conf, "dense")
 

@@ -18,6 +18,13 @@ up to a multiple of ``tile_m`` (the extra rows read row M-1 again and are droppe
 and the output (with its elementwise epilogue) copies the first M rows: the tile loop keeps its
 constant extents, so the accumulators stay in registers (a guarded tail tile made LLVM keep them
 in memory: 2.5x slower for 197 rows).
+
+K blocking (knob ``tile_k``, default 0 = off): a task is a block of row tiles (``BLOCK_ROWS``
+rows) of one panel; the reduction is split into blocks of ``tile_k`` outermost in the task, so
+a block of the panel (tile_k x tile_n) is read by every row tile of the task from L1, and the
+task's accumulators live in an L1 buffer between K blocks. Measured one thread against the
+unblocked kernel (bench/gemm_shapes.py, Sapphire Rapids): equal for 64-128 rows, 5-15% slower for
+197 and 1500 rows (A's rows are read in short runs of tile_k), so it is not the default.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from __future__ import annotations
 from kiln import te
 
 from ..cpu import accumulator_rows, vector_lanes, vector_registers
-from ..utils import with_default
+from ..utils import const_int, with_default
 
 NN_TAG = "matmul_nn"
 PACK_TAG = "matmul_panel_pack"
@@ -34,12 +41,35 @@ PACK_TAG = "matmul_panel_pack"
 def default_config(m: int, n: int) -> dict:
     """Two vectors of columns; as many rows as keep the tile, a row of b and the broadcast of a in
     registers (``cpu.accumulator_rows``): up to 12x32 with AVX-512 (32 registers), 6x16 with AVX2
-    (16); fewer rows where they divide M (``_rows_for``: 8 for 128 rows, 11 for 197)."""
+    (16); fewer rows where they divide M (``_rows_for``: 8 for 128 rows, 11 for 197).
+
+    With AVX-512 (32 registers of 16 lanes), tiles of three and four vectors are candidates too (8x48 and 6x64 with
+    AVX-512: 24 accumulators for 11 or 10 loads a k step, against 14 for 12x32): the one with
+    the fewest loads per useful multiply-add, counting the rows and columns padded past M and N
+    (``_tile_cost``). Measured one thread against onnxruntime's MatMul (bench/gemm_shapes.py):
+    8x48 for 64 and 128 rows, 6x64 for 197 and 1500 (docs/topi.md)."""
     lanes, regs = vector_lanes(), vector_registers()
-    tile_n = 2 * lanes if n >= 2 * lanes else lanes
-    vectors = tile_n // lanes
-    most = max(1, min(accumulator_rows(vectors, regs), 12))
-    return {"tile_m": _rows_for(m, most), "tile_n": tile_n}
+    if regs < 32 or lanes < 16 or n < 2 * lanes:  # wider tiles measured on AVX-512 only
+        tile_n = 2 * lanes if n >= 2 * lanes else lanes
+        vectors = tile_n // lanes
+        most = max(1, min(accumulator_rows(vectors, regs), 12))
+        return {"tile_m": _rows_for(m, most), "tile_n": tile_n}
+    best = None
+    for vectors in (2, 3, 4):
+        rows = _rows_for(m, max(1, min(accumulator_rows(vectors, regs), 12)))
+        cost = _tile_cost(m, n, rows, vectors * lanes, vectors)
+        if best is None or cost < best[0] - 1e-9:
+            best = (cost, {"tile_m": rows, "tile_n": vectors * lanes})
+    return best[1]
+
+
+def _tile_cost(m: int, n: int, rows: int, cols: int, vectors: int) -> float:
+    """Loads (rows broadcasts + ``vectors`` vectors of b) per k step over the tile's multiply-adds,
+    times the work padded past M and N, and 10% more when rows do not divide M (the padded rows'
+    buffer and its copy; 6x64 over 132 rows ran 9% slower than 8x48 over 128): relative cost per
+    useful multiply-add."""
+    padded = (-(-m // rows) * rows / m) * (-(-n // cols) * cols / n) * (1.1 if m % rows else 1.0)
+    return padded * (rows + vectors) / (rows * vectors)
 
 
 def _rows_for(m: int, most: int) -> int:
@@ -138,18 +168,41 @@ def schedule_padded(s, mm, out):
 def _tile(s, st, mm_stage, conf):
     lanes = vector_lanes()
     *batch, i, j = st.op.axis
-    io, jo, ii, ji = st.tile(i, j, conf["tile_m"], conf["tile_n"])
-    st.reorder(*batch, jo, io, ii, ji)  # a panel of b outermost: it stays in cache down M
-    st.parallel(st.fuse(*batch, jo, io))
+    tm = conf["tile_m"]
+    io, jo, ii, ji = st.tile(i, j, tm, conf["tile_n"])
+    tk = conf.get("tile_k") or 0
+    (rk,) = mm_stage.op.reduce_axis
+    if tk:  # K blocking (module docstring): a block of row tiles per task
+        ioo, ioi = st.split(io, factor=_tiles_per_block(const_int(i.dom.extent), tm))
+        st.reorder(*batch, jo, ioo, ioi, ii, ji)
+        st.parallel(st.fuse(*batch, jo, ioo))
+    else:
+        st.reorder(*batch, jo, io, ii, ji)  # a panel of b outermost: it stays in cache down M
+        st.parallel(st.fuse(*batch, jo, io))
     st.vectorize(st.split(ji, factor=lanes)[1])
     mm_stage.compute_at(st, _parallel_axis(st))
     *_, ci, cj = mm_stage.op.axis
-    (rk,) = mm_stage.op.reduce_axis
-    mm_stage.reorder(rk, ci, cj)
+    if tk:
+        cio, ci = mm_stage.split(ci, factor=tm)
+        ko, rk = mm_stage.split(rk, factor=tk)
+        mm_stage.reorder(ko, cio, rk, ci, cj)
+    else:
+        mm_stage.reorder(rk, ci, cj)
     mm_stage.unroll(ci)
     cjo, cji = mm_stage.split(cj, factor=lanes)
     mm_stage.unroll(cjo)
     mm_stage.vectorize(cji)
+
+
+BLOCK_ROWS = 64  # rows of a K-blocked task (knob tile_k): its accumulators stay in L1
+
+
+def _tiles_per_block(rows: int, tm: int) -> int:
+    """Row tiles per task: the largest divisor of the tile count up to BLOCK_ROWS rows (a divisor:
+    no guarded tail block)."""
+    tiles = -(-rows // tm)
+    per = max(1, BLOCK_ROWS // tm)
+    return max(d for d in range(1, min(per, tiles) + 1) if tiles % d == 0)
 
 
 def _schedule_pack(s, mm):
