@@ -68,3 +68,22 @@ def test_only_3x3_stride_1_convolutions():
     W = te.placeholder((16, 16, 5, 5), name="kernel")
     with pytest.raises(ValueError, match="3x3 kernel, stride 1"):
         topi.x86.conv2d_winograd_NCHWc(A, W, 2, "float32")
+
+
+def test_input_transform_tasks_split_the_tiles_when_blocks_are_few(runner):
+    import kiln
+    from kiln.topi.x86.conv2d_winograd import transform_groups
+
+    # ResNet's 64@56 in blocks of 16: 4 blocks x 16 groups of 49 tiles (784 = 28 x 28 tiles)
+    assert transform_groups(784, 4, 64) == 16 and transform_groups(196, 8, 64) == 14
+    assert transform_groups(49, 8, 64) == 7 and transform_groups(784, 64, 64) == 1 and transform_groups(9, 2, 64) == 1
+    A = te.placeholder((1, 4, 56, 56, 16), name="data")
+    W = te.placeholder((4, 16, 4, 16, 16), name="kernel")  # prepacked: no kernel transform loop
+    out = topi.x86.conv2d_winograd_NCHWc(A, W, 1, "float32", cfg={"oc_bn": 16}, out_channels=64)
+    text = str(kiln.lower(topi.x86.schedule_conv2d_winograd_NCHWc(out), [A, W, out], simple_mode=True))
+    transform = text.index("T.parallel(", text.index("winograd_input = T.allocate"))
+    assert text.startswith("T.parallel(64)", transform)  # was 4: one task per channel block
+    # the split is exact for a tile count with no divisor in range (5x5 -> 9 tiles, one group) and
+    # for one split unevenly into rows (14x14 -> 49 tiles, 7 groups of 7) against numpy
+    _run(runner, 16, 32, 5, 16, 16, epilogue=True)
+    _run(runner, 32, 32, 14, 16, 16, epilogue=True)
