@@ -151,7 +151,7 @@ def _register(family: str) -> dict:
         if transpose_b:
             _define_dot(cfg, m, n, k)
         else:
-            _define(cfg, importlib.import_module("kiln.topi.x86.matmul_nn"), m, n)
+            _define(cfg, importlib.import_module("kiln.topi.x86.matmul_nn"), m, n, k)
         cfg.add_flop(2.0 * max(batch, _ints(b.shape)[0]) * m * n * k)
         return _topi(family, "batch_matmul").batch_matmul(a, b, None, out_dtype, False,
                                                           transpose_b, cfg=_untuned(cfg))
@@ -255,7 +255,7 @@ def _define_dot(cfg, m: int, n: int, k: int) -> None:
     kernel = "gemm" if m >= 16 else "dot"
     cfg.define_knob("kernel", [kernel])
     if kernel == "gemm":
-        _define(cfg, matmul_nn, m, n)
+        _define(cfg, matmul_nn, m, n, k)
     else:
         _define(cfg, dense, m, n, k)
 

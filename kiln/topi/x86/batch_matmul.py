@@ -43,7 +43,7 @@ def batch_matmul(tensor_a, tensor_b, oshape=None, out_dtype=None, transpose_a=Fa
     if transpose_b:
         return narrowed(dot_nt((max(ba, bb),), m, n, k, fa, lambda b, j, kk: tensor_b[zero if bb == 1 else b, j, kk],
                                acc, cfg, name="batch_matmul"), out_dtype)
-    conf = matmul_nn.default_config(const_int(m), const_int(n))
+    conf = matmul_nn.default_config(const_int(m), const_int(n), const_int(k))
     conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
     conf["tile_k"] = knob(cfg, "tile_k", 0)
     return narrowed(matmul_nn.dot_nn((max(ba, bb),), m, n, k, fa,

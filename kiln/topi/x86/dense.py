@@ -50,7 +50,7 @@ def dot_nt(batch: tuple, m, n, k, fa, fb, out_dtype: str, cfg=None, name="dense"
     mi, ni, ki = const_int(m), const_int(n), const_int(k)
     kernel = knob(cfg, "kernel", "gemm" if mi >= 16 else "dot")
     if kernel == "gemm":
-        conf = matmul_nn.default_config(mi, ni)
+        conf = matmul_nn.default_config(mi, ni, ki)
         conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
         conf.update(kernel="gemm", tile_k=knob(cfg, "tile_k", 0))
         return matmul_nn.dot_nt_packed(batch, m, n, k, fa, fb, out_dtype, conf, name)
@@ -131,7 +131,7 @@ def _dense_prepacked(data, panels, out_dtype, cfg, units):
         from kiln.errors import ShapeError
 
         raise ShapeError(f"dense: input 'data' has K={data.shape[1]} but the packed 'weight' has K={k}")
-    conf = matmul_nn.default_config(m, n)
+    conf = matmul_nn.default_config(m, n, k)
     conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
     conf.update(kernel="gemm", tile_n=nr, tile_k=knob(cfg, "tile_k", 0))
     return matmul_nn.dot_nn((), m, n, k, lambda i, kk: data[i, kk],
@@ -141,7 +141,7 @@ def _dense_prepacked(data, panels, out_dtype, cfg, units):
 def config_for(m: int, n: int, k: int, cfg=None) -> dict:
     """The knobs dense will use for (M, N, K); ``kernel == "gemm"`` means pre-packing pays."""
     kernel = knob(cfg, "kernel", "gemm" if m >= 16 else "dot")
-    conf = matmul_nn.default_config(m, n) if kernel == "gemm" else default_config(m, n, k)
+    conf = matmul_nn.default_config(m, n, k) if kernel == "gemm" else default_config(m, n, k)
     conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
     conf["kernel"] = kernel
     return conf

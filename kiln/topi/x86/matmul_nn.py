@@ -38,7 +38,7 @@ NN_TAG = "matmul_nn"
 PACK_TAG = "matmul_panel_pack"
 
 
-def default_config(m: int, n: int) -> dict:
+def default_config(m: int, n: int, k: int | None = None) -> dict:
     """Two vectors of columns; as many rows as keep the tile, a row of b and the broadcast of a in
     registers (``cpu.accumulator_rows``): up to 12x32 with AVX-512 (32 registers), 6x16 with AVX2
     (16); fewer rows where they divide M (``_rows_for``: 8 for 128 rows, 11 for 197).
@@ -47,9 +47,13 @@ def default_config(m: int, n: int) -> dict:
     AVX-512: 24 accumulators for 11 or 10 loads a k step, against 14 for 12x32): the one with
     the fewest loads per useful multiply-add, counting the rows and columns padded past M and N
     (``_tile_cost``). Measured one thread against onnxruntime's MatMul (bench/gemm_shapes.py):
-    8x48 for 64 and 128 rows, 6x64 for 197 and 1500 (docs/topi.md)."""
+    8x48 for 64 and 128 rows, 6x64 for 197 and 1500 (docs/topi.md). Not for K below
+    ``WIDE_TILE_MIN_K`` (attention's batch_matmuls, K or N = 64: the wider tiles ran 1.05-1.23x
+    slower for 64-197 rows, their fixed cost per tile weighing more against a short K);
+    ``k=None`` (unknown) allows them."""
     lanes, regs = vector_lanes(), vector_registers()
-    if regs < 32 or lanes < 16 or n < 2 * lanes:  # wider tiles measured on AVX-512 only
+    narrow = k is not None and k < WIDE_TILE_MIN_K
+    if regs < 32 or lanes < 16 or n < 2 * lanes or narrow:  # wider tiles measured on AVX-512 only
         tile_n = 2 * lanes if n >= 2 * lanes else lanes
         vectors = tile_n // lanes
         most = max(1, min(accumulator_rows(vectors, regs), 12))
@@ -61,6 +65,9 @@ def default_config(m: int, n: int) -> dict:
         if best is None or cost < best[0] - 1e-9:
             best = (cost, {"tile_m": rows, "tile_n": vectors * lanes})
     return best[1]
+
+
+WIDE_TILE_MIN_K = 256
 
 
 def _tile_cost(m: int, n: int, rows: int, cols: int, vectors: int) -> float:
@@ -84,11 +91,11 @@ def _rows_for(m: int, most: int) -> int:
     return min(range(most, max(1, most // 2) - 1, -1), key=lambda r: -(-m // r) * r * (r + 2) / r)
 
 
-def config_space(m: int, n: int) -> dict:
+def config_space(m: int, n: int, k: int | None = None) -> dict:
     lanes = vector_lanes()
     space = {"tile_m": [t for t in (1, 2, 4, 6, 8, 12) if t <= max(m, 1)],
              "tile_n": [lanes, 2 * lanes, 3 * lanes, 4 * lanes]}
-    return with_default(space, default_config(m, n))
+    return with_default(space, default_config(m, n, k))
 
 
 def pack_panels(batch: tuple, n, k, fb_nk, nr: int, name: str):
