@@ -211,6 +211,22 @@ def dot16_intrin(rows: int, cols: int, k: int, unroll: bool = True):
     return te.decl_tensor_intrin(c.op, fintrin, name=name, binds=binds)
 
 
+def _dw_row(ow: int, kh: int, kw: int, stride: int, kdtype: str):
+    """The TE statement of one depthwise output row both row intrinsics implement:
+    ``c[x] = sum_{ry, rx} a[ry, x * stride + rx] * b[ry * kw + rx]``, int8 ``a`` (``kh`` input
+    rows of a strided buffer), ``b`` the channel's taps in ``kdtype``, int32 ``c``; and the binds."""
+    width = (ow - 1) * stride + kw
+    ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
+    a = te.placeholder((kh, width), "int8", name="a")
+    b = te.placeholder((kh * kw,), kdtype, name="b")
+    c = te.compute((ow,), lambda x: te.sum(a[ry, x * stride + rx].astype("int32") * b[ry * kw + rx].astype("int32"),
+                                           axis=[ry, rx]), name="c")
+    binds = {a: decl_buffer(a.shape, a.dtype, name="A", offset_factor=1, strides=[te.var("lda"), 1]),
+             b: decl_buffer(b.shape, b.dtype, name="B", offset_factor=1),
+             c: decl_buffer(c.shape, c.dtype, name="C", offset_factor=1)}
+    return c, binds
+
+
 def dw_row_intrin(ow: int, kh: int, kw: int, stride: int, unroll: bool = True):
     """A row of a depthwise conv for the DSP tier: ``c[x] += sum_{ry, rx} a[ry, x * stride + rx] *
     b[ry * kw + rx]`` for ``x < ow``, int8 ``a`` (``kh`` input rows), ``b`` the channel's taps as
@@ -219,15 +235,7 @@ def dw_row_intrin(ow: int, kh: int, kw: int, stride: int, unroll: bool = True):
     half chosen by the instruction), so a channel's window is ``ceil(kh * kw / 2)`` words in
     registers instead of ``kh * kw`` bytes; the ``x`` loop is unrolled (``unroll``) or a loop."""
     taps = kh * kw
-    width = (ow - 1) * stride + kw
-    ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
-    a = te.placeholder((kh, width), "int8", name="a")
-    b = te.placeholder((taps,), "int16", name="b")  # the pairs' rows are taps + taps % 2 long
-    c = te.compute((ow,), lambda x: te.sum(a[ry, x * stride + rx].astype("int32") * b[ry * kw + rx].astype("int32"),
-                                           axis=[ry, rx]), name="c")
-    binds = {a: decl_buffer(a.shape, a.dtype, name="A", offset_factor=1, strides=[te.var("lda"), 1]),
-             b: decl_buffer(b.shape, b.dtype, name="B", offset_factor=1),
-             c: decl_buffer(c.shape, c.dtype, name="C", offset_factor=1)}
+    c, binds = _dw_row(ow, kh, kw, stride, "int16")  # the pairs' rows are taps + taps % 2 long
     i32 = _dt("int32")
 
     def fintrin(ins, outs):
@@ -276,15 +284,7 @@ def dw_row_mve_intrin(ow: int, kh: int, kw: int, kdtype: str = "int16"):
     ``b`` holds the channel's taps in ``kdtype`` (int16: ``prepack_depthwise``'s rows, the DSP's
     layout; int8: the OIHW kernel), each loaded once per row into a register."""
     taps = kh * kw
-    width = ow - 1 + kw
-    ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
-    a = te.placeholder((kh, width), "int8", name="a")
-    b = te.placeholder((taps,), kdtype, name="b")
-    c = te.compute((ow,), lambda x: te.sum(a[ry, x + rx].astype("int32") * b[ry * kw + rx].astype("int32"),
-                                           axis=[ry, rx]), name="c")
-    binds = {a: decl_buffer(a.shape, a.dtype, name="A", offset_factor=1, strides=[te.var("lda"), 1]),
-             b: decl_buffer(b.shape, b.dtype, name="B", offset_factor=1),
-             c: decl_buffer(c.shape, c.dtype, name="C", offset_factor=1)}
+    c, binds = _dw_row(ow, kh, kw, 1, kdtype)
     i32 = _dt("int32")
 
     def fintrin(ins, outs):
