@@ -144,20 +144,28 @@ def test_dsp_tiles_of_every_shape_off_the_core(rows, cols, unroll):
 def test_dsp_depthwise_rows_off_the_core(khw, stride, pad, unroll):
     """The depthwise row intrinsic (SMLABB/SMLABT over int16 tap pairs, dw_row_intrin): odd and
     even tap counts, strides, a padded input, the row unrolled or a loop, built by the host's cc."""
+    _depthwise_rows_off_the_core(khw, stride, pad, 11, unroll, "cortex-m4", seed=khw[0] + stride)
+
+
+def _depthwise_rows_off_the_core(khw, stride, pad, width, unroll, mcpu, seed, expect_in_source=None):
+    """depthwise_int8 on 6 channels of 9 rows x ``width`` (extremes included), built for ``mcpu``
+    by the host's cc (portable DSP/MVE definitions), against numpy's integers."""
     from kiln import te
     from kiln.topi.cortex_m.conv2d_direct import DW_TAG, depthwise_int8, prepack_depthwise, schedule_depthwise_int8
     from kiln.topi.cortex_m.conv2d_int8 import _find
-    rng = np.random.default_rng(khw[0] + stride)
-    x = rng.integers(-128, 128, (1, 6, 9, 11), dtype=np.int8)
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, (1, 6, 9, width), dtype=np.int8)
     w = rng.integers(-128, 128, (6, 1) + khw, dtype=np.int8)
     x[0, 0] = -128
     w[0] = -128
     data = te.placeholder(x.shape, "int8", name="data")
     k16 = prepack_depthwise(w)
     kernel = te.placeholder(k16.shape, "int16", name="kernel")
-    out = depthwise_int8(data, kernel, (stride, stride), (pad,) * 4, unroll, "dsp", khw)
+    out = depthwise_int8(data, kernel, (stride, stride), (pad,) * 4, unroll, "dsp", khw, mve=mcpu == "cortex-m55")
     f = tvm.build(schedule_depthwise_int8(out, _find(out, DW_TAG)), [data, kernel, out],
-                  target="c -keys=arm_cpu -mcpu=cortex-m4")
+                  target=f"c -keys=arm_cpu -mcpu={mcpu}")
+    if expect_in_source:
+        assert expect_in_source in f.get_source()
     got = tvm.nd.empty(out.shape, "int32")
     f(tvm.nd.array(x), tvm.nd.array(k16), got)
     np.testing.assert_array_equal(got.numpy(), _conv_ref(x, w, stride, (pad,) * 4, 6))
@@ -169,24 +177,8 @@ def test_mve_depthwise_rows_off_the_core(khw, pad, width):
     """The MVE depthwise row intrinsic (dw_row_mve_intrin: 4 output pixels a vector, the scalar tap
     weight): rows of 5 and 9 (a last vector overlapping the one before), 8 (whole vectors), 11, and
     under 4 (a predicated vector), built by the host's cc (portable MVE definitions): numpy's integers."""
-    from kiln import te
-    from kiln.topi.cortex_m.conv2d_direct import DW_TAG, depthwise_int8, prepack_depthwise, schedule_depthwise_int8
-    from kiln.topi.cortex_m.conv2d_int8 import _find
-    rng = np.random.default_rng(width + khw[1])
-    x = rng.integers(-128, 128, (1, 6, 9, width), dtype=np.int8)
-    w = rng.integers(-128, 128, (6, 1) + khw, dtype=np.int8)
-    x[0, 0] = -128
-    w[0] = -128
-    data = te.placeholder(x.shape, "int8", name="data")
-    k16 = prepack_depthwise(w)
-    kernel = te.placeholder(k16.shape, "int16", name="kernel")
-    out = depthwise_int8(data, kernel, (1, 1), (pad,) * 4, True, "dsp", khw, mve=True)
-    f = tvm.build(schedule_depthwise_int8(out, _find(out, DW_TAG)), [data, kernel, out],
-                  target="c -keys=arm_cpu -mcpu=cortex-m55")
-    assert "vmlaq_n_s32" in f.get_source()
-    got = tvm.nd.empty(out.shape, "int32")
-    f(tvm.nd.array(x), tvm.nd.array(k16), got)
-    np.testing.assert_array_equal(got.numpy(), _conv_ref(x, w, 1, (pad,) * 4, 6))
+    _depthwise_rows_off_the_core(khw, 1, pad, width, True, "cortex-m55", seed=width + khw[1],
+                                 expect_in_source="vmlaq_n_s32")
 
 
 def test_mve_depthwise_rows_on_the_m55(tmp_path):
