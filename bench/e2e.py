@@ -66,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "relay
 
 from onnx_models import mobilenet_v2, resnet18, resnet50  # noqa: E402
 
-from timing import interleaved  # noqa: E402
+from timing import cpu_name, interleaved  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from segmentation_models import deeplabv3_mobilenet_v3  # noqa: E402
@@ -346,17 +346,6 @@ def pin_cpus(n: int) -> list:
     except (OSError, ValueError):
         pass
     return cpus[:n]
-
-
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), or the platform's word for it."""
-    import platform
-
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown CPU"
 
 
 def run_at(args) -> bool:

@@ -39,20 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from onnx_models import mobilenet_v2, resnet50  # noqa: E402
 
 from cpu_module import built  # noqa: E402
-from timing import interleaved  # noqa: E402
+from timing import cpu_name, interleaved  # noqa: E402
 
 MODELS = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2}
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-    return platform.processor() or platform.machine()
 
 
 def quantized(model, inputs: dict, calibration: int = 8):

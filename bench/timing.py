@@ -8,6 +8,7 @@ pause and an untimed call, and the sides take turns round by round, so that a ch
 load hits them alike.
 """
 
+import platform
 import time
 
 PAUSE_S = 0.1
@@ -35,3 +36,13 @@ def interleaved(sides: dict, rounds: int, number: int) -> dict:
         for name, fn in sides.items():
             times[name].append(seconds_per_call(fn, number))
     return times
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), or the platform's word for it: printed beside LLVM's
+    name, which on virtual machines may be a guess (a Sapphire Rapids VM reads "rocketlake")."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine() or "unknown CPU"
