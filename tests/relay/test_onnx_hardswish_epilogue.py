@@ -4,7 +4,6 @@ builds into the conv kernel's epilogue and matches onnxruntime."""
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
@@ -14,6 +13,8 @@ import kiln as tvm
 from kiln import relay
 from kiln.contrib import graph_executor
 from kiln.target.cpu_facts import why_host_cannot_run
+
+from built_models import build_onnx, kernel_names
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -53,11 +54,9 @@ def _model(forms=("op", "hardsigmoid", "relu6")):
 
 def test_conv_hardswish_is_one_kernel():
     model, x = _model()
-    mod, params = relay.frontend.from_onnx(model)
     target = "llvm -mcpu=haswell"  # an x86 target (the pass's), runnable on every x86 CI machine
-    with tvm.transform.PassContext(opt_level=3):
-        lib = relay.build(mod, target=target, params=params)
-    kernels = [n["name"] for n in json.loads(lib.get_graph_json())["nodes"] if n["op"] == "tvm_op"]
+    lib = build_onnx(model, target)
+    kernels = kernel_names(lib)
     assert len([k for k in kernels if "conv2d" in k and "hardswish" in k]) == 3, kernels
     assert not any("clip" in k or "multiply" in k or "divide" in k for k in kernels), kernels
     if why_host_cannot_run(target):
