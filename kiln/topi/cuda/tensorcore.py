@@ -534,10 +534,7 @@ def _schedule_output(st, conf, out_dtype):
     *batch, y, x = st.op.axis
     by, yi = st.split(y, factor=WMMA * wrt * brw)
     bx, xi = st.split(x, factor=WMMA * wct * bcw)
-    ty, yi = st.split(yi, nparts=brw)
-    tz, xi = st.split(xi, nparts=bcw)
-    yo, yt = st.split(yi, factor=WMMA)
-    xo, xt = st.split(xi, factor=WMMA)
+    ty, tz, yo, xo, yt, xt = _warp_tiles(st, yi, xi, brw, bcw)
     st.reorder(*batch, by, bx, ty, tz, yo, xo, yt, xt)
     if batch:
         st.bind(batch[0], block("z"))
@@ -549,12 +546,27 @@ def _schedule_output(st, conf, out_dtype):
     else:
         st.bind(by, block("y"))
         st.bind(bx, block("x"))
-    st.bind(ty, thread("y"))
-    st.bind(tz, thread("z"))
-    st.tensorize(yt, intrin_wmma_store_matrix((WMMA,) * 3, out_dtype, "global"))
-    st.unroll(yo)
-    st.unroll(xo)
+    _store_warp_tiles(st, ty, tz, yo, xo, yt, out_dtype, "global")
     return tz
+
+
+def _warp_tiles(stage, rows, cols, brw, bcw):
+    """A block's rows and columns over its warps (threadIdx.y, .z), each warp's part in WMMA tiles:
+    (ty, tz, yo, xo, yt, xt)."""
+    ty, yi = stage.split(rows, nparts=brw)
+    tz, xi = stage.split(cols, nparts=bcw)
+    yo, yt = stage.split(yi, factor=WMMA)
+    xo, xt = stage.split(xi, factor=WMMA)
+    return ty, tz, yo, xo, yt, xt
+
+
+def _store_warp_tiles(stage, ty, tz, yo, xo, yt, out_dtype, scope):
+    """Each warp stores its accumulator tiles to ``scope`` memory, one wmma store a tile."""
+    stage.bind(ty, thread("y"))
+    stage.bind(tz, thread("z"))
+    stage.tensorize(yt, intrin_wmma_store_matrix((WMMA,) * 3, out_dtype, scope))
+    stage.unroll(yo)
+    stage.unroll(xo)
 
 
 def _schedule_fused_output(s, C, out, conf, out_dtype):
@@ -581,16 +593,9 @@ def _schedule_fused_output(s, C, out, conf, out_dtype):
     sc.compute_at(so, bx)
     *cb, cy, cx = sc.op.axis
     sc.storage_align(cy, bn, 8)  # rows 8 floats apart from a multiple of BN: fewer bank conflicts
-    ty, cyi = sc.split(cy, nparts=brw)
-    tz, cxi = sc.split(cx, nparts=bcw)
-    yo, yt = sc.split(cyi, factor=WMMA)
-    xo, xt = sc.split(cxi, factor=WMMA)
+    ty, tz, yo, xo, yt, xt = _warp_tiles(sc, cy, cx, brw, bcw)
     sc.reorder(*cb, ty, tz, yo, xo, yt, xt)
-    sc.bind(ty, thread("y"))
-    sc.bind(tz, thread("z"))
-    sc.tensorize(yt, intrin_wmma_store_matrix((WMMA,) * 3, out_dtype, "shared"))
-    sc.unroll(yo)
-    sc.unroll(xo)
+    _store_warp_tiles(sc, ty, tz, yo, xo, yt, out_dtype, "shared")
     return tz
 
 
