@@ -143,6 +143,11 @@ class Target:
         return self.attrs.get("mcpu", "")
 
     @property
+    def cortex_m(self) -> bool:
+        """Whether ``-mcpu`` names a Cortex-M core (a microcontroller target)."""
+        return str(self.mcpu or "").lower().startswith("cortex-m")
+
+    @property
     def mattr(self) -> tuple:
         return tuple(self.attrs.get("mattr", ()))
 

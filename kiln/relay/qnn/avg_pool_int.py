@@ -71,10 +71,9 @@ def integer_avg_pool(call, x, si, zi, so, zo):
     from .op.params import value_of
 
     target = Target.current(allow_none=True)
-    mcpu = str(getattr(target, "mcpu", None) or (getattr(target, "attrs", {}) or {}).get("mcpu", "") or "")
     a = call.attrs
     zs = [value_of(v) for v in (zi, zo)]
-    if target is None or not mcpu.lower().startswith("cortex-m") or any(v is None or np.size(v) != 1 for v in zs):
+    if target is None or not target.cortex_m or any(v is None or np.size(v) != 1 for v in zs):
         return None
     kh, kw = (int(v) for v in a.pool_size)
     if (a.layout != "NCHW" or (a.out_layout or "NCHW") != "NCHW" or any(int(p) for p in a.padding)

@@ -98,8 +98,7 @@ def NarrowRequantize():  # noqa: N802
 
         from .narrow_requantize import narrow_requantize
         target = Target.current(allow_none=True)
-        mcpu = str(getattr(target, "mcpu", None) or (getattr(target, "attrs", {}) or {}).get("mcpu", "") or "")
-        if target is None or not mcpu.lower().startswith("cortex-m"):
+        if target is None or not target.cortex_m:
             return func
         return infer(narrow_requantize(infer(func)))
     return FunctionPass(run, PassInfo(2, "NarrowRequantize"))
