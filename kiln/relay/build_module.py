@@ -96,7 +96,7 @@ def build(ir_mod, target=None, target_host=None, params=None, mod_name: str = "d
     optimized = time.perf_counter()
     func = opt_mod["main"]
     compiler = TECompiler(tgt, mod_name)
-    codegen = GraphCodegen(compiler)
+    codegen = GraphCodegen(compiler, plan_inplace=kind == "aot")
     graph_json, graph_params = codegen.codegen(func)
     if codegen.external and kind == "aot":
         raise CompileError(f"relay.build: the aot executor cannot call functions offloaded to "

@@ -38,8 +38,9 @@ from .te_compiler import TECompiler
 
 
 class GraphCodegen:
-    def __init__(self, compiler: TECompiler):
+    def __init__(self, compiler: TECompiler, plan_inplace: bool = False):
         self.compiler = compiler
+        self.plan_inplace = plan_inplace  # find in-place candidates (only the AOT plan uses them)
         self.nodes: list[dict] = []
         self.entry_types: list = []  # (shape, dtype) per entry, in node order
         self.entry_scopes: list = []  # storage scope per entry ("global.texture*": adreno images)
@@ -158,7 +159,7 @@ class GraphCodegen:
                                   "num_inputs": str(len(inputs)), "num_outputs": str(len(out_types))},
                         "inputs": inputs}, out_types, lowered.scopes[1] or None)
         nid = len(self.nodes) - 1
-        if len(inputs) == len(call.args):
+        if self.plan_inplace and len(inputs) == len(call.args):
             from .aot_memory_plan import inplace_input
             pos = inplace_input(func, call.args)
             if pos is not None and pos not in transforms:
