@@ -56,6 +56,12 @@ def users(expr) -> dict:
     return out
 
 
+def only_user(node, consumers: dict, user) -> bool:
+    """Whether ``user`` is the one consumer of ``node`` in ``consumers`` (``users``' map): a
+    rewrite may then fold ``node`` into ``user``."""
+    return consumers.get(node, []) == [user]
+
+
 def op_calls(expr, ops=None) -> list:
     """Every call of an OpDef under ``expr`` (entering fused Functions), children first, typed.
 

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from ..analysis import users
+from ..analysis import only_user, users
 from ..expr import Call, Constant, Function, const
 from ..op import nn as nn_ops
 from ..op import nn_norm, tensor
@@ -56,7 +56,7 @@ class _Chain:
         self.consumers = consumers
 
     def single(self, node, user) -> bool:
-        return self.consumers.get(node, []) == [user]
+        return only_user(node, self.consumers, user)
 
     def skip_moves(self, node):
         """Through reshapes and same-dtype casts (each used once) to the node that computes."""

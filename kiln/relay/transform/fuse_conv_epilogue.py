@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analysis import users
+from ..analysis import only_user, users
 from ..expr import Call, Constant, Function, const
 from ..op import layout
 from ..op import nn as nn_ops
@@ -42,17 +42,13 @@ from ..op.transform import CAST
 from ..visitor import DataflowRewriter
 
 
-def _only_user(node, consumers, user) -> bool:
-    return consumers.get(node, []) == [user]
-
-
 def _amx_conv(conv, consumers, cast, amx: bool = True) -> tuple | None:
     """(input block, output block) of a conv2d on ``cast``'s 16-bit type summing in float32, its
     only user ``cast``: one the AMX kernel takes (``amx``), else any groups-1 conv with a constant
     weight ((0, 0)); None otherwise."""
     from kiln.topi.x86 import amx_bf16
 
-    if not isinstance(conv, Call) or conv.op is not nn_ops.CONV2D or not _only_user(conv, consumers, cast):
+    if not isinstance(conv, Call) or conv.op is not nn_ops.CONV2D or not only_user(conv, consumers, cast):
         return None
     a, (data, weight) = conv.attrs, conv.args
     narrow = str(cast.attrs.dtype)
@@ -83,7 +79,7 @@ def _bias_add(node, consumers, amx: bool = True):
     for rounded, bias in (node.args, node.args[::-1]):
         if (not isinstance(rounded, Call) or rounded.op is not CAST
                 or str(rounded.attrs.dtype) not in ("bfloat16", "float16")
-                or not isinstance(bias, Constant) or not _only_user(rounded, consumers, node)
+                or not isinstance(bias, Constant) or not only_user(rounded, consumers, node)
                 or str(bias.data.dtype) != str(rounded.attrs.dtype)):
             continue
         blocks = _amx_conv(rounded.args[0], consumers, rounded, amx)
@@ -111,7 +107,7 @@ def _match(end: Call, consumers: dict, amx: bool = True):
     elif not amx and isinstance(end, Call) and end.op is tensor.CLIP:
         act = ("clip", end.attrs.a_min, end.attrs.a_max)
     inner = end.args[0] if act else end
-    if act and not _only_user(inner, consumers, end):
+    if act and not only_user(inner, consumers, end):
         return None
     found = _bias_add(inner, consumers, amx)
     if found is not None:
@@ -120,7 +116,7 @@ def _match(end: Call, consumers: dict, amx: bool = True):
         return None
     for first, residual in (inner.args, inner.args[::-1]):
         found = _bias_add(first, consumers, amx)
-        if (found is not None and _only_user(first, consumers, inner)
+        if (found is not None and only_user(first, consumers, inner)
                 and tuple(residual.checked_type.shape) == tuple(first.checked_type.shape)
                 and str(residual.checked_type.dtype) == str(first.checked_type.dtype)):
             return (*found, residual, act)

@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from ..analysis import users
+from ..analysis import only_user, users
 from ..expr import Call, Constant, Function, const
 from ..op import activation, tensor
 from ..op import transform as tf
@@ -199,7 +199,7 @@ class _Sink(DataflowRewriter):
         inner = call.args[0]
         if _shape(inner) == _shape(call):
             return self.visit(inner)
-        if isinstance(inner, Call) and inner.op is tf.RESHAPE and self.consumers.get(inner, []) == [call]:
+        if isinstance(inner, Call) and inner.op is tf.RESHAPE and only_user(inner, self.consumers, call):
             source = inner.args[0]
             if _shape(source) == _shape(call):
                 return self.visit(source)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 
-from ..analysis import users
+from ..analysis import only_user, users
 from ..expr import Call, Constant, Function, const
 from ..op import layout
 from ..op import nn as nn_ops
@@ -46,10 +46,6 @@ def _bound(value):
     return None if value is None or math.isinf(float(value)) else float(value)
 
 
-def _only_user(node, consumers, user) -> bool:
-    return consumers.get(node, []) == [user]
-
-
 def _rounded(call, consumers):
     """The float32 conv2d under ``cast(conv2d(x: T, w: T, out_dtype="float32"), T)`` (T bfloat16 or
     float16: how ToMixedPrecision writes a conv that accumulates in float32), the cast its only
@@ -59,7 +55,7 @@ def _rounded(call, consumers):
     conv = call.args[0]
     dtype = str(call.attrs.dtype)
     if (conv.op is not nn_ops.CONV2D or dtype not in LOW_PRECISION or str(conv.attrs.out_dtype) != "float32"
-            or str(conv.args[0].checked_type.dtype) != dtype or not _only_user(conv, consumers, call)):
+            or str(conv.args[0].checked_type.dtype) != dtype or not only_user(conv, consumers, call)):
         return None
     return conv
 
@@ -73,7 +69,7 @@ def _match(end: Call, consumers: dict):
     if not block:
         return None
     act, lo, hi = dw.args[0], None, None
-    if not isinstance(act, Call) or not _only_user(act, consumers, dw):
+    if not isinstance(act, Call) or not only_user(act, consumers, dw):
         return None
     add = act
     if act.op is tensor.CLIP:
@@ -82,14 +78,14 @@ def _match(end: Call, consumers: dict):
         lo, add = 0.0, act.args[0]
     if not isinstance(add, Call) or add.op is not tensor.ADD:
         return None
-    if add is not act and not _only_user(add, consumers, act):
+    if add is not act and not only_user(add, consumers, act):
         return None
     conv, bias = add.args
     if isinstance(conv, Constant):
         conv, bias = bias, conv
     w2 = dw.args[1].data
     if (not isinstance(bias, Constant) or _per_channel(bias.data.shape) != (w2.shape[0] // block, 1, 1, block)
-            or not isinstance(conv, Call) or not _only_user(conv, consumers, add)):
+            or not isinstance(conv, Call) or not only_user(conv, consumers, add)):
         return None
     dtype = str(dw.args[0].checked_type.dtype)  # the expanded tensor's, what the fused op reads and writes
     conv = _rounded(conv, consumers) or conv
