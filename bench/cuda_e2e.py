@@ -20,8 +20,9 @@ Both are timed with CUDA events (kiln: ``time_evaluator("run")`` on ``tvm.cuda(0
 ``torch.cuda.Event``), ``--number`` calls per repeat, the median over ``--repeat`` repeats. The
 ratios kiln/eager and kiln/compile are printed per line, and kiln float16 / kiln float32 when
 both ran. ``--profile N`` also prints
-the N slowest kernels of each kiln build (the graph executor's per-kernel ``profile``: wall
-clock per launch, so kernels under ~20 us show the launch cost).
+the N functions of each kiln build that take the most device time in total (each node's launches
+replayed as a CUDA graph between CUDA events, ``profile`` below), and the sum of the kernels
+against the whole graph's time.
 
     python bench/cuda_e2e.py                              # on an NVIDIA GPU with torch + torchvision
     python bench/cuda_e2e.py --models resnet18 --dtypes float32 --profile 15
@@ -139,12 +140,52 @@ def check(dtype: str, got: np.ndarray, want: np.ndarray, name: str = "") -> tupl
     return False, f"top-5 {top_got} != onnxruntime's {top_want}: WRONG"
 
 
-def profile(g, top: int) -> None:
-    rows = json.loads(g.module["profile"](20, 5))
+def profile(g, top: int, torch=None, whole_ms: float | None = None, calls: int = 20) -> None:
+    """Each graph node's device time: its launches recorded ``calls`` times in a row as one CUDA
+    graph (kiln/runtime/cuda_graphs.py), replayed 3 times between CUDA events, divided by the
+    launches; then the functions by their total over the model, and the sum against the whole
+    graph's time (what is left is the gaps between dependent launches). Without torch (events), the
+    graph executor's wall-clock profile (launch cost included: ~25 us per launch)."""
+    if torch is None:
+        rows = json.loads(g.module["profile"](20, 5))
+    else:
+        rows = device_times(g, torch, calls)
     total = sum(r["ms"] for r in rows)
-    print(f"    sum of kernels {total:.3f} ms over {len(rows)} launches; slowest {top}:")
-    for r in sorted(rows, key=lambda r: -r["ms"])[:top]:
-        print(f"      {r['ms']:.4f} ms  {r['name']}")
+    by_name: dict = {}
+    for r in rows:
+        ms, count = by_name.get(r["name"], (0.0, 0))
+        by_name[r["name"]] = (ms + r["ms"], count + 1)
+    left = "" if whole_ms is None else f" (the whole graph {whole_ms:.3f} ms: {whole_ms - total:+.3f} ms between kernels)"
+    print(f"    {'device' if torch is not None else 'wall-clock'} sum of kernels {total:.3f} ms over {len(rows)} "
+          f"launches{left}; top {top} functions by total:")
+    for name, (ms, count) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"      {ms:.4f} ms = {count:3d} x {ms / count * 1e3:8.2f} us  {name}")
+
+
+def device_times(g, torch, calls: int) -> list:
+    from kiln.runtime import cuda_graphs
+
+    ex = g.module
+    g.run()
+    rows = []
+    for (cfunc, args, codes, n, _), (nid, name, _, _) in zip(ex._prepared(), ex.kernels):
+        def launches(cfunc=cfunc, args=args, codes=codes, n=n):
+            for _ in range(calls):
+                cfunc(args, codes, n)
+
+        replay, why = cuda_graphs.record(launches, ex.device.device_id)
+        if replay is None:
+            raise SystemExit(f"bench/cuda_e2e.py: cannot record node {nid} ({name}) as a CUDA graph: {why}")
+        replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(3):
+            replay()
+        end.record()
+        end.synchronize()
+        rows.append({"node": nid, "name": name, "ms": start.elapsed_time(end) / (3 * calls)})
+        del replay
+    return rows
 
 
 def bench(name: str, dtype: str, target, dev, torch, gpu, args) -> tuple[float, bool]:
@@ -193,7 +234,7 @@ def bench(name: str, dtype: str, target, dev, torch, gpu, args) -> tuple[float, 
     if dtype != "float32" and (name, "float32") in RESULTS:
         print(f"    kiln {dtype} / kiln float32: {kiln_ms / RESULTS[(name, 'float32')]:.2f}x", flush=True)
     if args.profile:
-        profile(g, args.profile)
+        profile(g, args.profile, torch, kiln_ms)
     return ratio, ok
 
 
@@ -207,7 +248,7 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--number", type=int, default=10, help="calls per timed repeat")
     p.add_argument("--target", default="cuda", help='kiln target, e.g. "cuda -arch=sm_90"')
-    p.add_argument("--profile", type=int, default=0, metavar="N", help="print each build's N slowest kernels")
+    p.add_argument("--profile", type=int, default=0, metavar="N", help="print the N functions of each build with the most device time")
     p.add_argument("--conv-variant", default="default", help="untuned conv2d tiles: default, old, busy2x, shape")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (eager is the reference then)")
     p.add_argument("--fused-attention", action="store_true", help="transformers: one nn.attention kernel per layer")

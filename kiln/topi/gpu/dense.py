@@ -15,6 +15,14 @@ read the weight matrix once and are bound by memory. ``schedule_gemv`` gives eac
 a row of ``GEMV_LANES`` work-items (a warp) that splits the reduction: neighbouring work-items
 read neighbouring weights (coalesced), and the partial sums meet in a cross-work-item reduction
 (warp shuffles on CUDA). ``GEMV_ROWS`` outputs share a work-group.
+
+Ragged products on CUDA (a ViT's 197 tokens, attention's scores x values with 197 terms): where
+the tiles do not divide M, N or K, the product is computed on inputs padded to whole tiles
+(``_padded``: rows and columns past the end repeat the last one, reduction terms past the end are
+zero), read inside the shared-slab fetch, never stored; the output reads its valid part and is
+the only stage with a bounds check (its store). Unpadded, every slab fetch, register-tile update
+and store of such a product carried a per-element guard, the fetches went scalar, and a prime K
+(197) left one-term k steps with a barrier each. Deeper k steps are then chosen as if K divided.
 """
 
 from __future__ import annotations
@@ -82,12 +90,15 @@ def default_config(m: int, n: int, k: int, threads: int | None = None, shared: i
 
         ty, tx = more_blocks(ty, tx, m, n, batch, min_blocks)
     # shrunk register tiles do less work per k step: deeper steps, fewer barriers
-    ki = divisor(k, 8 if not min_blocks else max(8, min(32, 256 // (ty[3] * tx[3]))))
+    want_k = 8 if not min_blocks else max(8, min(32, 256 // (ty[3] * tx[3])))
+    ki = divisor(k, want_k)
+    if min_blocks and ki < min(want_k, 8) and k > want_k and m >= SMALL_M:  # ragged K (197): zero-padded (module doc)
+        ki = next((d for d in (want_k, 16) if d <= want_k and -(-k // d) * d - k <= k // 16), 8)
     bm, bn = ty[1] * ty[2] * ty[3], tx[1] * tx[2] * tx[3]
     while ki > 1 and (bm + bn) * ki * dtype_bytes > shared:
         ki = divisor(k, ki - 1)
     vec = 4 if ki % 4 == 0 and k % 4 == 0 and n % 4 == 0 and tx[3] % 4 == 0 else 1
-    return {"tile_y": ty, "tile_x": tx, "tile_k": [k // ki, ki], "vec": vec,
+    return {"tile_y": ty, "tile_x": tx, "tile_k": [-(-k // ki), ki], "vec": vec,
             "auto_unroll_max_step": 512, "unroll_explicit": True}
 
 
@@ -104,15 +115,71 @@ def _record(out, m, n, k, cfg, batch: int = 1):
     return out
 
 
+def padded_sizes(conf: dict, m: int, n: int, k: int):
+    """(M, N, K) rounded up to whole tiles of ``conf`` where a CUDA product's tiles do not divide
+    them (module doc), else None: there, and for products with rows enough for tiles, the
+    schedule guards every access instead."""
+    from ..cuda.busy import min_blocks
+
+    sizes = tuple(_product(conf[key]) for key in ("tile_y", "tile_x", "tile_k"))
+    if sizes == (m, n, k) or not min_blocks() or m < SMALL_M:
+        return None
+    return sizes
+
+
+def _product(tiles) -> int:
+    total = 1
+    for v in tiles:
+        total *= int(v)
+    return total
+
+
+def _padded(t, sizes, zero_axis: int):
+    """``t`` viewed with the larger ``sizes``: past an axis's end, indices repeat its last entry
+    (rows or columns of the product nobody reads), except along ``zero_axis`` (the reduction),
+    where the padded terms are zero. Inlined into the shared-slab fetch by the schedule."""
+    from kiln.tir import op as tir_op
+
+    dims = [const_int(d) for d in t.shape]
+    sizes = list(sizes)
+    if sizes == dims:
+        return t
+    zero = te.const(0, t.dtype)
+
+    def view(*idx):
+        value = t[tuple(tir_op.min(i, d - 1) if s != d else i for i, s, d in zip(idx, sizes, dims))]
+        if sizes[zero_axis] != dims[zero_axis]:
+            value = te.if_then_else(idx[zero_axis] < dims[zero_axis], value, zero)
+        return value
+
+    return te.compute(tuple(sizes), view, name=f"{t.op.name}_padded", tag="injective")
+
+
+def _valid(product, shape, name: str):
+    """The first ``shape`` entries of a padded product (its other rows and columns are unread)."""
+    if [const_int(d) for d in product.shape] == list(shape):
+        return product
+    return te.compute(tuple(shape), lambda *i: product[i], name=name, tag="injective")
+
+
 def dense(data, weight, bias=None, out_dtype=None, cfg=None):
     """topi.nn.dense (weight N x K), recording its GPU tiles (float16 on CUDA: tensor cores)."""
     from ..cuda import tensorcore as tc
 
     if tc.use_tensorcore(data, weight, pad=True):
         return tc.dense_tensorcore(data, weight, bias, out_dtype, cfg=tc.tensorcore_cfg(cfg))
-    out = _dense(data, weight, None, out_dtype)
     m, k = (const_int(d) for d in data.shape)
-    return add_bias(_record(out, m, const_int(weight.shape[0]), k, cfg), bias, 1)
+    n = const_int(weight.shape[0])
+    conf = config_for(m, n, k, cfg)
+    pads = padded_sizes(conf, m, n, k)
+    if pads is None:
+        out = _dense(data, weight, None, out_dtype)
+        out.op.attrs["gpu_config"] = conf
+        return add_bias(out, bias, 1)
+    mp, np_, kp = pads
+    out = _dense(_padded(data, (mp, kp), 1), _padded(weight, (np_, kp), 1), None, out_dtype)
+    out.op.attrs["gpu_config"] = conf
+    return add_bias(_valid(out, (m, n), "dense_valid"), bias, 1)
 
 
 def matmul(a, b, bias=None, out_dtype=None, transpose_a=False, transpose_b=False, cfg=None):
@@ -131,7 +198,17 @@ def batch_matmul(a, b, oshape=None, out_dtype=None, transpose_a=False, transpose
     out = _batch_matmul(a, b, oshape, out_dtype, transpose_a, transpose_b)
     batch, m, n = (const_int(d) for d in out.shape)
     k = const_int(a.shape[1 if transpose_a else 2])
-    return _record(out, m, n, k, cfg, batch)
+    conf = config_for(m, n, k, cfg, batch)
+    pads = None if transpose_a else padded_sizes(conf, m, n, k)
+    if pads is None:
+        out.op.attrs["gpu_config"] = conf
+        return out
+    mp, np_, kp = pads
+    bb = const_int(b.shape[0])
+    b = _padded(b, (bb, np_, kp) if transpose_b else (bb, kp, np_), 2 if transpose_b else 1)
+    out = _batch_matmul(_padded(a, (const_int(a.shape[0]), mp, kp), 2), b, None, out_dtype, False, transpose_b)
+    out.op.attrs["gpu_config"] = conf
+    return _valid(out, (batch, m, n), "batch_matmul_valid")
 
 
 def _find(out):

@@ -62,7 +62,8 @@ def _cuda_dense(m, n, k, target="cuda -arch=sm_90"):
         a = tvm.te.placeholder((m, k), name="A")
         w = tvm.te.placeholder((n, k), name="W")
         c = topi.gpu.dense(a, w, None, "float32")
-        return tvm.build(topi.gpu.schedule_dense([c]), [a, w, c], target=t), c.op.attrs["gpu_config"]
+        product = c if "gpu_config" in c.op.attrs else c.op.input_tensors[0]  # a ragged one's valid part
+        return tvm.build(topi.gpu.schedule_dense([c]), [a, w, c], target=t), product.op.attrs["gpu_config"]
 
 
 def test_cuda_slabs_are_padded_against_bank_conflicts():
@@ -86,3 +87,53 @@ def test_cuda_dense_runs(m, n, k):
     # float32 sums of k products: k roundings of at most 2^-24 of the largest partial sum
     bound = k * 2.0 ** -24 * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T).max()
     np.testing.assert_allclose(out.numpy(), want, atol=bound, rtol=0)
+
+
+# Ragged products on CUDA (ViT's 197 tokens; its scores x values have 197 reduction terms) are
+# computed on inputs padded to whole tiles inside the slab fetch (topi/gpu/dense.py, module doc).
+RAGGED = [(197, 96, 64, 1, True, 1), (197, 197, 64, 3, True, 3), (197, 64, 197, 3, False, 3),
+          (197, 64, 197, 3, False, 1), (50, 40, 37, 2, True, 2)]
+
+
+@pytest.fixture
+def cuda_tiles_on_opencl(monkeypatch):
+    """CUDA's tile choice and padding under an OpenCL target, so PoCL runs them."""
+    from kiln.topi.cuda import busy
+
+    monkeypatch.setattr(busy, "min_blocks", lambda: MIN_BLOCKS)
+
+
+def test_padded_dense_computes_the_product(cuda_tiles_on_opencl):
+    m, n, k = 197, 96, 61
+    rng = np.random.default_rng(3)
+    x, w, b = rand(rng, m, k), rand(rng, n, k), rand(rng, n)
+    with tvm.target.Target("opencl"):
+        conf = default_config(m, n, k)
+    assert conf["tile_k"][1] >= 8 and conf["tile_k"][0] * conf["tile_k"][1] > k  # k steps padded, not 1 deep
+
+    def make(a, ww, bb):
+        return topi.nn.relu(topi.gpu.dense(a, ww, bb, "float32"))
+
+    got = run("opencl", make, topi.gpu.schedule_dense, [x, w, b])
+    want = np.maximum(x.astype(np.float64) @ w.astype(np.float64).T + b, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * k)
+
+
+@pytest.mark.parametrize("m,n,k,batch,transpose_b,batch_b", RAGGED)
+def test_padded_batch_matmul_computes_the_product(cuda_tiles_on_opencl, m, n, k, batch, transpose_b, batch_b):
+    rng = np.random.default_rng(4)
+    x = rand(rng, batch, m, k)
+    y = rand(rng, batch_b, n, k) if transpose_b else rand(rng, batch_b, k, n)
+    got = run("opencl", lambda a, bb: topi.gpu.batch_matmul(a, bb, transpose_b=transpose_b),
+              topi.gpu.schedule_batch_matmul, [x, y])
+    yt = y.transpose(0, 2, 1) if transpose_b else y
+    want = np.matmul(x.astype(np.float64), yt.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * k)
+
+
+def test_ragged_cuda_product_guards_only_its_store():
+    f, conf = _cuda_dense(197, 768, 768)
+    src = [x for x in f.imported_modules if x.type_key == "cuda"][0].get_source()
+    body = src[src.index("__global__"):]
+    assert "A_padded_shared" in body and body.count("if (") == 1  # the output store only
+    assert "min(" in body  # padded rows repeat the last one

@@ -31,7 +31,10 @@ def test_default_tiles_fit_every_shape(target, threads, shared):
             assert ty[2] * tx[2] <= threads, (m, n, k, conf)
             bm, bn = ty[1] * ty[2] * ty[3], tx[1] * tx[2] * tx[3]
             assert (bm + bn) * tk[1] * 4 <= shared, (m, n, k, conf)
-            assert ty[0] * bm >= m and tx[0] * bn >= n and tk[0] * tk[1] == k, (m, n, k, conf)
+            assert ty[0] * bm >= m and tx[0] * bn >= n, (m, n, k, conf)
+            # CUDA pads a ragged K with zero terms to whole k steps (topi/gpu/dense.py): no empty step
+            exact_k = tk[0] * tk[1] == k
+            assert exact_k or (target.startswith("cuda") and (tk[0] - 1) * tk[1] < k < tk[0] * tk[1]), (m, n, k, conf)
 
 
 def _build(target, shapes, batch):
