@@ -5,8 +5,11 @@ The shared default is 128 x 128 blocks (16 x 16 threads of 8 x 8 outputs): for a
 (BERT-base float32: 1.08 ms for each 128 x 3072 x 768 dense). On CUDA the blocks shrink, largest
 side first, each step halving it (first the outputs per thread down to 4, then the threads down
 to 8, then the outputs per thread down to 2) until the product has ``MIN_BLOCKS`` blocks or
-nothing is left to shrink. Other GPU targets keep the shared default. The shrunk tiles also take deeper k steps (up to
-32, about 256 products per thread between barriers).
+nothing is left to shrink: one wave of the target's multiprocessors (``multiprocessors``: those
+of the GPU its ``nvidia/...`` tag names, else of this machine's CUDA device 0 when its arch is
+the target's, else ``MIN_BLOCKS`` = 132, an H100's or H200's). Other GPU targets keep the shared
+default. The shrunk tiles also take deeper k steps (up to 32, about 256 products per thread
+between barriers).
 
 ``pad_slab``: on CUDA each row of a shared slab is padded to an odd multiple of 8 words plus one
 (stride % 8 == 1). A thread's register tile reads its rows (or columns) of the slab at a stride
@@ -18,15 +21,46 @@ scalar shared stores).
 
 from __future__ import annotations
 
-MIN_BLOCKS = 132  # a wave of an H100 / H200 (132 multiprocessors)
+import functools
+
+MIN_BLOCKS = 132  # a wave of an H100 / H200 (132 multiprocessors): when nothing says otherwise
+
+# multiprocessors of the GPUs kiln's target tags name (kiln/target/target.py, NVIDIA_TAGS)
+TAG_MULTIPROCESSORS = {"nvidia/nvidia-h100": 132, "nvidia/nvidia-h200": 132, "nvidia/nvidia-a100": 108,
+                       "nvidia/nvidia-a10g": 80, "nvidia/nvidia-l4": 58, "nvidia/nvidia-t4": 40,
+                       "nvidia/tesla-v100": 80, "nvidia/geforce-rtx-3090": 82, "nvidia/geforce-rtx-4090": 128}
 
 
 def min_blocks() -> int:
-    """MIN_BLOCKS when the current target is CUDA, else 0 (no shrinking)."""
+    """A wave of the current CUDA target (``multiprocessors``), else 0 (no shrinking)."""
     from kiln.target import Target
 
     target = Target.current(allow_none=True)
-    return MIN_BLOCKS if target is not None and target.kind == "cuda" else 0
+    return multiprocessors(target) if target is not None and target.kind == "cuda" else 0
+
+
+def multiprocessors(target) -> int:
+    """The CUDA target's multiprocessor count: its tag's GPU; else CUDA device 0 of this machine
+    when its arch is the target's (or the target names none); else ``MIN_BLOCKS``."""
+    tag = str(target.attrs.get("tag", "") or "")
+    if tag in TAG_MULTIPROCESSORS:
+        return TAG_MULTIPROCESSORS[tag]
+    return _device_multiprocessors(str(target.attrs.get("arch", "") or ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _device_multiprocessors(arch: str) -> int:
+    try:
+        from kiln.runtime.devices.cuda import API
+        from kiln.runtime.devices.nvrtc import arch_number
+
+        if API.exist(0):
+            here = int(str(API.attribute(0, "compute_version")).replace(".", ""))
+            if not arch or arch_number(arch) == here:
+                return int(API.attribute(0, "multi_processor_count"))
+    except Exception:  # noqa: BLE001 - no driver, no cuda-python: the default
+        pass
+    return MIN_BLOCKS
 
 
 def _halve(t: list[int], n: int, phase: tuple[str, int]):

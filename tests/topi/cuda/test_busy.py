@@ -137,3 +137,30 @@ def test_ragged_cuda_product_guards_only_its_store():
     body = src[src.index("__global__"):]
     assert "A_padded_shared" in body and body.count("if (") == 1  # the output store only
     assert "min(" in body  # padded rows repeat the last one
+
+
+def test_blocks_follow_the_targets_multiprocessors(monkeypatch):
+    """One wave of the GPU the target names: its tag's multiprocessor count; else this machine's
+    device 0 when its arch matches; else 132."""
+    from kiln.topi.cuda import busy
+
+    with tvm.target.Target("nvidia/nvidia-t4"):
+        assert busy.min_blocks() == 40
+        t4 = default_config(128, 768, 768)
+    with tvm.target.Target("nvidia/nvidia-h100"):
+        assert busy.min_blocks() == 132
+        h100 = default_config(128, 768, 768)
+    assert 40 <= _blocks(t4, 1) < _blocks(h100, 1) and _blocks(h100, 1) >= 132
+    from kiln.runtime.devices.cuda import API  # a stand-in A100 as this machine's device 0
+
+    monkeypatch.setattr(API, "exist", lambda device_id: True)
+    monkeypatch.setattr(API, "attribute", lambda device_id, name: {"compute_version": "8.0",
+                                                                   "multi_processor_count": 108}[name])
+    busy._device_multiprocessors.cache_clear()
+    try:
+        for target, want in (("cuda -arch=sm_80", 108), ("cuda", 108), ("cuda -arch=sm_90", 132),
+                             ("nvidia/nvidia-l4", 58), ("opencl", 0)):
+            with tvm.target.Target(target):
+                assert busy.min_blocks() == want, target
+    finally:
+        busy._device_multiprocessors.cache_clear()
