@@ -260,7 +260,7 @@ def conv_config(f: int, q: int, k: int, cfg=None) -> dict:
     brw, bcw = (2 if bm >= 32 else 1), (2 if bn >= 32 else 1)
     conf = {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": bm // (WMMA * brw),
             "warp_col_tiles": bn // (WMMA * bcw), "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": 0,
-            "mma": 0, "raster": 1, "split_k": split, "unroll_fetch": 1, "fit_vec": 1}
+            "mma": 0, "raster": 1, "split_k": split, "unroll_fetch": 1, "fit_vec": 1, "fuse_epilogue": 1}
     target = Target.current(allow_none=True)
     limit = (target.attrs.get("max_shared_memory_per_block") if target is not None else None) or 48 * 1024
     for stages in (3, 2):
@@ -342,6 +342,7 @@ def conv2d_nchw_tensorcore(data, kernel, strides=1, padding=0, dilation=1, out_d
         a[i, sl * ks + rk].astype(out_dtype) * b[sl * ks + rk, j].astype(out_dtype), axis=rk),
         name="conv2d_gemm", tag="dense")
     gemm.op.attrs["tensorcore_config"] = conf
+    gemm.op.attrs["conv_nchw_output"] = (p.batch, f, oh, ow)  # the output this product is read as
 
     def out(n, i, y, x):
         j = (n * oh + y) * ow + x
@@ -420,6 +421,9 @@ def schedule_dense_tensorcore(outs, cfg=None):
     if _fusable(outs, mm, conf):
         _schedule_mma(s, mm, conf, epilogue=outs[0])
         return s
+    if _conv_fusable(outs, mm, conf):
+        _schedule_mma(s, mm, conf, epilogue=outs[0], output=_schedule_fused_conv_output)
+        return s
     _schedule_mma(s, mm, conf)
     for o in outs:  # an epilogue reads the product from global memory, in a kernel of its own
         if o.op is not mm.op:
@@ -443,6 +447,34 @@ def _fusable(outs, mm, conf) -> bool:
     target = Target.current(allow_none=True)
     limit = (target.attrs.get("max_shared_memory_per_block") if target is not None else None) or 48 * 1024
     return shared_bytes(conf) + bm * (bn + 8) * mm.dtype.bits // 8 <= limit
+
+
+def _conv_fusable(outs, mm, conf) -> bool:
+    """conv2d_nchw_tensorcore's epilogue (bias, batch norm, activation, residual add, casts: what
+    relay fuses after a conv is elementwise) over the conv's own output, in the product's kernel:
+    one output of the conv's shape, the reduction not split (split-K slices are separate blocks,
+    summed by the epilogue kernel), and the float tile fits in shared memory beside the slabs."""
+    from kiln.target import Target
+
+    geometry = mm.op.attrs.get("conv_nchw_output")
+    if geometry is None or len(outs) != 1 or outs[0].op is mm.op or not conf.get("fuse_epilogue", 1) or \
+            conf.get("split_k", 1) != 1 or tuple(const_int(d) for d in outs[0].shape) != tuple(geometry):
+        return False
+    if min(geometry[2:]) == 1:  # a broadcast reads a one-pixel axis at 0: the fused index would not fold
+        return False
+    bm, bn = _tile_shape(conf)
+    target = Target.current(allow_none=True)
+    limit = (target.attrs.get("max_shared_memory_per_block") if target is not None else None) or 48 * 1024
+    return _conv_shared_bytes(conf) + bm * (bn + 8) * mm.dtype.bits // 8 <= limit
+
+
+def _conv_shared_bytes(conf) -> int:
+    """The slabs of an NCHW conv's product: A (BM rows of 16*chunk, padded by offset) and the
+    row-major B (16*chunk rows of BN, padded by offset), times the stages."""
+    bm, bn = _tile_shape(conf)
+    depth = WMMA * conf["chunk"]
+    stages = {0: 1, 1: 2}.get(conf.get("double_buffer", 0), conf.get("double_buffer", 0))
+    return stages * (bm * (depth + conf["offset"]) + depth * (bn + conf["offset"])) * 2
 
 
 def use_tensorcore(a, b, transpose_b: bool = True, pad: bool = False) -> bool:
@@ -505,7 +537,7 @@ def _schedule_epilogue(s, out):
     st.bind(tx, thread("x"))
 
 
-def _schedule_mma(s, C, conf, epilogue=None):
+def _schedule_mma(s, C, conf, epilogue=None, output=None):
     A, B = C.op.input_tensors[:2]
     in_dtype, out_dtype = str(A.dtype), str(C.dtype)
     b_layout = conf.get("b_layout", "col_major")  # row_major: B is (K, N), as conv2d_nchw_tensorcore's
@@ -514,8 +546,8 @@ def _schedule_mma(s, C, conf, epilogue=None):
     AF = s.cache_read(AS, "wmma.matrix_a", [C])
     BF = s.cache_read(BS, "wmma.matrix_b", [C])
     CF = s.cache_write(C, "wmma.accumulator")
-    if epilogue is not None:
-        tz = _schedule_fused_output(s, C, epilogue, conf, out_dtype)
+    if epilogue is not None:  # output: how the epilogue's loops cover the product's tiles
+        tz = (output or _schedule_fused_output)(s, C, epilogue, conf, out_dtype)
     else:
         tz = _schedule_output(s[C], conf, out_dtype)
     cf, ko, kc = _schedule_accumulators(s[CF], s[C], tz, conf, in_dtype, out_dtype, b_layout)
@@ -587,7 +619,43 @@ def _schedule_fused_output(s, C, out, conf, out_dtype):
     threads = WARP * brw * bcw
     vec = 4 if oy % bm == 0 and ox % bn == 0 and bm * bn % (threads * 4) == 0 else 1
     _spread_over_block(so, so.fuse(yi, xi), vec, brw, bcw)
+    return _product_in_shared(s, C, so, bx, conf, out_dtype)
 
+
+def _schedule_fused_conv_output(s, C, out, conf, out_dtype):
+    """As _schedule_fused_output for conv2d_nchw_tensorcore's NCHW output: its channels in
+    blocks of BM, its pixels (n, y, x) fused into the product's column index (n * OH + y) * OW + x
+    and in blocks of BN, so that a block reads exactly its BM x BN tile (te's bound inference
+    evaluates that index on the fused loop); a ragged last block is guarded. A batch of one
+    stays out of the fused index: a broadcasting epilogue reads the conv at batch 0, not n (as it
+    would read row 0 of a one-row image, which _conv_fusable refuses)."""
+    brw, bcw = conf["block_row_warps"], conf["block_col_warps"]
+    bm, bn = _tile_shape(conf)
+    so = s[out]
+    batch, channels, oh, ow = (const_int(d) for d in out.shape)
+    n, f, y, x = so.op.axis
+    so.reorder(n, f, y, x) if batch == 1 else so.reorder(f, n, y, x)
+    by, fi = so.split(f, factor=bm)
+    bx, qi = so.split(so.fuse(y, x) if batch == 1 else so.fuse(n, y, x), factor=bn)
+    if batch == 1:
+        so.reorder(n, by, bx, fi, qi)
+        so.bind(n, block("z"))
+    else:
+        so.reorder(by, bx, fi, qi)
+    so.bind(by, block("y"))
+    so.bind(bx, block("x"))
+    threads = WARP * brw * bcw
+    # vector stores where every tile is whole and its pixels are consecutive in memory (batch 1)
+    vec = 4 if batch == 1 and channels % bm == 0 and oh * ow % bn == 0 and bm * bn % (threads * 4) == 0 else 1
+    _spread_over_block(so, so.fuse(fi, qi), vec, brw, bcw)
+    return _product_in_shared(s, C, so, bx, conf, out_dtype)
+
+
+def _product_in_shared(s, C, so, bx, conf, out_dtype):
+    """The product C in shared memory, a BM x BN tile per block of the epilogue ``so`` (at its
+    block loop ``bx``): each warp stores its accumulator tiles there."""
+    brw, bcw = conf["block_row_warps"], conf["block_col_warps"]
+    _, bn = _tile_shape(conf)
     s[C].set_scope("shared")
     sc = s[C]
     sc.compute_at(so, bx)

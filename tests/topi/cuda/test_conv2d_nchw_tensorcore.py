@@ -163,8 +163,24 @@ def test_relay_float16_convs_take_tensor_cores_with_fused_epilogues():
     names = [re.search(r"void (?:__launch_bounds__\(\d+\) )?(\w+)\(", k).group(1) for k in kernels]
     on_tensor_cores = [n for n, k in zip(names, kernels) if "kiln_wmma_mma" in k]
     assert len(on_tensor_cores) == 2 and all("conv2d" in n for n in on_tensor_cores)
-    # each conv: the product, then one kernel with its whole epilogue (cast, bias, relu, residual)
-    assert len(kernels) == 4 and any("conv2d_cast_multiply_add_nn_relu" in n for n in names)
+    # the reductions are not split (1024 pixels fill the blocks): each conv is one kernel, the
+    # product's tile in shared memory, then its whole epilogue (cast, bias, relu, residual)
+    assert len(kernels) == 2 and any("conv2d_cast_multiply_add_nn_relu" in n for n in names)
+    assert all("__shared__ float conv2d_gemm[" in k for k in kernels)
+
+
+def test_relay_split_k_convs_sum_their_slices_in_the_epilogue_kernel():
+    """A 7 x 7 layer's reduction is split over blocks (few pixels): the slices meet in a second
+    kernel, which applies the epilogue; the product kernel writes its float slices to global memory."""
+    x = relay.var("x", shape=(1, 256, 7, 7), dtype="float16")
+    w = relay.var("w", shape=(256, 256, 3, 3), dtype="float16")
+    b = relay.var("b", shape=(256,), dtype="float16")
+    y = relay.nn.relu(relay.nn.bias_add(relay.cast(relay.nn.conv2d(x, w, padding=(1, 1), out_dtype="float32"),
+                                                   "float16"), b))
+    src = build_relay(tvm.IRModule.from_expr(relay.Function([x, w, b], y))).get_lib().get_source("cu")
+    kernels = src.split('extern "C" __global__')[1:]
+    assert len(kernels) == 2 and "kiln_wmma_mma" in kernels[0] and "kiln_wmma_mma" not in kernels[1]
+    assert "__shared__ float conv2d_gemm[" not in kernels[0] and "float* __restrict__ conv2d_gemm" in kernels[1]
 
 
 # -- on the GPU -----------------------------------------------------------------------------------
