@@ -211,6 +211,15 @@ def _address_of(cg, e) -> str:
     return cg._address(load.buffer, cg._index(load))
 
 
+def _prefetch(cg, e) -> str:
+    """tir.prefetch(tir.address_of(buf[i])): ask for that cache line ahead of its use (into L2:
+    llvm.prefetch read, locality 2, data). Never faults, whatever the address."""
+    ptr = cg.expr(e.args[0])
+    cg.mw.declare("llvm.prefetch.p0", "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
+    cg.fw.emit_void(f"call void @llvm.prefetch.p0(ptr {ptr}, i32 0, i32 2, i32 1)")
+    return "0"
+
+
 def _likely(cg, e) -> str:
     return cg.expr(e.args[0])
 
@@ -292,7 +301,7 @@ _SPECIAL = {
     "bitwise_and": _bitwise("and"), "bitwise_or": _bitwise("or"), "bitwise_xor": _bitwise("xor"),
     "bitwise_not": _bitwise_not, "shift_left": _bitwise("shl"), "shift_right": _shift_right,
     "popcount": _popcount, "clz": _clz, "fma": _fma, "reinterpret": _reinterpret,
-    "likely": _likely, "if_then_else": _if_then_else, "fabs": _abs, "address_of": _address_of,
+    "likely": _likely, "prefetch": _prefetch, "if_then_else": _if_then_else, "fabs": _abs, "address_of": _address_of,
     "kiln_launch": lambda cg, e: _launch("emit_launch", cg, e),
     "kiln_device_alloc": lambda cg, e: _launch("emit_alloc", cg, e),
     "kiln_device_free": lambda cg, e: _launch("emit_free", cg, e),
