@@ -10,11 +10,11 @@ from dataclasses import replace
 
 from kiln.errors import CompileError, ScheduleError
 from kiln.ir import expr as E
-from kiln.ir.dtype import BOOL_T, HANDLE_T
+from kiln.ir.dtype import BOOL_T, HANDLE_T, INT32
 from kiln.ir.expr import IterType, IterVar, PrimExpr, ProducerLoad, Reduce, Var, const
 from kiln.ir.functor import Mutator, substitute
 from kiln.ir.stmt import (
-    Allocate, Buffer, BufferStore, For, ForKind, IfThenElse, LetStmt, PrimFunc, Stmt, seq,
+    Allocate, Buffer, BufferStore, Evaluate, For, ForKind, IfThenElse, LetStmt, PrimFunc, Stmt, seq,
 )
 from kiln.tir.op import likely
 from kiln.tir.simplify import guard_with as _guard, simplify
@@ -318,7 +318,10 @@ class _Lowering:
         binding = st.bindings.get(iv)
         annotations = {}
         for key, value in st.pragmas.get(iv, {}).items():
-            annotations["pragma_" + key] = value
+            if key == "prefetch":  # pragma(iv, "prefetch", [t[...], ..]): each iteration first asks for those lines
+                body = seq(*[self._prefetch(load) for load in value], body)
+            else:
+                annotations["pragma_" + key] = value
         if binding is not None:
             dom = binding.dom
             if dom is not None and isinstance(dom.extent, E.IntImm) and isinstance(ext, E.IntImm) \
@@ -331,6 +334,11 @@ class _Lowering:
                 ext = E.cast(dom.extent, iv.var.dtype) if dom.extent.dtype != iv.var.dtype else dom.extent
             return For(iv.var, const(0, iv.var.dtype), ext, ForKind.THREAD_BINDING, body, binding, annotations)
         return For(iv.var, const(0, iv.var.dtype), ext, kind, body, None, annotations)
+
+    def _prefetch(self, load: ProducerLoad) -> Stmt:
+        """tir.prefetch of the element a ProducerLoad names (its address only: no bounds needed)."""
+        address = E.Call(HANDLE_T, "tir.address_of", (_ToBuffers(self).visit(simplify(load)),))
+        return Evaluate(E.Call(INT32, "tir.prefetch", (address,)))
 
     def _with_attached(self, parent: Stage, iv: IterVar, inner: Stmt) -> Stmt:
         attached = [c for c in self.active if c.attach == Attach.SCOPE and c.attach_stage is parent
