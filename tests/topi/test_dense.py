@@ -104,3 +104,30 @@ def test_batch_matmul_k_blocks(runner):
     x, y = runner.rand(2, 30, 64), runner.rand(2, 64, 40)
     got = runner.run(topi.x86.schedule_batch_matmul, out, [X, Y], [x, y])
     np.testing.assert_allclose(got, x @ y, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("m,n,prefetch", [(37, 50, 1), (32, 64, 1), (32, 64, 0)])
+def test_dense_prefetches_the_next_panel(runner, m, n, prefetch):
+    """Pre-packed weights: the GEMM asks for the next column panel's lines ahead (knob prefetch,
+    default on where two panels and the data fit the L2 budget); padded rows (37) and a last
+    panel past N (50) included. The result does not change, the instructions do."""
+    import importlib
+
+    import kiln as tvm
+
+    x86_dense = importlib.import_module("kiln.topi.x86.dense")
+    matmul_nn = importlib.import_module("kiln.topi.x86.matmul_nn")
+    k = 48
+    assert matmul_nn.prefetch_default(m, k, x86_dense.config_for(m, n, k)["tile_n"]) == 1
+    a, w, b = runner.rand(m, k), runner.rand(n, k), runner.rand(n)
+    packed = x86_dense.prepack_weight(w, x86_dense.config_for(m, n, k)["tile_n"])
+    A, W, B = (te.placeholder(x.shape, name=nm) for x, nm in ((a, "data"), (packed, "weight_packed"), (b, "bias")))
+    out = topi.x86.dense(A, W, B, units=n, cfg={"prefetch": prefetch})
+    s = topi.x86.schedule_dense([out])
+    f = tvm.build(s, [A, W, B, out], target="llvm")
+    got = tvm.nd.empty((m, n), "float32")
+    f(tvm.nd.array(a), tvm.nd.array(packed), tvm.nd.array(b), got)
+    np.testing.assert_allclose(got.numpy(), testing.dense_python(a, w, b), rtol=1e-4, atol=1e-3)
+    asm = f.get_source("asm")
+    asked = any(op in asm for op in ("prefetch", "prfm"))  # x86, AArch64
+    assert asked == bool(prefetch), "prefetch instructions present iff the knob is on"

@@ -53,6 +53,7 @@ def dot_nt(batch: tuple, m, n, k, fa, fb, out_dtype: str, cfg=None, name="dense"
         conf = matmul_nn.default_config(mi, ni, ki)
         conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
         conf.update(kernel="gemm", tile_k=knob(cfg, "tile_k", 0))
+        conf["prefetch"] = knob(cfg, "prefetch", matmul_nn.prefetch_default(mi, ki, conf["tile_n"], bool(batch)))
         return matmul_nn.dot_nt_packed(batch, m, n, k, fa, fb, out_dtype, conf, name)
     conf = default_config(mi, ni, ki)
     conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
@@ -134,6 +135,7 @@ def _dense_prepacked(data, panels, out_dtype, cfg, units):
     conf = matmul_nn.default_config(m, n, k)
     conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
     conf.update(kernel="gemm", tile_n=nr, tile_k=knob(cfg, "tile_k", 0))
+    conf["prefetch"] = knob(cfg, "prefetch", matmul_nn.prefetch_default(m, k, nr))
     return matmul_nn.dot_nn((), m, n, k, lambda i, kk: data[i, kk],
                             lambda kk, j: panels[j // nr, kk, j % nr], out_dtype, conf, "dense")
 
