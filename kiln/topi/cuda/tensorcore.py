@@ -294,8 +294,8 @@ def conv2d_nchw_tensorcore(data, kernel, strides=1, padding=0, dilation=1, out_d
     out_dtype = out_dtype or str(data.dtype)
     oh, ow, c, kh, kw = p.out_height, p.out_width, p.in_channel, p.kernel_h, p.kernel_w
     h, w = (const_int(d) for d in data.shape[2:])
-    f, k, q = p.out_channel, c * kh * kw, p.batch * oh * ow
-    fp, kp, qp = _round_up(f, WMMA), _round_up(k, WMMA), _round_up(q, _pixel_step(q))
+    f, k = p.out_channel, c * kh * kw
+    fp, kp = _round_up(f, WMMA), _round_up(k, WMMA)
     if str(data.dtype) not in TC_DTYPES or str(kernel.dtype) != str(data.dtype):
         raise ValueError(f"conv2d_nchw on tensor cores needs float16 or bfloat16 data and kernel, got "
                          f"{data.dtype}/{kernel.dtype}")
@@ -304,6 +304,8 @@ def conv2d_nchw_tensorcore(data, kernel, strides=1, padding=0, dilation=1, out_d
     plain = (kh, kw, p.stride_h, p.stride_w) == (1, 1, 1, 1) and (p.pad_top, p.pad_left, p.pad_bottom,
                                                                   p.pad_right) == (0, 0, 0, 0)
     zero = te.const(0, data.dtype)
+    owp, run, qp, conf = _pixel_layout(p.batch, oh, ow, fp, kp, plain, cfg)
+    q = p.batch * oh * owp  # pixels of the product: rows of owp (ow and padding) per image
 
     def wmat(i, r):
         # OIHW rows: the flat index simplifies to i * k + r. Padded output channels repeat the
@@ -312,28 +314,36 @@ def conv2d_nchw_tensorcore(data, kernel, strides=1, padding=0, dilation=1, out_d
         return te.if_then_else(r < k, value, zero) if kp != k else value
 
     def xmat(r, j):
-        n = j // (oh * ow) if p.batch > 1 else 0
-        pix = j % (oh * ow) if p.batch > 1 else j
         ch, ky, kx = _taps(r, kh, kw)
         if plain:  # 1x1, stride 1, no padding: the pixel index is the input's
+            n = j // (oh * ow) if p.batch > 1 else 0
+            pix = j % (oh * ow) if p.batch > 1 else j
             y, x = pix // w, pix % w
             conds = []
         else:
-            y = (pix // ow) * p.stride_h + ky * p.dilation_h - p.pad_top
-            x = (pix % ow) * p.stride_w + kx * p.dilation_w - p.pad_left
-            conds = [y >= 0, y < h, x >= 0, x < w]
+            # j as runs of `run` pixels that never cross a row (owp is a multiple of run): a
+            # thread's run (its slab fetch) shares its image, row and input rows, only the
+            # column moves with the element
+            per_image, per_row = oh * owp // run, owp // run
+            jr, col = (j // run, j % run) if run > 1 else (j, 0)
+            n = jr // per_image if p.batch > 1 else 0
+            row = (jr % per_image if p.batch > 1 else jr) // per_row
+            y = row * p.stride_h + ky * p.dilation_h - p.pad_top
+            x = ((jr % per_row) * run + col) * p.stride_w + kx * p.dilation_w - p.pad_left
+            conds = [y >= 0, y < h, x >= 0, x < w]  # (columns past ow read inside the image or nothing)
         if plain and kp != k:  # rows past the channels repeat the last one: A is zero there
             ch = tir_op.min(ch, c - 1)
         else:
             conds += [r < k] if kp != k else []
-        conds += [j < q] if qp != q else []
+        if qp != q:  # pixels past the last image
+            conds += [j // run < q // run] if not plain else [j < q]
         value = data[n, ch, y, x]
         # if_then_else evaluates the chosen side only: padding reads nothing
         return te.if_then_else(tir_op.all(*conds), value, zero) if conds else value
 
     a = te.compute((fp, kp), wmat, name="conv_weight")
     b = te.compute((kp, qp), xmat, name="conv_im2col")
-    conf = {**conv_config(fp, qp, kp, cfg), "b_layout": "row_major"}
+    conf = {**conf, "b_layout": "row_major", **({"column_runs": run} if run > 1 else {})}
     split = conf["split_k"]
     ks = kp // split
     rk = te.reduce_axis((0, ks), name="k")
@@ -342,16 +352,38 @@ def conv2d_nchw_tensorcore(data, kernel, strides=1, padding=0, dilation=1, out_d
         a[i, sl * ks + rk].astype(out_dtype) * b[sl * ks + rk, j].astype(out_dtype), axis=rk),
         name="conv2d_gemm", tag="dense")
     gemm.op.attrs["tensorcore_config"] = conf
-    gemm.op.attrs["conv_nchw_output"] = (p.batch, f, oh, ow)  # the output this product is read as
+    gemm.op.attrs["conv_nchw_output"] = (p.batch, f, oh, ow, owp)  # the output this product is read as
 
     def out(n, i, y, x):
-        j = (n * oh + y) * ow + x
+        j = (n * oh + y) * owp + x
         total = gemm[0, i, j]
         for sl in range(1, split):
             total = total + gemm[sl, i, j]
         return total
 
     return te.compute((p.batch, f, oh, ow), out, name="conv2d_nchw", tag="conv2d_nchw_tensorcore")
+
+
+def _pixel_layout(batch: int, oh: int, ow: int, fp: int, kp: int, plain: bool, cfg=None):
+    """(owp, run, qp, conf): the product's pixel columns are rows of owp >= ow pixels per output row
+    (qp in all, padded to the tile), gathered in runs of ``run`` pixels inside a row, and the tiles.
+    A 1x1 stride-1 conv reads its input rows as they are (owp = ow, no runs). Other convs gather:
+    runs of 8 (or 4) pixels where the rows hold whole runs; else the rows are padded to a
+    multiple of 8 where the reduction is split anyway (its epilogue is a kernel of its own: the
+    fused one reads unpadded rows; 14 -> 16 and 7 -> 8 pad nothing after the tile's rounding of
+    196 and 49 pixels), else no runs."""
+    def layout(owp, run):  # (the step of the unpadded count: 14 x 16 pixels stay 224, not 256)
+        qp = _round_up(batch * oh * owp, _pixel_step(batch * oh * ow))
+        return owp, run, qp, conv_config(fp, qp, kp, cfg)
+
+    if plain:
+        return layout(ow, 1)
+    run = next((r for r in (8, 4) if ow % r == 0), 1)
+    if run > 1:
+        return layout(ow, run)
+    flat = layout(ow, 1)
+    padded = layout(_round_up(ow, 8), 8)
+    return padded if padded[3]["split_k"] > 1 and flat[3]["split_k"] > 1 else flat
 
 
 def _taps(r, kh: int, kw: int):
@@ -458,9 +490,11 @@ def _conv_fusable(outs, mm, conf) -> bool:
 
     geometry = mm.op.attrs.get("conv_nchw_output")
     if geometry is None or len(outs) != 1 or outs[0].op is mm.op or not conf.get("fuse_epilogue", 1) or \
-            conf.get("split_k", 1) != 1 or tuple(const_int(d) for d in outs[0].shape) != tuple(geometry):
+            conf.get("split_k", 1) != 1 or tuple(const_int(d) for d in outs[0].shape) != tuple(geometry[:4]):
         return False
-    if min(geometry[2:]) == 1:  # a broadcast reads a one-pixel axis at 0: the fused index would not fold
+    # padded rows: the output's pixels are not the product's columns; a one-pixel axis: a
+    # broadcast reads it at 0, and the fused index would not fold back to the column
+    if geometry[3] != geometry[4] or min(geometry[2:4]) == 1:
         return False
     bm, bn = _tile_shape(conf)
     target = Target.current(allow_none=True)
@@ -667,9 +701,14 @@ def _product_in_shared(s, C, so, bx, conf, out_dtype):
     return tz
 
 
-def _spread_over_block(stage, fused, vec, brw, bcw):
+def _spread_over_block(stage, fused, vec, brw, bcw, inner=None):
     """One fused loop over the block's threads, vec elements each (x: the warp's lanes, y and z:
-    the warps); what is left of the loop, the passes each thread makes, is returned."""
+    the warps), or the loop ``inner`` (split off before) each; what is left of the loop, the
+    passes each thread makes, is returned."""
+    if inner is not None:
+        fused = _spread_over_block(stage, fused, 1, brw, bcw)
+        stage.vectorize(inner)
+        return fused
     fused, v = stage.split(fused, factor=vec)
     fused, tx = stage.split(fused, factor=WARP)
     fused, ty = stage.split(fused, factor=brw)
@@ -728,7 +767,14 @@ def _schedule_slab(sh, cf, ko, conf, k_rows=False):
     if conf["offset"]:
         width = WMMA * conf["block_col_warps"] * conf["warp_col_tiles"] if k_rows else WMMA * conf["chunk"]
         sh.storage_align(si, width, conf["offset"])  # rows padded by offset halves against bank conflicts
-    fused = _spread_over_block(sh, sh.fuse(*sb, si, sk), vec, brw, bcw)
+    runs = conf.get("column_runs", 0) if k_rows else 0
+    if runs > 1:
+        # a thread's elements are one run of columns (conv2d_nchw_tensorcore's pixel runs), whose
+        # index stays apart from the thread's: its image row is computed once, not per element
+        sko, sv = sh.split(sk, factor=min(vec, runs))
+        fused = _spread_over_block(sh, sh.fuse(*sb, si, sko), 1, brw, bcw, inner=sv)
+    else:
+        fused = _spread_over_block(sh, sh.fuse(*sb, si, sk), vec, brw, bcw)
     if conf.get("unroll_fetch", 0):  # every load of the slab in flight at once
         sh.unroll(fused)
     if conf.get("double_buffer", 0):

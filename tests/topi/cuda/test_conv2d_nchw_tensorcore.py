@@ -21,10 +21,12 @@ pytestmark = pytest.mark.skipif(not cg.have_nvrtc(),
 
 TARGET = "cuda -arch=sm_90"
 # (batch, channels, height, width, filters, kernel, stride, pad): a ResNet stem (3 channels,
-# 147 reduction terms), 1x1 pixel-contiguous, 3x3 with 14 x 14 pixels (padded to 224), 7 x 7
-# with split-K, 24 filters (padded to 32), strided with batch 2
+# 147 reduction terms), 1x1 pixel-contiguous, 3x3 with 14 x 14 pixels (rows padded to 16),
+# 7 x 7 with split-K (rows padded to 8), 24 filters (padded to 32), strided with batch 2, 28 x 28
+# in runs of 4 pixels, two images of padded rows
 SHAPES = [(1, 3, 32, 32, 64, 7, 2, 3), (1, 64, 16, 16, 64, 1, 1, 0), (1, 64, 14, 14, 64, 3, 1, 1),
-          (1, 128, 7, 7, 128, 3, 1, 1), (1, 32, 8, 8, 24, 1, 1, 0), (2, 16, 9, 9, 32, 3, 2, 1)]
+          (1, 128, 7, 7, 128, 3, 1, 1), (1, 32, 8, 8, 24, 1, 1, 0), (2, 16, 9, 9, 32, 3, 2, 1),
+          (1, 32, 28, 28, 32, 3, 1, 1), (2, 64, 14, 14, 64, 3, 1, 1)]
 
 
 def conv(shape, out_dtype="float32", dtype="float16"):
@@ -105,6 +107,27 @@ def test_split_k_and_padding_are_chosen_for_batch_one_layers():
     assert [int(d) for d in gemm.shape] == [conf["split_k"], 512, 64]  # 49 pixels padded to 64
     _, _, out = conv((1, 3, 32, 32, 64, 7, 2, 3))
     assert int(_gemm(out).op.reduce_axis[0].dom.extent) * _gemm(out).op.attrs["tensorcore_config"]["split_k"] == 160
+
+
+def test_gathered_pixels_come_in_runs_within_a_row():
+    """3x3 convs gather their pixels in runs of 8 (4) that never cross an output row: 56 and 28
+    columns hold whole runs, 14 and 7 columns are padded to rows of 16 and 8 where the reduction
+    is split (the product's columns stay 224 and 64); 1x1 stride-1 convs read their input rows."""
+    def layout(shape):
+        with tvm.target.Target(TARGET):
+            gemm = _gemm(conv(shape)[2])
+        conf = gemm.op.attrs["tensorcore_config"]
+        return gemm.op.attrs["conv_nchw_output"][4], conf.get("column_runs", 1), int(gemm.shape[2]), conf["split_k"]
+
+    assert layout((1, 64, 56, 56, 64, 3, 1, 1))[:3] == (56, 8, 3136)
+    assert layout((1, 32, 28, 28, 32, 3, 1, 1))[:3] == (28, 4, 832)
+    assert layout((1, 256, 14, 14, 256, 3, 1, 1)) == (16, 8, 224, 8)
+    assert layout((1, 512, 7, 7, 512, 3, 1, 1)) == (8, 8, 64, 16)
+    assert layout((1, 64, 16, 16, 64, 1, 1, 0))[:2] == (16, 1)
+    # the fetch finds a run's output row once: no division by the row length per element
+    src = [m for m in build((1, 128, 7, 7, 128, 3, 1, 1)).imported_modules if m.type_key == "cuda"][0].get_source()
+    fetch = [line for line in src.splitlines() if "conv_im2col_shared[" in line and "] = " in line]
+    assert fetch and not any(re.search(r"[/%] 7\b", line) for line in fetch)
 
 
 def build(shape, target=TARGET, dtype="float16"):
