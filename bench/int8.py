@@ -1,8 +1,12 @@
 """int8 end to end, batch 1: kiln's int8 kernels against onnxruntime's int8 and kiln's own fp32.
 
-ResNet-50 and MobileNetV2 (224x224, random weights, tests/relay/onnx_models.py) are prepared with
-onnxruntime's ``quant_pre_process`` (batch norms folded) and quantized with its ``quantize_static``
-(QDQ, per-channel int8 weights, uint8 activations, 8 random calibration images). Each model is run
+ResNet-50 and MobileNetV2 (224x224, random weights, tests/relay/onnx_models.py) have their batch
+norms folded into the convs by the bench (``fold_batch_norms``), are prepared with onnxruntime's
+``quant_pre_process`` and quantized with its ``quantize_static`` (QDQ, per-channel int8 weights,
+uint8 activations, 8 random calibration images). The bench folds them itself because
+``quant_pre_process`` does not on every onnxruntime version (1.30 on the lent Xeon left all 53 of
+ResNet-50's, so each conv was followed by DQ -> BatchNormalization -> Q: a different model, 3x
+kiln's time then). Each model is run
 by onnxruntime (its default graph optimizations, ``--threads`` intra-op threads), by kiln from the
 same QDQ file (int8 kernels: docs/quantization.md) and by kiln from the float model (fp32). The
 sides take turns in every round (timing.interleaved); the figures are medians over the rounds and
@@ -11,7 +15,11 @@ Where OpenVINO is installed (``pip install openvino``; not a kiln dependency) it
 file too (CPU plugin, latency hint, ``--threads`` inference threads); elsewhere it is skipped.
 
     python bench/int8.py [--threads 2] [--rounds 7] [--number 5] [--models resnet50,mobilenet_v2]
-                         [--target llvm] [--profile]
+                         [--target llvm] [--profile] [--pin]
+
+``--pin`` compiles on every CPU, then pins the process to ``--threads`` CPUs (one per physical core
+first, as bench/e2e.py) before onnxruntime's and kiln's threads start: the timings of
+``taskset -c 0,1`` without its slow 2-core compile.
 
 ``--profile`` adds each build's slowest kernels (the graph executor's per-kernel times, summed
 by kernel name): where an int8/fp32 ratio differs between hosts, it says which layers differ.
@@ -44,6 +52,47 @@ from timing import cpu_name, interleaved  # noqa: E402
 MODELS = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2}
 
 
+def fold_batch_norms(model):
+    """A copy of ``model`` with each BatchNormalization that is a Conv's only consumer folded into
+    that Conv's weights and bias (float64 arithmetic, rounded to float32 once)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    consumers: dict = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers[name] = consumers.get(name, 0) + 1
+    producer = {o: n for n in graph.node for o in n.output}
+    drop = []
+    for bn in graph.node:
+        conv = producer.get(bn.input[0])
+        if bn.op_type != "BatchNormalization" or conv is None or conv.op_type != "Conv" or \
+                consumers.get(bn.input[0]) != 1 or not all(n in inits for n in list(bn.input[1:5]) + list(conv.input[1:])):
+            continue
+        eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
+        gamma, beta, mean, var = (numpy_helper.to_array(inits[n]).astype("float64") for n in bn.input[1:5])
+        w = numpy_helper.to_array(inits[conv.input[1]]).astype("float64")
+        b = numpy_helper.to_array(inits[conv.input[2]]).astype("float64") if len(conv.input) > 2 else 0.0
+        scale = gamma / np.sqrt(var + eps)
+        wname, bname = conv.input[1] + "_bnfold", conv.output[0] + "_bnfold_bias"
+        graph.initializer.extend([
+            numpy_helper.from_array((w * scale.reshape(-1, *[1] * (w.ndim - 1))).astype("float32"), wname),
+            numpy_helper.from_array(((b - mean) * scale + beta).astype("float32"), bname)])
+        conv.input[:] = [conv.input[0], wname, bname]
+        conv.output[0] = bn.output[0]
+        drop.append(bn)
+    for bn in drop:
+        graph.node.remove(bn)
+    used = {n for node in graph.node for n in node.input}
+    keep = [i for i in graph.initializer if i.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    return model
+
+
 def quantized(model, inputs: dict, calibration: int = 8):
     """onnxruntime's quant_pre_process + quantize_static (QDQ, per-channel s8 weights, u8 activations)."""
     import onnx
@@ -62,7 +111,7 @@ def quantized(model, inputs: dict, calibration: int = 8):
 
     with tempfile.TemporaryDirectory() as tmp:
         src, pre, dst = (os.path.join(tmp, f) for f in ("f.onnx", "pre.onnx", "q.onnx"))
-        onnx.save(model, src)
+        onnx.save(fold_batch_norms(model), src)
         quant_pre_process(src, pre, skip_symbolic_shape=True)
         quantize_static(pre, dst, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
@@ -113,13 +162,21 @@ def output_step(qmodel) -> float:
     return float("nan")
 
 
-def bench_model(name: str, threads: int, rounds: int, number: int, target: str, profile: bool = False) -> dict:
+def bench_model(name: str, threads: int, rounds: int, number: int, target: str, profile: bool = False,
+                pin: bool = False) -> dict:
     model, inputs = MODELS[name]()
     start = time.perf_counter()
     qmodel = quantized(model, inputs)
-    print(f"{name}: quantized by onnxruntime in {time.perf_counter() - start:.0f} s", flush=True)
+    float_ops = sorted({n.op_type for n in qmodel.graph.node} - {"QuantizeLinear", "DequantizeLinear", "Conv", "Gemm",
+                                                                   "MatMul", "Add", "MaxPool", "GlobalAveragePool",
+                                                                   "Flatten", "Reshape", "Relu", "Clip"})
+    print(f"{name}: quantized by onnxruntime in {time.perf_counter() - start:.0f} s; other ops in the QDQ graph: "
+          f"{', '.join(float_ops) or 'none'}", flush=True)
     k8, c8 = build_kiln(qmodel, threads, target)
     k32, c32 = build_kiln(model, threads, target)
+    if pin:  # kiln's workers start at the first run, onnxruntime's with its session: both inherit it
+        from e2e import pin_cpus
+        os.sched_setaffinity(0, pin_cpus(threads))
     sess = ort_session(qmodel, threads)
     want = sess.run(None, inputs)[0]
     k8.set_input(**inputs)
@@ -176,6 +233,7 @@ def main() -> None:
     ap.add_argument("--models", default="resnet50,mobilenet_v2")
     ap.add_argument("--target", default="llvm")
     ap.add_argument("--profile", action="store_true", help="also print each build's slowest kernels")
+    ap.add_argument("--pin", action="store_true", help="after compiling, pin the process to --threads CPUs")
     args = ap.parse_args()
     from kiln.target.cpu_facts import cpu_facts
     from kiln.topi.x86.conv2d_int8 import int8_tier
@@ -183,9 +241,10 @@ def main() -> None:
     facts = cpu_facts(args.target)
     print(f"CPU: {cpu_name()} (LLVM: {facts.cpu}); int8 features: "
           f"{sorted(f for f in facts.features if 'vnni' in f or 'amx' in f or f == 'avx2')}; kiln int8 tier: "
-          f"{int8_tier(args.target)}; {args.threads} threads; shared machine: figures are noisy")
+          f"{int8_tier(args.target)}; {args.threads} threads{' pinned after compiling' if args.pin else ''}; "
+          "shared machine: figures are noisy")
     for name in args.models.split(","):
-        r = bench_model(name, args.threads, args.rounds, args.number, args.target, args.profile)
+        r = bench_model(name, args.threads, args.rounds, args.number, args.target, args.profile, args.pin)
         print(f"{name}: kiln int8 {r['kiln_int8']:.2f} ms, onnxruntime int8 {r['ort_int8']:.2f} ms, "
               f"kiln fp32 {r['kiln_fp32']:.2f} ms | kiln int8 / onnxruntime int8 = {r['vs_ort']:.2f}x (goal <= 1.0), "
               f"kiln fp32 / kiln int8 = {r['vs_fp32']:.2f}x faster (goal >= 2.5 on VNNI/AMX, 1.5 on AVX2)", flush=True)

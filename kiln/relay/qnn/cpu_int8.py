@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..expr import Call, Constant, const
+from ..expr import Call, Constant, TupleGetItem, const
 from ..op import nn as fnn
+from ..op import nn_norm as fnorm
 from ..op import nn_pool as fpool
 from ..op import tensor as ft
 from ..op import transform as ftf
@@ -246,7 +247,8 @@ class _Rewrite(ExprMutator):
             return self.batch_matmul(new)
         if new.op is fpool.MAX_POOL2D and new.attrs.layout == "NCHW":
             return self.blocked_pool(new)
-        if new.op in (ft.ADD, ft.SUBTRACT, ft.MULTIPLY, ft.MAXIMUM, ft.MINIMUM, ftf.CAST):
+        if new.op in (ft.ADD, ft.SUBTRACT, ft.MULTIPLY, ft.MAXIMUM, ft.MINIMUM, ftf.CAST, qcore.QUANTIZE,
+                      qcore.DEQUANTIZE):
             return self.blocked_elemwise(new)
         if new.op is not qcore.REQUANTIZE:
             return new
@@ -320,6 +322,40 @@ class _Rewrite(ExprMutator):
             else:
                 return call
         return self._record(Call(call.op, args, call.attrs), block)
+
+    def visit_TupleGetItem(self, t):
+        value = self.visit(t.tuple_value)
+        if isinstance(value, Call) and value.op is fnorm.BATCH_NORM and t.index == 0:
+            got = self.blocked_batch_norm(value)
+            if got is not None:
+                return got
+        return t if value is t.tuple_value else TupleGetItem(value, t.index)
+
+    def blocked_batch_norm(self, bn):
+        """``batch_norm(dequantize(int8 kernel's result))[0]`` stays blocked: a QDQ model whose batch
+        norms were not folded into the convs before quantization (onnxruntime's quant_pre_process
+        leaves them on some versions) has ``DQ -> BatchNormalization -> Q`` after every conv; in
+        NCHW it costs two layout_transforms and a pass of its own per conv. The per-channel scale
+        and shift are SimplifyInference's (``x * scale + shift``, the same float operations on every
+        element), laid out as ``(1, C/b, 1, 1, b)``, so the result is the plain path's bit for bit."""
+        data, gamma, beta, mean, var = bn.args
+        got = self.blocked.get(id(data))
+        shape = infer(data).checked_type.shape
+        if got is None or len(shape) != 4 or bn.attrs.axis % 4 != 1:
+            return None
+        blocked, block = got
+        channels = int(shape[1])
+        if channels % block:
+            return None
+        a = bn.attrs
+        inv_std = ft.rsqrt(ft.add(var, const(a.epsilon, infer(data).checked_type.dtype)))
+        scale = ft.multiply(inv_std, gamma) if a.scale else inv_std
+        shift = ft.negative(ft.multiply(mean, scale))
+        if a.center:
+            shift = ft.add(shift, beta)
+        per_block = (1, channels // block, 1, 1, block)
+        out = ft.add(ft.multiply(blocked, ftf.reshape(scale, per_block)), ftf.reshape(shift, per_block))
+        return self._record(out, block)
 
     def blocked_pool(self, call):
         got = self.blocked.get(id(call.args[0]))

@@ -13,6 +13,7 @@ kernels sum u8 x s8 pairs in int16 with saturation, so full-range weights are no
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import numpy as np
@@ -205,3 +206,54 @@ def test_quantize_static_model_within_one_step_of_onnxruntime(tmp_path):
         assert {"nn.contrib_conv2d_int8", "nn.contrib_depthwise_conv2d_int8"} <= {op for op, _, _ in anchor_ops(lib)}
         diff = np.abs(got - _ort(q, x)) / step
         assert diff.max() <= 1.001, diff.max()
+
+
+def _conv_bn_net():
+    """Conv + BatchNormalization + Relu twice, global pool, Gemm: float ONNX with its batch norms
+    kept (quantized as they are, not folded into the convs first)."""
+    rng = np.random.default_rng(7)
+    inits, nodes = [], []
+
+    def conv_bn(name, x, cin, cout, k):
+        w = (rng.standard_normal((cout, cin, k, k)) * np.sqrt(2 / (cin * k * k))).astype(F32)
+        inits.extend(_inits(**{name + "_w": w, name + "_g": rng.uniform(0.5, 1.5, cout).astype(F32),
+                               name + "_b": (rng.standard_normal(cout) * 0.1).astype(F32),
+                               name + "_m": (rng.standard_normal(cout) * 0.1).astype(F32),
+                               name + "_v": rng.uniform(0.5, 2.0, cout).astype(F32)}))
+        nodes.append(helper.make_node("Conv", [x, name + "_w"], [name], pads=[k // 2] * 4))
+        nodes.append(helper.make_node("BatchNormalization", [name] + [name + s for s in ("_g", "_b", "_m", "_v")],
+                                      [name + "_bn"]))
+        nodes.append(helper.make_node("Relu", [name + "_bn"], [name + "_r"]))
+        return name + "_r"
+
+    y = conv_bn("c2", conv_bn("c1", "x", 3, 16, 3), 16, 32, 1)
+    nodes += [helper.make_node("GlobalAveragePool", [y], ["gap"]), helper.make_node("Flatten", ["gap"], ["fl"])]
+    inits.extend(_inits(fc_w=(rng.standard_normal((10, 32)) * 0.2).astype(F32), fc_b=np.zeros(10, F32)))
+    nodes.append(helper.make_node("Gemm", ["fl", "fc_w", "fc_b"], ["out"], transB=1))
+    return _model(nodes, inits, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                  out="out", out_type=TensorProto.FLOAT)
+
+
+def test_unfolded_batch_norm_stays_in_the_int8_kernels(tmp_path):
+    """A QDQ model whose batch norms were quantized as they are (DQ -> BatchNormalization -> Q
+    after each conv: what onnxruntime's quant_pre_process leaves on some versions) runs its batch
+    norms inside the int8 convs' kernels, in their blocked layout (relay/qnn/cpu_int8.py): no
+    layout_transform pair around each, and the bytes of the plain NCHW path, within one output
+    step of onnxruntime."""
+    from kiln.relay.qnn.cpu_int8 import x86_plan
+
+    if x86_plan(tvm.target.Target("llvm")) is None:
+        pytest.skip("the host is not an x86 CPU with AVX2: no CPU int8 kernels")
+    q, step = _quantize_static(_conv_bn_net(), tmp_path, (1, 3, 16, 16))
+    assert sum(n.op_type == "BatchNormalization" for n in q.graph.node) == 2
+    x = {"x": np.random.default_rng(8).standard_normal((1, 3, 16, 16)).astype(F32)}
+    got, lib = _kiln(q, x)
+    kernels = lib.ir_mod["main"].astext().split("fn (")[1:]
+    convs = [k for k in kernels if "nn.contrib_conv2d_int8" in k]
+    # the batch norm's per-channel scale is a parameter of the conv's kernel (multiply by %p...)
+    assert len(convs) == 2 and all(re.search(r"multiply\(%\d+, %p", k) for k in convs), convs
+    # layout_transform at the input and before the global pool only, none around the batch norms
+    assert sum("layout_transform" in k for k in kernels) <= 2, kernels
+    plain, _ = _kiln(q, x, {"relay.qnn.int8_kernels": False})
+    np.testing.assert_array_equal(got, plain)
+    assert np.abs(got - _ort(q, x)).max() / step <= 1.001
