@@ -188,6 +188,46 @@ def test_channel_pass_tasks_split_rows_when_blocks_are_few():
     assert "T.parallel(64)" in text
 
 
+# Rows outside the channel blocks (rows_outer): the same (block, row) tasks in the other order;
+# several blocks per tile, stride 2, a tail tile, 3x3 with padding, each with the fused epilogue.
+@pytest.mark.parametrize("c,o,hw,k,stride,pad,ib,cfg", [
+    (32, 64, 14, 1, 2, 0, 16, {"oc_bn": 16, "oc_chunks": 2, "tile_ow": 7, "rows_outer": 1}),
+    (32, 48, 9, 3, 1, 1, 16, {"oc_bn": 16, "tile_ow": 4, "rows_outer": 1}),
+    (16, 32, 8, 1, 1, 0, 16, {"oc_bn": 32, "tile_ow": 8, "rows_outer": 1}),
+])
+def test_rows_outside_the_blocks(runner, c, o, hw, k, stride, pad, ib, cfg):
+    _run(runner, c, o, hw, k, stride, pad, ib, cfg=cfg, packed=True, epilogue=True)
+
+
+def test_rows_outside_the_blocks_order_the_tasks():
+    import kiln
+
+    A = te.placeholder((1, 2, 6, 6, 16), name="data")
+    W = te.placeholder((64, 32, 1, 1), name="kernel")
+    texts = []
+    for rows in (0, 1):
+        out = topi.x86.conv2d_NCHWc(A, W, 1, 0, 1, "float32", cfg={"oc_bn": 16, "tile_ow": 6, "rows_outer": rows})
+        texts.append(str(kiln.lower(topi.x86.schedule_conv2d_NCHWc(out), [A, W, out], simple_mode=True)))
+    # 4 blocks x 6 rows either way; a task's input row (96 floats apart) is task % 6 (blocks
+    # outside) or task // 4 (rows outside)
+    assert all("T.parallel(24)" in t for t in texts)
+    assert "fused % 6 * 96" in texts[0] and "fused // 4 * 96" in texts[1]
+
+
+def test_which_convs_take_rows_outside_the_blocks():
+    from kiln.topi.x86.conv2d_nchwc import rows_outer
+
+    def shape(c, o, hw, k, stride):
+        return conv2d_shape("conv2d", (1, c, hw, hw), (o, c, k, k), stride, k // 2, 1, 1)
+
+    # ResNet-50 at 56x56: 3.2 MB of input, 64-512 KB of weights (and 128->128 3x3/2: 1.6 MB, 576 KB)
+    assert rows_outer(shape(256, 64, 56, 1, 1)) and rows_outer(shape(256, 512, 56, 1, 2))
+    assert rows_outer(shape(128, 128, 56, 3, 2))
+    # weights as large as the input or larger, or a small input: blocks outside
+    assert not rows_outer(shape(1024, 512, 14, 1, 1)) and not rows_outer(shape(512, 1024, 28, 1, 2))
+    assert not rows_outer(shape(64, 256, 56, 1, 1)) and not rows_outer(shape(512, 512, 7, 3, 1))
+
+
 # Taps that read only padding for every output pixel are left out (DeepLabV3's ASPP: 3x3 convs
 # dilated 12/24/36 on 33x33 maps): rows/columns dropped on both sides, on one side (asymmetric
 # padding, the first live tap inside the image), none, and with stride 2.
