@@ -192,6 +192,18 @@ def test_relay_float16_convs_take_tensor_cores_with_fused_epilogues():
     assert all("__shared__ float conv2d_gemm[" in k for k in kernels)
 
 
+def test_relay_bfloat16_convs_take_tensor_cores_with_fused_epilogues():
+    """The float32 block after ToMixedPrecision("bfloat16") (as whole bfloat16 models are made)."""
+    mod = relay.transform.InferType()(relay_conv_block("float32"))
+    mod = relay.transform.ToMixedPrecision("bfloat16", accumulation_dtype="float32")(mod)
+    dev = [m for m in build_relay(mod).get_lib().imported_modules if m.type_key == "cuda"][0]
+    kernels = dev.get_source().split('extern "C" __global__')[1:]
+    convs = [k for k in kernels if "kiln_wmma_mma" in k]  # (the others cast the float32 parameters)
+    assert len(convs) == 2 and all("__shared__ float conv2d_gemm[" in k and "_conv2d_" in k for k in convs)
+    assert "kiln_bf16* __restrict__" in convs[1]  # bfloat16 tensors between the kernels
+    assert "wmma.mma.sync.aligned.row.row.m16n16k16.f32.bf16.bf16.f32" in dev.get_source("ptx")
+
+
 def test_relay_split_k_convs_sum_their_slices_in_the_epilogue_kernel():
     """A 7 x 7 layer's reduction is split over blocks (few pixels): the slices meet in a second
     kernel, which applies the epilogue; the product kernel writes its float slices to global memory."""
