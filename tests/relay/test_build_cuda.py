@@ -94,7 +94,7 @@ MODELS["mobilenet_v2_calm"] = lambda: mobilenet_v2(image=64, classes=10, project
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("name", ["mobilenet_v2_calm", "resnet50"])
-def test_float16_model_keeps_top5_on_the_gpu(name, dtype):
+def test_half_precision_model_keeps_top5_on_the_gpu(name, dtype):
     model, inputs, lib = built(name, dtype)
     module = graph_executor.GraphModule(lib["default"](tvm.cuda(0)))
     module.set_input(**inputs)
