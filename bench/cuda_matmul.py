@@ -11,6 +11,13 @@ checked against torch's result first.
 
     python bench/cuda_matmul.py                  # on an NVIDIA GPU with torch
     python bench/cuda_matmul.py --size 2048 --skip fp32
+    python bench/cuda_matmul.py --transformer    # BERT / GPT-2 / ViT products, default and candidate tiles
+
+``--transformer``: the dense products of BERT-base (128 tokens), GPT-2 small (64) and ViT-B/16
+(197) in float16 (tensor cores: the untuned default and the ``TRANSFORMER_TC`` candidates) and
+float32 (the untuned default and ``TRANSFORMER_FP32``), each checked against torch and timed
+with its calls replayed as one CUDA graph (kernels of 5-60 us: a Python launch per call would
+be timed instead), against torch's own calls captured in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -132,12 +139,118 @@ def bench_tensorcore(n: int, target, dev, repeat: int, torch, gpu) -> None:
               f"raster {point[7]})")
 
 
+# (M, N, K): BERT-base at 128 tokens (QKV / out, FFN up, FFN down), GPT-2 small at 64 (fused QKV, FFN
+# down), ViT-B/16 at 197 (QKV / out, FFN up, FFN down)
+TRANSFORMER_SHAPES = [(128, 768, 768), (128, 3072, 768), (128, 768, 3072), (64, 2304, 768), (64, 768, 3072),
+                      (197, 768, 768), (197, 3072, 768), (197, 768, 3072)]
+# tensor-core candidates (block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, stages, mma)
+TRANSFORMER_TC = [(2, 2, 1, 1, 4, 3, 1), (1, 2, 2, 2, 4, 3, 0), (2, 2, 2, 2, 4, 2, 0), (2, 2, 2, 2, 4, 2, 1),
+                  (1, 4, 2, 1, 4, 3, 0), (2, 2, 1, 2, 4, 3, 0), (2, 2, 1, 1, 2, 4, 0), (2, 4, 1, 1, 4, 3, 0)]
+# float32 candidates (rows per thread, threads y, threads x, columns per thread, k step)
+TRANSFORMER_FP32 = [(4, 8, 16, 4, 32), (4, 16, 16, 4, 16), (8, 8, 16, 4, 16), (2, 16, 16, 4, 32), (4, 16, 8, 4, 32)]
+
+
+def graph_ms(torch, launch, repeat: int = 5, calls: int = 20) -> float:
+    """ms per call of kiln's ``launch()``: ``calls`` of them recorded as one CUDA graph, replayed."""
+    from kiln.runtime import cuda_graphs
+
+    replay, why = cuda_graphs.record(lambda: [launch() for _ in range(calls)], 0)
+    if replay is None:
+        raise RuntimeError(why)
+    replay()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return sorted(times)[len(times) // 2]
+
+
+def torch_graph_ms(torch, fn, repeat: int = 5, calls: int = 20) -> float:
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return sorted(times)[len(times) // 2]
+
+
+def bench_transformer(target, dev, torch) -> None:
+    import importlib
+
+    from kiln.topi.cuda import dense_tensorcore, schedule_dense_tensorcore
+
+    gdense = importlib.import_module("kiln.topi.gpu.dense")
+    rng = np.random.default_rng(0)
+    for m, n, k in TRANSFORMER_SHAPES:
+        flop = 2.0 * m * n * k
+        for dtype in ("float16", "float32"):
+            a_np = rng.uniform(-1, 1, (m, k)).astype(dtype)
+            w_np = rng.uniform(-1, 1, (n, k)).astype(dtype)
+            ta, tw = torch.from_numpy(a_np).cuda(), torch.from_numpy(w_np).cuda()
+            tc = torch.empty((m, n), device="cuda", dtype=ta.dtype)
+            ref_ms = torch_graph_ms(torch, lambda: torch.matmul(ta, tw.t(), out=tc))
+            ref = tc.float().cpu().numpy()
+            a, w = tvm.nd.array(a_np, dev), tvm.nd.array(w_np, dev)
+            c = tvm.nd.empty((m, n), "float32", dev)
+            if dtype == "float16":
+                points = [None] + [{"block_row_warps": p[0], "block_col_warps": p[1], "warp_row_tiles": p[2],
+                                    "warp_col_tiles": p[3], "chunk": p[4], "offset": 8, "vec": 8,
+                                    "double_buffer": p[5], "mma": p[6], "raster": 1} for p in TRANSFORMER_TC]
+            else:
+                points = [None] + [{"tile_y": [-1, 1, p[1], p[0]], "tile_x": [-1, 1, p[2], p[3]], "tile_k": [-1, p[4]],
+                                    "vec": 4} for p in TRANSFORMER_FP32]
+            line = []
+            for cfg in points:
+                name = "default" if cfg is None else (
+                    "x".join(str(cfg[key]) for key in ("block_row_warps", "block_col_warps", "warp_row_tiles",
+                                                        "warp_col_tiles", "chunk", "double_buffer", "mma"))
+                    if dtype == "float16" else f"{cfg['tile_y'][3]}x{cfg['tile_x'][3]}/{cfg['tile_y'][2]}x"
+                                               f"{cfg['tile_x'][2]}/k{cfg['tile_k'][1]}")
+                try:
+                    with target:
+                        pa = te.placeholder((m, k), dtype, name="A")
+                        pw = te.placeholder((n, k), dtype, name="W")
+                        if dtype == "float16":
+                            out = dense_tensorcore(pa, pw, out_dtype="float32", cfg=cfg)
+                            s = schedule_dense_tensorcore([out])
+                        else:
+                            out = gdense.dense(pa, pw, None, "float32", cfg=cfg)
+                            s = gdense.schedule_dense([out], cfg=cfg)
+                        f = tvm.build(s, [pa, pw, out], target=target, name="dense")
+                    f(a, w, c)
+                    err = float(np.abs(c.numpy() - ref).max() / np.abs(ref).max())
+                    if err > (1e-2 if dtype == "float16" else 1e-4):
+                        line.append(f"{name}: WRONG ({err:.1e})")
+                        continue
+                    ms = graph_ms(torch, lambda: f(a, w, c))
+                    line.append(f"{name} {ms * 1e3:.1f} us ({ref_ms / ms:.2f}x)")
+                except Exception as ex:  # noqa: BLE001 - a point the shape or the device rejects
+                    line.append(f"{name}: {type(ex).__name__}: {str(ex).splitlines()[0][:60]}")
+            print(f"{dtype} {m}x{n}x{k}: torch {ref_ms * 1e3:.1f} us ({flop / ref_ms / 1e9:.0f} TFLOP/s) | "
+                  + " | ".join(line), flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=4096, help="matmul N (M = N = K)")
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--target", default="cuda", help='kiln target, e.g. "cuda -arch=sm_90"')
     p.add_argument("--skip", choices=["fp32", "fp16"], action="append", default=[])
+    p.add_argument("--transformer", action="store_true", help="the transformer products only (module doc)")
     p.add_argument("--tc-shared", type=int, default=232448,
                    help="shared bytes per block the tensor-core kernels may use (H100: 232448; 48 KiB static)")
     args = p.parse_args()
@@ -146,6 +259,8 @@ def main() -> None:
     target = tvm.target.Target(args.target, host="llvm")
     print(f"device: {dev.device_name} (sm_{dev.compute_version.replace('.', '')})  |  "
           f"target: {target}  |  reference: torch {torch.__version__} (cuBLAS)")
+    if args.transformer:
+        return bench_transformer(target, dev, torch)
     if "fp16" not in args.skip:
         tc_target = tvm.target.Target(f"{args.target} -max_shared_memory_per_block={args.tc_shared}", host="llvm")
         bench_tensorcore(args.size, tc_target, dev, args.repeat, torch, gpu)
