@@ -228,6 +228,25 @@ def test_which_convs_take_rows_outside_the_blocks():
     assert not rows_outer(shape(64, 256, 56, 1, 1)) and not rows_outer(shape(512, 512, 7, 3, 1))
 
 
+# A 1x1 conv's input block of 32 unrolled (the full-width AVX-512 default for 1x1 convs), with
+# the fused epilogue, in the row schedule and over flat pixels.
+@pytest.mark.parametrize("c,o,hw,cfg", [
+    (64, 32, 6, {"oc_bn": 32, "tile_ow": 6, "ic_unroll": 32}),
+    (64, 64, 5, {"oc_bn": 16, "oc_chunks": 2, "tile_ow": 4, "ic_unroll": 32}),
+])
+def test_unrolled_input_block(runner, c, o, hw, cfg):
+    _run(runner, c, o, hw, 1, 1, 0, 32, cfg=cfg, packed=True, epilogue=True)
+
+
+@pytest.mark.parametrize("cpu,unroll", [("sapphirerapids", 32), ("skylake-avx512", 32), ("znver4", 1), ("znver3", 1)])
+def test_which_cpus_unroll_a_1x1_convs_input_block(cpu, unroll):
+    from kiln.target import Target
+
+    with Target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}"):
+        assert config_for_nchwc((1, 1024, 14, 14), (256, 1024, 1, 1))["ic_unroll"] == unroll
+        assert config_for_nchwc((1, 256, 14, 14), (256, 256, 3, 3), 1, 1)["ic_unroll"] == 1
+
+
 # Taps that read only padding for every output pixel are left out (DeepLabV3's ASPP: 3x3 convs
 # dilated 12/24/36 on 33x33 maps): rows/columns dropped on both sides, on one side (asymmetric
 # padding, the first live tap inside the image), none, and with stride 2.
