@@ -668,13 +668,15 @@ def _schedule_fused_conv_output(s, C, out, conf, out_dtype):
     so = s[out]
     batch, channels, oh, ow = (const_int(d) for d in out.shape)
     n, f, y, x = so.op.axis
-    so.reorder(n, f, y, x) if batch == 1 else so.reorder(f, n, y, x)
-    by, fi = so.split(f, factor=bm)
-    bx, qi = so.split(so.fuse(y, x) if batch == 1 else so.fuse(n, y, x), factor=bn)
     if batch == 1:
+        by, fi = so.split(f, factor=bm)
+        bx, qi = so.split(so.fuse(y, x), factor=bn)
         so.reorder(n, by, bx, fi, qi)
         so.bind(n, block("z"))
     else:
+        so.reorder(f, n, y, x)
+        by, fi = so.split(f, factor=bm)
+        bx, qi = so.split(so.fuse(n, y, x), factor=bn)
         so.reorder(by, bx, fi, qi)
     so.bind(by, block("y"))
     so.bind(bx, block("x"))
