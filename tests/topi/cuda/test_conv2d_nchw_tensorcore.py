@@ -204,6 +204,19 @@ def test_relay_bfloat16_convs_take_tensor_cores_with_fused_epilogues():
     assert "wmma.mma.sync.aligned.row.row.m16n16k16.f32.bf16.bf16.f32" in dev.get_source("ptx")
 
 
+@pytest.mark.parametrize("height", [1, 8])
+def test_relay_broadcast_epilogues_fuse_unless_an_axis_is_one_pixel(height):
+    """A batch-norm-like scale of shape (C, 1, 1) reads the conv at batch 0 (and at row 0 of a
+    one-row image): the fused epilogue's loops must still cover exactly the product's tile, else
+    the conv keeps its epilogue kernel (one row: the pixel index would not fold back)."""
+    x = relay.var("x", shape=(1, 32, height, 64), dtype="float16")
+    w = relay.var("w", shape=(32, 32, 1, 1), dtype="float16")
+    scale = relay.const(np.full((32, 1, 1), 0.5, "float16"))
+    y = relay.nn.relu(relay.cast(relay.nn.conv2d(x, w, out_dtype="float32"), "float16") * scale)
+    src = build_relay(tvm.IRModule.from_expr(relay.Function([x, w], y))).get_lib().get_source("cu")
+    assert len(src.split('extern "C" __global__')[1:]) == (2 if height == 1 else 1)
+
+
 def test_relay_split_k_convs_sum_their_slices_in_the_epilogue_kernel():
     """A 7 x 7 layer's reduction is split over blocks (few pixels): the slices meet in a second
     kernel, which applies the epilogue; the product kernel writes its float slices to global memory."""
