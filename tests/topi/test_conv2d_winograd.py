@@ -14,12 +14,13 @@ def to_blocked(x, b):
     return np.ascontiguousarray(x.reshape(n, c // b, b, h, w).transpose(0, 1, 3, 4, 2))
 
 
-def _run(runner, c, k, hw, ib, bn, pad=1, packed=True, tile_p=None, epilogue=False):
+def _run(runner, c, k, hw, ib, bn, pad=1, packed=True, tile_p=None, epilogue=False, rows_outer=None):
     a, wt = runner.rand(1, c, hw, hw), runner.rand(k, c, 3, 3)
     kernel = prepack_kernel_winograd(wt, ib, bn) if packed else wt
     A = te.placeholder((1, c // ib, hw, hw, ib), name="data")
     W = te.placeholder(kernel.shape, name="kernel")
-    cfg = {"oc_bn": bn, **({"tile_p": tile_p} if tile_p else {})}
+    cfg = {"oc_bn": bn, **({"tile_p": tile_p} if tile_p else {}),
+           **({"rows_outer": rows_outer} if rows_outer is not None else {})}
     out = topi.x86.conv2d_winograd_NCHWc(A, W, pad, "float32", cfg=cfg, out_channels=k)
     args, inputs = [A, W], [to_blocked(a, ib), kernel]
     ref = testing.conv2d_nchw_python(a, wt, 1, pad)
@@ -87,3 +88,25 @@ def test_input_transform_tasks_split_the_tiles_when_blocks_are_few(runner):
     # for one split unevenly into rows (14x14 -> 49 tiles, 7 groups of 7) against numpy
     _run(runner, 16, 32, 5, 16, 16, epilogue=True)
     _run(runner, 32, 32, 14, 16, 16, epilogue=True)
+
+
+# The output loop's tasks with tile rows outside the output blocks (rows_outer): a tail of
+# tiles, cropped odd sizes and the fused epilogue; which convs take it on full-width AVX-512.
+@pytest.mark.parametrize("c,k,hw,ib,bn,tile_p", [(32, 48, 9, 16, 16, 3), (16, 32, 7, 8, 32, None)])
+def test_tile_rows_outside_the_blocks(runner, c, k, hw, ib, bn, tile_p):
+    _run(runner, c, k, hw, ib, bn, tile_p=tile_p, epilogue=True, rows_outer=1)
+
+
+def test_which_convs_take_tile_rows_outside_the_blocks():
+    from kiln.target import Target
+    from kiln.topi.x86.conv2d_winograd import default_config
+
+    def shape(c, hw):
+        return conv2d_shape("c", (1, c, hw, hw), (c, c, 3, 3), 1, 1, 1, 1)
+
+    with Target("llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids"):
+        # ResNet's 64@56 (V 3.2 MB, U 256 KB) and 128@28 (1.6 MB, 1 MB); not 256@14 (U 4 MB)
+        assert [default_config(shape(c, hw))["rows_outer"] for c, hw in ((64, 56), (128, 28), (256, 14))] == [1, 1, 0]
+    for cpu in ("znver3", "znver4"):  # AMD and AVX2 code keep blocks outside
+        with Target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}"):
+            assert default_config(shape(64, 56))["rows_outer"] == 0
