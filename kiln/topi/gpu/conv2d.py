@@ -196,10 +196,10 @@ def schedule_conv2d_nchw(outs, cfg=None):
     """Schedule conv2d_nchw (and the elementwise ops after it) with its recorded or given tiles."""
     outs = as_list(outs)
     out = outs[0]
-    from ..cuda import tensorcore as tc
+    from ..cuda import conv2d_tensorcore as ctc, tensorcore as tc
 
-    if tc.is_tensorcore(out):  # conv2d_nchw_tensorcore (CUDA float16)
-        return tc.schedule_dense_tensorcore(outs, cfg=tc.tensorcore_cfg(cfg))
+    if tc.is_tensorcore(out):  # conv2d_nchw_tensorcore (CUDA float16 / bfloat16)
+        return ctc.schedule_conv2d_nchw_tensorcore(outs, cfg=tc.tensorcore_cfg(cfg))
     try:
         conv = find(out, TAG)
     except ValueError:

@@ -14,7 +14,7 @@ import pytest
 import kiln as tvm
 from kiln import relay, te, topi
 from kiln.codegen import cuda as cg
-from kiln.topi.cuda import tensorcore as tc
+from kiln.topi.cuda import conv2d_tensorcore as ctc, tensorcore as tc
 
 pytestmark = pytest.mark.skipif(not cg.have_nvrtc(),
                                 reason="needs NVRTC: pip install -e '.[cuda]' (cuda-bindings, nvidia-cuda-nvrtc)")
@@ -33,7 +33,7 @@ def conv(shape, out_dtype="float32", dtype="float16"):
     n, c, h, w, f, k, stride, pad = shape
     data = te.placeholder((n, c, h, w), dtype, name="data")
     kernel = te.placeholder((f, c, k, k), dtype, name="kernel")
-    return data, kernel, tc.conv2d_nchw_tensorcore(data, kernel, stride, pad, 1, out_dtype)
+    return data, kernel, ctc.conv2d_nchw_tensorcore(data, kernel, stride, pad, 1, out_dtype)
 
 
 def reference(shape, x, w):
