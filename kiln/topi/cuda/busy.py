@@ -8,7 +8,7 @@ to 8, then the outputs per thread down to 2) until the product has ``MIN_BLOCKS`
 nothing is left to shrink: one wave of the target's multiprocessors (``multiprocessors``: those
 of the GPU its ``nvidia/...`` tag names, else of this machine's CUDA device 0 when its arch is
 the target's, else ``MIN_BLOCKS`` = 132, an H100's or H200's). Other GPU targets keep the shared
-default. The shrunk tiles also take deeper k steps (up to 32, about 256 products per thread
+default. The shrunk tiles also take deeper k steps (up to 32, about 512 products per thread
 between barriers).
 
 ``pad_slab``: on CUDA each row of a shared slab is padded to an odd multiple of 8 words plus one

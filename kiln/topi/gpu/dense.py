@@ -89,8 +89,10 @@ def default_config(m: int, n: int, k: int, threads: int | None = None, shared: i
         from ..cuda.busy import more_blocks
 
         ty, tx = more_blocks(ty, tx, m, n, batch, min_blocks)
-    # shrunk register tiles do less work per k step: deeper steps, fewer barriers
-    want_k = 8 if not min_blocks else max(8, min(32, 256 // (ty[3] * tx[3])))
+    # shrunk register tiles do less work per k step: deeper steps, fewer barriers (about 512 products
+    # per thread between two: 4 x 4 tiles take 32-deep steps; 16 deep, BERT's 128 x 3072 x 768 dense ran
+    # 48.6 us against 35.5 us on the H200, weights from memory, bench/cuda_matmul.py --transformer)
+    want_k = 8 if not min_blocks else max(8, min(32, 512 // (ty[3] * tx[3])))
     ki = divisor(k, want_k)
     if min_blocks and ki < min(want_k, 8) and k > want_k and m >= SMALL_M:  # ragged K (197): zero-padded (module doc)
         ki = next((d for d in (want_k, 16) if d <= want_k and -(-k // d) * d - k <= k // 16), 8)

@@ -67,11 +67,11 @@ def _cuda_dense(m, n, k, target="cuda -arch=sm_90"):
 
 
 def test_cuda_slabs_are_padded_against_bank_conflicts():
-    """Rows of 16 k terms (4 x 4 outputs per thread: 16-deep k steps) padded to 17 words."""
+    """Rows of 32 k terms (4 x 4 outputs per thread: 32-deep k steps) padded to 33 words."""
     f, conf = _cuda_dense(128, 3072, 768)
-    assert conf["tile_k"] == [48, 16] and conf["tile_y"][1:] == [1, 8, 4] and conf["tile_x"][1:] == [1, 16, 4]
+    assert conf["tile_k"] == [24, 32] and conf["tile_y"][1:] == [1, 8, 4] and conf["tile_x"][1:] == [1, 16, 4]
     src = [x for x in f.imported_modules if x.type_key == "cuda"][0].get_source()
-    assert "__shared__ float A_shared[544]" in src and "__shared__ float W_shared[1088]" in src  # 32 and 64 rows x 17
+    assert "__shared__ float A_shared[1056]" in src and "__shared__ float W_shared[2112]" in src  # 32 and 64 rows x 33
 
 
 @pytest.mark.gpu
