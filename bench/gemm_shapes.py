@@ -6,6 +6,7 @@ median over rounds of kiln / onnxruntime (below 1: kiln faster).
 
     python bench/gemm_shapes.py [--rounds 7] [--target llvm] [--shapes 197x768x768,64x3072x768]
     python bench/gemm_shapes.py --also-tile-k 0   # also the kernel without K blocking (knob tile_k)
+    python bench/gemm_shapes.py --also pack_a=1,prefetch=0   # also the kernel with these knobs
 
 Shapes are M x K x N (data (M, K) @ weight (K, N)): BERT-base seq 128, GPT-2 small seq 64,
 ViT-B/16 (197 tokens), Whisper-tiny encoder (1500 frames, width 384).
@@ -82,14 +83,28 @@ def main():
     p.add_argument("--seconds", type=float, default=0.15, help="CPU time per side per round")
     p.add_argument("--also-tile-k", type=int, default=None,
                    help="also time kiln with this tile_k knob (0: no K blocking), interleaved")
+    p.add_argument("--also", default=None, metavar="KNOB=V,..",
+                   help="also time kiln with these knobs (e.g. pack_a=1,prefetch=0), interleaved")
     args = p.parse_args()
+    if args.also is not None:
+        if args.also_tile_k is not None:
+            p.error("give --also or --also-tile-k, not both")
+        try:
+            alt_cfg = {kv.split("=")[0]: int(kv.split("=")[1]) for kv in args.also.split(",")}
+        except (IndexError, ValueError):
+            p.error(f"--also {args.also!r}: expected KNOB=INT[,KNOB=INT...], e.g. pack_a=1,prefetch=0")
+        alt_name = args.also
+    elif args.also_tile_k is not None:
+        alt_cfg, alt_name = {"tile_k": args.also_tile_k}, f"tile_k={args.also_tile_k}"
+    else:
+        alt_cfg = alt_name = None
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     rng = np.random.default_rng(0)
     print(f"one thread each, CPU time, {args.rounds} interleaved rounds, target {args.target!r}, "
           f"load average {os.getloadavg()[0]:.1f}")
-    alt = args.also_tile_k
+    alt = alt_cfg
     print(f"{'M x K x N':>18} {'kiln GFLOPS':>12} {'ort GFLOPS':>11} {'kiln/ort':>9}"
-          + ("" if alt is None else f" {f'tile_k={alt}/ort':>14}"))
+          + ("" if alt is None else f" {f'{alt_name}/ort':>14}"))
     ratios, alt_ratios = [], []
     for m, k, n in shapes:
         a = rng.standard_normal((m, k), dtype=np.float32)
@@ -99,7 +114,7 @@ def main():
         kf()
         np.testing.assert_allclose(kout.numpy(), of(), rtol=1e-3, atol=1e-3 * np.sqrt(k))
         if alt is not None:
-            af, aout = kiln_fn(m, k, n, a, w, args.target, {"tile_k": alt})
+            af, aout = kiln_fn(m, k, n, a, w, args.target, alt)
             af()
             np.testing.assert_allclose(aout.numpy(), of(), rtol=1e-3, atol=1e-3 * np.sqrt(k))
         ars = []
@@ -122,7 +137,7 @@ def main():
         print(f"{f'{m} x {k} x {n}':>18} {flops / statistics.median(tk) / 1e9:12.1f} "
               f"{flops / statistics.median(to) / 1e9:11.1f} {r:9.2f}{extra}", flush=True)
     print(f"geometric mean kiln/ort: {float(np.exp(np.mean(np.log(ratios)))):.3f}"
-          + ("" if alt is None else f"; tile_k={alt}: {float(np.exp(np.mean(np.log(alt_ratios)))):.3f}"))
+          + ("" if alt is None else f"; {alt_name}: {float(np.exp(np.mean(np.log(alt_ratios)))):.3f}"))
 
 
 if __name__ == "__main__":

@@ -118,7 +118,8 @@ def test_dense_prefetches_the_next_panel(runner, m, n, prefetch):
     x86_dense = importlib.import_module("kiln.topi.x86.dense")
     matmul_nn = importlib.import_module("kiln.topi.x86.matmul_nn")
     k = 48
-    assert matmul_nn.prefetch_default(m, k, x86_dense.config_for(m, n, k)["tile_n"]) == 1
+    conf = x86_dense.config_for(m, n, k)
+    assert matmul_nn.prefetch_default(m, k, conf["tile_n"], tile_m=conf["tile_m"]) == 1
     a, w, b = runner.rand(m, k), runner.rand(n, k), runner.rand(n)
     packed = x86_dense.prepack_weight(w, x86_dense.config_for(m, n, k)["tile_n"])
     A, W, B = (te.placeholder(x.shape, name=nm) for x, nm in ((a, "data"), (packed, "weight_packed"), (b, "bias")))

@@ -53,7 +53,8 @@ def dot_nt(batch: tuple, m, n, k, fa, fb, out_dtype: str, cfg=None, name="dense"
         conf = matmul_nn.default_config(mi, ni, ki)
         conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
         conf.update(kernel="gemm", tile_k=knob(cfg, "tile_k", 0))
-        conf["prefetch"] = knob(cfg, "prefetch", matmul_nn.prefetch_default(mi, ki, conf["tile_n"], bool(batch)))
+        conf["prefetch"] = knob(cfg, "prefetch", matmul_nn.prefetch_default(mi, ki, conf["tile_n"], bool(batch),
+                                                                         tile_m=conf["tile_m"]))
         return matmul_nn.dot_nt_packed(batch, m, n, k, fa, fb, out_dtype, conf, name)
     conf = default_config(mi, ni, ki)
     conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
@@ -135,7 +136,7 @@ def _dense_prepacked(data, panels, out_dtype, cfg, units):
     conf = matmul_nn.default_config(m, n, k)
     conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
     conf.update(kernel="gemm", tile_n=nr, tile_k=knob(cfg, "tile_k", 0))
-    conf["prefetch"] = knob(cfg, "prefetch", matmul_nn.prefetch_default(m, k, nr))
+    conf["prefetch"] = knob(cfg, "prefetch", matmul_nn.prefetch_default(m, k, nr, tile_m=conf["tile_m"]))
     return matmul_nn.dot_nn((), m, n, k, lambda i, kk: data[i, kk],
                             lambda kk, j: panels[j // nr, kk, j % nr], out_dtype, conf, "dense")
 
@@ -177,10 +178,9 @@ def schedule_any_dot(s, out):
     except ValueError:
         schedule_dot_tile(s, find_tagged(out, TAG), out)
         return
-    if mm.op.attrs.get("padded_rows"):
-        matmul_nn.schedule_padded(s, mm, out)
-        return
-    matmul_nn.schedule_nn_tile(s, mm, tile_root(s, out, mm, mm))
+    # Padded rows (matmul_nn docstring): the (M, N) copy of mm is the shape the epilogue sees.
+    shaped = find_tagged(out, matmul_nn.UNPAD_TAG) if mm.op.attrs.get("padded_rows") else mm
+    matmul_nn.schedule_nn_tile(s, mm, tile_root(s, out, shaped, mm))
 
 
 def schedule_dot_tile(s, dot, out):

@@ -13,11 +13,13 @@ Work order: the parallel loop runs over (column panel, row tile) with the panel 
 thread walks down M with one panel of b (K x tile_n) in its L2 while rows of a stream by; a
 transformer's M is the sequence length (64 to 1500), not a batch of 1.
 
-Rows that ``tile_m`` does not divide (ViT's 197 tokens): the product is computed over M rounded
-up to a multiple of ``tile_m`` (the extra rows read row M-1 again and are dropped) into a buffer,
-and the output (with its elementwise epilogue) copies the first M rows: the tile loop keeps its
-constant extents, so the accumulators stay in registers (a guarded tail tile made LLVM keep them
-in memory: 2.5x slower for 197 rows).
+Rows that ``tile_m`` does not divide (ViT's 197 tokens): the product is defined over M rounded
+up to a multiple of ``tile_m`` (the extra rows read row M-1 again), and the output (M rows, with
+its elementwise epilogue) is tiled like any other: each row tile computes a full ``tile_m``-row
+tile of the product (constant extents, so the accumulators stay in registers; a guarded tail
+tile of the product itself made LLVM keep them in memory: 2.5x slower for 197 rows), and only
+the store of the last tile is guarded. Before, the padded product went to a buffer that the
+output copied (3% of 197 x 768 x 768).
 
 K blocking (knob ``tile_k``, default 0 = off): a task is a block of row tiles (``BLOCK_ROWS``
 rows) of one panel; the reduction is split into blocks of ``tile_k`` outermost in the task, so
@@ -36,6 +38,7 @@ from ..utils import const_int, with_default
 
 NN_TAG = "matmul_nn"
 PACK_TAG = "matmul_panel_pack"
+UNPAD_TAG = f"{NN_TAG}_unpad,injective"
 
 
 def default_config(m: int, n: int, k: int | None = None) -> dict:
@@ -139,7 +142,7 @@ def dot_nn(batch: tuple, m, n, k, fa, fb_kn, out_dtype: str, conf: dict, name: s
                     tag=NN_TAG, attrs={"config": conf, "padded_rows": rows != mi})
     if rows == mi:
         return mm
-    return te.compute(tuple(batch) + (m, n), lambda *idx: mm(*idx), name=f"T_{name}", tag=f"{NN_TAG}_unpad,injective")
+    return te.compute(tuple(batch) + (m, n), lambda *idx: mm(*idx), name=f"T_{name}", tag=UNPAD_TAG)
 
 
 def dot_nt_packed(batch: tuple, m, n, k, fa, fb_nk, out_dtype: str, conf: dict, name: str):
@@ -156,20 +159,6 @@ def schedule_nn_tile(s, mm, out):
     mm_stage = s[s.cache_write(out, "local")] if mm.op is out.op else s[mm]
     _tile(s, s[out], mm_stage, conf)
     _schedule_pack(s, mm)
-
-
-def schedule_padded(s, mm, out):
-    """mm computed over padded rows (module docstring): tile mm itself; ``out`` (the unpadded
-    copy and any epilogue, inlined) gets plain parallel, vectorized loops."""
-    from ..generic.default import schedule_stage
-    from .injective import inline_injective_between
-
-    conf = mm.op.attrs["config"]
-    local = s.cache_write(mm, "local")
-    _tile(s, s[mm], s[local], conf)
-    _schedule_pack(s, mm)
-    inline_injective_between(s, out, mm)
-    schedule_stage(s, out)
 
 
 def _tile(s, st, mm_stage, conf):
@@ -207,16 +196,18 @@ def _tile(s, st, mm_stage, conf):
     mm_stage.vectorize(cji)
 
 
-def prefetch_default(m: int, k: int, tile_n: int, batched: bool = False, elem_bytes: int = 4) -> int:
+def prefetch_default(m: int, k: int, tile_n: int, batched: bool = False, elem_bytes: int = 4,
+                     tile_m: int = 8) -> int:
     """1 when the kernel should prefetch the next column panel (``_next_panel_lines``): not
-    batched, not K-blocked, and the current and the next panel and all of a (M x K) fit in
-    ``PREFETCH_L2_BYTES`` (else the prefetched lines push out the ones in use: K = 3072 and
-    1500-row shapes ran 2-15% slower with it)."""
-    if batched:
+    batched, at most ``PREFETCH_MAX_TILES`` row tiles per panel (with more, the first tile's
+    wait for the panel is a small part of the panel's time, and the prefetches in every step
+    cost 3-7%: 1500 rows) and two panels within ``PREFETCH_L2_BYTES``."""
+    if batched or -(-m // max(1, tile_m)) > PREFETCH_MAX_TILES:
         return 0
-    return int((2 * k * tile_n + m * k) * elem_bytes <= PREFETCH_L2_BYTES)
+    return int(2 * k * tile_n * elem_bytes <= PREFETCH_L2_BYTES)
 
 
+PREFETCH_MAX_TILES = 48
 # A budget within the L2 of AVX-512-class cores (1-2 MiB); 32 vector registers stand for them.
 PREFETCH_L2_BYTES = 1 << 20 if vector_registers() >= 32 else 256 << 10
 
@@ -232,9 +223,10 @@ def _panels_read(op, tile_n: int):
 def _next_panel_lines(panels, task, k, tiles: int) -> list:
     """Loads naming the lines of the next column panel that k step ``k`` of row tile
     ``task % tiles`` of panel ``task // tiles`` asks for: the row tiles of a panel share the
-    next panel's lines in order, tile_n / tiles values a step (a line every few steps, one
-    prefetch a step at most, where a prefetch of every line of the next panel at every step
-    cost 3-8% for 197 and more rows). Weights that stream from memory (a model's layers, larger
+    next panel's lines in order, ceil(tile_n / tiles) values a step (a line every few steps,
+    one prefetch a step at most, where a prefetch of every line of the next panel at every step
+    cost 3-8% for 197 and more rows; an address divided by the tile count each step cost 14
+    integer instructions beside the tile's 24 FMAs). Weights that stream from memory (a model's layers, larger
     than the caches) then arrive before their panel starts: one thread, 64 x 768 x 2304 with
     30 weights in turn, 1.01x -> 0.88x onnxruntime's time."""
     from kiln import tir
@@ -243,9 +235,10 @@ def _next_panel_lines(panels, task, k, tiles: int) -> list:
     chunks, kk, nr = (const_int(d) for d in panels.shape)
     jo, io = task // tiles, task % tiles
     nxt = tir.min(jo + 1, chunks - 1)
-    f = (io * kk + k) * nr // tiles  # element of the next panel, 0 .. kk * nr
+    step = -(-nr // tiles)  # values a step: the tiles' runs together cover the panel
+    f = (io * kk + k) * step  # no division in the loop: LLVM adds `step` a k step
     line = 64 // dtype(panels.dtype).bytes  # values of a 64-byte cache line
-    per_step = max(1, -(-nr // (tiles * line)))
+    per_step = -(-step // line)
     elems = [tir.min(f + c * line, kk * nr - 1) for c in range(per_step)]  # within the panel
     return [panels[nxt, e // nr, e % nr] for e in elems]
 
