@@ -157,7 +157,8 @@ def profile(g, top: int, torch=None, whole_ms: float | None = None, calls: int =
     for r in rows:
         ms, count = by_name.get(r["name"], (0.0, 0))
         by_name[r["name"]] = (ms + r["ms"], count + 1)
-    left = "" if whole_ms is None else f" (the whole graph {whole_ms:.3f} ms: {whole_ms - total:+.3f} ms between kernels)"
+    left = "" if whole_ms is None else \
+        f" (the whole graph {whole_ms:.3f} ms: {whole_ms - total:+.3f} ms between kernels)"
     print(f"    {'device' if torch is not None else 'wall-clock'} sum of kernels {total:.3f} ms over {len(rows)} "
           f"launches{left}; top {top} functions by total:")
     for name, (ms, count) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]:
@@ -253,7 +254,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--number", type=int, default=10, help="calls per timed repeat")
     p.add_argument("--target", default="cuda", help='kiln target, e.g. "cuda -arch=sm_90"')
-    p.add_argument("--profile", type=int, default=0, metavar="N", help="print the N functions of each build with the most device time")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="print the N functions of each build with the most device time")
     p.add_argument("--conv-variant", default="default", help="untuned conv2d tiles: default, old, busy2x, shape")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (eager is the reference then)")
     p.add_argument("--fused-attention", action="store_true", help="transformers: one nn.attention kernel per layer")

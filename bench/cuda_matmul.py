@@ -15,9 +15,10 @@ checked against torch's result first.
 
 ``--transformer``: the dense products of BERT-base (128 tokens), GPT-2 small (64) and ViT-B/16
 (197) in float16 (tensor cores: the untuned default and the ``TRANSFORMER_TC`` candidates) and
-float32 (the untuned default and ``TRANSFORMER_FP32``), each checked against torch and timed
-with its calls replayed as one CUDA graph (kernels of 5-60 us: a Python launch per call would
-be timed instead), against torch's own calls captured in a CUDA graph. The calls rotate over
+float32 (the untuned default, it with the reduction split by the knob ``split_k``, and
+``TRANSFORMER_FP32``), each checked against torch and timed with its calls replayed as one CUDA
+graph (kernels of 5-60 us: a Python launch per call would be timed instead), against torch's
+own calls captured in a CUDA graph. The calls rotate over
 copies of the weight that together exceed the L2 cache (80 MB), so each call reads its weight
 from memory, as a model's layers do.
 """
@@ -148,8 +149,11 @@ TRANSFORMER_SHAPES = [(128, 768, 768), (128, 3072, 768), (128, 768, 3072), (64, 
 # tensor-core candidates (block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, stages, mma)
 TRANSFORMER_TC = [(2, 2, 1, 1, 4, 3, 1), (1, 2, 2, 2, 4, 3, 0), (2, 2, 2, 2, 4, 2, 0), (2, 2, 2, 2, 4, 2, 1),
                   (1, 4, 2, 1, 4, 3, 0), (2, 2, 1, 2, 4, 3, 0), (2, 2, 1, 1, 2, 4, 0), (2, 4, 1, 1, 4, 3, 0)]
-# float32 candidates (rows per thread, threads y, threads x, columns per thread, k step)
-TRANSFORMER_FP32 = [(4, 8, 16, 4, 32), (4, 16, 16, 4, 16), (8, 8, 16, 4, 16), (2, 16, 16, 4, 32), (4, 16, 8, 4, 32)]
+# float32 candidates (rows per thread, threads y, threads x, columns per thread, k step, split-K slices)
+TRANSFORMER_FP32 = [(4, 8, 16, 4, 32, 1), (4, 16, 8, 4, 32, 1), (2, 16, 16, 4, 32, 1), (4, 16, 8, 4, 32, 2),
+                    (4, 16, 8, 4, 32, 4), (4, 8, 16, 4, 32, 4)]
+# and the untuned tiles with the reduction split in 2 and 4 (knob split_k)
+TRANSFORMER_SPLITS = (2, 4)
 
 
 def graph_ms(torch, launch, repeat: int = 5, calls: int = 20) -> float:
@@ -218,15 +222,17 @@ def bench_transformer(target, dev, torch) -> None:
                                     "warp_col_tiles": p[3], "chunk": p[4], "offset": 8, "vec": 8,
                                     "double_buffer": p[5], "mma": p[6], "raster": 1} for p in TRANSFORMER_TC]
             else:
-                points = [None] + [{"tile_y": [-1, 1, p[1], p[0]], "tile_x": [-1, 1, p[2], p[3]], "tile_k": [-1, p[4]],
-                                    "vec": 4} for p in TRANSFORMER_FP32]
+                points = [None] + [{"split_k": sp} for sp in TRANSFORMER_SPLITS] + [
+                    {"tile_y": [-1, 1, p[1], p[0]], "tile_x": [-1, 1, p[2], p[3]], "tile_k": [-1, p[4]], "vec": 4,
+                     "split_k": p[5]} for p in TRANSFORMER_FP32]
             line = []
             for cfg in points:
                 name = "default" if cfg is None else (
                     "x".join(str(cfg[key]) for key in ("block_row_warps", "block_col_warps", "warp_row_tiles",
                                                         "warp_col_tiles", "chunk", "double_buffer", "mma"))
-                    if dtype == "float16" else f"{cfg['tile_y'][3]}x{cfg['tile_x'][3]}/{cfg['tile_y'][2]}x"
-                                               f"{cfg['tile_x'][2]}/k{cfg['tile_k'][1]}")
+                    if dtype == "float16" else f"default/split{cfg['split_k']}" if "tile_y" not in cfg else
+                    f"{cfg['tile_y'][3]}x{cfg['tile_x'][3]}/{cfg['tile_y'][2]}x{cfg['tile_x'][2]}/k{cfg['tile_k'][1]}"
+                    f"/split{cfg['split_k']}")
                 try:
                     with target:
                         pa = te.placeholder((m, k), dtype, name="A")

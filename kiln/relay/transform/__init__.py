@@ -170,7 +170,7 @@ def FuseDenseEpilogue():  # noqa: N802
         from .fuse_dense_epilogue import fuse_dense_epilogue
 
         target = Target.current(allow_none=True)
-        cuda = target is not None and target.kind.name == "cuda"  # the tensor-core and tiled GPU dense fuse epilogues too
+        cuda = target is not None and target.kind.name == "cuda"  # its dense schedules fuse epilogues too
         if target is None or not (cuda or target.kind.name == "llvm" and target_family(target) == "x86"):
             return func
         return fuse_dense_epilogue(infer(func))

@@ -101,7 +101,7 @@ def default_config(m: int, n: int, k: int, threads: int | None = None, shared: i
         ki = divisor(k, ki - 1)
     vec = 4 if ki % 4 == 0 and k % 4 == 0 and n % 4 == 0 and tx[3] % 4 == 0 else 1
     return {"tile_y": ty, "tile_x": tx, "tile_k": [-(-k // ki), ki], "vec": vec,
-            "auto_unroll_max_step": 512, "unroll_explicit": True}
+            "auto_unroll_max_step": 512, "unroll_explicit": True, "split_k": 1}
 
 
 def config_for(m: int, n: int, k: int, cfg=None, batch: int = 1) -> dict:
@@ -174,6 +174,9 @@ def dense(data, weight, bias=None, out_dtype=None, cfg=None):
     n = const_int(weight.shape[0])
     conf = config_for(m, n, k, cfg)
     pads = padded_sizes(conf, m, n, k)
+    split = _split_slices(conf, m)
+    if split > 1:
+        return add_bias(_split_dense(data, weight, conf, split, pads or (m, n, k), out_dtype), bias, 1)
     if pads is None:
         out = _dense(data, weight, None, out_dtype)
         out.op.attrs["gpu_config"] = conf
@@ -182,6 +185,44 @@ def dense(data, weight, bias=None, out_dtype=None, cfg=None):
     out = _dense(_padded(data, (mp, kp), 1), _padded(weight, (np_, kp), 1), None, out_dtype)
     out.op.attrs["gpu_config"] = conf
     return add_bias(_valid(out, (m, n), "dense_valid"), bias, 1)
+
+
+def _split_slices(conf: dict, m: int) -> int:
+    """The ``split_k`` knob's slices (1: none) as many as divide the k steps; CUDA products with rows
+    enough for tiles only."""
+    from ..cuda.busy import min_blocks
+
+    want = int(conf.get("split_k", 1) or 1)
+    if want <= 1 or not min_blocks() or m < SMALL_M:
+        return 1
+    return divisor(int(conf["tile_k"][0]), want)
+
+
+def _split_dense(data, weight, conf: dict, split: int, padded: tuple, out_dtype):
+    """Split-K dense (knob ``split_k``): slice s of the reduction is product s of a batch computed by
+    blocks of its own (blockIdx.z), and the output sums the slices (a second kernel, with the
+    epilogue): a product with few output tiles and a long reduction (an FFN's N = 768 x K = 3072)
+    gets blocks enough without shrinking its tiles."""
+    m, k = (const_int(d) for d in data.shape)
+    n = const_int(weight.shape[0])
+    mp, np_, kp = padded
+    out_dtype = out_dtype or str(data.dtype)
+    a, w = _padded(data, (mp, kp), 1), _padded(weight, (np_, kp), 1)
+    ks = kp // split
+    rk = te.reduce_axis((0, ks), name="k")
+    slices = te.compute((split, mp, np_), lambda sl, i, j: te.sum(
+        a[i, sl * ks + rk].astype(out_dtype) * w[j, sl * ks + rk].astype(out_dtype), axis=rk),
+        name="T_dense_slices", tag="dense")
+    ki = int(conf["tile_k"][1])
+    slices.op.attrs["gpu_config"] = {**conf, "tile_k": [ks // ki, ki], "split_k": split}
+
+    def total(i, j):
+        value = slices[0, i, j]
+        for sl in range(1, split):
+            value = value + slices[sl, i, j]
+        return value
+
+    return te.compute((m, n), total, name="T_dense", tag="injective")
 
 
 def matmul(a, b, bias=None, out_dtype=None, transpose_a=False, transpose_b=False, cfg=None):
@@ -230,7 +271,17 @@ def schedule_dense(outs, cfg=None):
     k = const_int(mm.op.reduce_axis[0].dom.extent)
     if cfg is None and m < SMALL_M:
         return schedule_gemv(outs, mm) if _gemv_fits(outs, mm, k) else schedule_per_item(outs)
-    conf = config_for(m, n, k, cfg) if cfg is not None else mm.op.attrs.get("gpu_config") or config_for(m, n, k)
+    recorded = mm.op.attrs.get("gpu_config") or {}
+    if int(recorded.get("split_k", 1)) > 1:  # slices computed by the tiles, summed by the output (_split_dense)
+        s = te.create_schedule([o.op for o in outs])
+        inline_injective(s, outs)
+        schedule_tiled(s, mm, mm, recorded, shared=True)
+        st = s[out]
+        bx, tx = st.split(st.fuse(*st.op.axis) if len(st.op.axis) > 1 else st.op.axis[0], factor=256)
+        st.bind(bx, block("x"))
+        st.bind(tx, thread("x"))
+        return s
+    conf = config_for(m, n, k, cfg) if cfg is not None else recorded or config_for(m, n, k)
     s = te.create_schedule([o.op for o in outs])
     inline_injective(s, outs)
     schedule_tiled(s, mm, out, conf, shared=True)
