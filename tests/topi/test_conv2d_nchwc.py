@@ -247,6 +247,48 @@ def test_which_cpus_unroll_a_1x1_convs_input_block(cpu, unroll):
         assert config_for_nchwc((1, 256, 14, 14), (256, 256, 3, 3), 1, 1)["ic_unroll"] == 1
 
 
+# Software prefetches of weights in channel-pass convs (the full-width default there): a task over
+# all rows asks for the next pass's, a task over a group of rows for its share of the next blocks'.
+# Prefetches change no result; with several blocks per tile, stride 2, a tail of rows, 1x1.
+@pytest.mark.parametrize("c,o,hw,k,stride,pad,ib,cfg", [
+    (64, 32, 7, 3, 1, 1, 16, {"oc_bn": 16, "tile_ow": 7, "ic_pass": 32, "pass_rows": 7}),
+    (64, 64, 7, 3, 1, 1, 16, {"oc_bn": 16, "tile_ow": 4, "ic_pass": 16, "pass_rows": 2}),
+    (64, 64, 9, 3, 2, 1, 16, {"oc_bn": 16, "oc_chunks": 2, "tile_ow": 3, "ic_pass": 16, "pass_rows": 2}),
+    (48, 32, 9, 1, 1, 0, 16, {"oc_bn": 16, "tile_ow": 5, "ic_pass": 32, "pass_rows": 4}),
+])
+def test_channel_passes_with_weight_prefetches(runner, c, o, hw, k, stride, pad, ib, cfg):
+    _run(runner, c, o, hw, k, stride, pad, ib, cfg={**cfg, "prefetch": 1}, packed=True, epilogue=True)
+
+
+def test_weight_prefetches_stay_inside_the_weights():
+    import re
+
+    import kiln
+
+    for rows in (7, 2):
+        A = te.placeholder((1, 4, 7, 7, 16), name="data")
+        W = te.placeholder((4, 4, 3, 3, 16, 16), name="kernel")  # pre-packed: 36864 elements
+        out = topi.x86.conv2d_NCHWc(A, W, 1, 1, 1, "float32", out_channels=64,
+                                    cfg={"oc_bn": 16, "tile_ow": 7, "ic_pass": 16, "pass_rows": rows, "prefetch": 1})
+        text = str(kiln.lower(topi.x86.schedule_conv2d_NCHWc(out), [A, W, out], simple_mode=True))
+        # all rows: a tap's 16 lines of the next pass over 7 rows, 3 a row; groups of 2 rows: 576
+        # lines of the next block / 4 groups over 72 tap iterations, 2 each; the pass or block
+        # clamped to the last one
+        lines = [re.sub(r"\by_\d+\b", "y", line) for line in text.splitlines() if '"tir.prefetch"' in line]
+        assert len(set(lines)) == (3 if rows == 7 else 2)  # (a row loop split in two holds them twice)
+        clamp = "T.min(rco_outer + 1, 3)" if rows == 7 else "T.min(i0_i1_fused_i2_outer_fused // 4 + 1, 3)"
+        assert all(clamp in line for line in lines)
+
+
+def test_which_convs_prefetch_weights():
+    from kiln.target import Target
+
+    for cpu, want in (("sapphirerapids", 1), ("znver4", 0), ("znver3", 0)):
+        with Target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}"):
+            assert config_for_nchwc((1, 512, 7, 7), (512, 512, 3, 3), 1, 1)["prefetch"] == want
+            assert config_for_nchwc((1, 64, 56, 56), (64, 64, 3, 3), 1, 1)["prefetch"] == 0
+
+
 # Taps that read only padding for every output pixel are left out (DeepLabV3's ASPP: 3x3 convs
 # dilated 12/24/36 on 33x33 maps): rows/columns dropped on both sides, on one side (asymmetric
 # padding, the first live tap inside the image), none, and with stride 2.

@@ -43,6 +43,7 @@ def default_config(p) -> dict:
     conf["ic_pass"] = 0
     conf["pass_rows"] = 0
     conf["rows_outer"] = 0
+    conf["prefetch"] = 0
     lanes, regs = vector_lanes(), vector_registers()
     if regs < 32 and conf["oc_bn"] >= lanes:
         # 16 registers: one vector per pixel leaves 14 rows, each costing a broadcast load per
@@ -114,6 +115,7 @@ def full_width_tile(p, bn: int, lanes: int) -> dict:
     if (task_weights > PASS_FROM or short_rows) and p.out_height > 1 \
             and p.out_height * p.out_width * block <= PASS_OUTPUT:
         conf["ic_pass"] = max(1, min(PASS_CHANNELS, PASS_WEIGHTS // tap_weights))
+        conf["prefetch"] = 1  # _prefetch_weights
     conf["rows_outer"] = int(rows_outer(p))
     if (p.kernel_h, p.kernel_w) == (1, 1):
         # A 1x1 conv's reduction step unrolled over an input block of 32 (where the block is 32:
@@ -184,6 +186,7 @@ def config_space(p) -> dict:
         space["ic_pass"] = [0, 32, 64, 128]
         space["pass_rows"] = sorted({0, 1, p.out_height})  # 0: pass_rows(), the rows per task
         space["rows_outer"] = [0, 1]
+        space["prefetch"] = [0, 1]
         space["ic_unroll"] = sorted(set(space["ic_unroll"]) | {UNROLL_BLOCK})
     if vector_registers() < 32:
         # Multi-block tiles (see default_config), 2-4 blocks of narrow rows, instead of wider
@@ -495,6 +498,7 @@ def _schedule_channel_pass(s, conv, out, conf):
     else:
         s[out].reorder(n, c, yo, yi, x, b)
     s[out].vectorize(b)
+    groups = -(-const_int(y.dom.extent) // rows)
     task = s[out].fuse(n, c, yo)
     s[out].parallel(task)
     s[conv].compute_at(s[out], task)
@@ -502,7 +506,8 @@ def _schedule_channel_pass(s, conv, out, conf):
     rco, ry, rx, rci = s[conv].op.reduce_axis
     ib = const_int(rci.dom.extent)
     passes = const_int(rco.dom.extent)
-    ro, ri = s[conv].split(rco, factor=divisor_at_most(passes, max(1, int(conf["ic_pass"]) // ib)))
+    ipp = divisor_at_most(passes, max(1, int(conf["ic_pass"]) // ib))
+    ro, ri = s[conv].split(rco, factor=ipp)
     xo, xi = s[conv].split(cx, factor=int(conf["tile_ow"]))
     if chunks > 1:
         s[conv].reorder(cn, ro, cy, xo, ri, ry, rx, rci, xi, occ, ocb)
@@ -515,4 +520,56 @@ def _schedule_channel_pass(s, conv, out, conf):
     s[conv].unroll(rci)
     s[conv].unroll(xi)
     s[conv].vectorize(ocb)
+    if int(conf.get("prefetch", 0) or 0):
+        c_blocks = blocks // const_int(n.dom.extent)
+        block = (task.var // groups) % c_blocks * chunks
+        tiles = -(-const_int(cx.dom.extent) // int(conf["tile_ow"]))
+        loops = [(ro, passes // ipp), (cy, rows), (xo, tiles), (ri, ipp), (ry, const_int(ry.dom.extent)),
+                 (rx, const_int(rx.dom.extent))]
+        _prefetch_weights(s, conv, block, c_blocks * chunks, chunks, task.var % groups, groups, loops)
     _schedule_packing(s, conv)
+
+
+def _prefetch_weights(s, conv, block, blocks: int, chunks: int, group, groups: int, loops):
+    """Software prefetches of weights a task will read (a ``prefetch`` pragma on the tap-column
+    loop, ``loops`` the leaf loops around it with their extents: pass, row, width tile, block of
+    the pass, tap row, tap column). In a whole model the weights come from memory, and a channel
+    pass reads its weights first in its first row, at several times the rate memory delivers to
+    one core (the other rows read them from L1): a 512->512 3x3 conv at 7x7 streams 9.4 MB.
+
+    - A task over all rows of its blocks (``groups`` 1) asks for the next pass's weights while
+      this pass runs, each (row, width tile) its share of each tap's lines (after the last pass,
+      the last one again).
+    - A task over a group of rows (``pass_rows``): the other groups of its blocks read the
+      weights from L2 after it, but the first group's passes are too short for the next pass's
+      lines to arrive in time; each group asks instead for its share of the next blocks' weights,
+      evenly over its iterations (the last blocks: their own again).
+    """
+    kernel = conv.op.input_tensors[1]
+    _, chans, kh, kw, ib, bn = (const_int(d) for d in kernel.shape)
+    per_line = max(1, 64 // kernel.dtype.bytes)
+    (ro, passes), (cy, rows), (xo, tiles), (ri, ipp), (ry, nry), (rx, nrx) = loops
+    (r0, _), (c0, _) = live_taps(conv.op.attrs["workload"])
+    loads = []
+    if groups == 1:
+        lines = -(-ib * bn // per_line)
+        share = -(-lines // (rows * tiles))
+        slot = cy.var * tiles + xo.var
+        nxt = tir.min(ro.var + 1, passes - 1) * ipp + ri.var
+        for k in range(chunks):
+            for j in range(share):
+                line = tir.min(slot * share + j, lines - 1) * per_line
+                loads.append(kernel[block + k, nxt, ry.var + r0, rx.var + c0, line // bn, line % bn])
+    else:
+        plane = kh * kw * ib * bn  # elements of one input block of one output block
+        lines = -(-chans * plane // per_line)
+        per_group = -(-lines // groups)
+        iters = passes * rows * tiles * ipp * nry * nrx
+        share = -(-per_group // iters)
+        it = ((((ro.var * rows + cy.var) * tiles + xo.var) * ipp + ri.var) * nry + ry.var) * nrx + rx.var
+        for k in range(chunks):
+            nxt = tir.min(block + chunks + k, blocks - 1)
+            for j in range(share):
+                e = tir.min(group * per_group + it * share + j, lines - 1) * per_line
+                loads.append(kernel[nxt, 0, 0, 0, 0, e])  # a flat offset into that block's weights
+    s[conv].pragma(rx, "prefetch", loads)
