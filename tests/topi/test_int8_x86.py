@@ -343,14 +343,15 @@ def _run_exactly_on_amx(lib, mod, inputs, target):
         np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("stride", [1, 2])
-def test_amx_tiles_exact(stride):
+@pytest.mark.parametrize("stride,hw,oc", [(1, 16, 32), (2, 17, 32), (1, 7, 64)])
+def test_amx_tiles_exact(stride, hw, oc):
     """-mcpu=sapphirerapids (AMX-INT8): convs with >= 128 input channels run on tdpbusd tiles
-    (16-pixel rows of 32 channels here: two C tiles sharing each A load), exact; the kernel asks
-    Linux for the tile state itself (kiln/runtime/amx.py)."""
+    (two runs of a row's pixels x two 16-channel pieces per step; 16 runs of 16 pixels, 9 of 9
+    and 7 of 7: an odd count repeats its last run; 32 channels: one pair of pieces, 64: two),
+    exact; the kernel asks Linux for the tile state itself (kiln/runtime/amx.py)."""
     target = "llvm -mcpu=sapphirerapids"
-    rng = np.random.default_rng(stride)
-    mod, inputs = conv_graph(rng, ic=128, oc=32, hw=17 if stride == 2 else 16, stride=stride, zx=129)
+    rng = np.random.default_rng(stride + hw)
+    mod, inputs = conv_graph(rng, ic=128, oc=oc, hw=hw, stride=stride, zx=129)
     lib = _build(mod, target)
     asm = lib.get_lib().get_source("asm")
     assert re.search(r"^\s*tdpbusd\s", asm, re.M) and "ldtilecfg" in asm and "tilerelease" in asm

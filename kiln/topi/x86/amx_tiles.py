@@ -1,13 +1,19 @@
-"""The AMX tile loop both AMX convolutions share (amx_bf16.py, amx_int8.py).
+"""The AMX tile loop of the int8 convolution (amx_int8.py) and the helpers the bfloat16 one
+(amx_bf16.py) shares.
 
-A kernel asks Linux for the AMX state on entry (kiln/runtime/amx.py explains why), then runs one
-parallel task per (image, output block, output row). Each task loads its tile configuration
-(per-thread state): C0, C1 = 0, 1 (M rows x 64 bytes of 32-bit sums), A = 2 (M pixels x one
-input row), B0, B1 = 3, 4 (the packed weights of 16 output channels, 4 bytes per K step). For
-each run of M pixels and each pair of 16-channel pieces of the output block, the two C tiles
-accumulate over (input blocks, KH, KW), each A load shared by both B tiles, and are stored
-straight into the NCHW{bn}c output. Only the element type differs: bfloat16 (2 bytes,
-``tdpbf16ps``) or u8 x s8 (1 byte, ``tdpbusd``).
+A kernel asks Linux for the AMX state on entry (kiln/runtime/amx.py explains why). A run is M
+pixels of one output row (the widest divisor of the row <= 16: tile rows); runs are numbered
+row by row and taken two at a time. Each step (input block, KH, KW) loads the two runs' A tiles
+(M pixels x one input row) and two 16-channel pieces' B tiles (the packed weights, 4 bytes per
+K step) into four C tiles (M rows x 64 bytes of 32-bit sums), so each tile load feeds two
+products; the C tiles are stored straight into the NCHW{bn}c output. A task is (image, output
+block, a group of run pairs) and loads the tile configuration (per-thread state) once: a load
+and release per row cost as much as the products of a 1x1 conv's row with 128 input channels.
+An odd number of runs repeats the last one in the last pair (the same sums stored to the same
+place). Only the element type differs between the users: bfloat16 (2 bytes, ``tdpbf16ps``) or
+u8 x s8 (1 byte, ``tdpbusd``).
+
+Tile registers: C = 0-3 (run t, piece j: 2t + j); A = 4, 5; B = 6, 7.
 """
 
 from __future__ import annotations
@@ -36,6 +42,10 @@ def row_tile(width: int) -> int:
     return next(m for m in range(min(16, width), 0, -1) if width % m == 0)
 
 
+TASK_PRODUCTS = 64  # tile products per task at least (one tile configuration each) ...
+TASKS = 64  # ... where the tasks stay this many
+
+
 def conv_tiles(x, w, y, *, n, chunks, hp, wp, ib, k_row, ocb, oh, ow, kh, kw, bn, strides, dilation,
                elem_bytes: int, product: str):
     """The kernel body: padded data ``x`` (N, chunks, HP, WP, ib), packed weights ``w`` with
@@ -43,47 +53,63 @@ def conv_tiles(x, w, y, *, n, chunks, hp, wp, ib, k_row, ocb, oh, ow, kh, kw, bn
     sh, sw = strides
     dh, dw = dilation
     m = row_tile(ow)
+    per_row = ow // m
+    runs = oh * per_row
+    pairs = -(-runs // 2)
     pieces = bn // 16
-    nc = min(2, pieces)  # C tiles at a time
+    nb = min(2, pieces)  # B tiles (16-channel pieces) per step
+    steps = chunks * kh * kw
+    per_task = max(1, -(-TASK_PRODUCTS // (2 * pieces * steps)))  # run pairs per task
+    per_task = min(per_task, max(1, pairs * n * ocb // TASKS), pairs)
+    groups = -(-pairs // per_task)
     ib_ = tir.ir_builder.create()
     ib_.emit(Evaluate(tir.call_extern("int64", "syscall", E.const(SYS_ARCH_PRCTL, "int64"),
                                       E.const(ARCH_REQ_XCOMP_PERM, "int64"), E.const(XFEATURE_XTILEDATA, "int64"))))
     xv, wv, yv = ib_.buffer_ptr(x), ib_.buffer_ptr(w), ib_.buffer_ptr(y)
-    with ib_.for_range(0, n * ocb * oh, name="task", kind="parallel") as task:
+    row_bytes = k_row * elem_bytes
+    with ib_.for_range(0, n * ocb * groups, name="task", kind="parallel") as task:
         cfg = ib_.allocate("uint8", (64,), name="tilecfg", scope="local")
         for i in range(64):
             cfg[i] = E.const(0, "uint8")
         cfg[0] = E.const(1, "uint8")  # palette 1
-        row_bytes = k_row * elem_bytes
-        tiles = [(m, 64)] * nc + [(m, row_bytes)] + [(row_bytes // 4, 64)] * nc  # (rows, bytes per row)
+        tiles = [(m, 64)] * 4 + [(m, row_bytes)] * 2 + [(row_bytes // 4, 64)] * 2  # (rows, bytes per row)
         for t, (rows, colsb) in enumerate(tiles):
             cfg[16 + 2 * t] = E.const(colsb & 255, "uint8")
             cfg[17 + 2 * t] = E.const(colsb >> 8, "uint8")
             cfg[48 + t] = E.const(rows, "uint8")
         ib_.emit(_amx("ldtilecfg", _addr(cfg[0])))
-        b = task // (ocb * oh)
-        oc = task // oh % ocb
-        r = task % oh
-        with ib_.for_range(0, ow // m, name="xt") as xt:
-            for g in range(0, pieces, nc):  # C tiles for channels 16g .. 16(g + nc)
-                for j in range(nc):
-                    ib_.emit(_amx("tilezero", _i8(j)))
-                with ib_.for_range(0, chunks, name="rco") as rco:
-                    with ib_.for_range(0, kh, name="ry") as ry:
-                        with ib_.for_range(0, kw, name="rx") as rx:
-                            yy = r * sh + ry * dh
-                            xx = xt * (m * sw) + rx * dw
-                            a_off = (((b * chunks + rco) * hp + yy) * wp + xx) * ib
-                            ib_.emit(_amx("tileloadd64", _i8(nc), _addr(xv[a_off]),
-                                          E.const(sw * ib * elem_bytes, "int64")))
-                            w_off = (((oc * chunks + rco) * kh + ry) * kw + rx) * (k_row * bn)
-                            for j in range(nc):  # 16 channels x 4 bytes per B row
-                                ib_.emit(_amx("tileloadd64", _i8(nc + 1 + j),
-                                              _addr(wv[w_off + 64 // elem_bytes * (g + j)]), E.const(bn * 4, "int64")))
-                            for j in range(nc):
-                                ib_.emit(_amx(product, _i8(j), _i8(nc), _i8(nc + 1 + j)))
-                y_off = (((b * ocb + oc) * oh + r) * ow + xt * m) * bn
-                for j in range(nc):
-                    ib_.emit(_amx("tilestored64", _i8(j), _addr(yv[y_off + 16 * (g + j)]), E.const(bn * 4, "int64")))
+        b = task // (ocb * groups)
+        oc = task // groups % ocb
+        grp = task % groups
+        with ib_.for_range(0, per_task, name="pi") as pi:
+            pair = grp * per_task + pi
+            with ib_.if_scope(pair < pairs):
+                run = [pair * 2, tir.min(pair * 2 + 1, runs - 1)]  # an odd count repeats the last run
+                row = [q // per_row for q in run]
+                col = [q % per_row * m for q in run]
+                for g in range(0, pieces, nb):  # C tiles for channels 16g .. 16(g + nb)
+                    for t in range(2):
+                        for j in range(nb):
+                            ib_.emit(_amx("tilezero", _i8(2 * t + j)))
+                    with ib_.for_range(0, chunks, name="rco") as rco:
+                        with ib_.for_range(0, kh, name="ry") as ry:
+                            with ib_.for_range(0, kw, name="rx") as rx:
+                                for t in range(2):
+                                    a_off = (((b * chunks + rco) * hp + row[t] * sh + ry * dh) * wp
+                                             + col[t] * sw + rx * dw) * ib
+                                    ib_.emit(_amx("tileloadd64", _i8(4 + t), _addr(xv[a_off]),
+                                                  E.const(sw * ib * elem_bytes, "int64")))
+                                w_off = (((oc * chunks + rco) * kh + ry) * kw + rx) * (k_row * bn)
+                                for j in range(nb):  # 16 channels x 4 bytes per B row
+                                    ib_.emit(_amx("tileloadd64", _i8(6 + j),
+                                                  _addr(wv[w_off + 64 // elem_bytes * (g + j)]), E.const(bn * 4, "int64")))
+                                for t in range(2):
+                                    for j in range(nb):
+                                        ib_.emit(_amx(product, _i8(2 * t + j), _i8(4 + t), _i8(6 + j)))
+                    for t in range(2):
+                        y_off = (((b * ocb + oc) * oh + row[t]) * ow + col[t]) * bn
+                        for j in range(nb):
+                            ib_.emit(_amx("tilestored64", _i8(2 * t + j), _addr(yv[y_off + 16 * (g + j)]),
+                                          E.const(bn * 4, "int64")))
         ib_.emit(_amx("tilerelease"))
     return ib_.get()
