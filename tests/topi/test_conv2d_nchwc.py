@@ -247,16 +247,19 @@ def test_which_cpus_unroll_a_1x1_convs_input_block(cpu, unroll):
         assert config_for_nchwc((1, 256, 14, 14), (256, 256, 3, 3), 1, 1)["ic_unroll"] == 1
 
 
-# Software prefetches of weights in channel-pass convs (the full-width default there): a task over
-# all rows asks for the next pass's, a task over a group of rows for its share of the next blocks'.
+# Software prefetches of weights (the full-width default): in channel passes a task over all rows
+# asks for the next pass's, a task over a group of rows for its share of the next blocks'.
 # Prefetches change no result; with several blocks per tile, stride 2, a tail of rows, 1x1.
 @pytest.mark.parametrize("c,o,hw,k,stride,pad,ib,cfg", [
     (64, 32, 7, 3, 1, 1, 16, {"oc_bn": 16, "tile_ow": 7, "ic_pass": 32, "pass_rows": 7}),
     (64, 64, 7, 3, 1, 1, 16, {"oc_bn": 16, "tile_ow": 4, "ic_pass": 16, "pass_rows": 2}),
     (64, 64, 9, 3, 2, 1, 16, {"oc_bn": 16, "oc_chunks": 2, "tile_ow": 3, "ic_pass": 16, "pass_rows": 2}),
     (48, 32, 9, 1, 1, 0, 16, {"oc_bn": 16, "tile_ow": 5, "ic_pass": 32, "pass_rows": 4}),
+    # the row schedule: a (block group, row) task asks for its share of the next group's weights
+    (32, 64, 9, 3, 2, 1, 16, {"oc_bn": 16, "oc_chunks": 2, "tile_ow": 3}),
+    (64, 48, 7, 1, 1, 0, 32, {"oc_bn": 16, "tile_ow": 4, "ic_unroll": 32}),
 ])
-def test_channel_passes_with_weight_prefetches(runner, c, o, hw, k, stride, pad, ib, cfg):
+def test_weight_prefetches(runner, c, o, hw, k, stride, pad, ib, cfg):
     _run(runner, c, o, hw, k, stride, pad, ib, cfg={**cfg, "prefetch": 1}, packed=True, epilogue=True)
 
 
@@ -286,7 +289,7 @@ def test_which_convs_prefetch_weights():
     for cpu, want in (("sapphirerapids", 1), ("znver4", 0), ("znver3", 0)):
         with Target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}"):
             assert config_for_nchwc((1, 512, 7, 7), (512, 512, 3, 3), 1, 1)["prefetch"] == want
-            assert config_for_nchwc((1, 64, 56, 56), (64, 64, 3, 3), 1, 1)["prefetch"] == 0
+            assert config_for_nchwc((1, 1024, 14, 14), (256, 1024, 1, 1))["prefetch"] == want
 
 
 # Taps that read only padding for every output pixel are left out (DeepLabV3's ASPP: 3x3 convs

@@ -115,8 +115,8 @@ def full_width_tile(p, bn: int, lanes: int) -> dict:
     if (task_weights > PASS_FROM or short_rows) and p.out_height > 1 \
             and p.out_height * p.out_width * block <= PASS_OUTPUT:
         conf["ic_pass"] = max(1, min(PASS_CHANNELS, PASS_WEIGHTS // tap_weights))
-        conf["prefetch"] = 1  # _prefetch_weights
     conf["rows_outer"] = int(rows_outer(p))
+    conf["prefetch"] = 1  # weights a task reads next (_prefetch_weights; not with rows_outer)
     if (p.kernel_h, p.kernel_w) == (1, 1):
         # A 1x1 conv's reduction step unrolled over an input block of 32 (where the block is 32:
         # ResNet's convs at 14x14): 1024->512 at 14x14 1.29 -> 1.21 ms, 1024->256 0.68 -> 0.62,
@@ -455,9 +455,18 @@ def schedule_conv2d_NCHWc(outs, cfg=None):  # noqa: N802
     s[out].reorder(*outer, xo, *([ci] if ci is not None else []), xi, b)
     s[out].vectorize(b)
     s[out].unroll(xi)
-    s[out].parallel(s[out].fuse(*outer))
+    task = s[out].fuse(*outer)
+    s[out].parallel(task)
     s[conv].compute_at(s[out], xo)
     _schedule_tile(s, conv, conf, blocked_input=True, oc_chunks=chunks)
+    if int(conf.get("prefetch", 0) or 0) and rows and not conf.get("rows_outer"):
+        # tasks (block group, row), rows inside: each row asks for its share of the next group's weights
+        height = const_int(rows[0].dom.extent)
+        c_blocks = const_int(s[out].op.axis[1].dom.extent) // chunks
+        rco = s[conv].op.reduce_axis[0]
+        tiles = -(-const_int(s[out].op.axis[3].dom.extent) // int(conf["tile_ow"]))
+        _prefetch_weights(s, conv, (task.var // height) % c_blocks * chunks, c_blocks * chunks, chunks,
+                          task.var % height, height, [(xo, tiles), (rco, const_int(rco.dom.extent))], rco)
     _schedule_packing(s, conv)
     return s
 
@@ -526,11 +535,11 @@ def _schedule_channel_pass(s, conv, out, conf):
         tiles = -(-const_int(cx.dom.extent) // int(conf["tile_ow"]))
         loops = [(ro, passes // ipp), (cy, rows), (xo, tiles), (ri, ipp), (ry, const_int(ry.dom.extent)),
                  (rx, const_int(rx.dom.extent))]
-        _prefetch_weights(s, conv, block, c_blocks * chunks, chunks, task.var % groups, groups, loops)
+        _prefetch_weights(s, conv, block, c_blocks * chunks, chunks, task.var % groups, groups, loops, rx)
     _schedule_packing(s, conv)
 
 
-def _prefetch_weights(s, conv, block, blocks: int, chunks: int, group, groups: int, loops):
+def _prefetch_weights(s, conv, block, blocks: int, chunks: int, group, groups: int, loops, at):
     """Software prefetches of weights a task will read (a ``prefetch`` pragma on the tap-column
     loop, ``loops`` the leaf loops around it with their extents: pass, row, width tile, block of
     the pass, tap row, tap column). In a whole model the weights come from memory, and a channel
@@ -548,10 +557,10 @@ def _prefetch_weights(s, conv, block, blocks: int, chunks: int, group, groups: i
     kernel = conv.op.input_tensors[1]
     _, chans, kh, kw, ib, bn = (const_int(d) for d in kernel.shape)
     per_line = max(1, 64 // kernel.dtype.bytes)
-    (ro, passes), (cy, rows), (xo, tiles), (ri, ipp), (ry, nry), (rx, nrx) = loops
-    (r0, _), (c0, _) = live_taps(conv.op.attrs["workload"])
     loads = []
     if groups == 1:
+        (ro, passes), (cy, rows), (xo, tiles), (ri, ipp), (ry, nry), (rx, nrx) = loops
+        (r0, _), (c0, _) = live_taps(conv.op.attrs["workload"])
         lines = -(-ib * bn // per_line)
         share = -(-lines // (rows * tiles))
         slot = cy.var * tiles + xo.var
@@ -564,12 +573,13 @@ def _prefetch_weights(s, conv, block, blocks: int, chunks: int, group, groups: i
         plane = kh * kw * ib * bn  # elements of one input block of one output block
         lines = -(-chans * plane // per_line)
         per_group = -(-lines // groups)
-        iters = passes * rows * tiles * ipp * nry * nrx
+        iters, it = 1, 0
+        for iv, extent in loops:  # the iteration's index over the loops around the prefetch
+            iters, it = iters * extent, it * extent + iv.var
         share = -(-per_group // iters)
-        it = ((((ro.var * rows + cy.var) * tiles + xo.var) * ipp + ri.var) * nry + ry.var) * nrx + rx.var
         for k in range(chunks):
             nxt = tir.min(block + chunks + k, blocks - 1)
             for j in range(share):
                 e = tir.min(group * per_group + it * share + j, lines - 1) * per_line
                 loads.append(kernel[nxt, 0, 0, 0, 0, e])  # a flat offset into that block's weights
-    s[conv].pragma(rx, "prefetch", loads)
+    s[conv].pragma(at, "prefetch", loads)
