@@ -61,6 +61,19 @@ def test_softmax_and_log_softmax(runner, shape, axis, ns):
     np.testing.assert_allclose(got, testing.log_softmax_python(a, axis), rtol=1e-5, atol=1e-5)
 
 
+def test_softmax_rows_with_nan_and_inf(runner):
+    """The x86 row maximum is a select (not the NaN-propagating te.max): a NaN anywhere in a row
+    still makes that whole row NaN, as numpy's does; an -inf entry gets weight 0; other rows are
+    untouched."""
+    A = te.placeholder((3, 40), name="x")
+    a = runner.rand(3, 40) * 10
+    a[0, 5], a[1, 39], a[2, 0] = np.nan, np.nan, -np.inf
+    got = runner.run(topi.x86.schedule_softmax, topi.x86.softmax(A, -1), [A], [a])
+    want = testing.softmax_python(a.astype(np.float64), -1)
+    assert np.isnan(got[:2]).all()
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("ns", [topi.nn, topi.x86])
 @pytest.mark.parametrize("width", [48, 7, 37])
 def test_layer_norm(runner, ns, width):

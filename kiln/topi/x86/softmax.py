@@ -25,6 +25,11 @@ from ..utils import const_int
 
 TAG = "softmax_rows"
 
+# Row maxima as select(a > b, a, b): one vmaxps a vector on x86, where te.max is NaN-propagating
+# (llvm.maximum: a compare, a blend and a mask move more). A NaN in a row still makes the row NaN,
+# through exp and the row sum.
+select_max = te.comm_reducer(lambda a, b: tir.Select(a > b, a, b), tir.min_value, name="select_max")
+
 
 def _row_reduce(x, n: int, lanes: int, reducer, name: str, tag: str = TAG):
     """reducer over the last axis of x (size n) via lanes partial results."""
@@ -60,7 +65,7 @@ def _softmax(x, axis, log: bool):
     lanes = vector_lanes()
     if axis != ndim - 1 or n < lanes:
         return _generic_log_softmax(x, axis) if log else _generic_softmax(x, axis)
-    m = _row_reduce(x, n, lanes, te.max, "T_softmax_max")
+    m = _row_reduce(x, n, lanes, select_max, "T_softmax_max")
     # float16 rows: exp and sum in float32, one rounding at the end (a float16 sum of n terms
     # loses about n/2 roundings)
     wide = "float32" if str(x.dtype) == "float16" else str(x.dtype)
