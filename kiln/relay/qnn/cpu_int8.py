@@ -698,13 +698,15 @@ def _conv_compute(a, x, t, ctx):
         from kiln.topi.x86.conv2d_int8_winograd import conv2d_int8_winograd_acc
         oh, ow = _out_hw(a, data)
         acc = conv2d_int8_winograd_acc(data, w, tuple(a.padding), a.pad_value, (oh, ow))
-    elif a.tier == "amx":
-        from kiln.topi.x86.amx_int8 import conv2d_int8_amx_acc
+    elif a.tier == "amx":  # requantized in the kernel, from each tile group's sums in L1
+        from kiln.topi.x86.amx_int8 import conv2d_int8_amx
         padded = k.padded_input(data, tuple(a.padding), a.pad_value)
         kh, kw = int(w.shape[2]), int(w.shape[3])
         oh = (int(padded.shape[2]) - (kh - 1) * a.dilation[0] - 1) // a.strides[0] + 1
         ow = (int(padded.shape[3]) - (kw - 1) * a.dilation[1] - 1) // a.strides[1] + 1
-        acc = conv2d_int8_amx_acc(padded, w, (oh, ow), tuple(a.strides), tuple(a.dilation))
+        return conv2d_int8_amx(padded, w, bias, q, s, (oh, ow), tuple(a.strides), tuple(a.dilation),
+                               dict(out_zp=a.out_zp, lo=lo, hi=hi, out_dtype=a.out_dtype, rounding=a.rounding,
+                                    float_clamp=a.float_clamp))
     else:
         acc = k.conv2d_int8_acc(data, w, tuple(a.strides), tuple(a.padding), tuple(a.dilation), a.pad_value,
                                 a.tier, tile_ow=knob(ctx.cfg, "tile_ow", None), oc_chunks=knob(ctx.cfg, "oc_chunks", None))

@@ -34,6 +34,25 @@ def applies(ib: int, bn: int, target=None) -> bool:
     return 16 <= ib <= 64 and ib % 4 == 0 and bn % 16 == 0 and "amx-int8" in cpu_facts(target).features
 
 
+def conv2d_int8_amx(padded, kernel, bias, mult, shift, out_hw, strides, dilation, requant: dict):
+    """The requantized NCHW[bn]c output of padded u8 NCHW[ib]c data and the packed s8 kernel: the
+    sums of each tile group requantized in the kernel (``amx_tiles.conv_tiles``' ``requant``:
+    ``conv2d_int8.requantize_value``'s keywords out_zp, lo, hi, out_dtype, rounding, float_clamp)."""
+    n, chunks, hp, wp, ib = (int(d) for d in padded.shape)
+    ocb, kchunks, kh, kw, icq, bn, _ = (int(d) for d in kernel.shape)
+    assert kchunks == chunks and icq * 4 == ib, (padded.shape, kernel.shape)
+    oh, ow = out_hw
+    m = row_tile(ow)
+
+    def body(ins, outs):
+        return conv_tiles(*ins, *outs, n=n, chunks=chunks, hp=hp, wp=wp, ib=ib, k_row=ib, ocb=ocb, oh=oh, ow=ow,
+                          kh=kh, kw=kw, bn=bn, strides=strides, dilation=dilation, elem_bytes=1, product="tdpbusd",
+                          requant=requant)
+
+    return te.extern((n, ocb, oh, ow, bn), [padded, kernel, bias, mult, shift], body, name="conv2d_int8_amx",
+                     dtype=requant["out_dtype"], tag=TAG, attrs={"tile_ow": m})
+
+
 def conv2d_int8_amx_acc(padded, kernel, out_hw, strides, dilation):
     """int32 NCHW[bn]c accumulators of padded u8 NCHW[ib]c data and the packed s8 kernel."""
     n, chunks, hp, wp, ib = (int(d) for d in padded.shape)
@@ -55,10 +74,12 @@ def schedule_conv2d_int8_amx(outs, cfg=None):
     fused after it) one parallel pass vectorized over the channel block."""
     s, out, acc = epilogue_schedule(outs, TAG)
     schedule_pad(s, acc)
+    if out.op is acc.op:  # the kernel's requantized output, nothing fused after it
+        return s
     n, c, y, x, b = s[out].op.axis
     s[out].parallel(s[out].fuse(n, c, y))
     s[out].vectorize(b)
     return s
 
 
-__all__ = ["conv2d_int8_amx_acc", "schedule_conv2d_int8_amx", "applies", "row_tile"]
+__all__ = ["conv2d_int8_amx", "conv2d_int8_amx_acc", "schedule_conv2d_int8_amx", "applies", "row_tile"]

@@ -46,10 +46,16 @@ TASK_PRODUCTS = 64  # tile products per task at least (one tile configuration ea
 TASKS = 64  # ... where the tasks stay this many
 
 
-def conv_tiles(x, w, y, *, n, chunks, hp, wp, ib, k_row, ocb, oh, ow, kh, kw, bn, strides, dilation,
-               elem_bytes: int, product: str):
+def conv_tiles(x, w, *rest, n, chunks, hp, wp, ib, k_row, ocb, oh, ow, kh, kw, bn, strides, dilation,
+               elem_bytes: int, product: str, requant: dict | None = None):
     """The kernel body: padded data ``x`` (N, chunks, HP, WP, ib), packed weights ``w`` with
-    ``k_row`` elements of one A row per (output block, input block, tap), output ``y``."""
+    ``k_row`` elements of one A row per (output block, input block, tap), then (with ``requant``)
+    the per-channel bias, multiplier and shift, and the output ``y``: the 32-bit sums, or with
+    ``requant`` (``conv2d_int8.requantize_value``'s keywords) the requantized outputs: the four C
+    tiles of a step group are stored into a 4 KB buffer of the task (L1) and requantized from
+    there, so the sums never reach memory (a 128->512 1x1 conv at 28x28 stored and read back
+    1.6 MB of them)."""
+    *params, y = rest
     sh, sw = strides
     dh, dw = dilation
     m = row_tile(ow)
@@ -66,6 +72,9 @@ def conv_tiles(x, w, y, *, n, chunks, hp, wp, ib, k_row, ocb, oh, ow, kh, kw, bn
     ib_.emit(Evaluate(tir.call_extern("int64", "syscall", E.const(SYS_ARCH_PRCTL, "int64"),
                                       E.const(ARCH_REQ_XCOMP_PERM, "int64"), E.const(XFEATURE_XTILEDATA, "int64"))))
     xv, wv, yv = ib_.buffer_ptr(x), ib_.buffer_ptr(w), ib_.buffer_ptr(y)
+    if requant is not None:
+        from .conv2d_int8 import requantize_value
+        bv, qv, sv = (ib_.buffer_ptr(t) for t in params)
     row_bytes = k_row * elem_bytes
     with ib_.for_range(0, n * ocb * groups, name="task", kind="parallel") as task:
         cfg = ib_.allocate("uint8", (64,), name="tilecfg", scope="local")
@@ -78,6 +87,8 @@ def conv_tiles(x, w, y, *, n, chunks, hp, wp, ib, k_row, ocb, oh, ow, kh, kw, bn
             cfg[17 + 2 * t] = E.const(colsb >> 8, "uint8")
             cfg[48 + t] = E.const(rows, "uint8")
         ib_.emit(_amx("ldtilecfg", _addr(cfg[0])))
+        if requant is not None:
+            sums = ib_.allocate("int32", (2 * nb * m * 16,), name="sums", scope="local")
         b = task // (ocb * groups)
         oc = task // groups % ocb
         grp = task % groups
@@ -106,10 +117,24 @@ def conv_tiles(x, w, y, *, n, chunks, hp, wp, ib, k_row, ocb, oh, ow, kh, kw, bn
                                 for t in range(2):
                                     for j in range(nb):
                                         ib_.emit(_amx(product, _i8(2 * t + j), _i8(4 + t), _i8(6 + j)))
+                    if requant is None:
+                        for t in range(2):
+                            y_off = (((b * ocb + oc) * oh + row[t]) * ow + col[t]) * bn
+                            for j in range(nb):
+                                ib_.emit(_amx("tilestored64", _i8(2 * t + j), _addr(yv[y_off + 16 * (g + j)]),
+                                              E.const(bn * 4, "int64")))
+                        continue
                     for t in range(2):
-                        y_off = (((b * ocb + oc) * oh + row[t]) * ow + col[t]) * bn
                         for j in range(nb):
-                            ib_.emit(_amx("tilestored64", _i8(2 * t + j), _addr(yv[y_off + 16 * (g + j)]),
-                                          E.const(bn * 4, "int64")))
+                            ib_.emit(_amx("tilestored64", _i8(2 * t + j), _addr(sums[(t * nb + j) * m * 16]),
+                                          E.const(64, "int64")))
+                    for t in range(2):
+                        with ib_.for_range(0, m, name="px") as px:
+                            y_off = (((b * ocb + oc) * oh + row[t]) * ow + col[t] + px) * bn
+                            for j in range(nb):
+                                with ib_.for_range(0, 16, name="lane", kind="vectorize") as lane:
+                                    ch = oc * bn + 16 * (g + j) + lane
+                                    yv[y_off + 16 * (g + j) + lane] = requantize_value(
+                                        sums[((t * nb + j) * m + px) * 16 + lane], bv[ch], qv[ch], sv[ch], **requant)
         ib_.emit(_amx("tilerelease"))
     return ib_.get()

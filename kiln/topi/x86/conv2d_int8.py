@@ -257,46 +257,48 @@ def requantize_epilogue(acc, bias, mult, shift, out_zp: int, lo: int, hi: int, o
         def index(*i):
             return i, i[1] * lanes + i[-1]
 
-    if rounding == "FLOAT32":  # onnxruntime's: float32(acc + bias) * m (float32), half to even
-        def f(*i):
-            at, ch = index(*i)
-            y = tir.round((acc[at] + bias[ch]).astype("float32") * mult[ch])
-            if float_clamp:
-                y = clamp_float(y, lo - out_zp, hi - out_zp)
-            y = y.astype("int32") + tir.const(out_zp, "int32")
-            return tir.min(tir.max(y, tir.const(lo, "int32")), tir.const(hi, "int32")).astype(out_dtype)
-        return te.compute(shape, f, name="requantize_int8", tag=REQUANT_TAG)
-
-    if rounding in ("GEMM", "UPWARD_SPLIT", "TONEAREST_SPLIT"):  # a 64-bit product shifted by 31, then 32 bits
-        def f(*i):
-            at, ch = index(*i)
-            x = (acc[at] + bias[ch]).astype("int64")
-            q = mult[ch].astype("int32").astype("int64")  # q < 2**31: a sign-extended 32-bit product
-            k = (shift[ch] - tir.const(31, "int64")).astype("int32")
-            p = x * q
-            if rounding == "GEMM":  # TFLite: round half up at 2**31, then again at 2**k
-                p = p + tir.const(1 << 30, "int64")
-            else:  # one rounding at 2**(31 + k): half up at 2**31 where k = 0, else floor there
-                p = p + tir.Select(k == tir.const(0, "int32"), tir.const(1 << 30, "int64"), tir.const(0, "int64"))
-                if rounding == "TONEAREST_SPLIT":
-                    p = p - (x < tir.const(0, "int64")).astype("int64")
-            high = (p >> tir.const(31, "int64")).astype("int32")
-            half = (tir.const(1, "int32") << k) >> tir.const(1, "int32")
-            y = ((high + half) >> k) + tir.const(out_zp, "int32")
-            return tir.min(tir.max(y, tir.const(lo, "int32")), tir.const(hi, "int32")).astype(out_dtype)
-        return te.compute(shape, f, name="requantize_int8", tag=REQUANT_TAG)
-
     def f(*i):
         at, ch = index(*i)
-        x = (acc[at] + bias[ch]).astype("int64")
-        s = shift[ch]
-        p = x * mult[ch] + (tir.const(1, "int64") << (s - 1))
-        if rounding == "TONEAREST":
-            p = p - (x < 0).astype("int64")
-        y = (p >> s) + tir.const(out_zp, "int64")
-        y = tir.min(tir.max(y, tir.const(lo, "int64")), tir.const(hi, "int64"))
-        return y.astype(out_dtype)
+        return requantize_value(acc[at], bias[ch], mult[ch], shift[ch], out_zp, lo, hi, out_dtype, rounding,
+                                float_clamp)
     return te.compute(shape, f, name="requantize_int8", tag=REQUANT_TAG)
+
+
+def requantize_value(x, bias, mult, shift, out_zp: int, lo: int, hi: int, out_dtype: str,
+                     rounding: str = "UPWARD", float_clamp: bool = True):
+    """One output of ``requantize_epilogue``: ``x`` the int32 sum, ``bias``/``mult``/``shift`` its
+    channel's (int32, int64 or float32, int64) values; the AMX kernel applies it to the sums of
+    each tile (amx_int8.py), the other kernels through ``requantize_epilogue``."""
+    if rounding == "FLOAT32":  # onnxruntime's: float32(acc + bias) * m (float32), half to even
+        y = tir.round((x + bias).astype("float32") * mult)
+        if float_clamp:
+            y = clamp_float(y, lo - out_zp, hi - out_zp)
+        y = y.astype("int32") + tir.const(out_zp, "int32")
+        return tir.min(tir.max(y, tir.const(lo, "int32")), tir.const(hi, "int32")).astype(out_dtype)
+
+    if rounding in ("GEMM", "UPWARD_SPLIT", "TONEAREST_SPLIT"):  # a 64-bit product shifted by 31, then 32 bits
+        x = (x + bias).astype("int64")
+        q = mult.astype("int32").astype("int64")  # q < 2**31: a sign-extended 32-bit product
+        k = (shift - tir.const(31, "int64")).astype("int32")
+        p = x * q
+        if rounding == "GEMM":  # TFLite: round half up at 2**31, then again at 2**k
+            p = p + tir.const(1 << 30, "int64")
+        else:  # one rounding at 2**(31 + k): half up at 2**31 where k = 0, else floor there
+            p = p + tir.Select(k == tir.const(0, "int32"), tir.const(1 << 30, "int64"), tir.const(0, "int64"))
+            if rounding == "TONEAREST_SPLIT":
+                p = p - (x < tir.const(0, "int64")).astype("int64")
+        high = (p >> tir.const(31, "int64")).astype("int32")
+        half = (tir.const(1, "int32") << k) >> tir.const(1, "int32")
+        y = ((high + half) >> k) + tir.const(out_zp, "int32")
+        return tir.min(tir.max(y, tir.const(lo, "int32")), tir.const(hi, "int32")).astype(out_dtype)
+
+    x = (x + bias).astype("int64")
+    p = x * mult + (tir.const(1, "int64") << (shift - 1))
+    if rounding == "TONEAREST":
+        p = p - (x < 0).astype("int64")
+    y = (p >> shift) + tir.const(out_zp, "int64")
+    y = tir.min(tir.max(y, tir.const(lo, "int64")), tir.const(hi, "int64"))
+    return y.astype(out_dtype)
 
 
 def clamp_float(y, lo, hi):
@@ -461,5 +463,5 @@ def pad_value_u8(zp) -> int:
 
 
 __all__ = ["int8_tier", "block_for", "conv2d_int8_acc", "dense_int8_acc", "depthwise_int8_acc",
-           "schedule_depthwise_int8", "requantize_epilogue",
+           "schedule_depthwise_int8", "requantize_epilogue", "requantize_value",
            "schedule_conv2d_int8", "schedule_dense_int8", "epilogue_schedule", "schedule_pad", "tile_width", "CONV_TAG", "DENSE_TAG"]
