@@ -15,7 +15,10 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 WORKER = os.path.join(HERE, "helpers", "hostile.py")
-EXAMPLES = {"onnx": 150, "tflite": 60, "keras": 80, "params": 150, "graph": 150, "tar": 25, "script": 150}
+EXAMPLES = {"onnx": 150, "tflite": 60, "keras": 80, "params": 150, "graph": 150, "tar": 25, "script": 150,
+            # structure-aware mutations of the quantized, recurrent, transformer, bfloat16 and
+            # data-dependent converters (hostile_seeds._onnx_op_seeds, _tflite_quant_specs)
+            "onnx_ops": 120, "tflite_quant": 150}
 
 
 @pytest.fixture(scope="module")

@@ -255,3 +255,187 @@ def test_limits_accept_real_model_sizes(tmp_path):
     assert len(blob) > 100_000_000
     loaded = load_params(blob, copy=False)
     assert set(loaded) == set(resnet50) and np.array_equal(loaded["fc"], resnet50["fc"])
+
+
+# -- the converters fuzzed by the onnx_ops and tflite_quant cases (tests/helpers/hostile_seeds.py) --
+
+def _op_seed(index, opset=None):
+    """One of hostile_seeds' ONNX op seeds as a ModelProto: 0 QDQ, 1 QOperator, 2 LSTM/GRU/RNN,
+    3 bfloat16, 4 Attention/RotaryEmbedding/RMSNormalization, 5 NonZero/Unique/NMS/Conv3D."""
+    import hostile_seeds
+    import onnx
+    m = onnx.load_from_string(hostile_seeds._onnx_op_seeds()[index])
+    if opset is not None:
+        m.opset_import[0].version = opset
+    return m
+
+
+def _set_init(model, name, value):
+    from onnx import numpy_helper
+    for i, t in enumerate(model.graph.initializer):
+        if t.name == name:
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.asarray(value), name))
+            return model
+    raise KeyError(name)
+
+
+def _node(model, name):
+    return next(n for n in model.graph.node if n.name == name)
+
+
+@pytest.mark.parametrize("init, node", [("w", "QLinearConv node 'qconv': input w"),
+                                        ("m", "QLinearMatMul node 'qmm': input b"),
+                                        ("m2", "MatMulInteger node 'mmi': input b")])
+def test_onnx_quantized_0d_operand_is_named_not_an_index_error(init, node):
+    from kiln.relay.frontend.onnx import from_onnx
+    model = _set_init(_op_seed(1), init, np.array(3, "uint8" if init != "w" else "int8"))
+    with pytest.raises(FileFormatError, match=node + r" has shape \[\]; it needs \d or more dimensions"):
+        from_onnx(model)
+
+
+def test_onnx_matmul_of_a_0d_initializer_is_named():
+    from kiln.relay.frontend.onnx import from_onnx
+    model = _set_init(_op_seed(0), "mq", np.array(3, "uint8"))  # DequantizeLinear -> 0-d MatMul operand
+    with pytest.raises(FileFormatError, match=r"MatMul node 'mm': inputs of shapes \[1, 64\] and \[\]"):
+        from_onnx(model)
+
+
+def test_onnx_unique_axis_of_a_0d_input_is_named_not_a_zero_division():
+    from kiln.relay.frontend.onnx import from_onnx
+    model = _set_init(_op_seed(5), "u", np.array(7, "int64"))
+    with pytest.raises(FileFormatError, match=r"Unique node 'unique': attribute axis=0 is outside the input's 0 dim"):
+        from_onnx(model)
+
+
+def test_onnx_op_newer_than_the_opset_gets_its_arity_checked():
+    # RMSNormalization is opset 23: at opset 17 get_schema had none, so nothing checked its arity
+    # and the converter met a short input list (IndexError); now its newest schema checks it
+    from kiln.relay.frontend.onnx import from_onnx
+    model = _op_seed(4, opset=17)
+    del _node(model, "rms").input[1:]
+    with pytest.raises(FileFormatError, match=r"node 0 \(RMSNormalization 'rms'\): has 1 inputs; RMSNormalization "
+                                              r"takes 2 to 2"):
+        from_onnx(model)
+    model = _op_seed(4, opset=17)
+    _node(model, "rope").input[1] = ""  # an empty required input
+    with pytest.raises(FileFormatError, match=r"node 1 \(RotaryEmbedding 'rope'\): leaves required input 1 empty"):
+        from_onnx(model)
+
+
+def test_onnx_attention_0d_mask_is_named():
+    from kiln.relay.frontend.onnx import from_onnx
+    model = _set_init(_op_seed(4), "mask", np.array(True))
+    with pytest.raises(FileFormatError, match=r"Attention node 'attn': attn_mask is 0-d"):
+        from_onnx(model)
+
+
+def test_onnx_tib_graph_input_is_refused_before_inference_allocates(tmp_path):
+    """A graph input declared (2**40, 3, 8): relay's slice inference probed it with np.empty
+    (a MemoryError of 96 TiB, or worse under overcommit); now refused as the executor's buffer."""
+    from kiln.relay.frontend.onnx import from_onnx
+    model = _op_seed(4)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1 << 40
+    with pytest.raises(SizeLimitError, match=r"graph input 'q' of shape \[1099511627776, 3, 8\] needs 98304\.0 GiB"):
+        from_onnx(model)
+    result = _bomb(lambda p: from_onnx(p), "tib.onnx", model.SerializeToString(), tmp_path)
+    assert result["type"] == "SizeLimitError"
+
+
+def _tfl(index, edit):
+    """hostile_seeds' quantized TFLite spec ``index`` (2: int8 FULLY_CONNECTED x, w, b -> y; 0: int8
+    CONV_2D) with ``edit(tensors, ops)`` applied, written as .tflite bytes."""
+    import hostile_seeds
+    tensors, buffers, ops, codes, inputs, outputs = hostile_seeds._tflite_quant_specs()[index]
+    tensors, ops = list(tensors), list(ops)
+    edit(tensors, ops)
+    return hostile_seeds._tflite_write((tensors, buffers, ops, codes, inputs, outputs))
+
+
+def _retype(tensors, k, dtype=None, quant=None):
+    name, shape, old, buf, q = tensors[k]
+    tensors[k] = (name, shape, dtype or old, buf, quant if quant is not None else q)
+
+
+def test_tflite_quantized_output_of_int32_is_named_not_a_key_error():
+    from kiln.relay.frontend import from_tflite
+    data = _tfl(2, lambda t, o: _retype(t, 3, "int32"))
+    with pytest.raises(FileFormatError, match=r"FULLY_CONNECTED.*its output is int32 with quantization parameters"):
+        from_tflite(data)
+
+
+def test_tflite_fully_connected_without_weights_is_named():
+    from kiln.relay.frontend import from_tflite
+
+    def drop(tensors, ops):
+        code, ins, outs, options, fields = ops[0]
+        ops[0] = (code, [ins[0], -1, ins[2]], outs, options, fields)
+    with pytest.raises(FileFormatError, match=r"FULLY_CONNECTED.*has no weights \(input 1\)"):
+        from_tflite(_tfl(2, drop))
+
+
+def test_tflite_int32_zero_point_beyond_int32_is_named():
+    from kiln.relay.frontend import from_tflite
+    data = _tfl(2, lambda t, o: _retype(t, 2, quant=([0.0001], [1 << 40], 0)))
+    with pytest.raises(FileFormatError, match=r"zero point \[1099511627776\] does not fit int32"):
+        from_tflite(data)
+
+
+def test_tflite_float_bias_of_a_quantized_conv_is_named():
+    from kiln.relay.frontend import from_tflite
+
+    def float_bias(tensors, ops):
+        name, shape, _, buf, q = tensors[2]
+        tensors[2] = (name, shape, "float32", buf, None)
+    with pytest.raises(FileFormatError, match=r"CONV_2D.*the bias is float32; a quantized CONV_2D needs an int32 bias"):
+        from_tflite(_tfl(0, float_bias))
+
+
+def _index_model(op, idx, data_shape=(2, 3), out_shape=(2, 3), **attrs):
+    from onnx import TensorProto, helper, numpy_helper
+    ins = ["x", "i"] + (["u"] if op.startswith("Scatter") else [])
+    inits = [numpy_helper.from_array(np.asarray(idx, "int64"), "i"),
+             numpy_helper.from_array(np.ones(np.shape(idx), "float32"), "u")]
+    graph = helper.make_graph([helper.make_node(op, ins, ["y"], **attrs)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(data_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape))], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("op, idx, out_shape", [
+    ("GatherElements", [[0, 5, 1], [1, 0, 0]], (2, 3)),        # read outside x at run time (SIGSEGV)
+    ("GatherND", [[0, 7], [1, 1]], (2,)),                        # read outside x at run time (SIGSEGV)
+    ("ScatterElements", [[0, 1, 1], [-3, 0, 0]], (2, 3)),        # wrote outside the output
+    ("ScatterND", [[1, 3]], (2, 3)),
+    ("Gather", [[0, 1], [2, 1]], (2, 2, 3)),                     # wrapped: a wrong answer, not ONNX's error
+])
+def test_onnx_constant_indices_out_of_range_are_refused_at_import(op, idx, out_shape):
+    from kiln.relay.frontend.onnx import from_onnx
+    model = _index_model(op, idx, out_shape=out_shape)
+    with pytest.raises(FileFormatError, match=rf"{op} node .*: indices hold -?\d+ at \[.*\], outside the data's size"):
+        from_onnx(model)
+
+
+def test_onnx_rotary_positions_beyond_the_cache_are_refused():
+    from kiln.relay.frontend.onnx import from_onnx
+    model = _set_init(_op_seed(4), "pos", np.array([[0, 2, 5]], "int64"))  # the cos/sin cache has 5 rows
+    with pytest.raises(FileFormatError, match=r"RotaryEmbedding node 'rope': position_ids hold 5 at \[0, 2\]"):
+        from_onnx(model)
+
+
+def test_onnx_negative_constant_indices_count_from_the_end():
+    """What the check lets through still runs right: negative constant indices of GatherElements
+    and GatherND (normalized at import) give numpy's answer."""
+    import kiln
+    from kiln import relay
+    from kiln.contrib import graph_executor
+    from kiln.relay.frontend.onnx import from_onnx
+    x = np.arange(6, dtype="float32").reshape(2, 3)
+    for op, idx, out_shape, want in [
+            ("GatherElements", [[-1, 0, -2], [1, -1, 0]], (2, 3), np.take_along_axis(x, np.array([[1, 0, 0], [1, 1, 0]]), 0)),
+            ("GatherND", [[-1, -1], [0, -3]], (2,), np.array([x[1, 2], x[0, 0]]))]:
+        mod, params = from_onnx(_index_model(op, idx, out_shape=out_shape))
+        lib = relay.build(mod, target="llvm", params=params)
+        gm = graph_executor.GraphModule(lib["default"](kiln.cpu()))
+        gm.set_input("x", x)
+        gm.run()
+        np.testing.assert_array_equal(gm.get_output(0).numpy(), want)
