@@ -63,7 +63,10 @@ def _nonzero(ctx, ins, attrs):
 def _unique(ctx, ins, attrs):
     axis = attrs.get("axis")
     if axis is not None:
-        axis = int(axis) % len(ctx.shape_of(ins[0]))
+        rank = len(ctx.shape_of(ins[0]))
+        if not -rank <= int(axis) < rank:
+            ctx.fail(f"attribute axis={axis} is outside the input's {rank} dimensions")
+        axis = int(axis) % rank
     out = dynamic.unique(ins[0], axis, bool(attrs.get("sorted", 1)))
     n = out[4]
     return [Bounded(out[0], axis or 0, n, "Unique"), Bounded(out[1], 0, n, "Unique"), out[2],

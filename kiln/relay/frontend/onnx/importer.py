@@ -66,6 +66,8 @@ class Ctx:
         return shape
 
     def type_of(self, expr) -> TensorType:
+        if expr is None:  # an input the op needs left out (an empty name, too few inputs)
+            self.fail("an input it needs is missing (too few inputs, or an empty input name)")
         return infer(expr).checked_type
 
     def shape_of(self, expr) -> tuple:
@@ -134,7 +136,10 @@ class _Importer:
             dtype = self.dtype.get(name, dtype)
         elif dtype is None or (dtype.startswith("float") and self.dtype):
             dtype = dtype or self.dtype
-        return var(name, shape=self.input_shapes[name], dtype=dtype)
+        shape = self.input_shapes[name]  # a buffer the executor allocates: within the load limit
+        limits.tensor(shape, 2 if dtype == "bfloat16" else np.dtype(dtype or "uint8").itemsize,
+                      file=f"from_onnx: {self.name}", field=f"graph input {name!r} of shape {list(shape)}")
+        return var(name, shape=shape, dtype=dtype)
 
     def resolve_input_shapes(self, inputs) -> dict:
         """{input name: static shape}: the model's dims, the ``shape`` argument where given, and

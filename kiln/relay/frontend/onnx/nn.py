@@ -154,6 +154,8 @@ def _gemm(ctx, ins, attrs):
 def _matmul(ctx, ins, attrs):
     a, b = ins
     sa, sb = ctx.shape_of(a), ctx.shape_of(b)
+    if not sa or not sb:
+        ctx.fail(f"inputs of shapes {list(sa)} and {list(sb)}: MatMul needs at least one dimension in each")
     squeeze = []
     if len(sa) == 1:
         a, sa, squeeze = tf.expand_dims(a, 0), (1,) + sa, squeeze + [-2]

@@ -72,6 +72,14 @@ def _channels(ctx, x, axis):
     return shape[axis % len(shape)] if shape else 1
 
 
+def _shape(ctx, x, what: str, least: int) -> tuple:
+    """The shape of input ``what``, which needs ``least`` dimensions or more."""
+    shape = ctx.shape_of(x)
+    if len(shape) < least:
+        ctx.fail(f"input {what} has shape {list(shape)}; it needs {least} or more dimensions")
+    return shape
+
+
 def _dtype(ctx, x) -> str:
     return ctx.type_of(x).dtype
 
@@ -185,6 +193,8 @@ def _conv_core(ctx, x, w, zx, zw, sx, sw, attrs):
             if key in attrs:
                 attrs[key] = [1] + list(attrs[key])
         if "pads" in attrs:
+            if len(attrs["pads"]) != 2:
+                ctx.fail(f"attribute pads={attrs['pads']} of a 1-D convolution needs 2 values (begin, end)")
             attrs["pads"] = [0, attrs["pads"][0], 0, attrs["pads"][1]]
         xs, ws = xs[:2] + (1,) + xs[2:], ws[:2] + (1,) + ws[2:]
     kernel = list(attrs.get("kernel_shape", ws[2:]))
@@ -204,7 +214,7 @@ def _out_params(ctx, ins, i_scale, i_zp, what="y"):
 
 def _qlinear_conv(ctx, ins, attrs):
     x, w = ins[0], ins[3]
-    oc = ctx.shape_of(w)[0]
+    oc = _shape(ctx, w, "w", 3)[0]
     sx = _scale(ctx, ins[1], "x_scale")
     zx, _ = _zero_point(ctx, ins[2], "x_zero_point", _dtype(ctx, x))
     sw = _scale(ctx, ins[4], "w_scale", oc)
@@ -225,7 +235,7 @@ def _conv_integer(ctx, ins, attrs):
     if isinstance(zx, Constant):
         zx, _ = _zero_point(ctx, zx, "x_zero_point", _dtype(ctx, x))
     if isinstance(zw, Constant):
-        zw, _ = _zero_point(ctx, zw, "w_zero_point", _dtype(ctx, w), ctx.shape_of(w)[0])
+        zw, _ = _zero_point(ctx, zw, "w_zero_point", _dtype(ctx, w), _shape(ctx, w, "w", 3)[0])
     acc, one_d = _conv_core(ctx, x, w, zx, zw, const(np.float32(1)), const(np.float32(1)), attrs)
     return tf.squeeze(acc, [2]) if one_d else acc
 
@@ -246,7 +256,7 @@ def _matmul_core(ctx, a, b, za, zb, sa, sb):
 
 def _qlinear_matmul(ctx, ins, attrs):
     a, b = ins[0], ins[3]
-    n = ctx.shape_of(b)[-1]
+    n = _shape(ctx, b, "b", 1)[-1]
     sa = _scale(ctx, ins[1], "a_scale")
     za, _ = _zero_point(ctx, ins[2], "a_zero_point", _dtype(ctx, a))
     sb = _scale(ctx, ins[4], "b_scale", n)
@@ -264,7 +274,7 @@ def _matmul_integer(ctx, ins, attrs):
     if isinstance(za, Constant):
         za, _ = _zero_point(ctx, za, "a_zero_point", _dtype(ctx, a))
     if isinstance(zb, Constant):
-        zb, _ = _zero_point(ctx, zb, "b_zero_point", _dtype(ctx, b), ctx.shape_of(b)[-1])
+        zb, _ = _zero_point(ctx, zb, "b_zero_point", _dtype(ctx, b), _shape(ctx, b, "b", 1)[-1])
     one = const(np.float32(1))
     return _matmul_core(ctx, a, b, za, zb, one, one)
 
@@ -275,7 +285,7 @@ def _qgemm(ctx, ins, attrs):
         a = tf.transpose(a, (1, 0))
     if attrs.get("transB", 0):
         b = const(np.ascontiguousarray(b.data.T)) if isinstance(b, Constant) else tf.transpose(b, (1, 0))
-    n = ctx.shape_of(b)[-1]
+    n = _shape(ctx, b, "B", 1)[-1]
     sa = _scale(ctx, ins[1], "a_scale")
     za, _ = _zero_point(ctx, ins[2], "a_zero_point", _dtype(ctx, a))
     sb = _scale(ctx, ins[4], "b_scale", n)

@@ -10,8 +10,19 @@ from ...op import reduce, scatter, tensor
 from ...op import transform as tf
 
 
+def _nd_indices(ctx, ins, batch_dims: int = 0):
+    """GatherND/ScatterND indices known at import, checked against the data's leading axes."""
+    from .tensor import constant_indices
+    shape = ctx.shape_of(ins[0])
+    if not 0 <= batch_dims < len(shape):
+        ctx.fail(f"attribute batch_dims={batch_dims} must be in [0, {len(shape)}) for a {len(shape)}-d input")
+    k = ctx.shape_of(ins[1])[-1] if ctx.shape_of(ins[1]) else 0
+    return constant_indices(ctx, ins[1], shape[batch_dims:batch_dims + k], "indices")
+
+
 def _gather_nd(ctx, ins, attrs):
-    return scatter.gather_nd(ins[0], ins[1], attrs.get("batch_dims", 0))
+    batch_dims = attrs.get("batch_dims", 0)
+    return scatter.gather_nd(ins[0], _nd_indices(ctx, ins, batch_dims), batch_dims)
 
 
 def _reduction(ctx, attrs) -> str:
@@ -23,7 +34,7 @@ def _reduction(ctx, attrs) -> str:
 
 
 def _scatter_nd(ctx, ins, attrs):
-    return scatter.scatter_nd(ins[0], ins[1], ins[2], _reduction(ctx, attrs))
+    return scatter.scatter_nd(ins[0], _nd_indices(ctx, ins), ins[2], _reduction(ctx, attrs))
 
 
 def _scatter_elements(ctx, ins, attrs):
@@ -31,7 +42,9 @@ def _scatter_elements(ctx, ins, attrs):
     axis = attrs.get("axis", 0)
     if not -rank <= axis < rank:
         ctx.fail(f"attribute axis={axis} is out of range for a {rank}-d input")
-    return scatter.scatter_elements(ins[0], ins[1], ins[2], axis % rank, _reduction(ctx, attrs))
+    from .tensor import constant_indices
+    idx = constant_indices(ctx, ins[1], ctx.shape_of(ins[0])[axis], "indices")
+    return scatter.scatter_elements(ins[0], idx, ins[2], axis % rank, _reduction(ctx, attrs))
 
 
 def _scalar_input(ctx, expr, what: str) -> int:

@@ -10,6 +10,27 @@ from ...op import nn as nn_ops
 from ...op import transform as tf
 
 
+def constant_indices(ctx, idx, sizes, what: str):
+    """Indices known at import checked against ``sizes`` (one size, or one per entry of the last
+    axis for GatherND/ScatterND), negative ones counted from the end: kiln's gather and scatter
+    kernels do not check them, so an out-of-range constant would read or write outside the
+    tensor at run time. Indices computed at run time pass as they are."""
+    from ...expr import Constant
+    if not isinstance(idx, Constant) or np.asarray(idx.data).dtype.kind not in "iu":
+        return idx
+    v = np.asarray(idx.data).astype(np.int64)
+    n = np.asarray(sizes, dtype=np.int64)
+    if n.ndim and (v.ndim == 0 or v.shape[-1] != n.size):
+        return idx  # the op's own shape check names this
+    bad = (v < -n) | (v >= n)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        ctx.fail(f"{what} hold {int(v[where])} at {list(where)}, outside the data's "
+                 f"{'sizes ' + str(n.tolist()) if n.ndim else 'size ' + str(int(n))} (ONNX makes an index out of "
+                 "range an error); the file is damaged")
+    return const(np.where(v < 0, v + n, v).astype(np.asarray(idx.data).dtype))
+
+
 def _ints(ctx, x, what):
     return [int(v) for v in np.asarray(ctx.value(x, what)).reshape(-1)]
 
@@ -71,11 +92,19 @@ def _slice(ctx, ins, attrs):
 def _gather(ctx, ins, attrs):
     x, idx = ins
     axis = attrs.get("axis", 0)
+    shape = ctx.shape_of(x)
+    if not -len(shape) <= axis < len(shape):
+        ctx.fail(f"attribute axis={axis} is out of range for a {len(shape)}-d input")
+    idx = constant_indices(ctx, idx, shape[axis], "indices")
     return tf.take(x, idx, axis=axis, mode="wrap")  # wrap makes negative indices count from the end
 
 
 def _gather_elements(ctx, ins, attrs):
-    return tf.gather(ins[0], attrs.get("axis", 0), ins[1])
+    shape = ctx.shape_of(ins[0])
+    axis = attrs.get("axis", 0)
+    if not -len(shape) <= axis < len(shape):
+        ctx.fail(f"attribute axis={axis} is out of range for a {len(shape)}-d input")
+    return tf.gather(ins[0], axis % len(shape), constant_indices(ctx, ins[1], shape[axis], "indices"))
 
 
 def _axes_arg(ctx, ins, attrs):

@@ -94,6 +94,8 @@ def _attention(ctx, ins, attrs):
     bias = None
     if mask is not None:
         mshape = ctx.shape_of(mask)
+        if not mshape:
+            ctx.fail("attn_mask is 0-d; it needs a key axis (shape (..., query, key))")
         if mshape[-1] < skv:  # a mask shorter than the keys: the missing columns are masked out
             fill = False if ctx.type_of(mask).dtype == "bool" else -np.inf
             pad = np.full(tuple(mshape[:-1]) + (skv - mshape[-1],), fill,
@@ -146,6 +148,8 @@ def _rotary(ctx, ins, attrs):
     rot = attrs.get("rotary_embedding_dim", 0) or d
     half = rot // 2
     if pos is not None:
+        from .tensor import constant_indices
+        pos = constant_indices(ctx, pos, ctx.shape_of(cos)[0], "position_ids")
         cos, sin = tf.take(cos, pos, axis=0), tf.take(sin, pos, axis=0)
     if ctx.shape_of(cos)[-1] != half:
         ctx.fail(f"cos_cache's last axis is {ctx.shape_of(cos)[-1]}, not rotary_embedding_dim/2 = {half}")

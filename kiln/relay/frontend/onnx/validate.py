@@ -62,6 +62,10 @@ def _schema(node, opset: int):
     try:
         return onnx.defs.get_schema(node.op_type, opset, node.domain or "")
     except onnx.defs.SchemaError:
+        pass
+    try:  # an op newer than the model's opset (the importer converts it anyway): its newest arity
+        return onnx.defs.get_schema(node.op_type, onnx.defs.onnx_opset_version(), node.domain or "")
+    except onnx.defs.SchemaError:
         return None  # unknown op: the importer lists it among the unsupported ones
 
 

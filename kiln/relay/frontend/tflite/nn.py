@@ -82,8 +82,10 @@ def _depthwise_conv2d(ctx, ins):
 
 def _fully_connected(ctx, ins):
     opts = ctx.options(_tflite().FullyConnectedOptions)
-    x, w = ins[0], ins[1]
-    units, depth = ctx.shape_of(w)
+    x, w = ins[0], ins[1] if len(ins) > 1 else None
+    if w is None:
+        ctx.fail("has no weights (input 1); the file is damaged")
+    units, depth = ctx.rank(w, 2, "weights")
     shape = ctx.shape_of(x)
     out = nn.dense(tf.reshape(x, (-1, depth)), w)
     if len(ins) > 2 and ins[2] is not None:

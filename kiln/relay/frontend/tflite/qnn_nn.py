@@ -49,6 +49,8 @@ def _bias(ctx, k, channels):
         return None
     if info.data is None:
         ctx.fail("the bias must be a constant tensor")
+    if info.dtype not in ("int32", "int64"):
+        ctx.fail(f"the bias is {info.dtype}; a quantized {ctx.op_name} needs an int32 bias (int64 for int16 inputs)")
     b = np.asarray(info.data).reshape(-1)
     if b.size not in (1, channels):
         ctx.fail(f"the bias has {b.size} values for {channels} output channels")

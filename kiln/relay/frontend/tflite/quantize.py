@@ -68,6 +68,8 @@ def qparams_problem(qp: QParams, dtype: str, shape) -> str | None:
         z = qp.zero_point
         if np.any(z < lo) or np.any(z > hi):
             return f"zero point {z.ravel()[:8].tolist()} is outside {dtype} [{lo}, {hi}]; convert the model again"
+    elif np.any((qp.zero_point < -(1 << 31)) | (qp.zero_point >= 1 << 31)):  # int32/int64 biases (zero point 0)
+        return f"zero point {qp.zero_point.ravel()[:8].tolist()} does not fit int32; convert the model again"
     if qp.zero_point.size not in (1, s.size) or (s.size > 1 and not (
             0 <= qp.axis < len(shape) and shape[qp.axis] == s.size)):
         return (f"{s.size} scales and {qp.zero_point.size} zero points along axis {qp.axis} do not fit shape "
@@ -125,6 +127,9 @@ def dequantize(x, qp: QParams):
 
 def activation_range(code: int, qp: QParams, dtype: str) -> tuple[int, int]:
     """TFLite's CalculateActivationRangeQuantized: the integer clamp of a fused activation."""
+    if dtype not in RANGES:  # a damaged file: a quantized op's output declared int32, float32...
+        raise ValueError(f"its output is {dtype} with quantization parameters; a quantized op writes "
+                         "int8, uint8 or int16 (the file is damaged)")
     lo, hi = RANGES[dtype]
     scale, zp = np.float32(qp.s), qp.z
 
