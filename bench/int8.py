@@ -68,9 +68,11 @@ def fold_batch_norms(model):
     producer = {o: n for n in graph.node for o in n.output}
     drop = []
     for bn in graph.node:
+        if bn.op_type != "BatchNormalization":
+            continue
         conv = producer.get(bn.input[0])
-        if bn.op_type != "BatchNormalization" or conv is None or conv.op_type != "Conv" or \
-                consumers.get(bn.input[0]) != 1 or not all(n in inits for n in list(bn.input[1:5]) + list(conv.input[1:])):
+        if conv is None or conv.op_type != "Conv" or consumers.get(bn.input[0]) != 1 or \
+                not all(n in inits for n in list(bn.input[1:5]) + list(conv.input[1:])):
             continue
         eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
         gamma, beta, mean, var = (numpy_helper.to_array(inits[n]).astype("float64") for n in bn.input[1:5])

@@ -7,14 +7,16 @@ of 4, so the B tile of output channels 16j..16j+15 is one load at byte offset 64
 stride of 4 bn bytes. One pixel's ib input channels (NCHW[ib]c data) are one A row; M output pixels
 of a row are M A rows (stride: the conv's stride times ib bytes).
 
-One task per (image, output block, output row): for each run of M pixels (the widest divisor of
-the row <= 16) and each pair of 16-channel pieces of the block, two C tiles accumulate over
-(C/ib, KH, KW), each A load shared by both B tiles; the int32 tiles are stored into the
-accumulator tensor and the requantize epilogue (kiln/topi/x86/conv2d_int8.py) runs over it in the
-same kernel. Each task loads the tile configuration (per-thread state) and releases it; the
-kernel asks Linux for the AMX state on entry (kiln/runtime/amx.py explains why).
+A task is (image, output block, a group of run pairs); a run is M pixels of an output row (the
+widest divisor of the row <= 16). Each step (C/ib, KH, KW) loads two runs' A tiles and two
+16-channel pieces' B tiles into four C tiles, each load feeding two products
+(kiln/topi/x86/amx_tiles.py); each group's C tiles are stored into a 4 KB buffer of the task
+and requantized from there (``conv2d_int8.requantize_value``), so the kernel writes only the
+requantized output. Ops fused after the requantize (onnxruntime's residual add) run over that
+output as the kernel's second pass. Each task loads the tile configuration (per-thread state)
+once; the kernel asks Linux for the AMX state on entry (kiln/runtime/amx.py explains why).
 
-Tile registers: C0, C1 = 0, 1; A = 2; B0, B1 = 3, 4.
+Tile registers: C = 0-3 (run t, piece j: 2t + j); A = 4, 5; B = 6, 7.
 """
 
 from __future__ import annotations
@@ -53,25 +55,9 @@ def conv2d_int8_amx(padded, kernel, bias, mult, shift, out_hw, strides, dilation
                      dtype=requant["out_dtype"], tag=TAG, attrs={"tile_ow": m})
 
 
-def conv2d_int8_amx_acc(padded, kernel, out_hw, strides, dilation):
-    """int32 NCHW[bn]c accumulators of padded u8 NCHW[ib]c data and the packed s8 kernel."""
-    n, chunks, hp, wp, ib = (int(d) for d in padded.shape)
-    ocb, kchunks, kh, kw, icq, bn, _ = (int(d) for d in kernel.shape)
-    assert kchunks == chunks and icq * 4 == ib, (padded.shape, kernel.shape)
-    oh, ow = out_hw
-    m = row_tile(ow)
-
-    def body(ins, outs):
-        return conv_tiles(*ins, *outs, n=n, chunks=chunks, hp=hp, wp=wp, ib=ib, k_row=ib, ocb=ocb, oh=oh, ow=ow,
-                          kh=kh, kw=kw, bn=bn, strides=strides, dilation=dilation, elem_bytes=1, product="tdpbusd")
-
-    return te.extern((n, ocb, oh, ow, bn), [padded, kernel], body, name="conv2d_int8_amx", dtype="int32",
-                     tag=TAG, attrs={"tile_ow": m})
-
-
 def schedule_conv2d_int8_amx(outs, cfg=None):
-    """The AMX kernel at root, the padding a parallel pass, the requantize epilogue (and what is
-    fused after it) one parallel pass vectorized over the channel block."""
+    """The AMX kernel at root (requantizing), the padding a parallel pass, what is fused after the
+    requantize one parallel pass vectorized over the channel block."""
     s, out, acc = epilogue_schedule(outs, TAG)
     schedule_pad(s, acc)
     if out.op is acc.op:  # the kernel's requantized output, nothing fused after it
@@ -82,4 +68,4 @@ def schedule_conv2d_int8_amx(outs, cfg=None):
     return s
 
 
-__all__ = ["conv2d_int8_amx", "conv2d_int8_amx_acc", "schedule_conv2d_int8_amx", "applies", "row_tile"]
+__all__ = ["conv2d_int8_amx", "schedule_conv2d_int8_amx", "applies", "row_tile"]

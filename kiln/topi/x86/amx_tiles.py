@@ -6,12 +6,10 @@ pixels of one output row (the widest divisor of the row <= 16: tile rows); runs 
 row by row and taken two at a time. Each step (input block, KH, KW) loads the two runs' A tiles
 (M pixels x one input row) and two 16-channel pieces' B tiles (the packed weights, 4 bytes per
 K step) into four C tiles (M rows x 64 bytes of 32-bit sums), so each tile load feeds two
-products; the C tiles are stored straight into the NCHW{bn}c output. A task is (image, output
-block, a group of run pairs) and loads the tile configuration (per-thread state) once: a load
-and release per row cost as much as the products of a 1x1 conv's row with 128 input channels.
-An odd number of runs repeats the last one in the last pair (the same sums stored to the same
-place). Only the element type differs between the users: bfloat16 (2 bytes, ``tdpbf16ps``) or
-u8 x s8 (1 byte, ``tdpbusd``).
+products; the C tiles are requantized from a buffer in L1 into the NCHW{bn}c output. A task is
+(image, output block, a group of run pairs) and loads the tile configuration (per-thread state)
+once (a load and release, timed alone here, cost about as much as four tdpbusd). An odd number
+of runs repeats the last one in the last pair (the same outputs written to the same place).
 
 Tile registers: C = 0-3 (run t, piece j: 2t + j); A = 4, 5; B = 6, 7.
 """
@@ -46,16 +44,14 @@ TASK_PRODUCTS = 64  # tile products per task at least (one tile configuration ea
 TASKS = 64  # ... where the tasks stay this many
 
 
-def conv_tiles(x, w, *rest, n, chunks, hp, wp, ib, k_row, ocb, oh, ow, kh, kw, bn, strides, dilation,
-               elem_bytes: int, product: str, requant: dict | None = None):
+def conv_tiles(x, w, bias, mult, shift, y, *, n, chunks, hp, wp, ib, k_row, ocb, oh, ow, kh, kw, bn, strides,
+               dilation, elem_bytes: int, product: str, requant: dict):
     """The kernel body: padded data ``x`` (N, chunks, HP, WP, ib), packed weights ``w`` with
-    ``k_row`` elements of one A row per (output block, input block, tap), then (with ``requant``)
-    the per-channel bias, multiplier and shift, and the output ``y``: the 32-bit sums, or with
-    ``requant`` (``conv2d_int8.requantize_value``'s keywords) the requantized outputs: the four C
-    tiles of a step group are stored into a 4 KB buffer of the task (L1) and requantized from
-    there, so the sums never reach memory (a 128->512 1x1 conv at 28x28 stored and read back
-    1.6 MB of them)."""
-    *params, y = rest
+    ``k_row`` elements of one A row per (output block, input block, tap), the per-channel bias,
+    multiplier and shift, and the output ``y``, requantized (``requant``:
+    ``conv2d_int8.requantize_value``'s keywords): the four C tiles of a step group are stored into
+    a 4 KB buffer of the task (L1) and requantized from there, so the sums never reach memory (a
+    128->512 1x1 conv at 28x28 stored and read back 1.6 MB of them)."""
     sh, sw = strides
     dh, dw = dilation
     m = row_tile(ow)
@@ -72,9 +68,8 @@ def conv_tiles(x, w, *rest, n, chunks, hp, wp, ib, k_row, ocb, oh, ow, kh, kw, b
     ib_.emit(Evaluate(tir.call_extern("int64", "syscall", E.const(SYS_ARCH_PRCTL, "int64"),
                                       E.const(ARCH_REQ_XCOMP_PERM, "int64"), E.const(XFEATURE_XTILEDATA, "int64"))))
     xv, wv, yv = ib_.buffer_ptr(x), ib_.buffer_ptr(w), ib_.buffer_ptr(y)
-    if requant is not None:
-        from .conv2d_int8 import requantize_value
-        bv, qv, sv = (ib_.buffer_ptr(t) for t in params)
+    from .conv2d_int8 import requantize_value
+    bv, qv, sv = (ib_.buffer_ptr(t) for t in (bias, mult, shift))
     row_bytes = k_row * elem_bytes
     with ib_.for_range(0, n * ocb * groups, name="task", kind="parallel") as task:
         cfg = ib_.allocate("uint8", (64,), name="tilecfg", scope="local")
@@ -87,8 +82,7 @@ def conv_tiles(x, w, *rest, n, chunks, hp, wp, ib, k_row, ocb, oh, ow, kh, kw, b
             cfg[17 + 2 * t] = E.const(colsb >> 8, "uint8")
             cfg[48 + t] = E.const(rows, "uint8")
         ib_.emit(_amx("ldtilecfg", _addr(cfg[0])))
-        if requant is not None:
-            sums = ib_.allocate("int32", (2 * nb * m * 16,), name="sums", scope="local")
+        sums = ib_.allocate("int32", (2 * nb * m * 16,), name="sums", scope="local")
         b = task // (ocb * groups)
         oc = task // groups % ocb
         grp = task % groups
@@ -112,18 +106,11 @@ def conv_tiles(x, w, *rest, n, chunks, hp, wp, ib, k_row, ocb, oh, ow, kh, kw, b
                                                   E.const(sw * ib * elem_bytes, "int64")))
                                 w_off = (((oc * chunks + rco) * kh + ry) * kw + rx) * (k_row * bn)
                                 for j in range(nb):  # 16 channels x 4 bytes per B row
-                                    ib_.emit(_amx("tileloadd64", _i8(6 + j),
-                                                  _addr(wv[w_off + 64 // elem_bytes * (g + j)]), E.const(bn * 4, "int64")))
+                                    b_at = _addr(wv[w_off + 64 // elem_bytes * (g + j)])
+                                    ib_.emit(_amx("tileloadd64", _i8(6 + j), b_at, E.const(bn * 4, "int64")))
                                 for t in range(2):
                                     for j in range(nb):
                                         ib_.emit(_amx(product, _i8(2 * t + j), _i8(4 + t), _i8(6 + j)))
-                    if requant is None:
-                        for t in range(2):
-                            y_off = (((b * ocb + oc) * oh + row[t]) * ow + col[t]) * bn
-                            for j in range(nb):
-                                ib_.emit(_amx("tilestored64", _i8(2 * t + j), _addr(yv[y_off + 16 * (g + j)]),
-                                              E.const(bn * 4, "int64")))
-                        continue
                     for t in range(2):
                         for j in range(nb):
                             ib_.emit(_amx("tilestored64", _i8(2 * t + j), _addr(sums[(t * nb + j) * m * 16]),
