@@ -119,3 +119,29 @@ def test_cuda_dense_bias_gelu_runs():
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     # CUDA's erff / tanhf (a few ulp) inside float32 sums of 32 and 64 terms, two blocks
     np.testing.assert_allclose(gm.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_one_input_reshape_for_three_matmuls():
+    """Q, K and V of a layer are three MatMuls on one 3-D tensor; each imports with its own
+    reshape to rows. FuseDenseEpilogue keeps one (one copy kernel, not three); the result
+    still matches onnxruntime."""
+    rng = np.random.default_rng(1)
+    seq, d = 16, 32
+    ws = [numpy_helper.from_array(rng.standard_normal((d, d)).astype("float32"), f"w{i}") for i in range(3)]
+    nodes = [helper.make_node("MatMul", ["x", f"w{i}"], [f"p{i}"]) for i in range(3)]
+    nodes += [helper.make_node("Mul", ["p0", "p1"], ["m"]), helper.make_node("Add", ["m", "p2"], ["y"])]
+    graph = helper.make_graph(nodes, "qkv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, d])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, d])], initializer=ws)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    target = "llvm -mcpu=haswell"
+    lib = build_onnx(model, target)
+    kernels = kernel_names(lib)
+    # the input's reshape to rows (was three) and the result's back to 3-D
+    assert len([k for k in kernels if k.rstrip("0123456789_").endswith("fused_reshape")]) == 2, kernels
+    if why_host_cannot_run(target):
+        return
+    x = rng.standard_normal((1, seq, d)).astype("float32")
+    gm = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    gm.run(x=x)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(gm.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4 * d)
