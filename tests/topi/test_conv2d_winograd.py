@@ -14,13 +14,14 @@ def to_blocked(x, b):
     return np.ascontiguousarray(x.reshape(n, c // b, b, h, w).transpose(0, 1, 3, 4, 2))
 
 
-def _run(runner, c, k, hw, ib, bn, pad=1, packed=True, tile_p=None, epilogue=False, rows_outer=None):
+def _run(runner, c, k, hw, ib, bn, pad=1, packed=True, tile_p=None, epilogue=False, rows_outer=None, prefetch=None):
     a, wt = runner.rand(1, c, hw, hw), runner.rand(k, c, 3, 3)
     kernel = prepack_kernel_winograd(wt, ib, bn) if packed else wt
     A = te.placeholder((1, c // ib, hw, hw, ib), name="data")
     W = te.placeholder(kernel.shape, name="kernel")
     cfg = {"oc_bn": bn, **({"tile_p": tile_p} if tile_p else {}),
-           **({"rows_outer": rows_outer} if rows_outer is not None else {})}
+           **({"rows_outer": rows_outer} if rows_outer is not None else {}),
+           **({"prefetch": prefetch} if prefetch is not None else {})}
     out = topi.x86.conv2d_winograd_NCHWc(A, W, pad, "float32", cfg=cfg, out_channels=k)
     args, inputs = [A, W], [to_blocked(a, ib), kernel]
     ref = testing.conv2d_nchw_python(a, wt, 1, pad)
@@ -107,6 +108,23 @@ def test_which_convs_take_tile_rows_outside_the_blocks():
     with Target("llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids"):
         # ResNet's 64@56 (V 3.2 MB, U 256 KB) and 128@28 (1.6 MB, 1 MB); not 256@14 (U 4 MB)
         assert [default_config(shape(c, hw))["rows_outer"] for c, hw in ((64, 56), (128, 28), (256, 14))] == [1, 1, 0]
+        assert default_config(shape(256, 14))["prefetch"] == 1
     for cpu in ("znver3", "znver4"):  # AMD and AVX2 code keep blocks outside
         with Target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}"):
-            assert default_config(shape(64, 56))["rows_outer"] == 0
+            assert default_config(shape(64, 56))["rows_outer"] == 0 and default_config(shape(256, 14))["prefetch"] == 0
+
+
+# Prefetches of the next output block's U (full-width default with blocks outside): no result
+# changes, with a tail of tiles, odd sizes, the last block clamped to itself.
+@pytest.mark.parametrize("c,k,hw,ib,bn,tile_p", [(32, 48, 9, 16, 16, 3), (64, 96, 14, 32, 32, None)])
+def test_prefetching_the_next_blocks_weights(runner, c, k, hw, ib, bn, tile_p):
+    import kiln
+
+    _run(runner, c, k, hw, ib, bn, tile_p=tile_p, epilogue=True, rows_outer=0, prefetch=1)
+    A = te.placeholder((1, c // ib, hw, hw, ib), name="data")
+    W = te.placeholder((k // bn, 16, c // ib, ib, bn), name="kernel")
+    out = topi.x86.conv2d_winograd_NCHWc(A, W, 1, "float32", cfg={"oc_bn": bn, "rows_outer": 0, "prefetch": 1},
+                                         out_channels=k)
+    text = str(kiln.lower(topi.x86.schedule_conv2d_winograd_NCHWc(out), [A, W, out], simple_mode=True))
+    lines = [line for line in text.splitlines() if '"tir.prefetch"' in line]
+    assert lines and all(f"+ 1, {k // bn - 1})" in line for line in lines)  # the next block, clamped

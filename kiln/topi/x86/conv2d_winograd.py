@@ -99,7 +99,8 @@ def default_config(p) -> dict:
         tile_p = min(tiles_w, rows)
     from kiln.target.cpu_facts import cpu_facts
 
-    return {"oc_bn": bn, "tile_p": tile_p, "rows_outer": int(cpu_facts().full_width_avx512 and rows_outer(p))}
+    full = cpu_facts().full_width_avx512
+    return {"oc_bn": bn, "tile_p": tile_p, "rows_outer": int(full and rows_outer(p)), "prefetch": int(full)}
 
 
 def rows_outer(p) -> bool:
@@ -129,7 +130,7 @@ def config_for_shape(p, cfg=None) -> dict:
 def config_space(p) -> dict:
     tiles_w = -(-p.out_width // 2)
     space = {"oc_bn": sorted({out_block(p.out_channel, b) for b in (16, 32, 64)} - {0}),
-             "tile_p": sorted(set(range(2, min(tiles_w, 14) + 1))), "rows_outer": [0, 1]}
+             "tile_p": sorted(set(range(2, min(tiles_w, 14) + 1))), "rows_outer": [0, 1], "prefetch": [0, 1]}
     default = default_config(p)
     return with_default(space, {**default, "oc_bn": out_block(p.out_channel, default["oc_bn"])})
 
@@ -245,11 +246,12 @@ def prepack_kernel_winograd(weight: np.ndarray, ib: int, bn: int) -> np.ndarray:
     return np.ascontiguousarray(u).astype(weight.dtype)
 
 
-def schedule_output_tiles(s, out, m, tile: int, rows_outer: bool = False):
+def schedule_output_tiles(s, out, m, tile: int, rows_outer: bool = False, loops=None):
     """The output loop of an NCHWc Winograd F(2x2, 3x3) (float or int8): (batch, chunk, tile row)
     parallel, ``tile`` tiles of 2x2 pixels a step; the product ``m`` for those tiles computed there,
     per frequency in a register tile over the channel reduction. Returns that register stage.
-    ``rows_outer``: the tasks in (batch, tile row, chunk) order (see ``rows_outer``)."""
+    ``rows_outer``: the tasks in (batch, tile row, chunk) order (see ``rows_outer``). ``loops``, a
+    list, receives the task and tile-group loops (their IterVars)."""
     n, kb, y, x, kk = s[out].op.axis
     yo, yi = s[out].split(y, factor=2)
     xt, xi = s[out].split(x, factor=2)
@@ -259,13 +261,42 @@ def schedule_output_tiles(s, out, m, tile: int, rows_outer: bool = False):
     s[out].unroll(yi)
     s[out].unroll(xi)
     s[out].vectorize(kk)
-    s[out].parallel(s[out].fuse(*outer))
+    task = s[out].fuse(*outer)
+    s[out].parallel(task)
+    if loops is not None:
+        loops += [task, xo]
     s[m].compute_at(s[out], xo)
     mm = s.cache_write(m, "local")
     _, e, _, _, mk = s[m].op.axis
     s[m].vectorize(mk)
     s[mm].compute_at(s[m], e)
     return mm
+
+
+def _prefetch_next_block(s, m, mm, out, tile_p: int, task, xo):
+    """Software prefetches of U (the transformed weight) for the next output block: the tasks
+    are (block, tile row), rows inside, and the block's first row reads all of its U (16 x C x
+    bn: 512 KB for 256 channels in blocks of 32) from memory in a whole model, at several times
+    the rate memory delivers to one core, the other rows from L2; each row asks instead for its
+    share of the next block's U, evenly over its (tile group, frequency, channel block)
+    iterations (a ``prefetch`` pragma on the channel-block loop; the last block: its own)."""
+    u = m.op.input_tensors[1]
+    blocks, _, chans, ib, bn = (const_int(d) for d in u.shape)
+    _, kb, y, x, _ = s[out].op.axis
+    rows = -(-const_int(y.dom.extent) // 2)
+    groups = -(--(-const_int(x.dom.extent) // 2) // tile_p)
+    e = s[m].op.axis[1]
+    rco = s[mm].op.reduce_axis[0]
+    per_line = max(1, 64 // u.dtype.bytes)
+    lines = -(-16 * chans * ib * bn // per_line)
+    per_row = -(-lines // rows)
+    iters = groups * 16 * chans
+    share = -(-per_row // iters)
+    it = (xo.var * 16 + e.var) * chans + rco.var
+    nxt = tir.min((task.var // rows) % blocks + 1, blocks - 1)
+    loads = [u[nxt, 0, 0, 0, tir.min((task.var % rows) * per_row + it * share + j, lines - 1) * per_line]
+             for j in range(share)]
+    s[mm].pragma(rco, "prefetch", loads)
 
 
 TRANSFORM_TASKS = 64  # parallel tasks the input transform aims at: 4 per thread on 16 cores
@@ -316,12 +347,15 @@ def schedule_conv2d_winograd_NCHWc(outs, cfg=None):  # noqa: N802
     tile_p = conf["tile_p"]
     # Output: (n, chunk, tile row) parallel; tile_p tiles of 2x2 pixels per step, where the
     # product for those tiles is computed (16 frequencies x tile_p x bn, in the stack).
-    mm = schedule_output_tiles(s, out, m, tile_p, bool(conf.get("rows_outer")))
+    loops = []
+    mm = schedule_output_tiles(s, out, m, tile_p, bool(conf.get("rows_outer")), loops)
     _, _, _, mt, mkk = s[mm].op.axis
     rco, rci = s[mm].op.reduce_axis
     s[mm].reorder(rco, rci, mt, mkk)
     s[mm].unroll(mt)
     s[mm].vectorize(mkk)
+    if conf.get("prefetch") and not conf.get("rows_outer"):
+        _prefetch_next_block(s, m, mm, out, tile_p, *loops)
     # The input transform: one parallel pass, vectorized along the channel block.
     v = m.op.input_tensors[0]
     schedule_input_transform(s, v, TRANSFORM_TASKS)
