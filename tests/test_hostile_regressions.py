@@ -439,3 +439,22 @@ def test_onnx_negative_constant_indices_count_from_the_end():
         gm.set_input("x", x)
         gm.run()
         np.testing.assert_array_equal(gm.get_output(0).numpy(), want)
+
+
+@pytest.mark.parametrize("init, what", [("xz", "x_zero_point"), ("xs", "x_scale")])
+def test_onnx_qlinear_conv_per_channel_input_params_are_refused_at_import(init, what):
+    """x_zero_point of two values imported, then relay.build died in qnn canonicalize (TypeError:
+    only 0-dimensional arrays ...); ONNX defines the input's parameters as scalars."""
+    from kiln.relay.frontend.onnx import from_onnx
+    model = _set_init(_op_seed(1), init, np.array([128, 128], "uint8") if init == "xz" else np.array([0.02, 0.02], "float32"))
+    with pytest.raises(FileFormatError, match=rf"QLinearConv node 'qconv': {what} has 2 values \(shape \[2\]\); "
+                                              rf"QLinearConv takes one \(per-tensor\) {what}"):
+        from_onnx(model)
+    model = _set_init(_op_seed(1), "xz", np.array([128, 128], "uint8"))
+    convi = _node(model, "convi")  # moved first (it reads only x, w and xz), so it is converted first
+    nodes = [convi] + [n for n in model.graph.node if n.name != "convi"]
+    nodes = [type(convi).FromString(n.SerializeToString()) for n in nodes]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    with pytest.raises(FileFormatError, match=r"ConvInteger node 'convi': x_zero_point has 2 values"):
+        from_onnx(model)

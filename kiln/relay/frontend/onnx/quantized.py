@@ -72,6 +72,14 @@ def _channels(ctx, x, axis):
     return shape[axis % len(shape)] if shape else 1
 
 
+def _per_tensor(ctx, ins, k: int, what: str) -> None:
+    """Input ``k`` (a scale or zero point ONNX defines as a scalar) holds one value when given."""
+    expr = ins[k] if len(ins) > k else None
+    if isinstance(expr, Constant) and np.asarray(expr.data).size != 1:
+        ctx.fail(f"{what} has {np.asarray(expr.data).size} values (shape {list(np.shape(expr.data))}); "
+                 f"{ctx.node.op_type} takes one (per-tensor) {what}")
+
+
 def _shape(ctx, x, what: str, least: int) -> tuple:
     """The shape of input ``what``, which needs ``least`` dimensions or more."""
     shape = ctx.shape_of(x)
@@ -214,6 +222,8 @@ def _out_params(ctx, ins, i_scale, i_zp, what="y"):
 
 def _qlinear_conv(ctx, ins, attrs):
     x, w = ins[0], ins[3]
+    for k, what in ((1, "x_scale"), (2, "x_zero_point"), (6, "y_scale"), (7, "y_zero_point")):
+        _per_tensor(ctx, ins, k, what)
     oc = _shape(ctx, w, "w", 3)[0]
     sx = _scale(ctx, ins[1], "x_scale")
     zx, _ = _zero_point(ctx, ins[2], "x_zero_point", _dtype(ctx, x))
@@ -232,6 +242,7 @@ def _conv_integer(ctx, ins, attrs):
     x, w = ins[0], ins[1]
     zx = ins[2] if len(ins) > 2 and ins[2] is not None else const(np.int32(0))
     zw = ins[3] if len(ins) > 3 and ins[3] is not None else const(np.int32(0))
+    _per_tensor(ctx, ins, 2, "x_zero_point")
     if isinstance(zx, Constant):
         zx, _ = _zero_point(ctx, zx, "x_zero_point", _dtype(ctx, x))
     if isinstance(zw, Constant):
