@@ -458,3 +458,28 @@ def test_onnx_qlinear_conv_per_channel_input_params_are_refused_at_import(init, 
     model.graph.node.extend(nodes)
     with pytest.raises(FileFormatError, match=r"ConvInteger node 'convi': x_zero_point has 2 values"):
         from_onnx(model)
+
+
+def test_onnx_cast_to_an_unknown_element_type_is_named_not_a_key_error():
+    from onnx import helper
+
+    from kiln.relay.frontend.onnx import from_onnx
+    model = _op_seed(3)
+    cast = _node(model, "cast")
+    del cast.attribute[:]
+    cast.attribute.append(helper.make_attribute("to", 0))
+    with pytest.raises(FileFormatError, match=r"Cast node 'cast': attribute to=0 is not an ONNX element type"):
+        from_onnx(model)
+
+
+def test_onnx_unique_float_axis_is_named_not_an_overflow_error():
+    from onnx import helper
+
+    from kiln.relay.frontend.onnx import from_onnx
+    model = _op_seed(5)
+    unique = _node(model, "unique")
+    keep = [a for a in unique.attribute if a.name != "axis"]
+    del unique.attribute[:]
+    unique.attribute.extend(keep + [helper.make_attribute("axis", float("inf"))])
+    with pytest.raises(FileFormatError, match=r"Unique node 'unique': attribute axis=inf is outside"):
+        from_onnx(model)

@@ -64,7 +64,7 @@ def _unique(ctx, ins, attrs):
     axis = attrs.get("axis")
     if axis is not None:
         rank = len(ctx.shape_of(ins[0]))
-        if not -rank <= int(axis) < rank:
+        if not isinstance(axis, int) or not -rank <= axis < rank:
             ctx.fail(f"attribute axis={axis} is outside the input's {rank} dimensions")
         axis = int(axis) % rank
     out = dynamic.unique(ins[0], axis, bool(attrs.get("sorted", 1)))

@@ -117,7 +117,12 @@ def _cast_to(ctx, x, dtype: str):
 
 def _cast(ctx, ins, attrs):
     from onnx import helper
-    return _cast_to(ctx, ins[0], helper.tensor_dtype_to_np_dtype(attrs["to"]).name)
+    to = attrs.get("to")
+    try:
+        dtype = helper.tensor_dtype_to_np_dtype(to).name
+    except (KeyError, TypeError, ValueError):
+        ctx.fail(f"attribute to={to!r} is not an ONNX element type (TensorProto.DataType)")
+    return _cast_to(ctx, ins[0], dtype)
 
 
 def _cast_like(ctx, ins, attrs):
