@@ -483,3 +483,24 @@ def test_onnx_unique_float_axis_is_named_not_an_overflow_error():
     unique.attribute.extend(keep + [helper.make_attribute("axis", float("inf"))])
     with pytest.raises(FileFormatError, match=r"Unique node 'unique': attribute axis=inf is outside"):
         from_onnx(model)
+
+
+def test_onnx_empty_input_of_a_contrib_op_is_named_not_an_attribute_error():
+    """onnxruntime's contrib ops have no ONNX schema: an empty name where QLinearConcat reads its
+    second X reached the converter as None (AttributeError in type inference)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kiln.relay.frontend.onnx import from_onnx
+    node = helper.make_node("QLinearConcat", ["ys", "yz", "x", "xs", "xz", "", "xs", "xz"], ["y"], axis=1,
+                            domain="com.microsoft", name="qcat")
+    inits = [numpy_helper.from_array(np.float32(0.1), "ys"), numpy_helper.from_array(np.uint8(128), "yz"),
+             numpy_helper.from_array(np.float32(0.1), "xs"), numpy_helper.from_array(np.uint8(128), "xz")]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(FileFormatError, match=r"QLinearConcat node 'qcat': an input it needs is missing"):
+        from_onnx(model)
+    model.graph.node[0].input[5] = "x"  # the same model with the input named imports
+    mod, _ = from_onnx(onnx.load_from_string(model.SerializeToString()))
+    assert [int(d) for d in mod["main"].checked_type.ret_type.shape] == [1, 4]
