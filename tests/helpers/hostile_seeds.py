@@ -322,7 +322,7 @@ def _onnx_op_seeds() -> list:
         n("NonMaxSuppression", ["boxes", "scores", "maxo", "iou", "sth"], ["sel"], name="nms"),
         n("Conv", ["v", "w3"], ["c3"], pads=[1, 1, 1, 1, 1, 1], strides=[1, 2, 1], name="conv3d")],
         [("x", f32, [2, 3]), ("boxes", f32, [1, 4, 4]), ("scores", f32, [1, 1, 4]), ("v", f32, [1, 2, 3, 4, 4])],
-        [("nz", T.INT64, [2, None]), ("uy", T.INT64, [None, 2]), ("sel", T.INT64, [None, 3]), ("c3", f32, [1, 2, 2, 4, 4])],
+        [("nz", T.INT64, [2, None]), ("uy", T.INT64, [None, 2]), ("sel", T.INT64, [None, 3]), ("c3", f32, [1, 2, 3, 2, 4])],
         [("u", np.array([[1, 2], [3, 4], [1, 2]], "int64")), ("maxo", np.array([2], "int64")),
          ("iou", np.array([0.5], "float32")), ("sth", np.array([0.0], "float32")), ("w3", w(2, 2, 3, 3, 3))]))
     out = []
