@@ -222,7 +222,8 @@ def x86_plan(target):
     return tier + (amx,)
 
 
-AMX_MIN_CHANNELS = 128  # input channels from which a conv runs on AMX tiles (see _Rewrite.conv)
+AMX_MIN_CHANNELS = 64  # input channels from which a conv runs on AMX tiles (see _Rewrite.conv)
+AMX_MIN_DENSE_INPUTS = 128  # and a dense (_Rewrite.dense_amx)
 
 
 class _Rewrite(ExprMutator):
@@ -390,10 +391,11 @@ class _Rewrite(ExprMutator):
         cin = w4.shape[1]
         ib = block_for(cin, self.lanes)
         tier = self._tier_for(w4)
-        # AMX where the reduction is deep: measured here (one core), 512->512 3x3 at 7x7 took
-        # 0.25 ms on tiles and 1.9 ms with vpdpbusd, 256->64 1x1 at 56x56 0.13 / 0.27 ms, but
-        # 64-channel inputs ran faster with vpdpbusd (64->64 3x3: 0.53 / 0.46 ms): the tiles'
-        # loads and the stored int32 tiles then outweigh their products.
+        # AMX from 64 input channels: measured here (one core), 512->512 3x3 at 7x7 took 0.25 ms
+        # on tiles and 1.9 ms with vpdpbusd, 256->64 1x1 at 56x56 0.13 / 0.27 ms; 64-channel
+        # inputs ran faster with vpdpbusd (64->64 3x3: 0.53 / 0.46 ms) while the tiles' int32
+        # sums went through memory, and slower since the kernel requantizes them from L1 (64->64
+        # 3x3 at 56x56 0.09 ms on tiles, 64->256 1x1 0.35 / 0.41 ms; ResNet-50 8.9 -> 8.0 ms).
         if self.amx and block_for(o, 64) % 16 == 0 and block_for(cin, 64) >= 16 and cin >= AMX_MIN_CHANNELS:
             from kiln.topi.x86.amx_int8 import applies
             if applies(block_for(cin, 64), block_for(o, 64)):
@@ -523,7 +525,7 @@ class _Rewrite(ExprMutator):
 
         rows, k = (int(d) for d in infer(x).checked_type.shape)
         n = w.shape[0]
-        if not self.amx or rows < 16 or n % 16 or k < AMX_MIN_CHANNELS:
+        if not self.amx or rows < 16 or n % 16 or k < AMX_MIN_DENSE_INPUTS:
             return None
         w4 = pad_channels(w, 1, 4)
         ib, bn = block_for(w4.shape[1], 64), block_for(n, 64)
