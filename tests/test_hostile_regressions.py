@@ -359,8 +359,13 @@ def _retype(tensors, k, dtype=None, quant=None):
 def test_tflite_quantized_output_of_int32_is_named_not_a_key_error():
     from kiln.relay.frontend import from_tflite
     data = _tfl(2, lambda t, o: _retype(t, 3, "int32"))
-    with pytest.raises(FileFormatError, match=r"FULLY_CONNECTED.*its output is int32 with quantization parameters"):
+    with pytest.raises(FileFormatError, match=r"FULLY_CONNECTED.*output 'y' is int32 with quantization parameters"):
         from_tflite(data)
+    # the MobileNet-like network's SOFTMAX (its table lookup read the output's integer range)
+    specs = __import__("hostile_seeds")._tflite_quant_specs()
+    prob = next(i for i, t in enumerate(specs[-1][0]) if t[0] == "prob")
+    with pytest.raises(FileFormatError, match=r"SOFTMAX.*output 'prob' is int32 with quantization parameters"):
+        from_tflite(_tfl(len(specs) - 1, lambda t, o: _retype(t, prob, "int32")))
 
 
 def test_tflite_fully_connected_without_weights_is_named():

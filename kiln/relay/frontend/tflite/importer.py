@@ -217,6 +217,9 @@ class Ctx:
         info = self.out_info(k)
         if info.qp is None:
             self.fail(f"output {info.name!r} has no quantization parameters; a quantized {self.op_name} needs them")
+        if info.dtype not in Q.RANGES:
+            self.fail(f"output {info.name!r} is {info.dtype} with quantization parameters; a quantized "
+                      f"{self.op_name} writes int8, uint8 or int16 (the file is damaged)")
         return info.qp
 
 
