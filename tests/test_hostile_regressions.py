@@ -509,3 +509,23 @@ def test_onnx_empty_input_of_a_contrib_op_is_named_not_an_attribute_error():
     model.graph.node[0].input[5] = "x"  # the same model with the input named imports
     mod, _ = from_onnx(onnx.load_from_string(model.SerializeToString()))
     assert [int(d) for d in mod["main"].checked_type.ret_type.shape] == [1, 4]
+
+
+@pytest.mark.parametrize("axis, x_shape", [(-1, []), (3, [1, 3, 8]), (-4, [1, 3, 8])])
+def test_onnx_rms_norm_axis_outside_the_input_is_named(axis, x_shape):
+    """A 0-d input was a ZeroDivisionError; an axis past the rank wrapped around silently."""
+    from onnx import helper
+
+    from kiln.relay.frontend.onnx import from_onnx
+    model = _op_seed(4)
+    rms = _node(model, "rms")
+    keep = [a for a in rms.attribute if a.name != "axis"]
+    del rms.attribute[:]
+    rms.attribute.extend(keep + [helper.make_attribute("axis", axis)])
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    del dims[:]
+    for d in x_shape:
+        dims.add().dim_value = d
+    with pytest.raises(FileFormatError, match=rf"RMSNormalization node 'rms': attribute axis={axis} is outside the "
+                                              rf"input's {len(x_shape)} dimensions"):
+        from_onnx(model)

@@ -126,7 +126,10 @@ def _rms_norm(ctx, ins, attrs):
     x, scale = ins[0], ins[1]
     shape = ctx.shape_of(x)
     dtype = ctx.type_of(x).dtype
-    axis = attrs.get("axis", -1) % len(shape)
+    axis = attrs.get("axis", -1)
+    if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
+        ctx.fail(f"attribute axis={axis} is outside the input's {len(shape)} dimensions (shape {list(shape)})")
+    axis %= len(shape)
     axes = list(range(axis, len(shape)))
     mean_sq = reduce.mean(tensor.multiply(x, x), axes, keepdims=True)
     inv = tensor.rsqrt(tensor.add(mean_sq, _c(attrs.get("epsilon", 1e-5), dtype)))
