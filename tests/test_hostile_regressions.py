@@ -529,3 +529,15 @@ def test_onnx_rms_norm_axis_outside_the_input_is_named(axis, x_shape):
     with pytest.raises(FileFormatError, match=rf"RMSNormalization node 'rms': attribute axis={axis} is outside the "
                                               rf"input's {len(x_shape)} dimensions"):
         from_onnx(model)
+
+
+@pytest.mark.parametrize("ratio", [float("nan"), -1.0, 1.0])
+def test_onnx_training_dropout_with_an_invalid_ratio_is_refused(ratio):
+    """training_mode true with ratio NaN or -1 imported as an identity (only ratio > 0 was refused)."""
+    from kiln.relay.frontend.onnx import from_onnx
+    model = _set_init(_set_init(_op_seed(3), "train", np.array(True)), "ratio", np.float32(ratio))
+    with pytest.raises(FileFormatError, match=rf"Dropout node 'dropout': training_mode is true with ratio {ratio:g}, "
+                                              r"outside \[0, 1\)"):
+        from_onnx(model)
+    model = _set_init(_set_init(_op_seed(3), "train", np.array(True)), "ratio", np.float32(0))
+    from_onnx(model)  # ratio 0 in training mode is the identity: imported

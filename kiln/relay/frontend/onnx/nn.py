@@ -344,6 +344,8 @@ def _dropout(ctx, ins, attrs):
     if mode is not None and _known(ctx, mode) and bool(np.asarray(ctx.value(mode)).item()):
         ratio = ins[1] if len(ins) > 1 else None
         r = float(np.asarray(ctx.value(ratio)).item()) if ratio is not None and _known(ctx, ratio) else 0.5
+        if not 0 <= r < 1:  # NaN or negative: not an identity either
+            ctx.fail(f"training_mode is true with ratio {r:g}, outside [0, 1); the file is damaged")
         if r > 0:  # a training-mode export (torch.onnx.export of a module left in train())
             ctx.fail(f"runs in training mode (training_mode is true, ratio {r:g}): its output is random; "
                      "export the model after model.eval()")
