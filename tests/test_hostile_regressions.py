@@ -541,3 +541,16 @@ def test_onnx_training_dropout_with_an_invalid_ratio_is_refused(ratio):
         from_onnx(model)
     model = _set_init(_set_init(_op_seed(3), "train", np.array(True)), "ratio", np.float32(0))
     from_onnx(model)  # ratio 0 in training mode is the identity: imported
+
+
+def test_tflite_quantized_fully_connected_uint8_to_int16_is_refused():
+    """uint8 in, int16 out: TFLite's kernel ignores the output zero point, kiln added it (an answer
+    32 steps off TFLite's for zero point 32, found building fuzzed models against ai-edge-litert)."""
+    from kiln.relay.frontend import from_tflite
+    data = _tfl(5, lambda t, o: _retype(t, 3, "int16"))  # 5: uint8 FULLY_CONNECTED
+    with pytest.raises(FileFormatError, match=r"FULLY_CONNECTED.*reads uint8 and writes int16; kiln imports a "
+                                              r"quantized FULLY_CONNECTED whose input and output types match"):
+        from_tflite(data)
+    data = _tfl(0, lambda t, o: _retype(t, 3, "int16", quant=([0.05], [0], 0)))  # int8 CONV_2D writing int16
+    with pytest.raises(FileFormatError, match=r"CONV_2D.*reads int8 and writes int16"):
+        from_tflite(data)

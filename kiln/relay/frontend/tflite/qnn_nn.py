@@ -59,6 +59,15 @@ def _bias(ctx, k, channels):
     return b.astype("int32")
 
 
+def _same_dtype(ctx) -> None:
+    """Quantized convolutions and FULLY_CONNECTED write the type they read (TFLite's uint8 -> int16
+    FULLY_CONNECTED, which drops the output's zero point, is not imported)."""
+    i, o = ctx.info(0).dtype, ctx.out_info().dtype
+    if i != o:
+        ctx.fail(f"reads {i} and writes {o}; kiln imports a quantized {ctx.op_name} whose input and output "
+                 "types match")
+
+
 def _wide(ctx) -> bool:
     """int16 activations (int16x8): TFLite's 64-bit rescale."""
     return ctx.info(0).dtype == "int16"
@@ -87,6 +96,7 @@ def _conv(depthwise: bool):
         winfo = _const_weights(ctx, 1, "filter")
         if winfo is None:
             return ctx.importer.float_route(ctx, ctx.op_name)
+        _same_dtype(ctx)
         x = ctx.input(0, "NCHW")
         cin = ctx.rank(x, 4)[1]
         w = winfo.data
@@ -121,6 +131,7 @@ def _fully_connected(ctx):
     winfo = _const_weights(ctx, 1, "weights")
     if winfo is None:
         return ctx.importer.float_route(ctx, ctx.op_name)
+    _same_dtype(ctx)
     x = ctx.input(0, "NHWC")
     w = winfo.data
     ctx.rank(w, 2, "weights")
