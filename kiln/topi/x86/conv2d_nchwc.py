@@ -565,10 +565,10 @@ def _prefetch_weights(s, conv, block, blocks: int, chunks: int, group, groups: i
         share = -(-lines // (rows * tiles))
         slot = cy.var * tiles + xo.var
         nxt = tir.min(ro.var + 1, passes - 1) * ipp + ri.var
+        start = tir.min(slot * share, max(0, lines - share)) * per_line  # one clamp, then constant offsets
         for k in range(chunks):
-            for j in range(share):
-                line = tir.min(slot * share + j, lines - 1) * per_line
-                loads.append(kernel[block + k, nxt, ry.var + r0, rx.var + c0, line // bn, line % bn])
+            for j in range(min(share, lines)):
+                loads.append(kernel[block + k, nxt, ry.var + r0, rx.var + c0, 0, start + j * per_line])
     else:
         plane = kh * kw * ib * bn  # elements of one input block of one output block
         lines = -(-chans * plane // per_line)
@@ -577,9 +577,9 @@ def _prefetch_weights(s, conv, block, blocks: int, chunks: int, group, groups: i
         for iv, extent in loops:  # the iteration's index over the loops around the prefetch
             iters, it = iters * extent, it * extent + iv.var
         share = -(-per_group // iters)
+        start = tir.min(group * per_group + it * share, max(0, lines - share)) * per_line  # one clamp
         for k in range(chunks):
             nxt = tir.min(block + chunks + k, blocks - 1)
-            for j in range(share):
-                e = tir.min(group * per_group + it * share + j, lines - 1) * per_line
-                loads.append(kernel[nxt, 0, 0, 0, 0, e])  # a flat offset into that block's weights
+            for j in range(min(share, lines)):
+                loads.append(kernel[nxt, 0, 0, 0, 0, start + j * per_line])  # a flat offset into that block
     s[conv].pragma(at, "prefetch", loads)

@@ -294,8 +294,9 @@ def _prefetch_next_block(s, m, mm, out, tile_p: int, task, xo):
     share = -(-per_row // iters)
     it = (xo.var * 16 + e.var) * chans + rco.var
     nxt = tir.min((task.var // rows) % blocks + 1, blocks - 1)
-    loads = [u[nxt, 0, 0, 0, tir.min((task.var % rows) * per_row + it * share + j, lines - 1) * per_line]
-             for j in range(share)]
+    # one clamp per iteration (the window ends at the last line), then constant offsets
+    start = tir.min((task.var % rows) * per_row + it * share, lines - share) * per_line
+    loads = [u[nxt, 0, 0, 0, start + j * per_line] for j in range(share)]
     s[mm].pragma(rco, "prefetch", loads)
 
 
