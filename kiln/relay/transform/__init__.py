@@ -177,6 +177,22 @@ def FuseDenseEpilogue():  # noqa: N802
     return FunctionPass(run, PassInfo(3, "FuseDenseEpilogue"))
 
 
+def FlattenRows():  # noqa: N802
+    """On a CUDA target, layer norms and softmaxes on the 2-D rows the dense layers read, casts
+    next to what they convert (flatten_rows.py): no reshape kernels between them, and the residual
+    adds join the dense kernels. Other targets: the function unchanged."""
+    def run(func, mod, ctx):
+        from kiln.target import Target
+
+        from .flatten_rows import flatten_rows
+
+        target = Target.current(allow_none=True)
+        if target is None or target.kind.name != "cuda":
+            return func
+        return flatten_rows(infer(func))
+    return FunctionPass(run, PassInfo(3, "FlattenRows"))
+
+
 def FuseOps(fuse_opt_level: int = -1):  # noqa: N802
     """Group ops into primitive functions (see fuse_ops.py for the rule).
 
@@ -245,11 +261,11 @@ def optimize_sequence() -> Sequential:
     """The passes relay.build runs before lowering, in order (each gated by its opt level)."""
     from ..qnn.transform import CanonicalizeOps, Legalize  # quantized models: docs/quantization.md
     return Sequential([FakeQuantizationToInteger(), Legalize(), CanonicalizeOps(), SimplifyInference(), FoldConstant(), FoldScaleAxis(), FoldConstant(), NarrowRequantize(), AlterOpLayout(),
-                       DeadCodeElimination(), InferType(), FuseExpandDepthwise(), FuseConvEpilogue(), FuseAttention(), FuseDenseEpilogue(), FuseOps(),
+                       DeadCodeElimination(), InferType(), FuseExpandDepthwise(), FuseConvEpilogue(), FuseAttention(), FuseDenseEpilogue(), FlattenRows(), FuseOps(),
                        InferType()], name="relay.optimize")
 
 
-__all__ = ["InferType", "AlterOpLayout", "NarrowRequantize", "FuseExpandDepthwise", "FuseConvEpilogue", "FuseAttention", "FuseDenseEpilogue", "fuse_expand_depthwise", "alter_op_layout", "FoldConstant", "SimplifyInference", "FoldScaleAxis", "DeadCodeElimination",
+__all__ = ["InferType", "AlterOpLayout", "NarrowRequantize", "FuseExpandDepthwise", "FuseConvEpilogue", "FuseAttention", "FlattenRows", "FuseDenseEpilogue", "fuse_expand_depthwise", "alter_op_layout", "FoldConstant", "SimplifyInference", "FoldScaleAxis", "DeadCodeElimination",
            "ConvertLayout", "FuseOps", "BindParams", "Sequential", "PassContext", "optimize_sequence",
            "bind_params_by_name", "fold_constant", "simplify_inference", "fold_scale_axis", "fuse_ops", "partition",
            "convert_layout", "dead_code_elimination", "infer", "infer_type", "ToMixedPrecision", "to_mixed_precision",
