@@ -554,3 +554,38 @@ def test_tflite_quantized_fully_connected_uint8_to_int16_is_refused():
     data = _tfl(0, lambda t, o: _retype(t, 3, "int16", quant=([0.05], [0], 0)))  # int8 CONV_2D writing int16
     with pytest.raises(FileFormatError, match=r"CONV_2D.*reads int8 and writes int16"):
         from_tflite(data)
+
+
+@pytest.mark.parametrize("kind", ["avgpool", "maxpool"])
+def test_tflite_quantized_pool_with_other_output_params_equals_tflite(kind):
+    """TFLite's pooling kernels keep the stored integers when the output's scale or zero point
+    differs from the input's; kiln requantized (7 steps off for a zero point 7 higher, 42 for
+    1.5x the scale; found building fuzzed models against ai-edge-litert)."""
+    pytest.importorskip("ai_edge_litert")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay", "frontend"))
+    import hostile_seeds
+    import tflite_builder as tb
+
+    import kiln
+    from kiln import relay
+    from kiln.contrib import graph_executor
+    from kiln.relay.frontend import from_tflite
+    captured = []
+    finish = tb.FlatModel.finish
+    tb.FlatModel.finish = lambda self, i, o: captured.append((list(self.tensors), list(self.buffers), list(self.ops),
+                                                              list(self.codes), list(i), list(o))) or finish(self, i, o)
+    try:
+        tb.single_op(kind, "int8", seed=1)
+    finally:
+        tb.FlatModel.finish = finish
+    tensors, buffers, ops, codes, ins, outs = captured[0]
+    name, shape, dtype, buf, (scales, zps, dim) = tensors[outs[0]]
+    for scale, zp in [(scales[0], zps[0] + 7), (scales[0] * 1.5, zps[0])]:
+        tensors[outs[0]] = (name, shape, dtype, buf, ([scale], [zp], dim))
+        data = hostile_seeds._tflite_write((tensors, buffers, ops, codes, ins, outs))
+        x = tb.random_feed(["x"], "int8", seed=2)
+        mod, params = from_tflite(data)
+        gm = graph_executor.GraphModule(relay.build(mod, target="llvm", params=params)["default"](kiln.cpu()))
+        gm.set_input("x", x["x"])
+        gm.run()
+        np.testing.assert_array_equal(gm.get_output(0).numpy(), tb.run_tflite(data, x)[0])

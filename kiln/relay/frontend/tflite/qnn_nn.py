@@ -151,20 +151,6 @@ def _fully_connected(ctx):
     return out
 
 
-def _same_params(ctx) -> bool:
-    iq, oq = ctx.q(0), ctx.out_q()
-    return iq.s == oq.s and iq.z == oq.z and ctx.info(0).dtype == ctx.out_info().dtype
-
-
-def _to_output(ctx, y, axis=-1):
-    """``y`` (stored integers at the input's parameters) at the output's, as TFLite's REQUANTIZE."""
-    if _same_params(ctx):
-        return y
-    iq, oq = ctx.q(0), ctx.out_q()
-    centered = tensor.subtract(tf.cast(y, "int32"), const(iq.z, "int32"))
-    return Q.requantize(centered, iq.s / oq.s, oq.z, ctx.out_info().dtype)
-
-
 def _pool(kind):
     def convert(ctx):
         opts = ctx.options(_tflite().Pool2DOptions)
@@ -180,8 +166,11 @@ def _pool(kind):
                                       count_include_pad=False)
             lo, hi = Q.RANGES[dtype]
             y = tf.cast(tensor.clip(Q.round_away(mean), float(lo), float(hi)), dtype)
-        y = _to_output(ctx, y)
+        # TFLite's pooling kernels keep the stored integers: an output whose parameters differ from
+        # the input's (its converter never writes one) is not requantized, only clamped
         oinfo = ctx.out_info()
+        if oinfo.dtype != dtype:
+            ctx.fail(f"reads {dtype} and writes {oinfo.dtype}; a quantized pool keeps its input's type")
         y = Q.clamp(y, *Q.activation_range(opts.FusedActivationFunction(), ctx.out_q(), oinfo.dtype), oinfo.dtype)
         return Held(y, layout)
     return convert
