@@ -257,3 +257,15 @@ def test_unfolded_batch_norm_stays_in_the_int8_kernels(tmp_path):
     plain, _ = _kiln(q, x, {"relay.qnn.int8_kernels": False})
     np.testing.assert_array_equal(got, plain)
     assert np.abs(got - _ort(q, x)).max() / step <= 1.001
+
+
+def test_qdq_conv_batches_on_the_int8_kernels():
+    """Three images and 48 output channels (on AMX hosts: three tasks' images, one 16-channel piece
+    per block, an odd run count) give onnxruntime's QLinearConv bytes and the plain path's."""
+    rng = np.random.default_rng(3)
+    model = _conv_model(rng, 64, 48, 0.02, 117, rng.uniform(0.002, 0.02, 48), 0.15, 121, 1)
+    x = {"x": rng.integers(0, 256, (3, 64, 7, 7)).astype(np.uint8)}
+    got, lib = _kiln(model, x)
+    assert any(op.startswith("nn.contrib_") for op, _, _ in anchor_ops(lib)), anchor_ops(lib)
+    np.testing.assert_array_equal(got, _ort(model, x))
+    np.testing.assert_array_equal(got, _kiln(model, x, {"relay.qnn.int8_kernels": False})[0])
