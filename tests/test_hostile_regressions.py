@@ -589,3 +589,28 @@ def test_tflite_quantized_pool_with_other_output_params_equals_tflite(kind):
         gm.set_input("x", x["x"])
         gm.run()
         np.testing.assert_array_equal(gm.get_output(0).numpy(), tb.run_tflite(data, x)[0])
+
+
+def test_tflite_output_declared_without_shape_stays_nhwc():
+    """A conv output declared with shape [] came back in kiln's internal NCHW, (1, 12, 8, 8): the
+    transpose back to the file's NHWC looked at the declared rank (TFLite ignores that shape)."""
+    from kiln.relay.frontend import from_tflite
+    from kiln.relay.transform.infer_type import infer
+
+    def no_shape(tensors, ops):
+        name, _, dtype, buf, quant = tensors[3]
+        tensors[3] = (name, (), dtype, buf, quant)
+    mod, _ = from_tflite(_tfl(0, no_shape))  # 0: int8 3x3 CONV_2D, 16 -> 12 channels on 8x8
+    assert [int(d) for d in infer(mod["main"]).checked_type.ret_type.shape] == [1, 8, 8, 12]
+
+
+@pytest.mark.parametrize("inputs, match", [([0, 1], r"input tensor 'w' also holds constant data"),
+                                           ([0, 0], r"inputs \[0, 0\] name a tensor twice")])
+def test_tflite_subgraph_input_that_is_a_constant_or_twice_is_refused(inputs, match):
+    """An input with a buffer: kiln read the buffer, TFLite the fed value (255 steps apart)."""
+    import hostile_seeds
+
+    from kiln.relay.frontend import from_tflite
+    tensors, buffers, ops, codes, _, outputs = hostile_seeds._tflite_quant_specs()[2]  # int8 FULLY_CONNECTED
+    with pytest.raises(FileFormatError, match=match):
+        from_tflite(hostile_seeds._tflite_write((tensors, buffers, ops, codes, inputs, outputs)))

@@ -249,6 +249,11 @@ class _Importer:
             if bad or (what == "output" and not idx):
                 raise ImportError_(f"from_tflite: the subgraph's {what}s {idx[:8]} name tensors it does not have "
                                    f"({n} tensors); the file is damaged")
+        fixed = [i for i in self.graph_inputs if self.tensors[i].data is not None]
+        if fixed or len(set(self.graph_inputs)) != len(self.graph_inputs):
+            what = (f"input tensor {self.tensors[fixed[0]].name!r} also holds constant data (a buffer)" if fixed
+                    else f"inputs {self.graph_inputs[:8]} name a tensor twice")
+            raise ImportError_(f"from_tflite: the subgraph's {what}; the file is damaged")
         self.shape = dict(shape or {})
         self.dtype = dict(dtype or {})
         self.converters = converters
@@ -305,7 +310,8 @@ class _Importer:
         """Tensor ``idx``'s value in ``layout`` ("NCHW"/"NHWC"; None: as held)."""
         expr = self.value(idx)
         have = self.layouts.get(idx, "NHWC")
-        if layout is None or layout == have or len(self.tensors[idx].shape) != 4:
+        # a value held NCHW is 4-D whatever the file declares (TFLite ignores a declared output shape)
+        if layout is None or layout == have or (have == "NHWC" and len(self.tensors[idx].shape) != 4):
             return expr
         key = (idx, layout)
         if key not in self.views:
