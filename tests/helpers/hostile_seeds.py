@@ -222,9 +222,10 @@ def onnx_loader():
 
 # -- ONNX: the ops changed last (quantized, recurrent, transformer, bfloat16, data-dependent) ----
 def _onnx_op_seeds() -> list:
-    """Small valid models of the converters that landed last: QDQ and QOperator quantized graphs,
-    LSTM/GRU/RNN, bfloat16 tensors (initializer, Cast/CastLike, Range) and Dropout, opset-23
-    Attention/RotaryEmbedding/RMSNormalization, NonZero/Unique/NonMaxSuppression and Conv3D."""
+    """Small valid models of the converters that landed last: 0 QDQ and 1 QOperator quantized
+    graphs, 2 LSTM/GRU/RNN, 3 bfloat16 tensors (initializer, Cast/CastLike, Range) and Dropout,
+    4 opset-23 Attention/RotaryEmbedding/RMSNormalization, 5 NonZero/Unique/NonMaxSuppression and
+    Conv3D, 6 LSTM/GRU/RNN as onnxruntime runs them (other activations, no layout=1)."""
     import onnx
     from onnx import TensorProto as T, helper, numpy_helper
 
@@ -325,6 +326,18 @@ def _onnx_op_seeds() -> list:
         [("nz", T.INT64, [2, None]), ("uy", T.INT64, [None, 2]), ("sel", T.INT64, [None, 3]), ("c3", f32, [1, 2, 3, 2, 4])],
         [("u", np.array([[1, 2], [3, 4], [1, 2]], "int64")), ("maxo", np.array([2], "int64")),
          ("iou", np.array([0.5], "float32")), ("sth", np.array([0.0], "float32")), ("w3", w(2, 2, 3, 3, 3))]))
+    # the same ops as onnxruntime runs them (it has no layout=1): a reference for built mutants
+    seeds.append(model([
+        n("LSTM", ["x", "lw2", "lr2", "lb2"], ["ly2"], hidden_size=h, input_forget=1, name="lstm2"),
+        n("GRU", ["x", "gw2", "gr2", "", "", "gh0"], ["gy2"], hidden_size=h, direction="bidirectional",
+          activations=["HardSigmoid", "Tanh", "HardSigmoid", "Tanh"], activation_alpha=[0.3, 0.0, 0.3, 0.0],
+          activation_beta=[0.4, 0.0, 0.4, 0.0], name="gru2"),
+        n("RNN", ["x", "rw", "rr", "rb"], ["ry2"], hidden_size=h, activations=["LeakyRelu"], activation_alpha=[0.2],
+          name="rnn2")],
+        [("x", f32, [4, 2, 5])], [("ly2", f32, [4, 1, 2, h]), ("gy2", f32, [4, 2, 2, h]), ("ry2", f32, [4, 1, 2, h])],
+        [("lw2", w(1, 4 * h, 5)), ("lr2", w(1, 4 * h, h)), ("lb2", w(1, 8 * h)), ("gw2", w(2, 3 * h, 5)),
+         ("gr2", w(2, 3 * h, h)), ("gh0", w(2, 2, h)), ("rw", w(1, h, 5)), ("rr", w(1, h, h)), ("rb", w(1, 2 * h))],
+        opset=14))
     out = []
     for m in seeds:
         onnx.checker.check_model(m)
