@@ -114,17 +114,18 @@ def test_which_convs_take_tile_rows_outside_the_blocks():
             assert default_config(shape(64, 56))["rows_outer"] == 0 and default_config(shape(256, 14))["prefetch"] == 0
 
 
-# Prefetches of the next output block's U (full-width default with blocks outside): no result
+# Prefetches of the next output block's U (full-width default): no result
 # changes, with a tail of tiles, odd sizes, the last block clamped to itself.
 @pytest.mark.parametrize("c,k,hw,ib,bn,tile_p", [(32, 48, 9, 16, 16, 3), (64, 96, 14, 32, 32, None)])
-def test_prefetching_the_next_blocks_weights(runner, c, k, hw, ib, bn, tile_p):
+@pytest.mark.parametrize("rows_outer", [0, 1])  # with rows outside: all of the next block's U per task
+def test_prefetching_the_next_blocks_weights(runner, c, k, hw, ib, bn, tile_p, rows_outer):
     import kiln
 
-    _run(runner, c, k, hw, ib, bn, tile_p=tile_p, epilogue=True, rows_outer=0, prefetch=1)
+    _run(runner, c, k, hw, ib, bn, tile_p=tile_p, epilogue=True, rows_outer=rows_outer, prefetch=1)
     A = te.placeholder((1, c // ib, hw, hw, ib), name="data")
     W = te.placeholder((k // bn, 16, c // ib, ib, bn), name="kernel")
-    out = topi.x86.conv2d_winograd_NCHWc(A, W, 1, "float32", cfg={"oc_bn": bn, "rows_outer": 0, "prefetch": 1},
-                                         out_channels=k)
+    out = topi.x86.conv2d_winograd_NCHWc(A, W, 1, "float32", out_channels=k,
+                                         cfg={"oc_bn": bn, "rows_outer": rows_outer, "prefetch": 1})
     text = str(kiln.lower(topi.x86.schedule_conv2d_winograd_NCHWc(out), [A, W, out], simple_mode=True))
     lines = [line for line in text.splitlines() if '"tir.prefetch"' in line]
     assert lines and all(f"+ 1, {k // bn - 1})" in line for line in lines)  # the next block, clamped

@@ -273,13 +273,16 @@ def schedule_output_tiles(s, out, m, tile: int, rows_outer: bool = False, loops=
     return mm
 
 
-def _prefetch_next_block(s, m, mm, out, tile_p: int, task, xo):
+def _prefetch_next_block(s, m, mm, out, tile_p: int, task, xo, rows_outer: bool = False):
     """Software prefetches of U (the transformed weight) for the next output block: the tasks
     are (block, tile row), rows inside, and the block's first row reads all of its U (16 x C x
     bn: 512 KB for 256 channels in blocks of 32) from memory in a whole model, at several times
     the rate memory delivers to one core, the other rows from L2; each row asks instead for its
     share of the next block's U, evenly over its (tile group, frequency, channel block)
-    iterations (a ``prefetch`` pragma on the channel-block loop; the last block: its own)."""
+    iterations (a ``prefetch`` pragma on the channel-block loop; the last block: its own). With
+    rows outside the blocks the next task is the next block of the same tile row: each task asks
+    for all of the next block's U (the first row's tasks read it from memory, the others find it
+    in L2)."""
     u = m.op.input_tensors[1]
     blocks, _, chans, ib, bn = (const_int(d) for d in u.shape)
     _, kb, y, x, _ = s[out].op.axis
@@ -289,13 +292,19 @@ def _prefetch_next_block(s, m, mm, out, tile_p: int, task, xo):
     rco = s[mm].op.reduce_axis[0]
     per_line = max(1, 64 // u.dtype.bytes)
     lines = -(-16 * chans * ib * bn // per_line)
-    per_row = -(-lines // rows)
     iters = groups * 16 * chans
-    share = -(-per_row // iters)
     it = (xo.var * 16 + e.var) * chans + rco.var
-    nxt = tir.min((task.var // rows) % blocks + 1, blocks - 1)
+    if rows_outer:
+        share = -(-lines // iters)
+        nxt = tir.min(task.var % blocks + 1, blocks - 1)
+        first = 0
+    else:
+        per_row = -(-lines // rows)
+        share = -(-per_row // iters)
+        nxt = tir.min((task.var // rows) % blocks + 1, blocks - 1)
+        first = (task.var % rows) * per_row
     # one clamp per iteration (the window ends at the last line), then constant offsets
-    start = tir.min((task.var % rows) * per_row + it * share, lines - share) * per_line
+    start = tir.min(first + it * share, lines - share) * per_line
     loads = [u[nxt, 0, 0, 0, start + j * per_line] for j in range(share)]
     s[mm].pragma(rco, "prefetch", loads)
 
@@ -355,8 +364,8 @@ def schedule_conv2d_winograd_NCHWc(outs, cfg=None):  # noqa: N802
     s[mm].reorder(rco, rci, mt, mkk)
     s[mm].unroll(mt)
     s[mm].vectorize(mkk)
-    if conf.get("prefetch") and not conf.get("rows_outer"):
-        _prefetch_next_block(s, m, mm, out, tile_p, *loops)
+    if conf.get("prefetch"):
+        _prefetch_next_block(s, m, mm, out, tile_p, *loops, rows_outer=bool(conf.get("rows_outer")))
     # The input transform: one parallel pass, vectorized along the channel block.
     v = m.op.input_tensors[0]
     schedule_input_transform(s, v, TRANSFORM_TASKS)
