@@ -614,3 +614,18 @@ def test_tflite_subgraph_input_that_is_a_constant_or_twice_is_refused(inputs, ma
     tensors, buffers, ops, codes, _, outputs = hostile_seeds._tflite_quant_specs()[2]  # int8 FULLY_CONNECTED
     with pytest.raises(FileFormatError, match=match):
         from_tflite(hostile_seeds._tflite_write((tensors, buffers, ops, codes, inputs, outputs)))
+
+
+@pytest.mark.parametrize("spec, k, scale, op", [(3, 0, 1e38, "ADD"), (9, 0, 1e38, "MUL"), (9, 2, 1e-38, "MUL"),
+                                                (2, 3, 1e-38, "FULLY_CONNECTED")])
+def test_tflite_rescale_beyond_2_30_is_refused_at_import(spec, k, scale, op):
+    """An input scale of 1e38 imported; relay.build then raised a bare ValueError ('requantize
+    multiplier 3.06e+33 is too large'). 3: int8 ADD, 9: int8 MUL, 2: int8 FULLY_CONNECTED."""
+    from kiln.relay.frontend import from_tflite
+
+    def huge(tensors, ops):
+        name, shape, dtype, buf, (scales, zps, dim) = tensors[k]
+        tensors[k] = (name, shape, dtype, buf, ([scale], zps, dim))
+    with pytest.raises(FileFormatError, match=rf"{op} \(output y\): a rescale multiplier made of the tensors' "
+                                              r"scales is [0-9.e+]+, beyond the 2\*\*30"):
+        from_tflite(_tfl(spec, huge))

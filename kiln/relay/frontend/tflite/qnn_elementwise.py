@@ -81,6 +81,7 @@ def _mul(ctx):
     layout = _layout_for(ctx, (0, 1))
     q1, q2, oq = ctx.q(0), ctx.q(1), ctx.out_q()
     f32 = np.float32
+    Q.checked_multiplier(float(f32(q1.s) * f32(q2.s)) / float(f32(oq.s)))
     y = qnn.mul(ctx.input(0, layout), ctx.input(1, layout), f32(q1.s), q1.z, f32(q2.s), q2.z, f32(oq.s), oq.z,
                 rounding="TFLITE", out_dtype=ctx.out_info().dtype)
     return _hold(_finish(ctx, y, code), layout)

@@ -160,7 +160,7 @@ def requantize(x, real, out_zp: int, out_dtype: str, axis: int = -1, wide: bool 
     variant (int16x8 kernels with int64 accumulators), the multiplier rounded to 16 bits and one
     rounding half up."""
     from ...qnn import op as qnn
-    real = np.asarray(real, dtype=np.float64)
+    real = checked_multiplier(real)
     if wide:
         real, rounding = reduced_multiplier(real), "UPWARD"
     elif rounding == "GEMM":
@@ -173,6 +173,15 @@ def requantize(x, real, out_zp: int, out_dtype: str, axis: int = -1, wide: bool 
     r = real if real.size > 1 else real.reshape(())
     return qnn.requantize(x, f64(r), 0, f64(1.0), int(out_zp), axis=axis, rounding=rounding,
                           out_dtype=out_dtype)
+
+
+def checked_multiplier(real) -> np.ndarray:
+    """``real`` (float64), refused at import when no integer kernel can apply it (relay.build would)."""
+    real = np.asarray(real, dtype=np.float64)
+    if np.any(~np.isfinite(real)) or np.any(np.abs(real) >= 2.0 ** 30):
+        raise ValueError(f"a rescale multiplier made of the tensors' scales is {np.abs(real).max():g}, beyond the "
+                         "2**30 integer kernels apply; the quantization parameters are damaged")
+    return real
 
 
 def reduced_multiplier(real: np.ndarray) -> np.ndarray:
