@@ -629,3 +629,11 @@ def test_tflite_rescale_beyond_2_30_is_refused_at_import(spec, k, scale, op):
     with pytest.raises(FileFormatError, match=rf"{op} \(output y\): a rescale multiplier made of the tensors' "
                                               r"scales is [0-9.e+]+, beyond the 2\*\*30"):
         from_tflite(_tfl(spec, huge))
+
+
+@pytest.mark.parametrize("cache", ["cos", "sin"])
+def test_onnx_rotary_0d_cache_is_named(cache):
+    from kiln.relay.frontend.onnx import from_onnx
+    model = _set_init(_op_seed(4), cache, np.float32(1))
+    with pytest.raises(FileFormatError, match=rf"RotaryEmbedding node 'rope': {cache}_cache has shape \[\]; it needs"):
+        from_onnx(model)

@@ -150,6 +150,10 @@ def _rotary(ctx, ins, attrs):
     b, s, h, d = ctx.shape_of(xs)
     rot = attrs.get("rotary_embedding_dim", 0) or d
     half = rot // 2
+    for what, cache in (("cos_cache", cos), ("sin_cache", sin)):
+        if len(ctx.shape_of(cache)) < 2:
+            ctx.fail(f"{what} has shape {list(ctx.shape_of(cache))}; it needs (positions, rotary_embedding_dim / 2) "
+                     "or (batch, sequence, rotary_embedding_dim / 2)")
     if pos is not None:
         from .tensor import constant_indices
         pos = constant_indices(ctx, pos, ctx.shape_of(cos)[0], "position_ids")
