@@ -31,7 +31,9 @@ op by then, not a graph the sink would cut into.
 
 from __future__ import annotations
 
-from ..expr import Call, Function
+import numpy as np
+
+from ..expr import Call, Constant, Function, const
 from ..op import nn_norm
 from ..op.registry import OpDef, OpPattern
 from ..op import transform as tf
@@ -53,61 +55,94 @@ class _Rows(ExprMutator):
         self.consumers = consumers
         self.casts: dict = {}  # (new operand, dtype) -> the one cast of it
         self.reshapes: dict = {}  # (new operand, shape) -> the one reshape of it made here
+        self.known: dict = {}  # node made here -> its shape (made nodes have no type until infer)
         self.changed = False
+
+    def sh(self, e):
+        """e's shape: its type's, or the one recorded when it was made; None if neither."""
+        if e in self.known:
+            return self.known[e]
+        try:
+            return _shape(e)
+        except Exception:  # noqa: BLE001 - an untyped node made by another rule
+            return None
+
+    def made(self, e, shape):
+        self.known[e] = tuple(shape)
+        return e
 
     def visit_Function(self, f):
         return f if f.attrs.get("Primitive") else super().visit_Function(f)
 
     def visit_Call(self, call):
         new = super().visit_Call(call)
+        if not isinstance(call.op, OpDef) or not hasattr(call.checked_type, "shape"):
+            return new  # a function's call, a tuple (split)
+        shape = _shape(call)
+        self.made(new, shape)
         op = call.op
         if op is nn_norm.LAYER_NORM:
-            return self._layer_norm(call, new)
-        if op is tf.RESHAPE:
-            return self._reshape(call, new)
-        if op is tf.CAST:
-            return self._cast(call, new)
-        if isinstance(op, OpDef) and op.pattern <= OpPattern.BROADCAST:
-            return self._sink(call, new)
-        return new
+            out = self._layer_norm(call, new)
+        elif op is tf.RESHAPE:
+            out = self._reshape(call, new)
+        elif op is tf.CAST:
+            out = self._cast(call, new)
+        elif op.pattern <= OpPattern.BROADCAST:
+            out = self._sink(call, new)
+        else:
+            out = new
+        return self.made(out, shape)  # every rule keeps the call's shape
 
     def _sink(self, call, new):
-        """5: ``op(reshape(y), z)``, y rows (n, C) and the op of call's shape, becomes
-        ``reshape(op(y, reshape(z)))`` where every other operand z is a reshape from rows too (they
-        cancel), computed by an elementwise or injective kernel (the reshape joins it), or varies
-        along the last axis only (a bias: reshaped to (C,))."""
+        """5: ``op(reshape(y), z)`` of call's shape, y rows (n, C) or call's shape without some
+        leading 1s (a batch_matmul's (H, S, S) scores as (1, H, S, S)), becomes
+        ``reshape(op(y, z'))`` where every other operand z is a reshape from y's shape (they
+        cancel), of call's shape computed by an elementwise or injective kernel (reshaped: the
+        reshape joins it), or broadcasts: along the last axis only for rows (a bias, as (C,)),
+        else without its leading 1s (the attention mask)."""
         shape = _shape(call)
         if len(shape) < 3:
             return new
-        rows = [a for a in call.args if isinstance(a, Call) and a.op is tf.RESHAPE and _shape(a) == shape
-                and len(_shape(a.args[0])) == 2 and _shape(a.args[0])[-1] == shape[-1]]
-        if not rows:
+        cands = [a for a in new.args if isinstance(a, Call) and a.op is tf.RESHAPE and self.sh(a) == shape
+                 and self.sh(a.args[0]) is not None and _reshaped_from(self.sh(a.args[0]), shape)]
+        if not cands:
             return new
-        flat = (-1, shape[-1])
+        target = self.sh(cands[0].args[0])
+        rows = len(target) == 2 and _unit_stripped(target) != _unit_stripped(shape)
         args = []
-        for old, a in zip(call.args, new.args):
-            oshape = _shape(old)
-            if old in rows or oshape == shape and (isinstance(old, Call) and isinstance(old.op, OpDef)
-                                                   and old.op.pattern <= OpPattern.INJECTIVE):
-                args.append(self._one_reshape(a, flat))
-            elif not oshape or all(d == 1 for d in oshape[:-1]) and oshape[-1] in (1, shape[-1]):
-                args.append(a if len(oshape) <= 1 else self._one_reshape(a, oshape[-1:]))
+        for a in new.args:
+            oshape = self.sh(a)
+            if oshape is None:
+                return new
+            producer = isinstance(a, Call) and isinstance(a.op, OpDef) and a.op.pattern <= OpPattern.INJECTIVE
+            stripped = _unit_stripped(oshape)
+            if oshape == shape and producer:
+                args.append(self._one_reshape(a, target))
+            elif not oshape:
+                args.append(a)
+            elif rows and all(d == 1 for d in oshape[:-1]) and oshape[-1] in (1, shape[-1]):
+                args.append(self._one_reshape(a, oshape[-1:]) if len(oshape) > 1 else a)
+            elif not rows and len(stripped) <= len(target) and \
+                    all(d in (1, t) for d, t in zip(stripped, target[len(target) - len(stripped):])):
+                args.append(self._one_reshape(a, stripped) if stripped != oshape else a)
             else:
                 return new
         self.changed = True
-        return tf.reshape(Call(new.op, args, new.attrs), shape)
+        return tf.reshape(self.made(Call(new.op, args, new.attrs), target), shape)
 
     def _one_reshape(self, x, shape):
+        shape = tuple(shape)
         if isinstance(x, Call) and x.op is tf.CAST:  # reshape(cast(y)) as cast(reshape(y)): 3 backwards
-            return self._one_cast(self._one_reshape(x.args[0], shape), x.attrs)
+            return self.made(self._one_cast(self._one_reshape(x.args[0], shape), x.attrs), shape)
         if isinstance(x, Call) and x.op is tf.RESHAPE:
             x = x.args[0]  # 4 at once
-            if _typed_shape(x) is not None and _typed_shape(x)[-1] == shape[-1] and len(_typed_shape(x)) == \
-                    len(shape) and (shape[0] == -1 or _typed_shape(x) == tuple(shape)):
-                return x
-        key = (x, tuple(shape))
+        if self.sh(x) == shape:
+            return x
+        if isinstance(x, Constant):  # folded now: FoldConstant has run
+            return self.made(const(np.ascontiguousarray(x.data.reshape(shape))), shape)
+        key = (x, shape)
         if key not in self.reshapes:
-            self.reshapes[key] = tf.reshape(x, shape)
+            self.reshapes[key] = self.made(tf.reshape(x, shape), shape)
         return self.reshapes[key]
 
     def _layer_norm(self, call, new):
@@ -119,9 +154,10 @@ class _Rows(ExprMutator):
                    for c in self.consumers.get(call, [])):
             return new  # nothing reads it as rows (a model's output): it stays as it is
         self.changed = True
-        rows = Call(new.op, [self._one_reshape(new.args[0], (-1, shape[-1])), *new.args[1:]],
+        flat = (int(np.prod(shape[:-1])), shape[-1])
+        rows = Call(new.op, [self._one_reshape(new.args[0], flat), *new.args[1:]],
                     new.op.make_attrs({**call.attrs._values, "axis": -1}))
-        return tf.reshape(rows, shape)
+        return tf.reshape(self.made(rows, flat), shape)
 
     def _reshape(self, call, new):
         src = call.args[0]
@@ -131,26 +167,23 @@ class _Rows(ExprMutator):
         if soft is not None and _last_axis(soft.attrs.axis, len(_shape(soft))) and shape and \
                 shape[-1] == _shape(soft)[-1]:
             self.changed = True  # 2: the reshape before the softmax
-            return Call(soft.op, [tf.reshape(self.visit(soft.args[0]), shape)], soft.op.make_attrs({"axis": -1}))
+            return Call(soft.op, [self._one_reshape(self.visit(soft.args[0]), shape)], soft.op.make_attrs({"axis": -1}))
         if isinstance(inner, Call) and inner.op is tf.RESHAPE:  # 4
             self.changed = True
-            source = inner.args[0]
-            if _typed_shape(source) == shape:
-                return source
-            return tf.reshape(source, shape)
-        if _typed_shape(inner) == shape:
+            return self._one_reshape(inner.args[0], shape)
+        if self.sh(inner) == shape:
             self.changed = True
             return inner
         return new
 
     def _cast(self, call, new):
         x = new.args[0]
-        if _typed_shape(x) is not None and str(x.checked_type.dtype) == str(call.attrs.dtype):
+        if str(call.args[0].checked_type.dtype) == str(call.attrs.dtype):
             self.changed = True
             return x  # a cast to the dtype it has
         if isinstance(x, Call) and x.op is tf.RESHAPE and _opaque(x.args[0]):  # 3: the cast next to its producer
             self.changed = True
-            return tf.reshape(self._one_cast(x.args[0], new.attrs), _shape(call))
+            return tf.reshape(self.made(self._one_cast(x.args[0], new.attrs), self.sh(x.args[0])), _shape(call))
         return self._one_cast(x, new.attrs, new)
 
     def _one_cast(self, x, attrs, made=None):
@@ -162,6 +195,22 @@ class _Rows(ExprMutator):
         return self.casts[key]
 
 
+def _unit_stripped(shape) -> tuple:
+    """shape without its leading 1s."""
+    shape = tuple(shape)
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
+def _reshaped_from(source, shape) -> bool:
+    """A reshape from ``source`` to ``shape`` (3+ axes) that rule 5 moves: from 2-D rows of the
+    same width, or one that only adds or drops leading 1s."""
+    if source == shape:
+        return False
+    return len(source) == 2 and source[-1] == shape[-1] or _unit_stripped(source) == _unit_stripped(shape)
+
+
 def _rows(reshape, width: int) -> bool:
     """reshape gives 2-D rows of ``width``."""
     shape = _shape(reshape)
@@ -171,14 +220,6 @@ def _rows(reshape, width: int) -> bool:
 def _opaque(e) -> bool:
     """e is computed by a kernel that takes no elementwise consumer (layer norm, softmax)."""
     return isinstance(e, Call) and isinstance(e.op, OpDef) and e.op.pattern > OpPattern.INJECTIVE
-
-
-def _typed_shape(e):
-    """e's shape where it is typed (a node of the input graph), else None (a node made here)."""
-    try:
-        return _shape(e)
-    except Exception:  # noqa: BLE001 - a new node has no type yet
-        return None
 
 
 class _Dedupe(ExprMutator):
@@ -221,7 +262,7 @@ def flatten_rows(func: Function) -> Function:
     """The rewrites of the module docstring on ``func`` (typed), to a fixed point; returns it typed."""
     from ..analysis import users
 
-    for _ in range(8):
+    for _ in range(64):  # each round moves a reshape by an op or two
         rows = _Rows(users(func.body))
         func = infer(rows.visit(func))
         dedupe = _Dedupe()
