@@ -637,3 +637,26 @@ def test_onnx_rotary_0d_cache_is_named(cache):
     model = _set_init(_op_seed(4), cache, np.float32(1))
     with pytest.raises(FileFormatError, match=rf"RotaryEmbedding node 'rope': {cache}_cache has shape \[\]; it needs"):
         from_onnx(model)
+
+
+def test_tflite_add_with_one_input_is_named_not_an_index_error():
+    from kiln.relay.frontend import from_tflite
+
+    def one_input(tensors, ops):
+        code, ins, outs, options, fields = ops[0]
+        ops[0] = (code, ins[:1], outs, options, fields)
+        for k in (ins[0], outs[0]):  # no quantization parameters: the plain converter, which read ins[1]
+            name, shape, dtype, buf, _ = tensors[k]
+            tensors[k] = (name, shape, dtype, buf, None)
+    with pytest.raises(FileFormatError, match=r"ADD \(output y\): has 1 inputs; ADD takes two"):
+        from_tflite(_tfl(3, one_input))  # 3: int8 ADD
+
+
+def test_tflite_quantized_pool_of_a_float_input_is_named_not_a_key_error():
+    import hostile_seeds
+
+    from kiln.relay.frontend import from_tflite
+    specs = hostile_seeds._tflite_quant_specs()
+    relu6 = next(i for i, t in enumerate(specs[-1][0]) if t[0] == "relu6")  # the avgpool's input
+    with pytest.raises(FileFormatError, match=r"AVERAGE_POOL_2D \(output avgpool\): reads float32 and writes int8"):
+        from_tflite(_tfl(len(specs) - 1, lambda t, o: _retype(t, relu6, "float32")))

@@ -25,6 +25,8 @@ def fused(ctx, x, code: int):
 
 def _binary(fn, options):
     def convert(ctx, ins):
+        if len(ins) < 2 or ins[1] is None:
+            ctx.fail(f"has {len(ins)} inputs; {ctx.op_name} takes two")
         out = fn(ins[0], ins[1])
         if options is None or not ctx.has_options():
             return out
