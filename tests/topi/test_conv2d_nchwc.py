@@ -258,6 +258,7 @@ def test_which_cpus_unroll_a_1x1_convs_input_block(cpu, unroll):
     # the row schedule: a (block group, row) task asks for its share of the next group's weights
     (32, 64, 9, 3, 2, 1, 16, {"oc_bn": 16, "oc_chunks": 2, "tile_ow": 3}),
     (64, 48, 7, 1, 1, 0, 32, {"oc_bn": 16, "tile_ow": 4, "ic_unroll": 32}),
+    (32, 64, 2, 3, 2, 1, 16, {"oc_bn": 16, "tile_ow": 1}),  # an output of one row: one group
 ])
 def test_weight_prefetches(runner, c, o, hw, k, stride, pad, ib, cfg):
     _run(runner, c, o, hw, k, stride, pad, ib, cfg={**cfg, "prefetch": 1}, packed=True, epilogue=True)

@@ -111,7 +111,7 @@ def test_which_convs_take_tile_rows_outside_the_blocks():
         assert default_config(shape(256, 14))["prefetch"] == 1
     for cpu in ("znver3", "znver4"):  # AMD and AVX2 code keep blocks outside
         with Target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}"):
-            assert default_config(shape(64, 56))["rows_outer"] == 0 and default_config(shape(256, 14))["prefetch"] == 0
+            assert not default_config(shape(64, 56)).get("rows_outer") and not default_config(shape(256, 14)).get("prefetch")
 
 
 # Prefetches of the next output block's U (full-width default): no result

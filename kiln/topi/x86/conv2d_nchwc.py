@@ -466,7 +466,8 @@ def schedule_conv2d_NCHWc(outs, cfg=None):  # noqa: N802
         rco = s[conv].op.reduce_axis[0]
         tiles = -(-const_int(s[out].op.axis[3].dom.extent) // int(conf["tile_ow"]))
         _prefetch_weights(s, conv, (task.var // height) % c_blocks * chunks, c_blocks * chunks, chunks,
-                          task.var % height, height, [(xo, tiles), (rco, const_int(rco.dom.extent))], rco)
+                          task.var % height, height, [(xo, tiles), (rco, const_int(rco.dom.extent))], rco,
+                          next_block=True)
     _schedule_packing(s, conv)
     return s
 
@@ -539,7 +540,7 @@ def _schedule_channel_pass(s, conv, out, conf):
     _schedule_packing(s, conv)
 
 
-def _prefetch_weights(s, conv, block, blocks: int, chunks: int, group, groups: int, loops, at):
+def _prefetch_weights(s, conv, block, blocks: int, chunks: int, group, groups: int, loops, at, next_block=False):
     """Software prefetches of weights a task will read (a ``prefetch`` pragma on the tap-column
     loop, ``loops`` the leaf loops around it with their extents: pass, row, width tile, block of
     the pass, tap row, tap column). In a whole model the weights come from memory, and a channel
@@ -552,13 +553,14 @@ def _prefetch_weights(s, conv, block, blocks: int, chunks: int, group, groups: i
     - A task over a group of rows (``pass_rows``): the other groups of its blocks read the
       weights from L2 after it, but the first group's passes are too short for the next pass's
       lines to arrive in time; each group asks instead for its share of the next blocks' weights,
-      evenly over its iterations (the last blocks: their own again).
+      evenly over its iterations (the last blocks: their own again). ``next_block``: this form
+      whatever the number of groups (the row schedule, where an image of one row has one).
     """
     kernel = conv.op.input_tensors[1]
     _, chans, kh, kw, ib, bn = (const_int(d) for d in kernel.shape)
     per_line = max(1, 64 // kernel.dtype.bytes)
     loads = []
-    if groups == 1:
+    if groups == 1 and not next_block:
         (ro, passes), (cy, rows), (xo, tiles), (ri, ipp), (ry, nry), (rx, nrx) = loops
         (r0, _), (c0, _) = live_taps(conv.op.attrs["workload"])
         lines = -(-ib * bn // per_line)

@@ -99,8 +99,9 @@ def default_config(p) -> dict:
         tile_p = min(tiles_w, rows)
     from kiln.target.cpu_facts import cpu_facts
 
-    full = cpu_facts().full_width_avx512
-    return {"oc_bn": bn, "tile_p": tile_p, "rows_outer": int(full and rows_outer(p)), "prefetch": int(full)}
+    if not cpu_facts().full_width_avx512:
+        return {"oc_bn": bn, "tile_p": tile_p}
+    return {"oc_bn": bn, "tile_p": tile_p, "rows_outer": int(rows_outer(p)), "prefetch": 1}
 
 
 def rows_outer(p) -> bool:
@@ -121,7 +122,7 @@ def rows_outer(p) -> bool:
 def config_for_shape(p, cfg=None) -> dict:
     """The knobs for workload ``p``: cfg's where it sets them, else defaults; oc_bn lowered to a
     block that divides the output channels (0 if none does)."""
-    conf = default_config(p)
+    conf = {"rows_outer": 0, "prefetch": 0, **default_config(p)}  # (off where the defaults lack them)
     conf.update({name: knob(cfg, name, v) for name, v in conf.items()})
     conf["oc_bn"] = out_block(p.out_channel, int(conf["oc_bn"]))
     return conf
@@ -130,7 +131,11 @@ def config_for_shape(p, cfg=None) -> dict:
 def config_space(p) -> dict:
     tiles_w = -(-p.out_width // 2)
     space = {"oc_bn": sorted({out_block(p.out_channel, b) for b in (16, 32, 64)} - {0}),
-             "tile_p": sorted(set(range(2, min(tiles_w, 14) + 1))), "rows_outer": [0, 1], "prefetch": [0, 1]}
+             "tile_p": sorted(set(range(2, min(tiles_w, 14) + 1)))}
+    from kiln.target.cpu_facts import cpu_facts
+
+    if cpu_facts().full_width_avx512:  # the knobs whose defaults are on there only (default_config)
+        space.update(rows_outer=[0, 1], prefetch=[0, 1])
     default = default_config(p)
     return with_default(space, {**default, "oc_bn": out_block(p.out_channel, default["oc_bn"])})
 
