@@ -5,6 +5,12 @@ both blind (truncate, flip, overwrite with extreme integers) and aware of the fo
 or JSON field set to an extreme value, a dataset declared huge), since blind flips rarely get
 past a checksum-free parser's first field. Files that need the compiler (a kernel library, a
 module archive) are made by the test beforehand in ``$KILN_HOSTILE_FIXTURES``.
+
+``onnx_ops`` and ``tflite_quant`` aim past the parsers at the converters: valid models of the
+quantized, recurrent, transformer, bfloat16 and data-dependent ops, changed where the converters
+read them (attributes, initializer dtypes/shapes/values, input dims, wiring; TFLite scales, zero
+points, quantized dimension, tensor types and shapes, buffers, options), so that most cases get
+through the file checks and reach a converter.
 """
 
 from __future__ import annotations
