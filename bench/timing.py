@@ -38,6 +38,21 @@ def interleaved(sides: dict, rounds: int, number: int) -> dict:
     return times
 
 
+def cpu_interleaved(sides: dict, rounds: int, number: int) -> dict:
+    """``interleaved`` by CPU time (time.process_time): robust to other jobs on a shared machine,
+    but only for one-thread runs (idle workers spin and their CPU time would count) and no
+    latency figure (memory stalls count, waiting for the core does not)."""
+    times = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, fn in sides.items():
+            fn()
+            start = time.process_time()
+            for _ in range(number):
+                fn()
+            times[name].append((time.process_time() - start) / number)
+    return times
+
+
 def cpu_name() -> str:
     """The CPU's model name (/proc/cpuinfo), or the platform's word for it: printed beside LLVM's
     name, which on virtual machines may be a guess (a Sapphire Rapids VM reads "rocketlake")."""

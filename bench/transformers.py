@@ -13,9 +13,13 @@ the same run (kiln's kernel cache off for both).
     python bench/transformers.py [--models bert,gpt2,vit,whisper] [--threads 2] [--rounds 7]
                                  [--number 5] [--target "llvm -mcpu=znver3"] [--profile 12]
                                  [--dynamo] [--no-build-time] [--gpu-build]
+    python bench/transformers.py --threads 1 --cpu-time     # on a shared machine (see --cpu-time)
 
 ``--gpu-build`` also builds each full-size model for ``cuda`` (NVRTC, no GPU needed) and ``opencl``
 (issue 32 item 3: every default GPU schedule within the target's limits) and prints the seconds.
+``--cpu-time`` (with ``--threads 1``) times both sides by their process's CPU time: on this
+shared 2-core machine the wall-clock ratios moved 0.5-1.4x with the other jobs' load (onnxruntime's
+fixed partition stalls when a thread is descheduled), the CPU-time ratios a few percent.
 ``--profile N`` prints kiln's N slowest kernels per model (graph executor ``profile``: each
 kernel alone, warm caches). The machine is shared with other jobs: figures vary between runs.
 
@@ -40,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE] + [str(HERE), str(HERE.parent / "tests" / "relay")]
 
 from cpu_module import built  # noqa: E402
-from timing import interleaved  # noqa: E402
+from timing import cpu_interleaved, interleaved  # noqa: E402
 from transformer_models import export  # noqa: E402
 
 GOAL, BUILD_GOAL, TOL = 1.0, 1.5, 1e-3
@@ -103,7 +107,8 @@ def bench_model(name: str, args) -> dict:
     ok, detail = compare(m.get_output(0).numpy(), want)
     if args.profile:
         profile(m, args.profile)
-    times = interleaved({"kiln": m.module["run"], "ort": lambda: sess.run(None, inputs)}, args.rounds, args.number)
+    timer = cpu_interleaved if args.cpu_time else interleaved
+    times = timer({"kiln": m.module["run"], "ort": lambda: sess.run(None, inputs)}, args.rounds, args.number)
     ratio = statistics.median(a / b for a, b in zip(times["kiln"], times["ort"]))
     return {"ok": ok, "detail": detail, "build_s": build_s, "ratio": ratio,
             "kiln_ms": 1e3 * statistics.median(times["kiln"]), "ort_ms": 1e3 * statistics.median(times["ort"])}
@@ -152,11 +157,16 @@ def main() -> None:
     ap.add_argument("--dynamo", action="store_true", help="export with torch.onnx's dynamo exporter")
     ap.add_argument("--no-build-time", action="store_true", help="skip the BERT-base vs ResNet-18 cold builds")
     ap.add_argument("--gpu-build", action="store_true", help="also build each model for cuda and opencl")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time by CPU time, not wall clock (needs --threads 1; robust to other jobs, no latency figure)")
     args = ap.parse_args()
+    if args.cpu_time and args.threads != 1:
+        ap.error("--cpu-time needs --threads 1: idle worker threads spin and their CPU time would count")
     from kiln.target.cpu_facts import cpu_facts
 
     facts = cpu_facts(args.target)
-    print(f"batch 1, fp32, {args.threads} threads for both, median of {args.rounds} rounds x {args.number} runs "
+    clock = "CPU time" if args.cpu_time else "wall clock"
+    print(f"batch 1, fp32, {args.threads} threads for both, {clock}, median of {args.rounds} rounds x {args.number} runs "
           f"({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, a shared machine: figures are noisy); "
           f"kiln target {args.target!r}: {facts.cpu}, {facts.lanes()} float lanes")
     print(f"{'model':<20}{'kiln ms':>10}{'ort ms':>10}{'kiln/ort':>10}{'build s':>9}  output")
