@@ -98,7 +98,8 @@ def test_cuda_transformer_has_no_reshape_kernels_between_norms_and_denses(dtype)
     assert len(after) <= len(before) - 4, (before, after)
 
 
-@pytest.mark.parametrize("name, dtype", [("bert", "float32"), ("gpt2", "float16"), ("vit", "float32")])
+@pytest.mark.parametrize("name, dtype", [("bert", "float32"), ("gpt2", "float16"),
+                                         pytest.param("vit", "float32", marks=pytest.mark.heavy)])
 def test_flatten_rows_matches_onnxruntime(name, dtype):
     """The rewritten graph (FlattenRows runs on CUDA only: applied here by hand, then built for the
     CPU) computes what onnxruntime does: the rewrites only move reshapes and casts."""
