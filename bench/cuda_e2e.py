@@ -109,11 +109,13 @@ def conv_variant(name: str) -> None:
 
 
 FUSED_ATTENTION = False  # --fused-attention: relay.FuseAttention.cuda (topi/cuda/attention.py)
+DISABLED_PASSES: list = []  # --disable-pass NAME ...: an A/B of a relay pass (e.g. FlattenRows) in one run
 
 
 def build(model, target, dtype: str):
     mod, params = relay.frontend.from_onnx(model)
-    with tvm.transform.PassContext(opt_level=3, config={"relay.FuseAttention.cuda": FUSED_ATTENTION}):
+    with tvm.transform.PassContext(opt_level=3, config={"relay.FuseAttention.cuda": FUSED_ATTENTION},
+                                   disabled_pass=DISABLED_PASSES):
         if dtype in ("float16", "bfloat16"):
             mod = relay.transform.InferType()(mod)
             mod = relay.transform.ToMixedPrecision(dtype, accumulation_dtype="float32")(mod)
@@ -259,9 +261,12 @@ def main() -> None:
     p.add_argument("--conv-variant", default="default", help="untuned conv2d tiles: default, old, busy2x, shape")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (eager is the reference then)")
     p.add_argument("--fused-attention", action="store_true", help="transformers: one nn.attention kernel per layer")
+    p.add_argument("--disable-pass", nargs="+", default=[], metavar="NAME",
+                   help="relay passes to leave out of the kiln builds (e.g. FlattenRows FuseDenseEpilogue)")
     args = p.parse_args()
     global FUSED_ATTENTION
     FUSED_ATTENTION = args.fused_attention
+    DISABLED_PASSES[:] = args.disable_pass
     conv_variant(args.conv_variant)
     dev = tvm.cuda(0)
     if not dev.exist:
