@@ -660,3 +660,21 @@ def test_tflite_quantized_pool_of_a_float_input_is_named_not_a_key_error():
     relu6 = next(i for i, t in enumerate(specs[-1][0]) if t[0] == "relu6")  # the avgpool's input
     with pytest.raises(FileFormatError, match=r"AVERAGE_POOL_2D \(output avgpool\): reads float32 and writes int8"):
         from_tflite(_tfl(len(specs) - 1, lambda t, o: _retype(t, relu6, "float32")))
+
+
+@pytest.mark.parametrize("node, attr, value, match", [
+    ("conv3d", "group", 0.0, r"Conv node 'conv3d': attribute group=0.0 must be a positive integer"),  # ZeroDivisionError
+    ("conv3d", "group", 0, r"Conv node 'conv3d': attribute group=0 must be a positive integer"),
+    ("lstm", "layout", float("inf"), r"LSTM node 'lstm': attribute layout=inf must be 0"),  # OverflowError
+])
+def test_onnx_conv3d_group_and_recurrent_layout_of_the_wrong_kind_are_named(node, attr, value, match):
+    from onnx import helper
+
+    from kiln.relay.frontend.onnx import from_onnx
+    model = _op_seed(5 if node == "conv3d" else 2)
+    n = _node(model, node)
+    keep = [a for a in n.attribute if a.name != attr]
+    del n.attribute[:]
+    n.attribute.extend(keep + [helper.make_attribute(attr, value)])
+    with pytest.raises(FileFormatError, match=match):
+        from_onnx(model)

@@ -40,6 +40,9 @@ def depth_sliced(ctx, x, w, attrs, conv_2d, pad_value: float = 0.0):
     """The NCDHW result of a 3-D convolution of ``x`` by the 5-d weight ``w`` made of 2-D ones:
     ``conv_2d(folded_x, weight_tap, attrs_2d)`` per kernel depth tap, shifted along depth and summed
     (no bias). Depth padding holds ``pad_value`` (a quantized convolution's input zero point)."""
+    group = attrs.get("group", 1)
+    if not isinstance(group, int) or group < 1:
+        ctx.fail(f"attribute group={group} must be a positive integer")
     shape, wshape = ctx.shape_of(x), ctx.shape_of(w)
     kernel = list(attrs.get("kernel_shape", wshape[2:]))
     strides = list(attrs.get("strides", [1] * 3))

@@ -54,7 +54,7 @@ def _input(ins, k):
 def _recurrent(ctx, ins, attrs):
     op = ctx.node.op_type
     gates = rnn.GATES[op.lower()]
-    layout = int(attrs.get("layout", 0))
+    layout = attrs.get("layout", 0)
     if layout not in (0, 1):
         ctx.fail(f"attribute layout={layout} must be 0 (steps first) or 1 (batch first)")
     direction = _text(attrs.get("direction", "forward"))
