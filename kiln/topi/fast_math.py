@@ -39,6 +39,22 @@ def _native(x) -> bool:
     return target is not None and target.kind == "cuda"
 
 
+def _bound_once(fn):
+    """fn(x) with a compound x bound to a variable first: the polynomials read their input many
+    times, so nested calls (tanh of a sigmoid, inlined into one kernel) would grow as the product of
+    those counts and every later pass would walk each copy."""
+    def wrapped(x):
+        if _native(x) or isinstance(x, (tir.Var, tir.FloatImm)):
+            return fn(x)
+        v = tir.Var(f"{fn.__name__}_x", x.dtype)
+        body = fn(v)
+        return tir.Let(v, x, body, body.dtype)
+
+    wrapped.__name__, wrapped.__doc__ = fn.__name__, fn.__doc__
+    return wrapped
+
+
+@_bound_once
 def fast_exp_expr(x):
     """e^x for a float32 expression: 2^n * p(r) with x = n ln2 + r."""
     if _native(x):
@@ -62,6 +78,7 @@ def fast_exp_expr(x):
     return y * two_n
 
 
+@_bound_once
 def fast_tanh_expr(x):
     """tanh x = sign(x) (1 - e) / (1 + e) with e = exp(-2|x|) (never overflows)."""
     if _native(x):
@@ -75,12 +92,14 @@ def fast_tanh_expr(x):
     return tir.Select(tir.abs(x) < _c(0.1), series, t, x.dtype)
 
 
+@_bound_once
 def fast_sigmoid_expr(x):
     if _native(x):
         return tir.sigmoid(x)
     return _c(1.0) / (_c(1.0) + fast_exp_expr(-x))
 
 
+@_bound_once
 def fast_erf_expr(x):
     """Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), odd-extended."""
     if _native(x):
