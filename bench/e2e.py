@@ -66,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "relay
 
 from onnx_models import mobilenet_v2, resnet18, resnet50  # noqa: E402
 
-from timing import cpu_name, interleaved  # noqa: E402
+from timing import cpu_interleaved, cpu_name, interleaved  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from segmentation_models import deeplabv3_mobilenet_v3  # noqa: E402
@@ -200,19 +200,6 @@ def _checked(name: str, m, inputs, want) -> tuple[float, bool]:
     return err, ok
 
 
-def _cpu_interleaved(sides: dict, rounds: int, number: int) -> dict:
-    """timing.interleaved by CPU time (time.process_time) instead of the wall clock."""
-    times = {name: [] for name in sides}
-    for _ in range(rounds):
-        for name, fn in sides.items():
-            fn()
-            start = time.process_time()
-            for _ in range(number):
-                fn()
-            times[name].append((time.process_time() - start) / number)
-    return times
-
-
 def _ranking(name: str, m, inputs, want, precision: str) -> bool:
     """Whether the reduced-precision build keeps onnxruntime's ranking where the margin decides."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -257,7 +244,7 @@ def bench_model(name: str, threads: int, rounds: int, number: int, tune_dir=None
     vino = openvino_runner(model, inputs, threads, want) if openvino else None
     if vino:
         runs["openvino"], vino_precision = vino
-    times = interleaved(runs, rounds, number) if not cpu_time else _cpu_interleaved(runs, rounds, number)
+    times = interleaved(runs, rounds, number) if not cpu_time else cpu_interleaved(runs, rounds, number)
     out = {"compile_s": compile_s, "err": err, "ok": ok, "tuned_ok": tuned_ok}
     if vino:
         out["openvino_precision"] = vino_precision
