@@ -20,7 +20,7 @@ from ..gpu.common import block
 from ..utils import const_int, knob
 from . import tensorcore as tc
 from .tensorcore import (TC_DTYPES, TILES, WARP, WMMA, _product_in_shared, _round_up, _spread_over_block,
-                         _tile_shape, _warps, shared_bytes)
+                         _tile_shape, _warps)
 
 
 def schedule_conv2d_nchw_tensorcore(outs, cfg=None):
@@ -195,8 +195,6 @@ def conv_config(f: int, q: int, k: int, cfg=None) -> dict:
     allows) that keeps the most warps in flight, up to ``BUSY_WARPS``, then the one that reuses
     its loads most. Where too few blocks remain (batch-1 7 x 7 and 14 x 14 layers), the reduction
     is split into ``split_k`` slices computed by separate blocks and summed by the output kernel."""
-    from kiln.target import Target
-
     steps = k // WMMA
 
     def split_for(blocks: int, chunk: int, per_block: int) -> int:
@@ -223,12 +221,7 @@ def conv_config(f: int, q: int, k: int, cfg=None) -> dict:
     conf = {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": bm // (WMMA * brw),
             "warp_col_tiles": bn // (WMMA * bcw), "chunk": chunk, "offset": 8, "vec": 8, "double_buffer": 0,
             "mma": 0, "raster": 1, "split_k": split, "unroll_fetch": 1, "fit_vec": 1, "fuse_epilogue": 1}
-    target = Target.current(allow_none=True)
-    limit = (target.attrs.get("max_shared_memory_per_block") if target is not None else None) or 48 * 1024
-    for stages in (3, 2):
-        if steps // (chunk * split) >= stages and shared_bytes({**conf, "double_buffer": stages}) <= limit:
-            conf["double_buffer"] = stages
-            break
+    conf["double_buffer"] = tc.pipeline_stages(conf, steps // (chunk * split))
     conf.update({key: int(knob(cfg, key, v)) for key, v in conf.items()})
     return conf
 

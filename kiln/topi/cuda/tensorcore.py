@@ -61,8 +61,6 @@ def default_config(m: int, n: int, k: int, batch: int = 1) -> dict:
     blocks) the smaller block the NCHW convs choose (conv_config, without split-K); and a
     3-stage cp.async pipeline where the target's shared memory per block holds it (one slab
     within 48 KiB)."""
-    from kiln.target import Target
-
     def largest(options, total):
         return max(x for x in options if total % x == 0)
 
@@ -78,13 +76,21 @@ def default_config(m: int, n: int, k: int, batch: int = 1) -> dict:
         small = _busiest_tile(m, n, k, batch)
         conf.update({key: small[key] for key in ("block_row_warps", "block_col_warps", "warp_row_tiles",
                                                   "warp_col_tiles", "chunk")})
+    conf["double_buffer"] = pipeline_stages(conf, k // (WMMA * chunk))
+    return conf
+
+
+def pipeline_stages(conf: dict, k_steps: int) -> int:
+    """The deepest copy pipeline (3, then 2 stages; else 0) that ``k_steps`` reduction steps fill and
+    whose slabs fit the current target's shared memory per block (48 KiB when it says nothing)."""
+    from kiln.target import Target
+
     target = Target.current(allow_none=True)
     limit = (target.attrs.get("max_shared_memory_per_block") if target is not None else None) or 48 * 1024
     for stages in (3, 2):
-        if k // (WMMA * chunk) >= stages and shared_bytes({**conf, "double_buffer": stages}) <= limit:
-            conf["double_buffer"] = stages
-            break
-    return conf
+        if k_steps >= stages and shared_bytes({**conf, "double_buffer": stages}) <= limit:
+            return stages
+    return conf["double_buffer"]
 
 
 def config_for(m: int, n: int, k: int, cfg=None, batch: int = 1) -> dict:
