@@ -32,6 +32,7 @@ from kiln.ir.stmt import AttrStmt, Evaluate, SeqStmt, decl_buffer
 from kiln.tir.transform.double_buffer import LAG
 
 from ..gpu.common import block, thread
+from ..nn.dense import add_bias
 from ..utils import const_int, find_stage
 
 ROWS = 64  # rows of one warpgroup's tile (wgmma's m)
@@ -180,14 +181,130 @@ def dense_wgmma(data, weight, conf=None):
     return out
 
 
+def shared_bytes(conf) -> int:
+    """Shared memory of a ``copy="tma"`` block: the slots of the A and W slabs, the slots'
+    mbarriers (one 1024-byte aligned array) and the 1024 bytes of alignment slack."""
+    conf = {**DEFAULT, **conf}
+    return conf["stages"] * (ROWS * conf["warpgroups"] + conf["n"]) * conf["bk"] * 2 + 2 * 1024
+
+
+# relay's choices, best first (H200, 4096^3, docs/cuda.md): 128 x 256 blocks 4 stages deep, then
+# 128 x 128 blocks up to 6 deep; 3 stages at least, so a step's products overlap the next fetch
+STRATEGY = (({"warpgroups": 2, "n": 256, "copy": "tma"}, 4), ({"warpgroups": 2, "n": 128, "copy": "tma"}, 6))
+
+
+def strategy_config(m: int, n: int, k: int, target=None) -> dict | None:
+    """The wgmma dense relay's float16 products take (``topi.gpu.dense``), or None for the other
+    tensor-core paths: an sm_90a CUDA target, K a multiple of 64 (at least 128), and of the
+    STRATEGY blocks the first that divides M x N into at least a wave of the target's
+    multiprocessors (kiln/topi/cuda/busy.py) with 3 or more stages within its shared memory
+    (``-max_shared_memory_per_block``: 232448 on Hopper; the 48 KiB default fits none)."""
+    from kiln.runtime.devices.nvrtc import arch_number, arch_specific
+    from kiln.target import Target
+
+    from ..gpu.dense import shared_limit
+    from .busy import multiprocessors
+
+    target = target or Target.current(allow_none=True)
+    if target is None or target.kind != "cuda":
+        return None
+    arch = str(target.attrs.get("arch", "") or "")
+    try:
+        if not arch or arch_number(arch) != 90 or not arch_specific(arch):
+            return None
+    except ValueError:
+        return None
+    if k % 64 or k < 128:
+        return None
+    limit, wave = shared_limit(target), multiprocessors(target)
+    for conf, deepest in STRATEGY:
+        rows = ROWS * conf["warpgroups"]
+        if m % rows or n % conf["n"] or (m // rows) * (n // conf["n"]) < wave:
+            continue
+        for stages in range(min(deepest, k // 64), 2, -1):
+            if shared_bytes({**conf, "stages": stages}) <= limit:
+                return {**conf, "bk": 64, "stages": stages}
+    return None
+
+
+def use_wgmma(data, weight) -> bool:
+    """Whether topi.gpu's dense takes the wgmma product: float16 (M, K) and (N, K) kernel
+    arguments (the bulk tensor copies read them through tensor maps) of a shape
+    ``strategy_config`` takes for the current target."""
+    if len(data.shape) != 2 or len(weight.shape) != 2 or not (str(data.dtype) == str(weight.dtype) == "float16"):
+        return False
+    if not isinstance(data.op, te.PlaceholderOp) or not isinstance(weight.op, te.PlaceholderOp):
+        return False
+    try:
+        m, k = (const_int(d) for d in data.shape)
+        n = const_int(weight.shape[0])
+    except (TypeError, ValueError):
+        return False
+    return strategy_config(m, n, k) is not None
+
+
+def dense(data, weight, bias=None, out_dtype=None):
+    """topi.nn.dense on wgmma for relay (``use_wgmma``): the float32 product, then the cast to
+    ``out_dtype`` and the bias as elementwise stages (the epilogue, a kernel of its own)."""
+    m, k = (const_int(d) for d in data.shape)
+    n = const_int(weight.shape[0])
+    conf = strategy_config(m, n, k)
+    if conf is None:
+        raise ValueError(f"dense on wgmma: no wgmma block suits M={m} N={n} K={k} on this target "
+                         "(topi.cuda.wgmma.strategy_config); use topi.gpu.dense")
+    out = dense_wgmma(data, weight, conf)
+    out_dtype = str(out_dtype or data.dtype)
+    if out_dtype != "float32":
+        product = out
+        out = te.compute(product.shape, lambda i, j: product[i, j].astype(out_dtype), name="dense_cast",
+                         tag="elemwise")
+    return add_bias(out, bias, 1)
+
+
+def is_wgmma(out) -> bool:
+    """Whether out (or a stage it reads) is a product made by dense_wgmma."""
+    try:
+        _find(out)
+    except ValueError:
+        return False
+    return True
+
+
+def _find(out):
+    return find_stage(out, lambda op: "wgmma_config" in getattr(op, "attrs", {}), "wgmma dense stage")
+
+
+def _epilogue(s, outs, C) -> None:
+    """Elementwise stages after the product (relay's cast, bias, activation) inlined into the
+    outputs, each output a kernel of its own reading the product from global memory."""
+    out_ops = [o.op for o in outs]
+    for st in list(s.stages):
+        if isinstance(st.op, te.ComputeOp) and st.op is not C.op and st.op not in out_ops \
+                and not _feeds_product(st.op, C):
+            st.compute_inline()
+    for o in outs:
+        if o.op is C.op:
+            continue
+        st = s[o]
+        bx, tx = st.split(st.fuse(*st.op.axis), factor=256)
+        st.bind(bx, block("x"))
+        st.bind(tx, thread("x"))
+
+
+def _feeds_product(op, C) -> bool:
+    """Whether op is one of the product's own stages (the cp.async path's A_il / W_il views)."""
+    return any(t.op is op for t in C.op.input_tensors)
+
+
 def schedule_dense_wgmma(outs, conf=None):
     outs = outs if isinstance(outs, (list, tuple)) else [outs]
-    C = find_stage(outs[0], lambda op: "wgmma_config" in getattr(op, "attrs", {}), "wgmma dense stage")
+    C = _find(outs[0])
     conf = {**C.op.attrs["wgmma_config"], **(conf or {})}
     wg, n, bk, stages = conf["warpgroups"], conf["n"], conf["bk"], conf["stages"]
-    if conf["copy"] == "tma":
-        return _schedule_tma(outs, C, conf)
     s = te.create_schedule([o.op for o in outs])
+    _epilogue(s, outs, C)
+    if conf["copy"] == "tma":
+        return _schedule_tma(s, C, conf)
     a_il, w_il = C.op.input_tensors
     s[a_il].compute_inline()
     s[w_il].compute_inline()
@@ -245,9 +362,8 @@ def _output_tiles(s, C, wg, n):
     return st, tg
 
 
-def _schedule_tma(outs, C, conf):
+def _schedule_tma(s, C, conf):
     wg, n, bk, stages = conf["warpgroups"], conf["n"], conf["bk"], conf["stages"]
-    s = te.create_schedule([o.op for o in outs])
     a, w = C.op.input_tensors
     AS = s.cache_read(a, "shared", [C])
     BS = s.cache_read(w, "shared", [C])

@@ -159,3 +159,73 @@ def test_dense_runs(conf):
     # float32 sums of exact float16 products: k roundings, each at most 2^-24 of a partial sum
     bound = k * 2 ** -24 * (np.abs(x).astype("float64") @ np.abs(y).astype("float64").T).max()
     np.testing.assert_allclose(out.numpy(), want, atol=bound, rtol=0)
+
+
+def test_strategy_picks_wgmma_blocks_for_the_target():
+    """relay's float16 dense takes wgmma on sm_90a only, with the largest blocks that still make a
+    wave of the GPU's 132 multiprocessors and 3+ stages within the target's shared memory."""
+    cfg = wgmma.strategy_config
+    with tvm.target.Target(TARGET + " -tag=nvidia/nvidia-h100"):
+        assert cfg(4096, 4096, 4096) == {"warpgroups": 2, "n": 256, "copy": "tma", "bk": 64, "stages": 4}
+        assert cfg(2048, 2048, 4096) == {"warpgroups": 2, "n": 128, "copy": "tma", "bk": 64, "stages": 6}
+        assert cfg(4096, 4096, 192)["stages"] == 3  # no deeper than the k steps
+        assert cfg(1024, 2048, 4096) is None  # 64 blocks of 128 x 128: less than a wave
+        assert cfg(4096, 4096, 4000) is None and cfg(4096, 4096, 64) is None  # K: 64s, two steps at least
+    with tvm.target.Target("cuda -arch=sm_90a -max_shared_memory_per_block=131072 -tag=nvidia/nvidia-h100"):
+        assert cfg(4096, 4096, 4096)["stages"] == 3  # 3 x 48 KiB slabs + 2 KiB
+    for other in ("cuda -arch=sm_90 -max_shared_memory_per_block=232448", "cuda -arch=sm_90a",
+                  "cuda -arch=sm_80 -max_shared_memory_per_block=232448"):
+        with tvm.target.Target(other):
+            assert cfg(4096, 4096, 4096) is None, other
+
+
+def _relay_dense(m, n, k, seed=3):
+    """dense + bias + relu in float32, made float16 as kiln's fp16 models are (float32 sums)."""
+    from kiln import relay
+
+    rng = np.random.default_rng(seed)
+    w, b = rng.uniform(-1, 1, (n, k)).astype("float32"), rng.uniform(-1, 1, (n,)).astype("float32")
+    x = relay.var("x", shape=(m, k), dtype="float32")
+    y = relay.nn.relu(relay.nn.bias_add(relay.nn.dense(x, relay.const(w)), relay.const(b)))
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
+    return relay.transform.ToMixedPrecision("float16", accumulation_dtype="float32")(mod), w, b
+
+
+def test_relay_float16_dense_takes_wgmma_on_sm_90a():
+    from kiln import relay
+
+    mod, _, _ = _relay_dense(1024, 4352, 256)  # 8 x 17 blocks of 128 x 256
+    lib = relay.build(mod, target=tvm.target.Target(TARGET, host="llvm"))
+    src = lib.get_lib().imported_modules[0].get_source()
+    assert "wgmma.mma_async.sync.aligned.m64n256k16" in src and "cp.async.bulk.tensor.2d" in src
+    # the product's kernel, then the cast / bias / relu over it in a kernel of its own
+    assert "fused_nn_dense_cast_nn_bias_add_nn_relu_cast_kernel1" in src
+    for target in ("cuda -arch=sm_90 -max_shared_memory_per_block=232448", "cuda -arch=sm_90a"):
+        src = relay.build(mod, target=tvm.target.Target(target, host="llvm")).get_lib().imported_modules[0].get_source()
+        assert "wgmma" not in src and "wmma" in src, target  # the mma.sync / wmma tensor cores
+
+
+@pytest.mark.gpu
+def test_relay_float16_dense_on_wgmma_runs():
+    """relay's float16 dense + bias + relu on an sm_90a GPU: the wgmma product (bulk tensor copies
+    through the tensor maps the runtime encodes) and its epilogue kernel, against float64 numpy."""
+    from kiln import relay
+    from kiln.contrib import graph_executor
+
+    dev = tvm.cuda(0)
+    if dev.compute_version != "9.0":
+        pytest.skip(f"wgmma runs on compute capability 9.0 (sm_90a) only; this GPU is {dev.compute_version}")
+    m, n, k = 1024, 4352, 256
+    mod, w, b = _relay_dense(m, n, k)
+    lib = relay.build(mod, target=tvm.target.Target(TARGET, host="llvm"))
+    assert "wgmma.mma_async" in lib.get_lib().imported_modules[0].get_source()
+    x = np.random.default_rng(9).uniform(-1, 1, (m, k)).astype("float32")
+    g = graph_executor.GraphModule(lib["default"](dev))
+    g.set_input("x", x)
+    g.run()
+    xh, wh, bh = (v.astype("float16").astype("float64") for v in (x, w, b))
+    want = np.maximum(xh @ wh.T + bh, 0)
+    # the float32 product rounded to float16, the bias added in float16: two roundings of 2^-11
+    # of at most the largest |x| |w| + |b|, and the float32 sums' k roundings of 2^-24
+    scale = (np.abs(xh) @ np.abs(wh).T + np.abs(bh)).max()
+    np.testing.assert_allclose(g.get_output(0).numpy(), want, atol=scale * (2 * 2 ** -11 + k * 2 ** -24), rtol=0)
