@@ -85,10 +85,11 @@ def default_config(m: int, n: int, k: int, threads: int | None = None, shared: i
         from ..cuda.busy import min_blocks as _cuda_min_blocks
 
         min_blocks = _cuda_min_blocks()
-    if min_blocks:
-        from ..cuda.busy import more_blocks
+    split = 1
+    if min_blocks:  # and a long reduction with few output tiles split in slices (busy.split_and_blocks)
+        from ..cuda.busy import split_and_blocks
 
-        ty, tx = more_blocks(ty, tx, m, n, batch, min_blocks)
+        ty, tx, split = split_and_blocks(ty, tx, m, n, k, batch, min_blocks)
     # shrunk register tiles do less work per k step: deeper steps, fewer barriers (about 512 products
     # per thread between two: 4 x 4 tiles take 32-deep steps; 16 deep, BERT's 128 x 3072 x 768 dense ran
     # 48.6 us against 35.5 us on the H200, weights from memory, bench/cuda_matmul.py --transformer)
@@ -101,7 +102,7 @@ def default_config(m: int, n: int, k: int, threads: int | None = None, shared: i
         ki = divisor(k, ki - 1)
     vec = 4 if ki % 4 == 0 and k % 4 == 0 and n % 4 == 0 and tx[3] % 4 == 0 else 1
     return {"tile_y": ty, "tile_x": tx, "tile_k": [-(-k // ki), ki], "vec": vec,
-            "auto_unroll_max_step": 512, "unroll_explicit": True, "split_k": 1}
+            "auto_unroll_max_step": 512, "unroll_explicit": True, "split_k": split}
 
 
 def config_for(m: int, n: int, k: int, cfg=None, batch: int = 1) -> dict:
@@ -166,8 +167,10 @@ def _valid(product, shape, name: str):
 
 def dense(data, weight, bias=None, out_dtype=None, cfg=None):
     """topi.nn.dense (weight N x K), recording its GPU tiles (float16 on CUDA: tensor cores)."""
-    from ..cuda import tensorcore as tc
+    from ..cuda import tensorcore as tc, wgmma
 
+    if tc.tensorcore_cfg(cfg) is None and wgmma.use_wgmma(data, weight):  # sm_90a: Hopper's wgmma
+        return wgmma.dense(data, weight, bias, out_dtype)
     if tc.use_tensorcore(data, weight, pad=True):
         return tc.dense_tensorcore(data, weight, bias, out_dtype, cfg=tc.tensorcore_cfg(cfg))
     m, k = (const_int(d) for d in data.shape)
@@ -260,10 +263,12 @@ def _find(out):
 
 def schedule_dense(outs, cfg=None):
     """Schedule dense / matmul / batch_matmul (with an elementwise epilogue)."""
-    from ..cuda import tensorcore as tc
+    from ..cuda import tensorcore as tc, wgmma
 
     outs = as_list(outs)
     out = outs[0]
+    if wgmma.is_wgmma(out):
+        return wgmma.schedule_dense_wgmma(outs)
     if tc.is_tensorcore(out):
         return tc.schedule_dense_tensorcore(outs, cfg=tc.tensorcore_cfg(cfg))
     mm = _find(out)
