@@ -94,3 +94,36 @@ def test_relay_op_type_errors():
     v = relay.var("v", shape=(2, 8, 16))
     with pytest.raises(ShapeError, match="nn.attention: input 'value' .* has 8 positions; 'key' .* has 9"):
         infer(relay.Function([q, k, v], relay.nn.attention(q, k, v)))
+
+
+@pytest.mark.parametrize("kind", ["zeros", "same-rows", "per-row"])
+def test_constant_mask_is_shrunk(kind):
+    """A constant mask loses the axes it repeats along, and is dropped when all zero (the dynamo
+    exporter's ViT adds a (1, 1, M, N) mask of zeros); the result is the chain's."""
+    from kiln.contrib import graph_executor
+
+    b, m, n, d = 2, 6, 10, 8
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, b, r, d)).astype("float32") for r in (m, n, n))
+    row = np.where(rng.random(n) < 0.3, np.finfo("float32").min, 0.0).astype("float32")
+    mask = {"zeros": np.zeros((1, 1, m, n), "float32"), "same-rows": np.broadcast_to(row, (1, 1, m, n)).copy(),
+            "per-row": np.triu(np.full((m, n), -1e4, "float32"), 1)[None, None]}[kind]
+    xs = [relay.var(name, shape=x.shape) for name, x in zip("qkv", (q, k, v))]
+    r3 = [relay.reshape(x, (b, -1, d)) for x in xs]
+    s = relay.reshape(relay.nn.batch_matmul(r3[0], r3[1]), (1, b, m, n))
+    p = relay.nn.softmax(relay.add(relay.multiply(s, relay.const(0.25)), relay.const(mask)))
+    out = relay.nn.batch_matmul(relay.reshape(p, (b, m, n)), r3[2], transpose_b=False)
+    mod = tvm.IRModule.from_expr(relay.Function(xs, out))
+    (call,) = op_calls(_optimized(mod, {})["main"], ["nn.attention"])
+    got_shape = tuple(int(x) for x in call.args[3].checked_type.shape)
+    assert got_shape == {"zeros": (), "same-rows": (1, 1, n), "per-row": (1, m, n)}[kind]
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target="llvm")
+    gm = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    gm.set_input(q=q, k=k, v=v)
+    gm.run()
+    sc = (q[0].astype(np.float64) @ k[0].transpose(0, 2, 1)) * 0.25 + mask[0]
+    e = np.exp(sc - sc.max(-1, keepdims=True))
+    want = (e / e.sum(-1, keepdims=True)) @ v[0]
+    # softmax weights sum to 1 (a convex mix of value rows ~1); scores of d float32 terms
+    np.testing.assert_allclose(gm.get_output(0).numpy(), want, rtol=1e-5, atol=1e-5)
