@@ -70,7 +70,7 @@ def shared_limit(target=None) -> int:
 
 
 def default_config(m: int, n: int, k: int, threads: int | None = None, shared: int | None = None,
-                   dtype_bytes: int = 4, batch: int = 1, min_blocks: int | None = None) -> dict:
+                   dtype_bytes: int = 4, batch: int = 1, min_blocks: int | None = None, split: bool = True) -> dict:
     """Untuned tiles: 16 x 16 work-items of 8 x 8 outputs where the sizes allow. Always within the
     target's limits, for any shape: at most ``threads`` work-items (``max_num_threads``) and the
     two shared slabs, (BM + BN) x BK elements, within ``shared`` bytes (``max_shared_memory_per_block``).
@@ -85,11 +85,11 @@ def default_config(m: int, n: int, k: int, threads: int | None = None, shared: i
         from ..cuda.busy import min_blocks as _cuda_min_blocks
 
         min_blocks = _cuda_min_blocks()
-    split = 1
+    slices = 1
     if min_blocks:  # and a long reduction with few output tiles split in slices (busy.split_and_blocks)
         from ..cuda.busy import split_and_blocks
 
-        ty, tx, split = split_and_blocks(ty, tx, m, n, k, batch, min_blocks)
+        ty, tx, slices = split_and_blocks(ty, tx, m, n, k, batch, min_blocks, split)
     # shrunk register tiles do less work per k step: deeper steps, fewer barriers (about 512 products
     # per thread between two: 4 x 4 tiles take 32-deep steps; 16 deep, BERT's 128 x 3072 x 768 dense ran
     # 48.6 us against 35.5 us on the H200, weights from memory, bench/cuda_matmul.py --transformer)
@@ -102,11 +102,13 @@ def default_config(m: int, n: int, k: int, threads: int | None = None, shared: i
         ki = divisor(k, ki - 1)
     vec = 4 if ki % 4 == 0 and k % 4 == 0 and n % 4 == 0 and tx[3] % 4 == 0 else 1
     return {"tile_y": ty, "tile_x": tx, "tile_k": [-(-k // ki), ki], "vec": vec,
-            "auto_unroll_max_step": 512, "unroll_explicit": True, "split_k": split}
+            "auto_unroll_max_step": 512, "unroll_explicit": True, "split_k": slices}
 
 
-def config_for(m: int, n: int, k: int, cfg=None, batch: int = 1) -> dict:
-    conf = default_config(m, n, k, batch=batch)
+def config_for(m: int, n: int, k: int, cfg=None, batch: int = 1, split: bool = False) -> dict:
+    """The untuned tiles with ``cfg``'s knobs over them; ``split``: a reduction split by default
+    (dense only: matmul and batch_matmul compute no slices)."""
+    conf = default_config(m, n, k, batch=batch, split=split)
     conf.update({key: knob(cfg, key, v) for key, v in conf.items()})
     for key, total in (("tile_y", m), ("tile_x", n), ("tile_k", k)):
         conf[key] = resolve(conf[key], total, key)
@@ -175,7 +177,7 @@ def dense(data, weight, bias=None, out_dtype=None, cfg=None):
         return tc.dense_tensorcore(data, weight, bias, out_dtype, cfg=tc.tensorcore_cfg(cfg))
     m, k = (const_int(d) for d in data.shape)
     n = const_int(weight.shape[0])
-    conf = config_for(m, n, k, cfg)
+    conf = config_for(m, n, k, cfg, split=True)
     pads = padded_sizes(conf, m, n, k)
     split = _split_slices(conf, m)
     if split > 1:

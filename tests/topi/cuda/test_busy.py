@@ -27,7 +27,7 @@ SHAPES = [(128, 768, 768, 1), (128, 3072, 768, 1), (128, 768, 3072, 1), (128, 12
 
 
 def _blocks(c, batch):
-    return batch * c["tile_y"][0] * c["tile_x"][0]
+    return batch * c["tile_y"][0] * c["tile_x"][0] * c.get("split_k", 1)
 
 
 @pytest.mark.parametrize("m,n,k,batch", SHAPES)
@@ -194,4 +194,30 @@ def test_split_k_dense_is_two_cuda_kernels():
     src = [x for x in f.imported_modules if x.type_key == "cuda"][0].get_source()
     kernels = [line for line in src.splitlines() if "__global__" in line]
     assert len(kernels) == 2 and "T_dense_slices" in kernels[0] and "blockIdx.z" in src, kernels
-    assert conf["split_k"] == 1  # off by default: not yet measured in a model
+
+
+@pytest.mark.parametrize("m,k,split", [(128, 3072, 8), (64, 3072, 8), (197, 3072, 4), (128, 768, 1), (128, 2048, 8)])
+def test_cuda_default_splits_long_reductions(m, k, split):
+    """FFN down (N = 768, K = 3072) is split so that its blocks keep 4 x 4 outputs per thread and
+    128 threads or more (busy.split_and_blocks); K = 768 is not; OpenCL never."""
+    with tvm.target.Target("cuda"):
+        c = default_config(m, 768, k)
+    assert c["split_k"] == split and _blocks(c, 1) >= MIN_BLOCKS
+    if split > 1:
+        assert c["tile_y"][3] * c["tile_x"][3] == 16 and c["tile_y"][2] * c["tile_x"][2] >= 128
+        assert k // split >= 8 * c["tile_k"][1] and k % (split * c["tile_k"][1]) == 0
+    with tvm.target.Target("opencl"):
+        assert default_config(m, 768, k)["split_k"] == 1
+
+
+def test_default_split_dense_computes_the_product(cuda_tiles_on_opencl):
+    """The untuned split (no cfg) of a ragged product with a bias and a residual add, on PoCL."""
+    m, n, k = 50, 384, 2048
+    with tvm.target.Target("opencl"):
+        assert default_config(m, n, k)["split_k"] > 1
+    rng = np.random.default_rng(6)
+    x, w, b, r = rand(rng, m, k), rand(rng, n, k), rand(rng, n), rand(rng, m, n)
+    got = run("opencl", lambda a, ww, bb, rr: topi.add(topi.gpu.dense(a, ww, bb, "float32"), rr),
+              topi.gpu.schedule_dense, [x, w, b, r])
+    want = x.astype(np.float64) @ w.astype(np.float64).T + b + r
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * k)
