@@ -59,14 +59,67 @@ def sass_hgmma(f) -> str:
     return f"{len(ops)} HGMMA in the SASS" + (f" (first: {ops[0].split('*/')[-1].strip()[:60]})" if ops else "")
 
 
+def bench_relay(n: int, target, dev, torch, repeat: int) -> None:
+    """relay's float16 dense + bias + relu in the form ToMixedPrecision gives kiln's fp16 models
+    (dense to float32 sums, cast to float16, bias and relu in float16; float16 in and out) through
+    the wgmma strategy, its epilogue in a kernel of its own and fused, against torch's float16
+    relu(linear) (cuBLAS with the bias, then relu), CUDA events."""
+    from kiln import relay
+    from kiln.contrib import graph_executor
+    from kiln.topi.cuda import wgmma
+
+    rng = np.random.default_rng(1)
+    x_np = rng.uniform(-1, 1, (n, n)).astype(np.float16)
+    w_np = rng.uniform(-1, 1, (n, n)).astype(np.float16)
+    b_np = rng.uniform(-1, 1, (n,)).astype(np.float16)
+    x = relay.var("x", shape=(n, n), dtype="float16")
+    d = relay.cast(relay.nn.dense(x, relay.const(w_np), out_dtype="float32"), "float16")
+    y = relay.nn.relu(relay.nn.bias_add(d, relay.const(b_np)))
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
+    tx, tw, tb = (torch.from_numpy(v).cuda() for v in (x_np, w_np, b_np))
+    want = torch.relu(torch.nn.functional.linear(tx.float(), tw.float(), tb.float())).cpu().numpy()
+
+    def ref():
+        torch.relu_(torch.nn.functional.linear(tx, tw, tb))
+
+    gpu = sibling.load("opencl.py")
+    t_ref = gpu.time_torch(torch, ref, repeat, 5)
+    flop = 2.0 * n ** 3
+    print(f"relay dense+bias+relu fp16 {n}^3: torch relu(linear) fp16 {t_ref:.3f} ms {flop / t_ref / 1e9:.0f} TFLOP/s")
+    for epilogue in ("kernel", "fused"):
+        wgmma.EPILOGUE = epilogue
+        try:
+            lib = relay.build(mod, target=target)
+            g = graph_executor.GraphModule(lib["default"](dev))
+            g.set_input("x", x_np)
+            g.run()
+            got = g.get_output(0).numpy().astype(np.float32)
+            err = float(np.abs(got - want).max() / np.abs(want).max())
+            timer = g.module.time_evaluator("run", dev, number=5, repeat=repeat)
+            ms = float(np.median(timer().results)) * 1e3
+            src = lib.get_lib().imported_modules[0].get_source()
+        except Exception as ex:  # noqa: BLE001
+            print(f"  epilogue {epilogue}: {type(ex).__name__}: {str(ex).splitlines()[0][:200]}")
+            continue
+        kernels = sum("__global__" in line for line in src.splitlines())
+        print(f"  epilogue {epilogue}: {ms:.3f} ms (whole graph, {kernels} kernels) "
+              f"{flop / ms / 1e9:.0f} TFLOP/s  {t_ref / ms:.2f}x torch  max rel err {err:.1e}"
+              f"{'' if err < 4e-3 else ' WRONG'}  wgmma: {'wgmma.mma_async' in src}", flush=True)
+    wgmma.EPILOGUE = "kernel"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=4096)
     p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--candidates", type=int, default=len(CANDIDATES), help="time the first N of CANDIDATES")
+    p.add_argument("--relay", action="store_true", help="also relay's dense + bias + relu (bench_relay)")
     args = p.parse_args()
     gpu = sibling.load("opencl.py")
     dev, torch = gpu.cuda_device_and_torch("bench/cuda_wgmma.py")
     target = tvm.target.Target("cuda -arch=sm_90a -max_shared_memory_per_block=232448", host="llvm")
+    if args.relay:
+        bench_relay(args.size, target, dev, torch, args.repeat)
     n = args.size
     rng = np.random.default_rng(0)
     a_np = rng.uniform(-1, 1, (n, n)).astype(np.float16)
@@ -85,7 +138,7 @@ def main() -> None:
     print(f"device: {dev.device_name}  |  target: {target}  |  cuBLAS fp16 {t_ref:.3f} ms "
           f"{flop / t_ref / 1e9:.0f} TFLOP/s")
     best = None
-    for conf in CANDIDATES:
+    for conf in CANDIDATES[:args.candidates]:
         try:
             start = time.perf_counter()
             f = build(n, conf, target)

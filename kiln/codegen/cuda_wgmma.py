@@ -150,6 +150,33 @@ def uses(kernel, calls=CALLS) -> bool:
     return bool(found)
 
 
+def _target(ptr):
+    """The data Var a tvm_access_ptr (or a plain pointer) points into."""
+    return ptr.args[1] if isinstance(ptr, E.Call) and ptr.op == "tir.tvm_access_ptr" else ptr
+
+
+def staging(kernel) -> set:
+    """The shared buffers (their data Vars) that wgmma tiles are stored to: a block's staging tile
+    for an epilogue, written only after all its products (the store waits for them and barriers the
+    block) and after every bulk copy landed (each was waited for by the loop that read it), so the
+    printer lays it over the slabs instead of beside them."""
+    shared, stores = set(), []
+
+    class _Find(Visitor):
+        def visit_Allocate(self, op):
+            if op.buffer.scope == "shared":
+                shared.add(op.buffer.data)
+            self.generic_visit(op)
+
+        def visit_Call(self, op):
+            if _name(op) == "kiln_wgmma_store":
+                stores.append(_target(op.args[3]))
+            self.generic_visit(op)
+
+    _Find().visit(kernel.body)
+    return {v for v in stores if v in shared}
+
+
 def struct(n: int) -> str:
     return f"kiln_wgacc{n}"
 
@@ -190,11 +217,14 @@ def mma_helper(n: int, lag: int = 0, swizzle: int = 0) -> tuple[str, str]:
     return name, text
 
 
-def store_helper(n: int, ctype: str) -> tuple[str, str]:
-    name = f"kiln_wgmma_store{n}_{ctype.replace(' ', '_')}"
+def store_helper(n: int, ctype: str, staging: bool = False) -> tuple[str, str]:
+    """The 64 x n tile to row-major memory. staging: to the block's shared staging tile, which lies
+    over the slabs: every warpgroup's products must be done (the block barrier) before any stores."""
+    name = f"kiln_wgmma_store{n}_{ctype.replace(' ', '_')}" + ("_staging" if staging else "")
     # each warp w holds rows 16 w .. 16 w + 15 in mma.sync's accumulator layout (cuda_mma.py)
     text = (f"__device__ __forceinline__ void {name}({ctype}* p, const {struct(n)}& f, int ld) {{\n"
             f'  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // products left running\n'
+            + ("  __syncthreads();  // the other warpgroups' products still read the slabs\n" if staging else "") +
             f"  int l = threadIdx.x % 32, g = l / 4, t = l % 4;\n"
             f"  p += 16 * ((threadIdx.x % 128) / 32) * ld;\n" + cuda_mma.float_rows(n // 8, ctype) + "}\n")
     return name, text
@@ -207,6 +237,7 @@ class WgmmaPrinter:
         self.p = printer
         self.used = uses(kernel)
         self.tma = uses(kernel, TMA_CALLS)  # shared tiles 1024-byte aligned (cuda.py)
+        self.staging = staging(kernel) if self.tma else set()  # laid over the slabs (cuda.py)
         # a buffer parameter's data Var (the body's handle) -> its position
         self.params = [kernel.buffer_map[v].data if v in kernel.buffer_map else v for v in kernel.params]
         self.tensor_maps: list[dict] = []  # the kernel entry's tensor_maps: one extra parameter each
@@ -277,7 +308,7 @@ class WgmmaPrinter:
             n = self._n(a[2])
             dst = a[3]
             ctype = p.type(dst.dtype) if not isinstance(dst, E.Call) else p.type(dst.args[0].dtype)
-            fn, text = store_helper(n, ctype)
+            fn, text = store_helper(n, ctype, _target(dst) in self.staging)
             self.helpers[fn] = text
             return f"{fn}({p.expr(a[3])}, {p.name(a[0])}[{p.expr(a[1])}], {p.expr(a[4])})"
         if name in TMA_CALLS:

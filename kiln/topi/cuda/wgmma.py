@@ -38,6 +38,10 @@ from ..utils import const_int, find_stage
 ROWS = 64  # rows of one warpgroup's tile (wgmma's m)
 DEFAULT = {"warpgroups": 2, "n": 128, "bk": 64, "stages": 4, "copy_order": "chunks", "copy": "cp.async"}
 SWIZZLE = 128  # bytes: the bulk tensor copies' swizzle, one row of the tiles they write
+# relay's epilogue (cast, bias, activation) after a copy="tma" product: "kernel" (a kernel of its
+# own, reading the float32 product from global memory) or "fused" (from a shared staging tile in
+# the product's kernel); the conf's "epilogue" overrides it
+EPILOGUE = "kernel"
 
 
 def _call(op: str, *args):
@@ -130,8 +134,9 @@ def intrin_tma_load(rows: int, cols: int, shape, dtype: str = "float16"):
     return te.decl_tensor_intrin(dst.op, fintrin, name=f"tma_load_{rows}x{cols}", binds=binds)
 
 
-def intrin_wgmma_store(n: int, out_dtype: str = "float32"):
-    """The 64 x n accumulator tile to memory, row-major."""
+def intrin_wgmma_store(n: int, out_dtype: str = "float32", scope: str = "global"):
+    """The 64 x n accumulator tile to memory, row-major (scope "shared": the block's staging tile,
+    which the printer lays over the slabs: kiln/codegen/cuda_wgmma.py)."""
     acc = te.placeholder((ROWS, n), "float32", name="acc")
     dst = te.compute((ROWS, n), lambda i, j: acc[i, j].astype(out_dtype), name="dst")
 
@@ -141,8 +146,9 @@ def intrin_wgmma_store(n: int, out_dtype: str = "float32"):
 
     binds = {acc: decl_buffer(acc.shape, "float32", "acc", strides=[te.var("acc_s"), 1], scope="wgmma.accumulator",
                               offset_factor=1),
-             dst: decl_buffer(dst.shape, out_dtype, "dst", strides=[te.var("dst_s"), 1], offset_factor=1)}
-    return te.decl_tensor_intrin(dst.op, fintrin, name=f"wgmma_store{n}", binds=binds)
+             dst: decl_buffer(dst.shape, out_dtype, "dst", strides=[te.var("dst_s"), 1], scope=scope, offset_factor=1)}
+    return te.decl_tensor_intrin(dst.op, fintrin, name=f"wgmma_store{n}" + ("_shared" if scope == "shared" else ""),
+                                 binds=binds)
 
 
 def fits(m: int, n: int, k: int, dtype, conf=None) -> bool:
@@ -274,15 +280,22 @@ def _find(out):
     return find_stage(out, lambda op: "wgmma_config" in getattr(op, "attrs", {}), "wgmma dense stage")
 
 
-def _epilogue(s, outs, C) -> None:
+def _fusable(outs, C) -> bool:
+    """One output over the product's index space (relay's cast, bias, activation of a dense)."""
+    return len(outs) == 1 and outs[0].op is not C.op and \
+        [const_int(d) for d in outs[0].shape] == [const_int(d) for d in C.shape]
+
+
+def _epilogue(s, kernels, C, outs=None) -> None:
     """Elementwise stages after the product (relay's cast, bias, activation) inlined into the
-    outputs, each output a kernel of its own reading the product from global memory."""
-    out_ops = [o.op for o in outs]
+    outputs; each of ``kernels`` but the product is a kernel of its own reading the product from
+    global memory (a fused epilogue, the one output, is laid out by _schedule_tma)."""
+    out_ops = [o.op for o in (outs or kernels)]
     for st in list(s.stages):
         if isinstance(st.op, te.ComputeOp) and st.op is not C.op and st.op not in out_ops \
                 and not _feeds_product(st.op, C):
             st.compute_inline()
-    for o in outs:
+    for o in kernels:
         if o.op is C.op:
             continue
         st = s[o]
@@ -302,9 +315,10 @@ def schedule_dense_wgmma(outs, conf=None):
     conf = {**C.op.attrs["wgmma_config"], **(conf or {})}
     wg, n, bk, stages = conf["warpgroups"], conf["n"], conf["bk"], conf["stages"]
     s = te.create_schedule([o.op for o in outs])
-    _epilogue(s, outs, C)
+    fused = conf["copy"] == "tma" and conf.get("epilogue", EPILOGUE) == "fused" and _fusable(outs, C)
+    _epilogue(s, [C] if fused else outs, C, outs)
     if conf["copy"] == "tma":
-        return _schedule_tma(s, C, conf)
+        return _schedule_tma(s, C, conf, outs[0] if fused else None)
     a_il, w_il = C.op.input_tensors
     s[a_il].compute_inline()
     s[w_il].compute_inline()
@@ -362,13 +376,40 @@ def _output_tiles(s, C, wg, n):
     return st, tg
 
 
-def _schedule_tma(s, C, conf):
+def _fused_output(s, C, out, wg, n):
+    """The epilogue in the product's kernel: each block's 64 wg x n product tile stored to a shared
+    staging tile (laid over the slabs, which are done with by then), then the output's elementwise
+    expression over it, the block's threads along its rows (conflict-free reads, coalesced
+    writes)."""
+    so = s[out]
+    i, j = so.op.axis
+    bi, ii = so.split(i, factor=ROWS * wg)
+    bj, jj = so.split(j, factor=n)
+    so.reorder(bi, bj, ii, jj)
+    so.bind(bi, block("y"))
+    so.bind(bj, block("x"))
+    fused = so.fuse(ii, jj)
+    fused, tx = so.split(fused, factor=128)
+    fused, ty = so.split(fused, factor=wg)
+    so.bind(tx, thread("x"))
+    so.bind(ty, thread("y"))
+    s[C].set_scope("shared")
+    st = s[C]
+    st.compute_at(so, bj)
+    ci, _ = st.op.axis
+    tg, iii = st.split(ci, factor=ROWS)
+    st.bind(tg, thread("y"))
+    st.tensorize(iii, intrin_wgmma_store(n, str(C.dtype), scope="shared"))
+    return st, tg
+
+
+def _schedule_tma(s, C, conf, fused_out=None):
     wg, n, bk, stages = conf["warpgroups"], conf["n"], conf["bk"], conf["stages"]
     a, w = C.op.input_tensors
     AS = s.cache_read(a, "shared", [C])
     BS = s.cache_read(w, "shared", [C])
     CF = s.cache_write(C, "wgmma.accumulator")
-    st, tg = _output_tiles(s, C, wg, n)
+    st, tg = _fused_output(s, C, fused_out, wg, n) if fused_out is not None else _output_tiles(s, C, wg, n)
     cf = s[CF]
     cf.compute_at(st, tg)
     ci, cj = cf.op.axis

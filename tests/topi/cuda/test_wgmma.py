@@ -206,11 +206,15 @@ def test_relay_float16_dense_takes_wgmma_on_sm_90a():
 
 
 @pytest.mark.gpu
-def test_relay_float16_dense_on_wgmma_runs():
+@pytest.mark.parametrize("epilogue", ["kernel", "fused"])
+def test_relay_float16_dense_on_wgmma_runs(epilogue, monkeypatch):
     """relay's float16 dense + bias + relu on an sm_90a GPU: the wgmma product (bulk tensor copies
-    through the tensor maps the runtime encodes) and its epilogue kernel, against float64 numpy."""
+    through the tensor maps the runtime encodes) and its epilogue (a kernel of its own, or from the
+    shared staging tile over the slabs), against float64 numpy."""
     from kiln import relay
     from kiln.contrib import graph_executor
+
+    monkeypatch.setattr(wgmma, "EPILOGUE", epilogue)
 
     dev = tvm.cuda(0)
     if dev.compute_version != "9.0":
@@ -229,3 +233,33 @@ def test_relay_float16_dense_on_wgmma_runs():
     # of at most the largest |x| |w| + |b|, and the float32 sums' k roundings of 2^-24
     scale = (np.abs(xh) @ np.abs(wh).T + np.abs(bh)).max()
     np.testing.assert_allclose(g.get_output(0).numpy(), want, atol=scale * (2 * 2 ** -11 + k * 2 ** -24), rtol=0)
+
+
+def _with_epilogue(m, n, k, conf):
+    """relu(product + bias) in float16, as relay's fused dense group computes it."""
+    from kiln import topi
+
+    a = te.placeholder((m, k), "float16", name="A")
+    w = te.placeholder((n, k), "float16", name="W")
+    bias = te.placeholder((n,), "float16", name="bias")
+    with tvm.target.Target(TARGET):
+        c = wgmma.dense_wgmma(a, w, conf)
+        y = te.compute((m, n), lambda i, j: c[i, j].astype("float16") + bias[j], name="bias_add")
+        y = topi.nn.relu(y)
+        s = wgmma.schedule_dense_wgmma([y])
+        return tvm.build(s, [a, w, bias, y], target=TARGET, name="dense_relu")
+
+
+def test_fused_epilogue_stages_the_tile_over_the_slabs():
+    """epilogue "fused": each warpgroup's tile goes to a shared staging tile laid over the slabs
+    (after a block barrier: the other warpgroup's products still read them), the bias and relu
+    are applied from there in the same kernel; the shared memory is the slabs' alone."""
+    f = _with_epilogue(256, 512, 512, {"n": 256, "copy": "tma", "epilogue": "fused"})
+    code = f.metadata["device_code"]
+    (entry,) = code["kernels"]
+    assert entry["shared_bytes"] == 4 * (128 + 256) * 64 * 2 + 1024 + 1024  # the 128 KiB tile lies over them
+    src = [mod for mod in f.imported_modules if mod.type_key == "cuda"][0].get_source()
+    assert "kiln_wgmma_store256_float_staging" in src and "__syncthreads();  // the other warpgroups'" in src
+    assert base64.b64decode(code["cubin"])[:4] == b"\x7fELF"
+    unfused = _with_epilogue(256, 512, 512, {"n": 256, "copy": "tma", "epilogue": "kernel"})
+    assert len(unfused.metadata["device_code"]["kernels"]) == 2
