@@ -156,12 +156,22 @@ class CUDAPrinter(CStylePrinter):
             self.dyn_decls.append(f"unsigned char* {base} = kiln_dyn_shared + ((({align}u - ((unsigned)"
                                   f"__cvta_generic_to_shared(kiln_dyn_shared) % {align}u)) % {align}u));")
         offset = 0
-        for buf, n in shared:
+        staging = self.wgmma.staging if tma else set()  # laid over the slabs (cuda_wgmma.staging)
+        # the mbarriers (64-bit words) first; a staging tile then starts where they end, over the slabs
+        order = sorted(shared, key=lambda bs: (bs[0].data in staging, bs[0].dtype.bits != 64)) if staging else shared
+        end, start = 0, None
+        for buf, n in order:
             t = self.storage_type(buf.dtype)
-            self.dyn_decls.append(f"{t}* {self.name(buf.data)} = ({t}*)({base} + {offset});")
+            if start is None and buf.dtype.bits != 64:
+                start = offset
+            at = start if buf.data in staging else offset
+            size = _padded(n * self.storage_bits(buf.dtype) // 8, align)
+            self.dyn_decls.append(f"{t}* {self.name(buf.data)} = ({t}*)({base} + {at});")
             self.aligned[id(buf.data)] = ALIGN
-            offset += _padded(n * self.storage_bits(buf.dtype) // 8, align)
-        self.shared_bytes = offset + (align if tma else 0)
+            if buf.data not in staging:
+                offset += size
+            end = max(end, at + size)
+        self.shared_bytes = end + (align if tma else 0)
         return []
 
     def storage_bits(self, dt: DType) -> int:

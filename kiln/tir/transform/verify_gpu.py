@@ -77,9 +77,12 @@ class _Shared(Visitor):
 
 def shared_bytes(kernel: PrimFunc) -> int:
     """Static shared memory of a kernel, in bytes; symbolic sizes are an error."""
+    from kiln.codegen.cuda_wgmma import staging
+
     v = _Shared()
     v.visit(kernel.body)
-    total = 0
+    staged = staging(kernel)  # a wgmma epilogue's staging tile lies over the slabs (codegen/cuda_wgmma.py)
+    total, over, words = 0, 0, 0
     for op in v.allocs:
         if op.buffer.scope not in ("shared", "local"):
             continue
@@ -91,8 +94,13 @@ def shared_bytes(kernel: PrimFunc) -> int:
                                    "(split the axes it covers by constant factors)")
             n *= e.value
         if op.buffer.scope == "shared":
-            total += n * op.buffer.dtype.bits * op.buffer.dtype.lanes // 8
-    return total
+            size = n * op.buffer.dtype.bits * op.buffer.dtype.lanes // 8
+            if op.buffer.data in staged:
+                over = max(over, size)
+            else:
+                total += size
+                words += size if op.buffer.dtype.bits == 64 else 0  # mbarriers: beside the staging tile
+    return max(total, words + over) if staged else total
 
 
 # Per-dimension work-group limits that CUDA fixes and NVIDIA's OpenCL reports (x, y, z).
