@@ -1,5 +1,7 @@
-"""CUDA matmul 4096^3: fp32 (topi.gpu) and fp16 on tensor cores (topi.cuda, wmma), against cuBLAS.
+"""CUDA matmul 4096^3: fp32 (topi.gpu) and fp16 on tensor cores (topi.cuda: wgmma, wmma), against cuBLAS.
 
+- fp16 on Hopper (compute capability 9.0): the wgmma product relay's float16 dense takes for
+  ``cuda -arch=sm_90a`` (``topi.gpu.dense``, topi/cuda/wgmma.py), its SASS HGMMA count.
 - fp32: kiln's untuned default and the best of the hand-picked points of its tuning space, against
   cuBLAS through torch with TF32 off (bench/opencl.py's bench_matmul, run for CUDA).
 - fp16: ``dense_tensorcore`` (A M x K, W N x K, both float16) untuned and the best of the
@@ -142,6 +144,42 @@ def bench_tensorcore(n: int, target, dev, repeat: int, torch, gpu) -> None:
               f"raster {point[7]})")
 
 
+def bench_wgmma(n: int, dev, repeat: int, torch, gpu) -> None:
+    """fp16 n^3 as relay takes it on Hopper: ``topi.gpu.dense`` for ``cuda -arch=sm_90a`` (the wgmma
+    product of topi.cuda.wgmma.strategy_config), against torch's float16 ``a @ w.T`` (cuBLAS)."""
+    from kiln.topi.gpu import dense as gdense
+
+    if dev.compute_version != "9.0":
+        print(f"wgmma: needs compute capability 9.0 (sm_90a); this GPU is {dev.compute_version}")
+        return
+    target = tvm.target.Target("cuda -arch=sm_90a -max_shared_memory_per_block=232448", host="llvm")
+    rng = np.random.default_rng(0)
+    a_np = rng.uniform(-1, 1, (n, n)).astype(np.float16)
+    w_np = rng.uniform(-1, 1, (n, n)).astype(np.float16)
+    a, w = tvm.nd.array(a_np, dev), tvm.nd.array(w_np, dev)
+    c = tvm.nd.array(np.full((n, n), np.nan, np.float32), dev)  # every element must be written
+    ta, tw = torch.from_numpy(a_np).cuda(), torch.from_numpy(w_np).cuda()
+    tc = torch.empty((n, n), device="cuda", dtype=torch.float16)
+    ref = (ta.float() @ tw.float().t()).cpu().numpy()
+    with target:
+        pa = te.placeholder((n, n), "float16", name="A")
+        pw = te.placeholder((n, n), "float16", name="W")
+        out = gdense.dense(pa, pw, None, "float32")
+        s = gdense.schedule_dense([out])
+        f = tvm.build(s, [pa, pw, out], target=target, name="dense_wgmma")
+    conf = out.op.attrs.get("wgmma_config")
+    f(a, w, c)
+    err = float(np.abs(c.numpy() - ref).max() / np.abs(ref).max())
+    t_ref = gpu.time_torch(torch, lambda: torch.matmul(ta, tw.t(), out=tc), repeat, 5)
+    ms = gpu.kiln_matmul_ms(f, (a, w, c), dev, repeat, 5)
+    flop = 2.0 * n ** 3
+    hgmma = sibling.load("cuda_wgmma.py").sass_hgmma(f)
+    print(f"matmul fp16 {n}^3 on wgmma (relay's sm_90a strategy {conf}; max rel err {err:.1e}"
+          f"{'' if err < 1e-3 else ' WRONG'}; {hgmma})")
+    print(f"  {'cuBLAS (torch fp16)':30s} {t_ref:9.3f} ms  {flop / t_ref / 1e9:7.1f} TFLOP/s")
+    print(f"  {'kiln wgmma':30s} {ms:9.3f} ms  {flop / ms / 1e9:7.1f} TFLOP/s  ratio {t_ref / ms:.2f}x")
+
+
 # (M, N, K): BERT-base at 128 tokens (QKV / out, FFN up, FFN down), GPT-2 small at 64 (fused QKV, FFN
 # down), ViT-B/16 at 197 (QKV / out, FFN up, FFN down)
 TRANSFORMER_SHAPES = [(128, 768, 768), (128, 3072, 768), (128, 768, 3072), (64, 2304, 768), (64, 768, 3072),
@@ -263,7 +301,7 @@ def main() -> None:
     p.add_argument("--size", type=int, default=4096, help="matmul N (M = N = K)")
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--target", default="cuda", help='kiln target, e.g. "cuda -arch=sm_90"')
-    p.add_argument("--skip", choices=["fp32", "fp16"], action="append", default=[])
+    p.add_argument("--skip", choices=["fp32", "fp16", "wgmma"], action="append", default=[])
     p.add_argument("--transformer", action="store_true", help="the transformer products only (module doc)")
     p.add_argument("--tc-shared", type=int, default=232448,
                    help="shared bytes per block the tensor-core kernels may use (H100: 232448; 48 KiB static)")
@@ -275,6 +313,8 @@ def main() -> None:
           f"target: {target}  |  reference: torch {torch.__version__} (cuBLAS)")
     if args.transformer:
         return bench_transformer(target, dev, torch)
+    if "wgmma" not in args.skip:  # Hopper's warpgroup tensor cores, where the GPU has them
+        bench_wgmma(args.size, dev, args.repeat, torch, gpu)
     if "fp16" not in args.skip:
         tc_target = tvm.target.Target(f"{args.target} -max_shared_memory_per_block={args.tc_shared}", host="llvm")
         bench_tensorcore(args.size, tc_target, dev, args.repeat, torch, gpu)
