@@ -147,8 +147,9 @@ def bench_tensorcore(n: int, target, dev, repeat: int, torch, gpu) -> None:
 def bench_wgmma(n: int, dev, repeat: int, torch, gpu) -> None:
     """fp16 n^3 as relay takes it on Hopper: ``topi.gpu.dense`` for ``cuda -arch=sm_90a`` (the wgmma
     product of topi.cuda.wgmma.strategy_config), against torch's float16 ``a @ w.T`` (cuBLAS)."""
-    from kiln.topi.gpu import dense as gdense
+    import importlib
 
+    gdense = importlib.import_module("kiln.topi.gpu.dense")
     if dev.compute_version != "9.0":
         print(f"wgmma: needs compute capability 9.0 (sm_90a); this GPU is {dev.compute_version}")
         return
