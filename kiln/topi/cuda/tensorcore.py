@@ -13,10 +13,17 @@ the block's BM x BN float tile also fits in shared memory (``fuse_epilogue``, de
 warps store their accumulators there, and after a barrier all threads apply the epilogue to
 the tile and write it out; else it is a second kernel that reads the product back.
 
+Untuned dense on CUDA: a long reduction with few output tiles (an FFN's down projection, 128 x 768
+x 3072: 96 blocks of 4 warps) is split (``split_slices``, knob ``split_k``): slice s is product s
+of a batch (blockIdx.z) over columns s * K / S on of A and the weight, read in place, with float32
+sums, and a second kernel adds the S slices, casts and applies the epilogue. Ragged dense rows
+(a ViT's 197 tokens) are padded to a multiple of 32 where there are 128 or more (224: 32-row
+blocks; at 208 only 16-row blocks of two warps divided them).
+
 ``cfg`` knobs (AutoTVM template ``dense_tensorcore.cuda`` / ``batch_matmul_tensorcore.cuda``):
 block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, offset, vec, double_buffer,
 mma (ldmatrix + mma.sync instead of wmma, sm_80+), raster (block rows walked per block column),
-fuse_epilogue.
+fuse_epilogue; dense also split_k (slices of the reduction, below).
 """
 
 from __future__ import annotations
@@ -108,16 +115,62 @@ def dense_tensorcore(data, weight, bias=None, out_dtype=None, cfg=None):
 
     m, k = (const_int(d) for d in data.shape)
     n = const_int(weight.shape[0])
-    mp, np_ = _round_up(m, WMMA), _round_up(n, WMMA)
+    mp, np_ = _round_up(m, _row_step(m)), _round_up(n, WMMA)
     _check(mp, np_, k, data.dtype, "dense")
     a = data if mp == m else te.compute((mp, k), lambda i, r: data[tir_op.min(i, m - 1), r], name="dense_rows")
     w = weight if np_ == n else te.compute((np_, k), lambda j, r: weight[tir_op.min(j, n - 1), r], name="dense_cols")
+    slices = int(knob(cfg, "split_k", split_slices(mp, np_, k)))
+    if slices > 1 and k % (slices * WMMA) == 0:
+        return add_bias(_split_dense(a, w, (m, n), slices, out_dtype or str(data.dtype), cfg), bias, 1)
     out = _dense(a, w, None, out_dtype)
     out.op.attrs["tensorcore_config"] = config_for(mp, np_, k, cfg)
     if (mp, np_) != (m, n):
         product = out
         out = te.compute((m, n), lambda i, j: product[i, j], name="dense_valid", tag="injective")
     return add_bias(out, bias, 1)
+
+
+def _row_step(m: int) -> int:
+    """Rows of a padded dense are rounded up to 32 where there are 128 or more (a ViT's 197 tokens:
+    224, so 32-row blocks divide them; at 208 only 16-row blocks of two warps did), else to 16."""
+    return 2 * WMMA if m >= 128 and m % WMMA else WMMA
+
+
+def split_slices(m: int, n: int, k: int) -> int:
+    """Split-K for the untuned tensor-core dense (module doc): a reduction of SPLIT_MIN_K terms or
+    more whose blocks keep fewer than half of BUSY_WARPS busy is cut into the fewest of 2, 4 or 8
+    slices (each at least 3 k steps of 64, a full pipeline) that reach half; else 1."""
+    from .busy import SPLIT_MIN_K
+
+    conf = default_config(m, n, k)
+    bm, bn = _tile_shape(conf)
+    warps = (m // bm) * (n // bn) * conf["block_row_warps"] * conf["block_col_warps"]
+    if k < SPLIT_MIN_K or 2 * warps >= BUSY_WARPS:
+        return 1
+    for slices in (2, 4, 8):
+        if k % (slices * 64) == 0 and k // (slices * 64) >= 3 and 2 * slices * warps >= BUSY_WARPS:
+            return slices
+    return 1
+
+
+def _split_dense(a, w, shape, slices: int, out_dtype: str, cfg):
+    """dense on tensor cores with the reduction cut into ``slices``: slice s is product s of a batch
+    (blockIdx.z; its A and B tiles read in place, columns s * K/slices on), float32 sums, and a
+    second kernel adds the slices up, casts and applies the epilogue."""
+    (m, n), (mp, k), np_ = shape, (const_int(d) for d in a.shape), const_int(w.shape[0])
+    ks = k // slices
+    a3 = te.compute((slices, mp, ks), lambda sl, i, r: a[i, sl * ks + r], name="dense_slices_a")
+    w3 = te.compute((slices, np_, ks), lambda sl, j, r: w[j, sl * ks + r], name="dense_slices_w")
+    product = _batch_matmul(a3, w3, None, "float32", False, True)
+    product.op.attrs["tensorcore_config"] = config_for(mp, np_, ks, cfg, slices)
+
+    def total(i, j):
+        value = product[0, i, j]
+        for sl in range(1, slices):
+            value = value + product[sl, i, j]
+        return value.astype(out_dtype)
+
+    return te.compute((m, n), total, name="T_dense", tag="injective")
 
 
 def batch_matmul_tensorcore(a, b, oshape=None, out_dtype=None, transpose_a=False, transpose_b=True, cfg=None):

@@ -295,6 +295,43 @@ def test_relay_attention_block_runs_its_products_on_tensor_cores(seq):
 
 # -- on the GPU ------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("m,k,split", [(128, 3072, 4), (64, 3072, 8), (197, 3072, 2), (128, 768, 1), (197, 768, 1)])
+def test_long_reductions_are_split_by_default(m, k, split):
+    """FFN down (N = 768, K = 3072) keeps too few warps busy: its reduction is cut into slices, a
+    batch of products (blockIdx.z) summed by a second kernel with the epilogue (bias here)."""
+    from kiln.topi.cuda.tensorcore import _row_step, split_slices
+
+    rows = -(-m // _row_step(m)) * _row_step(m)
+    assert rows == {197: 224}.get(m, m)  # 128+ ragged rows: 32-row blocks divide them
+    assert split_slices(rows, 768, k) == split
+    if split == 1:
+        return
+    t = tvm.target.Target("cuda -arch=sm_90", host="llvm")
+    with t:
+        src, ptx = device(build_dense(m, 768, k, "float16", bias=True, target=t))
+    kernels = [line for line in src.splitlines() if "__global__" in line]
+    assert len(kernels) == 2 and "blockIdx.z" in src and "T_batch_matmul" in kernels[0], kernels
+    assert "cp.async" in ptx and "wmma.mma" in ptx  # the slices' tiles are still whole 16-byte copies
+
+
+def test_split_dense_compute_equals_numpy_on_the_cpu():
+    """The split compute (padded rows, slices read in place, float32 sums) on the CPU."""
+    from kiln.topi.cuda.tensorcore import _split_dense
+
+    m, n, k = 50, 48, 256
+    A = te.placeholder((m, k), "float16", name="A")
+    W = te.placeholder((n, k), "float16", name="W")
+    rows = te.compute((64, k), lambda i, r: A[tvm.tir.op.min(i, m - 1), r], name="dense_rows")
+    C = _split_dense(rows, W, (m, n), 4, "float32", None)
+    f = tvm.build(te.create_schedule(C.op), [A, W, C], target="llvm")
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal((m, k)).astype("float16"), rng.standard_normal((n, k)).astype("float16")
+    out = tvm.nd.empty((m, n), "float32")
+    f(tvm.nd.array(x), tvm.nd.array(w), out)
+    want = x.astype("float64") @ w.astype("float64").T
+    np.testing.assert_allclose(out.numpy(), want, atol=k * 2 ** -24 * (np.abs(x) @ np.abs(w).T).max(), rtol=0)
+
+
 def _ref(a, w):
     return a.astype(np.float32) @ w.astype(np.float32).T
 
@@ -347,6 +384,25 @@ def test_padded_dense_runs():
     f(tvm.nd.array(x, dev), tvm.nd.array(w, dev), out)
     want = x.astype("float64") @ w.astype("float64").T
     np.testing.assert_allclose(out.numpy(), want, atol=k * 2 ** -24 * (np.abs(x) @ np.abs(w).T).max(), rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,k", [(197, 3072), (64, 3072), (197, 768)])
+def test_split_and_padded_dense_with_bias_runs(m, k):
+    """The default split (FFN down) and 32-row padding (197 -> 224) against float64 on the GPU."""
+    n = 768
+    t = tvm.target.Target("cuda", host="llvm")
+    with t:
+        f = build_dense(m, n, k, "float32", bias=True, target=t)
+    dev = tvm.cuda(0)
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((m, k)).astype("float16"), rng.standard_normal((n, k)).astype("float16")
+    b = rng.standard_normal(n).astype("float32")
+    out = tvm.nd.array(np.full((m, n), np.nan, "float32"), dev)
+    f(tvm.nd.array(x, dev), tvm.nd.array(w, dev), tvm.nd.array(b, dev), out)
+    want = x.astype("float64") @ w.astype("float64").T + b
+    bound = (k + 1) * 2 ** -24 * ((np.abs(x).astype("float64") @ np.abs(w).astype("float64").T).max() + np.abs(b).max())
+    np.testing.assert_allclose(out.numpy(), want, atol=bound, rtol=0)
 
 
 @pytest.mark.gpu
