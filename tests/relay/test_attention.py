@@ -127,3 +127,42 @@ def test_constant_mask_is_shrunk(kind):
     want = (e / e.sum(-1, keepdims=True)) @ v[0]
     # softmax weights sum to 1 (a convex mix of value rows ~1); scores of d float32 terms
     np.testing.assert_allclose(gm.get_output(0).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["vit", "bert_dynamo"])
+def test_x86_transformer_rows_without_reshape_kernels(name):
+    """FlattenRows runs for x86 transformers too: the residual adds join their dense kernels and
+    no kernel only reshapes (ViT-B/16: 207 -> 160 kernels); the outputs are checked against
+    onnxruntime above (test_attention_is_formed_and_matches_onnxruntime builds with it)."""
+    import json
+
+    model, _ = _load(name)
+    mod, params = relay.frontend.from_onnx(model)
+
+    def kernels(disabled):
+        with tvm.transform.PassContext(opt_level=3, disabled_pass=disabled):
+            lib = relay.build(mod, target="llvm -mcpu=haswell", params=params)
+        return [n["name"] for n in json.loads(lib.get_graph_json())["nodes"] if n["op"] == "tvm_op"]
+
+    before, after = kernels(["FlattenRows"]), kernels([])
+    residual = [k for k in after if "nn_dense" in k and k.rstrip("_0123456789").endswith("add_add")]
+    assert len(residual) == 2, after
+    # one reshape may be left: the model's output keeps its 3-D shape
+    assert len([k for k in after if k.rstrip("_0123456789").endswith(("fused_reshape", "fused_reshape_add"))]) <= 1, after
+    assert len(after) <= len(before) - 3, (before, after)
+
+
+def test_x86_flatten_rows_leaves_models_without_attention_alone():
+    """A layer norm over rows without attention or batched products (ConvNeXt's blocks) keeps its
+    3-D graph on x86: FlattenRows is for transformers there."""
+    from kiln.relay import build_module
+
+    x = relay.var("x", shape=(1, 12, 16))
+    w = relay.const(np.ones((8, 16), "float32"))
+    y = relay.nn.dense(relay.reshape(relay.nn.layer_norm(x, relay.const(np.ones(16, "float32")),
+                                                         relay.const(np.zeros(16, "float32"))), (12, 16)), w)
+    mod = tvm.IRModule.from_expr(relay.Function([x], y))
+    with tvm.transform.PassContext(opt_level=3), tvm.target.Target("llvm -mcpu=haswell"):
+        fused = build_module.optimize(mod, "llvm -mcpu=haswell", {})[0]
+    (norm,) = op_calls(fused["main"], ["nn.layer_norm"])
+    assert len(norm.checked_type.shape) == 3
