@@ -56,7 +56,9 @@ def sass_hgmma(f) -> str:
         fh.flush()
         sass = subprocess.run([tool, "-sass", fh.name], capture_output=True, text=True).stdout
     ops = [line for line in sass.splitlines() if "HGMMA" in line]
-    return f"{len(ops)} HGMMA in the SASS" + (f" (first: {ops[0].split('*/')[-1].strip()[:60]})" if ops else "")
+    # a SASS line: /*0a40*/  HGMMA.64x256x16.F32 R24, gdesc[UR4], RZ, !UPT ; /* 0x... */
+    first = ops[0].split("*/", 1)[-1].split(";")[0].strip()[:60] if ops else ""
+    return f"{len(ops)} HGMMA in the SASS" + (f" (first: {first})" if ops else "")
 
 
 def bench_relay(n: int, target, dev, torch, repeat: int) -> None:
@@ -86,6 +88,7 @@ def bench_relay(n: int, target, dev, torch, repeat: int) -> None:
     t_ref = gpu.time_torch(torch, ref, repeat, 5)
     flop = 2.0 * n ** 3
     print(f"relay dense+bias+relu fp16 {n}^3: torch relu(linear) fp16 {t_ref:.3f} ms {flop / t_ref / 1e9:.0f} TFLOP/s")
+    default = wgmma.EPILOGUE
     for epilogue in ("kernel", "fused"):
         wgmma.EPILOGUE = epilogue
         try:
@@ -105,7 +108,7 @@ def bench_relay(n: int, target, dev, torch, repeat: int) -> None:
         print(f"  epilogue {epilogue}: {ms:.3f} ms (whole graph, {kernels} kernels) "
               f"{flop / ms / 1e9:.0f} TFLOP/s  {t_ref / ms:.2f}x torch  max rel err {err:.1e}"
               f"{'' if err < 4e-3 else ' WRONG'}  wgmma: {'wgmma.mma_async' in src}", flush=True)
-    wgmma.EPILOGUE = "kernel"
+    wgmma.EPILOGUE = default
 
 
 def main() -> None:

@@ -38,10 +38,11 @@ from ..utils import const_int, find_stage
 ROWS = 64  # rows of one warpgroup's tile (wgmma's m)
 DEFAULT = {"warpgroups": 2, "n": 128, "bk": 64, "stages": 4, "copy_order": "chunks", "copy": "cp.async"}
 SWIZZLE = 128  # bytes: the bulk tensor copies' swizzle, one row of the tiles they write
-# relay's epilogue (cast, bias, activation) after a copy="tma" product: "kernel" (a kernel of its
-# own, reading the float32 product from global memory) or "fused" (from a shared staging tile in
-# the product's kernel); the conf's "epilogue" overrides it
-EPILOGUE = "kernel"
+# relay's epilogue (cast, bias, activation) after a copy="tma" product: "fused" (from a shared
+# staging tile in the product's kernel) or "kernel" (a kernel of its own, reading the float32
+# product from global memory); the conf's "epilogue" overrides it. H200, fp16 dense + bias + relu
+# 4096^3 through relay: fused 0.198 ms, kernel 0.247 ms (torch relu(linear) 0.211 ms)
+EPILOGUE = "fused"
 
 
 def _call(op: str, *args):
@@ -251,7 +252,7 @@ def use_wgmma(data, weight) -> bool:
 
 def dense(data, weight, bias=None, out_dtype=None):
     """topi.nn.dense on wgmma for relay (``use_wgmma``): the float32 product, then the cast to
-    ``out_dtype`` and the bias as elementwise stages (the epilogue, a kernel of its own)."""
+    ``out_dtype`` and the bias as elementwise stages (the epilogue: EPILOGUE)."""
     m, k = (const_int(d) for d in data.shape)
     n = const_int(weight.shape[0])
     conf = strategy_config(m, n, k)
