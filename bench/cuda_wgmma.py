@@ -111,18 +111,84 @@ def bench_relay(n: int, target, dev, torch, repeat: int) -> None:
     wgmma.EPILOGUE = default
 
 
+# transformer products (M, N, K) whose M is a multiple of 64 (bench/cuda_matmul.py's list): BERT-base
+# at 128 tokens, GPT-2 small at 64; and wgmma blocks small enough to give them blocks
+TRANSFORMER_SHAPES = [(128, 768, 768), (128, 3072, 768), (128, 768, 3072), (64, 2304, 768), (64, 768, 3072)]
+TRANSFORMER_CONFS = [{"warpgroups": 1, "n": 64, "stages": 4, "copy": "tma"},
+                     {"warpgroups": 1, "n": 128, "stages": 4, "copy": "tma"},
+                     {"warpgroups": 2, "n": 64, "stages": 4, "copy": "tma"},
+                     {"warpgroups": 2, "n": 128, "stages": 4, "copy": "tma"}]
+
+
+def bench_transformer(target, dev, torch) -> None:
+    """Small-M products on wgmma blocks (TRANSFORMER_CONFS) and on the wmma path topi.gpu takes for
+    them today, each right against torch and timed as replayed CUDA graphs whose calls rotate
+    over weight copies beyond the L2 cache, against torch's calls in a CUDA graph (as
+    bench/cuda_matmul.py --transformer)."""
+    import importlib
+
+    mm = sibling.load("cuda_matmul.py")
+    gdense = importlib.import_module("kiln.topi.gpu.dense")
+    rng = np.random.default_rng(0)
+    for m, n, k in TRANSFORMER_SHAPES:
+        a_np = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+        w_np = rng.uniform(-1, 1, (n, k)).astype(np.float16)
+        copies = max(2, -(-80 * 2 ** 20 // w_np.nbytes))
+        calls = max(20, copies)
+        ta = torch.from_numpy(a_np).cuda()
+        tws = [torch.from_numpy(w_np).cuda() for _ in range(copies)]
+        tc = torch.empty((m, n), device="cuda", dtype=torch.float16)
+        ref_ms = mm.torch_graph_ms(torch, lambda i: torch.matmul(ta, tws[i % copies].t(), out=tc), calls=calls)
+        ref = (ta.float() @ tws[0].float().t()).cpu().numpy()
+        del tws
+        a = tvm.nd.array(a_np, dev)
+        ws = [tvm.nd.array(w_np, dev) for _ in range(copies)]
+        c = tvm.nd.empty((m, n), "float32", dev)
+        line = []
+        for conf in [None] + TRANSFORMER_CONFS:
+            name = "wmma default" if conf is None else f"wgmma {conf['warpgroups']}x{conf['n']}"
+            try:
+                with target:
+                    pa = te.placeholder((m, k), "float16", name="A")
+                    pw = te.placeholder((n, k), "float16", name="W")
+                    if conf is None:
+                        out = gdense.dense(pa, pw, None, "float32")
+                        s = gdense.schedule_dense([out])
+                    else:
+                        from kiln.topi.cuda import wgmma
+
+                        out = wgmma.dense_wgmma(pa, pw, conf)
+                        s = wgmma.schedule_dense_wgmma([out])
+                    f = tvm.build(s, [pa, pw, out], target=target, name="dense")
+                c.copyfrom(np.full((m, n), np.nan, np.float32))
+                f(a, ws[0], c)
+                err = float(np.abs(c.numpy() - ref).max() / np.abs(ref).max())
+                if not err < 1e-3:
+                    line.append(f"{name}: WRONG ({err:.1e})")
+                    continue
+                ms = mm.graph_ms(torch, lambda i: f(a, ws[i % copies], c), calls=calls)
+                line.append(f"{name} {ms * 1e3:.1f} us ({ref_ms / ms:.2f}x)")
+            except Exception as ex:  # noqa: BLE001 - a point the shape or the device rejects
+                line.append(f"{name}: {type(ex).__name__}: {str(ex).splitlines()[0][:80]}")
+        del ws
+        print(f"fp16 {m}x{n}x{k}: torch {ref_ms * 1e3:.1f} us | " + " | ".join(line), flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=4096)
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--candidates", type=int, default=len(CANDIDATES), help="time the first N of CANDIDATES")
     p.add_argument("--relay", action="store_true", help="also relay's dense + bias + relu (bench_relay)")
+    p.add_argument("--transformer", action="store_true", help="small-M transformer products only (bench_transformer)")
     args = p.parse_args()
     gpu = sibling.load("opencl.py")
     dev, torch = gpu.cuda_device_and_torch("bench/cuda_wgmma.py")
     target = tvm.target.Target("cuda -arch=sm_90a -max_shared_memory_per_block=232448", host="llvm")
     if args.relay:
         bench_relay(args.size, target, dev, torch, args.repeat)
+    if args.transformer:
+        return bench_transformer(target, dev, torch)
     n = args.size
     rng = np.random.default_rng(0)
     a_np = rng.uniform(-1, 1, (n, n)).astype(np.float16)

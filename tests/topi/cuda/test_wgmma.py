@@ -207,7 +207,8 @@ def test_relay_float16_dense_takes_wgmma_on_sm_90a():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("epilogue", ["kernel", "fused"])
-def test_relay_float16_dense_on_wgmma_runs(epilogue, monkeypatch):
+@pytest.mark.parametrize("m,n,k", [(1024, 4352, 256), (1024, 2176, 384)], ids=["128x256", "128x128"])
+def test_relay_float16_dense_on_wgmma_runs(epilogue, m, n, k, monkeypatch):
     """relay's float16 dense + bias + relu on an sm_90a GPU: the wgmma product (bulk tensor copies
     through the tensor maps the runtime encodes) and its epilogue (a kernel of its own, or from the
     shared staging tile over the slabs), against float64 numpy."""
@@ -219,10 +220,11 @@ def test_relay_float16_dense_on_wgmma_runs(epilogue, monkeypatch):
     dev = tvm.cuda(0)
     if dev.compute_version != "9.0":
         pytest.skip(f"wgmma runs on compute capability 9.0 (sm_90a) only; this GPU is {dev.compute_version}")
-    m, n, k = 1024, 4352, 256
     mod, w, b = _relay_dense(m, n, k)
     lib = relay.build(mod, target=tvm.target.Target(TARGET, host="llvm"))
-    assert "wgmma.mma_async" in lib.get_lib().imported_modules[0].get_source()
+    # 8 x 17 blocks of 128 x 256 (4 stages), or of 128 x 128 (6 stages: 6 k steps)
+    assert f"wgmma.mma_async.sync.aligned.m64n{256 if n % 256 == 0 else 128}k16" in \
+        lib.get_lib().imported_modules[0].get_source()
     x = np.random.default_rng(9).uniform(-1, 1, (m, k)).astype("float32")
     g = graph_executor.GraphModule(lib["default"](dev))
     g.set_input("x", x)
