@@ -38,8 +38,29 @@ def child_fields(node) -> tuple[str, ...]:
     return names
 
 
+_IR_TYPES = (PrimExpr, Stmt, Range, IterVar, BufferRegion)
+_IS_IR: dict[type, bool] = {}
+
+
 def _is_ir(value) -> bool:
-    return isinstance(value, (PrimExpr, Stmt, Range, IterVar, BufferRegion))
+    # by type, cached: the walkers ask this of every field of every node
+    cls = type(value)
+    known = _IS_IR.get(cls)
+    if known is None:
+        known = _IS_IR[cls] = issubclass(cls, _IR_TYPES)
+    return known
+
+
+_NO_FIELDS: tuple[str, ...] = ()
+_WALK: dict[type, tuple[str, ...]] = {}
+
+
+def _walk_fields(cls) -> tuple[str, ...]:
+    """child_fields of a dataclass type, () for anything else (cached per type)."""
+    names = _WALK.get(cls)
+    if names is None:
+        names = _WALK[cls] = _child_fields(cls) if dataclasses.is_dataclass(cls) else _NO_FIELDS
+    return names
 
 
 class Visitor:
@@ -56,9 +77,7 @@ class Visitor:
         method(node)
 
     def generic_visit(self, node) -> None:
-        if not dataclasses.is_dataclass(node):
-            return
-        for name in child_fields(node):
+        for name in _walk_fields(type(node)):
             value = getattr(node, name)
             if _is_ir(value):
                 self.visit(value)
@@ -82,10 +101,8 @@ class Mutator:
         return method(node)
 
     def generic_visit(self, node):
-        if not dataclasses.is_dataclass(node):
-            return node
         changes: dict[str, Any] = {}
-        for name in child_fields(node):
+        for name in _walk_fields(type(node)):
             value = getattr(node, name)
             if _is_ir(value):
                 new = self.visit(value)

@@ -30,7 +30,34 @@ def _flat_seq(node) -> list:
     return out
 
 
+# Types that take one of _key's own branches before the generic dataclass one; every other
+# dataclass (the expression nodes, most statements) takes the per-type field list below.
+_OWN_BRANCH = (Var, Buffer, DType, str, int, float, bool, type(None), enum.Enum, set, frozenset, tuple, list,
+               dict, IRModule, SeqStmt, PrimFunc, For, LetStmt, Let, Allocate, Block)
+_NAMED = ("combiner", "producer", "type_annotation")  # keyed by name: descriptions, not code
+_PLAIN: dict[type, tuple | None] = {}
+
+
+def _plain_fields(cls) -> tuple | None:
+    """The fields of a dataclass node that _key walks generically, or None (cached per type):
+    simplification keys millions of nodes, and the isinstance chain was most of the cost."""
+    fields = _PLAIN.get(cls, ())
+    if fields == ():
+        fields = None
+        if dataclasses.is_dataclass(cls) and not issubclass(cls, _OWN_BRANCH):
+            fields = tuple((f.name, f.name in _NAMED) for f in dataclasses.fields(cls))
+        _PLAIN[cls] = fields
+    return fields
+
+
 def _key(node, vars_: dict | None, buffers: dict):
+    fields = _plain_fields(type(node))
+    if fields is not None:
+        parts = [type(node).__name__]
+        for name, named in fields:
+            value = getattr(node, name)
+            parts.append(getattr(value, "name", id(value)) if named else _key(value, vars_, buffers))
+        return tuple(parts)
     if isinstance(node, Var):
         if vars_ is None:
             return ("var", id(node))
