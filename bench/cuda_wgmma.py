@@ -121,8 +121,8 @@ TRANSFORMER_CONFS = [{"warpgroups": 1, "n": 64, "stages": 4, "copy": "tma"},
 
 
 def bench_transformer(target, dev, torch) -> None:
-    """Small-M products on wgmma blocks (TRANSFORMER_CONFS) and on the wmma path topi.gpu takes for
-    them today, each right against torch and timed as replayed CUDA graphs whose calls rotate
+    """Small-M products on wgmma blocks (TRANSFORMER_CONFS) and on the path topi.gpu takes for them
+    (wmma, or wgmma where strategy_config takes the shape), each right against torch and timed as replayed CUDA graphs whose calls rotate
     over weight copies beyond the L2 cache, against torch's calls in a CUDA graph (as
     bench/cuda_matmul.py --transformer)."""
     import importlib
@@ -146,7 +146,7 @@ def bench_transformer(target, dev, torch) -> None:
         c = tvm.nd.empty((m, n), "float32", dev)
         line = []
         for conf in [None] + TRANSFORMER_CONFS:
-            name = "wmma default" if conf is None else f"wgmma {conf['warpgroups']}x{conf['n']}"
+            name = "topi.gpu default" if conf is None else f"wgmma {conf['warpgroups']}x{conf['n']}"
             try:
                 with target:
                     pa = te.placeholder((m, k), "float16", name="A")

@@ -195,15 +195,20 @@ def shared_bytes(conf) -> int:
     return conf["stages"] * (ROWS * conf["warpgroups"] + conf["n"]) * conf["bk"] * 2 + 2 * 1024
 
 
-# relay's choices, best first (H200, 4096^3, docs/cuda.md): 128 x 256 blocks 4 stages deep, then
-# 128 x 128 blocks up to 6 deep; 3 stages at least, so a step's products overlap the next fetch
-STRATEGY = (({"warpgroups": 2, "n": 256, "copy": "tma"}, 4), ({"warpgroups": 2, "n": 128, "copy": "tma"}, 6))
+# relay's choices, best first, with the deepest pipeline and the least share of a wave of blocks
+# each needs: 128 x 256 blocks 4 stages deep, then 128 x 128 up to 6 deep, for products that
+# fill the GPU (H200, 4096^3: 0.91-0.92x cuBLAS, docs/cuda.md); then 64 x 64 blocks for half a
+# wave (H200, BERT's 128 x 3072 x 768: 6.4 us against the wmma path's 10.1 and cuBLAS's 4.8; with
+# fewer blocks, 24 of 128 x 768, or a long reduction on them, wmma was faster). 3 stages at least,
+# so a step's products overlap the next fetch.
+STRATEGY = (({"warpgroups": 2, "n": 256, "copy": "tma"}, 4, 1.0), ({"warpgroups": 2, "n": 128, "copy": "tma"}, 6, 1.0),
+            ({"warpgroups": 1, "n": 64, "copy": "tma"}, 4, 0.5))
 
 
 def strategy_config(m: int, n: int, k: int, target=None) -> dict | None:
     """The wgmma dense relay's float16 products take (``topi.gpu.dense``), or None for the other
     tensor-core paths: an sm_90a CUDA target, K a multiple of 64 (at least 128), and of the
-    STRATEGY blocks the first that divides M x N into at least a wave of the target's
+    STRATEGY blocks the first that divides M x N into at least its share of a wave of the target's
     multiprocessors (kiln/topi/cuda/busy.py) with 3 or more stages within its shared memory
     (``-max_shared_memory_per_block``: 232448 on Hopper; the 48 KiB default fits none)."""
     from kiln.runtime.devices.nvrtc import arch_number, arch_specific
@@ -224,9 +229,9 @@ def strategy_config(m: int, n: int, k: int, target=None) -> dict | None:
     if k % 64 or k < 128:
         return None
     limit, wave = shared_limit(target), multiprocessors(target)
-    for conf, deepest in STRATEGY:
+    for conf, deepest, share in STRATEGY:
         rows = ROWS * conf["warpgroups"]
-        if m % rows or n % conf["n"] or (m // rows) * (n // conf["n"]) < wave:
+        if m % rows or n % conf["n"] or (m // rows) * (n // conf["n"]) < share * wave:
             continue
         for stages in range(min(deepest, k // 64), 2, -1):
             if shared_bytes({**conf, "stages": stages}) <= limit:

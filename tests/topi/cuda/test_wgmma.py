@@ -169,7 +169,10 @@ def test_strategy_picks_wgmma_blocks_for_the_target():
         assert cfg(4096, 4096, 4096) == {"warpgroups": 2, "n": 256, "copy": "tma", "bk": 64, "stages": 4}
         assert cfg(2048, 2048, 4096) == {"warpgroups": 2, "n": 128, "copy": "tma", "bk": 64, "stages": 6}
         assert cfg(4096, 4096, 192)["stages"] == 3  # no deeper than the k steps
-        assert cfg(1024, 2048, 4096) is None  # 64 blocks of 128 x 128: less than a wave
+        # 64 blocks of 128 x 128 are less than a wave; 512 of 64 x 64 more than half of one
+        assert cfg(1024, 2048, 4096) == {"warpgroups": 1, "n": 64, "copy": "tma", "bk": 64, "stages": 4}
+        assert cfg(128, 3072, 768)["n"] == 64  # BERT's FFN up: 96 blocks of 64 x 64
+        assert cfg(128, 768, 768) is None and cfg(64, 2304, 768) is None  # 24, 36 blocks: wmma
         assert cfg(4096, 4096, 4000) is None and cfg(4096, 4096, 64) is None  # K: 64s, two steps at least
     with tvm.target.Target("cuda -arch=sm_90a -max_shared_memory_per_block=131072 -tag=nvidia/nvidia-h100"):
         assert cfg(4096, 4096, 4096)["stages"] == 3  # 3 x 48 KiB slabs + 2 KiB
@@ -207,7 +210,8 @@ def test_relay_float16_dense_takes_wgmma_on_sm_90a():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("epilogue", ["kernel", "fused"])
-@pytest.mark.parametrize("m,n,k", [(1024, 4352, 256), (1024, 2176, 384)], ids=["128x256", "128x128"])
+@pytest.mark.parametrize("m,n,k", [(1024, 4352, 256), (1024, 2176, 384), (128, 3072, 768)],
+                         ids=["128x256", "128x128", "64x64"])
 def test_relay_float16_dense_on_wgmma_runs(epilogue, m, n, k, monkeypatch):
     """relay's float16 dense + bias + relu on an sm_90a GPU: the wgmma product (bulk tensor copies
     through the tensor maps the runtime encodes) and its epilogue (a kernel of its own, or from the
@@ -222,8 +226,8 @@ def test_relay_float16_dense_on_wgmma_runs(epilogue, m, n, k, monkeypatch):
         pytest.skip(f"wgmma runs on compute capability 9.0 (sm_90a) only; this GPU is {dev.compute_version}")
     mod, w, b = _relay_dense(m, n, k)
     lib = relay.build(mod, target=tvm.target.Target(TARGET, host="llvm"))
-    # 8 x 17 blocks of 128 x 256 (4 stages), or of 128 x 128 (6 stages: 6 k steps)
-    assert f"wgmma.mma_async.sync.aligned.m64n{256 if n % 256 == 0 else 128}k16" in \
+    # 8 x 17 blocks of 128 x 256 (4 stages), of 128 x 128 (6 stages: 6 k steps), or 2 x 48 of 64 x 64
+    assert f"wgmma.mma_async.sync.aligned.m64n{256 if n % 256 == 0 else 128 if m > 128 else 64}k16" in \
         lib.get_lib().imported_modules[0].get_source()
     x = np.random.default_rng(9).uniform(-1, 1, (m, k)).astype("float32")
     g = graph_executor.GraphModule(lib["default"](dev))
