@@ -40,11 +40,16 @@ schedule_conv2d_transpose_nchw = schedule_per_item
 
 def conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=None, groups=1, cfg=None, out_channels=None):
     """conv2d NCHW / OIHW: the shared-memory direct kernel, or the register-tiled one when grouped;
-    float16 on CUDA: an implicit GEMM on tensor cores (topi.cuda.conv2d_nchw_tensorcore)."""
+    float16 on CUDA: an implicit GEMM on tensor cores (topi.cuda.conv2d_nchw_tensorcore); float32
+    on CUDA with the stride its kernel size (a ViT's patches): a dense product (topi.cuda.patch_conv)."""
     from kiln.topi.cuda import conv2d_tensorcore as ctc, tensorcore as tc
 
     if ctc.use_tensorcore_conv_nchw(data, kernel, strides, padding, dilation, groups, out_dtype):
         return ctc.conv2d_nchw_tensorcore(data, kernel, strides, padding, dilation, out_dtype, cfg=tc.tensorcore_cfg(cfg))
+    from kiln.topi.cuda import patch_conv
+
+    if patch_conv.use_patch_gemm(data, kernel, strides, padding, dilation, groups):  # CUDA: a ViT's patches
+        return patch_conv.conv2d_patches(data, kernel, strides, out_dtype)
     if groups > 1:
         return group_conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype, groups, cfg=cfg)
     return _conv2d_nchw_direct(data, kernel, strides, padding, dilation, out_dtype, groups, cfg=cfg)

@@ -200,6 +200,10 @@ def schedule_conv2d_nchw(outs, cfg=None):
 
     if tc.is_tensorcore(out):  # conv2d_nchw_tensorcore (CUDA float16 / bfloat16)
         return ctc.schedule_conv2d_nchw_tensorcore(outs, cfg=tc.tensorcore_cfg(cfg))
+    from ..cuda import patch_conv
+
+    if patch_conv.is_patch_gemm(out):  # a patchify conv as a dense product (CUDA float32)
+        return patch_conv.schedule_conv2d_patches(outs)
     try:
         conv = find(out, TAG)
     except ValueError:
