@@ -245,6 +245,7 @@ def test_which_cpus_unroll_a_1x1_convs_input_block(cpu, unroll):
     with Target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}"):
         assert config_for_nchwc((1, 1024, 14, 14), (256, 1024, 1, 1))["ic_unroll"] == unroll
         assert config_for_nchwc((1, 256, 14, 14), (256, 256, 3, 3), 1, 1)["ic_unroll"] == 1
+        assert config_for_nchwc((1, 128, 14, 14), (32, 128, 1, 1))["ic_unroll"] == 1  # narrow: not worth its code
 
 
 # Software prefetches of weights (the full-width default): in channel passes a task over all rows

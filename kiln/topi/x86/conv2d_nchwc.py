@@ -122,12 +122,16 @@ def full_width_tile(p, bn: int, lanes: int) -> dict:
         # ResNet's convs at 14x14): 1024->512 at 14x14 1.29 -> 1.21 ms, 1024->256 0.68 -> 0.62,
         # 256->1024 0.65 -> 0.62 (one core, CPU time; weights from memory 6-9% faster too). Blocks
         # of 16 ran no faster unrolled; 3x3 convs ran slower (1.6x for 128->128 3x3/2: the code of
-        # 3 taps x 16 steps x 28 FMAs).
-        conf["ic_unroll"] = UNROLL_BLOCK
+        # 3 taps x 16 steps x 28 FMAs). Only for convs as wide as those: unrolled, a 1x1 conv's
+        # code is 2-5x larger, and narrower ones (SqueezeNet's 16-64 channel squeezes) gained
+        # nothing measurable for the compile time it cost (a SqueezeNet build 1.6x longer).
+        if min(p.in_channel, p.out_channel) >= UNROLL_FROM:
+            conf["ic_unroll"] = UNROLL_BLOCK
     return conf
 
 
 UNROLL_BLOCK = 32
+UNROLL_FROM = 256  # input and output channels
 
 
 ROWS_INPUT = 1 << 20  # an input at least this large (half an Intel core's L2) ...
