@@ -210,9 +210,9 @@ def test_relay_float16_dense_takes_wgmma_on_sm_90a():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("epilogue", ["kernel", "fused"])
-@pytest.mark.parametrize("m,n,k", [(1024, 4352, 256), (1024, 2176, 384), (128, 3072, 768)],
+@pytest.mark.parametrize("m,n,k,block_n", [(1024, 4352, 256, 256), (1024, 2176, 384, 128), (128, 3072, 768, 64)],
                          ids=["128x256", "128x128", "64x64"])
-def test_relay_float16_dense_on_wgmma_runs(epilogue, m, n, k, monkeypatch):
+def test_relay_float16_dense_on_wgmma_runs(epilogue, m, n, k, block_n, monkeypatch):
     """relay's float16 dense + bias + relu on an sm_90a GPU: the wgmma product (bulk tensor copies
     through the tensor maps the runtime encodes) and its epilogue (a kernel of its own, or from the
     shared staging tile over the slabs), against float64 numpy."""
@@ -227,8 +227,7 @@ def test_relay_float16_dense_on_wgmma_runs(epilogue, m, n, k, monkeypatch):
     mod, w, b = _relay_dense(m, n, k)
     lib = relay.build(mod, target=tvm.target.Target(TARGET, host="llvm"))
     # 8 x 17 blocks of 128 x 256 (4 stages), of 128 x 128 (6 stages: 6 k steps), or 2 x 48 of 64 x 64
-    assert f"wgmma.mma_async.sync.aligned.m64n{256 if n % 256 == 0 else 128 if m > 128 else 64}k16" in \
-        lib.get_lib().imported_modules[0].get_source()
+    assert f"wgmma.mma_async.sync.aligned.m64n{block_n}k16" in lib.get_lib().imported_modules[0].get_source()
     x = np.random.default_rng(9).uniform(-1, 1, (m, k)).astype("float32")
     g = graph_executor.GraphModule(lib["default"](dev))
     g.set_input("x", x)
