@@ -114,10 +114,12 @@ def bench_relay(n: int, target, dev, torch, repeat: int) -> None:
 # transformer products (M, N, K) whose M is a multiple of 64 (bench/cuda_matmul.py's list): BERT-base
 # at 128 tokens, GPT-2 small at 64; and wgmma blocks small enough to give them blocks
 TRANSFORMER_SHAPES = [(128, 768, 768), (128, 3072, 768), (128, 768, 3072), (64, 2304, 768), (64, 768, 3072)]
+# (deeper pipelines fetch further ahead: a 5-10 us product is latency-bound)
 TRANSFORMER_CONFS = [{"warpgroups": 1, "n": 64, "stages": 4, "copy": "tma"},
-                     {"warpgroups": 1, "n": 128, "stages": 4, "copy": "tma"},
-                     {"warpgroups": 2, "n": 64, "stages": 4, "copy": "tma"},
-                     {"warpgroups": 2, "n": 128, "stages": 4, "copy": "tma"}]
+                     {"warpgroups": 1, "n": 64, "stages": 6, "copy": "tma"},
+                     {"warpgroups": 1, "n": 64, "stages": 8, "copy": "tma"},
+                     {"warpgroups": 1, "n": 128, "stages": 6, "copy": "tma"},
+                     {"warpgroups": 2, "n": 64, "stages": 6, "copy": "tma"}]
 
 
 def bench_transformer(target, dev, torch) -> None:
@@ -146,7 +148,7 @@ def bench_transformer(target, dev, torch) -> None:
         c = tvm.nd.empty((m, n), "float32", dev)
         line = []
         for conf in [None] + TRANSFORMER_CONFS:
-            name = "topi.gpu default" if conf is None else f"wgmma {conf['warpgroups']}x{conf['n']}"
+            name = "topi.gpu default" if conf is None else f"wgmma {conf['warpgroups']}x{conf['n']}/{conf['stages']}"
             try:
                 with target:
                     pa = te.placeholder((m, k), "float16", name="A")
