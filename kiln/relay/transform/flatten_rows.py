@@ -269,4 +269,16 @@ def flatten_rows(func: Function) -> Function:
         func = infer(dedupe.visit(func))
         if not (rows.changed or dedupe.changed):
             break
-    return func
+    return _cuda_combine(func)
+
+
+def _cuda_combine(func: Function) -> Function:
+    """On a CUDA target, parallel dense layers of one input as one (combine_dense.py: Q, K, V)."""
+    from kiln.target import Target
+
+    target = Target.current(allow_none=True)
+    if target is None or target.kind.name != "cuda":
+        return func
+    from .combine_dense import combine_parallel_dense
+
+    return combine_parallel_dense(func)

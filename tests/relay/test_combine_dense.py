@@ -1,0 +1,94 @@
+"""Parallel dense layers of one input become one dense on CUDA (relay/transform/combine_dense.py,
+run at the end of FlattenRows): a BERT or ViT layer's Q, K and V products are one kernel. The
+combined graph, built for the CPU, computes what onnxruntime does (issue 37)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import relay
+from kiln.contrib import graph_executor
+from kiln.target.cpu_facts import why_host_cannot_run
+
+from test_transformer_fp16_fusion import _calls, _cosine, _cuda_kernels, _transformer
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _rewritten(name, dtype, combine=True):
+    from kiln.relay.transform.combine_dense import combine_parallel_dense
+    from kiln.relay.transform.flatten_rows import flatten_rows
+    from kiln.relay.transform.fuse_dense_epilogue import fuse_dense_epilogue
+    from kiln.relay.transform.infer_type import infer
+
+    model, inputs = _transformer(name)
+    mod, params = relay.frontend.from_onnx(model)
+    mod = relay.transform.BindParams(params)(relay.transform.InferType()(mod))
+    if dtype != "float32":
+        mod = relay.transform.ToMixedPrecision(dtype, accumulation_dtype="float32")(mod)
+    func = flatten_rows(fuse_dense_epilogue(infer(mod["main"])))  # no target: not combined yet
+    return model, inputs, combine_parallel_dense(func) if combine else func
+
+
+def _denses(func):
+    return [n for n in _calls(func) if n.op.name == "nn.dense"]
+
+
+@pytest.mark.parametrize("name, dtype", [("bert", "float32"), ("vit", "float16")])
+def test_q_k_v_are_one_dense_and_match_onnxruntime(name, dtype):
+    why = why_host_cannot_run("llvm")
+    if why:
+        pytest.skip(why)
+    model, inputs, func = _rewritten(name, dtype)
+    _, _, plain = _rewritten(name, dtype, combine=False)
+    assert len(_denses(func)) == len(_denses(plain)) - 2  # one layer: Q, K, V -> one
+    widths = sorted(int(d.checked_type.shape[1]) for d in _denses(func))
+    assert 3 * min(widths[:-1] or widths) in widths, widths  # the combined one is 3 hidden wide
+    assert sum(1 for n in _calls(func) if n.op.name == "strided_slice") == 3
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(tvm.IRModule.from_expr(func), target="llvm")
+    gm = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    gm.set_input(**inputs)
+    gm.run()
+    got = gm.get_output(0).numpy()
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+    if dtype == "float32":  # float32 sums of at most 64 terms in one layer
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    else:
+        assert _cosine(got, want) >= 0.999
+        assert np.abs(got - want).max() <= 5e-3 * np.abs(want).max()
+
+
+def test_cuda_build_has_one_q_k_v_kernel():
+    """relay.build for CUDA (NVRTC, no GPU): one layer's dense kernels are QKV, out, FFN up and down."""
+    from kiln.codegen import cuda as cg
+
+    if not cg.have_nvrtc():
+        pytest.skip("needs NVRTC: pip install -e '.[cuda]'")
+    model, _ = _transformer("bert")
+    kernels = _cuda_kernels(model, "float32")
+    assert len([k for k in kernels if "nn_dense" in k]) == 4, kernels
+
+
+def test_denses_of_other_inputs_or_epilogues_stay_apart():
+    """Different inputs, or a bias add on one and a multiply on the other: nothing combined."""
+    from kiln.relay.transform.combine_dense import combine_parallel_dense
+    from kiln.relay.transform.infer_type import infer
+
+    x = relay.var("x", shape=(8, 16))
+    y = relay.var("y", shape=(8, 16))
+    rng = np.random.default_rng(0)
+    w = [relay.const(rng.standard_normal((16, 16)).astype("float32")) for _ in range(4)]
+    b = relay.const(rng.standard_normal(16).astype("float32"))
+    outs = [relay.add(relay.nn.dense(x, w[0]), b), relay.multiply(relay.nn.dense(x, w[1]), b),
+            relay.nn.dense(y, w[2])]
+    func = infer(relay.Function([x, y], relay.Tuple(outs)))
+    assert len(_denses(combine_parallel_dense(func))) == 3
+    outs.append(relay.add(b, relay.nn.dense(x, w[3])))  # bias on the other side: a different chain
+    func = infer(relay.Function([x, y], relay.Tuple(outs)))
+    assert len(_denses(combine_parallel_dense(func))) == 4
+    outs.append(relay.add(relay.nn.dense(x, w[3]), b))  # now two dense + bias of x: one
+    func = infer(relay.Function([x, y], relay.Tuple(outs)))
+    assert len(_denses(combine_parallel_dense(func))) == 4
