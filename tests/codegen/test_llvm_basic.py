@@ -117,6 +117,37 @@ def test_parallel_more_tasks_than_threads_and_few():
         np.testing.assert_array_equal(a.numpy(), np.arange(n) * 3)
 
 
+@pytest.mark.parametrize("threads", [2, 3, 16])
+def test_parallel_runs_each_task_once(threads):
+    """The pool's guided chunks (thread_pool.py) cover [0, total) exactly once at any thread
+    count: every task adds 1, so a task run twice or skipped shows, over several launches."""
+    n = var("n")
+    A = buffer("A", (n,), "int32")
+    i = var("i")
+    m = build(func("bump", [A], loop(i, n, store(A, i, load(A, i) + 1), ForKind.PARALLEL)))
+    m.load().set_num_threads(threads)
+    for total in (1, 2, 5, 31, 63, 64, 65, 448, 1000, 4097, 100_003):
+        a = nd(np.zeros(total, "int32"))
+        for _ in range(3):
+            m["bump"](a)
+        np.testing.assert_array_equal(a.numpy(), np.full(total, 3, "int32"), err_msg=f"{total} tasks")
+
+
+def test_parallel_loop_of_more_than_2_to_30_tasks():
+    """A loop of 2^30 tasks or more is claimed in units of 2^k tasks (the ticket counts units in
+    32 bits): each of the marked tasks (every 2^26th and the last) runs once."""
+    total = (1 << 30) + 3
+    A = buffer("A", (18,), "int32")
+    i = var("i")
+    from kiln.ir import IfThenElse as If
+    body = seq(If((i & ((1 << 26) - 1)) == 0, store(A, i >> 26, load(A, i >> 26) + 1), None),
+               If(i == total - 1, store(A, const(17), load(A, const(17)) + 1), None))
+    m = build(func("marks", [A], loop(i, total, body, ForKind.PARALLEL)))
+    a = nd(np.zeros(18, "int32"))
+    m["marks"](a)
+    np.testing.assert_array_equal(a.numpy(), np.ones(18, "int32"))
+
+
 def test_assert_failure_sets_message():
     from kiln.ir import AssertStmt, StringImm
     n = var("n")
