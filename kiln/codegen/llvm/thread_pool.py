@@ -1,22 +1,30 @@
 """The thread pool every module carries, as LLVM IR text (docs/abi.md: modules need only libc).
 
 ``i32 __kiln_parallel_for(ptr task, ptr closure, i64 total)`` runs
-``i32 task(i64 begin, i64 end, ptr closure)`` over [0, total) in contiguous chunks. The
-caller's thread and the workers claim chunks from a shared ticket until none are left, and
-the caller waits only for the claimed chunks to finish, never for a worker to show up: with
-one fixed chunk per thread, a worker the OS had descheduled stalled every kernel on a loaded
-machine (7-10x). It returns 0 or the first non-zero task result.
+``i32 task(i64 begin, i64 end, ptr closure)`` over [0, total) in contiguous chunks. It returns
+0 or the first non-zero task result.
 
-Chunk sizes (guided): a claim takes 1/2^s of the tasks left (2^s >= 4 x threads), at most
-1/(8 x threads) of all of them and at least an eighth of that, so the first chunks are as
-long as the old fixed ones (8 per thread) and the last ones short: with fixed chunks the
-thread that finished first waited on average half a chunk for the other, 1/64 of a kernel
-at two threads (a 448-task conv in 16 chunks of 28 tasks), now 1/512.
+Each of the n threads of a launch owns a contiguous range of the tasks (thread t the t-th
+n-th, the caller's thread the first) and claims chunks from its front; a thread done with its
+own range claims from the others' in turn. The caller waits only for the claimed chunks to
+finish, never for a worker to show up: with one fixed chunk per thread, a worker the OS had
+descheduled stalled every kernel on a loaded machine (7-10x); now the others take its range.
+Owned ranges keep what each thread does the same from one kernel to the next (the rows of an
+image it wrote, it reads next), and a kernel's prefetches of the task after the current one
+(x86 convs: the next output block's weights) ask for what the same thread runs next; with
+one shared ticket the threads' chunks interleaved, so at two threads each prefetched the
+block the other was computing.
 
-The ticket is 64 bits: a launch number in the high half, the index of the next unit of
-tasks in the low half (a unit is one task, or 2^k of them for a loop of 2^30 tasks or more). Workers claim with compare-and-swap, so a worker late from a previous launch can never
-take a chunk of the next one; between launches the ticket is "closed" (high half all ones)
-while the caller rewrites the launch parameters.
+Chunk sizes (guided): a claim takes a quarter of what is left of the range, at most
+1/(8 x threads) of all tasks and at least an eighth of that, so the tail chunks are short:
+the thread done first waits less for the others.
+
+A thread's ticket is 64 bits: the launch number in the high half, the index of the range's
+next unit of tasks in the low half (a unit is one task, or 2^k of them for a loop of 2^30
+tasks or more). Threads claim with compare-and-swap, so a thread late from a previous launch
+can never take a chunk of the next one. The launch's own ticket says whether a launch is
+open (its number in the high half) or "closed" (high half all ones) while the caller
+rewrites the launch parameters.
 
 Design, for low launch overhead on small kernels:
 - Workers are started on first use and stay alive (detached). Between launches a worker spins
@@ -52,10 +60,13 @@ def pool_ir(arch: str, android: bool, intptr: str) -> str:
         chunk_div = ("  %up32 = trunc i64 %up to i32\n  %upf = uitofp i32 %up32 to double\n"
                      "  %nf = uitofp i32 %m to double\n  %qf = fdiv double %upf, %nf\n"
                      "  %q32 = fptoui double %qf to i32\n  %chunk = zext i32 %q32 to i64")
+        range_div = ("  %unf = uitofp i32 %units to double\n  %nnf = uitofp i32 %n to double\n"
+                     "  %rqf = fdiv double %unf, %nnf\n  %q = fptoui double %rqf to i32")
     else:
         chunk_div = "  %chunk = udiv i64 %up, %m64"
+        range_div = "  %q = udiv i32 %units, %n"
     n_to_i32 = "add i32 %n, 0" if intptr == "i32" else f"trunc {intptr} %n to i32"
-    return decl.get(arch, "") + "\n" + _TEMPLATE.format(ip=intptr, n_to_i32=n_to_i32, chunk_div=chunk_div, pause=pause_call, sc=sc_nprocs, maxw=MAX_WORKERS,
+    return decl.get(arch, "") + "\n" + _TEMPLATE.format(ip=intptr, n_to_i32=n_to_i32, chunk_div=chunk_div, range_div=range_div, pause=pause_call, sc=sc_nprocs, maxw=MAX_WORKERS,
                             spin_worker=SPIN_WORKER, spin_main=SPIN_MAIN)
 
 
@@ -76,7 +87,9 @@ _TEMPLATE = r"""
 @pool.launches = internal global i32 0, align 4
 @pool.nchunks = internal global i32 0, align 64
 @pool.completed = internal global i32 0, align 64
-@pool.shift = internal global i32 0, align 4
+@pool.ranges = internal global i32 0, align 4
+@pool.tickets = internal global [{maxw} x [8 x i64]] zeroinitializer, align 64
+@pool.ends = internal global [{maxw} x i32] zeroinitializer, align 4
 @pool.minchunk = internal global i32 0, align 4
 @pool.maxchunk = internal global i32 0, align 4
 @pool.ushift = internal global i64 0, align 8
@@ -85,7 +98,6 @@ _TEMPLATE = r"""
 @pool.cond = internal global [128 x i8] zeroinitializer, align 16
 
 declare i64 @llvm.ctlz.i64(i64, i1)
-declare i32 @llvm.ctlz.i32(i32, i1)
 declare i32 @pthread_create(ptr, ptr, ptr, ptr)
 declare i32 @pthread_detach({ip})
 declare i32 @pthread_mutex_init(ptr, ptr)
@@ -125,27 +137,50 @@ skip:
   ret i32 0
 }}
 
-; Claim and run chunks of the open launch until none are left.
-define internal void @pool.drain() nounwind {{
+; Claim and run chunks of the open launch until none are left: from the range of thread
+; `id` first, then from the others' in turn.
+define internal void @pool.drain(i32 %id) nounwind {{
 entry:
-  br label %loop
-loop:
+  br label %top
+top:
   %t = load atomic i64, ptr @pool.ticket acquire, align 8
   %hi = lshr i64 %t, 32
   %closed = icmp eq i64 %hi, 4294967295
-  br i1 %closed, label %out, label %check
-check:
-  %idx = trunc i64 %t to i32
-  %nc = load atomic i32, ptr @pool.nchunks monotonic, align 64
-  %more = icmp slt i32 %idx, %nc
-  br i1 %more, label %claim, label %out
+  br i1 %closed, label %out, label %open
+open:
+  %tag = and i64 %t, -4294967296
+  %n = load atomic i32, ptr @pool.ranges monotonic, align 4
+  %own = icmp ult i32 %id, %n
+  %first = select i1 %own, i32 %id, i32 0
+  br label %scan
+scan:
+  %k = phi i32 [ 0, %open ], [ %k1, %next ]
+  %done = icmp uge i32 %k, %n
+  br i1 %done, label %out, label %pick
+pick:
+  %vk = add i32 %first, %k
+  %wrap = icmp uge i32 %vk, %n
+  %vw = sub i32 %vk, %n
+  %v = select i1 %wrap, i32 %vw, i32 %vk
+  %slot = getelementptr [{maxw} x [8 x i64]], ptr @pool.tickets, i32 0, i32 %v, i32 0
+  %endp = getelementptr [{maxw} x i32], ptr @pool.ends, i32 0, i32 %v
+  br label %claim
 claim:
-  ; guided: (units left) >> shift, within [minchunk, maxchunk], at most the units left
-  %left = sub i32 %nc, %idx
-  %sh = load atomic i32, ptr @pool.shift monotonic, align 4
+  %tv = load atomic i64, ptr %slot acquire, align 64
+  %tvtag = and i64 %tv, -4294967296
+  %same = icmp eq i64 %tvtag, %tag
+  br i1 %same, label %range, label %top
+range:
+  %idx = trunc i64 %tv to i32
+  %end = load atomic i32, ptr %endp monotonic, align 4
+  %more = icmp ult i32 %idx, %end
+  br i1 %more, label %size, label %next
+size:
+  ; guided: a quarter of what is left of the range, within [minchunk, maxchunk], at most that
+  %left = sub i32 %end, %idx
   %lo = load atomic i32, ptr @pool.minchunk monotonic, align 4
   %hi.c = load atomic i32, ptr @pool.maxchunk monotonic, align 4
-  %g = lshr i32 %left, %sh
+  %g = lshr i32 %left, 2
   %small = icmp ult i32 %g, %lo
   %g1 = select i1 %small, i32 %lo, i32 %g
   %large = icmp ugt i32 %g1, %hi.c
@@ -155,14 +190,17 @@ claim:
   %none = icmp eq i32 %g3, 0
   %take = select i1 %none, i32 1, i32 %g3
   %take64 = zext i32 %take to i64
-  %t1 = add i64 %t, %take64
-  %pair = cmpxchg ptr @pool.ticket, i64 %t, i64 %t1 acq_rel acquire
+  %t1 = add i64 %tv, %take64
+  %pair = cmpxchg ptr %slot, i64 %tv, i64 %t1 acq_rel acquire
   %ok = extractvalue {{ i64, i1 }} %pair, 1
-  br i1 %ok, label %run, label %loop
+  br i1 %ok, label %run, label %claim
 run:
   %rc = call i32 @pool.run_chunk(i32 %idx, i32 %take)
   %c0 = atomicrmw add ptr @pool.completed, i32 %take release
-  br label %loop
+  br label %top
+next:
+  %k1 = add i32 %k, 1
+  br label %scan
 out:
   ret void
 }}
@@ -207,7 +245,7 @@ got:
   %mine = icmp slt i32 %id, %active
   br i1 %mine, label %run, label %skip
 run:
-  call void @pool.drain()
+  call void @pool.drain(i32 %id)
   br label %spin_start
 skip:
   br label %spin_start
@@ -329,16 +367,15 @@ launch:
   %lo0 = lshr i32 %chunk32, 3
   %lo1 = icmp eq i32 %lo0, 0
   %lo = select i1 %lo1, i32 1, i32 %lo0
-  %nm1 = sub i32 %n, 1
-  %nz = call i32 @llvm.ctlz.i32(i32 %nm1, i1 false)
-  %nbits = sub i32 32, %nz
-  %shift = add i32 %nbits, 2
+{range_div}
+  %qn = mul i32 %q, %n
+  %r = sub i32 %units, %qn
   store atomic i64 -4294967296, ptr @pool.ticket seq_cst, align 8
   store ptr %task, ptr @pool.task, align 8
   store ptr %closure, ptr @pool.closure, align 8
   store i64 %total, ptr @pool.total, align 8
   store i64 %ush, ptr @pool.ushift, align 8
-  store atomic i32 %shift, ptr @pool.shift monotonic, align 4
+  store atomic i32 %n, ptr @pool.ranges monotonic, align 4
   store atomic i32 %lo, ptr @pool.minchunk monotonic, align 4
   store atomic i32 %chunk32, ptr @pool.maxchunk monotonic, align 4
   store i32 %n, ptr @pool.active, align 4
@@ -349,6 +386,25 @@ launch:
   %lnum = and i32 %lcount, 2147483647
   %l64 = zext i32 %lnum to i64
   %open = shl i64 %l64, 32
+  br label %ranges
+ranges:
+  ; thread t owns units [t*q + min(t, r), (t+1)*q + min(t+1, r))
+  %rt = phi i32 [ 0, %launch ], [ %rt1, %ranges ]
+  %rb = phi i32 [ 0, %launch ], [ %re, %ranges ]
+  %extra = icmp ult i32 %rt, %r
+  %plus = zext i1 %extra to i32
+  %rq = add i32 %rb, %q
+  %re = add i32 %rq, %plus
+  %endp = getelementptr [{maxw} x i32], ptr @pool.ends, i32 0, i32 %rt
+  store atomic i32 %re, ptr %endp monotonic, align 4
+  %rb64 = zext i32 %rb to i64
+  %tick = or i64 %open, %rb64
+  %slot = getelementptr [{maxw} x [8 x i64]], ptr @pool.tickets, i32 0, i32 %rt, i32 0
+  store atomic i64 %tick, ptr %slot monotonic, align 64
+  %rt1 = add i32 %rt, 1
+  %rmore = icmp ult i32 %rt1, %n
+  br i1 %rmore, label %ranges, label %publish
+publish:
   store atomic i64 %open, ptr @pool.ticket release, align 8
   %g = atomicrmw add ptr @pool.gen, i32 1 seq_cst
   %sleeping = load atomic i32, ptr @pool.sleepers seq_cst, align 64
@@ -360,7 +416,7 @@ broadcast:
   %u = call i32 @pthread_mutex_unlock(ptr @pool.mutex)
   br label %own
 own:
-  call void @pool.drain()
+  call void @pool.drain(i32 0)
   br label %wait
 wait:
   %i = phi i32 [ 0, %own ], [ %i1, %pause ], [ %i1, %yield ]
