@@ -52,6 +52,9 @@ def test_attention_is_formed_and_matches_onnxruntime(name):
     assert len(mask) == want, f"{name}: mask shape {mask}"
     if name == "gpt2":
         assert int(mask[1]) == int(mask[2]), mask
+    # x86: the heads stay in the dense layers' rows (no head-split or head-join copy kernels);
+    # GPT-2's key and value pass a one-input concatenate (its cache) and keep the head-major form
+    assert name == "gpt2" or int(calls[0].attrs.heads) == 2, calls[0].attrs
 
     with tvm.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target="llvm", params=params)
@@ -166,3 +169,30 @@ def test_x86_flatten_rows_leaves_models_without_attention_alone():
         fused = build_module.optimize(mod, "llvm -mcpu=haswell", {})[0]
     (norm,) = op_calls(fused["main"], ["nn.layer_norm"])
     assert len(norm.checked_type.shape) == 3
+
+
+def test_relay_op_heads_in_rows():
+    """nn.attention(heads=H) on rows (M, H*D): built for x86, against the float64 numpy result of
+    splitting the heads; its type errors name the problem."""
+    from kiln.contrib import graph_executor
+
+    h, m, n, d = 3, 10, 7, 8
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((r, h * d)).astype("float32") for r in (m, n, n))
+    xs = [relay.var(name, shape=x.shape) for name, x in zip("qkv", (q, k, v))]
+    mod = tvm.IRModule.from_expr(relay.Function(xs, relay.nn.attention(*xs, scale=0.5, heads=h)))
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target="llvm")
+    gm = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    gm.set_input(q=q, k=k, v=v)
+    gm.run()
+    split = lambda x: x.reshape(x.shape[0], h, d).transpose(1, 0, 2).astype(np.float64)  # noqa: E731
+    sc = split(q) @ split(k).transpose(0, 2, 1) * 0.5
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    want = ((p / p.sum(-1, keepdims=True)) @ split(v)).transpose(1, 0, 2).reshape(m, h * d)
+    np.testing.assert_allclose(gm.get_output(0).numpy(), want, rtol=1e-5, atol=1e-5)
+
+    with pytest.raises(ShapeError, match="heads=5 must divide the query's 24"):
+        infer(relay.Function(xs, relay.nn.attention(*xs, heads=5)))
+    with pytest.raises(ShapeError, match="key_transposed and value_transposed must be False"):
+        infer(relay.Function(xs, relay.nn.attention(*xs, heads=h, key_transposed=True)))

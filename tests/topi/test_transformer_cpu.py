@@ -109,6 +109,37 @@ def test_attention(cpu, case):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * d)
 
 
+@pytest.mark.parametrize("cpu", CPUS)
+@pytest.mark.parametrize("case", [(3, 37, 29, 8, 16, "padding"), (2, 16, 16, 16, 16, "causal")],
+                         ids=["ragged-padding", "causal"])
+def test_attention_heads_in_rows(cpu, case):
+    """heads > 0: query (M, H*D), key (N, H*D), value (N, H*E) and the output (M, H*E) keep the
+    heads side by side in rows; head h reads columns h*D ... h*D + D - 1."""
+    target = _target(cpu)
+    h, m, n, d, e, mask_kind = case
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal(s).astype("float32") for s in ((m, h * d), (n, h * d), (n, h * e)))
+    mask = np.zeros((1, 1, n), "float32") if mask_kind == "padding" else \
+        np.triu(np.full((m, n), np.finfo("float32").min, "float32"), 1)[None]
+    if mask_kind == "padding":
+        mask[..., n * 2 // 3:] = np.finfo("float32").min
+    split = lambda x: x.reshape(x.shape[0], h, -1).transpose(1, 0, 2).astype(np.float64)  # noqa: E731
+    sc = split(q) @ split(k).transpose(0, 2, 1) * 0.125 + mask
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    want = ((p / p.sum(-1, keepdims=True)) @ split(v)).transpose(1, 0, 2).reshape(m, h * e)
+    with target:
+        ts = [te.placeholder(x.shape, name=f"in{i}") for i, x in enumerate((q, k, v, mask))]
+        out = topi.x86.attention(*ts, 0.125, False, False, heads=h)
+        assert tuple(int(x) for x in out.shape) == (m, h * e)
+        mod = tvm.build(topi.x86.schedule_attention([out]), ts + [out], target=target)
+    _check_asm(mod, target, "attention heads")
+    if why_host_cannot_run(target):
+        return
+    got = _run(mod, [q, k, v, mask], (m, h * e), target)
+    # as test_attention: a convex mix of value rows, scores of d float32 terms
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * d)
+
+
 def test_attention_tiles_follow_the_target():
     """Rows per block and vector columns from the target's registers, not this machine's."""
     with Target("llvm -mcpu=haswell"):

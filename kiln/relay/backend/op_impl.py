@@ -19,6 +19,7 @@ here with plain ``te.compute``.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Callable
 
@@ -469,6 +470,11 @@ def _attention(a, x, t, ctx):
     if not hasattr(ctx.topi, "attention"):
         raise CompileError("nn.attention has a compute for x86 CPUs and GPUs only; FuseAttention forms it for x86 and CUDA targets "
                            "(build for an x86 llvm target, or leave the batch_matmul/softmax chain unfused)")
+    if a.heads:  # the heads side by side in rows: x86 only (FuseAttention forms it for x86 targets)
+        if "heads" not in inspect.signature(ctx.topi.attention).parameters:
+            raise CompileError("nn.attention with heads > 0 (rows) has a compute for x86 CPUs only; "
+                               "give this target query, key and value as (heads, rows, width)")
+        return ctx.topi.attention(*x, a.scale, a.key_transposed, a.value_transposed, heads=a.heads, cfg=ctx.cfg)
     return ctx.topi.attention(*x, a.scale, a.key_transposed, a.value_transposed, cfg=ctx.cfg)
 
 

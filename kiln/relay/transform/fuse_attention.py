@@ -13,6 +13,13 @@ ONNX importer gives (BERT; GPT-2 and ViT differ only in the mask: causal constan
   ->
     %o = nn.attention(%q, %kt, %v, reshape(%mask, [1, M, N]), scale=0.125, key_transposed=True)
 
+On x86 (``rows=True``), when the query, key and value are the exporters' head splits of one
+sequence's rows, ``reshape(transpose(reshape(X, (1, S, H, D)), ...), ...)``, and the output is
+joined back the same way, ``reshape(transpose(reshape(%o, (1, H, M, E)), (0, 2, 1, 3)), rows)``:
+    %o = nn.attention(X_q, X_k, X_v, mask, scale=0.125, heads=H)        X (S, H*D), %o (M, H*E)
+so the four copy kernels of a layer (ViT-B/16: 48 of 160) go; the x86 kernel reads the heads
+in place (it copies the key, transposed, as it did the padded key before).
+
 Every intermediate must have the next node as its only consumer (otherwise the scores are needed
 anyway). The mask keeps its own shape when it broadcasts over the batch (one copy for all heads);
 a mask that varies over some leading axes only is broadcast to all of them. Runs for x86 targets
@@ -161,8 +168,61 @@ def _shrunk(data: np.ndarray):
     return const(np.ascontiguousarray(data))
 
 
+def _split_heads(node, axes: tuple, chain: _Chain):
+    """(X, H) when ``node`` is ``reshape(transpose(reshape(X, (1, S, H, W)), axes), ...)``, the
+    inner two used once (the exporters' head split of X's rows (S, H*W) or (1, S, H*W)), else None."""
+    t = node.args[0] if isinstance(node, Call) and node.op is tf.RESHAPE else None
+    if not (isinstance(t, Call) and t.op is tf.TRANSPOSE and chain.single(t, node)
+            and tuple(int(a) for a in t.attrs.axes or ()) == axes):
+        return None
+    r = t.args[0]
+    if not (isinstance(r, Call) and r.op is tf.RESHAPE and chain.single(r, t)):
+        return None
+    one, rows, h, w = (_shape(r) + (0, 0, 0, 0))[:4] if len(_shape(r)) == 4 else (0, 0, 0, 0)
+    x = r.args[0]
+    if one != 1 or _shape(x) not in ((rows, h * w), (1, rows, h * w)):
+        return None
+    return x, h
+
+
+def _rows_form(call, chain: _Chain):
+    """The pieces of ``reshape(transpose(reshape(attention chain, (1, H, M, E)), (0, 2, 1, 3)),
+    rows)`` whose query, key and value are head splits of rows (a batch of one sequence), for
+    nn.attention with ``heads=H``; else None."""
+    t = call.args[0]
+    if not (isinstance(t, Call) and t.op is tf.TRANSPOSE and chain.single(t, call)
+            and tuple(int(a) for a in t.attrs.axes or ()) == (0, 2, 1, 3)):
+        return None
+    r = t.args[0]
+    if not (isinstance(r, Call) and r.op is tf.RESHAPE and chain.single(r, t) and len(_shape(r)) == 4):
+        return None
+    bmm2 = r.args[0]
+    if not (isinstance(bmm2, Call) and chain.single(bmm2, r)):
+        return None
+    found = _match(bmm2, chain)
+    if found is None:
+        return None
+    q, k, v, k_nd, v_en, scale, mask, lead = found
+    one, h, m, e = _shape(r)
+    if one != 1 or tuple(lead) != (1, h) or v_en or _shape(call)[-1] != h * e:
+        return None
+    splits = [_split_heads(x, axes, chain) for x, axes in ((q, (0, 2, 1, 3)), (k, (0, 2, 1, 3) if k_nd else (0, 2, 3, 1)),
+                                                           (v, (0, 2, 1, 3)))]
+    if any(x is None or x[1] != h for x in splits):
+        return None
+    return [x for x, _ in splits], scale, mask, lead, h, m, e
+
+
 class _Fuse(DataflowRewriter):
+    def __init__(self, consumers: dict, rows: bool = False):
+        super().__init__(consumers)
+        self.rows = rows
+
     def visit_Call(self, call):
+        if self.rows and call.op is tf.RESHAPE:
+            out = self._rows(call)
+            if out is not None:
+                return out
         found = _match(call, _Chain(self.consumers))
         if found is None:
             return super().visit_Call(call)
@@ -176,7 +236,21 @@ class _Fuse(DataflowRewriter):
         return attention(self.visit(q), self.visit(k), self.visit(v), mask3, scale, key_transposed=not k_nd,
                          value_transposed=bool(v_en))
 
+    def _rows(self, call):
+        found = _rows_form(call, _Chain(self.consumers))
+        if found is None:
+            return None
+        xs, scale, mask, lead, h, m, e = found
+        mask3 = None
+        if mask is not None:
+            mask3 = _mask3(mask, self.visit(mask), lead, m, _shape(xs[1])[-2], h)
+            if mask3 is None:
+                return None
+        rows = [self.visit(x) if len(_shape(x)) == 2 else tf.reshape(self.visit(x), _shape(x)[1:]) for x in xs]
+        return tf.reshape(attention(*rows, mask3, scale, heads=h), _shape(call))
 
-def fuse_attention(func: Function) -> Function:
-    """Replace each attention chain of ``func`` (typed) by nn.attention."""
-    return _Fuse(users(func.body)).visit(func)
+
+def fuse_attention(func: Function, rows: bool = False) -> Function:
+    """Replace each attention chain of ``func`` (typed) by nn.attention; ``rows``: with
+    ``heads`` where the chain splits rows into heads and joins them after (module docstring)."""
+    return _Fuse(users(func.body), rows).visit(func)

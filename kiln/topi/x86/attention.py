@@ -50,11 +50,18 @@ def default_config(m: int, n: int, e: int) -> dict:
 
 
 def attention(query, key, value, mask, scale: float, key_transposed: bool = False, value_transposed: bool = False,
-              cfg=None):
-    """Same result as relay's nn.attention reference; schedule with ``schedule_attention``."""
-    b, m, d = (const_int(x) for x in query.shape)
-    n = const_int(key.shape[2] if key_transposed else key.shape[1])
-    e = const_int(value.shape[1] if value_transposed else value.shape[2])
+              heads: int = 0, cfg=None):
+    """Same result as relay's nn.attention reference; schedule with ``schedule_attention``.
+    ``heads > 0``: query (M, H*D), key (N, H*D), value (N, H*E) and the output (M, H*E) keep the
+    heads side by side in rows (relay/op/attention.py); the blocks read them there."""
+    if heads:
+        b, m, d = heads, const_int(query.shape[0]), const_int(query.shape[1]) // heads
+        n, e = const_int(key.shape[0]), const_int(value.shape[1]) // heads
+        key_transposed = value_transposed = False
+    else:
+        b, m, d = (const_int(x) for x in query.shape)
+        n = const_int(key.shape[2] if key_transposed else key.shape[1])
+        e = const_int(value.shape[1] if value_transposed else value.shape[2])
     dtype = str(query.dtype)
     conf = default_config(m, n, e)
     conf.update({k: int(knob(cfg, k, v)) for k, v in conf.items()})
@@ -67,17 +74,31 @@ def attention(query, key, value, mask, scale: float, key_transposed: bool = Fals
     def row(i):
         return i if mp == m else tir.min(i, m - 1)
 
+    def q_at(bb, i, dd):
+        return query[i, bb * d + dd] if heads else query[bb, i, dd]
+
+    def k_at(bb, dd, j):
+        if heads:
+            return key[j, bb * d + dd]
+        return key[bb, dd, j] if key_transposed else key[bb, j, dd]
+
     if key_transposed and np_ == n:
         kt = key
     else:
-        kt = te.compute((b, d, np_), lambda bb, dd, j: key[bb, dd, col(j)] if key_transposed else key[bb, col(j), dd],
-                        name="T_attn_key", tag=f"{TAG}_pack")
+        kt = te.compute((b, d, np_), lambda bb, dd, j: k_at(bb, dd, col(j)), name="T_attn_key", tag=f"{TAG}_pack")
     # The second product sums over the N real keys only (the padded columns' weights are never
     # read), so the value needs no padding: copied only from the transposed layout.
-    vv = value if not value_transposed else te.compute(
-        (b, n, e), lambda bb, j, ee: value[bb, ee, j], name="T_attn_value", tag=f"{TAG}_pack")
+    if heads:
+        def v_at(bb, j, ee):
+            return value[j, bb * e + ee]
+    else:
+        vv = value if not value_transposed else te.compute(
+            (b, n, e), lambda bb, j, ee: value[bb, ee, j], name="T_attn_value", tag=f"{TAG}_pack")
+
+        def v_at(bb, j, ee):
+            return vv[bb, j, ee]
     rd = te.reduce_axis((0, d), name="d")
-    s = te.compute((b, mp, np_), lambda bb, i, j: te.sum(query[bb, row(i), rd] * kt[bb, rd, j], axis=rd),
+    s = te.compute((b, mp, np_), lambda bb, i, j: te.sum(q_at(bb, row(i), rd) * kt[bb, rd, j], axis=rd),
                    name="T_attn_scores", tag=f"{TAG}_scores")
     sc = const(scale, dtype)
     mshape = [const_int(x) for x in mask.shape]
@@ -112,11 +133,13 @@ def attention(query, key, value, mask, scale: float, key_transposed: bool = Fals
     total = total0 if np_ == n else te.compute(
         (b, mp), lambda bb, i: total0[bb, i] - extra * ex[bb, i, np_ - 1], name="T_attn_sum", tag=f"{TAG}_fold")
     rj = te.reduce_axis((0, n), name="j")
-    o = te.compute((b, mp, e), lambda bb, i, ee: te.sum(ex[bb, i, rj] * vv[bb, rj, ee], axis=rj),
+    o = te.compute((b, mp, e), lambda bb, i, ee: te.sum(ex[bb, i, rj] * v_at(bb, rj, ee), axis=rj),
                    name="T_attn_pv", tag=f"{TAG}_pv")
     one = const(1.0, dtype)
     res = te.compute((b, mp, e), lambda bb, i, ee: o[bb, i, ee] * (one / total[bb, i]), name="T_attention",
                      tag=TAG, attrs={"config": conf})
+    if heads:  # the heads side by side again (and rows past M dropped): an in-kernel copy
+        return te.compute((m, b * e), lambda i, c: res[c // e, i, c % e], name="T_attention_rows", tag="injective")
     if mp == m:
         return res
     return te.compute((b, m, e), lambda bb, i, ee: res[bb, i, ee], name="T_attention_rows", tag="injective")
