@@ -116,10 +116,10 @@ def bench_relay(n: int, target, dev, torch, repeat: int) -> None:
 TRANSFORMER_SHAPES = [(128, 768, 768), (128, 3072, 768), (128, 768, 3072), (64, 2304, 768), (64, 768, 3072)]
 # (deeper pipelines fetch further ahead: a 5-10 us product is latency-bound)
 TRANSFORMER_CONFS = [{"warpgroups": 1, "n": 64, "stages": 4, "copy": "tma"},
-                     {"warpgroups": 1, "n": 64, "stages": 6, "copy": "tma"},
                      {"warpgroups": 1, "n": 64, "stages": 8, "copy": "tma"},
-                     {"warpgroups": 1, "n": 128, "stages": 6, "copy": "tma"},
-                     {"warpgroups": 2, "n": 64, "stages": 6, "copy": "tma"}]
+                     {"warpgroups": 1, "n": 64, "stages": 12, "copy": "tma"},
+                     {"warpgroups": 1, "n": 128, "stages": 8, "copy": "tma"},
+                     {"warpgroups": 2, "n": 64, "stages": 8, "copy": "tma"}]
 
 
 def bench_transformer(target, dev, torch) -> None:

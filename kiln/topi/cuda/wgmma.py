@@ -195,21 +195,26 @@ def shared_bytes(conf) -> int:
     return conf["stages"] * (ROWS * conf["warpgroups"] + conf["n"]) * conf["bk"] * 2 + 2 * 1024
 
 
-# relay's choices, best first, with the deepest pipeline and the least share of a wave of blocks
-# each needs: 128 x 256 blocks 4 stages deep, then 128 x 128 up to 6 deep, for products that
-# fill the GPU (H200, 4096^3: 0.91-0.92x cuBLAS, docs/cuda.md); then 64 x 64 blocks for half a
-# wave (H200, BERT's 128 x 3072 x 768: 6.4 us against the wmma path's 10.1 and cuBLAS's 4.8; with
-# fewer blocks, 24 of 128 x 768, or a long reduction on them, wmma was faster). 3 stages at least,
-# so a step's products overlap the next fetch.
-STRATEGY = (({"warpgroups": 2, "n": 256, "copy": "tma"}, 4, 1.0), ({"warpgroups": 2, "n": 128, "copy": "tma"}, 6, 1.0),
-            ({"warpgroups": 1, "n": 64, "copy": "tma"}, 4, 0.5))
+# relay's choices, best first: (blocks, deepest pipeline, least share of a wave of blocks, least
+# share where K is at most SHORT_K). 128 x 256 blocks 4 stages deep, then 128 x 128 up to 6 deep,
+# for products that fill the GPU (H200, 4096^3: 0.91-0.93x cuBLAS, docs/cuda.md); then 64 x 64
+# blocks 8 deep. Small products are latency-bound (a 5-10 us product): on the H200 64 x 64 blocks
+# 8 stages deep beat the wmma path on BERT's and GPT-2's products with K = 768 from 24 blocks on
+# (128 x 768 x 768: 5.3 us against 5.6; 64 x 2304 x 768: 5.9 against 7.1; 128 x 3072 x 768: 5.7
+# against 6.7), but not with K = 3072 on 12-24 blocks (one block walks 48 k steps: 15 us against
+# 7-11). 3 stages at least, so a step's products overlap the next fetch.
+STRATEGY = (({"warpgroups": 2, "n": 256, "copy": "tma"}, 4, 1.0, 1.0),
+            ({"warpgroups": 2, "n": 128, "copy": "tma"}, 6, 1.0, 1.0),
+            ({"warpgroups": 1, "n": 64, "copy": "tma"}, 8, 0.5, 0.125))
+SHORT_K = 1024  # 16 k steps
 
 
 def strategy_config(m: int, n: int, k: int, target=None) -> dict | None:
     """The wgmma dense relay's float16 products take (``topi.gpu.dense``), or None for the other
     tensor-core paths: an sm_90a CUDA target, K a multiple of 64 (at least 128), and of the
     STRATEGY blocks the first that divides M x N into at least its share of a wave of the target's
-    multiprocessors (kiln/topi/cuda/busy.py) with 3 or more stages within its shared memory
+    multiprocessors (kiln/topi/cuda/busy.py; a smaller share for K up to SHORT_K) with 3 or more
+    stages within its shared memory
     (``-max_shared_memory_per_block``: 232448 on Hopper; the 48 KiB default fits none)."""
     from kiln.runtime.devices.nvrtc import arch_number, arch_specific
     from kiln.target import Target
@@ -229,9 +234,10 @@ def strategy_config(m: int, n: int, k: int, target=None) -> dict | None:
     if k % 64 or k < 128:
         return None
     limit, wave = shared_limit(target), multiprocessors(target)
-    for conf, deepest, share in STRATEGY:
+    for conf, deepest, share, short_share in STRATEGY:
         rows = ROWS * conf["warpgroups"]
-        if m % rows or n % conf["n"] or (m // rows) * (n // conf["n"]) < share * wave:
+        need = (short_share if k <= SHORT_K else share) * wave
+        if m % rows or n % conf["n"] or (m // rows) * (n // conf["n"]) < need:
             continue
         for stages in range(min(deepest, k // 64), 2, -1):
             if shared_bytes({**conf, "stages": stages}) <= limit:

@@ -170,9 +170,12 @@ def test_strategy_picks_wgmma_blocks_for_the_target():
         assert cfg(2048, 2048, 4096) == {"warpgroups": 2, "n": 128, "copy": "tma", "bk": 64, "stages": 6}
         assert cfg(4096, 4096, 192)["stages"] == 3  # no deeper than the k steps
         # 64 blocks of 128 x 128 are less than a wave; 512 of 64 x 64 more than half of one
-        assert cfg(1024, 2048, 4096) == {"warpgroups": 1, "n": 64, "copy": "tma", "bk": 64, "stages": 4}
+        assert cfg(1024, 2048, 4096) == {"warpgroups": 1, "n": 64, "copy": "tma", "bk": 64, "stages": 8}
         assert cfg(128, 3072, 768)["n"] == 64  # BERT's FFN up: 96 blocks of 64 x 64
-        assert cfg(128, 768, 768) is None and cfg(64, 2304, 768) is None  # 24, 36 blocks: wmma
+        # K of 16 k steps or fewer: from an eighth of a wave (BERT's 128 x 768: 24 blocks; GPT-2's
+        # 64 x 2304: 36); longer reductions on so few blocks (FFN down, K = 3072) stay on wmma
+        assert cfg(128, 768, 768)["n"] == cfg(64, 2304, 768)["n"] == 64
+        assert cfg(128, 768, 3072) is None and cfg(64, 768, 3072) is None and cfg(64, 128, 768) is None
         assert cfg(4096, 4096, 4000) is None and cfg(4096, 4096, 64) is None  # K: 64s, two steps at least
     with tvm.target.Target("cuda -arch=sm_90a -max_shared_memory_per_block=131072 -tag=nvidia/nvidia-h100"):
         assert cfg(4096, 4096, 4096)["stages"] == 3  # 3 x 48 KiB slabs + 2 KiB
