@@ -16,9 +16,7 @@ the tile and write it out; else it is a second kernel that reads the product bac
 Untuned dense on CUDA: a long reduction with few output tiles (an FFN's down projection, 128 x 768
 x 3072: 96 blocks of 4 warps) is split (``split_slices``, knob ``split_k``): slice s is product s
 of a batch (blockIdx.z) over columns s * K / S on of A and the weight, read in place, with float32
-sums, and a second kernel adds the S slices, casts and applies the epilogue. Ragged dense rows
-(a ViT's 197 tokens) are padded to a multiple of 32 where there are 128 or more (224: 32-row
-blocks; at 208 only 16-row blocks of two warps divided them).
+sums, and a second kernel adds the S slices, casts and applies the epilogue. 
 
 ``cfg`` knobs (AutoTVM template ``dense_tensorcore.cuda`` / ``batch_matmul_tensorcore.cuda``):
 block_row_warps, block_col_warps, warp_row_tiles, warp_col_tiles, chunk, offset, vec, double_buffer,
@@ -131,24 +129,27 @@ def dense_tensorcore(data, weight, bias=None, out_dtype=None, cfg=None):
 
 
 def _row_step(m: int) -> int:
-    """Rows of a padded dense are rounded up to 32 where there are 128 or more (a ViT's 197 tokens:
-    224, so 32-row blocks divide them; at 208 only 16-row blocks of two warps did), else to 16."""
-    return 2 * WMMA if m >= 128 and m % WMMA else WMMA
+    """Rows of a padded dense are rounded up to 16 (a ViT's 197 tokens: 208). Rounded up to 32
+    (224: 32-row blocks) its products were slower on the H200: 197 x 3072 x 768 31.0 us against
+    22.4, 197 x 768 x 768 8.5 against 7.2 (bench/cuda_matmul.py --transformer)."""
+    return WMMA
 
 
 def split_slices(m: int, n: int, k: int) -> int:
     """Split-K for the untuned tensor-core dense (module doc): a reduction of SPLIT_MIN_K terms or
-    more whose blocks keep fewer than half of BUSY_WARPS busy is cut into the fewest of 2, 4 or 8
-    slices (each at least 3 k steps of 64, a full pipeline) that reach half; else 1."""
+    more whose blocks keep fewer than 2/3 of BUSY_WARPS busy is cut into the fewest of 2, 4 or 8
+    slices (each at least 3 k steps of 64, a full pipeline) that reach 2/3; else 1. On the H200
+    (weights from memory) FFN down went 16.6 -> 10.4 us at 128 tokens (4 slices), 16.4 -> 7.2 at
+    64 (8 slices; cuBLAS 7.3)."""
     from .busy import SPLIT_MIN_K
 
     conf = default_config(m, n, k)
     bm, bn = _tile_shape(conf)
     warps = (m // bm) * (n // bn) * conf["block_row_warps"] * conf["block_col_warps"]
-    if k < SPLIT_MIN_K or 2 * warps >= BUSY_WARPS:
+    if k < SPLIT_MIN_K or 3 * warps >= 2 * BUSY_WARPS:
         return 1
     for slices in (2, 4, 8):
-        if k % (slices * 64) == 0 and k // (slices * 64) >= 3 and 2 * slices * warps >= BUSY_WARPS:
+        if k % (slices * 64) == 0 and k // (slices * 64) >= 3 and 3 * slices * warps >= 2 * BUSY_WARPS:
             return slices
     return 1
 

@@ -214,9 +214,14 @@ def _split_dense(data, weight, conf: dict, split: int, padded: tuple, out_dtype)
     out_dtype = out_dtype or str(data.dtype)
     a, w = _padded(data, (mp, kp), 1), _padded(weight, (np_, kp), 1)
     ks = kp // split
+    # the slices as views whose last index is the reduction's own (inlined into the slab fetch): so
+    # busy.pad_slab sees rows along the reduction and pads them (read as a[i, sl * ks + rk], the
+    # slabs went unpadded, 16-way bank conflicts: 2-4x slower on the H200)
+    a3 = te.compute((split, mp, ks), lambda sl, i, r: a[i, sl * ks + r], name="dense_slices_a", tag="injective")
+    w3 = te.compute((split, np_, ks), lambda sl, j, r: w[j, sl * ks + r], name="dense_slices_w", tag="injective")
     rk = te.reduce_axis((0, ks), name="k")
     slices = te.compute((split, mp, np_), lambda sl, i, j: te.sum(
-        a[i, sl * ks + rk].astype(out_dtype) * w[j, sl * ks + rk].astype(out_dtype), axis=rk),
+        a3[sl, i, rk].astype(out_dtype) * w3[sl, j, rk].astype(out_dtype), axis=rk),
         name="T_dense_slices", tag="dense")
     ki = int(conf["tile_k"][1])
     slices.op.attrs["gpu_config"] = {**conf, "tile_k": [ks // ki, ki], "split_k": split}
