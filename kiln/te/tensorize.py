@@ -5,6 +5,8 @@ intrinsic's: for each root axis of the stage, the span of its value over the inn
 extent there. Leading axes may span 1 where the intrinsic has fewer dimensions (a batch axis of
 batch_matmul under a 2-D intrinsic). The stage's expression must have the intrinsic's structure
 (same operators, constants, reducer and dtypes; each intrinsic input reads one stage tensor).
+An index may load from another tensor where no tiled axis reaches that load (a table of offsets,
+``data[t[j] + k]`` tiled over k): the load is part of the tile's base.
 
 Each intrinsic buffer is then bound to the region its tensor covers in the real buffer: the data
 handle, the symbolic elem_offset and strides become the real ones, and loads or stores through the
@@ -18,7 +20,7 @@ from __future__ import annotations
 from kiln.errors import ScheduleError
 from kiln.ir import expr as E
 from kiln.ir.expr import IterType, ProducerLoad, Reduce
-from kiln.ir.functor import Mutator, child_fields, substitute
+from kiln.ir.functor import Mutator, child_fields, substitute, uses_var
 from kiln.ir.stmt import BufferStore, seq
 from kiln.tir.simplify import guard_with as _guarded, simplify
 
@@ -85,7 +87,7 @@ def _bind_buffers(low, tile, intrin, loads, values, out_buf, store_idx):
         spans = [tile.span(simplify(substitute(i, lambda v: values.get(id(v)))), f"index {k} of {load.producer.name}")
                  for k, i in enumerate(load.indices)]
         _match_region(tile.where, load.producer.name, [n for _, n in spans], t)
-        real = low.load(ProducerLoad(load.producer, tuple(b for b, _ in spans), load.dtype))
+        real = _Loads(low).visit(ProducerLoad(load.producer, tuple(b for b, _ in spans), load.dtype))
         _bind(tile.where, ibuf, real.buffer, real.indices, binds, vmap)
     _bind(tile.where, intrin.buffers[len(intrin.inputs)], out_buf, [tile.base(i) for i in store_idx], binds, vmap)
     return _Rebind(binds, vmap)
@@ -157,10 +159,20 @@ def _match_indices(where, op, iop, pairs) -> None:
     def same(u, v):
         return structural_equal(E.Call(E.const(0).dtype, "pin", pin + (u,)), E.Call(E.const(0).dtype, "pin", pin + (v,)))
 
+    covered = {id(v) for v, t in ((iv.var, vmap.get(id(iv.var))) for iv in list(op.axis) + list(op.reduce_axis))
+               if isinstance(t, E.Var)}
+
+    class _Bases(Mutator):  # a load in an index (a table of offsets) that no covered axis reads is a base too
+        def visit_ProducerLoad(self, ld):
+            if uses_var(ld, lambda v: id(v) in covered):
+                return self.generic_visit(ld)
+            return E.const(0, ld.dtype)
+
     for x, y in pairs:
         lead = len(x.indices) - len(y.indices)
         for d, (i, j) in enumerate(zip(x.indices[lead:], y.indices)):
-            got = simplify(substitute(i, lambda v: vmap.get(id(v), E.const(0, v.dtype) if v.dtype.is_int else None)))
+            got = simplify(substitute(_Bases().visit(i),
+                                      lambda v: vmap.get(id(v), E.const(0, v.dtype) if v.dtype.is_int else None)))
             if not same(got, simplify(j)):
                 raise ScheduleError(f"{where}: {x.producer.name} is read at index {i} (dim {lead + d}), which in the "
                                     f"tile is {got}; the intrinsic reads {y.producer.name} at {j}")
@@ -246,6 +258,17 @@ def _bind(where, ibuf, real, base, binds, vmap):
                                     f"(dim {lead + d}: {real_dim} vs {want}); declare it with "
                                     "strides=[te.var(...), ..., 1]")
     binds[id(ibuf)] = (real, base, lead)
+
+
+class _Loads(Mutator):
+    """Tensor loads -> buffer loads, those in the indices too (a region based at a table's entry)."""
+
+    def __init__(self, low):
+        super().__init__()
+        self.low = low
+
+    def visit_ProducerLoad(self, ld):
+        return self.low.load(self.generic_visit(ld))
 
 
 def _offset(real, base, ibuf, lead, strides):

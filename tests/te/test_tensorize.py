@@ -194,3 +194,29 @@ def test_tensorize_rejects_transposed_operand():
     with pytest.raises(ScheduleError, match=r"B is read at index j \(dim 0\), which in the tile is j; "
                                             r"the intrinsic reads b at k"):
         tvm.lower(s, [A, B, C])
+
+
+def test_tile_based_at_a_table_entry():
+    """A tile read at an offset loaded from a table (a gather of 4-row blocks: rows t[j], ...,
+    t[j] + 3 of A) tensorizes: the load in the index is part of the tile's base."""
+    M, N, K, nblk = 8, 4, 16, 3
+    A = te.placeholder((M, K), "float32", name="A")
+    B = te.placeholder((nblk * 4, N), "float32", name="B")
+    T = te.placeholder((nblk,), "int32", name="T")
+    j = te.reduce_axis((0, nblk), name="j")
+    kk = te.reduce_axis((0, 4), name="kk")
+    C = te.compute((M, N), lambda i, n: te.sum(A[i, T[j] + kk] * B[j * 4 + kk, n], axis=[j, kk]), name="C")
+    s = te.create_schedule(C.op)
+    i, n = C.op.axis
+    io, ii = s[C].split(i, factor=4)
+    s[C].reorder(io, j, ii, n, kk)
+    s[C].tensorize(ii, intrin_gemm(4))
+    f = tvm.build(s, [A, B, T, C], target="llvm")
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((M, K)).astype("float32")
+    b = rng.standard_normal((nblk * 4, N)).astype("float32")
+    t = np.array([12, 0, 5], "int32")
+    c = tvm.nd.empty((M, N))
+    f(tvm.nd.array(a), tvm.nd.array(b), tvm.nd.array(t), c)
+    want = sum(a[:, t[q]:t[q] + 4] @ b[4 * q:4 * q + 4] for q in range(nblk))
+    np.testing.assert_allclose(c.numpy(), want, rtol=1e-4, atol=1e-4)
