@@ -22,6 +22,10 @@ are, row-major), which lands in the 128-byte swizzled layout wgmma reads conflic
 64 halves; the 16-byte chunk c of row r at c ^ r % 8) and completes on the slot's mbarrier
 (kiln/tir/transform/double_buffer.py); bk is then 64, one swizzle row. The tensor maps are
 kernel parameters the runtime encodes from the arguments' addresses.
+
+relay's float16 dense takes this product on sm_90a targets where ``strategy_config`` finds blocks
+for the shape (``topi.gpu.dense`` asks ``use_wgmma``); the elementwise ops fused after it run from
+a shared staging tile in the product's kernel (EPILOGUE "fused") or in a kernel of their own.
 """
 
 from __future__ import annotations
