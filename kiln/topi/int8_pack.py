@@ -8,7 +8,9 @@ All of it runs once at build time on constants (numpy):
   The exact 16-bit x86 fallback (``pmaddwd``) takes int16 ``(.., ib/4, 2, L, 2)``: pairs first.
 - ``pack_dense_weight``: (N, K) -> ``(N/L, K/4, L, 4)`` (or the int16 pair form).
 - ``pairs_fit_int16``: whether ``vpmaddubsw``'s saturating 16-bit pair sums are exact for these
-  weights: ``|w0| + |w1| <= 128`` for every pair it adds (255 * 128 < 2**15).
+  weights (``pair_fits``: positive weights of a pair sum to <= 128, negative ones to >= -128).
+- ``plan_mixed_conv_weight``: a conv's weights split per output block into the 4-channel units
+  that fit ``vpmaddubsw`` and the others (int16, ``vpmaddwd``), with the table of their places.
 - ``requant_params``: the per-channel fixed-point multiplier and shift of qnn.requantize
   (kiln/relay/qnn/fixed_point.py), as the kernels' epilogue applies them.
 """
@@ -51,11 +53,68 @@ def pack_dense_weight(w: np.ndarray, lanes: int, int16_pairs: bool = False) -> n
 
 
 def pairs_fit_int16(w: np.ndarray, axis: int) -> bool:
-    """Whether adjacent pairs (0,1), (2,3), ... along ``axis`` (a multiple of 2 long) have
-    ``|w0| + |w1| <= 128``: then u8 x s8 pair sums fit int16 and ``vpmaddubsw`` is exact."""
-    a = np.abs(np.moveaxis(np.asarray(w, np.int32), axis, -1))
-    a = pad_channels(a, -1, 2)
-    return bool(np.all(a[..., 0::2] + a[..., 1::2] <= 128))
+    """Whether every adjacent pair (0,1), (2,3), ... along ``axis`` (padded to even) fits
+    ``vpmaddubsw`` (``pair_fits``): then its u8 x s8 pair sums are exact."""
+    a = pad_channels(np.moveaxis(np.asarray(w, np.int32), axis, -1), -1, 2)
+    return bool(np.all(pair_fits(a[..., 0::2], a[..., 1::2])))
+
+
+def pair_fits(w0, w1):
+    """Whether ``u0 * w0 + u1 * w1`` fits int16 for every u8 ``u0, u1`` (no saturation in
+    ``vpmaddubsw``): the positive weights sum to at most 128 (255 * 128 <= 2**15 - 1) and the
+    negative ones to at least -128 (-255 * 128 >= -2**15). A pair of opposite signs always fits;
+    ``|w0| + |w1| <= 128`` is the sign-blind form of it."""
+    w0, w1 = np.asarray(w0, np.int32), np.asarray(w1, np.int32)
+    pos = np.maximum(w0, 0) + np.maximum(w1, 0)
+    neg = np.minimum(w0, 0) + np.minimum(w1, 0)
+    return (pos <= 128) & (neg >= -128)
+
+
+def plan_mixed_conv_weight(w: np.ndarray, ib: int, lanes: int, least: float = 0.125):
+    """The weights of the mixed AVX2 / AVX-512BW conv (x86/conv2d_int8.py ``conv2d_int8_mixed_acc``)
+    or None where too few units fit ``vpmaddubsw``.
+
+    A unit is 4 input channels at one tap (``(C/ib, KH, KW, ib/4)``, the reduction's order) for
+    one output block of ``lanes`` channels; it fits when all of its ``2 * lanes`` pairs do
+    (``pair_fits``). Each block takes its first ``ns`` fitting units on ``vpmaddubsw`` and the
+    others on ``vpmaddwd`` (int16 weights), ``ns`` the fewest any block has (one loop extent for
+    all). Returns ``(weight (O/L, ns, L, 4) int8, weight16 (O/L, n - ns, 2, L, 2) int16,
+    table (O/L, n, 4) int32)``: the table's rows are the units' ``(input block, ky, kx, 4 * q)``,
+    the ``ns`` vpmaddubsw units first. None unless ``ns >= least * n`` (measured: a 64 -> 256
+    1x1 conv with 2 of 16 units on vpmaddubsw ran 4% faster than all on int16)."""
+    o, c, kh, kw = w.shape
+    assert c % ib == 0 and ib % 4 == 0 and o % lanes == 0, (w.shape, ib, lanes)
+    icq = ib // 4
+    units = np.asarray(w, np.int32).reshape(o // lanes, lanes, c // ib, icq, 4, kh, kw)
+    units = units.transpose(0, 2, 5, 6, 3, 1, 4).reshape(o // lanes, -1, lanes, 4)  # (O/L, n, L, 4)
+    n = units.shape[1]
+    fits = pair_fits(units[..., 0::2], units[..., 1::2]).all(axis=(2, 3))  # (O/L, n)
+    ns = int(fits.sum(axis=1).min())
+    if ns < max(1, least * n) or ns == n:
+        return None
+    order = np.argsort(~fits, axis=1, kind="stable")  # fitting units first, each block its own
+    cb, ky, kx, q = np.unravel_index(np.arange(n), (c // ib, kh, kw, icq))
+    table = np.stack([cb, ky, kx, 4 * q], axis=-1).astype(np.int32)[order]
+    picked = np.take_along_axis(units, order[:, :, None, None], axis=1)
+    weight = np.ascontiguousarray(picked[:, :ns].astype(np.int8))
+    rest = picked[:, ns:]
+    weight16 = np.ascontiguousarray(rest.reshape(rest.shape[:-1] + (2, 2)).swapaxes(-3, -2).astype(np.int16))
+    return weight, weight16, np.ascontiguousarray(table)
+
+
+def unpack_mixed_conv_weight(weight, weight16, table, shape, ib: int) -> np.ndarray:
+    """The OIHW int8 weight of ``plan_mixed_conv_weight``'s parts (``shape``: OIHW)."""
+    o, c, kh, kw = shape
+    lanes = weight.shape[2]
+    ns = weight.shape[1]
+    w = np.zeros(shape, np.int64)
+    rest = np.asarray(weight16).swapaxes(-3, -2).reshape(weight16.shape[0], weight16.shape[1], lanes, 4)
+    for ob in range(o // lanes):
+        for u in range(table.shape[1]):
+            cb, ky, kx, q4 = (int(v) for v in table[ob, u])
+            vals = weight[ob, u] if u < ns else rest[ob, u - ns]
+            w[ob * lanes:(ob + 1) * lanes, cb * ib + q4:cb * ib + q4 + 4, ky, kx] = vals
+    return w.astype(np.int8)
 
 
 def requant_params(real: np.ndarray):
@@ -72,4 +131,5 @@ def requant_params(real: np.ndarray):
     return q, s
 
 
-__all__ = ["pad_channels", "pack_conv_weight", "pack_dense_weight", "pairs_fit_int16", "requant_params"]
+__all__ = ["pad_channels", "pack_conv_weight", "pack_dense_weight", "pairs_fit_int16", "pair_fits",
+           "plan_mixed_conv_weight", "unpack_mixed_conv_weight", "requant_params"]

@@ -121,7 +121,7 @@ def int8_tiers(lib) -> set:
             super().visit_Call(call)
             if isinstance(call.op, Function):
                 self.visit(call.op)
-            if getattr(call.op, "name", "") == "nn.contrib_conv2d_int8":
+            if getattr(call.op, "name", "") in ("nn.contrib_conv2d_int8", "nn.contrib_conv2d_int8_mixed"):
                 found.add(call.attrs.tier)
     V().visit(lib.ir_mod["main"])
     return found
@@ -235,6 +235,63 @@ def test_pairs_fit_int16():
     assert int8_pack.pairs_fit_int16(np.array([[64, 64, -128, 0]]), 1)
     assert not int8_pack.pairs_fit_int16(np.array([[64, 65, 0, 0]]), 1)
     assert not int8_pack.pairs_fit_int16(np.array([[0, 0, -100, -29]]), 1)
+
+
+def test_pair_fits_is_vpmaddubsw_without_saturation():
+    """pair_fits(w0, w1) exactly when u0 * w0 + u1 * w1 stays in int16 for all u8 u0, u1 (the
+    extremes are u = 255 on the weights of one sign): opposite signs always fit."""
+    w = np.arange(-128, 128)
+    w0, w1 = np.meshgrid(w, w)
+    hi = 255 * (np.maximum(w0, 0) + np.maximum(w1, 0))
+    lo = 255 * (np.minimum(w0, 0) + np.minimum(w1, 0))
+    np.testing.assert_array_equal(int8_pack.pair_fits(w0, w1), (hi <= 32767) & (lo >= -32768))
+    assert int8_pack.pairs_fit_int16(np.array([[127, -128, -128, 0, 64, 64]]), 1)
+
+
+def mixed_graph(rng, ic, oc, hw, k, stride, zx, rounding):
+    """quantize -> qnn.conv2d with weights ~ N(0, 40) (int8, as onnxruntime's per-channel ones:
+    some 4-channel units fit vpmaddubsw, some do not) -> requantize (u8)."""
+    x = relay.var("x", shape=(1, ic, hw, hw), dtype="uint8")
+    w = np.clip(rng.normal(0, 40, (oc, ic, k, k)), -127, 127).astype("int8")
+    ws = rng.uniform(0.002, 0.01, oc).astype("float32")
+    conv = qnn.op.conv2d(x, relay.const(w), relay.const(zx), relay.const(0), relay.const(0.05), relay.const(ws),
+                         kernel_size=(k, k), channels=oc, padding=(k // 2,) * 2, strides=(stride, stride))
+    conv = relay.nn.bias_add(conv, relay.const(rng.integers(-3000, 3000, oc).astype("int32")))
+    y = qnn.op.requantize(conv, relay.const(0.05 * ws), relay.const(0), relay.const(0.5), relay.const(11),
+                          axis=1, out_dtype="uint8", rounding=rounding)
+    return module(y), {"x": rng.integers(0, 256, (1, ic, hw, hw)).astype("uint8")}, w
+
+
+@pytest.mark.parametrize("mcpu,ic,oc,hw,k,stride,zx,rounding", [
+    ("znver3", 64, 32, 9, 1, 1, 0, "FLOAT32"), ("haswell", 32, 16, 11, 3, 2, 37, "UPWARD"),
+    ("haswell", 64, 32, 10, 1, 2, 5, "TONEAREST"), ("skylake-avx512", 64, 32, 7, 1, 1, 3, "FLOAT32")])
+def test_mixed_conv_units_on_vpmaddubsw_and_vpmaddwd_exact(mcpu, ic, oc, hw, k, stride, zx, rounding):
+    """Weights of which only some units fit vpmaddubsw: each output block runs those on it and the
+    others on int16 vpmaddwd (the mixed tier); the bytes equal the reference's and the all-16-bit
+    build's (relay.qnn.int8_mixed=False); the weight parts unpack to the weights."""
+    from kiln.relay.qnn.cpu_int8 import CONV2D_INT8_MIXED  # noqa: F401 (the op)
+
+    target = f"llvm -mcpu={mcpu}"
+    rng = np.random.default_rng(ic + k + stride)
+    mod, inputs, w = mixed_graph(rng, ic, oc, hw, k, stride, zx, rounding)
+    lanes = int8_tier(target)[1]
+    parts = int8_pack.plan_mixed_conv_weight(w, 8, lanes)
+    assert parts is not None and 0 < parts[0].shape[1] < parts[2].shape[1]
+    np.testing.assert_array_equal(int8_pack.unpack_mixed_conv_weight(*parts, w.shape, 8), w)
+    units = parts[0].astype(np.int32)
+    assert np.all(int8_pack.pair_fits(units[..., 0::2], units[..., 1::2]))
+    lib = _build(mod, target)
+    assert int8_tiers(lib) == {"mixed"}
+    asm = lib.get_lib().get_source("asm")
+    assert "vpmaddubsw" in asm and "vpmaddwd" in asm
+    with tvm.transform.PassContext(opt_level=3, config={"relay.qnn.int8_mixed": False}):
+        wide = relay.build(mod, target=tvm.target.Target(target))
+    assert int8_tiers(wide) == {"pmaddwd"}
+    if not host_runs(target):
+        pytest.skip(f"-mcpu={mcpu}: {why_host_cannot_run(target)} (checked its assembly only)")
+    want = reference(mod, inputs)[0]
+    np.testing.assert_array_equal(_run(lib, inputs)[0], want)
+    np.testing.assert_array_equal(_run(wide, inputs)[0], want)
 
 
 def test_packed_weights_round_trip():
@@ -485,3 +542,24 @@ def test_batch_matmul_int8_autotvm_task_default_and_tuned_log(tmp_path):
         lib = _build(mod, target)
     for got, want in zip(_run(lib, inputs), reference(mod, inputs)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_mixed_conv_reference_is_the_packed_convs():
+    """nn.contrib_conv2d_int8_mixed's numpy reference (the debug executor's) equals the packed
+    conv's on the same weights (3x3, stride 2, padding with the zero point)."""
+    from kiln.relay.qnn.cpu_int8 import CONV2D_INT8, CONV2D_INT8_MIXED
+    from kiln.topi.x86.conv2d_int8 import mixed_table
+
+    rng = np.random.default_rng(0)
+    w = np.clip(rng.normal(0, 40, (16, 16, 3, 3)), -127, 127).astype("int8")
+    parts = int8_pack.plan_mixed_conv_weight(w, 8, 8)
+    x = rng.integers(0, 256, (1, 2, 9, 9, 8)).astype("uint8")
+    table = mixed_table(parts[2], x.shape, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1))
+    bias = rng.integers(-1000, 1000, 16).astype("int32")
+    q, s = np.full(16, 1 << 30, np.int64), np.full(16, 40, np.int64)
+    common = dict(strides=(2, 2), padding=(1, 1, 1, 1), pad_value=3, rounding="UPWARD")
+    got = CONV2D_INT8_MIXED.reference(CONV2D_INT8_MIXED.make_attrs(dict(common, kernel_size=(3, 3))), x, parts[0],
+                                      parts[1], table, bias, q, s)
+    want = CONV2D_INT8.reference(CONV2D_INT8.make_attrs(dict(common, tier="vnni")), x,
+                                 int8_pack.pack_conv_weight(w, 8, 8), bias, q, s)
+    np.testing.assert_array_equal(got, want)

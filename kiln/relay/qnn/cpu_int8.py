@@ -120,6 +120,44 @@ CONV2D_INT8 = OpDef("nn.contrib_conv2d_int8", ("data", "weight", "bias", "multip
                     doc="u8 NCHW[ib]c conv x packed s8 weights, requantized per channel (qnn/cpu_int8.py)")
 
 
+def _mixed_rel(ctx: RelCtx):
+    d = ctx.ndim(0, 5, "NCHW[ib]c uint8")
+    w = ctx.tensor(1)
+    a = ctx.attrs
+    n, _, h, wd, _ = (int(v) for v in d.shape)
+    kh, kw = a.kernel_size
+    pt, pl, pb, pr = a.padding
+    oh = (h + pt + pb - (kh - 1) * a.dilation[0] - 1) // a.strides[0] + 1
+    ow = (wd + pl + pr - (kw - 1) * a.dilation[1] - 1) // a.strides[1] + 1
+    return TensorType((n, int(w.shape[0]), oh, ow, int(w.shape[2])), a.out_dtype)
+
+
+def _mixed_ref(a, x, w, w16, table, bias, q, s):
+    from kiln.topi.int8_pack import unpack_mixed_conv_weight
+
+    n, cc, h, wd, ib = x.shape
+    kh, kw = a.kernel_size
+    lanes = w.shape[2]
+    oihw = unpack_mixed_conv_weight(w, w16, table[..., :4], (w.shape[0] * lanes, cc * ib, kh, kw), ib)
+    plain = x.transpose(0, 1, 4, 2, 3).reshape(n, cc * ib, h, wd).astype(np.int64)
+    pt, pl, pb, pr = a.padding
+    plain = np.pad(plain, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=a.pad_value)
+    acc = fnn.conv2d_nchw_ref(plain, oihw.astype(np.int64), a.strides, (0, 0, 0, 0), a.dilation, 1)
+    out = _requant_np(np.asarray(acc, np.int64), bias, q, s, a, 1)
+    o = out.shape[1]
+    return np.ascontiguousarray(out.reshape(n, o // lanes, lanes, *out.shape[2:]).transpose(0, 1, 3, 4, 2))
+
+
+# AVX2 / AVX-512BW without VNNI, weights of which only some units fit vpmaddubsw
+# (x86/conv2d_int8.py conv2d_int8_mixed_acc; int8_pack.plan_mixed_conv_weight)
+CONV2D_INT8_MIXED = OpDef("nn.contrib_conv2d_int8_mixed",
+                          ("data", "weight", "weight16", "table", "bias", "multiplier", "shift"),
+                          dict(_CONV_ATTRS, tier="mixed", kernel_size=(1, 1)), _mixed_rel,
+                          OpPattern.OUT_ELEMWISE_FUSABLE, _mixed_ref,
+                          doc="u8 NCHW[ib]c conv: per output block the units that fit vpmaddubsw on it, the "
+                              "others on vpmaddwd (int16), requantized per channel (qnn/cpu_int8.py)")
+
+
 def _depthwise_rel(ctx: RelCtx):
     d = ctx.ndim(0, 5, "NCHW[b]c uint8")
     w = ctx.tensor(1)
@@ -192,7 +230,7 @@ BATCH_MATMUL_INT8 = OpDef("nn.contrib_batch_matmul_int8", ("x", "y"), {"transpos
                           OpPattern.OUT_ELEMWISE_FUSABLE, _bmm_ref,
                           doc="int32 sum_k x[b, m, k] (y[b, k, n] - shift): u8 x s8 on vpdpbusd, y packed per call")
 
-OPS = [CONV2D_INT8, DEPTHWISE_INT8, DENSE_INT8, BATCH_MATMUL_INT8]
+OPS = [CONV2D_INT8, CONV2D_INT8_MIXED, DEPTHWISE_INT8, DENSE_INT8, BATCH_MATMUL_INT8]
 
 
 # -- the rewrite ---------------------------------------------------------------------------------
@@ -372,7 +410,7 @@ class _Rewrite(ExprMutator):
         return "pmaddubsw" if pairs_fit_int16(w_cin_axis_major, 1) else "pmaddwd"
 
     def conv(self, mm, bias, rq):
-        from kiln.topi.int8_pack import pack_conv_weight, pad_channels
+        from kiln.topi.int8_pack import pack_conv_weight, pad_channels, plan_mixed_conv_weight
         from kiln.topi.x86.conv2d_int8 import block_for
 
         a = mm.attrs
@@ -408,12 +446,28 @@ class _Rewrite(ExprMutator):
         if tier == "wino16":
             from kiln.topi.x86.conv2d_int8_winograd import pack_weight
             packed = pack_weight(w4, ib, lanes)
+        elif tier == "pmaddwd" and self._mixed_ok() and (parts := plan_mixed_conv_weight(w4, ib, lanes)):
+            from kiln.topi.x86.conv2d_int8 import mixed_table
+            table = mixed_table(parts[2], infer(data).checked_type.shape, w4.shape[2:], a.strides, a.padding,
+                                a.dilation)
+            return self._record(CONV2D_INT8_MIXED(
+                data, const(parts[0]), const(parts[1]), const(table), const(total), const(q), const(s), strides=tuple(a.strides),
+                padding=tuple(a.padding), dilation=tuple(a.dilation), pad_value=int(zx.ravel()[0]), channels=o,
+                kernel_size=tuple(int(k) for k in w4.shape[2:]), **attrs), lanes)
         else:
             packed = pack_conv_weight(w4, ib, lanes, tier == "pmaddwd")
         out = CONV2D_INT8(data, const(packed), const(total), const(q), const(s), strides=tuple(a.strides),
                           padding=tuple(a.padding), dilation=tuple(a.dilation), pad_value=int(zx.ravel()[0]),
                           tier=tier, channels=o, **attrs)
         return self._record(out, lanes)
+
+    @staticmethod
+    def _mixed_ok() -> bool:
+        """``PassContext(config={"relay.qnn.int8_mixed": False})`` keeps weights that do not all fit
+        vpmaddubsw wholly on the 16-bit tier (x86 without VNNI)."""
+        from kiln.transform import PassContext
+
+        return bool(PassContext.current().config.get("relay.qnn.int8_mixed", True))
 
     @staticmethod
     def _winograd(w4, a) -> bool:
@@ -685,7 +739,7 @@ def use_int8_kernels(func, target):
     return _cancel_pairs(infer(_Rewrite(plan).visit(infer(func))))
 
 
-__all__ = ["use_int8_kernels", "CONV2D_INT8", "DENSE_INT8", "OPS", "x86_plan"]
+__all__ = ["use_int8_kernels", "CONV2D_INT8", "CONV2D_INT8_MIXED", "DENSE_INT8", "OPS", "x86_plan"]
 
 
 # -- computes and schedules (read by relay/backend/op_impl.py) ---------------------------------------
@@ -712,6 +766,19 @@ def _conv_compute(a, x, t, ctx):
     else:
         acc = k.conv2d_int8_acc(data, w, tuple(a.strides), tuple(a.padding), tuple(a.dilation), a.pad_value,
                                 a.tier, tile_ow=knob(ctx.cfg, "tile_ow", None), oc_chunks=knob(ctx.cfg, "oc_chunks", None))
+    return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding,
+                                 float_clamp=a.float_clamp)
+
+
+def _mixed_compute(a, x, t, ctx):
+    from kiln.topi.utils import knob
+    from kiln.topi.x86 import conv2d_int8 as k
+
+    data, w, w16, table, bias, q, s = x
+    lo, hi = dtype_range(a.out_dtype)
+    acc = k.conv2d_int8_mixed_acc(data, w, w16, table, tuple(a.kernel_size), tuple(a.strides), tuple(a.padding),
+                                  tuple(a.dilation), a.pad_value, tile_ow=knob(ctx.cfg, "tile_ow", None),
+                                  oc_chunks=knob(ctx.cfg, "oc_chunks", None))
     return k.requantize_epilogue(acc, bias, q, s, a.out_zp, lo, hi, a.out_dtype, a.rounding,
                                  float_clamp=a.float_clamp)
 
@@ -793,6 +860,7 @@ def _schedules():
     from kiln.topi.x86 import conv2d_int8_winograd as wino
     return {"conv2d_int8": {"x86": k.schedule_conv2d_int8, "arm_cpu": k.schedule_conv2d_int8},
             "conv2d_int8_winograd": {"x86": wino.schedule_conv2d_int8_winograd},
+            "conv2d_int8_mixed": {"x86": k.schedule_conv2d_int8_mixed},
             "batch_matmul_int8": {"x86": bmm.schedule_batch_matmul_int8},
             "conv2d_int8_amx": {"x86": amx_int8.schedule_conv2d_int8_amx},
             "dense_int8": {"x86": k.schedule_dense_int8, "arm_cpu": k.schedule_dense_int8},
@@ -805,6 +873,7 @@ def _conv_schedule_key(a) -> str:
 
 
 COMPUTES = {CONV2D_INT8.name: (_conv_compute, _conv_schedule_key), DENSE_INT8.name: (_dense_compute, "dense_int8"),
+            CONV2D_INT8_MIXED.name: (_mixed_compute, "conv2d_int8_mixed"),
             DEPTHWISE_INT8.name: (_depthwise_compute, "depthwise_int8")}
 COMPUTES[BATCH_MATMUL_INT8.name] = (_bmm_compute, "batch_matmul_int8")
 COMPUTES.update(_qlinear_add.COMPUTES)  # qnn.add's FLOAT32 form: any target (injective schedule)

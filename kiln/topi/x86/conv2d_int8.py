@@ -31,6 +31,8 @@ CONV_TAG = "conv2d_int8_acc"
 DEPTHWISE_TAG = "depthwise_int8_acc"
 DENSE_TAG = "dense_int8_acc"
 REQUANT_TAG = "int8_requantize"
+MIXED_TAG = "conv2d_int8_mixed_acc"
+MIXED_PART_TAG = "conv2d_int8_mixed_part"
 
 
 def int8_tier(target=None) -> tuple[str, int] | None:
@@ -109,6 +111,80 @@ def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, ti
                       attrs={"tier": tier, "lanes": lanes, "dtypes": (str(data.dtype), str(kernel.dtype)),
                              "tile": int(tile_ow or default_tile_ow(ow, lanes, tier, occ)),
                              "chunks": int(oc_chunks or default_chunks(occ, tier, ow, lanes))})
+
+
+def _mixed_strided_1x1(kernel_size, strides, padding) -> bool:
+    return tuple(kernel_size) == (1, 1) and not any(padding) and tuple(strides) != (1, 1)
+
+
+def mixed_table(units, data_shape, kernel_size, strides, padding, dilation) -> np.ndarray:
+    """``plan_mixed_conv_weight``'s unit table ``(O/L, n, 4)`` (input block, ky, kx, 4 * quad) with
+    two more columns: each unit's element offset in the padded u8 data and in the int16 data
+    (``conv2d_int8_mixed_acc``), from pixel (0, 0) of input block 0; one load per unit then."""
+    n, cc, h, w, ib = (int(d) for d in data_shape)
+    pt, pl, pb, pr = padding
+    hp, wp = h + pt + pb, w + pl + pr
+    cb, ky, kx, q4 = (units[..., i].astype(np.int64) for i in range(4))
+    off8 = ((cb * hp + ky * dilation[0]) * wp + kx * dilation[1]) * ib + q4
+    if _mixed_strided_1x1(kernel_size, strides, padding):  # the int16 copy holds only the pixels read
+        kh, kw = kernel_size
+        oh = (h - kh) // strides[0] + 1
+        ow = (w - kw) // strides[1] + 1
+        off16 = cb * oh * ow * ib + q4
+    else:
+        off16 = off8
+    if max(int(off8.max(initial=0)), int(off16.max(initial=0))) >= 1 << 31:
+        raise CompileError(f"conv2d_int8_mixed: data {tuple(data_shape)} too large for 32-bit offsets")
+    return np.ascontiguousarray(np.concatenate([units, off8[..., None], off16[..., None]], -1).astype(np.int32))
+
+
+def conv2d_int8_mixed_acc(data, weight, weight16, table, kernel_size, strides, padding, dilation, pad_value: int,
+                          tile_ow=None, oc_chunks=None):
+    """int32 NCHW[L]c accumulators of the mixed AVX2 / AVX-512BW conv: each output block's units
+    (4 input channels at one tap) that fit ``vpmaddubsw`` on it, the others on ``vpmaddwd``
+    (int16 weights, the data widened as for the 16-bit tier); ``table[block, unit]`` is
+    ``mixed_table``'s row of a unit, the ``vpmaddubsw`` units first
+    (kiln/topi/int8_pack.py ``plan_mixed_conv_weight``). A unit's data is read at its offset from
+    the tile's pixel (the last index runs past the block: the offset counts elements of the whole
+    image), one table load per unit. Two accumulator stages over the same register tile, summed in
+    the epilogue: the same integers as one sum."""
+    n, cc, h, w, ib = (int(d) for d in data.shape)
+    occ, ns, lanes, _ = (int(d) for d in weight.shape)
+    nr = int(weight16.shape[1])
+    kh, kw = kernel_size
+    sh, sw = strides
+    dh, dw = dilation
+    pt, pl, pb, pr = padding
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    if tuple(int(d) for d in table.shape) != (occ, ns + nr, 6) or (ns + nr) * 4 != cc * ib * kh * kw:
+        raise CompileError(f"conv2d_int8_mixed: weights {tuple(weight.shape)} + {tuple(weight16.shape)} and table "
+                           f"{tuple(table.shape)} do not cover data {tuple(data.shape)} with a {kh}x{kw} kernel")
+    p8 = _padded(data, padding, pad_value)
+    s16 = (sh, sw)
+    if _mixed_strided_1x1(kernel_size, strides, padding):  # widen only the pixels read
+        src = data
+        p16 = te.compute((n, cc, oh, ow, ib), lambda b, c, y, x, i: src[b, c, y * sh, x * sw, i].astype("int16"),
+                         name="data_pad_int8", tag="int8_pad")
+        s16 = (1, 1)
+    else:
+        p16 = _padded(data, padding, pad_value, "int16")
+    u = te.reduce_axis((0, ns), name="u")
+    r4 = te.reduce_axis((0, 4), name="r4")
+    acc8 = te.compute((n, occ, oh, ow, lanes), lambda b, o, y, x, l: te.sum(
+        p8[b, 0, y * sh, x * sw, table[o, u, 4] + r4].astype("int32") * weight[o, u, l, r4].astype("int32"),
+        axis=[u, r4]), name="conv2d_int8_u8", tag=MIXED_PART_TAG, attrs={"tier": "pmaddubsw", "lanes": lanes})
+    v = te.reduce_axis((0, nr), name="v")
+    rp = te.reduce_axis((0, 2), name="rp")
+    r2 = te.reduce_axis((0, 2), name="r2")
+    acc16 = te.compute((n, occ, oh, ow, lanes), lambda b, o, y, x, l: te.sum(
+        p16[b, 0, y * s16[0], x * s16[1], table[o, ns + v, 5] + rp * 2 + r2].astype("int32")
+        * weight16[o, v, rp, l, r2].astype("int32"), axis=[v, rp, r2]),
+        name="conv2d_int8_s16", tag=MIXED_PART_TAG, attrs={"tier": "pmaddwd", "lanes": lanes})
+    tile, chunks = register_tile(ow, occ, "pmaddwd", lanes)
+    return te.compute((n, occ, oh, ow, lanes), lambda *i: acc8(*i) + acc16(*i), name="conv2d_int8_mixed",
+                      tag=MIXED_TAG, attrs={"tier": "mixed", "lanes": lanes, "tile": int(tile_ow or tile),
+                                            "chunks": int(oc_chunks or chunks)})
 
 
 def default_tile_ow(width: int, lanes: int, tier: str | None = None, blocks: int | None = None) -> int:
@@ -382,6 +458,38 @@ def schedule_conv2d_int8(outs, cfg=None):
     return s
 
 
+def schedule_conv2d_int8_mixed(outs, cfg=None):
+    """Schedule of the mixed conv (``conv2d_int8_mixed_acc``): the tile of ``schedule_conv2d_int8``,
+    both accumulator stages computed there (the vpmaddubsw units, then the vpmaddwd ones)."""
+    s, out, acc = epilogue_schedule(outs, MIXED_TAG)
+    chunks = acc.op.attrs.get("chunks", 1)
+    s[acc].compute_inline()
+    n, c, y, x, b = s[out].op.axis
+    xo, xi = s[out].split(x, factor=acc.op.attrs["tile"])
+    if chunks > 1:
+        c, ci = s[out].split(c, factor=chunks)
+        s[out].reorder(n, c, y, xo, ci, xi, b)
+        s[out].unroll(ci)
+    else:
+        s[out].reorder(n, c, y, xo, xi, b)
+    s[out].vectorize(b)
+    s[out].unroll(xi)
+    s[out].parallel(s[out].fuse(n, c, y))
+    for part in acc.op.input_tensors:
+        s[part].compute_at(s[out], xo)
+        an, ac, ay, ax, ab = s[part].op.axis
+        red, *inner = s[part].op.reduce_axis
+        if chunks > 1:
+            s[part].reorder(an, ay, red, ax, ac, ab, *inner)
+            s[part].unroll(ac)
+        else:
+            s[part].reorder(an, ac, ay, red, ax, ab, *inner)
+        s[part].unroll(ax)
+        s[part].tensorize(ab, dot_intrin(part.op.attrs["tier"], part.op.attrs["lanes"]))
+        schedule_pad(s, part)
+    return s
+
+
 def intrin_for(acc):
     """The dot-product intrinsic of an accumulator stage's tier (x86 or AArch64)."""
     tier, lanes = acc.op.attrs["tier"], acc.op.attrs["lanes"]
@@ -462,6 +570,6 @@ def pad_value_u8(zp) -> int:
     return int(np.asarray(zp).ravel()[0])
 
 
-__all__ = ["int8_tier", "block_for", "conv2d_int8_acc", "dense_int8_acc", "depthwise_int8_acc",
+__all__ = ["int8_tier", "block_for", "conv2d_int8_acc", "conv2d_int8_mixed_acc", "mixed_table", "schedule_conv2d_int8_mixed", "dense_int8_acc", "depthwise_int8_acc",
            "schedule_depthwise_int8", "requantize_epilogue", "requantize_value",
            "schedule_conv2d_int8", "schedule_dense_int8", "epilogue_schedule", "schedule_pad", "tile_width", "CONV_TAG", "DENSE_TAG"]
