@@ -85,7 +85,8 @@ def attention(query, key, value, mask, scale: float, key_transposed: bool = Fals
     if key_transposed and np_ == n:
         kt = key
     else:
-        kt = te.compute((b, d, np_), lambda bb, dd, j: k_at(bb, dd, col(j)), name="T_attn_key", tag=f"{TAG}_pack")
+        kt = te.compute((b, d, np_), lambda bb, dd, j: k_at(bb, dd, col(j)), name="T_attn_key", tag=f"{TAG}_pack",
+                        attrs={"key_rows": int(not key_transposed)})
     # The second product sums over the N real keys only (the padded columns' weights are never
     # read), so the value needs no padding: copied only from the transposed layout.
     if heads:
@@ -186,6 +187,10 @@ def schedule_attention(outs, cfg=None):
         s[t].vectorize(s[t].split(j, factor=lanes)[1])
     for t in stages["pack"]:  # once per call, before the blocks: parallel over heads
         s[t].parallel(s[t].op.axis[0])
+        if t.op.attrs.get("key_rows"):  # read along D: blocks of `lanes` keys, so a block's rows stay in L1
+            _, dd, j = s[t].op.axis
+            jo, ji = s[t].split(j, factor=lanes)
+            s[t].reorder(jo, dd, ji)
     return s
 
 
