@@ -97,37 +97,42 @@ def more_blocks(ty: list[int], tx: list[int], m: int, n: int, batch: int, want: 
     return ty, tx
 
 
-# Split-K (float32 dense on CUDA): a reduction of at least SPLIT_MIN_K terms whose product has few
-# output tiles (an FFN's down projection, N = 768 x K = 3072) is cut into 2, 4 or 8 slices of at
-# least SPLIT_MIN_STEPS 32-deep k steps, computed by blocks of their own and summed by a second
-# kernel, so the blocks keep 4 x 4 outputs per thread and 128-256 threads instead of shrinking to
-# 2 x 4 outputs and 64 threads (BERT's 128 x 768 x 3072 dense: 89 us against cuBLAS's 24 on the
-# H200 with weights from memory; GPT-2's 64-row one 111 us against 21).
+# Split-K (float32 dense on CUDA). A product whose 128 x 128 blocks are fewer than a wave gets
+# blocks of 8 x 16 threads with 4 x 4 outputs each (32 x 64) and its reduction cut into the fewest of
+# 1, 2, 4 or 8 slices that make SPLIT_WAVES waves of blocks (8 at most, each at least
+# SPLIT_MIN_STEPS 32-deep k steps): slice s is product s of a batch (blocks of their own), and a
+# second kernel sums the slices with the epilogue. On the H200 with weights from memory
+# (bench/cuda_matmul.py --transformer; cuBLAS in brackets) against the tiles shrunk to one wave
+# without a split: BERT's 128 x 768 x 3072 87.3 -> 26.3 us (24.0), its QKV 128 x 2304 x 768
+# 33.9 -> 21.5 (20.0), GPT-2's 64 x 768 x 3072 104.9 -> 21.1 (20.0), ViT's 197 x 768 x 768
+# 25.9 -> 14.6 (15.6) and 197 x 768 x 3072 101.7 -> 45.1 (37.0). SPLIT_MIN_K: the float16
+# tensor-core dense splits reductions this long (tensorcore.split_slices).
 SPLIT_MIN_K = 2048
-SPLIT_MIN_STEPS = 8
+SPLIT_WAVES = 4
+SPLIT_MIN_STEPS = 3
+SPLIT_TILE = ([8, 4], [16, 4])  # threads and outputs per thread along rows and columns
 
 
 def split_and_blocks(ty: list[int], tx: list[int], m: int, n: int, k: int, batch: int, want: int,
                      split: bool = True):
-    """(ty, tx, slices): the tiles more_blocks shrinks to for the reduction cut into ``slices``
-    (1: not cut; always without ``split``), the fewest slices whose blocks keep the most outputs
-    per thread (up to 4 x 4), then the most threads (up to 256)."""
-    def score(tiles):
-        y, x = tiles
-        return min(y[3] * x[3], 16), min(y[2] * x[2], MAX_THREADS)
-
+    """(ty, tx, slices) for a product whose blocks are fewer than ``want``: with ``split`` (dense), a
+    shape that fills SPLIT_TILE's blocks and a reduction long enough for 2 slices, those blocks and
+    the slices above; else the tiles more_blocks shrinks to (at most MAX_THREADS threads) and 1.
+    Blocks enough: unchanged."""
     if batch * ty[0] * tx[0] >= want:  # blocks enough (large products keep 128 x 128 blocks)
         return ty, tx, 1
-    best = (_at_most(*more_blocks(ty, tx, m, n, batch, want), m, n), 1)
-    if not split or k < SPLIT_MIN_K or batch != 1:
-        return (*best[0], 1)
-    for slices in (2, 4, 8):
-        if k % (slices * 32) or k // slices < 32 * SPLIT_MIN_STEPS:
-            continue
-        tiles = _at_most(*more_blocks(ty, tx, m, n, batch * slices, want), m, n)
-        if score(tiles) > score(best[0]):
-            best = (tiles, slices)
-    return (*best[0], best[1])
+    (yt, yi), (xt, xi) = SPLIT_TILE
+    if split and batch == 1 and m >= yt * yi and n >= xt * xi and k % 32 == 0:
+        y, x = [-(-m // (yt * yi)), 1, yt, yi], [-(-n // (xt * xi)), 1, xt, xi]
+        blocks = y[0] * x[0]
+        slices = 1
+        for s in (2, 4, 8):
+            if blocks * slices >= SPLIT_WAVES * want or k % (s * 32) or k // s < 32 * SPLIT_MIN_STEPS:
+                break
+            slices = s
+        if slices > 1:
+            return y, x, slices
+    return (*_at_most(*more_blocks(ty, tx, m, n, batch, want), m, n), 1)
 
 
 # Threads per block of shrunk tiles: 8 x 16 of 4 x 4 outputs were as fast as or faster than

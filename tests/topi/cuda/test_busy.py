@@ -68,10 +68,11 @@ def _cuda_dense(m, n, k, target="cuda -arch=sm_90"):
 
 def test_cuda_slabs_are_padded_against_bank_conflicts():
     """Rows of 32 k terms (4 x 4 outputs per thread: 32-deep k steps) padded to 33 words."""
-    f, conf = _cuda_dense(128, 3072, 768)
-    assert conf["tile_k"] == [24, 32] and conf["tile_y"][1:] == [1, 8, 4] and conf["tile_x"][1:] == [1, 16, 4]
+    f, conf = _cuda_dense(128, 3072, 768)  # 4 slices of 192 terms (busy.split_and_blocks)
+    assert conf["tile_k"] == [6, 32] and conf["tile_y"][1:] == [1, 8, 4] and conf["tile_x"][1:] == [1, 16, 4]
     src = [x for x in f.imported_modules if x.type_key == "cuda"][0].get_source()
-    assert "__shared__ float A_shared[1056]" in src and "__shared__ float W_shared[2112]" in src  # 32 and 64 rows x 33
+    # 32 and 64 rows x 33: the slices' views keep the padding (unpadded they ran 2-4x slower)
+    assert "__shared__ float dense_slices_a_shared[1056]" in src and "__shared__ float dense_slices_w_shared[2112]" in src
 
 
 @pytest.mark.gpu
@@ -132,11 +133,12 @@ def test_padded_batch_matmul_computes_the_product(cuda_tiles_on_opencl, m, n, k,
 
 
 def test_ragged_cuda_product_guards_only_its_store():
-    f, conf = _cuda_dense(197, 768, 768)
+    f, conf = _cuda_dense(197, 768, 768)  # 8 slices: the slices' kernel, then the sum's
     src = [x for x in f.imported_modules if x.type_key == "cuda"][0].get_source()
-    body = src[src.index("__global__"):]
-    assert "A_padded_shared" in body and body.count("if (") == 1  # the output store only
-    assert "min(" in body  # padded rows repeat the last one
+    first, second = src.split("__global__")[1:]
+    assert "dense_slices_a_shared" in first and first.count("if (") == 0  # padded whole: no guard
+    assert "min(" in first  # padded rows repeat the last one
+    assert second.count("if (") <= 1  # the output store only
 
 
 def test_blocks_follow_the_targets_multiprocessors(monkeypatch):
@@ -196,18 +198,23 @@ def test_split_k_dense_is_two_cuda_kernels():
     assert len(kernels) == 2 and "T_dense_slices" in kernels[0] and "blockIdx.z" in src, kernels
 
 
-@pytest.mark.parametrize("m,k,split", [(128, 3072, 4), (64, 3072, 8), (197, 3072, 2), (128, 768, 1), (128, 2048, 4)])
-def test_cuda_default_splits_long_reductions(m, k, split):
-    """FFN down (N = 768, K = 3072) is split so that its blocks keep 4 x 4 outputs per thread and
-    128 threads (busy.split_and_blocks); K = 768 is not; OpenCL never."""
+@pytest.mark.parametrize("m,n,k,split", [(128, 768, 3072, 8), (64, 768, 3072, 8), (197, 768, 3072, 8),
+                                         (128, 768, 768, 8), (128, 2304, 768, 4), (197, 3072, 768, 2),
+                                         (4096, 4096, 4096, 1)])
+def test_cuda_default_splits_reductions_of_few_blocks(m, n, k, split):
+    """Products with fewer 128 x 128 blocks than a wave take 32 x 64 blocks of 4 x 4 outputs per
+    thread and the fewest slices (up to 8) making 4 waves (busy.split_and_blocks); OpenCL never."""
+    from kiln.topi.cuda.busy import SPLIT_WAVES
+
     with tvm.target.Target("cuda"):
-        c = default_config(m, 768, k)
+        c = default_config(m, n, k)
     assert c["split_k"] == split and _blocks(c, 1) >= MIN_BLOCKS
     if split > 1:
-        assert c["tile_y"][3] * c["tile_x"][3] == 16 and c["tile_y"][2] * c["tile_x"][2] == 128
-        assert k // split >= 8 * c["tile_k"][1] and k % (split * c["tile_k"][1]) == 0
+        assert c["tile_y"][1:] == [1, 8, 4] and c["tile_x"][1:] == [1, 16, 4]
+        assert k // split >= 3 * c["tile_k"][1] and k % (split * c["tile_k"][1]) == 0
+        assert split == 8 or _blocks(c, 1) >= SPLIT_WAVES * MIN_BLOCKS > _blocks(c, 1) // 2
     with tvm.target.Target("opencl"):
-        assert default_config(m, 768, k)["split_k"] == 1
+        assert default_config(m, n, k)["split_k"] == 1
 
 
 def test_default_split_dense_computes_the_product(cuda_tiles_on_opencl):
