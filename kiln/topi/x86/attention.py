@@ -137,10 +137,11 @@ def attention(query, key, value, mask, scale: float, key_transposed: bool = Fals
     o = te.compute((b, mp, e), lambda bb, i, ee: te.sum(ex[bb, i, rj] * v_at(bb, rj, ee), axis=rj),
                    name="T_attn_pv", tag=f"{TAG}_pv")
     one = const(1.0, dtype)
+    if heads:  # written in place: heads side by side, the last block's rows past M not stored
+        return te.compute((m, b * e), lambda i, c: o[c // e, i, c % e] * (one / total[c // e, i]), name="T_attention",
+                          tag=TAG, attrs={"config": conf, "head_width": e})
     res = te.compute((b, mp, e), lambda bb, i, ee: o[bb, i, ee] * (one / total[bb, i]), name="T_attention",
                      tag=TAG, attrs={"config": conf})
-    if heads:  # the heads side by side again (and rows past M dropped): an in-kernel copy
-        return te.compute((m, b * e), lambda i, c: res[c // e, i, c % e], name="T_attention_rows", tag="injective")
     if mp == m:
         return res
     return te.compute((b, m, e), lambda bb, i, ee: res[bb, i, ee], name="T_attention_rows", tag="injective")
@@ -162,8 +163,14 @@ def schedule_attention(outs, cfg=None):
     conf = res.op.attrs["config"]
     lanes = vector_lanes()
     st = s[res]
-    bb, i, ee = st.op.axis
-    io, ii = st.split(i, factor=conf["tile_m"])
+    if "head_width" in st.op.attrs:  # (M, H*E): head h's block of rows is columns h*E ...
+        i, c = st.op.axis
+        bb, ee = st.split(c, factor=int(st.op.attrs["head_width"]))
+        io, ii = st.split(i, factor=conf["tile_m"])
+        st.reorder(bb, io, ii, ee)
+    else:
+        bb, i, ee = st.op.axis
+        io, ii = st.split(i, factor=conf["tile_m"])
     block = st.fuse(bb, io)
     st.parallel(block)
     st.vectorize(st.split(ee, factor=lanes)[1])
