@@ -223,9 +223,11 @@ def test_which_convs_take_rows_outside_the_blocks():
     # ResNet-50 at 56x56: 3.2 MB of input, 64-512 KB of weights (and 128->128 3x3/2: 1.6 MB, 576 KB)
     assert rows_outer(shape(256, 64, 56, 1, 1)) and rows_outer(shape(256, 512, 56, 1, 2))
     assert rows_outer(shape(128, 128, 56, 3, 2))
+    # from 512 KB of input: 64 channels at 56x56 (800 KB)
+    assert rows_outer(shape(64, 256, 56, 1, 1)) and rows_outer(shape(64, 64, 56, 1, 1))
     # weights as large as the input or larger, or a small input: blocks outside
     assert not rows_outer(shape(1024, 512, 14, 1, 1)) and not rows_outer(shape(512, 1024, 28, 1, 2))
-    assert not rows_outer(shape(64, 256, 56, 1, 1)) and not rows_outer(shape(512, 512, 7, 3, 1))
+    assert not rows_outer(shape(64, 256, 28, 1, 1)) and not rows_outer(shape(512, 512, 7, 3, 1))
 
 
 # A 1x1 conv's input block of 32 unrolled (the full-width AVX-512 default for 1x1 convs), with

@@ -112,11 +112,14 @@ def rows_outer(p) -> bool:
     time, 64->64 at 56x56 (V 3.2 MB, U 256 KB) 1.36 -> 1.10 ms (caches flushed: 2.15 -> 1.55),
     128->128 at 28x28 (V 1.6 MB, U 1 MB) 1.19 -> 1.15 ms (1.75 -> 1.45); 256->256 at 14x14 (U
     4 MB) ran 0.97 -> 1.77 ms."""
-    from .conv2d_nchwc import ROWS_INPUT, ROWS_WEIGHTS
+    from .conv2d_nchwc import ROWS_WEIGHTS
 
     tiles = -(-p.out_height // 2) * -(-p.out_width // 2)
     v_bytes, u_bytes = 16 * p.in_channel * tiles * 4, 16 * p.in_channel * p.out_channel * 4
-    return v_bytes >= ROWS_INPUT and u_bytes <= min(ROWS_WEIGHTS, v_bytes)
+    return v_bytes >= ROWS_V and u_bytes <= min(ROWS_WEIGHTS, v_bytes)
+
+
+ROWS_V = 1 << 20  # a V at least this large (half an Intel core's L2): tile rows outside (rows_outer)
 
 
 def config_for_shape(p, cfg=None) -> dict:
