@@ -20,6 +20,10 @@ every tile loop has constant extents; the second product sums over the N real ke
 the value only when it arrives as (B, E, N).
 Row maxima and sums use ``lanes`` partial results per row (softmax.py) so they vectorize.
 
+With ``heads = H`` (relay's rows form: query (M, H*D), key (N, H*D), value (N, H*E)) the blocks
+read a head's columns in place, the key is copied as (H, D, N') in blocks of ``lanes`` keys, and
+each block writes its rows of the (M, H*E) output directly (no head-join copy after).
+
 Knobs: ``tile_m`` (rows per block), ``tile_n`` (score columns per register tile), ``tile_e``
 (output columns per register tile); defaults from the target's vector registers (topi.cpu).
 """
