@@ -92,3 +92,71 @@ def test_denses_of_other_inputs_or_epilogues_stay_apart():
     outs.append(relay.add(relay.nn.dense(x, w[3]), b))  # now two dense + bias of x: one
     func = infer(relay.Function([x, y], relay.Tuple(outs)))
     assert len(_denses(combine_parallel_dense(func))) == 4
+
+
+def test_half_norm_between_casts_becomes_one_half_norm():
+    """ViT (pre-norm) in float16: each float32 layer norm (and softmax) between a cast from float16
+    and one back is a float16 one (fold_norm_casts); the CUDA build has no cast kernels around them."""
+    from kiln.relay.transform.combine_dense import fold_norm_casts
+
+    _, _, func = _rewritten("vit", "float16", combine=False)
+    norms = [n for n in _calls(func) if n.op.name == "nn.layer_norm"]
+    folded = fold_norm_casts(func)
+    half = [n for n in _calls(folded) if n.op.name == "nn.layer_norm" and str(n.checked_type.dtype) == "float16"]
+    casts = lambda f: sum(1 for n in _calls(f) if n.op.name == "cast")  # noqa: E731
+    assert len(half) == len(norms) - 1  # the model's last norm feeds the float32 output
+    soft = [n for n in _calls(folded) if n.op.name == "nn.softmax" and str(n.checked_type.dtype) == "float16"]
+    assert len(soft) == 1 and casts(folded) == casts(func) - 2 * (len(half) + len(soft))
+    from kiln.codegen import cuda as cg
+
+    if cg.have_nvrtc():
+        model, _ = _transformer("vit")
+        kernels = _cuda_kernels(model, "float16")
+        # the input's cast is left (the softmax's folded likewise: the scores' product casts)
+        assert len([k for k in kernels if k.rstrip("_0123456789").endswith("fused_cast")]) == 1, kernels
+
+
+def test_gpu_layer_norm_of_halves_computes_in_float32():
+    """topi.gpu.layer_norm of float16 rows (float32 gamma, beta) equals the float32 norm of the
+    widened rows rounded once (the compute, on the CPU)."""
+    from kiln import te, topi
+
+    why = why_host_cannot_run("llvm")
+    if why:
+        pytest.skip(why)
+    rows, width = 6, 96
+    x = te.placeholder((rows, width), "float16", name="x")
+    g = te.placeholder((width,), "float32", name="g")
+    b = te.placeholder((width,), "float32", name="b")
+    out = topi.gpu.layer_norm(x, g, b, -1, 1e-5)
+    assert str(out.dtype) == "float16"
+    f = tvm.build(te.create_schedule(out.op), [x, g, b, out], target="llvm")
+    rng = np.random.default_rng(9)
+    xs = (rng.standard_normal((rows, width)) * 3 + 1).astype("float16")
+    gs, bs = rng.standard_normal(width).astype("float32"), rng.standard_normal(width).astype("float32")
+    wide = xs.astype("float64")
+    mean = wide.mean(-1, keepdims=True)
+    want = (wide - mean) / np.sqrt(((wide - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * gs + bs
+    o = tvm.nd.empty((rows, width), "float16")
+    f(tvm.nd.array(xs), tvm.nd.array(gs), tvm.nd.array(bs), o)
+    # one float16 rounding of a float32 result (float32 sums of 96 terms: far below it)
+    np.testing.assert_allclose(o.numpy().astype("float64"), want, rtol=2.0 ** -10, atol=2.0 ** -14)
+
+
+def test_gpu_softmax_of_halves_computes_in_float32():
+    """topi.gpu.softmax of float16 rows: the float32 softmax of the widened rows rounded once."""
+    from kiln import te, topi
+
+    why = why_host_cannot_run("llvm")
+    if why:
+        pytest.skip(why)
+    x = te.placeholder((5, 77), "float16", name="x")
+    out = topi.gpu.softmax(x, -1)
+    assert str(out.dtype) == "float16" and out.op.attrs["axis"] == 1
+    f = tvm.build(te.create_schedule(out.op), [x, out], target="llvm")
+    xs = (np.random.default_rng(10).standard_normal((5, 77)) * 4).astype("float16")
+    wide = xs.astype("float64")
+    e = np.exp(wide - wide.max(-1, keepdims=True))
+    o = tvm.nd.empty((5, 77), "float16")
+    f(tvm.nd.array(xs), o)
+    np.testing.assert_allclose(o.numpy().astype("float64"), e / e.sum(-1, keepdims=True), rtol=2.0 ** -10, atol=2.0 ** -24)

@@ -126,3 +126,46 @@ def combine_parallel_dense(func: Function) -> Function:
     if not groups:
         return func
     return infer(_Combine(groups).visit(func))
+
+
+HALVES = ("float16", "bfloat16")
+
+
+class _NormCasts(ExprMutator):
+    def __init__(self, consumers: dict):
+        super().__init__()
+        self.consumers = consumers
+        self.changed = False
+
+    def visit_Function(self, f):
+        return f if f.attrs.get("Primitive") else super().visit_Function(f)
+
+    def visit_Call(self, call):
+        from ..op import nn_norm
+
+        if call.op is tf.CAST and str(call.attrs.dtype) in HALVES:
+            norm = call.args[0]
+            if isinstance(norm, Call) and norm.op in (nn_norm.LAYER_NORM, nn_norm.SOFTMAX) and \
+                    self.consumers.get(norm) == [call]:
+                wide = norm.args[0]
+                if isinstance(wide, Call) and wide.op is tf.CAST and self.consumers.get(wide) == [norm] and \
+                        str(wide.args[0].checked_type.dtype) == str(call.attrs.dtype) and \
+                        str(norm.checked_type.dtype) == "float32":
+                    self.changed = True
+                    return Call(norm.op, [self.visit(wide.args[0])] + [self.visit(a) for a in norm.args[1:]],
+                                norm.attrs)
+        return super().visit_Call(call)
+
+
+def fold_norm_casts(func: Function) -> Function:
+    """``cast(layer_norm(cast(x, "float32"), gamma, beta), half)``, x of that half dtype and each
+    call the other's only consumer (ToMixedPrecision keeps the norm float32), becomes
+    ``layer_norm(x, gamma, beta)`` of the half dtype: on CUDA topi.gpu.layer_norm computes it in
+    float32 and rounds once, so the result is the same, in one kernel instead of three (the two
+    casts were kernels of their own: the norm is opaque to FuseOps). Softmax likewise
+    (topi.gpu.softmax): its input cast joins the kernel before it (the scores' batch_matmul)."""
+    from ..analysis import users
+
+    rewrite = _NormCasts(users(func.body))
+    out = rewrite.visit(func)
+    return infer(out) if rewrite.changed else func

@@ -273,12 +273,13 @@ def flatten_rows(func: Function) -> Function:
 
 
 def _cuda_combine(func: Function) -> Function:
-    """On a CUDA target, parallel dense layers of one input as one (combine_dense.py: Q, K, V)."""
+    """On a CUDA target, parallel dense layers of one input as one (combine_dense.py: Q, K, V), and
+    a float32 layer norm between casts from and to a half dtype as the half one (fold_norm_casts)."""
     from kiln.target import Target
 
     target = Target.current(allow_none=True)
     if target is None or target.kind.name != "cuda":
         return func
-    from .combine_dense import combine_parallel_dense
+    from .combine_dense import combine_parallel_dense, fold_norm_casts
 
-    return combine_parallel_dense(func)
+    return fold_norm_casts(combine_parallel_dense(func))

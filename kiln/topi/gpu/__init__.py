@@ -14,9 +14,8 @@ Vendor flavours (``topi.mali``) override only what differs.
 
 from kiln.topi.nn.conv2d_transpose import conv2d_transpose_nchw as _conv2d_transpose_nchw
 from kiln.topi.nn.conv2d import conv2d_nhwc as _conv2d_nhwc
-from kiln.topi.nn.layer_norm import layer_norm  # noqa: F401
 from kiln.topi.nn.pooling import pool2d as _pool2d
-from kiln.topi.nn.softmax import log_softmax, softmax  # noqa: F401
+from kiln.topi.nn.softmax import log_softmax  # noqa: F401
 
 from ..cuda.attention import attention, schedule_attention  # noqa: F401  (formed on CUDA targets)
 from .common import schedule_per_item
@@ -32,7 +31,7 @@ from .injective import (  # noqa: F401
     schedule_adaptive_pool, schedule_broadcast, schedule_concatenate, schedule_elemwise, schedule_global_pool,
     schedule_injective, schedule_pool, schedule_resize,
 )
-from .reduction import schedule_layer_norm, schedule_reduce, schedule_softmax  # noqa: F401
+from .reduction import layer_norm, schedule_layer_norm, schedule_reduce, schedule_softmax, softmax  # noqa: F401
 
 default_schedule = schedule_per_item
 schedule_conv2d_transpose_nchw = schedule_per_item

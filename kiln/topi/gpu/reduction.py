@@ -149,3 +149,38 @@ def schedule_layer_norm(outs, cfg=None):
         if all(int(getattr(d, "value", d)) == 1 for d in reds[0].shape[row_axes:]):
             s = _rows(outs, "layer_norm_output", row_axes)
     return s if s is not None else schedule_per_item(outs, cfg)
+
+
+def layer_norm(data, gamma, beta, axis=-1, epsilon=1e-5):
+    """topi.nn.layer_norm; float16 / bfloat16 data is normalized in float32 (moments, scale and
+    shift; gamma and beta of any float dtype) and the result rounded once to the data's dtype:
+    what ToMixedPrecision's float32 norm between two casts computes, in one kernel (on CUDA,
+    FlattenRows folds those casts into the norm: relay/transform/combine_dense.fold_norm_casts)."""
+    from ..nn.layer_norm import layer_norm as _layer_norm
+
+    dtype = str(data.dtype)
+    if dtype not in ("float16", "bfloat16"):
+        return _layer_norm(data, gamma, beta, axis, epsilon)
+
+    def wide(t, name):
+        if t is None or str(t.dtype) == "float32":
+            return t
+        return te.compute(t.shape, lambda *i: t(*i).astype("float32"), name=name, tag="elemwise")
+
+    out = _layer_norm(wide(data, "T_layer_norm_in"), wide(gamma, "T_layer_norm_gamma"), wide(beta, "T_layer_norm_beta"),
+                      axis, epsilon)
+    return te.compute(data.shape, lambda *i: out(*i).astype(dtype), name="T_layer_norm_cast", tag="layer_norm_output")
+
+
+def softmax(x, axis=-1):
+    """topi.nn.softmax; float16 / bfloat16 rows in float32 (maximum, exponentials, sum), the
+    result rounded once to the input's dtype (layer_norm above says why)."""
+    from ..nn.softmax import softmax as _softmax
+
+    dtype = str(x.dtype)
+    if dtype not in ("float16", "bfloat16"):
+        return _softmax(x, axis)
+    wide = te.compute(x.shape, lambda *i: x(*i).astype("float32"), name="T_softmax_in", tag="elemwise")
+    out = _softmax(wide, axis)
+    return te.compute(x.shape, lambda *i: out(*i).astype(dtype), name="T_softmax_cast", tag="softmax_output",
+                      attrs=dict(out.op.attrs))
