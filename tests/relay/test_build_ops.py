@@ -329,6 +329,43 @@ def test_int8_kernels_match_the_reference():
         np.testing.assert_array_equal(m.get_output(i).numpy(), want, err_msg=f"output {i}")
 
 
+def _contrib_conv2d_int8_mixed(x, rng):
+    """qnn.conv2d with weights ~ N(0, 40) (some 4-channel units fit vpmaddubsw, some not) + bias
+    + requantize: nn.contrib_conv2d_int8_mixed on x86 without VNNI."""
+    from kiln.relay import qnn
+    c = int(x.type_annotation.shape[1])
+    w = np.clip(rng.normal(0, 40, (16, c, 1, 1)), -127, 127).astype("int8")
+    ws = rng.uniform(0.002, 0.01, 16).astype("float32")
+    y = qnn.op.conv2d(x, relay.const(w), relay.const(37), relay.const(0), relay.const(0.05), relay.const(ws),
+                      kernel_size=(1, 1), channels=16)
+    y = relay.nn.bias_add(y, relay.const(rng.integers(-3000, 3000, 16).astype("int32")))
+    return qnn.op.requantize(y, relay.const(0.05 * ws), relay.const(0), relay.const(0.08), relay.const(11),
+                             axis=1, out_dtype="uint8")
+
+
+def test_int8_mixed_conv_matches_the_reference():
+    """x86 without VNNI (haswell code): the conv whose weights only partly fit vpmaddubsw, against
+    the reference executor."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "qnn"))
+    from qnn_run import anchor_ops, reference
+    from kiln.target.cpu_facts import why_host_cannot_run
+
+    rng = np.random.default_rng(3)
+    x = relay.var("x", shape=(1, 64, 6, 6), dtype="uint8")
+    mod = tvm.IRModule.from_expr(relay.Function([x], _contrib_conv2d_int8_mixed(x, rng)))
+    target = tvm.target.Target("llvm -mcpu=haswell")
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=target)
+    assert "nn.contrib_conv2d_int8_mixed" in {name for name, *_ in anchor_ops(lib)}
+    if why_host_cannot_run(target):
+        pytest.skip(f"haswell code: {why_host_cannot_run(target)}")
+    inputs = {"x": rng.integers(0, 256, (1, 64, 6, 6)).astype("uint8")}
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    m.set_input(**inputs)
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), reference(mod, inputs)[0])
+
+
 def _run(body, inputs):
     func = relay.Function(relay.analysis.free_vars(body), body)
     lib = relay.build(tvm.IRModule.from_expr(func), target="llvm")

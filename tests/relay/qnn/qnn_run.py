@@ -39,8 +39,8 @@ def reference(mod, inputs: dict):
     return [np.asarray(out.numpy() if hasattr(out, "numpy") else out)]
 
 
-INT8_KERNELS = ("nn.contrib_conv2d_int8", "nn.contrib_depthwise_conv2d_int8", "nn.contrib_dense_int8",
-               "nn.contrib_batch_matmul_int8")
+INT8_KERNELS = ("nn.contrib_conv2d_int8", "nn.contrib_conv2d_int8_mixed", "nn.contrib_depthwise_conv2d_int8",
+                "nn.contrib_dense_int8", "nn.contrib_batch_matmul_int8")
 
 
 def anchor_ops(lib, names=("nn.conv2d", "nn.dense", "nn.batch_matmul", "nn.conv2d_transpose") + INT8_KERNELS) -> list:
