@@ -81,6 +81,11 @@ def default_config(m: int, n: int, k: int, batch: int = 1) -> dict:
         small = _busiest_tile(m, n, k, batch)
         conf.update({key: small[key] for key in ("block_row_warps", "block_col_warps", "warp_row_tiles",
                                                   "warp_col_tiles", "chunk")})
+        if batch == 1 and _tile_shape(conf) == (WMMA, 2 * WMMA) and n % (4 * WMMA) == 0:
+            # rows only 16 divides (a ViT's 197 tokens, padded to 208): 16 x 64 blocks, each warp two
+            # tiles wide. H200, weights from memory: 197 x 2304 x 768 19.3 -> 14.2 us, 197 x 3072 x 768
+            # 22.6 -> 18.5, 197 x 768 x 768 7.3 -> 6.5 (bench/cuda_matmul.py --transformer shapes)
+            conf["warp_col_tiles"] = 2
     conf["double_buffer"] = pipeline_stages(conf, k // (WMMA * chunk))
     return conf
 

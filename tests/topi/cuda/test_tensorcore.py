@@ -295,7 +295,7 @@ def test_relay_attention_block_runs_its_products_on_tensor_cores(seq):
 
 # -- on the GPU ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("m,k,split", [(128, 3072, 4), (64, 3072, 8), (197, 3072, 4), (128, 768, 1), (197, 768, 1)])
+@pytest.mark.parametrize("m,k,split", [(128, 3072, 4), (64, 3072, 8), (197, 3072, 8), (128, 768, 1), (197, 768, 1)])
 def test_long_reductions_are_split_by_default(m, k, split):
     """FFN down (N = 768, K = 3072) keeps too few warps busy: its reduction is cut into slices, a
     batch of products (blockIdx.z) summed by a second kernel with the epilogue (bias here)."""
@@ -312,6 +312,16 @@ def test_long_reductions_are_split_by_default(m, k, split):
     kernels = [line for line in src.splitlines() if "__global__" in line]
     assert len(kernels) == 2 and "blockIdx.z" in src and "T_batch_matmul" in kernels[0], kernels
     assert "cp.async" in ptx and "wmma.mma" in ptx  # the slices' tiles are still whole 16-byte copies
+
+
+def test_rows_only_16_divides_take_16_x_64_blocks():
+    """197 tokens (208 rows): dense blocks of 16 x 64, each of the 2 warps two tiles wide (16 x 32
+    before); batched products (attention) keep their tiles."""
+    from kiln.topi.cuda.tensorcore import _busiest_tile, _tile_shape, default_config
+
+    assert _tile_shape(_busiest_tile(208, 3072, 768)) == (16, 32)
+    assert _tile_shape(default_config(208, 3072, 768)) == (16, 64)
+    assert _tile_shape(default_config(208, 64, 208, batch=12)) == _tile_shape(_busiest_tile(208, 64, 208, 12))
 
 
 def test_split_dense_compute_equals_numpy_on_the_cpu():
