@@ -68,6 +68,7 @@ def test_fused_epilogue(runner, plain_output):
     (16, 48, 14, 1, 1, 0, 8, {"oc_bn": 8, "oc_chunks": 3, "tile_ow": 4}),   # pixel-major, tail of 2
     (16, 64, 9, 3, 1, 1, 8, {"oc_bn": 8, "oc_chunks": 4, "tile_ow": 2}),    # block-major, tail of 1
     (3, 32, 20, 3, 2, 1, 0, {"oc_bn": 8, "oc_chunks": 2, "tile_ow": 6}),    # plain RGB input
+    (3, 32, 23, 7, 2, 3, 0, {"oc_bn": 16, "oc_chunks": 2, "tile_ow": 7}),   # the 7x7/2 stem's full-width tile, tail of 5
     (32, 64, 7, 3, 2, 1, 16, {"oc_bn": 16, "oc_chunks": 2, "tile_ow": 3}),
 ])
 @pytest.mark.parametrize("epilogue", [False, True])

@@ -198,6 +198,14 @@ def test_a_plain_input_keeps_the_window_of_broadcasts_live():
         blocked = conv2d_nchwc.default_config(_shape((1, 64, 56, 56), (64, 64, 3, 3), 2, 1, 1))
     assert (stem["oc_chunks"], stem["tile_ow"]) == (2, 4)
     assert blocked["tile_ow"] * blocked["oc_chunks"] + tile_operands(blocked["tile_ow"], blocked["oc_chunks"], 1) <= 16
+    # full-width AVX-512 (conv2d_nchwc.full_width_tile): 7 pixels x 2 blocks of one vector; AMD's
+    # AVX-512 keeps one block of 14
+    with Target("llvm -mcpu=sapphirerapids"):
+        stem = conv2d_nchwc.default_config(_shape((1, 3, 224, 224), (64, 3, 7, 7), 2, 3, 1))
+    assert (stem["oc_bn"], stem["oc_chunks"], stem["tile_ow"]) == (16, 2, 7)
+    with Target("llvm -mcpu=znver4"):
+        stem = conv2d_nchwc.default_config(_shape((1, 3, 224, 224), (64, 3, 7, 7), 2, 3, 1))
+    assert (stem["oc_chunks"], stem["tile_ow"]) == (1, 14)
 
 
 TEMPLATE_WORKLOADS = {
