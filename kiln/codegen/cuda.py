@@ -12,7 +12,10 @@ CUDA's spellings (``extern "C" __global__``, ``__launch_bounds__``, ``__shared__
   arrays from one dynamic ``extern __shared__`` buffer, sized by the kernel entry's
   ``shared_bytes`` (the runtime raises the function's dynamic shared-memory limit for it).
 - ``half`` comes from a small header of our own (below): NVRTC's pip wheel carries no
-  ``cuda_fp16.h``. Arithmetic on halves is done in float and rounded when stored.
+  ``cuda_fp16.h``. Arithmetic on halves is done in float and rounded when stored, except a
+  ``float16x2`` update of registers (a local buffer; the half2 depthwise conv,
+  kiln/topi/gpu/depthwise_conv2d.py): that is half2 arithmetic (``fma.rn.f16x2``, ``add`` /
+  ``sub`` / ``mul.rn.f16x2``) on the two lanes packed in one 32-bit register (sm_53+).
 
 The kernels are compiled with NVRTC (``cuda.bindings.nvrtc``, no GPU needed) to PTX for the
 target's arch; the PTX travels in the module's metadata beside the source. The runtime
@@ -83,6 +86,23 @@ template <class T, class F> __device__ __forceinline__ T kiln_bitcast(F f) {
 }
 """
 
+# half2 arithmetic (float16x2 register updates): two halves packed in a 32-bit register, low lane first
+HALF2 = r"""__device__ __forceinline__ unsigned kiln_h2(half a, half b) { return (unsigned)a.x | ((unsigned)b.x << 16); }
+__device__ __forceinline__ half kiln_h2_lane(unsigned v, int k) { half h; h.x = (unsigned short)(v >> (16 * k)); return h; }
+__device__ __forceinline__ unsigned kiln_hfma2(unsigned a, unsigned b, unsigned c) {
+  unsigned d; asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c)); return d;
+}
+__device__ __forceinline__ unsigned kiln_hadd2(unsigned a, unsigned b) {
+  unsigned d; asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b)); return d;
+}
+__device__ __forceinline__ unsigned kiln_hsub2(unsigned a, unsigned b) {
+  unsigned d; asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b)); return d;
+}
+__device__ __forceinline__ unsigned kiln_hmul2(unsigned a, unsigned b) {
+  unsigned d; asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b)); return d;
+}
+"""
+
 CUDA = Lang(
     kernel_prefix='extern "C" __global__',
     buffer_param="{type}* __restrict__ {name}",
@@ -117,6 +137,8 @@ class CUDAPrinter(CStylePrinter):
         self.shared_bytes = 0  # dynamic shared memory the kernel needs at launch
         self.wmma = None  # WmmaPrinter of a kernel with tensor-core fragments (cuda_wmma.py)
         self.wgmma = None  # WgmmaPrinter (cuda_wgmma.py)
+        self.half2 = arch is None or arch_number(arch) >= 53  # f16x2 instructions
+        self.half2_used = False
 
     # Kernels ----------------------------------------------------------------------------------
     def print_kernel(self, func) -> str:
@@ -286,6 +308,9 @@ class CUDAPrinter(CStylePrinter):
         if lanes == 1:
             return super().stmt_BufferStore(s)
         buf, idx = s.buffer, s.indices[0]
+        if lanes == 2 and s.value.dtype.is_float and s.value.dtype.bits == 16 and buf.scope == "local" \
+                and self.half2:
+            return self._half2_store(s)
         if buf.dtype.is_bool:
             raise CompileError(f"{self.func_name}: vector stores of bool buffer {buf.name} are not supported; "
                                "do not vectorize this loop")
@@ -304,6 +329,33 @@ class CUDAPrinter(CStylePrinter):
         for k, v in enumerate(values):
             self.emit(f"{ptr}[{self.index(self.lane(idx, k), buf)}] = {v};")
 
+
+    def _half2_store(self, s) -> None:
+        """A float16x2 register update as half2 arithmetic: ``{ unsigned v = kiln_hfma2(...);
+        r[i] = lane 0; r[j] = lane 1; }``."""
+        self.half2_used = True
+        value = self._h2(s.value)
+        ptr, idx = self.name(s.buffer.data), s.indices[0]
+        stores = " ".join(f"{ptr}[{self.index(self.lane(idx, k), s.buffer)}] = kiln_h2_lane(kiln_v2, {k});"
+                          for k in range(2))
+        self.emit(f"{{ unsigned kiln_v2 = {value}; {stores} }}")
+
+    def _h2(self, e) -> str:
+        """A float16x2 expression as a packed 32-bit half2 value (C expression of type unsigned)."""
+        if isinstance(e, E.Add):
+            for prod, other in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(prod, E.Mul):  # contracted, as the CUDA compiler does for float
+                    return f"kiln_hfma2({self._h2(prod.a)}, {self._h2(prod.b)}, {self._h2(other)})"
+            return f"kiln_hadd2({self._h2(e.a)}, {self._h2(e.b)})"
+        if isinstance(e, (E.Sub, E.Mul)):
+            return f"kiln_h{'sub' if isinstance(e, E.Sub) else 'mul'}2({self._h2(e.a)}, {self._h2(e.b)})"
+        if isinstance(e, E.Call) and e.op in ("tir.if_then_else", "if_then_else") and e.args[0].dtype.lanes == 1:
+            c, t, f = e.args
+            return f"({self.expr(c)} ? {self._h2(t)} : {self._h2(f)})"
+        if isinstance(e, E.Broadcast):
+            v = self.expr(e.value)
+            return f"kiln_h2((half)({v}), (half)({v}))"
+        return f"kiln_h2((half)({self.expr(self.lane(e, 0))}), (half)({self.expr(self.lane(e, 1))}))"
 
     def _copy(self, s) -> bool:
         """A copy of 8- or 16-bit vectors (any vector in a prefetch) between aligned contiguous
@@ -345,10 +397,11 @@ def _padded(nbytes: int, align: int = ALIGN) -> int:
 def kernel_source(kernels, arch: str | None = None) -> tuple[str, list[int]]:
     """(CUDA C of the kernels, each kernel's entry extras: dynamic shared bytes, tensor maps); arch
     enables what it has (cp.async)."""
-    parts, shared, helpers, hopper = [], [], {}, {}
+    parts, shared, helpers, hopper, half2 = [], [], {}, {}, False
     for k in kernels:
         p = CUDAPrinter(arch)
         parts.append(p.print_kernel(k))
+        half2 |= p.half2_used
         extra = {"shared_bytes": p.shared_bytes} if p.shared_bytes else {}
         if p.wgmma.tensor_maps:
             extra["tensor_maps"] = p.wgmma.tensor_maps
@@ -356,7 +409,7 @@ def kernel_source(kernels, arch: str | None = None) -> tuple[str, list[int]]:
         helpers.update(p.wmma.helpers)
         hopper.update(p.wgmma.helpers)
     wmma = WMMA_STRUCTS + "".join(helpers.values()) if helpers else ""
-    return PREAMBLE + wmma + "".join(hopper.values()) + "\n" + "\n".join(parts), shared
+    return PREAMBLE + (HALF2 if half2 else "") + wmma + "".join(hopper.values()) + "\n" + "\n".join(parts), shared
 
 
 @functools.lru_cache(maxsize=1)  # also spares forked build workers a driver call
