@@ -28,6 +28,8 @@ from __future__ import annotations
 import base64
 import functools
 
+import numpy as np
+
 from ..errors import CompileError
 from ..ir import expr as E
 from ..ir.dtype import DType
@@ -352,10 +354,11 @@ class CUDAPrinter(CStylePrinter):
         if isinstance(e, E.Call) and e.op in ("tir.if_then_else", "if_then_else") and e.args[0].dtype.lanes == 1:
             c, t, f = e.args
             return f"({self.expr(c)} ? {self._h2(t)} : {self._h2(f)})"
-        if isinstance(e, E.Broadcast):
-            v = self.expr(e.value)
-            return f"kiln_h2((half)({v}), (half)({v}))"
-        return f"kiln_h2((half)({self.expr(self.lane(e, 0))}), (half)({self.expr(self.lane(e, 1))}))"
+        lanes = [e.value] * 2 if isinstance(e, E.Broadcast) else [self.lane(e, k) for k in range(2)]
+        if all(isinstance(v, E.FloatImm) for v in lanes):  # a constant: its bits (no conversion at run time)
+            bits = [int(np.float16(v.value).view(np.uint16)) for v in lanes]
+            return f"{bits[0] | bits[1] << 16:#x}u"
+        return f"kiln_h2((half)({self.expr(lanes[0])}), (half)({self.expr(lanes[1])}))"
 
     def _copy(self, s) -> bool:
         """A copy of 8- or 16-bit vectors (any vector in a prefetch) between aligned contiguous
