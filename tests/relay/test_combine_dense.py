@@ -36,7 +36,7 @@ def _denses(func):
     return [n for n in _calls(func) if n.op.name == "nn.dense"]
 
 
-@pytest.mark.parametrize("name, dtype", [("bert", "float32"), ("vit", "float16")])
+@pytest.mark.parametrize("name, dtype", [("bert", "float32"), pytest.param("vit", "float16", marks=pytest.mark.heavy)])
 def test_q_k_v_are_one_dense_and_match_onnxruntime(name, dtype):
     why = why_host_cannot_run("llvm")
     if why:
