@@ -1,4 +1,6 @@
-"""Parallel dense layers of one input as one dense layer (CUDA; run by FlattenRows, issue 37).
+"""CUDA rewrites run at the end of FlattenRows (issue 37): parallel dense layers of one input as
+one dense layer (``combine_parallel_dense``), and float32 norms between half casts as half norms
+(``fold_norm_casts``, below).
 
 BERT's and ViT's attention computes Q, K and V as three dense layers of the same rows, each with
 its own bias: three kernels of N = 768, each with too few output tiles to fill a GPU (128 tokens:
@@ -8,8 +10,8 @@ bias adds (the chain up to the first op that is not one of those; biases constan
 or (1, N)), become one dense of the concatenated weights with the concatenated biases, and each
 old chain's end becomes a ``strided_slice`` of its columns. The slices join the injective kernels
 after them (the head split's reshape and transpose), so the layer has one product kernel instead
-of three. GPT-2's attention already has one (its c_attn is one weight). Exact: the same products
-and sums in the same order per output element.
+of three. GPT-2's attention already has one (its c_attn is one weight). Each output is the same
+sum of the same products (the kernels may tile and order it differently: rounding-level changes).
 """
 
 from __future__ import annotations

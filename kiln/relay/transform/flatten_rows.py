@@ -26,7 +26,8 @@ all exact (they move data, never change values):
    sink (run just before) for any source of rows: the residual add joins its dense layer's kernel.
 
 Runs on CUDA targets, after FuseDenseEpilogue (relay/transform/__init__.py): the GELU is one
-op by then, not a graph the sink would cut into.
+op by then, not a graph the sink would cut into. On CUDA it ends with combine_dense.py's rewrites
+(Q, K, V as one dense; float32 norms between half casts as half norms).
 """
 
 from __future__ import annotations
