@@ -33,7 +33,7 @@ import math
 import numpy as np
 
 from ..analysis import only_user, users
-from ..expr import Call, Constant, Function, const
+from ..expr import Call, Constant, Function, Tuple, const
 from ..op import nn as nn_ops
 from ..op import nn_norm, tensor
 from ..op import transform as tf
@@ -169,16 +169,28 @@ def _shrunk(data: np.ndarray):
 
 
 def _split_heads(node, axes: tuple, chain: _Chain):
-    """(X, H) when ``node`` is ``reshape(transpose(reshape(X, (1, S, H, W)), axes), ...)``, the
-    inner two used once (the exporters' head split of X's rows (S, H*W) or (1, S, H*W)), else None."""
-    t = node.args[0] if isinstance(node, Call) and node.op is tf.RESHAPE else None
-    if not (isinstance(t, Call) and t.op is tf.TRANSPOSE and chain.single(t, node)
-            and tuple(int(a) for a in t.attrs.axes or ()) == axes):
+    """(X, H) when ``node`` is ``reshape(transpose(reshape(X, (1, S, H, W)), axes), ...)`` (the
+    exporters' head split of X's rows (S, H*W) or (1, S, H*W)), else None. The transpose may be
+    several whose composition is ``axes``, with one-input concatenates between them (GPT-2's
+    key/value cache), each step used once."""
+    if not (isinstance(node, Call) and node.op is tf.RESHAPE):
         return None
-    r = t.args[0]
-    if not (isinstance(r, Call) and r.op is tf.RESHAPE and chain.single(r, t)):
+    net, user, cur = (0, 1, 2, 3), node, node.args[0]
+    while isinstance(cur, Call) and chain.single(cur, user):
+        if cur.op is tf.TRANSPOSE and cur.attrs.axes is not None and len(cur.attrs.axes) == 4:
+            net = tuple(int(cur.attrs.axes[k]) for k in net)
+        elif cur.op is tf.CONCATENATE and isinstance(cur.args[0], Tuple) and len(cur.args[0].fields) == 1 \
+                and chain.single(cur.args[0], cur):
+            user, cur = cur.args[0], cur.args[0].fields[0]
+            continue
+        else:
+            break
+        user, cur = cur, cur.args[0]
+    r = cur
+    if net != axes or not (isinstance(r, Call) and r.op is tf.RESHAPE and chain.single(r, user)
+                           and len(_shape(r)) == 4):
         return None
-    one, rows, h, w = (_shape(r) + (0, 0, 0, 0))[:4] if len(_shape(r)) == 4 else (0, 0, 0, 0)
+    one, rows, h, w = _shape(r)
     x = r.args[0]
     if one != 1 or _shape(x) not in ((rows, h * w), (1, rows, h * w)):
         return None
