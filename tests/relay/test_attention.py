@@ -132,7 +132,7 @@ def test_constant_mask_is_shrunk(kind):
     np.testing.assert_allclose(gm.get_output(0).numpy(), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["vit", "bert_dynamo"])
+@pytest.mark.parametrize("name", ["vit"])
 def test_x86_transformer_rows_without_reshape_kernels(name):
     """FlattenRows runs for x86 transformers too: the residual adds join their dense kernels and
     no kernel only reshapes (ViT-B/16: 207 -> 160 kernels); the outputs are checked against
