@@ -196,3 +196,37 @@ def test_relay_op_heads_in_rows():
         infer(relay.Function(xs, relay.nn.attention(*xs, heads=5)))
     with pytest.raises(ShapeError, match="key_transposed and value_transposed must be False"):
         infer(relay.Function(xs, relay.nn.attention(*xs, heads=h, key_transposed=True)))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_rows_form_only_for_one_sequence(batch):
+    """The exporters' head split of rows (reshape -> transpose -> reshape) becomes heads=H for one
+    sequence; a batch of two keeps the head-major op. Both match numpy."""
+    from kiln.contrib import graph_executor
+
+    h, s, d = 2, 9, 8
+    rng = np.random.default_rng(5)
+    xs_np = [rng.standard_normal((batch, s, h * d)).astype("float32") for _ in range(3)]
+    xs = [relay.var(name, shape=x.shape) for name, x in zip("qkv", xs_np)]
+
+    def split(x, axes):
+        t = relay.transpose(relay.reshape(x, (batch, s, h, d)), axes)
+        return relay.reshape(t, (batch * h,) + ((d, s) if axes == (0, 2, 3, 1) else (s, d)))
+
+    sc = relay.reshape(relay.nn.batch_matmul(split(xs[0], (0, 2, 1, 3)), split(xs[1], (0, 2, 3, 1)),
+                                             transpose_b=False), (batch, h, s, s))
+    p = relay.reshape(relay.nn.softmax(relay.multiply(sc, relay.const(0.25))), (batch * h, s, s))
+    o = relay.nn.batch_matmul(p, split(xs[2], (0, 2, 1, 3)), transpose_b=False)
+    out = relay.reshape(relay.transpose(relay.reshape(o, (batch, h, s, d)), (0, 2, 1, 3)), (batch, s, h * d))
+    mod = tvm.IRModule.from_expr(relay.Function(xs, out))
+    (call,) = op_calls(_optimized(mod, {})["main"], ["nn.attention"])
+    assert int(call.attrs.heads) == (h if batch == 1 else 0)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target="llvm")
+    gm = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    gm.set_input(**dict(zip("qkv", xs_np)))
+    gm.run()
+    q, k, v = (x.reshape(batch, s, h, d).transpose(0, 2, 1, 3).astype(np.float64) for x in xs_np)
+    w = np.exp(q @ k.transpose(0, 1, 3, 2) * 0.25 - (q @ k.transpose(0, 1, 3, 2) * 0.25).max(-1, keepdims=True))
+    want = ((w / w.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(batch, s, h * d)
+    np.testing.assert_allclose(gm.get_output(0).numpy(), want, rtol=1e-5, atol=1e-5)

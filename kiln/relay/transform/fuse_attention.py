@@ -173,8 +173,9 @@ def _split_heads(node, axes: tuple, chain: _Chain):
     exporters' head split of X's rows (S, H*W) or (1, S, H*W)), else None. The transpose may be
     several whose composition is ``axes``, with one-input concatenates between them (GPT-2's
     key/value cache), each step used once."""
-    if not (isinstance(node, Call) and node.op is tf.RESHAPE):
-        return None
+    if not (isinstance(node, Call) and node.op is tf.RESHAPE and len(_shape(node.args[0])) == 4
+            and _shape(node.args[0]) == (1,) + _shape(node)):
+        return None  # the outer reshape only drops the leading 1
     net, user, cur = (0, 1, 2, 3), node, node.args[0]
     while isinstance(cur, Call) and chain.single(cur, user):
         if cur.op is tf.TRANSPOSE and cur.attrs.axes is not None and len(cur.attrs.axes) == 4:
