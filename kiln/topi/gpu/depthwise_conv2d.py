@@ -5,12 +5,14 @@ whose operands a work-group could share; each work-item computes a ``fi x yi x x
 outputs (knobs ``tile_f``, ``tile_y``, ``tile_x``: block / virtual thread / thread / inner) with
 the window loops innermost and unrolled, reading the input through the cache.
 
-float16 depthwise convs on CUDA (``half2``): two neighbouring channels per work-item (``tile_f``'s
-inner 2) are one ``float16x2`` vector, so each window step is one ``fma.rn.f16x2`` for both
-channels (kiln/codegen/cuda.py prints a ``float16x2`` register update as half2 arithmetic). The
-sums are then float16 (each of the KH * KW steps rounds once), whatever float32 ``out_dtype``
-asked for: relay's float16 models round the conv's result to float16 right after it anyway. Set
-``KILN_CUDA_HALF2_DEPTHWISE=0`` for the float sums (docs/cuda.md).
+float16 depthwise convs on CUDA with ``KILN_CUDA_HALF2_DEPTHWISE=1`` (``half2``): two
+neighbouring channels per work-item (``tile_f``'s inner 2) are one ``float16x2`` vector, so each
+window step is one ``fma.rn.f16x2`` for both channels (kiln/codegen/cuda.py prints a
+``float16x2`` register update as half2 arithmetic). The sums are then float16 (each of the
+KH * KW steps rounds once), whatever float32 ``out_dtype`` asked for: relay's float16 models
+round the conv's result to float16 right after it anyway. Off by default: on the H200 batch-1
+MobileNetV2 float16 ran 0.189 ms with it against 0.187 ms with float sums (its depthwise layers
+are bound by loads and latency, not arithmetic; docs/cuda.md).
 """
 
 from __future__ import annotations
@@ -72,13 +74,13 @@ def group_conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=None, 
 
 
 def use_half2(data, kernel, groups) -> bool:
-    """Whether a grouped conv sums in half2 channel pairs: CUDA, float16 data and kernel, one
-    input and one output channel per group (depthwise), an even channel count;
-    ``KILN_CUDA_HALF2_DEPTHWISE=0`` turns it off (float sums, as other GPUs)."""
+    """Whether a grouped conv sums in half2 channel pairs: ``KILN_CUDA_HALF2_DEPTHWISE=1``, CUDA,
+    float16 data and kernel, one input and one output channel per group (depthwise), an even
+    channel count. Otherwise float sums, as on other GPUs (the default: no faster, above)."""
     from kiln.target import Target
 
     target = Target.current(allow_none=True)
-    if target is None or target.kind.name != "cuda" or os.environ.get("KILN_CUDA_HALF2_DEPTHWISE", "1") == "0":
+    if target is None or target.kind.name != "cuda" or os.environ.get("KILN_CUDA_HALF2_DEPTHWISE", "0") != "1":
         return False
     c, o = int(data.shape[1]), int(kernel.shape[0])
     return (str(data.dtype), str(kernel.dtype)) == ("float16", "float16") and groups == c == o and \

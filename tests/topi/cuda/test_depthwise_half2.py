@@ -1,6 +1,7 @@
-"""float16 depthwise convolutions on CUDA in half2 (topi.gpu.group_conv2d_nchw): two channels per
-work-item as one float16x2 vector, each window step one ``fma.rn.f16x2`` in the PTX (NVRTC, no
-GPU needed); ``KILN_CUDA_HALF2_DEPTHWISE=0``, float32 data and odd channel counts keep float sums.
+"""float16 depthwise convolutions on CUDA in half2 (topi.gpu.group_conv2d_nchw with
+``KILN_CUDA_HALF2_DEPTHWISE=1``): two channels per work-item as one float16x2 vector, each window
+step one ``fma.rn.f16x2`` in the PTX (NVRTC, no GPU needed); without the switch (the default),
+float32 data and odd channel counts keep float sums.
 The gpu-marked tests run the kernels against a float64 numpy convolution within the bound of
 float16 sums."""
 
@@ -18,6 +19,11 @@ pytestmark = pytest.mark.skipif(not cg.have_nvrtc(),
                                 reason="needs NVRTC: pip install -e '.[cuda]' (cuda-bindings, nvidia-cuda-nvrtc)")
 
 TARGET = "cuda -arch=sm_90"
+
+
+@pytest.fixture(autouse=True)
+def half2_on(monkeypatch):
+    monkeypatch.setenv("KILN_CUDA_HALF2_DEPTHWISE", "1")
 # (batch, channels, height, width, kernel, stride, pad): MobileNet-like 3x3 stride 1 and 2 (two
 # columns per work-item), an odd width (one column), batch 2, a 5x5 window
 SHAPES = [(1, 32, 16, 16, 3, 1, 1), (1, 16, 15, 15, 3, 2, 1), (2, 8, 7, 7, 3, 1, 1), (1, 24, 12, 12, 5, 2, 2)]
@@ -59,9 +65,13 @@ def test_float_sums_where_half2_does_not_apply(monkeypatch):
     for shape, dtype in (((1, 32, 16, 16, 3, 1, 1), "float32"), ((1, 15, 16, 16, 3, 1, 1), "float16")):
         _, ptx = ptx_of(build(shape, dtype)[0])
         assert "f16x2" not in ptx
-    monkeypatch.setenv("KILN_CUDA_HALF2_DEPTHWISE", "0")
-    f, out = build(SHAPES[0])
-    assert "f16x2" not in ptx_of(f)[1] and str(out.dtype) == "float32" and out.op.tag != "elemwise"
+    for value in ("0", None):  # off, and the default
+        if value is None:
+            monkeypatch.delenv("KILN_CUDA_HALF2_DEPTHWISE")
+        else:
+            monkeypatch.setenv("KILN_CUDA_HALF2_DEPTHWISE", value)
+        f, out = build(SHAPES[0])
+        assert "f16x2" not in ptx_of(f)[1] and str(out.dtype) == "float32" and out.op.tag != "elemwise"
 
 
 def test_relay_float16_depthwise_takes_half2_with_its_epilogue():
