@@ -15,11 +15,15 @@ Where OpenVINO is installed (``pip install openvino``; not a kiln dependency) it
 file too (CPU plugin, latency hint, ``--threads`` inference threads); elsewhere it is skipped.
 
     python bench/int8.py [--threads 2] [--rounds 7] [--number 5] [--models resnet50,mobilenet_v2]
-                         [--target llvm] [--profile] [--pin]
+                         [--target llvm] [--profile] [--pin] [--cpu-time] [--without KEY]
 
 ``--pin`` compiles on every CPU, then pins the process to ``--threads`` CPUs (one per physical core
 first, as bench/e2e.py) before onnxruntime's and kiln's threads start: the timings of
 ``taskset -c 0,1`` without its slow 2-core compile.
+
+``--cpu-time`` (with ``--threads 1``) times every side by its CPU time (timing.cpu_interleaved):
+on a loaded machine the wall times follow the other jobs. ``--without relay.qnn.int8_mixed``
+adds the int8 build with that PassContext switch off (its output compared, its time beside).
 
 ``--profile`` adds each build's slowest kernels (the graph executor's per-kernel times, summed
 by kernel name): where an int8/fp32 ratio differs between hosts, it says which layers differ.
@@ -47,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from onnx_models import mobilenet_v2, resnet50  # noqa: E402
 
 from cpu_module import built  # noqa: E402
-from timing import cpu_name, interleaved  # noqa: E402
+from timing import cpu_interleaved, cpu_name, interleaved  # noqa: E402
 
 MODELS = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2}
 
@@ -120,10 +124,23 @@ def quantized(model, inputs: dict, calibration: int = 8):
         return onnx.load(dst)
 
 
-def build_kiln(model, threads: int, target: str = "llvm"):
+def build_kiln(model, threads: int, target: str = "llvm", config: dict | None = None):
+    """(GraphModule, build seconds); ``config``: PassContext settings (an A/B of a kiln switch)."""
     from kiln import relay
 
-    return built(*relay.frontend.from_onnx(model), threads, target)
+    if not config:
+        return built(*relay.frontend.from_onnx(model), threads, target)
+    import kiln as tvm
+    from kiln import config as kconfig
+    from kiln.contrib import graph_executor
+
+    mod, params = relay.frontend.from_onnx(model)
+    start = time.perf_counter()
+    with tvm.transform.PassContext(opt_level=3, config=config):
+        lib = relay.build(mod, target=target, params=params)
+    build_s = time.perf_counter() - start
+    with kconfig.override(num_threads=threads):
+        return graph_executor.GraphModule(lib["default"](tvm.cpu(0))), build_s
 
 
 def ort_session(model, threads: int):
@@ -165,7 +182,7 @@ def output_step(qmodel) -> float:
 
 
 def bench_model(name: str, threads: int, rounds: int, number: int, target: str, profile: bool = False,
-                pin: bool = False) -> dict:
+                pin: bool = False, cpu_time: bool = False, without: tuple = ()) -> dict:
     model, inputs = MODELS[name]()
     start = time.perf_counter()
     qmodel = quantized(model, inputs)
@@ -196,18 +213,32 @@ def bench_model(name: str, threads: int, rounds: int, number: int, target: str, 
           flush=True)
     k32.set_input(**inputs)
     runs = {"kiln_int8": k8.module["run"], "ort_int8": lambda: sess.run(None, inputs), "kiln_fp32": k32.module["run"]}
+    keep = []
+    for key in without:  # the int8 build with a kiln switch off, same inputs: its output and time
+        kw, cw = build_kiln(qmodel, threads, target, {key: False})
+        kw.set_input(**inputs)
+        kw.run()
+        same = np.array_equal(kw.get_output(0).numpy(), got)
+        print(f"{name}: kiln int8 with {key}=False: compile {cw:.0f} s, output {'the same bytes' if same else 'DIFFERS'}",
+              flush=True)
+        keep.append(kw)
+        runs[f"kiln_int8_without_{key}"] = kw.module["run"]
     ov = openvino_infer(qmodel, threads)
     if ov is not None:
         got_ov = np.asarray(ov(inputs))
         print(f"{name}: OpenVINO int8 vs onnxruntime int8: max diff {np.abs(got_ov - want).max() / step:.1f} output "
               f"steps, top-1 {'same' if got_ov.argmax() == want.argmax() else 'DIFFERS'}", flush=True)
         runs["openvino_int8"] = lambda: ov(inputs)
-    times = interleaved(runs, rounds, number)
+    times = (cpu_interleaved if cpu_time else interleaved)(runs, rounds, number)
     out = {k: 1e3 * statistics.median(t) for k, t in times.items()}
     out["vs_ort"] = statistics.median(a / b for a, b in zip(times["kiln_int8"], times["ort_int8"]))
     if ov is not None:
         out["vs_openvino"] = statistics.median(a / b for a, b in zip(times["kiln_int8"], times["openvino_int8"]))
     out["vs_fp32"] = statistics.median(b / a for a, b in zip(times["kiln_int8"], times["kiln_fp32"]))
+    for key in without:
+        t = times[f"kiln_int8_without_{key}"]
+        out[f"without {key}"] = (1e3 * statistics.median(t),
+                                 statistics.median(b / a for a, b in zip(t, times["kiln_fp32"])))
     out["steps"] = steps
     if profile:
         for label, m in (("kiln int8", k8), ("kiln fp32", k32)):
@@ -236,7 +267,13 @@ def main() -> None:
     ap.add_argument("--target", default="llvm")
     ap.add_argument("--profile", action="store_true", help="also print each build's slowest kernels")
     ap.add_argument("--pin", action="store_true", help="after compiling, pin the process to --threads CPUs")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time by CPU time (timing.cpu_interleaved; needs --threads 1): for a loaded machine")
+    ap.add_argument("--without", action="append", default=[], metavar="KEY",
+                    help="also time the int8 build with PassContext switch KEY off (e.g. relay.qnn.int8_mixed)")
     args = ap.parse_args()
+    if args.cpu_time and args.threads != 1:
+        ap.error("--cpu-time needs --threads 1 (idle workers spin and their CPU time would count)")
     from kiln.target.cpu_facts import cpu_facts
     from kiln.topi.x86.conv2d_int8 import int8_tier
 
@@ -246,10 +283,14 @@ def main() -> None:
           f"{int8_tier(args.target)}; {args.threads} threads{' pinned after compiling' if args.pin else ''}; "
           "shared machine: figures are noisy")
     for name in args.models.split(","):
-        r = bench_model(name, args.threads, args.rounds, args.number, args.target, args.profile, args.pin)
+        r = bench_model(name, args.threads, args.rounds, args.number, args.target, args.profile, args.pin,
+                        args.cpu_time, tuple(args.without))
         print(f"{name}: kiln int8 {r['kiln_int8']:.2f} ms, onnxruntime int8 {r['ort_int8']:.2f} ms, "
               f"kiln fp32 {r['kiln_fp32']:.2f} ms | kiln int8 / onnxruntime int8 = {r['vs_ort']:.2f}x (goal <= 1.0), "
               f"kiln fp32 / kiln int8 = {r['vs_fp32']:.2f}x faster (goal >= 2.5 on VNNI/AMX, 1.5 on AVX2)", flush=True)
+        for key in args.without:
+            ms, ratio = r[f"without {key}"]
+            print(f"{name}: kiln int8 with {key}=False {ms:.2f} ms | kiln fp32 / it = {ratio:.2f}x", flush=True)
         if "vs_openvino" in r:
             print(f"{name}: OpenVINO int8 {r['openvino_int8']:.2f} ms | kiln int8 / OpenVINO int8 = "
                   f"{r['vs_openvino']:.2f}x (goal <= 1.2 on AMX hosts)", flush=True)
