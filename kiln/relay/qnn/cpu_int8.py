@@ -16,7 +16,10 @@ conv becomes ``nn.contrib_conv2d_int8(x_blocked, w_packed, bias, q, shift)``:
 
 Data enters in ``NCHW[ib]c`` and the result leaves in ``NCHW[L]c``; ``layout_transform``s around
 the op go back to NCHW for other consumers, and a transform pair between two int8 convs cancels.
-qnn.dense chains become ``nn.contrib_dense_int8`` (plain (M, K) data, (M, N) result), or on an AMX
+On x86 without VNNI, a conv whose weights only partly fit ``vpmaddubsw`` becomes
+``nn.contrib_conv2d_int8_mixed`` (per output block the fitting 4-channel units on ``vpmaddubsw``,
+the others on ``vpmaddwd``; ``relay.qnn.int8_mixed``). qnn.dense chains become
+``nn.contrib_dense_int8`` (plain (M, K) data, (M, N) result), or on an AMX
 host with >= 16 rows the AMX conv over the rows as a 1 x M image (``_Rewrite.dense_amx``).
 TFLite's two-rounding rescale of convolutions (two qnn.requantize, ``_gemm_first``) fuses as
 rounding ``GEMM``. Everything else (grouped convs, non-zero kernel zero points, TFLITE rounding) is
@@ -451,9 +454,10 @@ class _Rewrite(ExprMutator):
             table = mixed_table(parts[2], infer(data).checked_type.shape, w4.shape[2:], a.strides, a.padding,
                                 a.dilation)
             return self._record(CONV2D_INT8_MIXED(
-                data, const(parts[0]), const(parts[1]), const(table), const(total), const(q), const(s), strides=tuple(a.strides),
-                padding=tuple(a.padding), dilation=tuple(a.dilation), pad_value=int(zx.ravel()[0]), channels=o,
-                kernel_size=tuple(int(k) for k in w4.shape[2:]), **attrs), lanes)
+                data, const(parts[0]), const(parts[1]), const(table), const(total), const(q), const(s),
+                strides=tuple(a.strides), padding=tuple(a.padding), dilation=tuple(a.dilation),
+                pad_value=int(zx.ravel()[0]), channels=o, kernel_size=tuple(int(k) for k in w4.shape[2:]), **attrs),
+                lanes)
         else:
             packed = pack_conv_weight(w4, ib, lanes, tier == "pmaddwd")
         out = CONV2D_INT8(data, const(packed), const(total), const(q), const(s), strides=tuple(a.strides),

@@ -8,8 +8,9 @@ dtype; L, the output block, is the vector's int32 lanes (16 zmm, 8 ymm, 4 xmm).
 
 Tiers (``int8_tier``), from LLVM's view of the target (kiln/target/cpu_facts.py): ``vnni``
 (``vpdpbusd``; zmm with AVX-512 VNNI, ymm with AVX-VNNI), else ``pmaddubsw`` (AVX2 / AVX-512BW)
-where the weights make it exact, else ``pmaddwd`` (16-bit weights, always exact). The reduction
-over 4 input channels x L output lanes is one tensor intrinsic (x86/int8_intrin.py).
+where the weights make it exact, else ``pmaddwd`` (16-bit weights, always exact), or both in one
+kernel where only some units fit (``conv2d_int8_mixed_acc``). The reduction over 4 input channels
+x L output lanes is one tensor intrinsic (x86/int8_intrin.py).
 
 Requantize (UPWARD / TONEAREST rounding, as qnn.requantize): ``acc + bias`` in int64, times the
 multiplier q, plus half, arithmetic shift right by s, plus the output zero point, clamped; the
@@ -570,6 +571,7 @@ def pad_value_u8(zp) -> int:
     return int(np.asarray(zp).ravel()[0])
 
 
-__all__ = ["int8_tier", "block_for", "conv2d_int8_acc", "conv2d_int8_mixed_acc", "mixed_table", "schedule_conv2d_int8_mixed", "dense_int8_acc", "depthwise_int8_acc",
-           "schedule_depthwise_int8", "requantize_epilogue", "requantize_value",
-           "schedule_conv2d_int8", "schedule_dense_int8", "epilogue_schedule", "schedule_pad", "tile_width", "CONV_TAG", "DENSE_TAG"]
+__all__ = ["int8_tier", "block_for", "conv2d_int8_acc", "conv2d_int8_mixed_acc", "mixed_table",
+           "schedule_conv2d_int8_mixed", "dense_int8_acc", "depthwise_int8_acc", "schedule_depthwise_int8",
+           "requantize_epilogue", "requantize_value", "schedule_conv2d_int8", "schedule_dense_int8",
+           "epilogue_schedule", "schedule_pad", "tile_width", "CONV_TAG", "DENSE_TAG", "MIXED_TAG"]
