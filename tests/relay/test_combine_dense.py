@@ -9,10 +9,9 @@ import pytest
 
 import kiln as tvm
 from kiln import relay
-from kiln.contrib import graph_executor
 from kiln.target.cpu_facts import why_host_cannot_run
 
-from test_transformer_fp16_fusion import _calls, _cosine, _cuda_kernels, _transformer
+from test_transformer_fp16_fusion import _calls, _cuda_kernels, _transformer, assert_rewrite_matches_onnxruntime
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -47,18 +46,7 @@ def test_q_k_v_are_one_dense_and_match_onnxruntime(name, dtype):
     widths = sorted(int(d.checked_type.shape[1]) for d in _denses(func))
     assert 3 * min(widths[:-1] or widths) in widths, widths  # the combined one is 3 hidden wide
     assert sum(1 for n in _calls(func) if n.op.name == "strided_slice") == 3
-    with tvm.transform.PassContext(opt_level=3):
-        lib = relay.build(tvm.IRModule.from_expr(func), target="llvm")
-    gm = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
-    gm.set_input(**inputs)
-    gm.run()
-    got = gm.get_output(0).numpy()
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
-    if dtype == "float32":  # float32 sums of at most 64 terms in one layer
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    else:
-        assert _cosine(got, want) >= 0.999
-        assert np.abs(got - want).max() <= 5e-3 * np.abs(want).max()
+    assert_rewrite_matches_onnxruntime(func, model, inputs, dtype)
 
 
 def test_cuda_build_has_one_q_k_v_kernel():
