@@ -154,7 +154,8 @@ def FuseAttention():  # noqa: N802
         cuda = target is not None and target.kind.name == "cuda" and ctx.config.get("relay.FuseAttention.cuda", False)
         if target is None or not (target.kind.name == "llvm" and target_family(target) == "x86" or cuda):
             return func
-        return infer(fuse_attention(infer(func), rows=not cuda))  # heads in rows: x86's compute only
+        rows = not cuda and bool(ctx.config.get("relay.FuseAttention.rows", True))  # x86's compute only
+        return infer(fuse_attention(infer(func), rows=rows))
     return FunctionPass(run, PassInfo(3, "FuseAttention"))
 
 
