@@ -26,10 +26,12 @@ def time_candidate(state: dict, job):
 
     # Inputs are made once per argument list and kept: every candidate of a task sees the same.
     dev = tvm.device(opts.get("device_type", 1), 0)  # the task target's device (cl(0) for OpenCL)
+    # (the task's fixed inputs, Task.input_values, take their given values: the pool is per task)
     key = (dev.device_type,) + tuple((shape, dtype) for shape, dtype, _ in arg_info)
     if state.get("key") != key:
         state["key"] = key
-        state["arrays"] = [tvm.nd.array(fill_values(shape, dtype, seed=i), dev)
+        fixed = opts.get("inputs", {})
+        state["arrays"] = [tvm.nd.array(fixed[i] if i in fixed else fill_values(shape, dtype, seed=i), dev)
                            for i, (shape, dtype, _) in enumerate(arg_info)]
     arrays = state["arrays"]
     mod = tvm.runtime.load_module(filename)
@@ -73,6 +75,7 @@ class LocalRunner(Runner):
         self.close()
         target = getattr(task, "target", None)
         self.opts["device_type"] = target.get_target_device_type() if target is not None else 1
+        self.opts["inputs"] = task.input_values() if hasattr(task, "input_values") else {}
         self._reference = Reference(task, builder) if self.check_correctness else None
         self._pool = ForkPool(1, {}, "fork" if self.opts["device_type"] == 1 else "spawn")
 

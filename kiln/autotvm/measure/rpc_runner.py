@@ -98,6 +98,7 @@ class RPCRunner(Runner):
         self._fill_suffix, self._fcompile = "so", None
         self._reference: Reference | None = None
         self._ref_lock = threading.Lock()
+        self._inputs: dict = {}  # argument index -> fixed values (Task.input_values)
 
     # -- setup ---------------------------------------------------------------------------------
     def _servers(self) -> int:
@@ -121,6 +122,7 @@ class RPCRunner(Runner):
         self._fill_suffix = getattr(builder, "suffix", "so")
         self._fcompile = getattr(builder, "fcompile", None)
         self._reference = Reference(task, builder) if self.check_correctness else None
+        self._inputs = task.input_values() if hasattr(task, "input_values") else {}
 
     def _fill_for(self, arg_info) -> str:
         """The exported fill module for arguments ``arg_info``, built on first use. Called from
@@ -246,7 +248,10 @@ class RPCRunner(Runner):
         arrays = []
         for i, (shape, dtype, _) in enumerate(arg_info):
             arr = remote.nd_empty(shape, dtype, cpu)
-            fill[f"fill_{i}"](arr)
+            if i in self._inputs:  # a fixed input (Task.input_values): sent as is
+                arr.copyfrom(self._inputs[i])
+            else:
+                fill[f"fill_{i}"](arr)
             if dev.device_type != cpu.device_type:
                 on_dev = remote.nd_empty(shape, dtype, dev)
                 on_dev.copyfrom(arr)

@@ -26,6 +26,11 @@ from ..space import ConfigSpace
 # a table is unavoidable; it only maps names to functions and holds no tuning state.
 TEMPLATES: dict[str, callable] = {}
 
+# Template name -> ``fn(*task args) -> {argument index: numpy array}``: arguments the runners set
+# to these values instead of filling them with pseudo-random data (measure/fill.py), e.g. an offset
+# table that random values would send outside the data (the mixed int8 conv's, int8_cpu.py).
+INPUT_VALUES: dict[str, callable] = {}
+
 # The workload of the template call in progress, so get_config() can ask the dispatch context.
 _workload: contextvars.ContextVar[tuple | None] = contextvars.ContextVar(
     "kiln_autotvm_workload", default=None)
@@ -94,6 +99,15 @@ def template(task_name: str, func=None):
     return register(func) if func is not None else register
 
 
+def register_input_values(task_name: str, func=None):
+    """Register ``fn(*args) -> {argument index: numpy array}`` for the tasks of ``task_name``:
+    the runners (LocalRunner, RPCRunner) pass those arguments these values, the rest random data."""
+    def register(f):
+        INPUT_VALUES[task_name] = f
+        return f
+    return register(func) if func is not None else register
+
+
 def get_config():
     """The config of the template call in progress (a ConfigSpace while a task is created, the
     chosen ConfigEntity while a candidate is built, the tuned best under apply_history_best)."""
@@ -132,6 +146,11 @@ class Task:
     @property
     def workload(self) -> tuple:
         return (self.name, *self.args)
+
+    def input_values(self) -> dict:
+        """{argument index: numpy array} the runners must pass as is (``register_input_values``)."""
+        fn = INPUT_VALUES.get(self.name)
+        return dict(fn(*self.args)) if fn is not None else {}
 
     def instantiate(self, config):
         """Run the template under ``config``: returns ``(schedule, tensors)``."""

@@ -7,11 +7,16 @@ kernel relay.build deploys. The knobs are the register tile: ``tile_ow`` (pixels
 divisor of the row up to 16) and ``oc_chunks`` (output blocks, 1 or 2) for the convs, ``tile_m`` (rows, divisors up to 8) for dense and batch_matmul. The
 untuned tile (``default_tile_ow``, ``tile_width(m, 4)``) is one of the candidates and the declared
 default, so tuning measures it first and never ends slower. AMX convs have no knob (one value).
+
+``conv2d_int8_mixed.x86`` (x86 without VNNI, units on vpmaddubsw and vpmaddwd) has the same two
+knobs, its untuned tile (``register_tile`` of the 16-bit tier) the default. Its fourth input is
+an offset table, which random data would send outside the data: the runners get the task's
+``tuning_mixed_table`` instead (``register_input_values``; x86/conv2d_int8.py).
 """
 
 from __future__ import annotations
 
-from ..task import register_topi_compute, register_topi_schedule
+from ..task import register_input_values, register_topi_compute, register_topi_schedule
 
 FAMILIES = ("x86", "arm_cpu")
 
@@ -37,6 +42,7 @@ def _space(cfg, name: str, candidates: list, default: int) -> None:
 def _register(family: str) -> dict:
     from kiln.relay.qnn import cpu_int8
     from kiln.topi.x86 import conv2d_int8 as k
+    from kiln.topi.x86 import conv2d_int8_winograd as wino
     from kiln.topi.x86.amx_int8 import schedule_conv2d_int8_amx
 
     def untuned(cfg):
@@ -61,8 +67,11 @@ def _register(family: str) -> dict:
 
     @register_topi_schedule(f"conv2d_int8.{family}")
     def schedule_conv2d_int8(cfg, outs):
-        if any(getattr(t.op, "tag", "") == "conv2d_int8_amx" for t in _stages(outs[0])):
+        tags = {getattr(t.op, "tag", "") for t in _stages(outs[0])}
+        if "conv2d_int8_amx" in tags:
             return schedule_conv2d_int8_amx(outs)
+        if wino.PRODUCT_TAG in tags:  # tier wino16 (3x3 stride 1 without VNNI): no knob
+            return wino.schedule_conv2d_int8_winograd(outs)
         return k.schedule_conv2d_int8(outs)
 
     @register_topi_compute(f"depthwise_conv2d_int8.{family}")
@@ -104,6 +113,48 @@ def _register(family: str) -> dict:
             "batch_matmul_int8": batch_matmul_int8}
 
 
+def _register_mixed() -> dict:
+    from kiln.relay.qnn import cpu_int8
+    from kiln.topi.x86 import conv2d_int8 as k
+
+    op = "nn.contrib_conv2d_int8_mixed"
+
+    def geometry(data, weight, attrs: dict):
+        """(output width, output blocks, lanes) of a mixed conv's workload."""
+        kw, (_, pl, _, pr) = attrs["kernel_size"][1], attrs["padding"]
+        ow = (_ints(data.shape)[3] + pl + pr - (kw - 1) * attrs["dilation"][1] - 1) // attrs["strides"][1] + 1
+        blocks, _, lanes, _ = _ints(weight.shape)
+        return ow, blocks, lanes
+
+    @register_topi_compute("conv2d_int8_mixed.x86")
+    def conv2d_int8_mixed(cfg, data, weight, weight16, table, bias, mult, shift, *attr_pairs):
+        ow, blocks, lanes = geometry(data, weight, dict(attr_pairs))
+        tile, chunks = k.register_tile(ow, blocks, "pmaddwd", lanes)  # the untuned tile
+        _space(cfg, "tile_ow", k.tile_candidates(ow), tile)
+        _space(cfg, "oc_chunks", [1, 2] if blocks % 2 == 0 else [1], chunks)
+        out = cpu_int8.compute_from_workload(op, (data, weight, weight16, table, bias, mult, shift), attr_pairs,
+                                             None if getattr(cfg, "is_fallback", False) else cfg)
+        if hasattr(cfg, "add_flop"):  # 2 x (units x 4 channels) multiply-adds per output
+            n_out = 1
+            for d in _ints(out.shape):
+                n_out *= d
+            cfg.add_flop(2.0 * n_out * 4 * _ints(table.shape)[1])
+        return out
+
+    @register_topi_schedule("conv2d_int8_mixed.x86")
+    def schedule_conv2d_int8_mixed(cfg, outs):
+        return k.schedule_conv2d_int8_mixed(outs)
+
+    @register_input_values("conv2d_int8_mixed.x86")
+    def mixed_inputs(data, weight, weight16, table, bias, mult, shift, *attr_pairs) -> dict:
+        a = dict(attr_pairs)
+        blocks = weight[1][0]
+        return {3: k.tuning_mixed_table(blocks, data[1], a["kernel_size"], a["strides"], a["padding"],
+                                        a["dilation"])}
+
+    return {"conv2d_int8_mixed": conv2d_int8_mixed}
+
+
 def _stages(out):
     stack, seen = [out], []
     while stack:
@@ -129,4 +180,5 @@ def _flop(cfg, out, wshape) -> None:
 
 
 X86 = _register("x86")
+X86.update(_register_mixed())
 ARM_CPU = _register("arm_cpu")

@@ -39,6 +39,7 @@ TEMPLATES = {
     "nn.batch_matmul": "batch_matmul",
     # the CPU int8 kernels of qnn chains (relay/qnn/cpu_int8.py, autotvm/templates/int8_cpu.py)
     "nn.contrib_conv2d_int8": "conv2d_int8",
+    "nn.contrib_conv2d_int8_mixed": "conv2d_int8_mixed",
     "nn.contrib_depthwise_conv2d_int8": "depthwise_conv2d_int8",
     "nn.contrib_dense_int8": "dense_int8",
     "nn.contrib_batch_matmul_int8": "batch_matmul_int8",
@@ -104,7 +105,7 @@ def workload_of(op_name: str, attrs, arg_types, family: str):
                 tuple(int(v) for v in attrs.dilation), int(attrs.groups),
                 str(attrs.get("out_dtype", "") or arg_types[0].dtype),
                 layout.channel_block(str(attrs.out_layout or attrs.data_layout)))
-    if op_name.startswith("nn.contrib_") and op_name.endswith("_int8"):  # attrs as (name, value) pairs
+    if op_name.startswith("nn.contrib_") and op_name.endswith(("_int8", "_int8_mixed")):  # attrs as (name, value) pairs
         from ..qnn.cpu_int8 import workload_attrs
         return (template, *tensors, *workload_attrs(op_name, attrs))
     if op_name == "nn.conv2d" and layout.channel_block(str(attrs.data_layout)):

@@ -830,7 +830,8 @@ def _dense_compute(a, x, t, ctx):
 
 # -- tuning: the ops' autotvm workloads (relay/backend/dispatch.py) and computes (autotvm/templates)
 
-TEMPLATES = {"nn.contrib_conv2d_int8": "conv2d_int8", "nn.contrib_depthwise_conv2d_int8": "depthwise_conv2d_int8",
+TEMPLATES = {"nn.contrib_conv2d_int8": "conv2d_int8", "nn.contrib_conv2d_int8_mixed": "conv2d_int8_mixed",
+             "nn.contrib_depthwise_conv2d_int8": "depthwise_conv2d_int8",
              "nn.contrib_dense_int8": "dense_int8", "nn.contrib_batch_matmul_int8": "batch_matmul_int8"}
 
 

@@ -139,6 +139,20 @@ def mixed_table(units, data_shape, kernel_size, strides, padding, dilation) -> n
     return np.ascontiguousarray(np.concatenate([units, off8[..., None], off16[..., None]], -1).astype(np.int32))
 
 
+def tuning_mixed_table(blocks: int, data_shape, kernel_size, strides, padding, dilation) -> np.ndarray:
+    """A ``mixed_table`` for tuning the mixed conv of these shapes without its weights: every
+    block's units in the reduction's order (``(C/ib, KH, KW, ib/4)``). A task stands for every conv
+    of its workload (weights differ, so do their tables' orders); each row holds both offsets of
+    its unit, so any row is in bounds on either path, and the kernel loads the same set of offsets
+    per block as with the weights' own table (autotvm/templates/int8_cpu.py)."""
+    _, cc, _, _, ib = (int(d) for d in data_shape)
+    kh, kw = kernel_size
+    n = cc * kh * kw * (ib // 4)
+    cb, ky, kx, q = np.unravel_index(np.arange(n), (cc, kh, kw, ib // 4))
+    units = np.broadcast_to(np.stack([cb, ky, kx, 4 * q], -1).astype(np.int32), (blocks, n, 4))
+    return mixed_table(units, data_shape, kernel_size, strides, padding, dilation)
+
+
 def conv2d_int8_mixed_acc(data, weight, weight16, table, kernel_size, strides, padding, dilation, pad_value: int,
                           tile_ow=None, oc_chunks=None):
     """int32 NCHW[L]c accumulators of the mixed AVX2 / AVX-512BW conv: each output block's units
@@ -571,7 +585,7 @@ def pad_value_u8(zp) -> int:
     return int(np.asarray(zp).ravel()[0])
 
 
-__all__ = ["int8_tier", "block_for", "conv2d_int8_acc", "conv2d_int8_mixed_acc", "mixed_table",
+__all__ = ["int8_tier", "block_for", "conv2d_int8_acc", "conv2d_int8_mixed_acc", "mixed_table", "tuning_mixed_table",
            "schedule_conv2d_int8_mixed", "dense_int8_acc", "depthwise_int8_acc", "schedule_depthwise_int8",
            "requantize_epilogue", "requantize_value", "schedule_conv2d_int8", "schedule_dense_int8",
            "epilogue_schedule", "schedule_pad", "tile_width", "CONV_TAG", "DENSE_TAG", "MIXED_TAG"]

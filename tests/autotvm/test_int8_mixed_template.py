@@ -1,0 +1,121 @@
+"""The mixed int8 conv's AutoTVM template (conv2d_int8_mixed.x86: x86 without VNNI, each output
+block's units on vpmaddubsw and vpmaddwd, read at offsets from a table): extracted from a relay
+program, its untuned tile the declared default, its offset table given to the runners (random
+values would read outside the data), tuned through a local RPC server and built from the log with
+the same bytes as the untuned build and numpy's reference."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import autotvm, relay
+from kiln.contrib import graph_executor
+from kiln.target.cpu_facts import why_host_cannot_run
+from kiln.topi import int8_pack
+from kiln.topi.x86.conv2d_int8 import mixed_table, register_tile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "relay", "qnn"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "topi"))
+from qnn_run import reference  # noqa: E402
+from test_int8_x86 import mixed_graph  # noqa: E402
+
+import rpc_services  # noqa: E402  (tests/rpc, on the path from conftest.py)
+
+# a 3x3 stride-2 conv (stride 1 goes to the Winograd tier), 32 -> 16 channels, 11x11: 2 output
+# blocks of 8 lanes, 72 units each, a 6-pixel output row
+SHAPE = dict(ic=32, oc=16, hw=11, k=3, stride=2, zx=37, rounding="UPWARD")
+
+
+def _mixed_task(target):
+    rng = np.random.default_rng(5)
+    mod, inputs, w = mixed_graph(rng, **SHAPE)
+    tasks = autotvm.task.extract_from_program(mod["main"], target=target, params={})
+    assert [t.name for t in tasks] == ["conv2d_int8_mixed.x86"], [t.name for t in tasks]
+    return mod, inputs, w, tasks[0]
+
+
+@pytest.mark.parametrize("mcpu", ["haswell", "znver3"])
+def test_mixed_conv_task_default_is_the_untuned_tile_and_its_table_is_in_bounds(mcpu):
+    _, _, w, task = _mixed_task(f"llvm -mcpu={mcpu}")
+    data, weight, _, table = (a[1] for a in task.args[:4])
+    ow = (SHAPE["hw"] + 2 * (SHAPE["k"] // 2) - SHAPE["k"]) // SHAPE["stride"] + 1
+    space = task.config_space
+    default = space.get(space.default_index())
+    assert (default["tile_ow"].val, default["oc_chunks"].val) == register_tile(ow, weight[0], "pmaddwd", weight[2])
+    assert sorted(e.val for e in space.space_map["tile_ow"].entities) == [1, 2, 3, 6]
+    # the runners' table: per output block the same units (and offsets) as the weights' own table,
+    # in the reduction's order; every offset inside the padded u8 / int16 data
+    fixed = task.input_values()
+    assert list(fixed) == [3] and fixed[3].shape == table and fixed[3].dtype == np.int32
+    parts = int8_pack.plan_mixed_conv_weight(w, data[-1], weight[2])
+    real = mixed_table(parts[2], data, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1))
+    for block in range(table[0]):
+        assert sorted(map(tuple, fixed[3][block])) == sorted(map(tuple, real[block]))
+    n, cc, h, wd, ib = data
+    padded = cc * (h + 2) * (wd + 2) * ib
+    assert 0 <= fixed[3][..., 4:].min() and fixed[3][..., 4:].max() + 4 <= padded
+
+
+@pytest.fixture
+def fleet():
+    tracker = rpc_services.tracker()
+    server = rpc_services.server("--tracker", f"127.0.0.1:{tracker.port}", "--key", "int8-mixed")
+    yield tracker
+    server.stop()
+    tracker.stop()
+
+
+def _run(lib, inputs):
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    m.set_input(**inputs)
+    m.run()
+    return m.get_output(0).numpy()
+
+
+def test_mixed_conv_tuned_through_rpc_builds_the_same_bytes(tmp_path, fleet, monkeypatch):
+    from kiln.autotvm import record
+    from kiln.autotvm.tuner import GridSearchTuner
+    from kiln.rpc.session import RemoteNDArray
+
+    sent = []  # what the runner copies into the server's arrays (the fill kernels make the rest)
+    copyfrom = RemoteNDArray.copyfrom
+    monkeypatch.setattr(RemoteNDArray, "copyfrom", lambda self, src: (sent.append(np.array(src)), copyfrom(self, src))[1])
+
+    target = "llvm -mcpu=haswell"
+    if why_host_cannot_run(target):
+        pytest.skip(f"{target}: {why_host_cannot_run(target)}")
+    mod, inputs, _, task = _mixed_task(target)
+    space = task.config_space
+    log = str(tmp_path / "mixed.log")
+    runner = autotvm.RPCRunner("int8-mixed", "127.0.0.1", fleet.port, number=2, repeat=1, timeout=60,
+                               n_parallel=1, cooldown_interval=0, check_correctness=True)
+    option = autotvm.measure_option(builder=autotvm.LocalBuilder(n_parallel=2, timeout=60), runner=runner)
+    GridSearchTuner(task).tune(n_trial=3, measure_option=option, callbacks=[autotvm.callback.log_to_file(log)])
+    rows = list(record.load_from_file(log))
+    # every candidate ran and matched the untuned kernel on the same inputs (check_correctness)
+    assert len(rows) == 3 and all(r.error_no == 0 for _, r in rows), rows
+    # each of the 3 candidates and the untuned reference read the task's table, not fill values
+    table = task.input_values()[3]
+    assert len(sent) == 4 and all(np.array_equal(t, table) for t in sent), [t.shape for t in sent]
+    tried = {(inp.config["tile_ow"].val, inp.config["oc_chunks"].val): (inp, r) for inp, r in rows}
+    default = space.get(space.default_index())
+    assert (default["tile_ow"].val, default["oc_chunks"].val) in tried  # the untuned tile measured first
+    # a log of the other tiles only, so the tuned build cannot be the untuned one
+    others = str(tmp_path / "others.log")
+    with open(others, "w") as f:
+        for key, (inp, r) in tried.items():
+            if key != (default["tile_ow"].val, default["oc_chunks"].val):
+                f.write(record.encode(inp, r) + "\n")
+    with tvm.transform.PassContext(opt_level=3):
+        untuned = relay.build(mod, target=target)
+        with autotvm.apply_history_best(others):
+            tuned = relay.build(mod, target=target)
+    assert tuned.get_lib().get_source("asm") != untuned.get_lib().get_source("asm")  # the log's tile
+    want = reference(mod, inputs)[0]
+    np.testing.assert_array_equal(_run(untuned, inputs), want)
+    np.testing.assert_array_equal(_run(tuned, inputs), want)
