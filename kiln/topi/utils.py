@@ -134,3 +134,12 @@ def find_stage(out, match, what: str):
             return t
         stack.extend(getattr(t.op, "input_tensors", []))
     raise ValueError(f"no {what} under {out.name}")
+
+
+def has_stage(out, match) -> bool:
+    """Whether a stage feeding ``out`` (out itself included) satisfies ``match`` (find_stage's test)."""
+    try:
+        find_stage(out, match, "stage")
+    except ValueError:
+        return False
+    return True

@@ -80,20 +80,28 @@ def _halve(t: list[int], n: int, phase: tuple[str, int]):
 PHASES = (("inner", 4), ("threads", 8), ("inner", 2))
 
 
+def _halve_larger(ty: list[int], tx: list[int], m: int, n: int, phase, other_side: bool = True):
+    """(ty, tx) with the larger block side halved in this phase, else the other side (the
+    smaller one only where ``other_side``), or None when neither can be."""
+    if ty[2] * ty[3] >= tx[2] * tx[3]:
+        order = ((True, ty, m), (False, tx, n))
+    else:
+        order = ((False, tx, n), (True, ty, m))[:2 if other_side else 1]
+    for is_y, t, extent in order:
+        halved = _halve(t, extent, phase)
+        if halved is not None:
+            return (halved, tx) if is_y else (ty, halved)
+    return None
+
+
 def more_blocks(ty: list[int], tx: list[int], m: int, n: int, batch: int, want: int):
     """(ty, tx) shrunk until batch * blocks >= want (module doc)."""
     for phase in PHASES:
         while batch * ty[0] * tx[0] < want:
-            y_first = ty[2] * ty[3] >= tx[2] * tx[3]  # the larger block side first
-            y = _halve(ty, m, phase) if y_first else None
-            x = _halve(tx, n, phase) if y is None else None
-            y = _halve(ty, m, phase) if y is None and x is None and not y_first else y
-            if y is not None:
-                ty = y
-            elif x is not None:
-                tx = x
-            else:
+            halved = _halve_larger(ty, tx, m, n, phase)
+            if halved is None:
                 break
+            ty, tx = halved
     return ty, tx
 
 
@@ -144,15 +152,10 @@ MAX_THREADS = 128
 def _at_most(ty: list[int], tx: list[int], m: int, n: int):
     """(ty, tx) with the threads of the larger block side halved until MAX_THREADS are left."""
     while ty[2] * tx[2] > MAX_THREADS:
-        y_first = ty[2] * ty[3] >= tx[2] * tx[3]
-        y = _halve(ty, m, ("threads", 1)) if y_first else None
-        x = _halve(tx, n, ("threads", 1)) if y is None else None
-        if y is not None:
-            ty = y
-        elif x is not None:
-            tx = x
-        else:
+        halved = _halve_larger(ty, tx, m, n, ("threads", 1), other_side=False)
+        if halved is None:
             break
+        ty, tx = halved
     return ty, tx
 
 

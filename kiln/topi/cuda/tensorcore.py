@@ -31,7 +31,7 @@ from kiln import te
 from ..gpu.common import as_list, block, thread
 from ..nn.batch_matmul import batch_matmul as _batch_matmul
 from ..nn.dense import add_bias, dense as _dense
-from ..utils import const_int, find_stage, knob
+from ..utils import const_int, find_stage, has_stage, knob
 from .tensor_intrin import intrin_wmma_gemm, intrin_wmma_load_matrix, intrin_wmma_store_matrix
 
 WMMA = 16
@@ -288,16 +288,15 @@ def _check(m, n, k, dtype, what):
 
 def is_tensorcore(out) -> bool:
     """Whether out (or a stage it reads) is a product made by dense_tensorcore / batch_matmul_tensorcore."""
-    try:
-        _find(out)
-    except ValueError:
-        return False
-    return True
+    return has_stage(out, _made_here)
 
 
 def _find(out):
-    return find_stage(out, lambda op: "tensorcore_config" in getattr(op, "attrs", {}),
-                      "tensor-core dense / batch_matmul stage")
+    return find_stage(out, _made_here, "tensor-core dense / batch_matmul stage")
+
+
+def _made_here(op) -> bool:
+    return "tensorcore_config" in getattr(op, "attrs", {})
 
 
 def schedule_dense_tensorcore(outs, cfg=None, fused_output=None):

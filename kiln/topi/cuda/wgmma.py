@@ -37,7 +37,7 @@ from kiln.tir.transform.double_buffer import LAG
 
 from ..gpu.common import block, thread
 from ..nn.dense import add_bias
-from ..utils import const_int, find_stage
+from ..utils import const_int, find_stage, has_stage
 
 ROWS = 64  # rows of one warpgroup's tile (wgmma's m)
 DEFAULT = {"warpgroups": 2, "n": 128, "bk": 64, "stages": 4, "copy_order": "chunks", "copy": "cp.async"}
@@ -285,15 +285,15 @@ def dense(data, weight, bias=None, out_dtype=None):
 
 def is_wgmma(out) -> bool:
     """Whether out (or a stage it reads) is a product made by dense_wgmma."""
-    try:
-        _find(out)
-    except ValueError:
-        return False
-    return True
+    return has_stage(out, _made_here)
 
 
 def _find(out):
-    return find_stage(out, lambda op: "wgmma_config" in getattr(op, "attrs", {}), "wgmma dense stage")
+    return find_stage(out, _made_here, "wgmma dense stage")
+
+
+def _made_here(op) -> bool:
+    return "wgmma_config" in getattr(op, "attrs", {})
 
 
 def _fusable(outs, C) -> bool:
