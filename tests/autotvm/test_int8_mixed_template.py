@@ -119,3 +119,14 @@ def test_mixed_conv_tuned_through_rpc_builds_the_same_bytes(tmp_path, fleet, mon
     want = reference(mod, inputs)[0]
     np.testing.assert_array_equal(_run(untuned, inputs), want)
     np.testing.assert_array_equal(_run(tuned, inputs), want)
+
+
+def test_int16_winograd_conv_is_a_one_config_task():
+    """A 3x3 stride-1 int8 conv without VNNI runs the int16 Winograd kernel (tier wino16): its
+    conv2d_int8 task has one config and the template schedules it with the Winograd schedule
+    (extraction of such a program failed: the direct conv's schedule found no conv stage)."""
+    rng = np.random.default_rng(5)
+    mod, _, _ = mixed_graph(rng, **dict(SHAPE, stride=1))
+    tasks = autotvm.task.extract_from_program(mod["main"], target="llvm -mcpu=haswell", params={})
+    assert [t.name for t in tasks] == ["conv2d_int8.x86"] and ("tier", "wino16") in tasks[0].args
+    assert len(tasks[0].config_space) == 1
