@@ -6,6 +6,7 @@ the same bytes as the untuned build and numpy's reference."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -31,6 +32,7 @@ import rpc_services  # noqa: E402  (tests/rpc, on the path from conftest.py)
 SHAPE = dict(ic=32, oc=16, hw=11, k=3, stride=2, zx=37, rounding="UPWARD")
 
 
+@functools.lru_cache(maxsize=None)
 def _mixed_task(target):
     rng = np.random.default_rng(5)
     mod, inputs, w = mixed_graph(rng, **SHAPE)
@@ -95,13 +97,13 @@ def test_mixed_conv_tuned_through_rpc_builds_the_same_bytes(tmp_path, fleet, mon
     runner = autotvm.RPCRunner("int8-mixed", "127.0.0.1", fleet.port, number=2, repeat=1, timeout=60,
                                n_parallel=1, cooldown_interval=0, check_correctness=True)
     option = autotvm.measure_option(builder=autotvm.LocalBuilder(n_parallel=2, timeout=60), runner=runner)
-    GridSearchTuner(task).tune(n_trial=3, measure_option=option, callbacks=[autotvm.callback.log_to_file(log)])
+    GridSearchTuner(task).tune(n_trial=2, measure_option=option, callbacks=[autotvm.callback.log_to_file(log)])
     rows = list(record.load_from_file(log))
     # every candidate ran and matched the untuned kernel on the same inputs (check_correctness)
-    assert len(rows) == 3 and all(r.error_no == 0 for _, r in rows), rows
-    # each of the 3 candidates and the untuned reference read the task's table, not fill values
+    assert len(rows) == 2 and all(r.error_no == 0 for _, r in rows), rows
+    # each of the 2 candidates and the untuned reference read the task's table, not fill values
     table = task.input_values()[3]
-    assert len(sent) == 4 and all(np.array_equal(t, table) for t in sent), [t.shape for t in sent]
+    assert len(sent) == 3 and all(np.array_equal(t, table) for t in sent), [t.shape for t in sent]
     tried = {(inp.config["tile_ow"].val, inp.config["oc_chunks"].val): (inp, r) for inp, r in rows}
     default = space.get(space.default_index())
     assert (default["tile_ow"].val, default["oc_chunks"].val) in tried  # the untuned tile measured first
@@ -130,3 +132,28 @@ def test_int16_winograd_conv_is_a_one_config_task():
     tasks = autotvm.task.extract_from_program(mod["main"], target="llvm -mcpu=haswell", params={})
     assert [t.name for t in tasks] == ["conv2d_int8.x86"] and ("tier", "wino16") in tasks[0].args
     assert len(tasks[0].config_space) == 1
+
+
+def test_local_runner_passes_the_table_as_is(tmp_path):
+    """LocalRunner's timing function (run here, in this process) gives the kernel the task's
+    table and fill values for the other arguments."""
+    from kiln.autotvm.measure.fill import fill_values
+    from kiln.autotvm.measure.local_runner import time_candidate
+
+    target = "llvm -mcpu=haswell"
+    if why_host_cannot_run(target):
+        pytest.skip(f"{target}: {why_host_cannot_run(target)}")
+    _, _, _, task = _mixed_task(target)
+    space = task.config_space
+    s, args = task.instantiate(space.get(space.default_index()))
+    path = str(tmp_path / "mixed.so")
+    tvm.build(s, args, target=task.target).export_library(path)
+    arg_info = [(tuple(int(d) for d in a.shape), str(a.dtype), i == len(args) - 1) for i, a in enumerate(args)]
+    opts = {"number": 1, "repeat": 1, "min_repeat_ms": 0, "cooldown": 0, "flush": False, "device_type": 1,
+            "inputs": task.input_values()}
+    state = {}
+    costs, outputs = time_candidate(state, (path, arg_info, opts, True))
+    arrays = [a.numpy() for a in state["arrays"]]
+    np.testing.assert_array_equal(arrays[3], task.input_values()[3])
+    np.testing.assert_array_equal(arrays[1], fill_values(arg_info[1][0], arg_info[1][1], seed=1))
+    assert len(costs) == 1 and outputs[0].shape == arg_info[-1][0]
