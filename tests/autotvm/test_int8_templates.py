@@ -1,8 +1,10 @@
-"""The mixed int8 conv's AutoTVM template (conv2d_int8_mixed.x86: x86 without VNNI, each output
-block's units on vpmaddubsw and vpmaddwd, read at offsets from a table): extracted from a relay
-program, its untuned tile the declared default, its offset table given to the runners (random
-values would read outside the data), tuned through a local RPC server and built from the log with
-the same bytes as the untuned build and numpy's reference."""
+"""AutoTVM templates of the CPU int8 kernels (autotvm/templates/int8_cpu.py): every task's
+declared default is the untuned kernel, across CPU models. The mixed int8 conv's
+(conv2d_int8_mixed.x86: x86 without VNNI, each output block's units on vpmaddubsw and vpmaddwd,
+read at offsets from a table): extracted from a relay program, its untuned tile the declared
+default, its offset table given to the runners (fill values would time loads of the first bytes),
+tuned through a local RPC server and built from the log with the same bytes as the untuned build
+and numpy's reference."""
 
 from __future__ import annotations
 
@@ -157,3 +159,33 @@ def test_local_runner_passes_the_table_as_is(tmp_path):
     np.testing.assert_array_equal(arrays[3], task.input_values()[3])
     np.testing.assert_array_equal(arrays[1], fill_values(arg_info[1][0], arg_info[1][1], seed=1))
     assert len(costs) == 1 and outputs[0].shape == arg_info[-1][0]
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=haswell", "llvm -mcpu=skylake-avx512", "llvm -mcpu=cascadelake",
+                                    "llvm -mcpu=alderlake", "llvm -mcpu=sapphirerapids",
+                                    "llvm -mtriple=aarch64-linux-gnu -mattr=+neon,+dotprod",
+                                    "llvm -mtriple=armv7l-linux-gnueabihf -mcpu=cortex-a9 -mattr=+neon"])
+def test_every_int8_task_declares_the_untuned_kernel_its_default(target):
+    """Each int8 task of small graphs (3x3 conv + dense, 1x1 conv -> depthwise -> dense, a mixed
+    3x3 stride-2 conv, a 64-channel conv for AMX) lowers under its space's default config to the
+    same TIR as under the fallback (what relay.build deploys untuned): tuning starts from it."""
+    from kiln.autotvm.space import FallbackConfigEntity
+    from test_int8_x86 import conv_graph, tflite_gemm_graph
+
+    rng = np.random.default_rng(0)
+    graphs = [conv_graph(rng, ic=16, oc=32, hw=9)[0], conv_graph(rng, ic=64, oc=32, hw=8)[0],
+              tflite_gemm_graph(rng)[0], mixed_graph(rng, **SHAPE)[0]]
+    seen = set()
+    for mod in graphs:
+        for task in autotvm.task.extract_from_program(mod["main"], target=target, params={}):
+            space = task.config_space
+            if len(space) == 1:  # AMX, int16 Winograd: the one config is the default (extraction made it)
+                continue
+            tirs = []
+            for cfg in (space.get(space.default_index()), FallbackConfigEntity()):
+                s, args = task.instantiate(cfg)
+                with task.target:
+                    tirs.append(str(tvm.lower(s, args, simple_mode=True)))
+            assert tirs[0] == tirs[1], (task.name, space.get(space.default_index()))
+            seen.add((task.name, dict(a for a in task.args if isinstance(a, tuple) and len(a) == 2).get("tier")))
+    assert len(seen) >= 3, seen  # convs, dense and depthwise (and the tiers of this CPU)
