@@ -88,7 +88,11 @@ def test_mixed_conv_tuned_through_rpc_builds_the_same_bytes(tmp_path, fleet, mon
 
     sent = []  # what the runner copies into the server's arrays (the fill kernels make the rest)
     copyfrom = RemoteNDArray.copyfrom
-    monkeypatch.setattr(RemoteNDArray, "copyfrom", lambda self, src: (sent.append(np.array(src)), copyfrom(self, src))[1])
+
+    def spy(self, src):
+        sent.append(np.array(src))
+        return copyfrom(self, src)
+    monkeypatch.setattr(RemoteNDArray, "copyfrom", spy)
 
     target = "llvm -mcpu=haswell"
     if why_host_cannot_run(target):
