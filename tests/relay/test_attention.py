@@ -52,6 +52,8 @@ def test_attention_is_formed_and_matches_onnxruntime(name):
     assert len(mask) == want, f"{name}: mask shape {mask}"
     if name == "gpt2":
         assert int(mask[1]) == int(mask[2]), mask
+    if name.startswith("bert"):  # (1, 1, M, N) in the graph, one row in value: one row read
+        assert int(mask[1]) == 1, mask
     # x86: the heads stay in the dense layers' rows (no head-split or head-join copy kernels);
     # GPT-2's key and value pass a one-input concatenate (its cache) and two transposes
     assert int(calls[0].attrs.heads) == 2, calls[0].attrs
@@ -230,3 +232,23 @@ def test_rows_form_only_for_one_sequence(batch):
     w = np.exp(q @ k.transpose(0, 1, 3, 2) * 0.25 - (q @ k.transpose(0, 1, 3, 2) * 0.25).max(-1, keepdims=True))
     want = ((w / w.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(batch, s, h * d)
     np.testing.assert_allclose(gm.get_output(0).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_mask_rows_kept_only_where_they_differ():
+    """A computed mask that is the same for every query row (BERT's padding mask, broadcast to
+    (1, 1, M, N) by an all-true constant) is read as one row; one that varies per row is not."""
+    from kiln.relay.transform.fuse_attention import _row_invariant
+
+    m, n = 5, 7
+    pad = relay.var("pad", shape=(1, 1, 1, n), dtype="bool")
+    full = relay.var("full", shape=(1, 1, m, n), dtype="bool")
+    ones = relay.const(np.ones((1, 1, m, 1), bool))
+    steps = relay.const((np.arange(m) % 2 == 0).reshape(1, 1, m, 1))
+
+    def invariant(cond):
+        body = relay.where(cond, relay.const(0.0), relay.const(-1e9))
+        return _row_invariant(infer(relay.Function([pad, full], body)).body)
+
+    assert invariant(relay.logical_and(ones, pad))
+    assert not invariant(relay.logical_and(ones, full))
+    assert not invariant(relay.logical_and(steps, pad))

@@ -38,6 +38,7 @@ from ..op import nn as nn_ops
 from ..op import nn_norm, tensor
 from ..op import transform as tf
 from ..op.attention import attention
+from ..op.registry import OpDef, OpPattern
 from ..visitor import DataflowRewriter
 
 
@@ -143,6 +144,9 @@ def _mask3(typed, mask, lead: tuple, m: int, n: int, b: int):
     if any(d not in (1, full) for d, full in zip(mlead, lead)):
         return None
     rows = ms[-2]
+    if rows > 1 and not isinstance(mask, Constant) and _row_invariant(typed):  # one row serves all
+        mask = tf.strided_slice(mask, [0], [1], axes=[len(_shape(typed)) - 2])
+        rows = 1
     if all(d == 1 for d in mlead):
         shape = (1, rows, n)
     else:
@@ -152,6 +156,23 @@ def _mask3(typed, mask, lead: tuple, m: int, n: int, b: int):
     if isinstance(mask, Constant):
         return _shrunk(mask.data.reshape(shape))
     return tf.RESHAPE(mask, newshape=shape)
+
+
+def _row_invariant(e, depth: int = 0) -> bool:
+    """Whether ``e`` (typed) has the same value along its second-to-last axis (a mask row for every
+    query): elementwise and broadcast ops of such operands, constants equal along it, operands of
+    size 1 there or without it. BERT's padding mask is where(and(all-true (1, 1, M, 1), pad (1, 1,
+    1, N)), ...): (1, 1, M, N) in the graph, one row of N in value."""
+    shape = _shape(e)
+    if len(shape) < 2 or shape[-2] == 1:
+        return True
+    if isinstance(e, Constant):
+        return bool((e.data == e.data[..., :1, :]).all())
+    if depth > 16 or not isinstance(e, Call) or not isinstance(e.op, OpDef):
+        return False
+    if e.op is tf.BROADCAST_TO or e.op.pattern <= OpPattern.BROADCAST:
+        return all(_row_invariant(a, depth + 1) for a in e.args)
+    return False
 
 
 def _shrunk(data: np.ndarray):
