@@ -48,6 +48,18 @@ def test_kernel_matches_numpy_on_opencl(b, m, n, d, e, mask_shape, kt, vt):
     np.testing.assert_allclose(got, reference(q, k, v, mask, 0.25, kt, vt), rtol=1e-5, atol=1e-5)
 
 
+def test_half_precision_kernel_matches_numpy_on_opencl():
+    """float16 query/key/value/mask: float32 sums inside, one rounding of each output to half."""
+    rng = np.random.default_rng(0)
+    q, k, v, mask = (x.astype("float16") for x in _inputs(rng, 3, 21, 37, 16, 24, (1, 21, 37), True, False))
+    got = run("opencl", lambda *x: A.attention(*x, 0.25, True, False), A.schedule_attention, [q, k, v, mask])
+    assert got.dtype == np.float16
+    # the reference takes the same half inputs: what is left is the output's rounding (half an
+    # ulp, 2^-11 relative) over float32 sums of at most 37 terms
+    np.testing.assert_allclose(got.astype(np.float64), reference(q, k, v, mask, 0.25, True, False),
+                               rtol=2.0 ** -10, atol=1e-4)
+
+
 def _relay_attention(b, m, n, d, e):
     q, kt, v = (relay.var(x, shape=s) for x, s in (("q", (b, m, d)), ("k", (b, d, n)), ("v", (b, n, e))))
     mask = relay.var("mask", shape=(1, 1, n))
