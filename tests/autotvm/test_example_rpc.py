@@ -49,7 +49,7 @@ def test_tune_relay_rpc_example_runs_as_written(tmp_path):
     # (other argument shapes) go through the fleet, as in a real 004 run.
     proc = subprocess.run([sys.executable, "-c", HARNESS, EXAMPLE, "--trials", "4", "--image", "32",
                            "--port", str(_free_port())],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=400)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     for step in ("Extract tasks...", "[Task 11/11]", "Compile...", "Upload...", "Mean inference time"):
