@@ -435,12 +435,11 @@ def tile_width(width: int, most: int = 8) -> int:
     return next(t for t in range(min(most, width), 0, -1) if width % t == 0)
 
 
-def schedule_conv2d_int8(outs, cfg=None):
-    """Schedule of an int8 conv (accumulators, requantize, any fused elementwise ops)."""
-    s, out, acc = epilogue_schedule(outs, CONV_TAG)
-    tier, chunks = acc.op.attrs["tier"], acc.op.attrs.get("chunks", 1)
+def _output_tile(s, out, tile: int, chunks: int):
+    """The output's register tile (``tile`` pixels of a row x ``chunks`` blocks x a block's
+    vector), rows of blocks run in parallel; returns the axis the accumulators are computed at."""
     n, c, y, x, b = s[out].op.axis
-    xo, xi = s[out].split(x, factor=acc.op.attrs["tile"])
+    xo, xi = s[out].split(x, factor=tile)
     if chunks > 1:  # the tile spans `chunks` output blocks: each data broadcast feeds all of them
         c, ci = s[out].split(c, factor=chunks)
         s[out].reorder(n, c, y, xo, ci, xi, b)
@@ -450,7 +449,14 @@ def schedule_conv2d_int8(outs, cfg=None):
     s[out].vectorize(b)
     s[out].unroll(xi)
     s[out].parallel(s[out].fuse(n, c, y))
-    s[acc].compute_at(s[out], xo)
+    return xo
+
+
+def schedule_conv2d_int8(outs, cfg=None):
+    """Schedule of an int8 conv (accumulators, requantize, any fused elementwise ops)."""
+    s, out, acc = epilogue_schedule(outs, CONV_TAG)
+    tier, chunks = acc.op.attrs["tier"], acc.op.attrs.get("chunks", 1)
+    s[acc].compute_at(s[out], _output_tile(s, out, acc.op.attrs["tile"], chunks))
     an, ac, ay, ax, ab = s[acc].op.axis
     red = s[acc].op.reduce_axis
     rco, ry, rx, rcq, *inner = red
@@ -479,17 +485,7 @@ def schedule_conv2d_int8_mixed(outs, cfg=None):
     s, out, acc = epilogue_schedule(outs, MIXED_TAG)
     chunks = acc.op.attrs.get("chunks", 1)
     s[acc].compute_inline()
-    n, c, y, x, b = s[out].op.axis
-    xo, xi = s[out].split(x, factor=acc.op.attrs["tile"])
-    if chunks > 1:
-        c, ci = s[out].split(c, factor=chunks)
-        s[out].reorder(n, c, y, xo, ci, xi, b)
-        s[out].unroll(ci)
-    else:
-        s[out].reorder(n, c, y, xo, xi, b)
-    s[out].vectorize(b)
-    s[out].unroll(xi)
-    s[out].parallel(s[out].fuse(n, c, y))
+    xo = _output_tile(s, out, acc.op.attrs["tile"], chunks)
     for part in acc.op.input_tensors:
         s[part].compute_at(s[out], xo)
         an, ac, ay, ax, ab = s[part].op.axis
