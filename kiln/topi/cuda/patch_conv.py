@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from kiln import te
 
-from ..utils import const_int, find_stage
+from ..utils import const_int, find_stage, has_stage
 
 MIN_WINDOW = 4  # kernels of fewer elements (1x1, 2x2 stride 2) stay direct convolutions
 
@@ -63,11 +63,7 @@ def conv2d_patches(data, kernel, strides, out_dtype=None):
 
 
 def is_patch_gemm(out) -> bool:
-    try:
-        find_stage(out, lambda op: bool(getattr(op, "attrs", {}).get("patch_gemm")), "patch conv")
-    except ValueError:
-        return False
-    return True
+    return has_stage(out, lambda op: bool(getattr(op, "attrs", {}).get("patch_gemm")))
 
 
 def schedule_conv2d_patches(outs):
