@@ -106,16 +106,20 @@ def _requant_np(acc, bias, q, s, a, axis):
     return np.clip(np.right_shift(p, s) + a.out_zp, lo, hi).astype(a.out_dtype)
 
 
-def _conv_ref(a, x, w, bias, q, s):
+def _blocked_conv_ref(a, x, oihw, lanes: int, bias, q, s):
+    """The requantized NCHW[lanes]c result of u8 NCHW[ib]c data ``x`` x OIHW int64 weights ``oihw``."""
     n, cc, h, wd, ib = x.shape
     plain = x.transpose(0, 1, 4, 2, 3).reshape(n, cc * ib, h, wd).astype(np.int64)
     pt, pl, pb, pr = a.padding
     plain = np.pad(plain, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=a.pad_value)
-    acc = fnn.conv2d_nchw_ref(plain, _unpack_conv_weight(w, a.tier), a.strides, (0, 0, 0, 0), a.dilation, 1)
+    acc = fnn.conv2d_nchw_ref(plain, oihw, a.strides, (0, 0, 0, 0), a.dilation, 1)
     out = _requant_np(np.asarray(acc, np.int64), bias, q, s, a, 1)
-    lanes = _lanes_of(w.shape, a.tier)
     o = out.shape[1]
     return np.ascontiguousarray(out.reshape(n, o // lanes, lanes, *out.shape[2:]).transpose(0, 1, 3, 4, 2))
+
+
+def _conv_ref(a, x, w, bias, q, s):
+    return _blocked_conv_ref(a, x, _unpack_conv_weight(w, a.tier), _lanes_of(w.shape, a.tier), bias, q, s)
 
 
 CONV2D_INT8 = OpDef("nn.contrib_conv2d_int8", ("data", "weight", "bias", "multiplier", "shift"), dict(_CONV_ATTRS),
@@ -138,17 +142,11 @@ def _mixed_rel(ctx: RelCtx):
 def _mixed_ref(a, x, w, w16, table, bias, q, s):
     from kiln.topi.int8_pack import unpack_mixed_conv_weight
 
-    n, cc, h, wd, ib = x.shape
+    _, cc, _, _, ib = x.shape
     kh, kw = a.kernel_size
     lanes = w.shape[2]
     oihw = unpack_mixed_conv_weight(w, w16, table[..., :4], (w.shape[0] * lanes, cc * ib, kh, kw), ib)
-    plain = x.transpose(0, 1, 4, 2, 3).reshape(n, cc * ib, h, wd).astype(np.int64)
-    pt, pl, pb, pr = a.padding
-    plain = np.pad(plain, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=a.pad_value)
-    acc = fnn.conv2d_nchw_ref(plain, oihw.astype(np.int64), a.strides, (0, 0, 0, 0), a.dilation, 1)
-    out = _requant_np(np.asarray(acc, np.int64), bias, q, s, a, 1)
-    o = out.shape[1]
-    return np.ascontiguousarray(out.reshape(n, o // lanes, lanes, *out.shape[2:]).transpose(0, 1, 3, 4, 2))
+    return _blocked_conv_ref(a, x, oihw.astype(np.int64), lanes, bias, q, s)
 
 
 # AVX2 / AVX-512BW without VNNI, weights of which only some units fit vpmaddubsw
