@@ -45,9 +45,6 @@ def _register(family: str) -> dict:
     from kiln.topi.x86 import conv2d_int8_winograd as wino
     from kiln.topi.x86.amx_int8 import schedule_conv2d_int8_amx
 
-    def untuned(cfg):
-        return None if getattr(cfg, "is_fallback", False) else cfg
-
     @register_topi_compute(f"conv2d_int8.{family}")
     def conv2d_int8(cfg, data, weight, bias, mult, shift, *attr_pairs):
         attrs = dict(attr_pairs)
@@ -61,7 +58,7 @@ def _register(family: str) -> dict:
             _space(cfg, "oc_chunks", [1, 2] if blocks % 2 == 0 else [1],
                    k.default_chunks(blocks, attrs["tier"], ow, lanes))
         out = cpu_int8.compute_from_workload("nn.contrib_conv2d_int8", (data, weight, bias, mult, shift),
-                                             attr_pairs, untuned(cfg))
+                                             attr_pairs, _untuned(cfg))
         _flop(cfg, out, _ints(weight.shape))
         return out
 
@@ -80,7 +77,7 @@ def _register(family: str) -> dict:
         ow = _out_width(data, weight, attrs)
         _space(cfg, "tile_ow", k.tile_candidates(ow), k.tile_width(ow, 8))
         out = cpu_int8.compute_from_workload("nn.contrib_depthwise_conv2d_int8", (data, weight, bias, mult, shift),
-                                             attr_pairs, untuned(cfg))
+                                             attr_pairs, _untuned(cfg))
         return out
 
     @register_topi_schedule(f"depthwise_conv2d_int8.{family}")
@@ -92,7 +89,7 @@ def _register(family: str) -> dict:
         m = _ints(data.shape)[0]
         _space(cfg, "tile_m", k.tile_candidates(m, 8), k.tile_width(m, 4))
         return cpu_int8.compute_from_workload("nn.contrib_dense_int8", (data, weight, bias, mult, shift),
-                                              attr_pairs, untuned(cfg))
+                                              attr_pairs, _untuned(cfg))
 
     @register_topi_schedule(f"dense_int8.{family}")
     def schedule_dense_int8(cfg, outs):
@@ -102,7 +99,7 @@ def _register(family: str) -> dict:
     def batch_matmul_int8(cfg, x, y, *attr_pairs):
         m = _ints(x.shape)[1]
         _space(cfg, "tile_m", k.tile_candidates(m, 8), k.tile_width(m, 4))
-        return cpu_int8.compute_from_workload("nn.contrib_batch_matmul_int8", (x, y), attr_pairs, untuned(cfg))
+        return cpu_int8.compute_from_workload("nn.contrib_batch_matmul_int8", (x, y), attr_pairs, _untuned(cfg))
 
     @register_topi_schedule(f"batch_matmul_int8.{family}")
     def schedule_batch_matmul_int8(cfg, outs):
@@ -133,12 +130,8 @@ def _register_mixed() -> dict:
         _space(cfg, "tile_ow", k.tile_candidates(ow), tile)
         _space(cfg, "oc_chunks", [1, 2] if blocks % 2 == 0 else [1], chunks)
         out = cpu_int8.compute_from_workload(op, (data, weight, weight16, table, bias, mult, shift), attr_pairs,
-                                             None if getattr(cfg, "is_fallback", False) else cfg)
-        if hasattr(cfg, "add_flop"):  # 2 x (units x 4 channels) multiply-adds per output
-            n_out = 1
-            for d in _ints(out.shape):
-                n_out *= d
-            cfg.add_flop(2.0 * n_out * 4 * _ints(table.shape)[1])
+                                             _untuned(cfg))
+        _add_flop(cfg, out, 4 * _ints(table.shape)[1])  # units x 4 channels per output
         return out
 
     @register_topi_schedule("conv2d_int8_mixed.x86")
@@ -166,16 +159,24 @@ def _stages(out):
     return seen
 
 
+def _untuned(cfg):
+    return None if getattr(cfg, "is_fallback", False) else cfg
+
+
 def _flop(cfg, out, wshape) -> None:
     """2 x the multiply-adds of the conv (the packed weight holds every weight once)."""
-    n_out = 1
-    for d in _ints(out.shape):
-        n_out *= d
     per_output = 1
     for d in wshape[1:-2]:
         per_output *= d
-    per_output *= wshape[-1]
+    _add_flop(cfg, out, per_output * wshape[-1])
+
+
+def _add_flop(cfg, out, per_output: int) -> None:
+    """2 x ``per_output`` multiply-adds for each element of ``out``."""
     if hasattr(cfg, "add_flop"):
+        n_out = 1
+        for d in _ints(out.shape):
+            n_out *= d
         cfg.add_flop(2.0 * n_out * per_output)
 
 
