@@ -14,14 +14,14 @@ import time
 PAUSE_S = 0.1
 
 
-def seconds_per_call(fn, number: int, pause: float = PAUSE_S) -> float:
-    """Mean seconds of ``number`` calls of fn, after a pause and one untimed call."""
+def seconds_per_call(fn, number: int, pause: float = PAUSE_S, clock=time.perf_counter) -> float:
+    """Mean seconds of ``number`` calls of fn by ``clock``, after a pause and one untimed call."""
     time.sleep(pause)
     fn()
-    start = time.perf_counter()
+    start = clock()
     for _ in range(number):
         fn()
-    return (time.perf_counter() - start) / number
+    return (clock() - start) / number
 
 
 def calls_for(fn, seconds: float = 0.05) -> int:
@@ -45,11 +45,7 @@ def cpu_interleaved(sides: dict, rounds: int, number: int) -> dict:
     times = {name: [] for name in sides}
     for _ in range(rounds):
         for name, fn in sides.items():
-            fn()
-            start = time.process_time()
-            for _ in range(number):
-                fn()
-            times[name].append((time.process_time() - start) / number)
+            times[name].append(seconds_per_call(fn, number, pause=0, clock=time.process_time))
     return times
 
 
