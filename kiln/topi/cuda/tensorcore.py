@@ -163,20 +163,12 @@ def _split_dense(a, w, shape, slices: int, out_dtype: str, cfg):
     """dense on tensor cores with the reduction cut into ``slices``: slice s is product s of a batch
     (blockIdx.z; its A and B tiles read in place, columns s * K/slices on), float32 sums, and a
     second kernel adds the slices up, casts and applies the epilogue."""
-    (m, n), (mp, k), np_ = shape, (const_int(d) for d in a.shape), const_int(w.shape[0])
-    ks = k // slices
-    a3 = te.compute((slices, mp, ks), lambda sl, i, r: a[i, sl * ks + r], name="dense_slices_a")
-    w3 = te.compute((slices, np_, ks), lambda sl, j, r: w[j, sl * ks + r], name="dense_slices_w")
-    product = _batch_matmul(a3, w3, None, "float32", False, True)
-    product.op.attrs["tensorcore_config"] = config_for(mp, np_, ks, cfg, slices)
+    from ..gpu.dense import slice_views, sum_slices
 
-    def total(i, j):
-        value = product[0, i, j]
-        for sl in range(1, slices):
-            value = value + product[sl, i, j]
-        return value.astype(out_dtype)
-
-    return te.compute((m, n), total, name="T_dense", tag="injective")
+    (mp, k), np_ = (const_int(d) for d in a.shape), const_int(w.shape[0])
+    product = _batch_matmul(*slice_views(a, w, slices), None, "float32", False, True)
+    product.op.attrs["tensorcore_config"] = config_for(mp, np_, k // slices, cfg, slices)
+    return sum_slices(product, shape, out_dtype)
 
 
 def batch_matmul_tensorcore(a, b, oshape=None, out_dtype=None, transpose_a=False, transpose_b=True, cfg=None):

@@ -214,25 +214,38 @@ def _split_dense(data, weight, conf: dict, split: int, padded: tuple, out_dtype)
     out_dtype = out_dtype or str(data.dtype)
     a, w = _padded(data, (mp, kp), 1), _padded(weight, (np_, kp), 1)
     ks = kp // split
-    # the slices as views whose last index is the reduction's own (inlined into the slab fetch): so
-    # busy.pad_slab sees rows along the reduction and pads them (read as a[i, sl * ks + rk], the
-    # slabs went unpadded, 16-way bank conflicts: 2-4x slower on the H200)
-    a3 = te.compute((split, mp, ks), lambda sl, i, r: a[i, sl * ks + r], name="dense_slices_a", tag="injective")
-    w3 = te.compute((split, np_, ks), lambda sl, j, r: w[j, sl * ks + r], name="dense_slices_w", tag="injective")
+    a3, w3 = slice_views(a, w, split, tag="injective")
     rk = te.reduce_axis((0, ks), name="k")
     slices = te.compute((split, mp, np_), lambda sl, i, j: te.sum(
         a3[sl, i, rk].astype(out_dtype) * w3[sl, j, rk].astype(out_dtype), axis=rk),
         name="T_dense_slices", tag="dense")
     ki = int(conf["tile_k"][1])
     slices.op.attrs["gpu_config"] = {**conf, "tile_k": [ks // ki, ki], "split_k": split}
+    return sum_slices(slices, (m, n))
 
+
+def slice_views(a, w, slices: int, tag: str = ""):
+    """A (M, K) and W (N, K) as (slices, M, K / slices) and (slices, N, K / slices): slice s is
+    columns s * K / slices on. Views whose last index is the reduction's own (inlined into the slab
+    fetch): so busy.pad_slab sees rows along the reduction and pads them (read as a[i, sl * ks + rk],
+    the slabs went unpadded, 16-way bank conflicts: 2-4x slower on the H200)."""
+    (mp, k), np_ = (const_int(d) for d in a.shape), const_int(w.shape[0])
+    ks = k // slices
+    a3 = te.compute((slices, mp, ks), lambda sl, i, r: a[i, sl * ks + r], name="dense_slices_a", tag=tag)
+    w3 = te.compute((slices, np_, ks), lambda sl, j, r: w[j, sl * ks + r], name="dense_slices_w", tag=tag)
+    return a3, w3
+
+
+def sum_slices(product, shape, out_dtype=None):
+    """The (M, N) output (``shape``, a corner of padded products) of a split product (slices, M, N):
+    the slices added in order, then cast to ``out_dtype`` where given."""
     def total(i, j):
-        value = slices[0, i, j]
-        for sl in range(1, split):
-            value = value + slices[sl, i, j]
-        return value
+        value = product[0, i, j]
+        for sl in range(1, const_int(product.shape[0])):
+            value = value + product[sl, i, j]
+        return value if out_dtype is None else value.astype(out_dtype)
 
-    return te.compute((m, n), total, name="T_dense", tag="injective")
+    return te.compute(shape, total, name="T_dense", tag="injective")
 
 
 def matmul(a, b, bias=None, out_dtype=None, transpose_a=False, transpose_b=False, cfg=None):
