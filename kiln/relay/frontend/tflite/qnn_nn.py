@@ -159,7 +159,7 @@ def _pool(kind):
         dtype, oinfo = ctx.info(0).dtype, ctx.out_info()
         if oinfo.dtype != dtype:
             ctx.fail(f"reads {dtype} and writes {oinfo.dtype}; a quantized pool keeps its input's type")
-        ctx.out_q()  # an int8, uint8 or int16 output (so input) with parameters
+        oq = ctx.out_q()  # an int8, uint8 or int16 output (so input) with parameters
         size, strides = (opts.FilterHeight(), opts.FilterWidth()), (opts.StrideH(), opts.StrideW())
         pads = padding_of(opts, *_hw(ctx, x, layout), size, strides)
         if kind == "max":
@@ -171,7 +171,7 @@ def _pool(kind):
             y = tf.cast(tensor.clip(Q.round_away(mean), float(lo), float(hi)), dtype)
         # TFLite's pooling kernels keep the stored integers: an output whose parameters differ from
         # the input's (its converter never writes one) is not requantized, only clamped
-        y = Q.clamp(y, *Q.activation_range(opts.FusedActivationFunction(), ctx.out_q(), oinfo.dtype), oinfo.dtype)
+        y = Q.clamp(y, *Q.activation_range(opts.FusedActivationFunction(), oq, oinfo.dtype), oinfo.dtype)
         return Held(y, layout)
     return convert
 
