@@ -189,9 +189,8 @@ def FlattenRows():  # noqa: N802
         from .flatten_rows import flatten_rows
 
         target = Target.current(allow_none=True)
-        if target is not None and target.kind.name == "llvm" and _x86_rows(target, func):
-            return flatten_rows(infer(func))
-        if target is None or target.kind.name != "cuda":
+        kind = target.kind.name if target is not None else None
+        if not (kind == "cuda" or kind == "llvm" and _x86_rows(target, func)):
             return func
         return flatten_rows(infer(func))
     return FunctionPass(run, PassInfo(3, "FlattenRows"))
