@@ -38,6 +38,7 @@ from kiln.tir.transform.double_buffer import LAG
 from ..gpu.common import block, thread
 from ..nn.dense import add_bias
 from ..utils import const_int, find_stage, has_stage
+from .tensorcore import _schedule_epilogue
 
 ROWS = 64  # rows of one warpgroup's tile (wgmma's m)
 DEFAULT = {"warpgroups": 2, "n": 128, "bk": 64, "stages": 4, "copy_order": "chunks", "copy": "cp.async"}
@@ -312,12 +313,8 @@ def _epilogue(s, kernels, C, outs=None) -> None:
                 and not _feeds_product(st.op, C):
             st.compute_inline()
     for o in kernels:
-        if o.op is C.op:
-            continue
-        st = s[o]
-        bx, tx = st.split(st.fuse(*st.op.axis), factor=256)
-        st.bind(bx, block("x"))
-        st.bind(tx, thread("x"))
+        if o.op is not C.op:
+            _schedule_epilogue(s, o)  # a flat kernel of 256 threads a block
 
 
 def _feeds_product(op, C) -> bool:
