@@ -80,15 +80,10 @@ def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, ti
     pt, pl, pb, pr = padding
     oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
     ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
-    if tier == "pmaddwd" and (kh, kw) == (1, 1) and not any(padding) and (sh, sw) != (1, 1):
-        # a strided 1x1 conv reads every sh-th row and sw-th column: widen only those to int16
-        # (the whole input is 4x the pixels at stride 2), then convolve with stride 1
-        src = data
-        padded = te.compute((n, cc, oh, ow, ib), lambda b, c, y, x, i: src[b, c, y * sh, x * sw, i].astype("int16"),
-                            name="data_pad_int8", tag="int8_pad")
-        sh = sw = 1
+    if tier == "pmaddwd":
+        padded, (sh, sw) = _int16_input(data, (kh, kw), (sh, sw), padding, pad_value, oh, ow)
     else:
-        padded = _padded(data, padding, pad_value, "int16" if tier == "pmaddwd" else None)
+        padded = _padded(data, padding, pad_value)
     rco = te.reduce_axis((0, cc), name="rco")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -114,8 +109,21 @@ def conv2d_int8_acc(data, kernel, strides, padding, dilation, pad_value: int, ti
                              "chunks": int(oc_chunks or default_chunks(occ, tier, ow, lanes))})
 
 
-def _mixed_strided_1x1(kernel_size, strides, padding) -> bool:
+def _strided_1x1(kernel_size, strides, padding) -> bool:
     return tuple(kernel_size) == (1, 1) and not any(padding) and tuple(strides) != (1, 1)
+
+
+def _int16_input(data, kernel_size, strides, padding, pad_value: int, oh: int, ow: int):
+    """(the data widened to int16 for vpmaddwd, the strides to read it with). A strided 1x1 conv
+    reads every sh-th row and sw-th column: only those are widened (the whole input is 4x the
+    pixels at stride 2), then read with stride 1."""
+    if not _strided_1x1(kernel_size, strides, padding):
+        return _padded(data, padding, pad_value, "int16"), tuple(strides)
+    n, cc, _, _, ib = (int(d) for d in data.shape)
+    sh, sw = strides
+    widened = te.compute((n, cc, oh, ow, ib), lambda b, c, y, x, i: data[b, c, y * sh, x * sw, i].astype("int16"),
+                         name="data_pad_int8", tag="int8_pad")
+    return widened, (1, 1)
 
 
 def mixed_table(units, data_shape, kernel_size, strides, padding, dilation) -> np.ndarray:
@@ -127,7 +135,7 @@ def mixed_table(units, data_shape, kernel_size, strides, padding, dilation) -> n
     hp, wp = h + pt + pb, w + pl + pr
     cb, ky, kx, q4 = (units[..., i].astype(np.int64) for i in range(4))
     off8 = ((cb * hp + ky * dilation[0]) * wp + kx * dilation[1]) * ib + q4
-    if _mixed_strided_1x1(kernel_size, strides, padding):  # the int16 copy holds only the pixels read
+    if _strided_1x1(kernel_size, strides, padding):  # the int16 copy holds only the pixels read
         kh, kw = kernel_size
         oh = (h - kh) // strides[0] + 1
         ow = (w - kw) // strides[1] + 1
@@ -176,14 +184,7 @@ def conv2d_int8_mixed_acc(data, weight, weight16, table, kernel_size, strides, p
         raise CompileError(f"conv2d_int8_mixed: weights {tuple(weight.shape)} + {tuple(weight16.shape)} and table "
                            f"{tuple(table.shape)} do not cover data {tuple(data.shape)} with a {kh}x{kw} kernel")
     p8 = _padded(data, padding, pad_value)
-    s16 = (sh, sw)
-    if _mixed_strided_1x1(kernel_size, strides, padding):  # widen only the pixels read
-        src = data
-        p16 = te.compute((n, cc, oh, ow, ib), lambda b, c, y, x, i: src[b, c, y * sh, x * sw, i].astype("int16"),
-                         name="data_pad_int8", tag="int8_pad")
-        s16 = (1, 1)
-    else:
-        p16 = _padded(data, padding, pad_value, "int16")
+    p16, s16 = _int16_input(data, kernel_size, strides, padding, pad_value, oh, ow)
     u = te.reduce_axis((0, ns), name="u")
     r4 = te.reduce_axis((0, 4), name="r4")
     acc8 = te.compute((n, occ, oh, ow, lanes), lambda b, o, y, x, l: te.sum(
