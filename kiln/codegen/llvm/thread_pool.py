@@ -85,7 +85,6 @@ _TEMPLATE = r"""
 @pool.err = internal global i32 0, align 4
 @pool.ticket = internal global i64 -4294967296, align 64
 @pool.launches = internal global i32 0, align 4
-@pool.nchunks = internal global i32 0, align 64
 @pool.completed = internal global i32 0, align 64
 @pool.ranges = internal global i32 0, align 4
 @pool.tickets = internal global [{maxw} x [8 x i64]] zeroinitializer, align 64
@@ -380,7 +379,6 @@ launch:
   store atomic i32 %chunk32, ptr @pool.maxchunk monotonic, align 4
   store i32 %n, ptr @pool.active, align 4
   store i32 0, ptr @pool.err, align 4
-  store atomic i32 %units, ptr @pool.nchunks monotonic, align 64
   store atomic i32 0, ptr @pool.completed monotonic, align 64
   %lcount = atomicrmw add ptr @pool.launches, i32 1 monotonic
   %lnum = and i32 %lcount, 2147483647
