@@ -128,19 +128,7 @@ def build_kiln(model, threads: int, target: str = "llvm", config: dict | None = 
     """(GraphModule, build seconds); ``config``: PassContext settings (an A/B of a kiln switch)."""
     from kiln import relay
 
-    if not config:
-        return built(*relay.frontend.from_onnx(model), threads, target)
-    import kiln as tvm
-    from kiln import config as kconfig
-    from kiln.contrib import graph_executor
-
-    mod, params = relay.frontend.from_onnx(model)
-    start = time.perf_counter()
-    with tvm.transform.PassContext(opt_level=3, config=config):
-        lib = relay.build(mod, target=target, params=params)
-    build_s = time.perf_counter() - start
-    with kconfig.override(num_threads=threads):
-        return graph_executor.GraphModule(lib["default"](tvm.cpu(0))), build_s
+    return built(*relay.frontend.from_onnx(model), threads, target, pass_config=config)
 
 
 def ort_session(model, threads: int):
