@@ -69,7 +69,7 @@ def is_patch_gemm(out) -> bool:
 def schedule_conv2d_patches(outs):
     """The product with its dense tiles in a kernel of its own, the NCHW output (and its
     epilogue) a flat kernel of 256 threads a block (fewer where the target allows fewer)."""
-    from ..gpu.common import as_list, block, inline_injective, max_threads, thread
+    from ..gpu.common import as_list, flat_kernel, inline_injective
     from ..gpu.dense import schedule_tiled
 
     outs = as_list(outs)
@@ -79,9 +79,5 @@ def schedule_conv2d_patches(outs):
     inline_injective(s, outs)
     schedule_tiled(s, mm, mm, mm.op.attrs["gpu_config"], shared=True)
     for o in outs:
-        st = s[o]
-        fused = st.fuse(*st.op.axis) if len(st.op.axis) > 1 else st.op.axis[0]
-        bx, tx = st.split(fused, factor=min(256, max_threads()))
-        st.bind(bx, block("x"))
-        st.bind(tx, thread("x"))
+        flat_kernel(s, o)
     return s

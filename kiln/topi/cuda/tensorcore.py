@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from kiln import te
 
-from ..gpu.common import as_list, block, thread
+from ..gpu.common import as_list, block, flat_kernel, thread
 from ..nn.batch_matmul import batch_matmul as _batch_matmul
 from ..nn.dense import add_bias, dense as _dense
 from ..utils import const_int, find_stage, has_stage, knob
@@ -316,7 +316,7 @@ def schedule_dense_tensorcore(outs, cfg=None, fused_output=None):
     _schedule_mma(s, mm, conf)
     for o in outs:  # an epilogue reads the product from global memory, in a kernel of its own
         if o.op is not mm.op:
-            _schedule_epilogue(s, o)
+            flat_kernel(s, o)
     return s
 
 
@@ -388,14 +388,6 @@ def tensorcore_cfg(cfg):
 
 schedule_batch_matmul_tensorcore = schedule_dense_tensorcore
 schedule_conv2d_nhwc_tensorcore = schedule_dense_tensorcore  # the gemm, then the NHWC view (epilogue)
-
-
-def _schedule_epilogue(s, out):
-    st = s[out]
-    fused = st.fuse(*st.op.axis)
-    bx, tx = st.split(fused, factor=256)
-    st.bind(bx, block("x"))
-    st.bind(tx, thread("x"))
 
 
 def _schedule_mma(s, C, conf, epilogue=None, output=None):

@@ -35,10 +35,9 @@ from kiln.ir import expr as E
 from kiln.ir.stmt import AttrStmt, Evaluate, SeqStmt, decl_buffer
 from kiln.tir.transform.double_buffer import LAG
 
-from ..gpu.common import block, thread
+from ..gpu.common import block, flat_kernel, thread
 from ..nn.dense import add_bias
 from ..utils import const_int, find_stage, has_stage
-from .tensorcore import _schedule_epilogue
 
 ROWS = 64  # rows of one warpgroup's tile (wgmma's m)
 DEFAULT = {"warpgroups": 2, "n": 128, "bk": 64, "stages": 4, "copy_order": "chunks", "copy": "cp.async"}
@@ -314,7 +313,7 @@ def _epilogue(s, kernels, C, outs=None) -> None:
             st.compute_inline()
     for o in kernels:
         if o.op is not C.op:
-            _schedule_epilogue(s, o)  # a flat kernel of 256 threads a block
+            flat_kernel(s, o)
 
 
 def _feeds_product(op, C) -> bool:

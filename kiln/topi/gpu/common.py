@@ -61,6 +61,18 @@ def bind_flat(s, t, threads: int | None = None):
     return tx
 
 
+def flat_kernel(s, t, threads: int = 256) -> None:
+    """t as a kernel of its own over its elements (an epilogue reading a product back): its data
+    loops fused into blocks of ``threads`` work-items, fewer where the target allows fewer
+    (``max_threads``); the last block guarded where they do not divide (bind_flat picks a divisor)."""
+    st = s[t]
+    axes = list(st.op.axis)
+    fused = st.fuse(*axes) if len(axes) > 1 else axes[0]
+    bx, tx = st.split(fused, factor=min(threads, max_threads()))
+    st.bind(bx, block("x"))
+    st.bind(tx, thread("x"))
+
+
 def _divisor_near(total: int, limit: int) -> int:
     if total <= limit:
         return total

@@ -32,7 +32,7 @@ from kiln import te
 from ..nn.batch_matmul import batch_matmul as _batch_matmul
 from ..nn.dense import add_bias, dense as _dense, matmul as _matmul
 from ..utils import const_int, find_stage, knob
-from .common import as_list, block, inline_injective, max_threads, schedule_per_item, thread, unroll_pragmas
+from .common import as_list, block, flat_kernel, inline_injective, max_threads, schedule_per_item, thread, unroll_pragmas
 from .tiling import cooperative_fetch, divisor, resolve, split_levels
 
 TAGS = ("dense", "matmul", "batch_matmul")
@@ -301,10 +301,7 @@ def schedule_dense(outs, cfg=None):
         s = te.create_schedule([o.op for o in outs])
         inline_injective(s, outs)
         schedule_tiled(s, mm, mm, recorded, shared=True)
-        st = s[out]
-        bx, tx = st.split(st.fuse(*st.op.axis) if len(st.op.axis) > 1 else st.op.axis[0], factor=256)
-        st.bind(bx, block("x"))
-        st.bind(tx, thread("x"))
+        flat_kernel(s, out)
         return s
     conf = config_for(m, n, k, cfg) if cfg is not None else recorded or config_for(m, n, k)
     s = te.create_schedule([o.op for o in outs])

@@ -5,6 +5,7 @@ shared topi.gpu one)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -196,6 +197,21 @@ def test_split_k_dense_is_two_cuda_kernels():
     src = [x for x in f.imported_modules if x.type_key == "cuda"][0].get_source()
     kernels = [line for line in src.splitlines() if "__global__" in line]
     assert len(kernels) == 2 and "T_dense_slices" in kernels[0] and "blockIdx.z" in src, kernels
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_split_k_sum_kernel_within_a_smaller_thread_limit(dtype):
+    """The slices' sum (a kernel of its own, gpu.common.flat_kernel) takes at most the target's
+    max_num_threads (it took 256 always: a 128-thread CUDA target failed VerifyGPULimits)."""
+    t = tvm.target.Target("cuda -arch=sm_90 -max_num_threads=128", host="llvm")
+    with t:
+        a = tvm.te.placeholder((128, 3072), dtype, name="A")
+        w = tvm.te.placeholder((768, 3072), dtype, name="W")
+        c = topi.gpu.dense(a, w, None, dtype)
+        f = tvm.build(topi.gpu.schedule_dense([c]), [a, w, c], target=t)
+    src = [x for x in f.imported_modules if x.type_key == "cuda"][0].get_source()
+    bounds = [int(x) for x in re.findall(r"__launch_bounds__\((\d+)\)", src)]
+    assert len(bounds) == 2 and "blockIdx.z" in src and max(bounds) <= 128, bounds
 
 
 @pytest.mark.parametrize("m,n,k,split", [(128, 768, 3072, 8), (64, 768, 3072, 8), (197, 768, 3072, 8),
