@@ -250,14 +250,14 @@ def _rows_form(call, chain: _Chain):
 class _Fuse(DataflowRewriter):
     def __init__(self, consumers: dict, rows: bool = False):
         super().__init__(consumers)
-        self.rows = rows
+        self.rows, self.chain = rows, _Chain(consumers)
 
     def visit_Call(self, call):
         if self.rows and call.op is tf.RESHAPE:
             out = self._rows(call)
             if out is not None:
                 return out
-        found = _match(call, _Chain(self.consumers))
+        found = _match(call, self.chain)
         if found is None:
             return super().visit_Call(call)
         q, k, v, k_nd, v_en, scale, mask, lead = found
@@ -271,7 +271,7 @@ class _Fuse(DataflowRewriter):
                          value_transposed=bool(v_en))
 
     def _rows(self, call):
-        found = _rows_form(call, _Chain(self.consumers))
+        found = _rows_form(call, self.chain)
         if found is None:
             return None
         xs, scale, mask, lead, h, m, e = found
