@@ -30,12 +30,16 @@ def _child_fields(cls) -> tuple[str, ...]:
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def child_fields(node) -> tuple[str, ...]:
-    cls = type(node)
+def _walk_fields(cls) -> tuple[str, ...]:
+    """The child fields of a dataclass type, () for anything else (cached per type)."""
     names = _FIELDS.get(cls)
     if names is None:
-        names = _FIELDS[cls] = _child_fields(cls)
+        names = _FIELDS[cls] = _child_fields(cls) if dataclasses.is_dataclass(cls) else ()
     return names
+
+
+def child_fields(node) -> tuple[str, ...]:
+    return _walk_fields(type(node))
 
 
 _IR_TYPES = (PrimExpr, Stmt, Range, IterVar, BufferRegion)
@@ -49,18 +53,6 @@ def _is_ir(value) -> bool:
     if known is None:
         known = _IS_IR[cls] = issubclass(cls, _IR_TYPES)
     return known
-
-
-_NO_FIELDS: tuple[str, ...] = ()
-_WALK: dict[type, tuple[str, ...]] = {}
-
-
-def _walk_fields(cls) -> tuple[str, ...]:
-    """child_fields of a dataclass type, () for anything else (cached per type)."""
-    names = _WALK.get(cls)
-    if names is None:
-        names = _WALK[cls] = _child_fields(cls) if dataclasses.is_dataclass(cls) else _NO_FIELDS
-    return names
 
 
 class Visitor:
