@@ -310,8 +310,8 @@ class CUDAPrinter(CStylePrinter):
         if lanes == 1:
             return super().stmt_BufferStore(s)
         buf, idx = s.buffer, s.indices[0]
-        if lanes == 2 and s.value.dtype.is_float and s.value.dtype.bits == 16 and buf.scope == "local" \
-                and self.half2:
+        if lanes == 2 and s.value.dtype.kind == "float" and s.value.dtype.bits == 16 and buf.scope == "local" \
+                and self.half2:  # float16x2 only: bfloat16 is no half (its sums stay float)
             return self._half2_store(s)
         if buf.dtype.is_bool:
             raise CompileError(f"{self.func_name}: vector stores of bool buffer {buf.name} are not supported; "

@@ -74,6 +74,22 @@ def test_float_sums_where_half2_does_not_apply(monkeypatch):
         assert "f16x2" not in ptx_of(f)[1] and str(out.dtype) == "float32" and out.op.tag != "elemwise"
 
 
+def test_bfloat16x2_register_updates_are_no_half2():
+    """A bfloat16x2 update of registers is no half2 arithmetic (bfloat16 values as halves lose their
+    range): it stays float arithmetic rounded when stored."""
+    a = te.placeholder((64, 2), "bfloat16", name="A")
+    b = te.placeholder((64, 2), "bfloat16", name="B")
+    c = te.compute((64, 2), lambda i, j: a[i, j] * b[i, j] + a[i, j], name="C")
+    s = te.create_schedule(c.op)
+    local = s.cache_write(c, "local")
+    s[c].bind(s[c].op.axis[0], te.thread_axis("threadIdx.x"))
+    s[local].compute_at(s[c], s[c].op.axis[0])
+    s[local].vectorize(s[local].op.axis[1])
+    f = tvm.build(s, [a, b, c], target=TARGET)
+    src, ptx = ptx_of(f)
+    assert "kiln_h" not in src and "f16x2" not in ptx
+
+
 def test_relay_float16_depthwise_takes_half2_with_its_epilogue():
     x = relay.var("x", shape=(1, 32, 16, 16))
     w = relay.const(np.random.default_rng(0).standard_normal((32, 1, 3, 3)).astype("float32"))
