@@ -110,7 +110,7 @@ def _key(node, vars_: dict | None, buffers: dict):
                 iv = node.thread_binding
                 parts.append(("binding", iv.thread_tag, iv.iter_type, _key(iv.dom, vars_, buffers)))
                 continue
-            if f.name in ("combiner", "producer", "type_annotation"):
+            if f.name in _NAMED:
                 value = getattr(node, f.name)
                 parts.append(getattr(value, "name", id(value)))
                 continue
