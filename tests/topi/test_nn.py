@@ -148,7 +148,6 @@ def test_fast_math_is_accurate(runner, name, ref):
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-30 if name != "fast_erf" else 1e-7)
 
 
-
 def test_nested_fast_math_builds_in_bounded_time():
     """tanh of a sigmoid of an erf fused into one kernel: each polynomial reads its input once
     (bound to a variable), so the kernel's expression does not grow as the product of the reads
@@ -168,6 +167,7 @@ def test_nested_fast_math_builds_in_bounded_time():
     sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
     want = np.tanh(sig(_erf(np.tanh(sig(a.astype("float64"))))))
     np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-5, atol=1e-6)
+
 
 def test_relu_and_clip_keep_nan(runner):
     A = te.placeholder((4,), name="x")
