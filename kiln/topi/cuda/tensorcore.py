@@ -118,7 +118,10 @@ def dense_tensorcore(data, weight, bias=None, out_dtype=None, cfg=None):
 
     m, k = (const_int(d) for d in data.shape)
     n = const_int(weight.shape[0])
-    mp, np_ = _round_up(m, _row_step(m)), _round_up(n, WMMA)
+    # rows rounded up to 16 (a ViT's 197 tokens: 208); to 32 (224: 32-row blocks) its products were
+    # slower on the H200: 197 x 3072 x 768 31.0 us against 22.4, 197 x 768 x 768 8.5 against 7.2
+    # (bench/cuda_matmul.py --transformer)
+    mp, np_ = _round_up(m, WMMA), _round_up(n, WMMA)
     _check(mp, np_, k, data.dtype, "dense")
     a = data if mp == m else te.compute((mp, k), lambda i, r: data[tir_op.min(i, m - 1), r], name="dense_rows")
     w = weight if np_ == n else te.compute((np_, k), lambda j, r: weight[tir_op.min(j, n - 1), r], name="dense_cols")
@@ -131,13 +134,6 @@ def dense_tensorcore(data, weight, bias=None, out_dtype=None, cfg=None):
         product = out
         out = te.compute((m, n), lambda i, j: product[i, j], name="dense_valid", tag="injective")
     return add_bias(out, bias, 1)
-
-
-def _row_step(m: int) -> int:
-    """Rows of a padded dense are rounded up to 16 (a ViT's 197 tokens: 208). Rounded up to 32
-    (224: 32-row blocks) its products were slower on the H200: 197 x 3072 x 768 31.0 us against
-    22.4, 197 x 768 x 768 8.5 against 7.2 (bench/cuda_matmul.py --transformer)."""
-    return WMMA
 
 
 def split_slices(m: int, n: int, k: int) -> int:

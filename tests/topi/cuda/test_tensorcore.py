@@ -299,9 +299,9 @@ def test_relay_attention_block_runs_its_products_on_tensor_cores(seq):
 def test_long_reductions_are_split_by_default(m, k, split):
     """FFN down (N = 768, K = 3072) keeps too few warps busy: its reduction is cut into slices, a
     batch of products (blockIdx.z) summed by a second kernel with the epilogue (bias here)."""
-    from kiln.topi.cuda.tensorcore import _row_step, split_slices
+    from kiln.topi.cuda.tensorcore import WMMA, split_slices
 
-    rows = -(-m // _row_step(m)) * _row_step(m)
+    rows = -(-m // WMMA) * WMMA  # dense_tensorcore's padded rows
     assert rows == {197: 208}.get(m, m)
     assert split_slices(rows, 768, k) == split
     if split == 1:
