@@ -177,6 +177,7 @@ def test_relay_op_heads_in_rows():
     """nn.attention(heads=H) on rows (M, H*D): built for x86, against the float64 numpy result of
     splitting the heads; its type errors name the problem."""
     from kiln.contrib import graph_executor
+    from kiln.relay.reference import call_function
 
     h, m, n, d = 3, 10, 7, 8
     rng = np.random.default_rng(4)
@@ -193,6 +194,9 @@ def test_relay_op_heads_in_rows():
     p = np.exp(sc - sc.max(-1, keepdims=True))
     want = ((p / p.sum(-1, keepdims=True)) @ split(v)).transpose(1, 0, 2).reshape(m, h * d)
     np.testing.assert_allclose(gm.get_output(0).numpy(), want, rtol=1e-5, atol=1e-5)
+    # the op's numpy reference (the reference executor's and FoldConstant's; it raised
+    # AttributeError for heads > 0): float64 sums, one rounding to float32
+    np.testing.assert_allclose(call_function(mod["main"], [q, k, v]), want, rtol=1e-6, atol=1e-6)
 
     with pytest.raises(ShapeError, match="heads=5 must divide the query's 24"):
         infer(relay.Function(xs, relay.nn.attention(*xs, heads=5)))

@@ -77,15 +77,19 @@ def _attention_rel(ctx: RelCtx):
 
 
 def _attention_ref(a, q, k, v, mask):
-    if a.heads:
+    if a.heads:  # rows: each head's columns as (H, rows, width), joined back after
         h = int(a.heads)
         heads = lambda x: x.reshape(x.shape[0], h, -1).transpose(1, 0, 2)  # noqa: E731
-        plain = type("Attrs", (), {"key_transposed": False, "value_transposed": False, "scale": a.scale})
-        out = _attention_ref(plain, heads(q), heads(k), heads(v), mask)
+        out = _head_major_ref(heads(q), heads(k).transpose(0, 2, 1), heads(v), mask, a.scale)
         return out.transpose(1, 0, 2).reshape(q.shape[0], -1)
     k = k if a.key_transposed else k.transpose(0, 2, 1)
     v = v.transpose(0, 2, 1) if a.value_transposed else v
-    s = np.matmul(q.astype(np.float64), k.astype(np.float64)) * a.scale + mask.astype(np.float64)
+    return _head_major_ref(q, k, v, mask, a.scale)
+
+
+def _head_major_ref(q, kt, v, mask, scale: float):
+    """softmax(scale * q kt + mask) v in float64, q (B, M, D), kt (B, D, N), v (B, N, E)."""
+    s = np.matmul(q.astype(np.float64), kt.astype(np.float64)) * scale + mask.astype(np.float64)
     s = np.exp(s - s.max(axis=-1, keepdims=True))
     p = s / s.sum(axis=-1, keepdims=True)
     return np.matmul(p, v.astype(np.float64)).astype(q.dtype)
