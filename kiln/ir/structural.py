@@ -31,18 +31,20 @@ def _flat_seq(node) -> list:
 
 
 # Types that take one of _key's own branches before the generic dataclass one; every other
-# dataclass (the expression nodes, most statements) takes the per-type field list below.
+# dataclass (the expression nodes, most statements) takes the per-type field list below. A type
+# given a branch of its own in _key must be added here too, or it takes the generic walk.
 _OWN_BRANCH = (Var, Buffer, DType, str, int, float, bool, type(None), enum.Enum, set, frozenset, tuple, list,
                dict, IRModule, SeqStmt, PrimFunc, For, LetStmt, Let, Allocate, Block)
 _NAMED = ("combiner", "producer", "type_annotation")  # keyed by name: descriptions, not code
 _PLAIN: dict[type, tuple | None] = {}
+_UNSEEN = object()
 
 
 def _plain_fields(cls) -> tuple | None:
     """The fields of a dataclass node that _key walks generically, or None (cached per type):
     simplification keys millions of nodes, and the isinstance chain was most of the cost."""
-    fields = _PLAIN.get(cls, ())
-    if fields == ():
+    fields = _PLAIN.get(cls, _UNSEEN)
+    if fields is _UNSEEN:
         fields = None
         if dataclasses.is_dataclass(cls) and not issubclass(cls, _OWN_BRANCH):
             fields = tuple((f.name, f.name in _NAMED) for f in dataclasses.fields(cls))
