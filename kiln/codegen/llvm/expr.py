@@ -241,7 +241,10 @@ class ExprCodegen:
 
     # Casts --------------------------------------------------------------------------------------
     def expr_Cast(self, e) -> str:
-        return self.cast(self.expr(e.value), e.value.dtype, e.dtype)
+        from .intrin import rounded_to_int32
+
+        v = rounded_to_int32(self, e)
+        return v if v is not None else self.cast(self.expr(e.value), e.value.dtype, e.dtype)
 
     def cast(self, v: str, src: DType, dst: DType) -> str:
         if src.lanes != dst.lanes:

@@ -15,6 +15,7 @@ from ...errors import CompileError
 from ...ir import expr as E
 from ...ir.dtype import DType
 from ...ir.functor import Mutator
+from .expr import mangle
 from .ir import float_literal, llvm_type, scalar_type
 
 F32 = DType("float", 32)
@@ -111,6 +112,26 @@ def _extern(cg, fname: str, args, ret: DType) -> str:
     rty = llvm_type(ret)
     cg.mw.declare(fname, f"declare {rty} @{fname}({', '.join(types)})")
     return cg.fw.emit(f"call {rty} @{fname}({', '.join(f'{t} {v}' for t, v in zip(types, values))})")
+
+
+def rounded_to_int32(cg, e: E.Cast) -> str | None:
+    """``int32(round(x))`` (x float32/float64, ``tir.round``/``rint``/``nearbyint``: half to even)
+    as one ``llvm.lrint`` on x86 (``cvtps2dq``/``cvtpd2dq``: 1 uop where ``roundps`` + ``cvttps2dq``
+    are 3 on Intel); None elsewhere (other architectures keep ``roundeven`` + ``fptosi``).
+    Exact: lrint rounds in the current mode, round to nearest even (the x86 ABI's MXCSR default,
+    which nothing in kiln changes), so every x whose rounded value fits int32 gives the same
+    integer; outside int32 fptosi is poison and lrint an unspecified value (int8 epilogues clamp
+    first, so they never reach it)."""
+    x = e.value
+    if not (isinstance(x, E.Call) and x.op.removeprefix("tir.") in ("round", "rint", "nearbyint") and len(x.args) == 1
+            and x.dtype.is_float and x.dtype.bits in (32, 64) and e.dtype.is_int and e.dtype.bits == 32
+            and cg.target_info.arch in ("x86_64", "i386", "i686")):
+        return None
+    src, dst = x.dtype, e.dtype
+    full = f"llvm.lrint.{mangle(dst)}.{mangle(src)}"
+    st, dt_ = llvm_type(src), llvm_type(dst)
+    cg.mw.declare(full, f"declare {dt_} @{full}({st})")
+    return cg.fw.emit(f"call {dt_} @{full}({st} {cg.expr(x.args[0])})")
 
 
 # Special cases -----------------------------------------------------------------------------------
