@@ -65,3 +65,107 @@ def test_aarch64_keeps_round_to_nearest_even_then_truncation():
     asm = f.get_source("asm")
     assert re.search(r"frintn\s", asm) or re.search(r"fcvtns\s", asm), asm[:2000]
     assert "frintx" not in asm
+
+
+# -- a conv's requantize read by the fused residual add as a float ----------------------------------
+
+def _conv_add_model(rng, cin, cout, sx, zx, sw, sy, zy, sr, zr, sc, zc, wmax=63):
+    """QDQ: u8 x -> 1x1 Conv (7-bit weights, int32 bias) -> Q(sy, zy) -> DQ -> Add with
+    DQ(r) -> Q(sc, zc): onnxruntime runs it as QLinearConv + QLinearAdd."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    f32 = np.float32
+    w = rng.integers(-wmax, wmax + 1, (cout, cin, 1, 1)).astype(np.int8)
+    arrays = dict(sx=f32(sx), zx=np.uint8(zx), w=w, sw=sw.astype(f32), zw=np.zeros(cout, np.int8),
+                  b=rng.integers(-3000, 3000, cout).astype(np.int32), sb=(f32(sx) * sw).astype(f32),
+                  zb=np.zeros(cout, np.int32), sy=f32(sy), zy=np.uint8(zy), sr=f32(sr), zr=np.uint8(zr),
+                  sc=f32(sc), zc=np.uint8(zc))
+    dq = helper.make_node
+    nodes = [dq("DequantizeLinear", ["x", "sx", "zx"], ["xf"]), dq("DequantizeLinear", ["w", "sw", "zw"], ["wf"], axis=0),
+             dq("DequantizeLinear", ["b", "sb", "zb"], ["bf"], axis=0), dq("Conv", ["xf", "wf", "bf"], ["cf"])]
+    nodes += [dq("QuantizeLinear", ["cf", "sy", "zy"], ["c"]),
+              dq("DequantizeLinear", ["c", "sy", "zy"], ["cd"]), dq("DequantizeLinear", ["r", "sr", "zr"], ["rd"]),
+              dq("Add", ["cd", "rd"], ["s"]), dq("QuantizeLinear", ["s", "sc", "zc"], ["y"])]
+    ins = [helper.make_tensor_value_info(n, TensorProto.UINT8, None) for n in ("x", "r")]
+    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in arrays.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def _cases(rng, cout):
+    # exact ties in both roundings: acc * 1/8 and (u + v) / 2; random scales; a scale that
+    # saturates most requantized values at both ends
+    ties = (0.5, 128, np.full(cout, 0.25, np.float32), 1.0, 128, 1.0, 100, 2.0, 7)
+    rand = (0.02, 117, rng.uniform(0.002, 0.02, cout), 0.15, 121, 0.11, 90, 0.2, 131)
+    sat = (0.05, 120, rng.uniform(0.01, 0.03, cout), 0.01, 60, 0.03, 200, 0.05, 100)
+    return [ties, rand, sat]
+
+
+@pytest.mark.parametrize("mcpu", ["haswell", "skylake-avx512", "cascadelake", "host"])
+def test_conv_with_fused_residual_add_gives_onnxruntimes_bytes(mcpu):
+    """The fused add reads the conv's requantized value as an exact float (requantized_float:
+    no narrowing and widening back); the bytes are onnxruntime's QLinearConv + QLinearAdd and the
+    canonical (unfused, no int8 kernels) path's, for every tier's code."""
+    ort = pytest.importorskip("onnxruntime")
+    from kiln.contrib import graph_executor
+    from kiln.relay import transform as _  # noqa: F401
+    from kiln import relay
+
+    target = "llvm" if mcpu == "host" else f"llvm -mcpu={mcpu}"
+    rng = np.random.default_rng(5)
+    cin, cout, hw = 32, 32, 6
+    feeds = {"x": rng.integers(0, 256, (1, cin, hw, hw)).astype(np.uint8),
+             "r": rng.integers(0, 256, (1, cout, hw, hw)).astype(np.uint8)}
+    for case in _cases(rng, cout):
+        model = _conv_add_model(rng, cin, cout, *case)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        want = ort.InferenceSession(model.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        mod, params = relay.frontend.from_onnx(model, {k: v.shape for k, v in feeds.items()})
+        outs = []
+        for config in ({}, {"relay.qnn.int8_kernels": False}):
+            with tvm.transform.PassContext(opt_level=3, config=config):
+                lib = relay.build(mod, target=target, params=params)
+            if config:
+                assert not any("conv2d_int8" in f for f in lib.get_lib().get_source("asm").split("\n")
+                               if f.startswith("tvmgen")), "int8 kernels not turned off"
+            else:  # one kernel: the int8 conv with the add in its epilogue
+                names = re.findall(r"^(tvmgen_\w+):", lib.get_lib().get_source("asm"), re.M)
+                assert any("conv2d_int8" in n and "qlinear_add" in n for n in names), names
+            if why_host_cannot_run(target):
+                break
+            m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+            m.set_input(**feeds)
+            m.run()
+            outs.append(m.get_output(0).numpy())
+        if why_host_cannot_run(target):
+            pytest.skip(f"{target}: {why_host_cannot_run(target)} (compiled only)")
+        for got in outs:
+            np.testing.assert_array_equal(got, want, err_msg=str(case))
+
+
+def test_float_operand_reads_the_requantize_inputs():
+    """float_operand of a FLOAT32 requantize's output is an expression of its inputs (the
+    accumulators, bias, multipliers), not a load of the narrowed tensor; of any other tensor a
+    load converted to float32."""
+    from kiln.ir.functor import post_order_visit
+    from kiln.topi.x86.conv2d_int8 import float_operand, requantize_epilogue
+
+    acc = te.placeholder((1, 2, 3, 3, 8), "int32", name="acc")
+    bias = te.placeholder((16,), "int32", name="bias")
+    mult = te.placeholder((16,), "float32", name="mult")
+    shift = te.placeholder((16,), "int64", name="shift")
+    out = requantize_epilogue(acc, bias, mult, shift, 7, 0, 255, "uint8", "FLOAT32")
+    idx = [tir.const(0, "int32"), tir.const(1, "int32"), tir.const(2, "int32"), tir.const(0, "int32"),
+           tir.const(5, "int32")]
+    read = set()
+    post_order_visit(float_operand(out, idx), lambda n: read.add(getattr(getattr(n, "producer", None), "name", None)))
+    assert {"acc", "bias", "mult"} <= read and out.name not in read, read
+    other = te.placeholder((4,), "uint8", name="u")
+    assert float_operand(other, [tir.const(1, "int32")]).dtype == "float32"
+    # other roundings have no float form: the consumer converts the bytes
+    up = requantize_epilogue(acc, bias, te.placeholder((16,), "int64", name="q"), shift, 7, 0, 255, "uint8", "UPWARD")
+    assert "float_value" not in up.op.attrs

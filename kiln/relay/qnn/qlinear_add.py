@@ -59,15 +59,15 @@ def qlinear_add(a, b, sa, za, sb, zb, so, zo, sign: int, out_dtype: str, in_dtyp
 def _compute(a, x, t, ctx):
     from kiln import te, tir
     from kiln.topi.broadcast import broadcast_index, broadcast_shape
-    from kiln.topi.x86.conv2d_int8 import clamp_float
+    from kiln.topi.x86.conv2d_int8 import clamp_float, float_operand
 
     lhs, rhs = x
     lo, hi = dtype_range(a.out_dtype)
     f32 = "float32"
 
     def f(*i):
-        u = lhs(*broadcast_index(lhs, i)).astype(f32)
-        v = rhs(*broadcast_index(rhs, i)).astype(f32)
+        u = float_operand(lhs, broadcast_index(lhs, i))  # a fused int8 conv's value before narrowing
+        v = float_operand(rhs, broadcast_index(rhs, i))
         inner = tir.call_intrin(f32, "fma", v, tir.const(a.rb, f32), tir.const(a.k, f32))
         y = tir.round(tir.call_intrin(f32, "fma", u, tir.const(a.ra, f32), inner))
         if a.float_clamp:

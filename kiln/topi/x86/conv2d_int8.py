@@ -349,11 +349,18 @@ def requantize_epilogue(acc, bias, mult, shift, out_zp: int, lo: int, hi: int, o
         def index(*i):
             return i, i[1] * lanes + i[-1]
 
+    forms = []
+
     def f(*i):
         at, ch = index(*i)
+        if rounding == "FLOAT32":
+            forms.append((i, requantized_float(acc[at], bias[ch], mult[ch], out_zp, lo, hi)))
         return requantize_value(acc[at], bias[ch], mult[ch], shift[ch], out_zp, lo, hi, out_dtype, rounding,
                                 float_clamp)
-    return te.compute(shape, f, name="requantize_int8", tag=REQUANT_TAG)
+    out = te.compute(shape, f, name="requantize_int8", tag=REQUANT_TAG)
+    if forms:  # read by a fused consumer that wants the value as a float (float_operand)
+        out.op.attrs["float_value"] = forms[0]
+    return out
 
 
 def requantize_value(x, bias, mult, shift, out_zp: int, lo: int, hi: int, out_dtype: str,
@@ -391,6 +398,27 @@ def requantize_value(x, bias, mult, shift, out_zp: int, lo: int, hi: int, out_dt
     y = (p >> shift) + tir.const(out_zp, "int64")
     y = tir.min(tir.max(y, tir.const(lo, "int64")), tir.const(hi, "int64"))
     return y.astype(out_dtype)
+
+
+def requantized_float(x, bias, mult, out_zp: int, lo: int, hi: int):
+    """``requantize_value``'s FLOAT32 output as a float32 (an integer in [lo, hi], exact): what a
+    fused float consumer (``nn.contrib_qlinear_add``) reads instead of converting the narrowed
+    bytes back (pack, add the zero point, widen, convert: about 8 uops a vector). The clamp comes
+    before the rounding: rounding is monotone and keeps the integers ``lo - zp``, ``hi - zp``, so
+    ``round(clamp(v)) == clamp(round(v))``, and the clamped value is small enough for the adds."""
+    y = clamp_float((x + bias).astype("float32") * mult, lo - out_zp, hi - out_zp)
+    return tir.round(y) + tir.const(float(out_zp), "float32")
+
+
+def float_operand(t, idx):
+    """``t[idx]`` as float32, read from the float form of ``t``'s requantize where it has one."""
+    form = getattr(t.op, "attrs", {}).get("float_value")
+    if form is None:
+        return t(*idx).astype("float32")
+    from kiln.ir.functor import substitute
+
+    axes, value = form
+    return substitute(value, dict(zip(axes, idx)))
 
 
 def clamp_float(y, lo, hi):
