@@ -169,3 +169,8 @@ def test_float_operand_reads_the_requantize_inputs():
     # other roundings have no float form: the consumer converts the bytes
     up = requantize_epilogue(acc, bias, te.placeholder((16,), "int64", name="q"), shift, 7, 0, 255, "uint8", "UPWARD")
     assert "float_value" not in up.op.attrs
+    # an int32 output's bounds are beyond float32's integers: no float form either
+    wide = requantize_epilogue(acc, bias, mult, shift, 5, -2 ** 31, 2 ** 31 - 1, "int32", "FLOAT32")
+    assert "float_value" not in wide.op.attrs
+    assert "float_value" in requantize_epilogue(acc, bias, mult, shift, -3, -2 ** 15, 2 ** 15 - 1, "int16",
+                                                "FLOAT32").op.attrs

@@ -353,7 +353,7 @@ def requantize_epilogue(acc, bias, mult, shift, out_zp: int, lo: int, hi: int, o
 
     def f(*i):
         at, ch = index(*i)
-        if rounding == "FLOAT32":
+        if rounding == "FLOAT32" and max(abs(lo), abs(hi), abs(lo - out_zp), abs(hi - out_zp)) < 1 << 22:
             forms.append((i, requantized_float(acc[at], bias[ch], mult[ch], out_zp, lo, hi)))
         return requantize_value(acc[at], bias[ch], mult[ch], shift[ch], out_zp, lo, hi, out_dtype, rounding,
                                 float_clamp)
@@ -405,7 +405,8 @@ def requantized_float(x, bias, mult, out_zp: int, lo: int, hi: int):
     fused float consumer (``nn.contrib_qlinear_add``) reads instead of converting the narrowed
     bytes back (pack, add the zero point, widen, convert: about 8 uops a vector). The clamp comes
     before the rounding: rounding is monotone and keeps the integers ``lo - zp``, ``hi - zp``, so
-    ``round(clamp(v)) == clamp(round(v))``, and the clamped value is small enough for the adds."""
+    ``round(clamp(v)) == clamp(round(v))``; every bound below ``2**22`` in magnitude (8- and
+    16-bit outputs; the caller checks) keeps the float add of the zero point exact."""
     y = clamp_float((x + bias).astype("float32") * mult, lo - out_zp, hi - out_zp)
     return tir.round(y) + tir.const(float(out_zp), "float32")
 
