@@ -26,7 +26,8 @@ def _round_kernel(src: str, lanes: int):
 
 @pytest.mark.parametrize("mcpu,lanes,cvt", [("haswell", 8, r"vcvtps2dq\s.*%ymm"), ("znver3", 8, r"vcvtps2dq\s.*%ymm"),
                                             ("skylake-avx512", 16, r"vcvtps2dq\s.*%zmm"),
-                                            ("sapphirerapids", 16, r"vcvtps2dq\s.*%zmm"), ("x86-64", 1, r"cvtss2si|cvtps2dq")])
+                                            ("sapphirerapids", 16, r"vcvtps2dq\s.*%zmm"),
+                                            ("x86-64", 1, r"cvtss2si|cvtps2dq")])
 def test_round_to_int32_is_one_conversion_on_x86(mcpu, lanes, cvt):
     target = f"llvm -mcpu={mcpu}"
     f = tvm.build(*_round_kernel("float32", lanes), target=target)
@@ -81,7 +82,8 @@ def _conv_add_model(rng, cin, cout, sx, zx, sw, sy, zy, sr, zr, sc, zc, wmax=63)
                   zb=np.zeros(cout, np.int32), sy=f32(sy), zy=np.uint8(zy), sr=f32(sr), zr=np.uint8(zr),
                   sc=f32(sc), zc=np.uint8(zc))
     dq = helper.make_node
-    nodes = [dq("DequantizeLinear", ["x", "sx", "zx"], ["xf"]), dq("DequantizeLinear", ["w", "sw", "zw"], ["wf"], axis=0),
+    nodes = [dq("DequantizeLinear", ["x", "sx", "zx"], ["xf"]),
+             dq("DequantizeLinear", ["w", "sw", "zw"], ["wf"], axis=0),
              dq("DequantizeLinear", ["b", "sb", "zb"], ["bf"], axis=0), dq("Conv", ["xf", "wf", "bf"], ["cf"])]
     nodes += [dq("QuantizeLinear", ["cf", "sy", "zy"], ["c"]),
               dq("DequantizeLinear", ["c", "sy", "zy"], ["cd"]), dq("DequantizeLinear", ["r", "sr", "zr"], ["rd"]),
@@ -166,3 +168,56 @@ def test_float_operand_reads_the_requantize_inputs():
     assert "float_value" not in wide.op.attrs
     assert "float_value" in requantize_epilogue(acc, bias, mult, shift, -3, -2 ** 15, 2 ** 15 - 1, "int16",
                                                 "FLOAT32").op.attrs
+
+
+@pytest.mark.parametrize("mcpu", ["haswell", "host"])
+def test_requantize_with_float_clamp_is_onnxruntimes_and_one_conversion(mcpu):
+    """A multiplier so large that ``float32(acc + bias) * m`` may leave int32 (float_clamp): the
+    clamp comes before the rounding, so the conversion is still one ``cvtps2dq`` (no
+    ``vroundps``), and the bytes are onnxruntime's QLinearConv (most saturate at 0 or 255)."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kiln import relay
+    from kiln.contrib import graph_executor
+
+    target = "llvm" if mcpu == "host" else f"llvm -mcpu={mcpu}"
+    rng = np.random.default_rng(9)
+    cin, cout = 32, 32
+    f32 = np.float32
+    sw = rng.uniform(0.01, 0.03, cout).astype(f32)
+    arrays = dict(sx=f32(0.05), zx=np.uint8(120), w=rng.integers(-63, 64, (cout, cin, 1, 1)).astype(np.int8), sw=sw,
+                  zw=np.zeros(cout, np.int8),
+                  b=(rng.integers(-300, 300, cout) * (np.arange(cout) % 2)).astype(np.int32),
+                  sb=(f32(0.05) * sw).astype(f32), zb=np.zeros(cout, np.int32), sy=f32(2e-7), zy=np.uint8(131))
+    n = helper.make_node
+    nodes = [n("DequantizeLinear", ["x", "sx", "zx"], ["xf"]), n("DequantizeLinear", ["w", "sw", "zw"], ["wf"], axis=0),
+             n("DequantizeLinear", ["b", "sb", "zb"], ["bf"], axis=0), n("Conv", ["xf", "wf", "bf"], ["cf"]),
+             n("QuantizeLinear", ["cf", "sy", "zy"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, None)],
+                          [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in arrays.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    # m = 0.05 * sw / 2e-7 >= 2500: only a sum of 0 (every input at the zero point, no bias: even
+    # channels) stays in range (the zero point 131), the rest saturate
+    x = np.where(rng.random((1, 1, 6, 6)) < 0.5, 120, rng.integers(0, 256, (1, cin, 6, 6))).astype(np.uint8)
+    mod, params = relay.frontend.from_onnx(model, {"x": x.shape})
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=target, params=params)
+    asm = lib.get_lib().get_source("asm")
+    bodies = re.split(r"^(tvmgen_\w[\w.]*):", asm, flags=re.M)  # [before, name, body, name, body, ...]
+    kernel = "".join(b for n, b in zip(bodies[1::2], bodies[2::2]) if "conv2d_int8" in n)
+    assert "cvtps2dq" in kernel and "roundps" not in kernel and "cvttps2dq" not in kernel
+    if why_host_cannot_run(target):
+        pytest.skip(f"{target}: {why_host_cannot_run(target)} (compiled only)")
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x})[0]
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    m.set_input(x=x)
+    m.run()
+    got = m.get_output(0).numpy()
+    assert 0.1 < np.mean(got == 131) < 0.5 and np.mean(got == 0) > 0.1 and np.mean(got == 255) > 0.1
+    np.testing.assert_array_equal(got, want)

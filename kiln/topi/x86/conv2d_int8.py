@@ -369,10 +369,10 @@ def requantize_value(x, bias, mult, shift, out_zp: int, lo: int, hi: int, out_dt
     channel's (int32, int64 or float32, int64) values; the AMX kernel applies it to the sums of
     each tile (amx_int8.py), the other kernels through ``requantize_epilogue``."""
     if rounding == "FLOAT32":  # onnxruntime's: float32(acc + bias) * m (float32), half to even
-        y = tir.round((x + bias).astype("float32") * mult)
-        if float_clamp:
-            y = clamp_float(y, lo - out_zp, hi - out_zp)
-        y = y.astype("int32") + tir.const(out_zp, "int32")
+        y = (x + bias).astype("float32") * mult
+        if float_clamp:  # before the rounding: round(clamp(y)) == clamp(round(y)) for integer bounds,
+            y = clamp_float(y, lo - out_zp, hi - out_zp)  # and int32(round(y)) stays one cvtps2dq on x86
+        y = tir.round(y).astype("int32") + tir.const(out_zp, "int32")
         return tir.min(tir.max(y, tir.const(lo, "int32")), tir.const(hi, "int32")).astype(out_dtype)
 
     if rounding in ("GEMM", "UPWARD_SPLIT", "TONEAREST_SPLIT"):  # a 64-bit product shifted by 31, then 32 bits
