@@ -24,7 +24,6 @@ import numpy as np
 from kiln import te, tir
 
 from .conv2d_int8 import epilogue_schedule
-from .conv2d_winograd import schedule_input_transform
 
 BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.int64)
 G2 = np.array([[2, 0, 0], [1, 1, 1], [1, -1, 1], [0, 0, 2]], dtype=np.int64)  # 2 * G
@@ -83,11 +82,13 @@ def register_tile(count: int, out_blocks: int, lanes: int) -> tuple:
     lanes as accumulators; each data pair's broadcast feeds every block, each weight vector every
     tile. With 16 vector registers (AVX2): 4 tiles x 2 blocks (8 accumulators, 2 weight vectors, a
     broadcast) where 4 divides the tiles, else 7 x 1 where 7 does (a count padded to 4s did worse),
-    else 4 x 2 on a padded count. Measured, one Sapphire Rapids core, znver3 code, ResNet-50's
-    convs alone (ms; 7 x 1 on tile rows before): 64@56 1.08 -> 0.99, 128@28 0.91 -> 0.82,
-    512@7 1.22 -> 1.10, 256@14 (49 tiles) 4 x 2 padded 0.83, 7 x 1 0.77; 6 x 2, 7 x 2, 2 x 4,
-    3 x 4 and 4 x 1 were slower on all four. With 32 registers (AVX-512, skylake-avx512 code) the
-    same rule with 8 tiles x 2 blocks: 0.62, 0.57, 0.58 (7 x 1) and 0.81 ms (8 x 1 on 512@7: 0.87)."""
+    else 4 x 2 on a padded count. Measured (one Sapphire Rapids core, znver3 code, ResNet-50's
+    convs alone, medians of interleaved runs; 7 tiles of one tile row x 1 block before, 7 x 2
+    accumulators spill): 64@56 1.19-1.25 -> 1.04-1.10 ms, 128@28 1.00-1.03 -> 0.84, 256@14 (49
+    tiles) 0.90-0.93 -> 0.80-0.83 (4 x 2 padded to 52: 0.83), 512@7 1.32-1.37 -> 1.10; 6 x 2,
+    7 x 2, 2 x 4, 3 x 4 and 4 x 1 were slower on all four. With 32 registers (AVX-512,
+    skylake-avx512 code) the same rule with 8 tiles x 2 blocks: 0.58-0.62, 0.55-0.57, 0.58 (7 x 1)
+    and 0.79-0.81 ms (8 x 1 on 512@7: 0.87; 7 x 1 on rows before: 0.67, 0.58, 0.59, 0.96)."""
     blocks = 2 if out_blocks % 2 == 0 else 1
     if count % 4 and count % 7 == 0:
         return 7, 1
@@ -116,7 +117,8 @@ def conv2d_int8_winograd_acc(data, u, padding, pad_value: int, out_hw, tile=None
         return tir.if_then_else(inside, data[b, c, y - pt, x - pl, i].astype("int16"), pv)
     padded = te.compute((n, cc, ph, pw, ib), fpad, name="data_pad_wino", tag="int8_pad")
 
-    def fv(b, e, cb, t, ci):
+    def fv(b, g, e, cb, tp, ci):
+        t = g * tiles + tp
         y, x = (t // tw) * 2, (t % tw) * 2
         d = [[padded[b, cb, y + i, x + j, ci] for j in range(4)] for i in range(4)]
         cases = []
@@ -126,14 +128,19 @@ def conv2d_int8_winograd_acc(data, u, padding, pad_value: int, out_hw, tile=None
                 cases.append(_terms(BT[e2], rows))
         return _select(e, cases)
 
-    v = te.compute((n, 16, cc, nt, ib), fv, name="winograd_int16_input", tag="int8_winograd_input")
+    # V group-major: (batch, tile group, frequency, channel block, tile, channel): a task's product
+    # reads one contiguous block (the channel loop walks lines in order) where V[e, c, t] strided by
+    # all the tiles per channel block (64@56 1.09-1.15 -> 0.88 ms, 128@28 0.90 -> 0.79, 256@14
+    # 0.87 -> 0.79, 512@7 unchanged; znver3 code, one Sapphire Rapids core)
+    v = te.compute((n, nt // tiles, 16, cc, tiles, ib), fv, name="winograd_int16_input",
+                   tag="int8_winograd_input")
     rco = te.reduce_axis((0, cc), name="rco")
     rcq = te.reduce_axis((0, icq), name="rcq")
     rp = te.reduce_axis((0, 2), name="rp")
     r2 = te.reduce_axis((0, 2), name="r2")
     m = te.compute((n, 16, kb, nt, lanes),
-                   lambda b, e, o, t, l: te.sum(v[b, e, rco, t, rcq * 4 + rp * 2 + r2].astype("int32")
-                                                * u[o, e, rco, rcq, rp, l, r2].astype("int32"),
+                   lambda b, e, o, t, l: te.sum(v[b, t // tiles, e, rco, t % tiles, rcq * 4 + rp * 2 + r2]
+                                                .astype("int32") * u[o, e, rco, rcq, rp, l, r2].astype("int32"),
                                                 axis=[rco, rcq, rp, r2]),
                    name="winograd_int16_product", tag=PRODUCT_TAG,
                    attrs={"lanes": lanes, "tiles": tiles, "blocks": blocks})
@@ -191,7 +198,7 @@ def schedule_conv2d_int8_winograd(outs, cfg=None):
     x ``blocks`` output blocks, in parallel; in each, per frequency, the product's register tile
     (tiles x blocks accumulators of L lanes) over the channels, one data pair broadcast per tile
     feeding every block, then A^T M A and the requantize epilogue for those tiles. The input
-    transform is one parallel pass before (x86/conv2d_winograd.py's)."""
+    transform is one parallel pass before, in tile groups (each group's V contiguous)."""
     del cfg
     s, out, m = epilogue_schedule(outs, PRODUCT_TAG)
     tiles, blocks = m.op.attrs["tiles"], m.op.attrs["blocks"]
@@ -218,8 +225,12 @@ def schedule_conv2d_int8_winograd(outs, cfg=None):
     for axis in (rp, mt, mb):
         s[mm].unroll(axis)
     s[mm].tensorize(mkk, pair_intrin(int(m.op.attrs["lanes"])))
-    v = m.op.input_tensors[0]
-    schedule_input_transform(s, v)
+    v = m.op.input_tensors[0]  # the input transform: one parallel pass over the tile groups
+    vb, vg, ve, vcb, vt, vci = s[v].op.axis
+    s[v].reorder(vb, vg, vcb, vt, ve, vci)
+    s[v].unroll(ve)
+    s[v].vectorize(vci)
+    s[v].parallel(s[v].fuse(vb, vg))
     s[v.op.input_tensors[0]].compute_inline()
     return s
 
