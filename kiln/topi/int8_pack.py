@@ -103,6 +103,67 @@ def plan_mixed_conv_weight(w: np.ndarray, ib: int, lanes: int, least: float = 0.
     return weight, weight16, np.ascontiguousarray(table)
 
 
+def _unit_fits(w: np.ndarray, lanes: int) -> np.ndarray:
+    """(O/L, units) whether each 4-channel unit of each output block fits ``vpmaddubsw``."""
+    o, c, kh, kw = w.shape
+    units = np.asarray(w, np.int32).reshape(o // lanes, lanes, c // 4, 4, kh, kw)
+    units = units.transpose(0, 2, 4, 5, 1, 3).reshape(o // lanes, -1, lanes, 4)
+    return pair_fits(units[..., 0::2], units[..., 1::2]).all(axis=(2, 3))
+
+
+def mixed_cost(w: np.ndarray, lanes: int) -> int:
+    """The x86 vector instructions per output block and pixel of the reduction of ``w`` (OIHW)
+    without VNNI: 3 for each unit on ``vpmaddubsw`` (with ``vpmaddwd`` by ones and an add), 4 on
+    the 16-bit path (two ``vpmaddwd``, two adds); the mixed kernel's share is the fewest fitting
+    units of any block, none below ``plan_mixed_conv_weight``'s least (a quarter)."""
+    fits = _unit_fits(w, lanes)
+    n = fits.shape[1]
+    ns = int(fits.sum(axis=1).min())
+    if ns == n:
+        return 3 * n
+    return 3 * ns + 4 * (n - ns) if ns >= max(1, n // 4 + (n % 4 > 0)) else 4 * n
+
+
+def channel_order_for_pairs(w: np.ndarray, lanes: int, most: int = 1 << 24):
+    """An order of the input channels of ``w`` (OIHW, I a multiple of 4, O of ``lanes``) under
+    which more of its 4-channel units fit ``vpmaddubsw`` (``pair_fits`` in every lane of an output
+    block), or None where it finds none cheaper (``mixed_cost``) or the search would be large
+    (output blocks x taps x I**2 above ``most``).
+
+    A unit fits when both of its channel pairs fit in every lane of its block at its tap. The
+    channels are paired greedily, the pairs that fit in the most (block, tap) places first; then
+    the pairs are grouped two by two, those that fit in the most places together first."""
+    o, c, kh, kw = w.shape
+    if c % 4 or o % lanes or (o // lanes) * kh * kw * c * c > most:
+        return None
+    wt = np.asarray(w, np.int16).reshape(o // lanes, lanes, c, kh * kw).transpose(1, 0, 3, 2)  # (L, O/L, taps, I)
+    pos, neg = np.maximum(wt, 0), np.minimum(wt, 0)
+    places = np.ones((o // lanes, kh * kw, c, c), bool)  # pair (i, j) fits in every lane of a block at a tap
+    for p, q in zip(pos, neg):
+        places &= (p[..., :, None] + p[..., None, :] <= 128) & (q[..., :, None] + q[..., None, :] >= -128)
+    places = places.reshape(-1, c, c)
+
+    def matching(score):
+        """Disjoint index pairs, the highest scores first (ties by index: deterministic)."""
+        free = np.ones(len(score), bool)
+        out = []
+        flat = np.argsort(-score, axis=None, kind="stable")
+        for i, j in zip(*np.unravel_index(flat, score.shape)):
+            if i < j and free[i] and free[j]:
+                out.append((int(i), int(j)))
+                free[i] = free[j] = False
+        return out
+
+    score = places.sum(0).astype(np.int64)
+    np.fill_diagonal(score, -1)
+    pairs = matching(score)
+    fit = np.stack([places[:, i, j] for i, j in pairs], 1)  # (block x tap, pair)
+    joint = (fit[:, :, None] & fit[:, None, :]).sum(0).astype(np.int64)
+    np.fill_diagonal(joint, -1)
+    order = np.array([ch for a, b in matching(joint) for ch in (*pairs[a], *pairs[b])], np.int64)
+    return order if mixed_cost(w[:, order], lanes) < mixed_cost(w, lanes) else None
+
+
 def unpack_mixed_conv_weight(weight, weight16, table, shape, ib: int) -> np.ndarray:
     """The OIHW int8 weight of ``plan_mixed_conv_weight``'s parts (``shape``: OIHW)."""
     o, c, kh, kw = shape
@@ -133,4 +194,5 @@ def requant_params(real: np.ndarray):
 
 
 __all__ = ["pad_channels", "pack_conv_weight", "pack_dense_weight", "pairs_fit_int16", "pair_fits",
-           "plan_mixed_conv_weight", "unpack_mixed_conv_weight", "requant_params"]
+           "plan_mixed_conv_weight", "unpack_mixed_conv_weight", "requant_params", "mixed_cost",
+           "channel_order_for_pairs"]

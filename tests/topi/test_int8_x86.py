@@ -305,6 +305,77 @@ def test_packed_weights_round_trip():
         np.testing.assert_array_equal(_unpack_dense_weight(int8_pack.pack_dense_weight(d, 8, pairs), tier), d)
 
 
+
+def test_channel_order_for_pairs_is_a_cheaper_permutation():
+    """The input-channel order for vpmaddubsw is a permutation under which the kernel's count of
+    instructions (``mixed_cost``) drops; ``mixed_cost`` is the plan's share (3 per vpmaddubsw unit,
+    4 per 16-bit unit)."""
+    rng = np.random.default_rng(3)
+    w = np.clip(rng.normal(0, 40, (32, 64, 1, 1)), -127, 127).astype("int8")
+    order = int8_pack.channel_order_for_pairs(w, 8)
+    assert order is not None and sorted(order) == list(range(64))
+    assert int8_pack.mixed_cost(w[:, order], 8) < int8_pack.mixed_cost(w, 8)
+    for v in (w, w[:, order]):
+        parts = int8_pack.plan_mixed_conv_weight(v, 8, 8)  # None: all units fit, or too few
+        ns = parts[0].shape[1] if parts else 16 if int8_pack.pairs_fit_int16(v, 1) else 0
+        assert int8_pack.mixed_cost(v, 8) == 3 * ns + 4 * (16 - ns)
+    assert int8_pack.channel_order_for_pairs(np.ones((8, 8, 1, 1), "int8"), 8) is None  # all fit already
+
+
+def chained_graph(rng, ic, mid, oc, hw, zx, rounding):
+    """quantize -> 1x1 qnn.conv2d -> requantize (u8) -> 1x1 qnn.conv2d -> requantize: the middle
+    tensor has one reader, so its channels may be stored in another order."""
+    x = relay.var("x", shape=(1, ic, hw, hw), dtype="uint8")
+    y, scale, ws = x, 0.05, []
+    for cin, cout, zp in ((ic, mid, zx), (mid, oc, 9)):
+        w = np.clip(rng.normal(0, 40, (cout, cin, 1, 1)), -127, 127).astype("int8")
+        s = rng.uniform(0.002, 0.01, cout).astype("float32")
+        conv = qnn.op.conv2d(y, relay.const(w), relay.const(zp), relay.const(0), relay.const(scale),
+                             relay.const(s), kernel_size=(1, 1), channels=cout)
+        conv = relay.nn.bias_add(conv, relay.const(rng.integers(-3000, 3000, cout).astype("int32")))
+        y = qnn.op.requantize(conv, relay.const(scale * s), relay.const(0), relay.const(0.5), relay.const(9),
+                              axis=1, out_dtype="uint8", rounding=rounding)
+        scale = 0.5
+        ws.append(w)
+    return module(y), {"x": rng.integers(0, 256, (1, ic, hw, hw)).astype("uint8")}, ws
+
+
+@pytest.mark.parametrize("mcpu,rounding", [("haswell", "FLOAT32"), ("znver3", "UPWARD"),
+                                           ("skylake-avx512", "TONEAREST")])
+def test_channels_between_two_convs_reordered_for_vpmaddubsw_exact(mcpu, rounding):
+    """Without VNNI a conv read by one conv only writes its channels in the order that lets more of
+    the reader's units fit vpmaddubsw (relay.qnn.int8_permute): the reader's weights are the
+    columns of the original in that order, and the bytes equal the reference's and those of the
+    build without the reordering."""
+    from kiln.relay.qnn.cpu_int8 import permute_for_vpmaddubsw
+    from kiln.relay.transform.infer_type import infer
+
+    target = f"llvm -mcpu={mcpu}"
+    lanes = int8_tier(target)[1]
+    rng = np.random.default_rng(5)
+    mod, inputs, (w1, w2) = chained_graph(rng, 16, 64, 32, 6, 3, rounding)
+    order = int8_pack.channel_order_for_pairs(w2, lanes)
+    assert order is not None
+    weights = []
+    from kiln.relay.visitor import ExprVisitor
+
+    class V(ExprVisitor):
+        def visit_Call(self, call):
+            super().visit_Call(call)
+            if getattr(call.op, "name", "") == "qnn.conv2d":
+                weights.append(call.args[1].data)
+    V().visit(permute_for_vpmaddubsw(infer(mod["main"]), lanes))
+    np.testing.assert_array_equal(weights[0], w1[order])
+    np.testing.assert_array_equal(weights[1], w2[:, order])
+    lib = _build(mod, target)
+    with tvm.transform.PassContext(opt_level=3, config={"relay.qnn.int8_permute": False}):
+        plain = relay.build(mod, target=tvm.target.Target(target))
+    if not host_runs(target):
+        pytest.skip(f"-mcpu={mcpu}: {why_host_cannot_run(target)} (built only)")
+    want = reference(mod, inputs)[0]
+    np.testing.assert_array_equal(_run(lib, inputs)[0], want)
+    np.testing.assert_array_equal(_run(plain, inputs)[0], want)
+
 # -- an onnxruntime-quantized model ---------------------------------------------------------------
 
 def small_cnn(seed=0):

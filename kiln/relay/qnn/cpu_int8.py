@@ -39,7 +39,7 @@ from ..op import transform as ftf
 from ..op.registry import OpDef, OpPattern, RelCtx
 from ..ty import TensorType
 from ..transform.infer_type import infer
-from ..visitor import ExprMutator
+from ..visitor import ExprMutator, ExprVisitor
 from .fixed_point import dtype_range, float32_multiplier, requantize_float32
 from .op import core as qcore
 from .op import elemwise as qelem
@@ -729,6 +729,97 @@ def _cancel_pairs(func):
     return C().visit(func)
 
 
+class _Uses(ExprVisitor):
+    """How many calls read each expression."""
+
+    def __init__(self):
+        super().__init__()
+        self.count: dict = {}
+
+    def visit_Call(self, call):
+        for a in call.args:
+            self.count[a] = self.count.get(a, 0) + 1
+        super().visit_Call(call)
+
+
+def _per_channel(v, channels: int):
+    """A constant's array when it holds one value per channel (else None: a scalar, kept)."""
+    arr = value_of(v)
+    return arr if arr is not None and arr.size == channels and arr.size > 1 else None
+
+
+def permute_for_vpmaddubsw(func, lanes: int):
+    """``func`` with the output channels of each int8 conv whose only reader is another int8 conv
+    put in the order that lets more of the reader's 4-channel units fit ``vpmaddubsw``
+    (x86 without VNNI; ``int8_pack.channel_order_for_pairs``). The producer's weights, bias and
+    per-channel scales and the reader's weights' input channels take the same order, so every
+    integer is the same and only the intermediate tensor's channels are stored permuted. In a
+    ResNet bottleneck the 3x3 conv feeds the 1x1 expansion alone: there 64->256 goes from 2 to
+    5 of 16 units fitting in its worst output block (its mixed kernel's share), 128->512 from 7
+    to 15 of 32, 256->1024 from 22 to 37 of 64. Readers on the 16-bit Winograd kernel (3x3
+    stride 1) have no vpmaddubsw units and keep their order."""
+    from kiln.topi.int8_pack import channel_order_for_pairs, pad_channels
+    from kiln.topi.x86.conv2d_int8 import block_for
+
+    uses = _Uses()
+    uses.visit(func)
+    rows: dict = {}    # conv -> order of its output channels (weight rows, bias, scales)
+    cols: dict = {}    # conv -> order of its input channels (weight columns)
+    args: dict = {}    # requantize / bias add -> {arg index: order}
+    # readers after their own readers (reversed post order): a reader's rows are known when its
+    # columns are chosen
+    for reader in reversed([e for e in uses.count if isinstance(e, Call) and e.op is qnn_nn.CONV2D]):
+        rq = reader.args[0]
+        if reader.attrs.groups != 1 or not isinstance(rq, Call) or rq.op is not qcore.REQUANTIZE or \
+                uses.count.get(rq, 0) != 1 or not isinstance(reader.args[1], Constant):
+            continue
+        chain = _match(rq)
+        if chain is None or chain[0].op is not qnn_nn.CONV2D or chain[0].attrs.groups != 1:
+            continue
+        mm = chain[0]
+        w = reader.args[1].data
+        if reader in rows:
+            w = w[rows[reader]]
+        channels = w.shape[1]
+        block = block_for(w.shape[0], lanes)
+        if channels % 4 or not block or mm.args[1].data.shape[0] != channels or \
+                any(uses.count.get(x, 0) != 1 for x in (mm, rq.args[0])) or \
+                _Rewrite._winograd(pad_channels(w, 1, 4), reader.attrs):
+            continue
+        order = channel_order_for_pairs(w, block)
+        if order is None:
+            continue
+        cols[reader], rows[mm] = order, order
+        args[rq] = {i: order for i in (1, 2) if _per_channel(rq.args[i], channels) is not None}
+        if rq.args[0] is not mm:  # the bias add between them
+            args[rq.args[0]] = {1: order} if np.size(value_of(rq.args[0].args[1])) == channels else {}
+    if not rows:
+        return func
+
+    class _Apply(ExprMutator):
+        def visit_Call(self, call):
+            new = super().visit_Call(call)
+            change = dict(args.get(call, {}))
+            if call in rows or call in cols:
+                w = call.args[1].data
+                w = w[rows[call]] if call in rows else w
+                w = w[:, cols[call]] if call in cols else w
+                new_args = list(new.args)
+                new_args[1] = const(np.ascontiguousarray(w))
+                if call in rows:
+                    change.update({i: rows[call] for i in (3, 5)
+                                   if _per_channel(call.args[i], w.shape[0]) is not None})
+                new = Call(new.op, new_args, new.attrs, new.type_args)
+            if not change:
+                return new
+            new_args = list(new.args)
+            for i, order in change.items():
+                arr = value_of(call.args[i])
+                new_args[i] = const(np.ascontiguousarray(arr.reshape(-1)[order].reshape(arr.shape)))
+            return Call(new.op, new_args, new.attrs, new.type_args)
+    return _Apply().visit(func)
+
+
 def use_int8_kernels(func, target):
     """``func`` with its qnn conv/dense + requantize chains on the target's int8 kernels."""
     from kiln.transform import PassContext
@@ -738,6 +829,8 @@ def use_int8_kernels(func, target):
     plan = x86_plan(target)
     if plan is None:
         return func
+    if plan[0] == "pmaddubsw" and PassContext.current().config.get("relay.qnn.int8_permute", True):
+        func = permute_for_vpmaddubsw(infer(func), plan[1])
     return _cancel_pairs(infer(_Rewrite(plan).visit(infer(func))))
 
 
