@@ -124,24 +124,22 @@ def mixed_cost(w: np.ndarray, lanes: int) -> int:
     return 3 * ns + 4 * (n - ns) if ns >= max(1, n // 4 + (n % 4 > 0)) else 4 * n
 
 
-def channel_order_for_pairs(w: np.ndarray, lanes: int, most: int = 1 << 24):
-    """An order of the input channels of ``w`` (OIHW, I a multiple of 4, O of ``lanes``) under
-    which more of its 4-channel units fit ``vpmaddubsw`` (``pair_fits`` in every lane of an output
-    block), or None where it finds none cheaper (``mixed_cost``) or the search would be large
-    (output blocks x taps x I**2 above ``most``).
+def channel_order_for_pairs(w, lanes, most: int = 1 << 24):
+    """An order of the input channels of ``w`` (OIHW, I a multiple of 4, O of ``lanes``; or lists
+    of such weights over the same input and their lanes: convs that read one tensor) under which
+    more of the 4-channel units fit ``vpmaddubsw`` (``pair_fits`` in every lane of an output
+    block), or None where it finds none cheaper (the sum of ``mixed_cost``) or the search would
+    be large (output blocks x taps x I**2 above ``most`` in all).
 
     A unit fits when both of its channel pairs fit in every lane of its block at its tap. The
-    channels are paired greedily, the pairs that fit in the most (block, tap) places first; then
-    the pairs are grouped two by two, those that fit in the most places together first."""
-    o, c, kh, kw = w.shape
-    if c % 4 or o % lanes or (o // lanes) * kh * kw * c * c > most:
+    channels are paired greedily, the pairs that fit in the most (weight, block, tap) places first;
+    then the pairs are grouped two by two, those that fit in the most places together first."""
+    ws, ls = (list(w), list(lanes)) if isinstance(w, (list, tuple)) else ([w], [lanes])
+    c = ws[0].shape[1]
+    if c % 4 or any(v.shape[1] != c or v.shape[0] % n for v, n in zip(ws, ls)) or \
+            sum(v.shape[0] // n * v.shape[2] * v.shape[3] for v, n in zip(ws, ls)) * c * c > most:
         return None
-    wt = np.asarray(w, np.int16).reshape(o // lanes, lanes, c, kh * kw).transpose(1, 0, 3, 2)  # (L, O/L, taps, I)
-    pos, neg = np.maximum(wt, 0), np.minimum(wt, 0)
-    places = np.ones((o // lanes, kh * kw, c, c), bool)  # pair (i, j) fits in every lane of a block at a tap
-    for p, q in zip(pos, neg):
-        places &= (p[..., :, None] + p[..., None, :] <= 128) & (q[..., :, None] + q[..., None, :] >= -128)
-    places = places.reshape(-1, c, c)
+    places = np.concatenate([_pair_places(v, n) for v, n in zip(ws, ls)])
 
     def matching(score):
         """Disjoint index pairs, the highest scores first (ties by index: deterministic)."""
@@ -157,11 +155,23 @@ def channel_order_for_pairs(w: np.ndarray, lanes: int, most: int = 1 << 24):
     score = places.sum(0).astype(np.int64)
     np.fill_diagonal(score, -1)
     pairs = matching(score)
-    fit = np.stack([places[:, i, j] for i, j in pairs], 1)  # (block x tap, pair)
+    fit = np.stack([places[:, i, j] for i, j in pairs], 1)  # (place, pair)
     joint = (fit[:, :, None] & fit[:, None, :]).sum(0).astype(np.int64)
     np.fill_diagonal(joint, -1)
     order = np.array([ch for a, b in matching(joint) for ch in (*pairs[a], *pairs[b])], np.int64)
-    return order if mixed_cost(w[:, order], lanes) < mixed_cost(w, lanes) else None
+    before = sum(mixed_cost(v, n) for v, n in zip(ws, ls))
+    return order if sum(mixed_cost(v[:, order], n) for v, n in zip(ws, ls)) < before else None
+
+
+def _pair_places(w: np.ndarray, lanes: int) -> np.ndarray:
+    """(O/L x taps, I, I): whether channels (i, j) as a pair fit in every lane of a block at a tap."""
+    o, c, kh, kw = w.shape
+    wt = np.asarray(w, np.int16).reshape(o // lanes, lanes, c, kh * kw).transpose(1, 0, 3, 2)  # (L, O/L, taps, I)
+    pos, neg = np.maximum(wt, 0), np.minimum(wt, 0)
+    places = np.ones((o // lanes, kh * kw, c, c), bool)
+    for p, q in zip(pos, neg):
+        places &= (p[..., :, None] + p[..., None, :] <= 128) & (q[..., :, None] + q[..., None, :] >= -128)
+    return places.reshape(-1, c, c)
 
 
 def unpack_mixed_conv_weight(weight, weight16, table, shape, ib: int) -> np.ndarray:

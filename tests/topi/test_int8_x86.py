@@ -376,6 +376,69 @@ def test_channels_between_two_convs_reordered_for_vpmaddubsw_exact(mcpu, roundin
     np.testing.assert_array_equal(_run(lib, inputs)[0], want)
     np.testing.assert_array_equal(_run(plain, inputs)[0], want)
 
+
+def _conv_q(rng, y, cin, cout, scale, zp, rounding, k=1):
+    """qnn.conv2d (weights ~ N(0, 40)) + bias + requantize to u8 (scale 0.5, zero point 9)."""
+    w = np.clip(rng.normal(0, 40, (cout, cin, k, k)), -127, 127).astype("int8")
+    s = rng.uniform(0.002, 0.01, cout).astype("float32")
+    conv = qnn.op.conv2d(y, relay.const(w), relay.const(zp), relay.const(0), relay.const(scale), relay.const(s),
+                         kernel_size=(k, k), channels=cout, padding=(k // 2,) * 2)
+    conv = relay.nn.bias_add(conv, relay.const(rng.integers(-3000, 3000, cout).astype("int32")))
+    return qnn.op.requantize(conv, relay.const(scale * s), relay.const(0), relay.const(0.5), relay.const(9), axis=1,
+                             out_dtype="uint8", rounding=rounding), w
+
+
+def _conv_weights(func) -> list:
+    from kiln.relay.visitor import ExprVisitor
+
+    found = []
+
+    class V(ExprVisitor):
+        def visit_Call(self, call):
+            super().visit_Call(call)
+            if getattr(call.op, "name", "") == "qnn.conv2d":
+                found.append(call.args[1].data)
+    V().visit(func)
+    return found
+
+
+@pytest.mark.parametrize("mcpu,rounding", [("haswell", "FLOAT32"), ("skylake-avx512", "UPWARD")])
+def test_residual_sum_of_two_convs_read_by_a_conv_reordered_exact(mcpu, rounding):
+    """Two convs summed by qnn.add (a residual stream), then max-pooled and read by one conv: both
+    producers write their channels in the reader's order for vpmaddubsw, the sum and the pool keep
+    it; a conv whose output is the result keeps its order. Exact, as without the reordering."""
+    from kiln.relay.qnn.cpu_int8 import permute_for_vpmaddubsw
+    from kiln.relay.transform.infer_type import infer
+
+    target = f"llvm -mcpu={mcpu}"
+    lanes = int8_tier(target)[1]
+    rng = np.random.default_rng(8)
+    x = relay.var("x", shape=(1, 16, 8, 8), dtype="uint8")
+    a, wa = _conv_q(rng, x, 16, 64, 0.05, 3, rounding)
+    b, wb = _conv_q(rng, x, 16, 64, 0.05, 3, rounding, k=3)
+    sum_ = qnn.op.add(a, b, relay.const(0.5), relay.const(9), relay.const(0.5), relay.const(9), relay.const(0.7),
+                      relay.const(4))
+    pooled = relay.nn.max_pool2d(sum_, pool_size=(2, 2), strides=(2, 2))
+    out, wc = _conv_q(rng, pooled, 64, 32, 0.7, 4, rounding)
+    mod = module(out)
+    inputs = {"x": rng.integers(0, 256, (1, 16, 8, 8)).astype("uint8")}
+    order = int8_pack.channel_order_for_pairs(wc, lanes)
+    assert order is not None
+    got = _conv_weights(permute_for_vpmaddubsw(infer(mod["main"]), lanes))
+    assert len(got) == 3
+    by_shape = {w.shape: w for w in got}
+    np.testing.assert_array_equal(by_shape[wa.shape], wa[order])
+    np.testing.assert_array_equal(by_shape[wb.shape], wb[order])
+    np.testing.assert_array_equal(by_shape[wc.shape], wc[:, order])  # its own rows: the result's order
+    lib = _build(mod, target)
+    with tvm.transform.PassContext(opt_level=3, config={"relay.qnn.int8_permute": False}):
+        plain = relay.build(mod, target=tvm.target.Target(target))
+    if not host_runs(target):
+        pytest.skip(f"-mcpu={mcpu}: {why_host_cannot_run(target)} (built only)")
+    want = reference(mod, inputs)[0]
+    np.testing.assert_array_equal(_run(lib, inputs)[0], want)
+    np.testing.assert_array_equal(_run(plain, inputs)[0], want)
+
 # -- an onnxruntime-quantized model ---------------------------------------------------------------
 
 def small_cnn(seed=0):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..expr import Call, Constant, TupleGetItem, const
+from ..expr import Call, Constant, Tuple, TupleGetItem, const
 from ..op import nn as fnn
 from ..op import nn_norm as fnorm
 from ..op import nn_pool as fpool
@@ -730,15 +730,15 @@ def _cancel_pairs(func):
 
 
 class _Uses(ExprVisitor):
-    """How many calls read each expression."""
+    """The calls that read each expression: ``readers[e]`` = [(call, argument index)]."""
 
     def __init__(self):
         super().__init__()
-        self.count: dict = {}
+        self.readers: dict = {}
 
     def visit_Call(self, call):
-        for a in call.args:
-            self.count[a] = self.count.get(a, 0) + 1
+        for k, a in enumerate(call.args):
+            self.readers.setdefault(a, []).append((call, k))
         super().visit_Call(call)
 
 
@@ -748,17 +748,106 @@ def _per_channel(v, channels: int):
     return arr if arr is not None and arr.size == channels and arr.size > 1 else None
 
 
+def _channel_blind(call) -> bool:
+    """Whether ``call`` treats every channel alike and keeps them where they are (its output's
+    channels may be permuted with its inputs'): a qnn add/subtract/mul with scalar parameters,
+    an NCHW max pool, clip, relu."""
+    if call.op in (qelem.ADD, qelem.SUBTRACT, qelem.MUL):
+        return all(np.size(value_of(a)) == 1 for a in call.args[2:])
+    if call.op is fpool.MAX_POOL2D:
+        return call.attrs.layout == "NCHW"
+    return call.op in (ft.CLIP, fnn.RELU)
+
+
+def _channel_groups(func, uses):
+    """Sets of tensors that share one channel order: int8 conv outputs (the producer chains of
+    ``_match``) joined by channel-blind ops, every reader of each a channel-blind op of the set or
+    a groups=1 qnn.conv2d reading it as data, none the function's result. Yields (producer
+    requantizes, channel-blind calls, reader convs) per set."""
+    outputs = {func.body}
+    if isinstance(func.body, Tuple):
+        outputs.update(func.body.fields)
+    seen: set = set()
+    for start in list(uses.readers):
+        if start in seen or not _producer_chain(start, uses):
+            continue
+        producers, blind, readers, stack, ok = [], [], [], [start], True
+        members = {start}
+        while stack and ok:
+            t = stack.pop()
+            if t in outputs:
+                ok = False
+                break
+            if _producer_chain(t, uses):
+                producers.append(t)
+            elif not (isinstance(t, Call) and _channel_blind(t)):
+                ok = False
+                break
+            else:
+                blind.append(t)
+                for a in t.args[:2] if t.op in (qelem.ADD, qelem.SUBTRACT, qelem.MUL) else t.args[:1]:
+                    if a not in members:
+                        members.add(a)
+                        stack.append(a)
+            for call, k in uses.readers.get(t, []):
+                if call.op is qnn_nn.CONV2D and k == 0 and call.attrs.groups == 1 and \
+                        isinstance(call.args[1], Constant):
+                    if call not in readers:
+                        readers.append(call)
+                elif _channel_blind(call) and k < 2:
+                    if call not in members:
+                        members.add(call)
+                        stack.append(call)
+                else:
+                    ok = False
+                    break
+        seen.update(members)
+        if ok and readers:
+            yield producers, blind, readers
+
+
+def _producer_chain(t, uses) -> bool:
+    """Whether ``t`` is a qnn.requantize of a groups=1 int8 conv (``_match``) whose conv and bias
+    add have no other reader, so their output channels may be reordered."""
+    if not isinstance(t, Call) or t.op is not qcore.REQUANTIZE:
+        return False
+    chain = _match(t)
+    return chain is not None and chain[0].op is qnn_nn.CONV2D and chain[0].attrs.groups == 1 and \
+        all(len(uses.readers.get(x, [])) == 1 for x in {chain[0], t.args[0]})
+
+
+def _readers_rows_first(groups):
+    """``groups`` ordered so that a group whose reader conv produces another group comes after
+    that group: the reader's output order (its weight rows) is known when its input order (its
+    columns) is chosen. Data flows from a group to the groups its readers produce: no cycles."""
+    made_by = {_match(p)[0]: k for k, (producers, _, _) in enumerate(groups) for p in producers}
+    done, out = set(), []
+
+    def visit(k):
+        if k in done:
+            return
+        done.add(k)
+        for r in groups[k][2]:
+            if r in made_by:
+                visit(made_by[r])
+        out.append(groups[k])
+    for k in range(len(groups)):
+        visit(k)
+    return out
+
+
 def permute_for_vpmaddubsw(func, lanes: int):
-    """``func`` with the output channels of each int8 conv whose only reader is another int8 conv
-    put in the order that lets more of the reader's 4-channel units fit ``vpmaddubsw``
-    (x86 without VNNI; ``int8_pack.channel_order_for_pairs``). The producer's weights, bias and
-    per-channel scales and the reader's weights' input channels take the same order, so every
-    integer is the same and only the intermediate tensor's channels are stored permuted. In a
-    ResNet bottleneck the 3x3 conv feeds the 1x1 expansion alone: there 64->256 goes from 2 to
-    5 of 16 units fitting in its worst output block (its mixed kernel's share), 128->512 from 7
-    to 15 of 32, 256->1024 from 22 to 37 of 64. Readers on the 16-bit Winograd kernel (3x3
-    stride 1) have no vpmaddubsw units and keep their order."""
-    from kiln.topi.int8_pack import channel_order_for_pairs, pad_channels
+    """``func`` with the channels of int8 conv outputs that only int8 convs read (directly or
+    through channel-blind ops: a residual add, max pool, clip; ``_channel_groups``) stored in the
+    order that lets more of the readers' 4-channel units fit ``vpmaddubsw`` (x86 without VNNI;
+    ``int8_pack.channel_order_for_pairs`` over all the readers of a group). The producers'
+    weight rows, bias and per-channel scales and the readers' weight columns take the same order,
+    so every integer is the same and only the intermediate tensors' channels are stored
+    permuted. ResNet-50 QDQ (worst output block's fitting units): the 1x1 expansion after each
+    3x3 conv 64->256 2 -> 4 of 16, 128->512 7 -> 17 of 32, 256->1024 22 -> 36 of 64; the residual
+    streams' readers (1x1 reductions, projections) 5-10% fewer vector instructions. Readers on
+    the 16-bit Winograd kernel (3x3 stride 1) have no vpmaddubsw units and are not weighed."""
+    from kiln.topi.int8_pack import channel_order_for_pairs, mixed_cost, pad_channels
     from kiln.topi.x86.conv2d_int8 import block_for
 
     uses = _Uses()
@@ -766,33 +855,33 @@ def permute_for_vpmaddubsw(func, lanes: int):
     rows: dict = {}    # conv -> order of its output channels (weight rows, bias, scales)
     cols: dict = {}    # conv -> order of its input channels (weight columns)
     args: dict = {}    # requantize / bias add -> {arg index: order}
-    # readers after their own readers (reversed post order): a reader's rows are known when its
-    # columns are chosen
-    for reader in reversed([e for e in uses.count if isinstance(e, Call) and e.op is qnn_nn.CONV2D]):
-        rq = reader.args[0]
-        if reader.attrs.groups != 1 or not isinstance(rq, Call) or rq.op is not qcore.REQUANTIZE or \
-                uses.count.get(rq, 0) != 1 or not isinstance(reader.args[1], Constant):
+    groups = list(_channel_groups(func, uses))
+    for producers, _, readers in _readers_rows_first(groups):
+        weights = []
+        for r in readers:
+            w = r.args[1].data
+            w = w[rows[r]] if r in rows else w
+            block = block_for(w.shape[0], lanes)
+            if w.shape[1] % 4 or not block:
+                weights = None
+                break
+            if not _Rewrite._winograd(pad_channels(w, 1, 4), r.attrs):
+                weights.append((w, block))
+        channels = readers[0].args[1].data.shape[1]
+        if not weights or any(_match(p)[0].args[1].data.shape[0] != channels for p in producers):
             continue
-        chain = _match(rq)
-        if chain is None or chain[0].op is not qnn_nn.CONV2D or chain[0].attrs.groups != 1:
+        order = channel_order_for_pairs([w for w, _ in weights], [b for _, b in weights])
+        if order is None or sum(mixed_cost(w[:, order], b) for w, b in weights) >= \
+                sum(mixed_cost(w, b) for w, b in weights):
             continue
-        mm = chain[0]
-        w = reader.args[1].data
-        if reader in rows:
-            w = w[rows[reader]]
-        channels = w.shape[1]
-        block = block_for(w.shape[0], lanes)
-        if channels % 4 or not block or mm.args[1].data.shape[0] != channels or \
-                any(uses.count.get(x, 0) != 1 for x in (mm, rq.args[0])) or \
-                _Rewrite._winograd(pad_channels(w, 1, 4), reader.attrs):
-            continue
-        order = channel_order_for_pairs(w, block)
-        if order is None:
-            continue
-        cols[reader], rows[mm] = order, order
-        args[rq] = {i: order for i in (1, 2) if _per_channel(rq.args[i], channels) is not None}
-        if rq.args[0] is not mm:  # the bias add between them
-            args[rq.args[0]] = {1: order} if np.size(value_of(rq.args[0].args[1])) == channels else {}
+        for r in readers:
+            cols[r] = order
+        for rq in producers:
+            mm = _match(rq)[0]
+            rows[mm] = order
+            args[rq] = {i: order for i in (1, 2) if _per_channel(rq.args[i], channels) is not None}
+            if rq.args[0] is not mm:  # the bias add between them
+                args[rq.args[0]] = {1: order} if np.size(value_of(rq.args[0].args[1])) == channels else {}
     if not rows:
         return func
 
