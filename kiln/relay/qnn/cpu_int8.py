@@ -790,8 +790,7 @@ def _channel_groups(func, uses):
                         members.add(a)
                         stack.append(a)
             for call, k in uses.readers.get(t, []):
-                if call.op is qnn_nn.CONV2D and k == 0 and call.attrs.groups == 1 and \
-                        isinstance(call.args[1], Constant):
+                if call.op is qnn_nn.CONV2D and k == 0 and _nchw_conv(call) and isinstance(call.args[1], Constant):
                     if call not in readers:
                         readers.append(call)
                 elif _channel_blind(call) and k < 2:
@@ -812,8 +811,15 @@ def _producer_chain(t, uses) -> bool:
     if not isinstance(t, Call) or t.op is not qcore.REQUANTIZE:
         return False
     chain = _match(t)
-    return chain is not None and chain[0].op is qnn_nn.CONV2D and chain[0].attrs.groups == 1 and \
+    return chain is not None and chain[0].op is qnn_nn.CONV2D and _nchw_conv(chain[0]) and \
         all(len(uses.readers.get(x, [])) == 1 for x in {chain[0], t.args[0]})
+
+
+def _nchw_conv(call) -> bool:
+    """A groups=1 conv over NCHW data with OIHW weights (the layout whose axes are permuted)."""
+    a = call.attrs
+    return a.groups == 1 and a.data_layout == "NCHW" and a.kernel_layout == "OIHW" and \
+        a.out_layout in ("", "NCHW", None)
 
 
 def _readers_rows_first(groups):
