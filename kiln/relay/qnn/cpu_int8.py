@@ -730,16 +730,38 @@ def _cancel_pairs(func):
 
 
 class _Uses(ExprVisitor):
-    """The calls that read each expression: ``readers[e]`` = [(call, argument index)]."""
+    """What reads each expression: ``readers[e]`` = [(reader, index)]: calls with the argument's
+    index, and every other node that holds it (a tuple field, a let's value, an if's branch,
+    index -1), so that a reader that is not a call is seen and keeps its input's channel order
+    (a Concat reads its inputs through a Tuple)."""
 
     def __init__(self):
         super().__init__()
         self.readers: dict = {}
 
+    def _read(self, reader, parts, index=None):
+        for k, a in enumerate(parts):
+            self.readers.setdefault(a, []).append((reader, k if index is None else index))
+
     def visit_Call(self, call):
-        for k, a in enumerate(call.args):
-            self.readers.setdefault(a, []).append((call, k))
+        self._read(call, call.args)
         super().visit_Call(call)
+
+    def visit_Tuple(self, t):
+        self._read(t, t.fields, -1)
+        super().visit_Tuple(t)
+
+    def visit_TupleGetItem(self, t):
+        self._read(t, [t.tuple_value], -1)
+        super().visit_TupleGetItem(t)
+
+    def visit_Let(self, let):
+        self._read(let, [let.value, let.body], -1)
+        super().visit_Let(let)
+
+    def visit_If(self, node):
+        self._read(node, [node.cond, node.true_branch, node.false_branch], -1)
+        super().visit_If(node)
 
 
 def _per_channel(v, channels: int):
@@ -790,6 +812,9 @@ def _channel_groups(func, uses):
                         members.add(a)
                         stack.append(a)
             for call, k in uses.readers.get(t, []):
+                if not isinstance(call, Call):  # a tuple field (Concat), a let, an if: keeps the order
+                    ok = False
+                    break
                 if call.op is qnn_nn.CONV2D and k == 0 and _nchw_conv(call) and isinstance(call.args[1], Constant):
                     if call not in readers:
                         readers.append(call)
