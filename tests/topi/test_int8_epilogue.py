@@ -221,3 +221,27 @@ def test_requantize_with_float_clamp_is_onnxruntimes_and_one_conversion(mcpu):
     got = m.get_output(0).numpy()
     assert 0.1 < np.mean(got == 131) < 0.5 and np.mean(got == 0) > 0.1 and np.mean(got == 255) > 0.1
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("mcpu,lanes", [("x86-64", 4), ("x86-64", 6), ("x86-64", 8), ("haswell", 8)])
+def test_round_to_int32_of_an_unaligned_vector_load(mcpu, lanes):
+    """A vector read one element past a 16-byte boundary (a[i + 1]): without AVX, LLVM folds the
+    load of an ``llvm.lrint`` into legacy-SSE ``cvtps2dq mem``, which faults on an address that is
+    not 16-byte aligned, so there the vector form keeps ``roundeven`` + truncation (AVX's VEX
+    forms take any address; scalars too)."""
+    target = f"llvm -mcpu={mcpu}"
+    n = 48
+    a = te.placeholder((n + 1,), "float32", name="A")
+    b = te.compute((n,), lambda i: tir.round(a[i + 1]).astype("int32"), name="B")
+    s = te.create_schedule(b.op)
+    _, xi = s[b].split(b.op.axis[0], factor=lanes)
+    s[b].vectorize(xi)
+    f = tvm.build(s, [a, b], target=target)
+    asm = f.get_source("asm")
+    assert not re.search(r"^\s*cvtp[sd]2dq\s+[^%\s]*\(", asm, re.M), f"-mcpu={mcpu}: SSE conversion of a memory operand"
+    if why_host_cannot_run(target):
+        pytest.skip(f"-mcpu={mcpu}: {why_host_cannot_run(target)} (checked its assembly only)")
+    x = (np.arange(n + 1, dtype=np.float32) - 20) / 2  # ties both ways
+    y = tvm.nd.empty((n,), "int32")
+    f(tvm.nd.array(x), y)
+    np.testing.assert_array_equal(y.numpy(), np.rint(x[1:]).astype(np.int32))

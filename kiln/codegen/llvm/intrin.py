@@ -121,17 +121,26 @@ def rounded_to_int32(cg, e: E.Cast) -> str | None:
     Exact: lrint rounds in the current mode, round to nearest even (the x86 ABI's MXCSR default,
     which nothing in kiln changes), so every x whose rounded value fits int32 gives the same
     integer; outside int32 fptosi is poison and lrint an unspecified value (int8 epilogues clamp
-    first, so they never reach it)."""
+    first, so they never reach it). Vectors only with AVX: without it LLVM folds the operand's
+    load into legacy-SSE ``cvtps2dq mem``, which faults where the address is not 16-byte aligned
+    (any a[i + 1]), while fptosi's ``cvttps2dq`` is only given aligned loads."""
     x = e.value
     if not (isinstance(x, E.Call) and x.op.removeprefix("tir.") in ("round", "rint", "nearbyint") and len(x.args) == 1
             and x.dtype.is_float and x.dtype.bits in (32, 64) and e.dtype.is_int and e.dtype.bits == 32
-            and cg.target_info.arch in ("x86_64", "i386", "i686")):
+            and cg.target_info.arch in ("x86_64", "i386", "i686") and (x.dtype.lanes == 1 or _has_avx(cg.target_info))):
         return None
     src, dst = x.dtype, e.dtype
     full = f"llvm.lrint.{mangle(dst)}.{mangle(src)}"
     st, dt_ = llvm_type(src), llvm_type(dst)
     cg.mw.declare(full, f"declare {dt_} @{full}({st})")
     return cg.fw.emit(f"call {dt_} @{full}({st} {cg.expr(x.args[0])})")
+
+
+def _has_avx(info) -> bool:
+    """Whether the target's code has AVX (VEX encodings: memory operands at any alignment)."""
+    from ...target.cpu_facts import _probe
+
+    return "avx" in _probe(info.triple, info.cpu, info.features).features
 
 
 # Special cases -----------------------------------------------------------------------------------
