@@ -305,7 +305,6 @@ def test_packed_weights_round_trip():
         np.testing.assert_array_equal(_unpack_dense_weight(int8_pack.pack_dense_weight(d, 8, pairs), tier), d)
 
 
-
 def test_channel_order_for_pairs_is_a_cheaper_permutation():
     """The input-channel order for vpmaddubsw is a permutation under which the kernel's count of
     instructions (``mixed_cost``) drops; ``mixed_cost`` is the plan's share (3 per vpmaddubsw unit,
@@ -356,15 +355,7 @@ def test_channels_between_two_convs_reordered_for_vpmaddubsw_exact(mcpu, roundin
     mod, inputs, (w1, w2) = chained_graph(rng, 16, 64, 32, 6, 3, rounding)
     order = int8_pack.channel_order_for_pairs(w2, lanes)
     assert order is not None
-    weights = []
-    from kiln.relay.visitor import ExprVisitor
-
-    class V(ExprVisitor):
-        def visit_Call(self, call):
-            super().visit_Call(call)
-            if getattr(call.op, "name", "") == "qnn.conv2d":
-                weights.append(call.args[1].data)
-    V().visit(permute_for_vpmaddubsw(infer(mod["main"]), lanes))
+    weights = _conv_weights(permute_for_vpmaddubsw(infer(mod["main"]), lanes))
     np.testing.assert_array_equal(weights[0], w1[order])
     np.testing.assert_array_equal(weights[1], w2[:, order])
     lib = _build(mod, target)
