@@ -121,13 +121,14 @@ def rounded_to_int32(cg, e: E.Cast) -> str | None:
     Exact: lrint rounds in the current mode, round to nearest even (the x86 ABI's MXCSR default,
     which nothing in kiln changes), so every x whose rounded value fits int32 gives the same
     integer; outside int32 fptosi is poison and lrint an unspecified value (int8 epilogues clamp
-    first, so they never reach it). Vectors only with AVX: without it LLVM folds the operand's
-    load into legacy-SSE ``cvtps2dq mem``, which faults where the address is not 16-byte aligned
-    (any a[i + 1]), while fptosi's ``cvttps2dq`` is only given aligned loads."""
+    first, so they never reach it). Only with AVX: without it LLVM folds the operand's load into
+    legacy-SSE ``cvtps2dq mem``, which faults where the address is not 16-byte aligned (any
+    a[i + 1], also where its loop vectorizer widens a scalar lrint), while fptosi's
+    ``cvttps2dq`` is only given aligned loads."""
     x = e.value
     if not (isinstance(x, E.Call) and x.op.removeprefix("tir.") in ("round", "rint", "nearbyint") and len(x.args) == 1
             and x.dtype.is_float and x.dtype.bits in (32, 64) and e.dtype.is_int and e.dtype.bits == 32
-            and cg.target_info.arch in ("x86_64", "i386", "i686") and (x.dtype.lanes == 1 or _has_avx(cg.target_info))):
+            and cg.target_info.arch in ("x86_64", "i386", "i686") and _has_avx(cg.target_info)):
         return None
     src, dst = x.dtype, e.dtype
     full = f"llvm.lrint.{mangle(dst)}.{mangle(src)}"
