@@ -342,7 +342,9 @@ def requantize_epilogue(acc, bias, mult, shift, out_zp: int, lo: int, hi: int, o
     -> 0.97 ms with haswell code, 0.30 -> 0.27 ms with AVX-512; FLOAT32 0.83 / 0.21 ms).
 
     ``bias``/``mult``/``shift``: 1-D tensors over the channels (int32, int64, int64); ``index``
-    maps an output index to (accumulator index, channel); default: blocked NCHW[L]c."""
+    maps an output index to (accumulator index, channel); default: blocked NCHW[L]c. A FLOAT32
+    requantize to 8 or 16 bits also records its value as an exact float32 (``requantized_float``)
+    in the op's ``float_value`` attribute, (output axes, expression), for ``float_operand``."""
     lanes = int(acc.shape[-1])
     shape = tuple(int(d) for d in (out_shape or acc.shape))
     if index is None:
@@ -371,7 +373,7 @@ def requantize_value(x, bias, mult, shift, out_zp: int, lo: int, hi: int, out_dt
     if rounding == "FLOAT32":  # onnxruntime's: float32(acc + bias) * m (float32), half to even
         y = (x + bias).astype("float32") * mult
         if float_clamp:  # before the rounding: round(clamp(y)) == clamp(round(y)) for integer bounds,
-            y = clamp_float(y, lo - out_zp, hi - out_zp)  # and int32(round(y)) stays one cvtps2dq on x86
+            y = clamp_float(y, lo - out_zp, hi - out_zp)  # and int32(round(y)) stays one cvtps2dq with AVX
         y = tir.round(y).astype("int32") + tir.const(out_zp, "int32")
         return tir.min(tir.max(y, tir.const(lo, "int32")), tir.const(hi, "int32")).astype(out_dtype)
 
