@@ -70,7 +70,10 @@ def pair_fits(w0, w1):
     return (pos <= 128) & (neg >= -128)
 
 
-def plan_mixed_conv_weight(w: np.ndarray, ib: int, lanes: int, least: float = 0.25):
+MIXED_LEAST = 0.25  # the mixed kernel's least share of vpmaddubsw units (plan_mixed_conv_weight)
+
+
+def plan_mixed_conv_weight(w: np.ndarray, ib: int, lanes: int, least: float = MIXED_LEAST):
     """The weights of the mixed AVX2 / AVX-512BW conv (x86/conv2d_int8.py ``conv2d_int8_mixed_acc``)
     or None where too few units fit ``vpmaddubsw``.
 
@@ -115,13 +118,13 @@ def mixed_cost(w: np.ndarray, lanes: int) -> int:
     """The x86 vector instructions per output block and pixel of the reduction of ``w`` (OIHW)
     without VNNI: 3 for each unit on ``vpmaddubsw`` (with ``vpmaddwd`` by ones and an add), 4 on
     the 16-bit path (two ``vpmaddwd``, two adds); the mixed kernel's share is the fewest fitting
-    units of any block, none below ``plan_mixed_conv_weight``'s least (a quarter)."""
+    units of any block, none below ``plan_mixed_conv_weight``'s least (``MIXED_LEAST``)."""
     fits = _unit_fits(w, lanes)
     n = fits.shape[1]
     ns = int(fits.sum(axis=1).min())
     if ns == n:
         return 3 * n
-    return 3 * ns + 4 * (n - ns) if ns >= max(1, n // 4 + (n % 4 > 0)) else 4 * n
+    return 3 * ns + 4 * (n - ns) if ns >= max(1, MIXED_LEAST * n) else 4 * n
 
 
 def channel_order_for_pairs(w, lanes, most: int = 1 << 24):
