@@ -62,12 +62,15 @@ class QDQ:
         self.inits.append(numpy_helper.from_array(arr, nm))
         return nm
 
-    def q(self, t, relu_zero=True):
-        """Q -> DQ of float tensor ``t`` (u8, zero point 0 for non-negative tensors, else 64: values below 128)."""
+    def q(self, t, params=None):
+        """Q -> DQ of float tensor ``t`` (u8, zero point 0 for non-negative tensors, else 64: values
+        below 128), or with ``params`` = (scale, zero point)."""
         v = self.val[t]
         neg = v.min() < 0
         s = np.float32(max(abs(v.max()), abs(v.min()), 1e-6) / (55 if neg else 110))
         zp = 64 if neg else 0
+        if params is not None:
+            s, zp = np.float32(params[0]), params[1]
         s_n, zp_n = self.init(np.array(s, "float32")), self.init(np.array(zp, "uint8"))
         qn, dqn = self.name("q"), self.name("dq")
         self.nodes += [helper.make_node("QuantizeLinear", [t, s_n, zp_n], [qn]),
@@ -100,7 +103,7 @@ class QDQ:
             y = self.op("Relu", [y])
         return self.q(y)
 
-    def op(self, op_type, inputs, fn=None, quantize=False, **attrs):
+    def op(self, op_type, inputs, fn=None, quantize=False, params=None, **attrs):
         y = self.name(op_type.lower())
         self.nodes.append(helper.make_node(op_type, inputs, [y], **attrs))
         vals = [self.val.get(i) for i in inputs]
@@ -111,7 +114,7 @@ class QDQ:
                   "HardSigmoid": lambda a: np.clip(a * attrs.get("alpha", 0.2) + attrs.get("beta", 0.5), 0, 1),
                   }[op_type]
         self.val[y] = fn(*vals)
-        return self.q(y) if quantize else y
+        return self.q(y, params) if quantize else y
 
     def model(self, out):
         graph = helper.make_graph(self.nodes, "outsider",
@@ -220,6 +223,21 @@ def test_odd_shapes_chain(hw):
     g = b.op("GlobalAveragePool", [y], quantize=True)
     out = b.conv(g, 16, relu=False)
     assert_ort_steps_zero(b, out)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="qnn.avg_pool2d (canonicalize._avg_pool2d) gives rint(mean * ratio) + zero point; "
+                          "onnxruntime rint(mean * ratio + zero point): with an odd zero point every tie "
+                          "rounds apart (1 step on 13-21% of the outputs here; DenseNet-121: 17 output steps)")
+def test_average_pool_with_its_input_quantization():
+    """DenseNet's transition: a conv output (odd zero point) average-pooled 2x2/2, the pool's output
+    quantized with the input's scale and zero point (what onnxruntime's quantizer writes)."""
+    b = QDQ((1, 8, 8, 8), seed=6, n_inputs=4)
+    y = b.conv(b.top, 16, k=3, relu=False)
+    y = b.q(y, params=(b.scale[y], 61))
+    out = b.op("AveragePool", [y], fn=lambda v: v.reshape(v.shape[0], 16, 4, 2, 4, 2).mean(axis=(3, 5)),
+               quantize=True, params=(b.scale[y], 61), kernel_shape=[2, 2], strides=[2, 2])
+    assert_ort_steps_zero(b, out, targets=["llvm -mcpu=haswell"])
 
 
 # -- full-size sweep (heavy): torchvision's architectures, random weights --------------------------------
