@@ -242,7 +242,10 @@ def test_average_pool_with_its_input_quantization():
 
 # -- full-size sweep (heavy): torchvision's architectures, random weights --------------------------------
 
-SWEEP_MODELS = ["resnet18", "resnext50_32x4d", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "densenet121",
+SWEEP_MODELS = ["resnet18", "resnext50_32x4d", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0",
+                pytest.param("densenet121", marks=pytest.mark.xfail(
+                    strict=True, raises=AssertionError,
+                    reason="QDQ AveragePool ties (test_average_pool_with_its_input_quantization)")),
                 "squeezenet1_1", "shufflenet_v2_x0_5", "regnet_x_400mf", "googlenet"]
 
 
