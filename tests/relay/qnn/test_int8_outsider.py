@@ -205,6 +205,19 @@ def test_conv_output_also_read_by_a_channel_mixing_op_keeps_its_order(reader):
     assert_ort_steps_zero(b, out, targets=["llvm -mcpu=haswell"])
 
 
+@pytest.mark.parametrize("op", ["Mul", "Sub"])
+def test_channelwise_product_of_two_reordered_convs(op):
+    """Squeeze-excite's shape without its activation: a conv output times (or minus) a per-channel
+    (1x1-image) conv output, read by a conv: both producers are reordered alike (qnn.mul/subtract
+    with scalar parameters are channel-blind) and the broadcast keeps them aligned."""
+    b = QDQ((1, 8, 6, 6), seed=9)
+    a = b.conv(b.top, 32, k=3, relu=False)
+    s = b.conv(b.op("GlobalAveragePool", [b.top], quantize=True), 32, relu=False)
+    y = b.op(op, [a, s], fn={"Mul": np.multiply, "Sub": np.subtract}[op], quantize=True)
+    out = b.conv(y, 16, relu=False)
+    assert_ort_steps_zero(b, out, targets=["llvm -mcpu=haswell"])
+
+
 @pytest.mark.parametrize("hw", [13, 4])
 def test_odd_shapes_chain(hw):
     """One model through the shapes the AVX2 kernels split on: 3 input channels, channel counts
