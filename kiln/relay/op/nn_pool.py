@@ -47,9 +47,12 @@ def _pool_rel(ctx: RelCtx):
     return TensorType(tuple(shape), data.dtype)
 
 
-def _pool_ref(kind):
+def _pool_ref(kind, in_order: bool = False):
+    """numpy reference of a pool; ``in_order``: an average's window summed tap by tap in the
+    input's dtype and divided in it (float32 step for step, as the compiled kernel and
+    onnxruntime sum), not in float64."""
     def run(a, x):
-        xc = layout.transform(x, a.layout, "NCHW").astype(np.float64)
+        xc = layout.transform(x, a.layout, "NCHW").astype(x.dtype if in_order else np.float64)
         n, c, h, w = xc.shape
         kh, kw = a.pool_size
         sh, sw = a.strides
@@ -68,14 +71,20 @@ def _pool_ref(kind):
         if kind == "max":
             out = win.max(axis=(-1, -2))
         else:
-            total = win.sum(axis=(-1, -2))
+            if in_order:
+                total = np.zeros(win.shape[:-2], xc.dtype)
+                for i in range(win.shape[-2]):
+                    for j in range(win.shape[-1]):
+                        total = total + win[..., i, j]
+            else:
+                total = win.sum(axis=(-1, -2))
             if a.count_include_pad:
                 inside = np.pad(np.ones((h, w)), ((pt, pb), (pl, pr)), constant_values=1.0)
                 inside = np.pad(inside, ((0, eh), (0, ew)))  # ceil-mode overhang never counts
             else:
                 inside = np.pad(np.ones((h, w)), ((pt, pb + eh), (pl, pr + ew)))
             cnt = sliding_window_view(inside, span)[::sh, ::sw, ::dh, ::dw][:oh, :ow].sum(axis=(-1, -2))
-            out = total / np.maximum(cnt, 1)
+            out = total / np.maximum(cnt, 1).astype(xc.dtype)
         return layout.transform(out, "NCHW", a.layout).astype(x.dtype)
     return run
 
@@ -86,6 +95,7 @@ MAX_POOL2D = OpDef("nn.max_pool2d", ("data",), dict(_POOL_ATTRS), _pool_rel, OpP
                    _pool_ref("max"), doc="2-D max pooling")
 AVG_POOL2D = OpDef("nn.avg_pool2d", ("data",), {**_POOL_ATTRS, "count_include_pad": False}, _pool_rel,
                    OpPattern.OUT_ELEMWISE_FUSABLE, _pool_ref("avg"), doc="2-D average pooling")
+avg_pool2d_in_order = _pool_ref("avg", in_order=True)  # qnn.avg_pool2d's reference (float32 step for step)
 
 
 def _global_rel(ctx: RelCtx):

@@ -1,18 +1,19 @@
 """``nn.contrib_qavg_pool2d``: qnn.avg_pool2d in integers, for Cortex-M targets (issue 36).
 
-qnn's canonical lowering (canonicalize.py ``_avg_pool2d``) averages in float32:
-``round(float32(sum(x - zi)) / count * ratio) + zo``. Written as relay ops, the elementwise
+qnn's canonical lowering (canonicalize.py ``_avg_pool2d``) is onnxruntime's, in float32:
+``round(sum(float32(x - zi) * si) / count / so + zo)``. Written as relay ops, the elementwise
 prefix (``x - zi`` as float32) fuses into the producer (a conv), which then stores a float32
 tensor four times its int8 output, and the pool sums floats. This op reads the int8 tensor,
 sums each window in int32 and divides with rounding half to even in integers.
 
-The same integers as the float form when ``ratio`` (float32 of the input scale over the output
-scale) is 1, the windows are unpadded and ``255 * count < 2**23`` (``exact_for``): the float sum
-of integers below 2**24 is exact; ``S / count`` rounded to float32 is off by at most
-``|S / count| * 2**-24 < 2**-1 / count``, while a non-tie quotient is at least ``1 / (2 count)``
-from the nearest half, so rounding the float quotient never crosses a half; ties (``S / count =
-k + 1/2``, even counts only) are exact floats both ways round to even. Only chosen on Cortex-M
-targets (``integer_avg_pool``); other targets keep the float form.
+The same integers as the float form when the input and output scales are the same float32 ``s``,
+the windows are unpadded and the count ``n`` is odd and small (``exact_for``): the float form
+computes ``S / n`` (``S`` the integer window sum) with an error of at most ``255 (n + 2) 2**-24``
+(each ``s * k`` and each partial sum rounded once, the two divisions once each) plus ``2**-16``
+for adding ``zo``, while an odd count puts ``S / n`` at least ``1 / (2 n)`` from any half (no
+ties), so the float rounding never crosses a half. With an even count a tie ``k + 1/2`` goes
+either way in float32 (the products' rounding decides), so those windows keep the float form.
+Only chosen on Cortex-M targets (``integer_avg_pool``); other targets keep the float form.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ QAVG_POOL2D = OpDef("nn.contrib_qavg_pool2d", ("data",), dict(_ATTRS), _rel, OpP
 
 
 def exact_for(count: int) -> bool:
-    return 255 * count < 2 ** 23
+    """Whether the integer form gives the float form's integers for windows of ``count`` values
+    (module docstring): odd, and the float error below the distance to a half."""
+    return count % 2 == 1 and 2 * count * (255 * (count + 2) * 2.0 ** -24 + 2.0 ** -16) < 1
 
 
 def integer_avg_pool(call, x, si, zi, so, zo):
@@ -67,7 +70,6 @@ def integer_avg_pool(call, x, si, zi, so, zo):
     integers (module docstring), else None."""
     from kiln.target import Target
 
-    from .op.core import multiplier
     from .op.params import value_of
 
     target = Target.current(allow_none=True)
@@ -78,7 +80,7 @@ def integer_avg_pool(call, x, si, zi, so, zo):
     kh, kw = (int(v) for v in a.pool_size)
     if (a.layout != "NCHW" or (a.out_layout or "NCHW") != "NCHW" or any(int(p) for p in a.padding)
             or tuple(int(d) for d in a.dilation) != (1, 1) or not exact_for(kh * kw)
-            or np.float32(multiplier(value_of(si), value_of(so))[0]) != np.float32(1.0)):
+            or np.float32(np.ravel(value_of(si))[0]) != np.float32(np.ravel(value_of(so))[0])):
         return None
     from ..transform.infer_type import infer
     ty = infer(x).checked_type

@@ -275,12 +275,15 @@ def _avg_pool2d(call, x, si, zi, so, zo):
     if y is not None:
         return y
     a = call.attrs
-    centered = ftf.cast(_centered(x, zi, 0, 0, "int32"), "float32")
+    # onnxruntime's QLinearAveragePool, step for step in float32: the window's dequantized values
+    # summed in order, divided by the count, divided by the output scale, plus the output zero
+    # point, rounded half to even (with the zero point added after the rounding, or the scale
+    # ratio applied to the integer mean, ties and near-ties round apart: DenseNet's transitions)
+    real = ft.multiply(ftf.cast(_centered(x, zi, 0, 0, "int32"), "float32"), _param(si, 0, 0, "float32"))
     kw = {k: a[k] for k in ("pool_size", "strides", "dilation", "padding", "layout", "out_layout", "ceil_mode",
                             "count_include_pad")}
-    mean = fpool.avg_pool2d(centered, **kw)
-    ratio = const(np.float32(multiplier(value_of(si), value_of(so))[0]))
-    y = ft.add(ft.round(ft.multiply(mean, ratio)), _param(zo, 0, 0, "float32"))
+    mean = fpool.avg_pool2d(real, **kw)
+    y = ft.round(ft.add(ft.divide(mean, _param(so, 0, 0, "float32")), _param(zo, 0, 0, "float32")))
     return _clip_cast(y, _dtype(x))
 
 

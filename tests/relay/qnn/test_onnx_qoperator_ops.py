@@ -41,7 +41,7 @@ CASES = {
     "QLinearMul": (_model("QLinearMul", ["x", "xs", "xz", "x", "ys", "yz", "ys", "yz"], Q), 1),
     "QLinearConcat": (_model("QLinearConcat", ["ys", "yz", "x", "xs", "xz", "x", "ys", "yz"], Q, {"axis": 1}), 1),
     "QLinearAveragePool": (_model("QLinearAveragePool", ["x", "xs", "xz", "ys", "yz"], Q,
-                                  {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}), 1),
+                                  {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}), 0),
     "QLinearGlobalAveragePool": (_model("QLinearGlobalAveragePool", ["x", "xs", "xz", "ys", "yz"], Q,
                                         {"channels_last": 0}), 1),
     "QLinearSigmoid": (_model("QLinearSigmoid", ["x", "xs", "xz", "ys", "yz"], Q), 0),

@@ -315,10 +315,12 @@ def test_avg_pool(count_include_pad):
             win = xp[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3]
             n = 9 if count_include_pad else ones[2 * i:2 * i + 3, 2 * j:2 * j + 3].sum()
             want[:, :, i, j] = win.sum(axis=(2, 3)) / n
-    want = np.clip(np.rint(want) - 3, -128, 127)
-    # float32 mean inside (as ONNX's QLinearAveragePool): a tie may round either way
-    assert np.abs(got - want).max() <= 1 and np.abs(ref - want).max() <= 1
-    assert np.mean(got == want) > 0.9
+    ideal = np.clip(want - 3, -128, 127)
+    # onnxruntime's float32 arithmetic inside (canonicalize._avg_pool2d; tests/relay/qnn/
+    # test_onnx_qoperator_ops.py compares with onnxruntime itself): the nearest integer to the
+    # exact mean, a tie k + 1/2 either way
+    assert np.abs(got - ideal).max() <= 0.5 + 1e-6 and np.abs(ref - ideal).max() <= 0.5 + 1e-6
+    np.testing.assert_array_equal(got, ref)
 
 
 # -- bad quantization parameters -----------------------------------------------------------------

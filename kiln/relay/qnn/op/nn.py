@@ -105,11 +105,12 @@ def _pool_rel(float_op):
 
 
 def _avg_pool_ref(attrs, x, si, zi, so, zo):
-    """Float semantics, as ONNX's QLinearAveragePool: mean of the real values, quantized."""
-    centered = _centered(x, zi, 0, 0).astype(np.float32)
-    mean = fpool.AVG_POOL2D.reference(fpool.AVG_POOL2D.make_attrs(_float_attrs(fpool.AVG_POOL2D, attrs)),
-                                      centered).astype(np.float32)
-    q = np.rint(mean * np.float32(multiplier(si, so)[0])) + np.float32(zo)
+    """onnxruntime's QLinearAveragePool in float32: the mean of the dequantized values, divided by
+    the output scale, plus the output zero point, rounded half to even (canonicalize._avg_pool2d)."""
+    f32 = np.float32
+    real = _centered(x, zi, 0, 0).astype(f32) * f32(np.ravel(si)[0])
+    mean = fpool.avg_pool2d_in_order(fpool.AVG_POOL2D.make_attrs(_float_attrs(fpool.AVG_POOL2D, attrs)), real)
+    q = np.rint((mean / f32(np.ravel(so)[0])).astype(f32) + f32(np.ravel(zo)[0]))
     lo, hi = dtype_range(x.dtype.name)
     return np.clip(q, lo, hi).astype(x.dtype)
 
