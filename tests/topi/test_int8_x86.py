@@ -358,11 +358,17 @@ def test_channels_between_two_convs_reordered_for_vpmaddubsw_exact(mcpu, roundin
     weights = _conv_weights(permute_for_vpmaddubsw(infer(mod["main"]), lanes))
     np.testing.assert_array_equal(weights[0], w1[order])
     np.testing.assert_array_equal(weights[1], w2[:, order])
+    _exact_with_and_without_reorder(mod, inputs, target)
+
+
+def _exact_with_and_without_reorder(mod, inputs, target):
+    """``mod`` built for ``target`` with and without relay.qnn.int8_permute gives the reference's
+    bytes (both built; run where the host can)."""
     lib = _build(mod, target)
     with tvm.transform.PassContext(opt_level=3, config={"relay.qnn.int8_permute": False}):
         plain = relay.build(mod, target=tvm.target.Target(target))
     if not host_runs(target):
-        pytest.skip(f"-mcpu={mcpu}: {why_host_cannot_run(target)} (built only)")
+        pytest.skip(f"{target}: {why_host_cannot_run(target)} (built only)")
     want = reference(mod, inputs)[0]
     np.testing.assert_array_equal(_run(lib, inputs)[0], want)
     np.testing.assert_array_equal(_run(plain, inputs)[0], want)
@@ -421,14 +427,8 @@ def test_residual_sum_of_two_convs_read_by_a_conv_reordered_exact(mcpu, rounding
     np.testing.assert_array_equal(by_shape[wa.shape], wa[order])
     np.testing.assert_array_equal(by_shape[wb.shape], wb[order])
     np.testing.assert_array_equal(by_shape[wc.shape], wc[:, order])  # its own rows: the result's order
-    lib = _build(mod, target)
-    with tvm.transform.PassContext(opt_level=3, config={"relay.qnn.int8_permute": False}):
-        plain = relay.build(mod, target=tvm.target.Target(target))
-    if not host_runs(target):
-        pytest.skip(f"-mcpu={mcpu}: {why_host_cannot_run(target)} (built only)")
-    want = reference(mod, inputs)[0]
-    np.testing.assert_array_equal(_run(lib, inputs)[0], want)
-    np.testing.assert_array_equal(_run(plain, inputs)[0], want)
+    _exact_with_and_without_reorder(mod, inputs, target)
+
 
 # -- an onnxruntime-quantized model ---------------------------------------------------------------
 
