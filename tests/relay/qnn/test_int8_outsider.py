@@ -62,15 +62,19 @@ class QDQ:
         self.inits.append(numpy_helper.from_array(arr, nm))
         return nm
 
-    def q(self, t, params=None):
+    def q(self, t, params=None, zp=None):
         """Q -> DQ of float tensor ``t`` (u8, zero point 0 for non-negative tensors, else 64: values
-        below 128), or with ``params`` = (scale, zero point)."""
+        below 128), or with ``params`` = (scale, zero point), or that scale and zero point ``zp``."""
         v = self.val[t]
         neg = v.min() < 0
         s = np.float32(max(abs(v.max()), abs(v.min()), 1e-6) / (55 if neg else 110))
         zp = 64 if neg else 0
+        if zp is not None:
+            zp_ = zp
         if params is not None:
             s, zp = np.float32(params[0]), params[1]
+        elif zp is not None:
+            zp = zp_
         s_n, zp_n = self.init(np.array(s, "float32")), self.init(np.array(zp, "uint8"))
         qn, dqn = self.name("q"), self.name("dq")
         self.nodes += [helper.make_node("QuantizeLinear", [t, s_n, zp_n], [qn]),
@@ -79,7 +83,7 @@ class QDQ:
         self.scale[dqn] = float(s)
         return dqn
 
-    def conv(self, x, cout, k=1, stride=1, group=1, relu=True, wstd=40.0):
+    def conv(self, x, cout, k=1, stride=1, group=1, relu=True, wstd=40.0, zp=None):
         """DQ(int8 weights, per-channel scales) -> Conv (int32 bias) -> [Relu] -> Q/DQ."""
         cin = self.val[x].shape[1]
         w = np.clip(np.round(self.rng.normal(0, wstd, (cout, cin // group, k, k))), -127, 127).astype("int8")
@@ -101,7 +105,7 @@ class QDQ:
         self.val[y] = _conv_np(self.val[x], wf, k // 2, stride, group) + (b * bs.astype("float64")).reshape(1, -1, 1, 1)
         if relu:
             y = self.op("Relu", [y])
-        return self.q(y)
+        return self.q(y, zp=zp)
 
     def op(self, op_type, inputs, fn=None, quantize=False, params=None, **attrs):
         y = self.name(op_type.lower())
@@ -238,19 +242,17 @@ def test_odd_shapes_chain(hw):
     assert_ort_steps_zero(b, out, targets=TARGETS if hw == 13 else TARGETS[:1])  # tiny images: AVX2 only
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="QDQ AveragePool ties: before f7c84d6 kiln gave rint(mean * ratio) + zero point, onnxruntime "
-                          "rint(mean * ratio + zero point); after it still 1 step on ~17% of these outputs on "
-                          "haswell, skylake-avx512 and the host (DenseNet-121 at 96 px: 17 output steps before)")
 def test_average_pool_with_its_input_quantization():
     """DenseNet's transition: a conv output (odd zero point) average-pooled 2x2/2, the pool's output
-    quantized with the input's scale and zero point (what onnxruntime's quantizer writes)."""
+    quantized with the input's scale and zero point (what onnxruntime's quantizer writes): before
+    f7c84d6 kiln added the zero point after rounding, 1 step off at every tie. (One Q -> DQ for the
+    conv output: a second Q -> DQ pair after it is merged by onnxruntime's DoubleQDQPairsRemover
+    into one with a new scale and zero point, which changes the integers.)"""
     b = QDQ((1, 8, 8, 8), seed=6, n_inputs=4)
-    y = b.conv(b.top, 16, k=3, relu=False)
-    y = b.q(y, params=(b.scale[y], 61))
+    y = b.conv(b.top, 16, k=3, relu=False, zp=61)
     out = b.op("AveragePool", [y], fn=lambda v: v.reshape(v.shape[0], 16, 4, 2, 4, 2).mean(axis=(3, 5)),
                quantize=True, params=(b.scale[y], 61), kernel_shape=[2, 2], strides=[2, 2])
-    assert_ort_steps_zero(b, out, targets=["llvm -mcpu=haswell"])
+    assert_ort_steps_zero(b, out)
 
 
 # -- full-size sweep (heavy): torchvision's architectures, random weights --------------------------------
@@ -258,7 +260,8 @@ def test_average_pool_with_its_input_quantization():
 SWEEP_MODELS = ["resnet18", "resnext50_32x4d", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0",
                 pytest.param("densenet121", marks=pytest.mark.xfail(
                     strict=True, raises=AssertionError,
-                    reason="QDQ AveragePool ties (test_average_pool_with_its_input_quantization)")),
+                    reason="8 output steps at 96 px after f7c84d6 (17 before): not bisected; onnxruntime keeps "
+                           "62 float BatchNormalizations after the concats and fuses QLinearConcat")),
                 "squeezenet1_1", "shufflenet_v2_x0_5", "regnet_x_400mf", "googlenet"]
 
 
