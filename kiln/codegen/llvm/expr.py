@@ -11,13 +11,7 @@ from __future__ import annotations
 from ...errors import CompileError, InternalError
 from ...ir import expr as E
 from ...ir.dtype import DType
-from .ir import float_literal, llvm_type, scalar_type
-
-
-def mangle(dt: DType) -> str:
-    """Overload suffix of an LLVM intrinsic: f32, v16f32, i64, v8i32."""
-    base = {"half": "f16", "float": "f32", "double": "f64"}.get(scalar_type(dt)) or scalar_type(dt)
-    return base if dt.lanes == 1 else f"v{dt.lanes}{base}"
+from .ir import float_literal, llvm_type, mangle, scalar_type
 
 
 def int_literal(value: int, dt: DType) -> str:

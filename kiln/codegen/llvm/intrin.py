@@ -15,8 +15,7 @@ from ...errors import CompileError
 from ...ir import expr as E
 from ...ir.dtype import DType
 from ...ir.functor import Mutator
-from .expr import mangle
-from .ir import float_literal, llvm_type, scalar_type
+from .ir import float_literal, llvm_type, mangle, scalar_type
 
 F32 = DType("float", 32)
 

@@ -26,6 +26,12 @@ def scalar_type(dt: DType, memory: bool = False) -> str:
     return f"i{dt.bits}"
 
 
+def mangle(dt: DType) -> str:
+    """Overload suffix of an LLVM intrinsic: f32, v16f32, i64, v8i32."""
+    base = {"half": "f16", "float": "f32", "double": "f64"}.get(scalar_type(dt)) or scalar_type(dt)
+    return base if dt.lanes == 1 else f"v{dt.lanes}{base}"
+
+
 def llvm_type(dt: DType, memory: bool = False) -> str:
     base = scalar_type(dt, memory)
     return base if dt.lanes == 1 else f"<{dt.lanes} x {base}>"
