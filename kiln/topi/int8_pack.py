@@ -89,10 +89,9 @@ def plan_mixed_conv_weight(w: np.ndarray, ib: int, lanes: int, least: float = MI
     o, c, kh, kw = w.shape
     assert c % ib == 0 and ib % 4 == 0 and o % lanes == 0, (w.shape, ib, lanes)
     icq = ib // 4
-    units = np.asarray(w, np.int32).reshape(o // lanes, lanes, c // ib, icq, 4, kh, kw)
-    units = units.transpose(0, 2, 5, 6, 3, 1, 4).reshape(o // lanes, -1, lanes, 4)  # (O/L, n, L, 4)
+    units = _units(w, ib, lanes)
     n = units.shape[1]
-    fits = pair_fits(units[..., 0::2], units[..., 1::2]).all(axis=(2, 3))  # (O/L, n)
+    fits = _fits(units)
     ns = int(fits.sum(axis=1).min())
     if ns < max(1, least * n) or ns == n:
         return None
@@ -106,11 +105,16 @@ def plan_mixed_conv_weight(w: np.ndarray, ib: int, lanes: int, least: float = MI
     return weight, weight16, np.ascontiguousarray(table)
 
 
-def _unit_fits(w: np.ndarray, lanes: int) -> np.ndarray:
-    """(O/L, units) whether each 4-channel unit of each output block fits ``vpmaddubsw``."""
+def _units(w: np.ndarray, ib: int, lanes: int) -> np.ndarray:
+    """(O/L, n, L, 4): the 4-channel units of ``w`` (OIHW) per output block, in the reduction's
+    order ``(C/ib, KH, KW, ib/4)``."""
     o, c, kh, kw = w.shape
-    units = np.asarray(w, np.int32).reshape(o // lanes, lanes, c // 4, 4, kh, kw)
-    units = units.transpose(0, 2, 4, 5, 1, 3).reshape(o // lanes, -1, lanes, 4)
+    units = np.asarray(w, np.int32).reshape(o // lanes, lanes, c // ib, ib // 4, 4, kh, kw)
+    return units.transpose(0, 2, 5, 6, 3, 1, 4).reshape(o // lanes, -1, lanes, 4)
+
+
+def _fits(units: np.ndarray) -> np.ndarray:
+    """(O/L, n) whether each unit fits ``vpmaddubsw`` (both pairs in every lane)."""
     return pair_fits(units[..., 0::2], units[..., 1::2]).all(axis=(2, 3))
 
 
@@ -119,7 +123,7 @@ def mixed_cost(w: np.ndarray, lanes: int) -> int:
     without VNNI: 3 for each unit on ``vpmaddubsw`` (with ``vpmaddwd`` by ones and an add), 4 on
     the 16-bit path (two ``vpmaddwd``, two adds); the mixed kernel's share is the fewest fitting
     units of any block, none below ``plan_mixed_conv_weight``'s least (``MIXED_LEAST``)."""
-    fits = _unit_fits(w, lanes)
+    fits = _fits(_units(w, 4, lanes))
     n = fits.shape[1]
     ns = int(fits.sum(axis=1).min())
     if ns == n:

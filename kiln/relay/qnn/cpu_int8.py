@@ -785,7 +785,7 @@ def _channel_groups(func, uses):
     """Sets of tensors that share one channel order: int8 conv outputs (the producer chains of
     ``_match``) joined by channel-blind ops, every reader of each a channel-blind op of the set or
     a groups=1 qnn.conv2d reading it as data, none the function's result. Yields (producer
-    requantizes, channel-blind calls, reader convs) per set."""
+    requantizes, reader convs) per set."""
     outputs = {func.body}
     if isinstance(func.body, Tuple):
         outputs.update(func.body.fields)
@@ -793,7 +793,7 @@ def _channel_groups(func, uses):
     for start in list(uses.readers):
         if start in seen or not _producer_chain(start, uses):
             continue
-        producers, blind, readers, stack, ok = [], [], [], [start], True
+        producers, readers, stack, ok = [], [], [start], True
         members = {start}
         while stack and ok:
             t = stack.pop()
@@ -806,7 +806,6 @@ def _channel_groups(func, uses):
                 ok = False
                 break
             else:
-                blind.append(t)
                 for a in t.args[:2] if t.op in (qelem.ADD, qelem.SUBTRACT, qelem.MUL) else t.args[:1]:
                     if a not in members:
                         members.add(a)
@@ -827,7 +826,7 @@ def _channel_groups(func, uses):
                     break
         seen.update(members)
         if ok and readers:
-            yield producers, blind, readers
+            yield producers, readers
 
 
 def _producer_chain(t, uses) -> bool:
@@ -851,14 +850,14 @@ def _readers_rows_first(groups):
     """``groups`` ordered so that a group whose reader conv produces another group comes after
     that group: the reader's output order (its weight rows) is known when its input order (its
     columns) is chosen. Data flows from a group to the groups its readers produce: no cycles."""
-    made_by = {_match(p)[0]: k for k, (producers, _, _) in enumerate(groups) for p in producers}
+    made_by = {_match(p)[0]: k for k, (producers, _) in enumerate(groups) for p in producers}
     done, out = set(), []
 
     def visit(k):
         if k in done:
             return
         done.add(k)
-        for r in groups[k][2]:
+        for r in groups[k][1]:
             if r in made_by:
                 visit(made_by[r])
         out.append(groups[k])
@@ -878,7 +877,7 @@ def permute_for_vpmaddubsw(func, lanes: int):
     3x3 conv 64->256 2 -> 4 of 16, 128->512 7 -> 17 of 32, 256->1024 22 -> 36 of 64; the residual
     streams' readers (1x1 reductions, projections) 5-10% fewer vector instructions. Readers on
     the 16-bit Winograd kernel (3x3 stride 1) have no vpmaddubsw units and are not weighed."""
-    from kiln.topi.int8_pack import channel_order_for_pairs, mixed_cost, pad_channels
+    from kiln.topi.int8_pack import channel_order_for_pairs, pad_channels
     from kiln.topi.x86.conv2d_int8 import block_for
 
     uses = _Uses()
@@ -887,7 +886,7 @@ def permute_for_vpmaddubsw(func, lanes: int):
     cols: dict = {}    # conv -> order of its input channels (weight columns)
     args: dict = {}    # requantize / bias add -> {arg index: order}
     groups = list(_channel_groups(func, uses))
-    for producers, _, readers in _readers_rows_first(groups):
+    for producers, readers in _readers_rows_first(groups):
         weights = []
         for r in readers:
             w = r.args[1].data
@@ -902,8 +901,7 @@ def permute_for_vpmaddubsw(func, lanes: int):
         if not weights or any(_match(p)[0].args[1].data.shape[0] != channels for p in producers):
             continue
         order = channel_order_for_pairs([w for w, _ in weights], [b for _, b in weights])
-        if order is None or sum(mixed_cost(w[:, order], b) for w, b in weights) >= \
-                sum(mixed_cost(w, b) for w, b in weights):
+        if order is None:  # none cheaper (channel_order_for_pairs compares the readers' mixed_cost)
             continue
         for r in readers:
             cols[r] = order
